@@ -1,0 +1,24 @@
+"""rnnconvert: move trained LSTM, GRU and simple RNN weights between formats, exactly, and verify.
+
+Public API::
+
+    import rnnconvert
+    ckpt = rnnconvert.load("model.h5")                  # canonical Checkpoint
+    rnnconvert.convert("model.h5", "model.pt")           # write + verify + atomic rename
+    mods = rnnconvert.torch_modules("model.h5")          # {'lstm': nn.LSTM(...)} ready to run
+
+Heavy frameworks (torch, tensorflow, onnx) are imported only inside the formats that need them.
+"""
+
+from .api import ConversionReport, convert, inspect, load, save, torch_modules, verify
+from .errors import (DependencyError, FormatError, OutputExistsError, RNNConvertError, UnsupportedError,
+                     VerificationError)
+from .model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cell", "Checkpoint", "ConversionReport", "DependencyError", "DirectionParams", "FormatError",
+    "OutputExistsError", "RNNConvertError", "RNNLayer", "Semantics", "UnsupportedError", "VerificationError",
+    "convert", "inspect", "load", "save", "torch_modules", "verify",
+]

@@ -1,0 +1,181 @@
+"""The Python API: load, save, convert, verify, inspect.
+
+Every function raises only :class:`~rnnconvert.errors.RNNConvertError` subclasses on bad input.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import registry
+from .errors import FormatError, OutputExistsError, RNNConvertError
+from .model import Checkpoint
+from .verify import VerifyReport, verify as _verify
+
+
+def load(path: str | os.PathLike, format: str | None = None, **opts: Any) -> Checkpoint:
+    """Read ``path`` into the canonical :class:`~rnnconvert.model.Checkpoint`.
+
+    Args:
+        path: the source file (or directory, for directory formats).
+        format: a registry name (``'keras_h5'``, ``'pt'``, ...) or ``None`` to detect by content.
+        **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files).
+
+    Raises:
+        FormatError, UnsupportedError, DependencyError.
+    """
+    fmt = registry.get(format) if format else registry.detect(path)
+    mod = fmt.load()
+    if not hasattr(mod, "read"):
+        raise FormatError(f"rnnconvert can write {fmt.name} but not read it")
+    ckpt = mod.read(Path(path), **opts)
+    ckpt.format = fmt.name
+    return ckpt
+
+
+@dataclass
+class ConversionReport:
+    """What :func:`convert` did: source and target formats, per-layer lines, notes, verification."""
+
+    src: str
+    dst: str
+    src_format: str
+    dst_format: str
+    modules: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    verification: VerifyReport | None = None
+
+
+def _temp_beside(dst: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".rnnconvert-tmp", dir=dst.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def _commit(tmp: Path, dst: Path) -> None:
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, dst)
+
+
+def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *, force: bool = False,
+         **opts: Any) -> list[str]:
+    """Write ``ckpt`` to ``path`` atomically (temporary file beside it, then rename).
+
+    Raises:
+        OutputExistsError: ``path`` exists and ``force`` is false.
+        UnsupportedError: the target cannot express a layer; nothing is written.
+    """
+    dst = Path(path)
+    fmt = registry.for_output(dst, format)
+    mod = fmt.load()
+    if dst.exists() and not force:
+        raise OutputExistsError(f"{dst} exists; pass --force (force=True) to overwrite it")
+    if not hasattr(mod, "write"):
+        raise FormatError(f"rnnconvert can read {fmt.name} but not write it")
+    if hasattr(mod, "check"):
+        mod.check(ckpt, **opts)
+    tmp = _temp_beside(dst)
+    try:
+        lines = mod.write(ckpt, tmp, **opts)
+        _commit(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return lines
+
+
+def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = None, src_format: str | None = None,
+            verify: str | None = "reference", force: bool = False, seed: int = 0,
+            read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None) -> ConversionReport:
+    """Convert ``src`` to ``dst``; verify before the result is renamed into place.
+
+    Args:
+        to: target format name; default from ``dst``'s extension.
+        src_format: source format name; default detected by content.
+        verify: ``'reference'`` (default), ``'framework'``, or ``None`` to skip.
+        force: overwrite an existing ``dst``.
+
+    Returns:
+        a :class:`ConversionReport`.
+
+    Raises:
+        OutputExistsError, FormatError, UnsupportedError, VerificationError, DependencyError.
+        On any error ``dst`` is left as it was (absent or with its previous content).
+    """
+    src_p, dst_p = Path(src), Path(dst)
+    out_fmt = registry.for_output(dst_p, to)
+    if dst_p.exists() and not force:
+        raise OutputExistsError(f"{dst_p} exists; pass --force to overwrite it")
+    if dst_p.resolve() == src_p.resolve():
+        raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
+    in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
+    in_mod, out_mod = in_fmt.load(), out_fmt.load()
+    ckpt = load(src_p, in_fmt.name, **(read_opts or {}))
+    if not hasattr(out_mod, "write"):
+        raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
+    rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
+    if hasattr(out_mod, "check"):
+        rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
+    if not dst_p.parent.exists():
+        raise FormatError(f"{dst_p.parent}: output directory does not exist")
+    tmp = _temp_beside(dst_p)
+    try:
+        rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
+        if verify:
+            rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed)
+            rep.verification.raise_if_failed()
+        _commit(tmp, dst_p)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return rep
+
+
+def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
+           src_format: str | None = None, dst_format: str | None = None,
+           read_opts: dict[str, Any] | None = None) -> VerifyReport:
+    """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify`).
+
+    Raises:
+        FormatError, DependencyError; a failed comparison is reported, not raised.
+    """
+    in_fmt = registry.get(src_format) if src_format else registry.detect(src)
+    out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
+    out_mod = out_fmt.load()
+    if not hasattr(out_mod, "target_forward"):
+        raise FormatError(f"rnnconvert cannot run {out_fmt.name} files for verification")
+    ckpt = load(src, in_fmt.name, **(read_opts or {}))
+    try:
+        return _verify(ckpt, in_fmt.load(), Path(dst), out_mod, mode=mode, src_path=Path(src), seed=seed)
+    except RNNConvertError:
+        raise
+    except Exception as exc:  # the target framework rejected the file: it does not match the source
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+
+
+def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> dict[str, Any]:
+    """Describe a file: format, recurrent layers (kinds, sizes, semantics) and other tensors' shapes."""
+    ckpt = load(path, format, **opts)
+    return {
+        "path": str(path),
+        "format": ckpt.format,
+        "meta": {k: v for k, v in ckpt.meta.items() if k != "path"},
+        "layers": [layer.describe() for layer in ckpt.layers],
+        "tensors": {k: list(v.shape) for k, v in ckpt.tensors.items()},
+    }
+
+
+def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str, Any]:
+    """Ready ``torch.nn.LSTM/GRU/RNN`` modules (eval mode, ``batch_first=True``) for every recurrent layer.
+
+    Raises:
+        UnsupportedError: a layer PyTorch cannot express.
+    """
+    from .formats import torch_pt
+
+    ckpt = src if isinstance(src, Checkpoint) else load(src, **opts)
+    return torch_pt.modules(ckpt)

@@ -1,0 +1,185 @@
+"""The ``rnnconvert`` command line (typer): a thin layer over :mod:`rnnconvert.api`.
+
+``rnnconvert SRC DST`` converts (the ``convert`` command is implied); ``inspect``, ``verify`` and
+``formats`` are the other commands. Errors print one line on stderr and exit with the code of their
+:class:`~rnnconvert.errors.RNNConvertError` class (see :mod:`rnnconvert.errors`); never a traceback
+(set ``RNNCONVERT_DEBUG=1`` to see one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Convert trained LSTM/GRU/RNN weights between formats, exactly, and verify the result.")
+
+COMMANDS = {"convert", "inspect", "verify", "formats"}
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _read_opts(gate_activation: Optional[str]) -> dict:
+    return {"gate_activation": gate_activation} if gate_activation else {}
+
+
+GateOpt = Annotated[Optional[str], typer.Option(
+    "--gate-activation", help="Gate activation of a Keras weights-only file that cannot tell (sigmoid, hard_sigmoid).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+@app.command()
+def convert(
+    src: Annotated[Path, typer.Argument(help="Source checkpoint.", show_default=False)],
+    dst: Annotated[Path, typer.Argument(help="Output file; its extension picks the format unless --to is given.",
+                                        show_default=False)],
+    to: Annotated[Optional[str], typer.Option("--to", help="Output format name (see `rnnconvert formats`).")] = None,
+    src_format: Annotated[Optional[str], typer.Option("--from", help="Source format name (default: detect).")] = None,
+    verify: Annotated[str, typer.Option("--verify", help="reference (numpy, default) or framework.")] = "reference",
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification.")] = False,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing DST.")] = False,
+    gate_activation: GateOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Convert SRC to DST, verify it, and only then put DST in place."""
+    from . import api
+
+    if verify not in ("reference", "framework"):
+        raise typer.BadParameter("--verify must be 'reference' or 'framework'")
+    rep = api.convert(src, dst, to=to, src_format=src_format, verify=None if no_verify else verify, force=force,
+                      read_opts=_read_opts(gate_activation))
+    if as_json:
+        out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
+               "modules": rep.modules, "notes": rep.notes,
+               "verification": rep.verification.to_dict() if rep.verification else None}
+        typer.echo(json.dumps(out, indent=2))
+        return
+    con = _console()
+    con.print(f"{rep.src} ({rep.src_format}) -> {rep.dst} ({rep.dst_format})")
+    for line in rep.modules:
+        con.print(f"  {line}")
+    for note in rep.notes:
+        con.print(f"  note: {note}")
+    if rep.verification:
+        for c in rep.verification.layers:
+            con.print(f"  verified {c.name}: max abs error {c.max_abs_err:.2e} (tolerance {c.tolerance:.1e}, "
+                      f"{c.source_route} vs {c.target_route})")
+    else:
+        con.print("  not verified (--no-verify)")
+
+
+@app.command()
+def inspect(
+    src: Annotated[Path, typer.Argument(help="Checkpoint to describe.", show_default=False)],
+    src_format: Annotated[Optional[str], typer.Option("--from", help="Source format name (default: detect).")] = None,
+    gate_activation: GateOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the recurrent layers of SRC: kinds, sizes, semantics; and its other tensors."""
+    from . import api
+
+    info = api.inspect(src, src_format, **_read_opts(gate_activation))
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    from rich.table import Table
+
+    con = _console()
+    meta = ", ".join(f"{k} {v}" for k, v in info["meta"].items() if v is not None)
+    t = Table(title=f"{info['path']} ({info['format']}{', ' + meta if meta else ''})")
+    cols = ["name", "cell", "source_class", "input_size", "hidden_size", "num_layers", "bidirectional",
+            "gate_activation", "activation", "reset_after", "bias", "dtype"]
+    for c in cols:
+        t.add_column(c)
+    for lay in info["layers"]:
+        t.add_row(*[str(lay.get(c, "")) for c in cols])
+    con.print(t)
+    if info["tensors"]:
+        con.print("other tensors: " + ", ".join(f"{k} {tuple(v)}" for k, v in info["tensors"].items()))
+
+
+@app.command()
+def verify(
+    src: Annotated[Path, typer.Argument(help="Source checkpoint.", show_default=False)],
+    dst: Annotated[Path, typer.Argument(help="Converted file to check against SRC.", show_default=False)],
+    mode: Annotated[str, typer.Option("--verify", help="reference (numpy, default) or framework.")] = "reference",
+    gate_activation: GateOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check that DST computes what SRC computes, on a random batch; exit 5 if not."""
+    from . import api
+    from .errors import VerificationError
+
+    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation))
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        con = _console()
+        for c in rep.layers:
+            con.print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_err:.2e} "
+                      f"(tolerance {c.tolerance:.1e}, {c.source_route} vs {c.target_route})")
+    if not rep.ok:
+        raise VerificationError(f"{dst} does not compute what {src} computes")
+
+
+@app.command()
+def formats(as_json: JsonOpt = False) -> None:
+    """List the formats rnnconvert reads and writes."""
+    from . import registry
+
+    rows = [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
+             "description": f.description} for f in registry.FORMATS]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        rw = ("read" if r["read"] else "") + ("/write" if r["write"] else "")
+        typer.echo(f"{r['name']:<12} {rw:<11} {' '.join(r['extensions']):<20} {r['description']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app, maps rnnconvert errors to one stderr line and their exit code."""
+    from .errors import RNNConvertError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] not in COMMANDS and not args[0].startswith("-"):
+        args.insert(0, "convert")
+    try:
+        app(args=args, prog_name="rnnconvert", standalone_mode=False)
+    except RNNConvertError as exc:
+        if os.environ.get("RNNCONVERT_DEBUG"):
+            raise
+        print(f"rnnconvert: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except KeyboardInterrupt:
+        print("rnnconvert: interrupted; no output was written", file=sys.stderr)
+        return 130
+    except Exception as exc:  # click usage errors and genuine bugs
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return exc.exit_code
+        if isinstance(exc, click.exceptions.Abort):
+            return 1
+        if os.environ.get("RNNCONVERT_DEBUG"):
+            raise
+        print(f"rnnconvert: internal error: {type(exc).__name__}: {exc} (set RNNCONVERT_DEBUG=1 for a traceback; "
+              "please report it)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run() -> None:  # console_scripts entry point
+    sys.exit(main())

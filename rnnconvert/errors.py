@@ -1,0 +1,71 @@
+"""The exception tree of rnnconvert.
+
+Every failure that reaches a user is an :class:`RNNConvertError` subclass whose message is one
+line saying *where* (file, layer), *what* (the feature or the defect) and *what to do next*.
+Lower-level errors (h5py, numpy, torch, ...) are translated at the format boundary and kept as
+``__cause__``. Each class carries the process exit code that the CLI uses.
+
+Exit codes (documented in ``docs/cli.md``):
+
+====  =====================================================================
+0     success
+1     unexpected internal error (a bug: please report it)
+2     usage error (bad command-line arguments; typer's own code)
+3     :class:`FormatError` -- the input file is unreadable, malformed or of an unknown format
+4     :class:`UnsupportedError` -- the target cannot express the source faithfully (refused)
+5     :class:`VerificationError` -- the written result does not compute the source's function
+6     :class:`OutputExistsError` -- the output exists and ``--force`` was not given
+7     :class:`DependencyError` -- an optional framework needed for this format is not installed
+====  =====================================================================
+"""
+
+from __future__ import annotations
+
+
+class RNNConvertError(Exception):
+    """Base class of every error rnnconvert raises on purpose."""
+
+    exit_code = 1
+
+
+class FormatError(RNNConvertError):
+    """The input is unreadable, malformed, or not of a format rnnconvert knows."""
+
+    exit_code = 3
+
+
+class UnsupportedError(RNNConvertError):
+    """The source uses a feature the target format cannot express; nothing was written."""
+
+    exit_code = 4
+
+
+class VerificationError(RNNConvertError):
+    """Source and result disagree beyond the tolerance; the output file was not kept."""
+
+    exit_code = 5
+
+
+class OutputExistsError(RNNConvertError):
+    """The destination exists and overwriting was not asked for (``--force``)."""
+
+    exit_code = 6
+
+
+class DependencyError(RNNConvertError):
+    """An optional dependency (torch, tensorflow, tf_keras, onnx, ...) is missing."""
+
+    exit_code = 7
+
+
+def require(module: str, extra: str):
+    """Import an optional framework or raise :class:`DependencyError` naming the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise DependencyError(
+            f"this format needs the Python package '{module}': "
+            f"pip install 'rnnconvert[{extra}]' -c constraints.txt"
+        ) from exc

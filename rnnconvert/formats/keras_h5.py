@@ -1,0 +1,486 @@
+"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader.
+
+Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
+
+* full-model files (root ``@model_config`` + group ``model_weights``) and weights-only files
+  (``@layer_names`` at the root); ``layer_names0, layer_names1 ...`` chunked attributes;
+* Keras 1 (12-tensor LSTM saved i, c, f, o; 9-tensor GRU z, r, h; no ``keras_version`` on the
+  weights group), standalone Keras 2.0-2.3, tf.keras / tf_keras (``lstm/lstm_cell/kernel:0``);
+* nested ``Sequential``/``Model``, ``Bidirectional`` (forward half of the weights first),
+  ``TimeDistributed``;
+* ``LSTM``, ``GRU`` (``reset_after`` True/False; absent key = False), ``SimpleRNN``,
+  ``CuDNNLSTM``/``CuDNNGRU`` (kernel slices hold cuDNN's row-major ``(H, in)`` bytes; bias
+  ``(2*G*H,)``), ``use_bias=False``.
+
+Weights are matched by group and order, never by the names stored inside a group (real files
+put them under another prefix, e.g. textgenrnn's ``rnn_1/rnn_1_2/kernel:0``).
+
+Semantics come from the layer config; for weights-only files from the defaults of the
+``keras_version`` that wrote the file (``recurrent_activation='hard_sigmoid'`` through Keras 2.2.5
+and in TF1 tf.keras; ``sigmoid`` from standalone 2.3.0 and in TF2 tf.keras). CuDNN layers are
+always sigmoid/tanh.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import gates
+from ..errors import FormatError, UnsupportedError
+from ..model import ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+RNN_CLASSES = {"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1", "CuDNNLSTMV1"}
+_KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu",
+              "linear": "linear", "softsign": "softsign", None: "linear"}
+
+
+# --------------------------------------------------------------------------------------------
+# HDF5 access, hardened
+# --------------------------------------------------------------------------------------------
+
+def _check_links(f) -> None:
+    """Refuse soft/external links and external or virtual datasets (they reach outside the file)."""
+    import h5py
+
+    bad: list[str] = []
+
+
+    def walk(group, prefix=""):
+        for key in group.keys():
+            link = group.get(key, getlink=True)
+            path = f"{prefix}/{key}"
+            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+                bad.append(f"{path} is a {type(link).__name__}")
+                continue
+            obj = group.get(key)
+            if isinstance(obj, h5py.Group):
+                if path.count("/") > 64:
+                    raise FormatError(f"HDF5 groups nested deeper than 64 levels at {path}")
+                walk(obj, path)
+            elif isinstance(obj, h5py.Dataset):
+                if obj.external or obj.is_virtual:
+                    bad.append(f"{path} is an external or virtual dataset")
+
+    walk(f)
+    if bad:
+        raise FormatError(f"refusing HDF5 file with links outside the file: {bad[0]}")
+
+
+def _attr_list(group, name: str) -> list[str]:
+    """Read a Keras string-list attribute, joining chunked ``name0, name1 ...`` attributes."""
+    if name in group.attrs:
+        vals = list(group.attrs[name])
+    else:
+        vals, i = [], 0
+        while f"{name}{i}" in group.attrs:
+            vals.extend(group.attrs[f"{name}{i}"])
+            i += 1
+    return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in vals]
+
+
+def _attr_str(obj, name: str) -> str | None:
+    v = obj.attrs.get(name)
+    if v is None:
+        return None
+    return v.decode("utf8") if isinstance(v, bytes) else str(v)
+
+
+def _read_dataset(ds, where: str) -> np.ndarray:
+    """Read a dataset fully, refusing shapes that promise more bytes than the file can hold."""
+    import h5py
+
+    if not isinstance(ds, h5py.Dataset):
+        raise FormatError(f"{where}: expected a dataset, found a {type(ds).__name__}")
+    if ds.dtype.kind != "f":
+        raise FormatError(f"{where}: weights must be floating point, found dtype {ds.dtype}")
+    nbytes = int(np.prod(ds.shape, dtype=np.int64)) * ds.dtype.itemsize
+    fsize = Path(ds.file.filename).stat().st_size
+    if nbytes > 64 * fsize + (1 << 20) and ds.compression is None:
+        raise FormatError(f"{where}: declared shape {ds.shape} needs {nbytes} bytes, the file has {fsize}")
+    arr = np.asarray(ds[()])
+    if not np.all(np.isfinite(arr)):
+        raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
+    return arr
+
+
+# --------------------------------------------------------------------------------------------
+# Layer records as found in the file
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class _Entry:
+    """One layer's weights and config as found in the file, before interpretation."""
+
+    name: str
+    names: list[str]
+    weights: list[np.ndarray]
+    config: dict[str, Any] | None = None
+    class_name: str | None = None
+    children: list["_Entry"] = field(default_factory=list)
+
+
+def _base(wname: str) -> str:
+    """``'lstm/lstm_cell/kernel:0'`` -> ``'kernel'``."""
+    return wname.rsplit("/", 1)[-1].split(":")[0]
+
+
+def _index_configs(config: dict | None) -> dict[str, dict]:
+    """Map top-level layer names to their ``{'class_name', 'config'}`` records."""
+    if not config:
+        return {}
+    cfg = config.get("config", config)
+    layers = cfg.get("layers", cfg) if isinstance(cfg, dict) else cfg
+    if not isinstance(layers, list):
+        return {}
+    out = {}
+    for rec in layers:
+        if isinstance(rec, dict) and isinstance(rec.get("config"), dict):
+            nm = rec["config"].get("name") or rec.get("name")
+            if nm:
+                out[nm] = rec
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Version defaults (LAYOUTS.md §3.4)
+# --------------------------------------------------------------------------------------------
+
+def default_gate_activation(keras_version: str | None) -> str | None:
+    """Default LSTM/GRU ``recurrent_activation`` of the Keras that wrote the file.
+
+    Returns ``'hard_sigmoid'`` for Keras 1 and standalone Keras 2.0.0-2.2.5, ``'sigmoid'`` for
+    standalone 2.3+ and tf.keras >= 2.4 / tf_keras, and ``None`` for ``'...-tf'`` versions (tf.keras
+    of TF 1.x defaulted to hard_sigmoid, of TF 2.0-2.3 to sigmoid: the version cannot tell).
+    (Sources: keras tags 1.2.2-2.3.1 ``keras/layers/recurrent.py``; tf_keras ``lstm_v1.py``, ``lstm.py``.)
+    """
+    if not keras_version or keras_version.startswith("1"):
+        return "hard_sigmoid"
+    if keras_version.endswith("-tf"):
+        return None
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", keras_version)
+    if not m:
+        return None
+    ver = tuple(int(x or 0) for x in m.groups())
+    return "hard_sigmoid" if ver < (2, 3, 0) else "sigmoid"
+
+
+# --------------------------------------------------------------------------------------------
+# Interpretation
+# --------------------------------------------------------------------------------------------
+
+class _Reader:
+    def __init__(self, path: str, keras_version: str | None, gate_activation: str | None):
+        self.path = path
+        self.keras_version = keras_version
+        self.gate_override = gate_activation
+        self.ckpt = Checkpoint(format="keras_h5", meta={"path": path, "keras_version": keras_version})
+
+    # -- dispatch ---------------------------------------------------------------------------
+    def entry(self, e: _Entry, prefix: str) -> None:
+        name = f"{prefix}{e.name}"
+        cls = e.class_name
+        cfg = (e.config or {})
+        if cls in ("Sequential", "Model", "Functional") or (cls is None and self._looks_nested(e)):
+            self.nested(e, name)
+            return
+        if cls == "Bidirectional" or (cls is None and self._looks_bidirectional(e)):
+            self.bidirectional(e, name)
+            return
+        if cls == "TimeDistributed":
+            inner = cfg.get("layer", {})
+            self.entry(_Entry(e.name, e.names, e.weights, inner.get("config"), inner.get("class_name")), prefix)
+            return
+        kind = self._rnn_kind(e, cls)
+        if kind:
+            self.ckpt.layers.append(self.rnn(e, name, kind))
+            return
+        self.other(e, name, cls)
+
+    @staticmethod
+    def _looks_nested(e: _Entry) -> bool:
+        firsts = {n.split("/")[0] for n in e.names if "/" in n}
+        return len(firsts) > 1 and not _Reader._looks_bidirectional(e)
+
+    @staticmethod
+    def _looks_bidirectional(e: _Entry) -> bool:
+        return any("forward_" in n for n in e.names) and any("backward_" in n for n in e.names)
+
+    def _rnn_kind(self, e: _Entry, cls: str | None) -> str | None:
+        if cls is not None:
+            cls = {"LSTMV1": "LSTM", "GRUV1": "GRU"}.get(cls, cls)
+            return cls if cls in RNN_CLASSES else None
+        bases = [_base(n) for n in e.names]
+        n = len(e.weights)
+        if n == 12 and all(re.search(r"_[WUb]_[icfo]$", b) for b in bases):
+            return "LSTM"
+        if n == 9 and all(re.search(r"_[WUb]_[zrh]$", b) for b in bases):
+            return "GRU"
+        if "recurrent_kernel" not in bases or n not in (2, 3):
+            return None
+        k, r = e.weights[0], e.weights[1]
+        if k.ndim != 2 or r.ndim != 2 or r.shape[1] % r.shape[0]:
+            return None
+        g, h = r.shape[1] // r.shape[0], r.shape[0]
+        b = e.weights[2] if n == 3 else None
+        if g == 4:
+            return "CuDNNLSTM" if b is not None and b.shape == (8 * h,) else "LSTM"
+        if g == 3:
+            return "CuDNNGRU" if b is not None and b.shape == (6 * h,) else "GRU"
+        return "SimpleRNN" if g == 1 else None
+
+    # -- containers -------------------------------------------------------------------------
+    def nested(self, e: _Entry, name: str) -> None:
+        inner_cfgs = _index_configs(e.config and {"config": e.config})
+        groups: dict[str, list[int]] = {}
+        for i, n in enumerate(e.names):
+            groups.setdefault(n.split("/")[0] if "/" in n else n, []).append(i)
+        for sub, idx in groups.items():
+            rec = inner_cfgs.get(sub, {})
+            child = _Entry(sub, [e.names[i].split("/", 1)[-1] for i in idx], [e.weights[i] for i in idx],
+                           rec.get("config"), rec.get("class_name"))
+            self.entry(child, f"{name}.")
+
+    def bidirectional(self, e: _Entry, name: str) -> None:
+        cfg = e.config or {}
+        inner = cfg.get("layer", {})
+        half = len(e.weights) // 2
+        if half * 2 != len(e.weights) or half == 0:
+            raise FormatError(f"{self.path}: Bidirectional layer '{name}' has {len(e.weights)} weights, not an even split")
+        fw = _Entry(name, e.names[:half], e.weights[:half], inner.get("config"), inner.get("class_name"))
+        bw_cfg = (cfg.get("backward_layer") or inner)
+        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg.get("config"), bw_cfg.get("class_name"))
+        kind_f = self._rnn_kind(fw, fw.class_name)
+        kind_b = self._rnn_kind(bw, bw.class_name)
+        if not kind_f or kind_f != kind_b:
+            raise UnsupportedError(
+                f"layer '{name}': Bidirectional of {kind_f or fw.class_name} / {kind_b or bw.class_name} "
+                "is not supported (both directions must be the same recurrent layer kind)")
+        lf, lb = self.rnn(fw, name, kind_f), self.rnn(bw, name, kind_b)
+        if (lf.cell, lf.input_size, lf.hidden_size, lf.semantics) != (lb.cell, lb.input_size, lb.hidden_size,
+                                                                       _unreversed(lb.semantics)):
+            raise UnsupportedError(f"layer '{name}': the two directions of this Bidirectional differ in "
+                                   "kind, size or activations; convert them as two separate layers")
+        merge = cfg.get("merge_mode", "concat") if e.config is not None else "concat"
+        layer = RNNLayer(
+            name=name, cell=lf.cell, input_size=lf.input_size, hidden_size=lf.hidden_size,
+            bidirectional=True, bias=lf.bias, semantics=_with(lf.semantics, merge_mode=merge),
+            params=[[lf.params[0][0], lb.params[0][0]]], return_sequences=lf.return_sequences,
+            source={**lf.source, "wrapper": "Bidirectional", "raw": [lf.source["raw"][0], lb.source["raw"][0]]},
+        )
+        self.ckpt.layers.append(layer)
+
+    # -- RNN layers -------------------------------------------------------------------------
+    def rnn(self, e: _Entry, name: str, kind: str) -> RNNLayer:
+        cfg = e.config or {}
+        w = e.weights
+        try:
+            return self._rnn(e, name, kind, cfg, w)
+        except (ValueError, IndexError) as exc:
+            shapes = ", ".join(str(tuple(a.shape)) for a in w)
+            raise FormatError(f"{self.path}: layer '{name}' ({kind}) has weights of unexpected shapes "
+                              f"[{shapes}]: {exc}") from exc
+
+    def _semantics(self, name: str, kind: str, cfg: dict) -> Semantics:
+        if kind.startswith("CuDNN"):
+            return Semantics(go_backwards=bool(cfg.get("go_backwards", False)))
+        act = cfg.get("activation", "tanh")
+        if kind == "SimpleRNN":
+            gate = "sigmoid"
+        elif "recurrent_activation" in cfg or "inner_activation" in cfg:
+            gate = cfg.get("recurrent_activation", cfg.get("inner_activation"))
+        elif self.gate_override:
+            gate = self.gate_override
+        else:
+            gate = default_gate_activation(self.keras_version)
+            if gate is None:
+                raise UnsupportedError(
+                    f"layer '{name}': this weights-only file (keras_version {self.keras_version!r}) does not say "
+                    "whether its gates use sigmoid or hard_sigmoid; pass --gate-activation sigmoid|hard_sigmoid")
+        if self.gate_override and kind != "SimpleRNN":
+            gate = self.gate_override
+        for what, a in (("activation", act), ("recurrent_activation", gate)):
+            if not isinstance(a, str) or _KERAS_ACT.get(a) not in ACTIVATIONS:
+                raise UnsupportedError(f"layer '{name}': {what}={a!r} is not supported by rnnconvert "
+                                       f"(supported: {', '.join(sorted(k for k in _KERAS_ACT if k))})")
+        reset_after = bool(cfg.get("reset_after", False)) if kind == "GRU" else True
+        return Semantics(gate_activation=_KERAS_ACT[gate], activation=_KERAS_ACT[act], reset_after=reset_after,
+                         go_backwards=bool(cfg.get("go_backwards", False)))
+
+    def _rnn(self, e: _Entry, name: str, kind: str, cfg: dict, w: list[np.ndarray]) -> RNNLayer:
+        sem = self._semantics(name, kind, cfg)
+        raw: dict[str, np.ndarray]
+        if kind in ("LSTM", "GRU") and len(w) in (12, 9):  # Keras 1, consume_less='cpu'/'mem'
+            raw = _merge_keras1(kind, e.names, w)
+            fam = "keras1"
+        else:
+            raw = {"kernel": w[0], "recurrent_kernel": w[1]}
+            if len(w) > 2:
+                raw["bias"] = w[2]
+            fam = "keras_cudnn" if kind.startswith("CuDNN") else "keras"
+        if kind == "GRU" and "bias" in raw and raw["bias"].ndim == 2:
+            if "reset_after" in cfg and not cfg["reset_after"]:
+                raise FormatError(f"layer '{name}': config says reset_after=False but the bias is {raw['bias'].shape}")
+            sem = _with(sem, reset_after=True)
+        if kind == "GRU" and "bias" in raw and raw["bias"].ndim == 1 and sem.reset_after:
+            raise FormatError(f"layer '{name}': config says reset_after=True but the bias is {raw['bias'].shape}")
+        cell = {"LSTM": Cell.LSTM, "CuDNNLSTM": Cell.LSTM, "GRU": Cell.GRU, "CuDNNGRU": Cell.GRU}.get(kind)
+        if cell is None:
+            cell = Cell.RNN_RELU if sem.activation == "relu" else Cell.RNN_TANH
+        k, r = raw["kernel"], raw["recurrent_kernel"]
+        H = r.shape[0]
+        G = cell.gates
+        if k.ndim != 2 or r.shape != (H, G * H) or k.shape[1] != G * H:
+            raise ValueError(f"kernel {k.shape} / recurrent_kernel {r.shape} do not fit {G} gates")
+        I = k.shape[0]
+        conv = gates.convention("keras_ra" if (cell is Cell.GRU and sem.reset_after and fam == "keras") else fam, cell)
+        if fam == "keras_cudnn":
+            w_ih = gates.reorder(_cudnn_bytes_to_rows(k, G, H, I), conv.gate_order, gates.CANONICAL[cell])
+            w_hh = gates.reorder(_cudnn_bytes_to_rows(r, G, H, H), conv.gate_order, gates.CANONICAL[cell])
+        else:
+            w_ih = gates.to_canonical(k, conv, cell)
+            w_hh = gates.to_canonical(r, conv, cell)
+        zeros = np.zeros(G * H, dtype=k.dtype)
+        b = raw.get("bias")
+        if b is None:
+            b_ih, b_hh = zeros, zeros.copy()
+        elif conv.bias == "single":
+            if b.shape != (G * H,):
+                raise ValueError(f"bias {b.shape}, expected {(G * H,)}")
+            b_ih, b_hh = gates.vec_to_canonical(b, conv, cell), zeros
+        elif conv.bias == "double_rows":
+            if b.shape != (2, G * H):
+                raise ValueError(f"bias {b.shape}, expected {(2, G * H)}")
+            b_ih, b_hh = gates.vec_to_canonical(b[0], conv, cell), gates.vec_to_canonical(b[1], conv, cell)
+        else:  # double_flat
+            if b.shape != (2 * G * H,):
+                raise ValueError(f"bias {b.shape}, expected {(2 * G * H,)}")
+            b_ih = gates.vec_to_canonical(b[: G * H], conv, cell)
+            b_hh = gates.vec_to_canonical(b[G * H:], conv, cell)
+        return RNNLayer(
+            name=name, cell=cell, input_size=I, hidden_size=H, bias=b is not None, semantics=sem,
+            params=[[DirectionParams(w_ih, w_hh, b_ih, b_hh)]],
+            return_sequences=bool(cfg.get("return_sequences", True if not cfg else False)),
+            source={"format": "keras_h5", "class_name": kind, "family": fam, "raw": [raw]},
+        )
+
+    def other(self, e: _Entry, name: str, cls: str | None) -> None:
+        bases = [_base(n) for n in e.names]
+        t = self.ckpt.tensors
+        if (cls == "Dense" or (cls is None and bases[:1] == ["kernel"] and len(e.weights) <= 2
+                               and e.weights[0].ndim == 2)):
+            t[f"{name}.weight"] = np.ascontiguousarray(e.weights[0].T)
+            if len(e.weights) > 1:
+                t[f"{name}.bias"] = e.weights[1]
+            return
+        if cls == "Embedding" or bases == ["embeddings"]:
+            t[f"{name}.weight"] = e.weights[0]
+            return
+        for b, arr in zip(bases, e.weights):
+            t[f"{name}.{b}"] = arr
+
+
+def _with(sem: Semantics, **kw) -> Semantics:
+    from dataclasses import replace
+
+    return replace(sem, **kw)
+
+
+def _unreversed(sem: Semantics) -> Semantics:
+    return _with(sem, go_backwards=False)
+
+
+def _cudnn_bytes_to_rows(k: np.ndarray, G: int, H: int, width: int) -> np.ndarray:
+    """Keras CuDNN kernel ``(width, G*H)``: each ``(width, H)`` column slice holds the row-major bytes of
+    cuDNN's ``(H, width)`` matrix (tf_keras ``gru_lstm_utils.canonical_to_params`` with
+    ``transpose_weights=False``; LAYOUTS.md §4.2-4.3). Returns the ``(G*H, width)`` stack in the
+    file's slice order. A pure reinterpretation: bit-exact."""
+    return np.concatenate([np.ascontiguousarray(k[:, j * H:(j + 1) * H]).reshape(H, width) for j in range(G)])
+
+
+def _merge_keras1(kind: str, names: list[str], w: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Keras 1 per-gate tensors -> one kernel/recurrent/bias in the saved gate order (``keras1`` convention).
+
+    LSTM saves ``W_i, U_i, b_i, W_c, U_c, b_c, W_f, U_f, b_f, W_o, U_o, b_o``; GRU saves
+    ``W_z, U_z, b_z, W_r, U_r, b_r, W_h, U_h, b_h`` (keras 1.2.2 ``keras/layers/recurrent.py``)."""
+    kinds = [_base(n)[-3] for n in names]  # 'W', 'U', 'b'
+    if kinds != ["W", "U", "b"] * (len(w) // 3):
+        raise ValueError(f"Keras 1 {kind} weights are not in W, U, b triples: {[_base(n) for n in names]}")
+    return {
+        "kernel": np.concatenate(w[0::3], axis=1),
+        "recurrent_kernel": np.concatenate(w[1::3], axis=1),
+        "bias": np.concatenate(w[2::3]),
+    }
+
+
+def sniff(head: bytes, path: Path | None = None) -> bool:
+    """True when the first bytes are the HDF5 signature."""
+    return head.startswith(HDF5_MAGIC)
+
+
+def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> Checkpoint:
+    """Read a Keras 1/2 HDF5 file into a :class:`~rnnconvert.model.Checkpoint`.
+
+    Args:
+        path: the ``.h5``/``.hdf5`` file (full model or weights only).
+        gate_activation: override the LSTM/GRU gate activation (``'sigmoid'`` or ``'hard_sigmoid'``)
+            when a weights-only file cannot tell.
+
+    Returns:
+        the recurrent layers in file order (canonical form: gate order i,f,g,o / r,z,n, ``W (G*H, in)``,
+        dtype as stored) and other layers' tensors (Dense/Embedding in PyTorch naming).
+
+    Raises:
+        FormatError: not HDF5, not a Keras file, links outside the file, damaged tensors.
+        UnsupportedError: an activation or wrapper rnnconvert cannot represent.
+    """
+    import h5py
+
+    path = str(path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise FormatError(f"{path}: not a readable HDF5 file ({exc})") from exc
+    with f:
+        _check_links(f)
+        if "model_weights" in f:
+            g = f["model_weights"]
+            cfg_s = _attr_str(f, "model_config")
+            try:
+                config = json.loads(cfg_s) if cfg_s else None
+            except json.JSONDecodeError as exc:
+                raise FormatError(f"{path}: model_config is not valid JSON ({exc})") from exc
+        elif "layer_names" in f.attrs or "layer_names0" in f.attrs:
+            g, config = f, None
+        else:
+            raise FormatError(f"{path}: HDF5 file without Keras 'model_weights' group or 'layer_names' "
+                              "attribute; is it a Keras 3 .weights.h5 or another HDF5 file?")
+        keras_version = _attr_str(g, "keras_version") or _attr_str(f, "keras_version")
+        rd = _Reader(path, keras_version, gate_activation)
+        if isinstance(config, dict) and config.get("class_name") in ("Sequential", "Model", "Functional"):
+            cfgs = _index_configs(config)
+        else:
+            cfgs = {}
+        for lname in _attr_list(g, "layer_names"):
+            if lname not in g:
+                raise FormatError(f"{path}: layer '{lname}' is listed in layer_names but has no group")
+            grp = g[lname]
+            wnames = _attr_list(grp, "weight_names")
+            if not wnames:
+                continue
+            weights = []
+            for wn in wnames:
+                if wn not in grp:
+                    raise FormatError(f"{path}: layer '{lname}' lists weight '{wn}' that is not in the file")
+                weights.append(_read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
+            rec = cfgs.get(lname, {})
+            rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name")), "")
+    if not rd.ckpt.layers:
+        raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
+    return rd.ckpt

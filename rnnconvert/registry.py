@@ -1,0 +1,119 @@
+"""The format registry: one :class:`Format` record per file format, and format detection.
+
+A format module (``rnnconvert/formats/<name>.py``) offers the same small verbs, each optional:
+
+* ``sniff(head: bytes, path: Path) -> bool`` -- recognise a file by its first bytes (and layout).
+* ``read(path, **opts) -> Checkpoint`` -- read into the canonical model.
+* ``check(ckpt, **opts) -> list[str]`` -- raise :class:`~rnnconvert.errors.UnsupportedError` if the
+  target cannot express ``ckpt`` exactly; returns notes (e.g. "a merge_mode='sum' post-op is needed").
+* ``write(ckpt, path, **opts) -> list[str]`` -- write ``ckpt`` to ``path`` (a temporary path; the
+  caller renames it into place), returns one line per layer saying how to load it.
+* ``target_forward(path, ckpt, layer_name, x) -> np.ndarray`` -- run a layer of a written file
+  through the target framework, for verification.
+
+Formats appear here only once they are implemented; a duplicate name is refused at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from .errors import FormatError
+
+
+@dataclass(frozen=True)
+class Format:
+    """A file format: its CLI name, module, file name endings, and what rnnconvert can do with it."""
+
+    name: str
+    module: str
+    extensions: tuple[str, ...]
+    description: str
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+    @property
+    def can_read(self) -> bool:
+        return hasattr(self.load(), "read")
+
+    @property
+    def can_write(self) -> bool:
+        return hasattr(self.load(), "write")
+
+
+FORMATS: tuple[Format, ...] = (
+    Format("keras_h5", "rnnconvert.formats.keras_h5", (".h5", ".hdf5", ".net"),
+           "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
+    Format("pt", "rnnconvert.formats.torch_pt", (".pt", ".pth"),
+           "PyTorch state dict (torch.save of a dict of tensors)"),
+)
+
+_BY_NAME: dict[str, Format] = {}
+for _f in FORMATS:
+    if _f.name in _BY_NAME:
+        raise RuntimeError(f"duplicate format name {_f.name!r} in the registry")
+    _BY_NAME[_f.name] = _f
+
+
+def get(name: str) -> Format:
+    """The format called ``name``; raises :class:`FormatError` listing the known names."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise FormatError(f"unknown format '{name}'; known formats: {', '.join(_BY_NAME)}") from None
+
+
+def _by_extension(path: Path) -> Format | None:
+    name = path.name.lower()
+    best = None
+    for f in FORMATS:
+        for ext in f.extensions:
+            if name.endswith(ext) and (best is None or len(ext) > best[0]):
+                best = (len(ext), f)
+    return best[1] if best else None
+
+
+def detect(path: str | Path) -> Format:
+    """Detect the format of an existing file by content (magic bytes), falling back to its extension.
+
+    Raises:
+        FormatError: the path does not exist, is unreadable, or matches no known format.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FormatError(f"{p}: no such file or directory")
+    head = b""
+    if p.is_file():
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(64)
+        except OSError as exc:
+            raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
+    for f in FORMATS:
+        sniff = getattr(f.load(), "sniff", None)
+        if sniff is not None and sniff(head, p):
+            return f
+    f = _by_extension(p)
+    if f is None:
+        raise FormatError(f"{p}: unrecognised file format; name it with --from "
+                          f"({', '.join(x.name for x in FORMATS)})")
+    return f
+
+
+def for_output(path: str | Path, to: str | None = None) -> Format:
+    """The format to write ``path`` in: ``to`` when given, else by the file name's extension.
+
+    Raises:
+        FormatError: no ``to`` and an extension rnnconvert does not write.
+    """
+    if to:
+        return get(to)
+    f = _by_extension(Path(path))
+    if f is None:
+        raise FormatError(f"{path}: cannot tell the output format from the extension; pass --to "
+                          f"({', '.join(x.name for x in FORMATS)})")
+    return f
