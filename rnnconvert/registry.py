@@ -50,6 +50,9 @@ FORMATS: tuple[Format, ...] = (
            "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
     Format("pt", "rnnconvert.formats.torch_pt", (".pt", ".pth"),
            "PyTorch state dict (torch.save of a dict of tensors)"),
+    Format("tf_checkpoint", "rnnconvert.formats.tf_checkpoint", (".index",),
+           "TensorFlow checkpoint: TF1 name-based (cells, cuDNN opaque_kernel) or TF2 object-based "
+           "(tf.keras save_weights); give the prefix, the .index file or the directory"),
 )
 
 _BY_NAME: dict[str, Format] = {}
@@ -85,6 +88,11 @@ def detect(path: str | Path) -> Format:
     """
     p = Path(path)
     if not p.exists():
+        # a checkpoint prefix (``ckpt-1`` beside ``ckpt-1.index``) names no file itself
+        for f in FORMATS:
+            sniff = getattr(f.load(), "sniff", None)
+            if sniff is not None and sniff(b"", p):
+                return f
         raise FormatError(f"{p}: no such file or directory")
     head = b""
     if p.is_file():
