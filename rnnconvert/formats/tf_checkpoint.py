@@ -293,6 +293,24 @@ def _structure(prefix: str, cname: str) -> tuple[str, int, int]:
     return "/".join(parts) or cname, k or 0, d or 0
 
 
+def _cell_sem(cname: str, cell: Cell, forget_bias, cell_clip, proj_clip) -> Semantics:
+    fb = CELL_SCOPES[cname] if forget_bias is None else forget_bias
+    lstm = cell is Cell.LSTM
+    return Semantics(reset_after=cname == "cudnn_compatible_gru_cell" if cell is Cell.GRU else True,
+                     forget_bias=float(fb or 0.0) if lstm else 0.0, cell_clip=cell_clip if lstm else None,
+                     proj_clip=proj_clip if lstm else None)
+
+
+def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """The source side of verification, from the tensors as stored: TF1 cell equations
+    (:mod:`.tf1_math`) for TF1 cells, Keras equations (:mod:`.keras_math`) for TF2 Keras layers."""
+    if layer.source.get("class_name") in CELL_SCOPES:
+        from .tf1_math import source_forward as fwd
+    else:
+        from .keras_math import source_forward as fwd
+    return fwd(layer, x, dtype)
+
+
 def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
     ckpt = Checkpoint(format="tf_checkpoint", meta={**meta, "kind": "tf1_name"})
     cells = _cell_vars(shapes)
@@ -311,22 +329,22 @@ def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_cli
             built[(k, d)] = (cname, *_cell(cname, v, get, f"{base}/cell_{k}/{'bw' if d else 'fw'}"))
         kinds = {(c, cell) for c, cell, _ in built.values()}
         cname, cell, _ = next(iter(built.values()))
-        fb = CELL_SCOPES[cname] if forget_bias is None else forget_bias
-        sem = Semantics(reset_after=cname == "cudnn_compatible_gru_cell" if cell is Cell.GRU else True,
-                        forget_bias=float(fb or 0.0) if cell is Cell.LSTM else 0.0,
-                        cell_clip=cell_clip if cell is Cell.LSTM else None,
-                        proj_clip=proj_clip if cell is Cell.LSTM else None)
+        sem = _cell_sem(cname, cell, forget_bias, cell_clip, proj_clip)
         src = {"format": "tf_checkpoint", "class_name": cname, "scope": base}
         try:
             if len(kinds) != 1 or len(found) != nl * dirs:
                 raise ValueError("cells differ")
             params = [[built[(k, d)][2][0] for d in range(dirs)] for k in range(nl)]
             _, I, H, P = built[(0, 0)][2]
-            layer = RNNLayer(base, cell, I, H, nl, dirs == 2, P, semantics=sem, params=params, source=src)
+            raw = [{n: get(key) for n, key in found[(k, d)][1].items()} for k in range(nl) for d in range(dirs)]
+            layer = RNNLayer(base, cell, I, H, nl, dirs == 2, P, semantics=sem, params=params,
+                             source={**src, "raw": raw})
         except ValueError:  # sizes do not chain: one layer per cell
             for (k, d), (cn, cl, (dp, I, H, P)) in sorted(built.items()):
+                raw = [{n: get(key) for n, key in found[(k, d)][1].items()}]
                 ckpt.layers.append(RNNLayer(f"{base}.cell_{k}{'.bw' if d else ''}", cl, I, H, proj_size=P,
-                                            semantics=sem, params=[[dp]], source=src))
+                                            semantics=_cell_sem(cn, cl, forget_bias, cell_clip, proj_clip),
+                                            params=[[dp]], source={**src, "class_name": cn, "raw": raw}))
             continue
         opaque = next((k for k in shapes if k == f"{base}/opaque_kernel"), None)
         if opaque:

@@ -1,0 +1,146 @@
+"""TensorFlow checkpoints: fixtures made by TF 2.21 (fixtures/gen_tf.py), read and run, converted to .pt."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, manifest
+from rnnconvert import api, cudnn, registry, reference
+from rnnconvert.errors import FormatError, UnsupportedError
+
+ENTRIES = manifest("tf")
+if not ENTRIES:
+    pytest.skip("no tf fixtures in fixtures/manifest.json (run fixtures/make_fixtures.py tf)", allow_module_level=True)
+IDS = [e["file"].split("/")[1] for e in ENTRIES]
+
+
+def _x(oracle, name):
+    return oracle[f"{name}__in"] if f"{name}__in" in oracle else oracle["x"]
+
+
+@pytest.fixture(scope="module")
+def tf():
+    import tensorflow as tf  # noqa: PLC0415
+
+    return tf
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_fixture_matches_tf_outputs(entry):
+    """Our reading + numpy reference reproduces what TF computed for every recurrent layer."""
+    ckpt = api.load(FIXTURES / entry["file"], **entry.get("read_opts", {}))
+    assert ckpt.format == "tf_checkpoint"
+    oracle = np.load(FIXTURES / entry["oracle"], allow_pickle=False)
+    assert sorted(l.name for l in ckpt.layers) == sorted(entry["layers"])
+    for layer in ckpt.layers:
+        y = reference.forward(layer, _x(oracle, layer.name))
+        np.testing.assert_allclose(y, oracle[f"{layer.name}__out"], atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_fixture_to_pt(entry, tmp_path):
+    """Expressible layers convert to .pt (verified) and torch reproduces TF; others are refused by name."""
+    src = FIXTURES / entry["file"]
+    dst = tmp_path / "out.pt"
+    opts = entry.get("read_opts", {})
+    if entry["torch"] != "ok":
+        with pytest.raises(UnsupportedError, match=entry["torch"].split(": ", 1)[1].split(" (")[0]):
+            api.convert(src, dst, read_opts=opts)
+        assert not dst.exists()
+        return
+    rep = api.convert(src, dst, read_opts=opts)
+    assert dst.exists() and rep.verification is not None
+    import torch  # noqa: PLC0415
+
+    oracle = np.load(FIXTURES / entry["oracle"], allow_pickle=False)
+    mods = api.torch_modules(api.load(src, **opts))
+    for name, mod in mods.items():
+        with torch.no_grad():
+            y = mod(torch.from_numpy(_x(oracle, name)))[0].numpy()
+        np.testing.assert_allclose(y, oracle[f"{name}__out"], atol=1e-5, rtol=1e-5)
+
+
+def test_prefix_index_and_directory_all_accepted():
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/lstm_cell/"))
+    pre = FIXTURES / e["file"]
+    for p in (pre, pre.with_name(pre.name + ".index"), pre.parent):
+        assert registry.detect(p).name == "tf_checkpoint"
+        ck = api.load(p)
+        assert [l.name for l in ck.layers] == ["enc"] and ck.layers[0].semantics.forget_bias == 1.0
+
+
+def test_forget_bias_option_overrides_default():
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/lstm_cell/"))
+    assert api.load(FIXTURES / e["file"], forget_bias=0.25).layers[0].semantics.forget_bias == 0.25
+
+
+def test_cudnn_compatible_cell_has_zero_forget_bias_and_opaque_agrees():
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/cudnn_lstm/"))
+    lay = api.load(FIXTURES / e["file"]).layers[0]
+    assert lay.semantics.forget_bias == 0.0 and lay.source.get("opaque")
+
+
+def _save_vars(tf, path, values: dict):
+    v1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        vs = [v1.Variable(val, name=name) for name, val in values.items()]
+        with v1.Session() as s:
+            s.run(v1.global_variables_initializer())
+            v1.train.Saver(vs).save(s, str(path), write_meta_graph=False)
+
+
+def test_opaque_kernel_alone_needs_spec(tf, tmp_path):
+    """A lone opaque_kernel: ambiguous size lists candidates; with --hidden-size it reproduces TF's output."""
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/cudnn_lstm/"))
+    buf = tf.train.load_checkpoint(str(FIXTURES / e["file"])).get_tensor("cudnn_lstm/opaque_kernel")
+    _save_vars(tf, tmp_path / "ck", {"cudnn_lstm/opaque_kernel": buf})
+    with pytest.raises(FormatError, match="fits .* cuDNN specs: num_layers"):
+        api.load(tmp_path / "ck")
+    lay = api.load(tmp_path / "ck", hidden_size=4, num_layers=1, bidirectional=False).layers[0]
+    assert cudnn.Spec.of(lay) == cudnn.Spec(lay.cell, 3, 4)
+    oracle = np.load(FIXTURES / e["oracle"])
+    np.testing.assert_allclose(reference.forward(lay, oracle["x"]), oracle["cudnn_lstm__out"], atol=2e-6)
+
+
+def test_slow_contrib_cell_refused_by_name(tf, tmp_path):
+    _save_vars(tf, tmp_path / "ck", {"rnn/layer_norm_basic_lstm_cell/kernel": np.ones((5, 8), np.float32) * 0.1})
+    with pytest.raises(UnsupportedError, match="layer_norm_basic_lstm_cell .*layer normalisation"):
+        api.load(tmp_path / "ck")
+
+
+def test_not_a_checkpoint(tmp_path):
+    with pytest.raises(FormatError):
+        api.load(tmp_path, format="tf_checkpoint")
+
+
+def test_realworld_dinornn_gru_to_pt(realworld, tmp_path):
+    """The DinoRNN TF2 checkpoint converts to .pt and torch reproduces the oracle's GRU outputs."""
+    import torch  # noqa: PLC0415
+
+    d = realworld / "dinornn-gru-tf2-checkpoint"
+    api.convert(d, tmp_path / "dino.pt")
+    sd = torch.load(tmp_path / "dino.pt", weights_only=True)
+    gru = torch.nn.GRU(64, 256, batch_first=True)
+    gru.load_state_dict({k.split(".", 1)[1]: v for k, v in sd.items() if k.startswith("layer_with_weights-1.")})
+    oracle = np.load(d / "oracle_out.npz", allow_pickle=False)
+    for k in range(4):
+        with torch.no_grad():
+            y = gru(torch.from_numpy(oracle[f"p{k}_gru__in"][None]))[0][0].numpy()
+        np.testing.assert_allclose(y, oracle[f"p{k}_gru__out"], atol=2e-5)
+    assert tuple(sd["layer_with_weights-0.weight"].shape) == (27, 64)  # the Embedding is carried along
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_source_side_equations_match_tf(entry):
+    """The verification source side (TF1/Keras equations on the stored tensors) reproduces TF too."""
+    from rnnconvert.formats import tf_checkpoint  # noqa: PLC0415
+
+    ckpt = api.load(FIXTURES / entry["file"], **entry.get("read_opts", {}))
+    oracle = np.load(FIXTURES / entry["oracle"], allow_pickle=False)
+    for layer in ckpt.layers:
+        if layer.source.get("raw") is None:
+            continue
+        y = tf_checkpoint.source_forward(layer, _x(oracle, layer.name))
+        np.testing.assert_allclose(y, oracle[f"{layer.name}__out"], atol=2e-6, rtol=1e-5)
