@@ -53,6 +53,8 @@ FORMATS: tuple[Format, ...] = (
     Format("tf_checkpoint", "rnnconvert.formats.tf_checkpoint", (".index",),
            "TensorFlow checkpoint: TF1 name-based (cells, cuDNN opaque_kernel) or TF2 object-based "
            "(tf.keras save_weights); give the prefix, the .index file or the directory"),
+    Format("tf_graph", "rnnconvert.formats.tf_graph", (".pb",),
+           "TensorFlow 1 frozen GraphDef (weights as Const nodes)"),
 )
 
 _BY_NAME: dict[str, Format] = {}

@@ -144,3 +144,21 @@ def test_source_side_equations_match_tf(entry):
             continue
         y = tf_checkpoint.source_forward(layer, _x(oracle, layer.name))
         np.testing.assert_allclose(y, oracle[f"{layer.name}__out"], atol=2e-6, rtol=1e-5)
+
+
+def test_realworld_mycroft_frozen_graph(realworld, tmp_path):
+    """The Mycroft frozen GraphDef: GRU read from Const nodes, activations from the graph's ops; the Keras
+    equations on its tensors in float32 reproduce TF running that graph exactly; refused into .pt."""
+    from rnnconvert.formats import keras_math  # noqa: PLC0415
+
+    d = realworld / "mycroft-precise-gru"
+    layer = api.load(d / "hey-mycroft.pb").layer("net")
+    s = layer.semantics
+    assert (layer.cell.value, s.gate_activation, s.activation, s.reset_after) == ("GRU", "hard_sigmoid", "linear", False)
+    oracle = np.load(d / "oracle_out.npz", allow_pickle=False)
+    assert np.array_equal(keras_math.source_forward(layer, oracle["net__in"], np.float32)[:, -1], oracle["net__out"])
+    y64 = reference.forward(layer, oracle["net__in"])[:, -1]  # ill-conditioned layer: see test_realworld_keras
+    assert np.abs(y64 - oracle["net__out"]).max() <= 1e-3 * np.abs(oracle["net__out"]).max()
+    with pytest.raises(UnsupportedError, match="'net'.*hard_sigmoid.*reset_after"):
+        api.convert(d / "hey-mycroft.pb", tmp_path / "m.pt")
+    assert list(tmp_path.iterdir()) == []
