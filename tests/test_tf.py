@@ -162,3 +162,13 @@ def test_realworld_mycroft_frozen_graph(realworld, tmp_path):
     with pytest.raises(UnsupportedError, match="'net'.*hard_sigmoid.*reset_after"):
         api.convert(d / "hey-mycroft.pb", tmp_path / "m.pt")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.get("frozen")], ids=lambda e: e["frozen"])
+def test_frozen_graph_fixture_matches_tf(entry):
+    """The same TF1 graph frozen to a .pb reads to the same numbers TF computed."""
+    ckpt = api.load(FIXTURES / entry["frozen"], **entry.get("read_opts", {}))
+    assert ckpt.format == "tf_graph"
+    oracle = np.load(FIXTURES / entry["oracle"], allow_pickle=False)
+    for layer in ckpt.layers:
+        np.testing.assert_allclose(reference.forward(layer, oracle["x"]), oracle[f"{layer.name}__out"], atol=2e-6)
