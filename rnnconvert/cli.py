@@ -28,13 +28,35 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
-def _read_opts(gate_activation: Optional[str]) -> dict:
-    return {"gate_activation": gate_activation} if gate_activation else {}
+def _value(text: str):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _read_opts(gate_activation: Optional[str], extra: Optional[list[str]] = None) -> dict:
+    out = {"gate_activation": gate_activation} if gate_activation else {}
+    for item in extra or []:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            print(f"rnnconvert: error: --read-opt takes KEY=VALUE, got {item!r}", file=sys.stderr)
+            raise typer.Exit(code=2)
+        out[key.strip().replace("-", "_")] = _value(val.strip())
+    return out
 
 
 GateOpt = Annotated[Optional[str], typer.Option(
     "--gate-activation", help="Gate activation of a Keras weights-only file that cannot tell (sigmoid, hard_sigmoid).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ReadOpt = Annotated[Optional[list[str]], typer.Option(
+    "--read-opt", help="Reader option KEY=VALUE, repeatable (TensorFlow: forget_bias=0, cell_clip=3, "
+                       "num_layers=2, hidden_size=256, bidirectional=true, activation=linear).")]
 
 
 @app.command()
@@ -48,6 +70,7 @@ def convert(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification.")] = False,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing DST.")] = False,
     gate_activation: GateOpt = None,
+    read_opt: ReadOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place."""
@@ -56,7 +79,7 @@ def convert(
     if verify not in ("reference", "framework"):
         raise typer.BadParameter("--verify must be 'reference' or 'framework'")
     rep = api.convert(src, dst, to=to, src_format=src_format, verify=None if no_verify else verify, force=force,
-                      read_opts=_read_opts(gate_activation))
+                      read_opts=_read_opts(gate_activation, read_opt))
     if as_json:
         out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
                "modules": rep.modules, "notes": rep.notes,
@@ -82,12 +105,13 @@ def inspect(
     src: Annotated[Path, typer.Argument(help="Checkpoint to describe.", show_default=False)],
     src_format: Annotated[Optional[str], typer.Option("--from", help="Source format name (default: detect).")] = None,
     gate_activation: GateOpt = None,
+    read_opt: ReadOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the recurrent layers of SRC: kinds, sizes, semantics; and its other tensors."""
     from . import api
 
-    info = api.inspect(src, src_format, **_read_opts(gate_activation))
+    info = api.inspect(src, src_format, **_read_opts(gate_activation, read_opt))
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -113,13 +137,14 @@ def verify(
     dst: Annotated[Path, typer.Argument(help="Converted file to check against SRC.", show_default=False)],
     mode: Annotated[str, typer.Option("--verify", help="reference (numpy, default) or framework.")] = "reference",
     gate_activation: GateOpt = None,
+    read_opt: ReadOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check that DST computes what SRC computes, on a random batch; exit 5 if not."""
     from . import api
     from .errors import VerificationError
 
-    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation))
+    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt))
     if as_json:
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:

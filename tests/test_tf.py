@@ -172,3 +172,17 @@ def test_frozen_graph_fixture_matches_tf(entry):
     oracle = np.load(FIXTURES / entry["oracle"], allow_pickle=False)
     for layer in ckpt.layers:
         np.testing.assert_allclose(reference.forward(layer, oracle["x"]), oracle[f"{layer.name}__out"], atol=2e-6)
+
+
+def test_cli_inspect_and_read_opt(capsys):
+    """`rnnconvert inspect` takes the checkpoint directory; --read-opt forget_bias=... reaches the reader."""
+    import json  # noqa: PLC0415
+
+    from rnnconvert.cli import main  # noqa: PLC0415
+
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/lstm_cell/"))
+    d = str((FIXTURES / e["file"]).parent)
+    assert main(["inspect", d, "--json", "--read-opt", "forget_bias=0.5"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "tf_checkpoint" and info["layers"][0]["forget_bias"] == 0.5
+    assert main(["inspect", d, "--read-opt", "nonsense"]) == 2
