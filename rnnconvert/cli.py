@@ -45,8 +45,12 @@ def _read_opts(gate_activation: Optional[str], extra: Optional[list[str]] = None
     for item in extra or []:
         key, sep, val = item.partition("=")
         if not sep or not key:
-            print(f"rnnconvert: error: --read-opt takes KEY=VALUE, got {item!r}", file=sys.stderr)
-            raise typer.Exit(code=2)
+            from .errors import RNNConvertError
+
+            class UsageError(RNNConvertError):
+                exit_code = 2
+
+            raise UsageError(f"--read-opt takes KEY=VALUE, got {item!r}")
         out[key.strip().replace("-", "_")] = _value(val.strip())
     return out
 
