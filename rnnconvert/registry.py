@@ -55,6 +55,8 @@ FORMATS: tuple[Format, ...] = (
            "(tf.keras save_weights); give the prefix, the .index file or the directory"),
     Format("tf_graph", "rnnconvert.formats.tf_graph", (".pb",),
            "TensorFlow 1 frozen GraphDef (weights as Const nodes)"),
+    Format("cudnn_npz", "rnnconvert.formats.cudnn_npz", (".cudnn.npz",),
+           "raw cuDNN parameter buffers (one per layer) + JSON spec, in one .npz"),
 )
 
 _BY_NAME: dict[str, Format] = {}

@@ -1,0 +1,129 @@
+"""Raw cuDNN parameter buffers (``.cudnn.npz``): writer and reader.
+
+One numpy ``.npz`` (written with ``np.savez``, read with ``allow_pickle=False``) holding, for every
+recurrent layer, its 1-D cuDNN buffer under the layer's name (laid out by
+:func:`rnnconvert.cudnn.layout`; see ``docs/cudnn-layout.md`` for what is established and what is
+inferred), plus ``__cudnn_spec__``: a JSON string
+
+    {"format": "rnnconvert-cudnn-buffer", "version": 1,
+     "layers": [{"name", "cell" (LSTM|GRU|RNN_TANH|RNN_RELU), "input_size", "hidden_size",
+                 "num_layers", "bidirectional", "proj_size", "bias", "dtype", "elements"}]}
+
+so that a C++/CUDA program can hand each buffer to ``cudnnRNNForward`` as its weight space (double
+bias mode, ``CUDNN_LINEAR_INPUT``, pseudo-layer-major) and ``load`` reads it back. A run-time
+``forget_bias`` is folded into the forget-gate input bias. Layers cuDNN cannot express (peepholes,
+clipping, non-cuDNN activations, GRU reset-before) are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import cudnn
+from ..errors import FormatError, UnsupportedError
+from ..model import Cell, Checkpoint
+
+SPEC_KEY = "__cudnn_spec__"
+MAGIC = "rnnconvert-cudnn-buffer"
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A zip (npz) with a ``__cudnn_spec__.npy`` member."""
+    if not head.startswith(b"PK\x03\x04"):
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            return f"{SPEC_KEY}.npy" in z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def check(ckpt: Checkpoint, **_: Any) -> list[str]:
+    """Raises UnsupportedError for layers cuDNN cannot run (see :func:`rnnconvert.cudnn.pack`)."""
+    for layer in ckpt.layers:
+        why = cudnn._refusals(layer)
+        if why:
+            raise UnsupportedError(f"layer '{layer.name}' cannot be written as a cuDNN buffer: {'; '.join(why)}. "
+                                   "Convert to .onnx instead")
+    notes = []
+    for layer in ckpt.layers:
+        if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
+            notes.append(f"{layer.name}: merge_mode='{layer.semantics.merge_mode}' must be applied to cuDNN's output")
+    if ckpt.tensors:
+        notes.append(f"{len(ckpt.tensors)} non-recurrent tensors are not written into a cuDNN buffer file")
+    return notes
+
+
+def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
+    """Write every layer's packed buffer and the JSON spec; one line per layer describing its buffer."""
+    check(ckpt)
+    arrays, spec, lines = {}, [], []
+    for layer in ckpt.layers:
+        if layer.name == SPEC_KEY or layer.name in arrays:
+            raise FormatError(f"layer name '{layer.name}' cannot be used twice or as '{SPEC_KEY}'")
+        buf = cudnn.pack(layer)
+        arrays[layer.name] = buf
+        s = cudnn.Spec.of(layer)
+        spec.append({"name": layer.name, "cell": layer.cell.value, "input_size": s.input_size,
+                     "hidden_size": s.hidden_size, "num_layers": s.num_layers, "bidirectional": s.bidirectional,
+                     "proj_size": s.proj_size, "bias": layer.bias, "dtype": str(buf.dtype), "elements": int(buf.size)})
+        lines.append(f"{layer.name}: cuDNN {layer.cell.value} buffer, {buf.size} x {buf.dtype} "
+                     f"(I={s.input_size}, H={s.hidden_size}, layers={s.num_layers}, "
+                     f"{'bidirectional' if s.bidirectional else 'unidirectional'}"
+                     f"{f', P={s.proj_size}' if s.proj_size else ''})")
+    doc = json.dumps({"format": MAGIC, "version": 1, "layers": spec})
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays, **{SPEC_KEY: np.array(doc)})
+    return lines
+
+
+def read(path: str | Path, **_: Any) -> Checkpoint:
+    """Read a ``.cudnn.npz`` written by :func:`write` (or by hand with the same spec).
+
+    Raises:
+        FormatError: no or malformed spec, a buffer missing or of the wrong length.
+    """
+    try:
+        z = np.load(str(path), allow_pickle=False)
+    except Exception as exc:
+        raise FormatError(f"{path}: not a readable .npz ({exc})") from exc
+    with z:
+        if SPEC_KEY not in z.files:
+            raise FormatError(f"{path}: no '{SPEC_KEY}' entry; not an rnnconvert cuDNN buffer file")
+        try:
+            doc = json.loads(str(z[SPEC_KEY]))
+            assert doc.get("format") == MAGIC
+            recs = doc["layers"]
+        except Exception as exc:
+            raise FormatError(f"{path}: malformed '{SPEC_KEY}' ({exc})") from exc
+        ckpt = Checkpoint(format="cudnn_npz", meta={"path": str(path)})
+        for r in recs:
+            try:
+                spec = cudnn.Spec(Cell(r["cell"]), int(r["input_size"]), int(r["hidden_size"]),
+                                  int(r.get("num_layers", 1)), bool(r.get("bidirectional", False)),
+                                  int(r.get("proj_size", 0)))
+            except (KeyError, ValueError) as exc:
+                raise FormatError(f"{path}: layer record {r!r} is incomplete ({exc})") from exc
+            if r["name"] not in z.files:
+                raise FormatError(f"{path}: the spec names layer '{r['name']}' but the file has no such buffer")
+            ckpt.layers.append(cudnn.unpack(z[r["name"]], spec, name=r["name"], bias=bool(r.get("bias", True)),
+                                            source={"format": "cudnn_npz", "class_name": f"cuDNN {spec.cell.value}"}))
+    return ckpt
+
+
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Verification: unpack the written buffer and run it through ``torch.nn`` on CPU (float64 result)."""
+    from . import torch_pt
+
+    back = read(path)
+    mods = torch_pt.modules(Checkpoint(layers=[back.layer(name)]))
+    import torch
+
+    with torch.no_grad():
+        y = mods[name](torch.from_numpy(np.asarray(x)).to(next(mods[name].parameters()).dtype))[0]
+    return y.double().numpy()
