@@ -6,6 +6,7 @@ Every function raises only :class:`~rnnconvert.errors.RNNConvertError` subclasse
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,9 +58,29 @@ def _temp_beside(dst: Path) -> Path:
 
 
 def _commit(tmp: Path, dst: Path) -> None:
+    """Move the finished temporary output into place. Directory outputs (TF checkpoints) replace an
+    existing ``dst`` only when it is a directory rnnconvert could have written (it has a ``checkpoint``
+    file) or a file."""
+    if tmp.is_dir():
+        if dst.is_dir():
+            if not (dst / "checkpoint").is_file():
+                raise OutputExistsError(f"{dst} is a directory that does not hold a TF checkpoint; "
+                                        "not replacing it")
+            shutil.rmtree(dst)
+        elif dst.exists():
+            dst.unlink()
+        os.replace(tmp, dst)
+        return
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, dst)
+
+
+def _discard(tmp: Path) -> None:
+    if tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.unlink(missing_ok=True)
 
 
 def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *, force: bool = False,
@@ -84,7 +105,7 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
         lines = mod.write(ckpt, tmp, **opts)
         _commit(tmp, dst)
     finally:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
     return lines
 
 
@@ -130,7 +151,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             rep.verification.raise_if_failed()
         _commit(tmp, dst_p)
     finally:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
     return rep
 
 

@@ -389,3 +389,7 @@ def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
                           f"{': ' + listed if cands else ''}; pass --num-layers/--hidden-size/--bidirectional")
     return cudnn.unpack(buf.reshape(-1), cands[0], name=scope,
                         source={"format": "tf_checkpoint", "class_name": f"opaque {cell.value}", "opaque": True})
+
+
+# Writing (a TF1 checkpoint directory): see :mod:`.tf1_writer`.
+from .tf1_writer import check, target_forward, write  # noqa: E402,F401
