@@ -207,3 +207,14 @@ def test_cudnn_buffer_refuses_gru_reset_before(tmp_path):
     with pytest.raises(UnsupportedError, match="'dec'.*reset_after=False"):
         api.convert(FIXTURES / e["file"], tmp_path / "w.cudnn.npz")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.get("savedmodel")], ids=lambda e: e["savedmodel"])
+def test_savedmodel_variables_match_tf(entry):
+    """SavedModel variables/ (keys variables/<k>/...): layers found through the object graph."""
+    ckpt = api.load(FIXTURES / entry["savedmodel"])
+    oracle = np.load(FIXTURES / entry["oracle"], allow_pickle=False)
+    assert sorted(l.name for l in ckpt.layers) == sorted(entry["layers"])
+    for layer in ckpt.layers:
+        np.testing.assert_allclose(reference.forward(layer, _x(oracle, layer.name)), oracle[f"{layer.name}__out"],
+                                   atol=2e-6, rtol=1e-5)

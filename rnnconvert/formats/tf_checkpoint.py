@@ -64,6 +64,8 @@ _CELL_RE = re.compile(r"^(?P<prefix>.*?)(?:^|/)(?P<cell>" + "|".join(CELL_SCOPES
 def prefix_of(path: str | Path) -> str | None:
     """The checkpoint prefix for a prefix, a ``.index`` file, or a directory holding ``checkpoint``."""
     p = Path(path)
+    if p.is_dir() and (p / "variables" / "variables.index").is_file():  # a SavedModel directory
+        return str(p / "variables" / "variables")
     if p.is_dir():
         ck = p / "checkpoint"
         if not ck.is_file():
@@ -128,7 +130,11 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
 
     meta = {"path": str(path), "prefix": pre, "tensorflow": tf.__version__}
     if any(k.endswith(ATTR) for k in shapes):
-        return _read_tf2(path, shapes, get, gate_activation, meta)
+        names = {k: k[: -len(ATTR)] for k in shapes if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k}
+        if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
+            paths = _object_paths(rd.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+            names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
+        return _read_tf2(path, names, get, gate_activation, meta)
     return _read_tf1(path, shapes, get, meta, forget_bias=forget_bias, opts=dict(
         num_layers=num_layers, hidden_size=hidden_size, bidirectional=bidirectional),
         cell_clip=cell_clip, proj_clip=proj_clip)
@@ -142,11 +148,35 @@ def _natural(s: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
-def _read_tf2(path, shapes, get, gate_activation, meta) -> Checkpoint:
+def _object_paths(blob: bytes) -> dict[str, str]:
+    """Checkpoint key -> the shortest ``layer_with_weights-N/...`` object path reaching it, from the
+    serialized ``TrackableObjectGraph`` (SavedModel ``variables/`` keys are ``variables/<k>/...``; LAYOUTS §7)."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    g = trackable_object_graph_pb2.TrackableObjectGraph()
+    g.ParseFromString(blob)
+    best: dict[str, str] = {}
+    seen, queue = {0}, [(0, "")]
+    while queue:
+        i, path = queue.pop(0)
+        for a in g.nodes[i].attributes:
+            if a.name == "VARIABLE_VALUE" and path.startswith("layer_with_weights-"):
+                if a.checkpoint_key not in best or len(path) < len(best[a.checkpoint_key]):
+                    best[a.checkpoint_key] = path
+        for c in g.nodes[i].children:
+            if c.node_id not in seen and not c.local_name.startswith(("keras_api", "variables", "trainable_",
+                                                                       "non_trainable_", "signatures")):
+                seen.add(c.node_id)
+                queue.append((c.node_id, f"{path}/{c.local_name}" if path else c.local_name))
+    return best
+
+
+def _read_tf2(path, names: dict[str, str], get, gate_activation, meta) -> Checkpoint:
+    """``names``: checkpoint key -> object path (``layer_with_weights-N/...``)."""
     from .keras_h5 import _Entry, _Reader
 
-    keys = sorted(k[: -len(ATTR)] for k in shapes
-                  if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k and k.split("/")[0].startswith("layer"))
+    by_path = {n: k for k, n in names.items()}
+    keys = sorted(n for n in by_path if n.split("/")[0].startswith("layer"))
     rank = {"kernel": 0, "recurrent_kernel": 1, "bias": 2}
     groups: dict[str, list[str]] = defaultdict(list)
     for k in keys:
@@ -159,7 +189,7 @@ def _read_tf2(path, shapes, get, gate_activation, meta) -> Checkpoint:
             0 if "/forward_layer/" in k else 1 if "/backward_layer/" in k else 0,
             _natural(k.rsplit("/", 1)[0]), rank.get(k.rsplit("/", 1)[-1], 3)))
         rel = [k.split("/", 1)[1] if "/" in k else k for k in names]
-        kr.entry(_Entry(top, rel, [get(k + ATTR) for k in names]), "")
+        kr.entry(_Entry(top, rel, [get(by_path[k]) for k in names]), "")
     if not kr.ckpt.layers:
         raise FormatError(f"{path}: TF2 object checkpoint without a recurrent layer (LSTM, GRU, SimpleRNN, "
                           "CuDNNLSTM, CuDNNGRU)")
