@@ -202,7 +202,10 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta) -> Checkp
 # TF1 name-based
 # ------------------------------------------------------------------------------------------------
 
-_RENAME = (("weights", "kernel"), ("biases", "bias"))
+#: old names -> current: pre-1.0 ``weights``/``biases`` (checkpoint_convert.py), GRUBlockCell (V1) ``w_ru``,
+#: ``b_ru``, ``w_c``, ``b_c`` (= GRUCell's gates/candidate variables; LAYOUTS §8.6, §9.2).
+_RENAME = (("weights", "kernel"), ("biases", "bias"), ("w_ru", "gates/kernel"), ("b_ru", "gates/bias"),
+           ("w_c", "candidate/kernel"), ("b_c", "candidate/bias"))
 
 
 def _cell_vars(shapes) -> dict[tuple[str, str], dict[str, str]]:
