@@ -142,3 +142,18 @@ def versions() -> dict[str, str]:
     torch = require("torch", "torch")
     return {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": str(torch.version.cuda),
             "cudnn": str(torch.backends.cudnn.version())}
+
+
+def check_layout(spec: cudnn.Spec, dtype=None) -> None:
+    """Compare :func:`rnnconvert.cudnn.layout` with the offsets cuDNN reports on this GPU.
+
+    Raises:
+        VerificationError: naming every region that moved and the cuDNN version, e.g.
+            ``"cuDNN 90100 places weight_hh_l1 at 1184, layout() says 1200; ..."``.
+    """
+    from .errors import VerificationError
+
+    bad = compare_offsets(spec, dtype)
+    if bad:
+        raise VerificationError(f"cuDNN {versions()['cudnn']} buffer layout differs from rnnconvert's for {spec}: "
+                                + "; ".join(bad) + ". Read such buffers through their canonical variables")

@@ -170,6 +170,7 @@ CUDA_GRID = [s for s in GRID if s.input_size == 3] + [cudnn.Spec(Cell.LSTM, 16, 
 @pytest.mark.parametrize("spec", CUDA_GRID, ids=str)
 def test_layout_matches_cudnn_offsets(spec):
     assert cudnn_check.compare_offsets(spec) == []
+    cudnn_check.check_layout(spec)
 
 
 @pytest.mark.cuda
