@@ -182,3 +182,12 @@ def test_cudnn_forward_matches_reference(spec, route):
     x = np.random.default_rng(4).normal(size=(2, 6, spec.input_size)).astype(np.float32)
     fn = cudnn_check.forward_module if route == "module" else cudnn_check.forward_buffer
     np.testing.assert_allclose(fn(layer, x), reference.forward(layer, x), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("spec", [s for s in GRID if s.input_size == 3], ids=str)
+def test_cuda_check_names_follow_torch_flat_weights(spec):
+    """The GPU checks pair torch's _flat_weights_names (in torch's order) with layout() regions; CPU part."""
+    m = cudnn_check._module(spec, device="cpu")
+    assert [n for n, *_ in cudnn_check._names(spec)] == list(m._flat_weights_names)
+    offs = cudnn_check.expected_offsets(spec)
+    assert offs["weight_ih_l0"] == 0 and len(set(offs.values())) == len(offs)
