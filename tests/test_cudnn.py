@@ -95,8 +95,6 @@ def test_single_layer_pack_equals_tf_keras_canonical_to_params(tf, cell):
 
 def test_param_count_matches_torch_parameter_count():
     """Buffer length = torch's own parameter count (bias regions are always present)."""
-    import torch  # noqa: PLC0415
-
     for spec in GRID:
         m = cudnn_check._module(spec, device="cpu")
         assert cudnn.param_count(spec) == sum(p.numel() for p in m.parameters()), spec

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import gates
 from ..errors import FormatError, UnsupportedError, require
-from ..model import Cell, Checkpoint, DirectionParams, RNNLayer
+from ..model import Cell, Checkpoint, RNNLayer
 from ..transforms import fold_forget_bias
 
 
@@ -78,7 +78,7 @@ def _variables(layer: RNNLayer, cell: str) -> dict[str, np.ndarray]:
     else:
         layer = fold_forget_bias(layer)
     out = {}
-    H, G = layer.hidden_size, layer.cell.gates
+    H = layer.hidden_size
     for k, dirs in enumerate(layer.params):
         for d, p in enumerate(dirs):
             if layer.bidirectional:
@@ -121,7 +121,6 @@ def _variables(layer: RNNLayer, cell: str) -> dict[str, np.ndarray]:
                 out[f"{scope}/kernel"] = np.concatenate([gates.from_canonical(p.w_ih, conv, layer.cell),
                                                          gates.from_canonical(p.w_hh, conv, layer.cell)], axis=0)
                 out[f"{scope}/bias"] = b.copy()
-    del G
     return out
 
 

@@ -32,7 +32,6 @@ TensorFlow is imported only inside :func:`read`.
 
 from __future__ import annotations
 
-import os
 import re
 from collections import defaultdict
 from pathlib import Path

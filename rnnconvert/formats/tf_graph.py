@@ -22,7 +22,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from ..errors import FormatError, require
 from ..model import Checkpoint
