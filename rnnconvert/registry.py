@@ -53,6 +53,9 @@ FORMATS: tuple[Format, ...] = (
     Format("tf_checkpoint", "rnnconvert.formats.tf_checkpoint", (".index",),
            "TensorFlow checkpoint: TF1 name-based (cells, cuDNN opaque_kernel) or TF2 object-based "
            "(tf.keras save_weights); give the prefix, the .index file or the directory"),
+    Format("tf2_checkpoint", "rnnconvert.formats.tf2_writer", (),
+           "TF2 object checkpoint of tf_keras layers (layer_with_weights-N), written as a directory; "
+           "read like tf_checkpoint"),
     Format("tf_graph", "rnnconvert.formats.tf_graph", (".pb",),
            "TensorFlow 1 frozen GraphDef (weights as Const nodes)"),
     Format("cudnn_npz", "rnnconvert.formats.cudnn_npz", (".cudnn.npz",),
