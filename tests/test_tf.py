@@ -75,10 +75,12 @@ def test_forget_bias_option_overrides_default():
     assert api.load(FIXTURES / e["file"], forget_bias=0.25).layers[0].semantics.forget_bias == 0.25
 
 
-def test_cudnn_compatible_cell_has_zero_forget_bias_and_opaque_agrees():
-    e = next(e for e in ENTRIES if e["file"].startswith("tf/cudnn_lstm/"))
+@pytest.mark.parametrize("which", ["cudnn_lstm", "cudnn_gru"])
+def test_cudnn_checkpoint_read_from_opaque_kernel_checked_against_companions(which):
+    """The layer comes from the unpacked opaque_kernel, whose matrices equal the canonical companions."""
+    e = next(e for e in ENTRIES if e["file"].startswith(f"tf/{which}/"))
     lay = api.load(FIXTURES / e["file"]).layers[0]
-    assert lay.semantics.forget_bias == 0.0 and lay.source.get("opaque")
+    assert lay.semantics.forget_bias == 0.0 and lay.source.get("opaque") and lay.semantics.reset_after
 
 
 def _save_vars(tf, path, values: dict):
