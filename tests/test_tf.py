@@ -220,3 +220,13 @@ def test_savedmodel_variables_match_tf(entry):
     for layer in ckpt.layers:
         np.testing.assert_allclose(reference.forward(layer, _x(oracle, layer.name)), oracle[f"{layer.name}__out"],
                                    atol=2e-6, rtol=1e-5)
+
+
+def test_opaque_kernel_disagreeing_with_companions_is_an_error(tf, tmp_path):
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/cudnn_lstm/"))
+    r = tf.train.load_checkpoint(str(FIXTURES / e["file"]))
+    vals = {k: r.get_tensor(k) for k in r.get_variable_to_shape_map()}
+    vals["cudnn_lstm/opaque_kernel"] = vals["cudnn_lstm/opaque_kernel"][::-1].copy()
+    _save_vars(tf, tmp_path / "ck", vals)
+    with pytest.raises(FormatError, match="disagrees with its canonical variables"):
+        api.load(tmp_path / "ck")
