@@ -237,7 +237,7 @@ def unpack(buffer: np.ndarray, spec: Spec, *, name: str = "cudnn", bias: bool = 
                 w_hh=gates.to_canonical(cat("matrix", range(G, 2 * G)), conv, cell),
                 b_ih=gates.vec_to_canonical(cat("bias", range(G)), conv, cell),
                 b_hh=gates.vec_to_canonical(cat("bias", range(G, 2 * G)), conv, cell),
-                w_hr=np.ascontiguousarray(parts[(pl, "matrix", PROJECTION_ID)]) if spec.proj_size else None,
+                w_hr=parts[(pl, "matrix", PROJECTION_ID)].copy() if spec.proj_size else None,
             ))
         params.append(row)
     sem = semantics or Semantics(activation="relu" if cell is Cell.RNN_RELU else "tanh")
