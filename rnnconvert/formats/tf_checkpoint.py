@@ -369,14 +369,16 @@ def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_cli
             params = [[built[(k, d)][2][0] for d in range(dirs)] for k in range(nl)]
             _, I, H, P = built[(0, 0)][2]
             raw = [{n: get(key) for n, key in found[(k, d)][1].items()} for k in range(nl) for d in range(dirs)]
+            keys = [dict(found[(k, d)][1]) for k in range(nl) for d in range(dirs)]
             layer = RNNLayer(base, cell, I, H, nl, dirs == 2, P, semantics=sem, params=params,
-                             source={**src, "raw": raw})
+                             source={**src, "raw": raw, "keys": keys})
         except ValueError:  # sizes do not chain: one layer per cell
             for (k, d), (cn, cl, (dp, I, H, P)) in sorted(built.items()):
                 raw = [{n: get(key) for n, key in found[(k, d)][1].items()}]
                 ckpt.layers.append(RNNLayer(f"{base}.cell_{k}{'.bw' if d else ''}", cl, I, H, proj_size=P,
                                             semantics=_cell_sem(cn, cl, forget_bias, cell_clip, proj_clip),
-                                            params=[[dp]], source={**src, "class_name": cn, "raw": raw}))
+                                            params=[[dp]], source={**src, "class_name": cn, "raw": raw,
+                                                                   "keys": [dict(found[(k, d)][1])]}))
             continue
         opaque = next((k for k in shapes if k == f"{base}/opaque_kernel"), None)
         if opaque:
@@ -425,3 +427,4 @@ def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
 
 # Writing (a TF1 checkpoint directory): see :mod:`.tf1_writer`.
 from .tf1_writer import check, target_forward, write  # noqa: E402,F401
+from .tf_framework import framework_forward  # noqa: E402,F401
