@@ -253,3 +253,18 @@ def test_framework_forward_equals_oracle():
                 continue
             y = tf_checkpoint.framework_forward(FIXTURES / e["file"], ckpt, layer.name, _x(oracle, layer.name))
             np.testing.assert_allclose(y, oracle[f"{layer.name}__out"], atol=1e-6, err_msg=e["file"])
+
+
+def test_opaque_kernel_adam_slots_carried_in_torch_naming(tmp_path):
+    """Adam m/v of the opaque kernel (packed by tf_keras' helper at fixture time) come out per parameter."""
+    import torch  # noqa: PLC0415
+
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/cudnn_lstm/"))
+    ckpt = api.load(FIXTURES / e["file"])
+    oracle = np.load(FIXTURES / e["oracle"], allow_pickle=False)
+    for slot, ours in (("Adam", "adam_m"), ("Adam_1", "adam_v")):
+        for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            assert np.array_equal(ckpt.tensors[f"cudnn_lstm.{p}_l0.{ours}"], oracle[f"slot_{slot}_{p}"])
+    api.convert(FIXTURES / e["file"], tmp_path / "o.pt")
+    sd = torch.load(tmp_path / "o.pt", weights_only=True)
+    assert np.array_equal(sd["cudnn_lstm.weight_hh_l0.adam_v"].numpy(), oracle["slot_Adam_1_weight_hh"])

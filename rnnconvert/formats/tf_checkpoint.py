@@ -240,14 +240,39 @@ def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_cli
         if opaque:
             used_opaque.add(opaque)
             layer = _check_opaque(path, layer, get(opaque))
+            _opaque_slots(ckpt, shapes, get, opaque, layer)
         ckpt.layers.append(layer)
     for key in sorted(shapes):
         if key.endswith("/opaque_kernel") and key not in used_opaque:
             ckpt.layers.append(_opaque_alone(path, key, get(key), opts))
+            _opaque_slots(ckpt, shapes, get, key, ckpt.layers[-1])
     if not ckpt.layers:
         raise FormatError(f"{path}: no recurrent cell variables found (looked for "
                           f"{', '.join(CELL_SCOPES)} scopes and opaque_kernel)")
     return ckpt
+
+
+#: TF1 optimizer slot suffixes of a variable -> the suffix rnnconvert gives the carried tensors.
+SLOTS = {"Adam": "adam_m", "Adam_1": "adam_v", "Momentum": "momentum", "RMSProp": "rms", "RMSProp_1": "rms_momentum"}
+
+
+def _opaque_slots(ckpt: Checkpoint, shapes, get, opaque: str, layer: RNNLayer) -> None:
+    """Optimizer slots of an ``opaque_kernel`` (same layout as the kernel) carried as tensors named
+    ``<layer>.<torch parameter>.<slot>`` (e.g. ``cudnn_lstm.weight_ih_l0.adam_m``), canonical orientation."""
+    spec = cudnn.Spec.of(layer)
+    for suffix, slot in SLOTS.items():
+        key = f"{opaque}/{suffix}"
+        if key not in shapes:
+            continue
+        s = cudnn.unpack(np.asarray(get(key)).reshape(-1), spec, name=layer.name)
+        for k, dirs in enumerate(s.params):
+            for d, p in enumerate(dirs):
+                sfx = f"_l{k}{'_reverse' if d else ''}"
+                for field, torch_name in (("w_ih", "weight_ih"), ("w_hh", "weight_hh"), ("b_ih", "bias_ih"),
+                                          ("b_hh", "bias_hh"), ("w_hr", "weight_hr")):
+                    arr = getattr(p, field)
+                    if arr is not None:
+                        ckpt.tensors[f"{layer.name}.{torch_name}{sfx}.{slot}"] = arr
 
 
 def _check_opaque(path, companion: RNNLayer, buf: np.ndarray) -> RNNLayer:
