@@ -50,7 +50,7 @@ FORMATS: tuple[Format, ...] = (
            "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
     Format("pt", "rnnconvert.formats.torch_pt", (".pt", ".pth"),
            "PyTorch state dict (torch.save of a dict of tensors)"),
-    Format("tf_checkpoint", "rnnconvert.formats.tf_checkpoint", (".index",),
+    Format("tf_checkpoint", "rnnconvert.formats.tf_checkpoint", (),
            "TensorFlow checkpoint: TF1 name-based (cells, cuDNN opaque_kernel) or TF2 object-based "
            "(tf.keras save_weights); give the prefix, the .index file or the directory"),
     Format("tf2_checkpoint", "rnnconvert.formats.tf2_writer", (),
