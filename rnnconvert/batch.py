@@ -7,6 +7,7 @@ format's first extension; the result of every file is collected as a :class:`Fil
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -84,7 +85,8 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
             if on_done:
                 on_done(r)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # spawn, not fork: a forked child of a process holding torch/TF thread pools can deadlock.
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futs = [pool.submit(_one, s, d, kwargs) for s, d in work]
             for fut in as_completed(futs):
                 r = fut.result()
