@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         args.insert(0, "convert")
     try:
-        app(args=args, prog_name="rnnconvert", standalone_mode=False)
+        rc = app(args=args, prog_name="rnnconvert", standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            return rc
     except RNNConvertError as exc:
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
