@@ -171,6 +171,24 @@ def default_gate_activation(keras_version: str | None) -> str | None:
     return "hard_sigmoid" if ver < (2, 3, 0) else "sigmoid"
 
 
+def default_reset_after(keras_version: str | None) -> bool | None:
+    """Default GRU ``reset_after`` of the Keras that wrote a weights-only file (LAYOUTS.md §3.4).
+
+    ``False`` for Keras 1 (reset-before only) and standalone Keras 2.0-2.3 (the key appeared in 2.1.5
+    with default ``False``); ``True`` for tf_keras / Keras >= 2.4; ``None`` for ``'...-tf'`` versions
+    (tf.keras of TF 1.x: ``False``; of TF 2.x: ``True``). Only needed when the GRU has no bias: with a
+    bias, its shape decides ((2, 3H): True, (3H,): False).
+    """
+    if not keras_version or keras_version.startswith("1"):
+        return False
+    if keras_version.endswith("-tf"):
+        return None
+    m = re.match(r"(\d+)\.(\d+)", keras_version)
+    if not m:
+        return None
+    return (int(m.group(1)), int(m.group(2))) >= (2, 4)
+
+
 # --------------------------------------------------------------------------------------------
 # Interpretation
 # --------------------------------------------------------------------------------------------
@@ -309,7 +327,12 @@ class _Reader:
             if not isinstance(a, str) or _KERAS_ACT.get(a) not in ACTIVATIONS:
                 raise UnsupportedError(f"layer '{name}': {what}={a!r} is not supported by rnnconvert "
                                        f"(supported: {', '.join(sorted(k for k in _KERAS_ACT if k))})")
-        reset_after = bool(cfg.get("reset_after", False)) if kind == "GRU" else True
+        if kind != "GRU":
+            reset_after = True
+        elif "reset_after" in cfg or cfg:  # a config without the key is Keras 2.0/2.1: reset-before
+            reset_after = bool(cfg.get("reset_after", False))
+        else:  # weights-only: the writer's default (a bias, when present, overrides it in _rnn)
+            reset_after = bool(default_reset_after(self.keras_version))
         return Semantics(gate_activation=_KERAS_ACT[gate], activation=_KERAS_ACT[act], reset_after=reset_after,
                          go_backwards=bool(cfg.get("go_backwards", False)))
 
@@ -324,6 +347,10 @@ class _Reader:
             if len(w) > 2:
                 raw["bias"] = w[2]
             fam = "keras_cudnn" if kind.startswith("CuDNN") else "keras"
+        if kind == "GRU" and not cfg and "bias" not in raw and default_reset_after(self.keras_version) is None:
+            raise UnsupportedError(
+                f"layer '{name}': this weights-only GRU has no bias and keras_version {self.keras_version!r} does not "
+                "tell whether reset_after is True or False; convert the full-model file instead")
         if kind == "GRU" and "bias" in raw and raw["bias"].ndim == 2:
             if "reset_after" in cfg and not cfg["reset_after"]:
                 raise FormatError(f"layer '{name}': config says reset_after=False but the bias is {raw['bias'].shape}")
