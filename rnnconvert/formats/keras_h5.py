@@ -240,7 +240,9 @@ class _Reader:
             return "LSTM"
         if n == 9 and all(re.search(r"_[WUb]_[zrh]$", b) for b in bases):
             return "GRU"
-        if "recurrent_kernel" not in bases or n not in (2, 3):
+        # Keras 2 names the recurrent matrix 'recurrent_kernel'; Keras 1 (3-tensor SimpleRNN and LSTM
+        # consume_less='gpu', LAYOUTS.md §1.1, §1.3) names its tensors '<layer>_W', '<layer>_U', '<layer>_b'.
+        if n not in (2, 3) or not ("recurrent_kernel" in bases or re.search(r"(^|_)U$", bases[1])):
             return None
         k, r = e.weights[0], e.weights[1]
         if k.ndim != 2 or r.ndim != 2 or r.shape[1] % r.shape[0]:
