@@ -8,7 +8,6 @@ converted .pt, or (d) refuse the conversion into .pt, naming the feature, and wr
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import h5py
 import numpy as np
