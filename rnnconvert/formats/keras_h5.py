@@ -37,6 +37,7 @@ from ..model import ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Se
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 RNN_CLASSES = {"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1", "CuDNNLSTMV1"}
+_CELL_KIND = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}
 _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu",
               "linear": "linear", "softsign": "softsign", None: "linear"}
 
@@ -214,6 +215,16 @@ class _Reader:
         if cls == "TimeDistributed":
             inner = cfg.get("layer", {})
             self.entry(_Entry(e.name, e.names, e.weights, inner.get("config"), inner.get("class_name")), prefix)
+            return
+        if cls == "RNN":  # keras.layers.RNN(cell): the cell's config plus the wrapper's direction/outputs
+            cell = cfg.get("cell") or {}
+            kind = _CELL_KIND.get(cell.get("class_name"))
+            if kind is None:
+                raise UnsupportedError(f"layer '{name}': RNN wrapper around {cell.get('class_name')!r} is not supported "
+                                       f"(supported cells: {', '.join(_CELL_KIND)})")
+            merged = {**(cell.get("config") or {}),
+                      **{k: cfg[k] for k in ("return_sequences", "go_backwards") if k in cfg}}
+            self.ckpt.layers.append(self.rnn(_Entry(e.name, e.names, e.weights, merged, kind), name, kind))
             return
         kind = self._rnn_kind(e, cls)
         if kind:
