@@ -134,6 +134,16 @@ def _check_carried(entry, sd, o):
             np.testing.assert_array_equal(y, o[f"{name}__out"])
 
 
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_carried_tensors_in_torch_layout(entry):
+    """Every file, refused into .pt or not: Dense/Embedding tensors as rnnconvert carries them run in torch."""
+    import torch
+
+    ckpt, o = loaded(entry)
+    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_pt.state_dict(ckpt).items()}
+    _check_carried(entry, sd, o)
+
+
 def _h5_group(f, name):
     g = f["model_weights"] if "model_weights" in f else f
     return g[name]

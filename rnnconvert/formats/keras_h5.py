@@ -416,8 +416,10 @@ class _Reader:
     def other(self, e: _Entry, name: str, cls: str | None) -> None:
         bases = [_base(n) for n in e.names]
         t = self.ckpt.tensors
-        if (cls == "Dense" or (cls is None and bases[:1] == ["kernel"] and len(e.weights) <= 2
-                               and e.weights[0].ndim == 2)):
+        keras1_dense = (len(e.weights) == 2 and e.weights[0].ndim == 2 and e.weights[1].ndim == 1
+                        and re.search(r"(^|_)W$", bases[0]) and re.search(r"(^|_)b$", bases[1]))  # dense_1_W, dense_1_b
+        if (cls == "Dense" or (cls is None and (keras1_dense or (bases[:1] == ["kernel"] and len(e.weights) <= 2
+                                                                 and e.weights[0].ndim == 2)))):
             t[f"{name}.weight"] = np.ascontiguousarray(e.weights[0].T)
             if len(e.weights) > 1:
                 t[f"{name}.bias"] = e.weights[1]
