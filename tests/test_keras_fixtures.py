@@ -173,14 +173,19 @@ def test_verify_framework_through_the_api(tmp_path):
     assert rep.verification.ok and {c.source_route for c in rep.verification.layers} == {"source framework"}
 
 
-def test_framework_forward_on_real_keras_21_file(realworld):
-    """The Mycroft GRU (Keras 2.1.4 config, no reset_after key) rebuilt by tf_keras matches its oracle."""
-    path = realworld / "mycroft-precise-gru" / "hey-mycroft.net"
+@pytest.mark.parametrize("rel, names", [
+    ("mycroft-precise-gru/hey-mycroft.net", ["net"]),  # Keras 2.1.4 config without reset_after, hard_sigmoid
+    ("textgenrnn-reddit-cudnnlstm/reddit_rarepuppers_politics.hdf5", ["rnn_1", "rnn_2"]),  # Keras 2.1.5 CuDNNLSTM
+])
+def test_framework_forward_on_real_files(realworld, rel, names):
+    """Third-party Keras 2.1 files rebuilt by tf_keras (``--verify framework``) match their oracles."""
+    path = realworld / rel
     o = np.load(path.parent / "oracle_out.npz", allow_pickle=False)
     ckpt = rnnconvert.load(path)
-    y = keras_h5.framework_forward(path, ckpt, "net", o["net__in"])
-    ref = o["net__out"]
-    close(y[:, -1] if ref.ndim == 2 else y, ref)
+    for name in names:
+        y = keras_h5.framework_forward(path, ckpt, name, o[f"{name}__in"])
+        ref = o[f"{name}__out"]
+        close(y[:, -1] if ref.ndim == 2 else y, ref)
 
 
 def test_weights_only_gru_without_bias_and_ambiguous_version_is_refused(tmp_path):
