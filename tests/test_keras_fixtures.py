@@ -258,3 +258,18 @@ def test_rnn_tensors_are_copied_bit_exactly(entry):
                     assert got.dtype == want.dtype and np.array_equal(got, want), f"{name}.{key}{sfx}"
                     checked += 1
     assert checked > 0
+
+
+def test_cli_verify_framework_and_refusal(tmp_path, capsys):
+    """``rnnconvert SRC DST --verify framework`` converts a weights-only CuDNNGRU file (tf_keras runs the
+    source side); a Keras 1 hard_sigmoid file is refused: exit code 4, one stderr line, no output."""
+    from rnnconvert.cli import main
+
+    ok_src = FIXTURES / "keras" / "cudnn_gru_weights.h5"
+    assert main([str(ok_src), str(tmp_path / "a.pt"), "--verify", "framework"]) == 0
+    assert "source framework" in capsys.readouterr().out
+    bad = FIXTURES / "keras" / "keras1_lstm_gru_weights.h5"
+    assert main([str(bad), str(tmp_path / "b.pt")]) == UnsupportedError.exit_code
+    err = capsys.readouterr().err
+    assert "hard_sigmoid" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b.pt").exists()
