@@ -273,3 +273,23 @@ def test_cli_verify_framework_and_refusal(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "hard_sigmoid" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "b.pt").exists()
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["form"] == "full"],
+                         ids=[i for i, e in zip(IDS, ENTRIES) if e["form"] == "full"])
+def test_fixture_gate_blocks_are_distinct(entry):
+    """The generator's promise: in every multi-gate kernel, each gate's column block has its own value range,
+    so a gate permutation slip cannot go unnoticed."""
+    ckpt, _ = loaded(entry)
+    seen = 0
+    for layer in ckpt.layers:
+        if layer.cell.gates == 1:
+            continue
+        for raw in layer.source["raw"]:
+            for key in ("kernel", "recurrent_kernel"):
+                m, H = raw[key], layer.hidden_size
+                spans = sorted((m[:, j * H:(j + 1) * H].min(), m[:, j * H:(j + 1) * H].max())
+                               for j in range(layer.cell.gates))
+                assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), f"{layer.name}.{key}: {spans}"
+                seen += 1
+    assert seen or all(lay.cell.gates == 1 for lay in ckpt.layers)
