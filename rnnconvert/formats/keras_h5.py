@@ -8,6 +8,9 @@ Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_f
   weights group), standalone Keras 2.0-2.3, tf.keras / tf_keras (``lstm/lstm_cell/kernel:0``);
 * nested ``Sequential``/``Model``, ``Bidirectional`` (forward half of the weights first),
   ``TimeDistributed``;
+* Keras 1 3-tensor layers (``lstm_1_W``, ``lstm_1_U``, ``lstm_1_b``: LSTM ``consume_less='gpu'``,
+  SimpleRNN; Dense ``dense_1_W``/``dense_1_b``), recognised by name in weights-only files;
+* ``keras.layers.RNN`` around ``LSTMCell``/``GRUCell``/``SimpleRNNCell`` (read as the matching layer);
 * ``LSTM``, ``GRU`` (``reset_after`` True/False; absent key = False), ``SimpleRNN``,
   ``CuDNNLSTM``/``CuDNNGRU`` (kernel slices hold cuDNN's row-major ``(H, in)`` bytes; bias
   ``(2*G*H,)``), ``use_bias=False``.
@@ -342,7 +345,7 @@ class _Reader:
                                        f"(supported: {', '.join(sorted(k for k in _KERAS_ACT if k))})")
         if kind != "GRU":
             reset_after = True
-        elif "reset_after" in cfg or cfg:  # a config without the key is Keras 2.0/2.1: reset-before
+        elif cfg:  # a config without the key is Keras 2.0/2.1: reset-before
             reset_after = bool(cfg.get("reset_after", False))
         else:  # weights-only: the writer's default (a bias, when present, overrides it in _rnn)
             reset_after = bool(default_reset_after(self.keras_version))
