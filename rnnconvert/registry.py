@@ -50,6 +50,8 @@ FORMATS: tuple[Format, ...] = (
            "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
     Format("pt", "rnnconvert.formats.torch_pt", (".pt", ".pth"),
            "PyTorch state dict (torch.save of a dict of tensors)"),
+    Format("onnx", "rnnconvert.formats.onnx_fmt", (".onnx",),
+           "ONNX model with LSTM/GRU/RNN nodes (onnxruntime runs it)"),
 )
 
 _BY_NAME: dict[str, Format] = {}
