@@ -52,6 +52,10 @@ FORMATS: tuple[Format, ...] = (
            "PyTorch state dict (torch.save of a dict of tensors)"),
     Format("onnx", "rnnconvert.formats.onnx_fmt", (".onnx",),
            "ONNX model with LSTM/GRU/RNN nodes (onnxruntime runs it)"),
+    Format("safetensors", "rnnconvert.formats.safetensors_fmt", (".safetensors",),
+           "safetensors with PyTorch state-dict key names"),
+    Format("npz", "rnnconvert.formats.npz_fmt", (".npz",),
+           "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)"),
 )
 
 _BY_NAME: dict[str, Format] = {}
