@@ -149,6 +149,10 @@ SEMANTICS = {
     "lstm-k3-softsign-bidi": (Cell.LSTM, Semantics("hard_sigmoid_k3", "softsign"), {"bidi": True}),
     "lstm-go-backwards": (Cell.LSTM, Semantics("hard_sigmoid", "relu", go_backwards=True), {}),
     "rnn-linear-nobias": (Cell.RNN_TANH, Semantics(activation="linear"), {"bias": False}),
+    # alpha/beta lists hold values only for the activations that take them (onnxruntime reads them in
+    # that order): Sigmoid then HardSigmoid(1/6) would run as HardSigmoid(0.2) under a positional reading
+    "gru-sigmoid-then-hardsig-k3": (Cell.GRU, Semantics("sigmoid", "hard_sigmoid_k3"), {}),
+    "lstm-sigmoid-linear": (Cell.LSTM, Semantics("sigmoid", "linear"), {}),
 }
 
 
