@@ -271,3 +271,25 @@ def test_reader_follows_constant_and_identity(tmp_path):
     back = api.load(tmp_path / "c.onnx").layers[0]
     assert np.array_equal(back.params[0][0].w_ih, layer.params[0][0].w_ih)
     assert json.dumps(back.describe())
+
+
+def test_float64_written_exactly_and_verified(tmp_path):
+    mod = _torch_module("GRU", dict(num_layers=2), seed=9).double()
+    torch.save({f"g.{k}": v for k, v in mod.state_dict().items()}, tmp_path / "d.pt")
+    rep = api.convert(tmp_path / "d.pt", tmp_path / "d.onnx")
+    assert rep.verification.ok
+    w = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "d.onnx")).graph.initializer}
+    assert w["g.l1.W"].dtype == np.float64
+    back = torch_pt.state_dict(api.load(tmp_path / "d.onnx"))
+    for k, v in mod.state_dict().items():
+        assert np.array_equal(back[f"g.{k}"], v.numpy()), k
+
+
+def test_textgenrnn_via_pt_back_to_onnx(realworld, tmp_path):
+    d = realworld / "textgenrnn-reddit-cudnnlstm"
+    api.convert(d / "reddit_rarepuppers_politics.hdf5", tmp_path / "t.pt")
+    api.convert(tmp_path / "t.pt", tmp_path / "t.onnx")
+    o = np.load(d / "oracle_out.npz")
+    for name in ("rnn_1", "rnn_2"):
+        y = _run(tmp_path / "t.onnx", name, o[f"{name}__in"])
+        assert np.abs(y - o[f"{name}__out"]).max() <= 1e-5, name
