@@ -293,3 +293,11 @@ def test_textgenrnn_via_pt_back_to_onnx(realworld, tmp_path):
     for name in ("rnn_1", "rnn_2"):
         y = _run(tmp_path / "t.onnx", name, o[f"{name}__in"])
         assert np.abs(y - o[f"{name}__out"]).max() <= 1e-5, name
+
+
+def test_external_data_rewrite_is_not_appended(tmp_path):
+    ckpt = Checkpoint(layers=[_layer(Cell.LSTM, bidi=True)])
+    api.save(ckpt, tmp_path / "x.onnx", external_data=True, external_min_bytes=64)
+    first = (tmp_path / "x.onnx.data").read_bytes()
+    api.save(ckpt, tmp_path / "x.onnx", external_data=True, external_min_bytes=64, force=True)
+    assert (tmp_path / "x.onnx.data").read_bytes() == first

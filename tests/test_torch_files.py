@@ -179,3 +179,24 @@ def test_npz_deterministic_and_object_arrays_refused(tmp_path):
     np.savez(tmp_path / "o.npz", __rnnconvert__=np.array([{"a": 1}], dtype=object))
     with pytest.raises(FormatError, match="pickle"):
         api.load(tmp_path / "o.npz", format="npz")
+
+
+def test_cuda_tagged_storages_map_to_cpu(tmp_path):
+    """A file whose storages are tagged 'cuda:0' (as torch.save writes for GPU tensors). No GPU here, so
+    the tag is set in the pickle; torch itself refuses to load it without map_location (checked)."""
+    import zipfile
+
+    mod = _torch_module("GRU", dict(num_layers=2), seed=51)
+    torch.save({f"g.{k}": v for k, v in mod.state_dict().items()}, tmp_path / "c.pt")
+    with zipfile.ZipFile(tmp_path / "c.pt") as zin, zipfile.ZipFile(tmp_path / "cuda.pt", "w") as zout:
+        for n in zin.namelist():
+            data = zin.read(n)
+            if n.endswith("/data.pkl"):
+                assert b"X\x03\x00\x00\x00cpu" in data
+                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")
+            zout.writestr(n, data)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(tmp_path / "cuda.pt", weights_only=True)
+    ckpt = _check_read(tmp_path / "cuda.pt", mod, name="g")
+    assert ckpt.layers[0].num_layers == 2

@@ -25,7 +25,7 @@ the same layer records. Weights above 2 GB go to an external data file ``<file>.
 from __future__ import annotations
 
 import json
-import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +236,8 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
     if external_data is None:
         external_data = size > EXTERNAL_THRESHOLD
     if external_data:
+        # onnx appends to an existing data file: start from an empty one (written under its final name)
+        (path.parent / (_final_name(path) + ".data")).unlink(missing_ok=True)
         onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=_final_name(path) + ".data", size_threshold=external_min_bytes)
     else:
@@ -421,6 +423,25 @@ def _node_layer(node, vals: dict, path: Path, name: str) -> RNNLayer:
         raise FormatError(f"{path}: {exc}") from exc
 
 
+def _records(text: str | None, by_node: dict[str, RNNLayer]) -> list[dict]:
+    """rnnconvert's layer records, when present and consistent with the nodes found (else none: one layer per node)."""
+    if not text:
+        return []
+    try:
+        recs = json.loads(text)["layers"]
+        seen: set[str] = set()
+        for rec in recs:
+            parts = [by_node[nm] for nm in rec["nodes"]]
+            a = parts[0]
+            if seen & set(rec["nodes"]) or any((p.cell, p.hidden_size, p.bidirectional, p.bias, p.semantics) !=
+                                               (a.cell, a.hidden_size, a.bidirectional, a.bias, a.semantics) for p in parts):
+                return []
+            seen |= set(rec["nodes"])
+        return recs
+    except (ValueError, KeyError, TypeError, IndexError):
+        return []
+
+
 def read(path: str | Path, **_: Any) -> Checkpoint:
     """Read every ``LSTM``/``GRU``/``RNN`` node of an ONNX model (one layer per node, or per rnnconvert record).
 
@@ -440,8 +461,7 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     model = _load(path)
     g = model.graph
     for n in g.node:
-        quantized = n.op_type.startswith("DynamicQuantize") or (
-            n.domain not in ("", "ai.onnx") and any(k in n.op_type.upper() for k in ("LSTM", "GRU", "RNN")))
+        quantized = n.domain not in ("", "ai.onnx") and any(k in n.op_type.upper() for k in ("LSTM", "GRU", "RNN"))
         if quantized:
             raise UnsupportedError(f"{path}: node '{n.name}' is {n.domain}:{n.op_type}, a quantized recurrent op; "
                                    "dequantizing would change the weights, so it is refused (export the float model)")
@@ -451,25 +471,22 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
         raise FormatError(f"{path}: no LSTM, GRU or RNN node in this ONNX model")
     singles = []
     for i, n in enumerate(rnn):
-        singles.append(_node_layer(n, vals, path, n.name or f"{n.op_type}_{i}"))
+        name = n.name or f"{n.op_type}_{i}"
+        if any(l.name == name for l in singles):  # node names need not be unique in ONNX
+            name = f"{name}_{i}"
+        singles.append(_node_layer(n, vals, path, name))
     by_node = {l.name: l for l in singles}
     meta = {p.key: p.value for p in model.metadata_props}
     ckpt = Checkpoint(format="onnx", meta={"path": str(path), "producer": model.producer_name,
                                            "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)})
-    if META_KEY in meta:
-        for rec in json.loads(meta[META_KEY])["layers"]:
-            parts = [by_node.pop(nm) for nm in rec["nodes"]]
-            first = parts[0]
-            sem = first.semantics
-            if rec.get("go_backwards") and not first.bidirectional:
-                sem = Semantics(**{**sem.__dict__, "go_backwards": True})
-            elif not rec.get("go_backwards"):
-                sem = Semantics(**{**sem.__dict__, "go_backwards": False})
-            sem = Semantics(**{**sem.__dict__, "merge_mode": rec.get("merge_mode", "concat")})
-            src = dict(first.source, class_name=rec.get("source_class") or first.source["class_name"])
-            ckpt.layers.append(RNNLayer(
-                name=rec["name"], cell=first.cell, input_size=first.input_size, hidden_size=first.hidden_size,
-                num_layers=len(parts), bidirectional=first.bidirectional, bias=first.bias, semantics=sem,
-                params=[p.params[0] for p in parts], return_sequences=rec.get("return_sequences", True), source=src))
+    for rec in _records(meta.get(META_KEY), by_node):
+        parts = [by_node.pop(nm) for nm in rec["nodes"]]
+        first = parts[0]
+        sem = replace(first.semantics, merge_mode=rec.get("merge_mode", "concat"))
+        src = dict(first.source, class_name=rec.get("source_class") or first.source["class_name"])
+        ckpt.layers.append(RNNLayer(
+            name=rec["name"], cell=first.cell, input_size=first.input_size, hidden_size=first.hidden_size,
+            num_layers=len(parts), bidirectional=first.bidirectional, bias=first.bias, semantics=sem,
+            params=[p.params[0] for p in parts], return_sequences=rec.get("return_sequences", True), source=src))
     ckpt.layers += [l for l in singles if l.name in by_node]
     return ckpt
