@@ -301,3 +301,10 @@ def test_external_data_rewrite_is_not_appended(tmp_path):
     first = (tmp_path / "x.onnx.data").read_bytes()
     api.save(ckpt, tmp_path / "x.onnx", external_data=True, external_min_bytes=64, force=True)
     assert (tmp_path / "x.onnx.data").read_bytes() == first
+
+
+def test_keras_only_semantics_from_onnx_refused_for_pt(realworld, tmp_path):
+    api.convert(realworld / "mycroft-precise-gru" / "hey-mycroft.net", tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedError, match="reset_after=False"):
+        api.convert(tmp_path / "m.onnx", tmp_path / "m.pt")
+    assert not (tmp_path / "m.pt").exists()

@@ -53,6 +53,10 @@ def is_torchscript(path: Path) -> bool:
 
 
 def _rebuild(storage: np.ndarray, offset: int, size: tuple, stride: tuple, *_: Any) -> np.ndarray:
+    ints = lambda v: isinstance(v, (tuple, list)) and all(type(i) is int and i >= 0 for i in v)  # noqa: E731
+    if not (isinstance(storage, np.ndarray) and type(offset) is int and offset >= 0 and ints(size) and ints(stride)
+            and len(size) == len(stride)):
+        raise FormatError("malformed tensor record in data.pkl")
     item = storage.itemsize
     n = int(np.prod(size)) if size else 1
     if n and offset + sum((s - 1) * st for s, st in zip(size, stride)) >= storage.size:
@@ -86,6 +90,8 @@ class _Unpickler(pickle.Unpickler):
         if not (isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage"):
             raise FormatError(f"unexpected persistent id {pid!r:.60}")
         dtype, key = pid[1], str(pid[2])
+        if not any(dtype is t for t in _STORAGE.values()):
+            raise FormatError(f"storage '{key}' has an unknown type")
         try:
             raw = self.zf.read(f"{self.root}/data/{key}")
         except KeyError:
@@ -126,7 +132,8 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
                 obj = _Unpickler(fh, zf, root, big).load()
     except FormatError as exc:
         raise FormatError(f"{path}: {exc}") from exc
-    except (zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError) as exc:
+    except (zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError, TypeError,
+            KeyError, IndexError, AttributeError) as exc:
         raise FormatError(f"{path}: not a readable TorchScript archive: {exc}") from exc
     out: dict[str, np.ndarray] = {}
     _walk(obj, "", out)
