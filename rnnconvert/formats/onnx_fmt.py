@@ -1,4 +1,5 @@
-"""ONNX models (``.onnx``) with ``LSTM`` / ``GRU`` / ``RNN`` nodes: writer, reader, onnxruntime side of verification.
+"""ONNX models (``.onnx``) with ``LSTM`` / ``GRU`` / ``RNN`` nodes: writer, onnxruntime side of verification
+(the reader is :mod:`rnnconvert.formats.onnx_read`).
 
 Layout facts (ONNX operator spec, op set 7-22; LAYOUTS.md §13):
 
@@ -54,7 +55,6 @@ _TO_ONNX = {
 }
 
 
-
 def sniff(head: bytes, path: Path) -> bool:
     """ONNX has no magic bytes: a ``.onnx`` name whose first byte is a protobuf tag of ``ModelProto``."""
     return path.suffix.lower() == ".onnx" and bool(head) and head[0] in (0x08, 0x12, 0x1a, 0x3a, 0x42)
@@ -88,7 +88,9 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
         if why:
             raise UnsupportedError(
                 f"layer '{layer.name}' ({layer.source.get('class_name', layer.cell.value)}) cannot be written as "
-                f"ONNX {_OP[layer.cell]}: {'; '.join(why)}. Convert to .pt (projection) or keep the TF1 checkpoint")
+                f"ONNX {_OP[layer.cell]}: {'; '.join(why)}. "
+                + ("Convert to .pt, which has proj_size" if layer.proj_size and len(why) == 1 else
+                   "Only TensorFlow 1 cells compute this; keep the TF1 checkpoint"))
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': '{layer.name}__out' holds both "
                          "directions concatenated; apply the merge to it")
