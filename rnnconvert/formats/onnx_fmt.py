@@ -97,8 +97,10 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
         if layer.dtype == np.float16:
             notes.append(f"{layer.name}: float16 weights stored as float32 (exact; onnxruntime CPU runs RNNs in float32)")
     if ckpt.tensors:
-        notes.append(f"{len(ckpt.tensors)} non-recurrent tensor(s) ({', '.join(list(ckpt.tensors)[:4])}...) are not "
-                     "written: the ONNX file holds the recurrent layers only")
+        names = list(ckpt.tensors)
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        notes.append(f"{len(names)} non-recurrent tensor(s) ({shown}) are not written: the ONNX file holds "
+                     "the recurrent layers only")
     return notes
 
 
