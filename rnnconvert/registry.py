@@ -49,7 +49,13 @@ FORMATS: tuple[Format, ...] = (
     Format("keras_h5", "rnnconvert.formats.keras_h5", (".h5", ".hdf5", ".net"),
            "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
     Format("pt", "rnnconvert.formats.torch_pt", (".pt", ".pth"),
-           "PyTorch state dict (torch.save of a dict of tensors)"),
+           "PyTorch state dict, training checkpoint or TorchScript archive (weights only)"),
+    Format("onnx", "rnnconvert.formats.onnx_fmt", (".onnx",),
+           "ONNX model with LSTM/GRU/RNN nodes (onnxruntime runs it)"),
+    Format("safetensors", "rnnconvert.formats.safetensors_fmt", (".safetensors",),
+           "safetensors with PyTorch state-dict key names"),
+    Format("npz", "rnnconvert.formats.npz_fmt", (".npz",),
+           "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)"),
 )
 
 _BY_NAME: dict[str, Format] = {}
