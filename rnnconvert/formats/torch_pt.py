@@ -59,7 +59,8 @@ def _refusals(layer: RNNLayer) -> list[str]:
     if layer.params[0][0].peep is not None:
         why.append("peephole connections")
     if s.cell_clip is not None or s.proj_clip is not None:
-        why.append("cell_clip/proj_clip")
+        why.append("TF1 cell_clip/proj_clip (no format but a TF1 cell computes it: keep the TF1 checkpoint, "
+                   "or retrain without clipping)")
     if s.go_backwards and not layer.bidirectional:
         why.append("go_backwards=True (reverse the sequence yourself and convert the layer without it)")
     return why
@@ -75,9 +76,11 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     for layer in ckpt.layers:
         why = _refusals(layer)
         if why:
+            clip = layer.semantics.cell_clip is not None or layer.semantics.proj_clip is not None
+            way = "" if clip else ". Convert to .onnx instead, which expresses it exactly"
             raise UnsupportedError(
                 f"layer '{layer.name}' ({layer.source.get('class_name', layer.cell.value)}) cannot be written as "
-                f"PyTorch nn.{_MODULE[layer.cell]}: {'; '.join(why)}. Convert to .onnx instead, which expresses it exactly")
+                f"PyTorch nn.{_MODULE[layer.cell]}: {'; '.join(why)}{way}")
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': nn.{_MODULE[layer.cell]} "
                          "returns both directions concatenated; apply the merge to its output")
