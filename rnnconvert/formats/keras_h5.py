@@ -1,4 +1,4 @@
-"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader.
+"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader (writer: :mod:`.keras_h5_write`).
 
 Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
 
@@ -420,8 +420,22 @@ def _merge_keras1(kind: str, names: list[str], w: list[np.ndarray]) -> dict[str,
 
 
 def sniff(head: bytes, path: Path | None = None) -> bool:
-    """True when the first bytes are the HDF5 signature."""
-    return head.startswith(HDF5_MAGIC)
+    """True for an HDF5 file with a Keras 1/2 ``model_weights`` group or a root ``layer_names`` attribute.
+
+    Keras 3 ``.weights.h5`` files (``layers/.../vars/0``) have neither and are left to ``keras3``.
+    An HDF5 file that cannot be opened here is claimed (``read`` then reports why).
+    """
+    if not head.startswith(HDF5_MAGIC):
+        return False
+    if path is None:
+        return True
+    import h5py
+
+    try:
+        with h5py.File(str(path), "r") as f:
+            return "model_weights" in f or "layer_names" in f.attrs or "layer_names0" in f.attrs
+    except OSError:
+        return True
 
 
 def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> Checkpoint:
@@ -484,3 +498,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
     if not rd.ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
     return rd.ckpt
+
+
+# The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
+from .keras_h5_write import check, target_forward, write  # noqa: E402,F401
