@@ -1,0 +1,144 @@
+"""Keras 3 format: Keras 2 -> .keras migration checked by keras.saving.load_model, Keras 3 files read back,
+hard_sigmoid refusal, unsafe archives refused."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import rnnconvert
+from rnnconvert import registry
+from rnnconvert.errors import FormatError, UnsupportedError
+
+
+@pytest.fixture(scope="module")
+def k2():
+    return pytest.importorskip("tf_keras")
+
+
+@pytest.fixture(scope="module")
+def k3():
+    k = pytest.importorskip("keras")
+    if not k.__version__.startswith("3"):
+        pytest.skip("needs Keras 3")
+    return k
+
+
+def _run3(k3, path, names, x):
+    """keras.saving.load_model on the written file; run the named layers in a chain."""
+    m = k3.saving.load_model(path, compile=False)
+    h = x
+    for n in names:
+        h = m.get_layer(n)(h)
+    return k3.ops.convert_to_numpy(h).astype(np.float64)
+
+
+def test_textgenrnn_cudnnlstm_to_keras3(tmp_path, realworld, k3):
+    src = realworld / "textgenrnn-reddit-cudnnlstm" / "reddit_rarepuppers_politics.hdf5"
+    ora = np.load(realworld / "textgenrnn-reddit-cudnnlstm" / "oracle_out.npz", allow_pickle=False)
+    dst = tmp_path / "textgen.keras"
+    rep = rnnconvert.convert(src, dst)
+    assert rep.verification.ok and any("CuDNNLSTM becomes Keras 3 LSTM" in n for n in rep.notes)
+    for layer in ("rnn_1", "rnn_2"):
+        got = _run3(k3, dst, [layer], ora[f"{layer}__in"])
+        np.testing.assert_allclose(got, ora[f"{layer}__out"], atol=1e-5, rtol=0)
+    with zipfile.ZipFile(dst) as z:
+        cfg = json.loads(z.read("config.json"))
+    classes = [l["class_name"] for l in cfg["config"]["layers"]]
+    assert "LSTM" in classes and not any("CuDNN" in c for c in classes)
+
+
+def test_keras2_model_to_keras3_and_back(tmp_path, k2, k3):
+    """tf_keras LSTM + GRU(reset_after=False) + Bidirectional GRU + SimpleRNN(relu) -> .keras and
+    .weights.h5; Keras 3 computes what tf_keras computed; the Keras 3 files read back bit-exactly."""
+    rng = np.random.default_rng(5)
+    ins, outs = [], []
+    for name, layer in [("l", k2.layers.LSTM(5, return_sequences=True, name="lstm_a")),
+                        ("g", k2.layers.GRU(4, reset_after=False, return_sequences=True, name="gru_rb")),
+                        ("b", k2.layers.Bidirectional(k2.layers.GRU(3, return_sequences=True), name="bidi")),
+                        ("s", k2.layers.SimpleRNN(4, activation="relu", return_sequences=True, name="srnn"))]:
+        i = k2.Input((None, 6), name=f"{name}_in")
+        ins.append(i)
+        outs.append(layer(i))
+    model = k2.Model(ins, outs)
+    for w in model.weights:  # gate-distinct columns: block j centred on 0.1 (j+1)
+        a = rng.uniform(-0.3, 0.3, w.shape)
+        n = w.shape[-1]
+        g = 4 if "lstm" in w.name else 3 if "gru" in w.name else 1
+        for j in range(g):
+            a[..., j * n // g:(j + 1) * n // g] += 0.1 * (j + 1) * (-1) ** j
+        w.assign(a.astype(np.float32))
+    src = tmp_path / "k2.h5"
+    model.save(src)
+    x = rng.standard_normal((3, 7, 6)).astype(np.float32)
+    want = [o.numpy().astype(np.float64) for o in model([x] * 4)]
+    for out in (tmp_path / "m.keras", tmp_path / "m.weights.h5"):
+        rnnconvert.convert(src, out)
+        assert registry.detect(out).name == "keras3"
+        if out.suffix == ".keras":
+            for nm, w in zip(["lstm_a", "gru_rb", "bidi", "srnn"], want):
+                np.testing.assert_allclose(_run3(k3, out, [nm], x), w, atol=1e-5, rtol=0)
+        back = rnnconvert.load(out)
+        src_ck = rnnconvert.load(src)
+        # a .weights.h5 keeps no cross-class layer order (groups are class names): compare by name
+        assert sorted(l.name for l in back.layers) == sorted(l.name for l in src_ck.layers)
+        if out.suffix == ".keras":
+            assert [l.name for l in back.layers] == [l.name for l in src_ck.layers]
+        for a in src_ck.layers:
+            b = back.layer(a.name)
+            assert (a.semantics.reset_after, a.bidirectional) == (b.semantics.reset_after, b.bidirectional)
+            if out.suffix == ".keras":  # a weights-only file does not store activations (relu here)
+                assert (a.cell, a.semantics) == (b.cell, b.semantics)
+            for pa, pb in zip(a.params[0], b.params[0]):
+                for key in ("w_ih", "w_hh", "b_ih", "b_hh"):
+                    assert np.array_equal(getattr(pa, key), getattr(pb, key)), (a.name, key)
+    # Keras 3 -> Keras 2 HDF5 -> tf_keras, from the .keras file
+    rnnconvert.convert(tmp_path / "m.keras", tmp_path / "again.h5")
+    again = k2.models.load_model(tmp_path / "again.h5", compile=False)
+    np.testing.assert_allclose(again.get_layer("bidi")(x).numpy(), want[2], atol=1e-5, rtol=0)
+
+
+def test_keras3_hard_sigmoid_is_read_as_keras3(tmp_path, k3):
+    """A Keras 3 'hard_sigmoid' (x/6 + 1/2) model: read as hard_sigmoid_k3, verified against Keras 3 itself."""
+    i = k3.Input((None, 3))
+    m = k3.Model(i, k3.layers.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True, name="hs")(i))
+    rng = np.random.default_rng(1)
+    m.set_weights([rng.uniform(-2, 2, w.shape).astype(np.float32) for w in m.get_weights()])
+    src = tmp_path / "hs.keras"
+    m.save(src)
+    ck = rnnconvert.load(src)
+    assert ck.layers[0].semantics.gate_activation == "hard_sigmoid_k3"
+    out = tmp_path / "hs2.keras"
+    rep = rnnconvert.convert(src, out)
+    assert rep.verification.ok
+    x = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(_run3(k3, out, ["hs"], x), k3.ops.convert_to_numpy(m(x)), atol=1e-6, rtol=0)
+    with pytest.raises(UnsupportedError):
+        rnnconvert.convert(src, tmp_path / "hs.h5")  # Keras 2 has no x/6 hard_sigmoid
+
+
+def test_mycroft_hard_sigmoid_refused(tmp_path, realworld):
+    src = realworld / "mycroft-precise-gru" / "hey-mycroft.net"
+    dst = tmp_path / "mycroft.keras"
+    with pytest.raises(UnsupportedError, match="hard_sigmoid"):
+        rnnconvert.convert(src, dst)
+    assert not dst.exists()
+
+
+def test_unsafe_archives_refused(tmp_path):
+    bad = tmp_path / "evil.keras"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("config.json", "{}")
+        z.writestr("model.weights.h5", b"x")
+        z.writestr("../escape.txt", "x")
+    with pytest.raises(FormatError, match="unsafe"):
+        rnnconvert.load(bad)
+    bomb = tmp_path / "bomb.keras"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", "{}")
+        z.writestr("model.weights.h5", b"\0" * (8 << 20))
+    with pytest.raises(FormatError, match="zip bomb"):
+        rnnconvert.load(bomb)
