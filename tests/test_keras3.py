@@ -118,6 +118,12 @@ def test_keras3_hard_sigmoid_is_read_as_keras3(tmp_path, k3):
     np.testing.assert_allclose(_run3(k3, out, ["hs"], x), k3.ops.convert_to_numpy(m(x)), atol=1e-6, rtol=0)
     with pytest.raises(UnsupportedError):
         rnnconvert.convert(src, tmp_path / "hs.h5")  # Keras 2 has no x/6 hard_sigmoid
+    legacy = tmp_path / "hs_legacy.h5"  # Keras 3's own legacy HDF5 (keras_version 3.x): same meaning
+    m.save(legacy)
+    assert rnnconvert.load(legacy).layers[0].semantics.gate_activation == "hard_sigmoid_k3"
+    out2 = tmp_path / "hs3.keras"
+    assert rnnconvert.convert(legacy, out2).verification.ok
+    np.testing.assert_allclose(_run3(k3, out2, ["hs"], x), k3.ops.convert_to_numpy(m(x)), atol=1e-6, rtol=0)
 
 
 def test_mycroft_hard_sigmoid_refused(tmp_path, realworld):

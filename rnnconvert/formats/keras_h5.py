@@ -310,7 +310,10 @@ class _Reader:
                 raise UnsupportedError(f"layer '{name}': {what}={a!r} is not supported by rnnconvert "
                                        f"(supported: {', '.join(sorted(k for k in _KERAS_ACT if k))})")
         reset_after = bool(cfg.get("reset_after", False)) if kind == "GRU" else True
-        return Semantics(gate_activation=_KERAS_ACT[gate], activation=_KERAS_ACT[act], reset_after=reset_after,
+        gate, act = _KERAS_ACT[gate], _KERAS_ACT[act]
+        if (self.keras_version or "").startswith("3"):  # Keras 3 legacy .h5: its own hard_sigmoid (x/6)
+            gate, act = (("hard_sigmoid_k3" if a == "hard_sigmoid" else a) for a in (gate, act))
+        return Semantics(gate_activation=gate, activation=act, reset_after=reset_after,
                          go_backwards=bool(cfg.get("go_backwards", False)))
 
     def _rnn(self, e: _Entry, name: str, kind: str, cfg: dict, w: list[np.ndarray]) -> RNNLayer:
