@@ -48,6 +48,8 @@ def convert(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification.")] = False,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing DST.")] = False,
     gate_activation: GateOpt = None,
+    cudnn: Annotated[bool, typer.Option("--cudnn", help="Keras 2 .h5 output: write CuDNNLSTM/CuDNNGRU layers "
+                                        "(GPU-only in Keras 2) instead of LSTM/GRU.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place."""
@@ -55,8 +57,10 @@ def convert(
 
     if verify not in ("reference", "framework"):
         raise typer.BadParameter("--verify must be 'reference' or 'framework'")
+    if cudnn and api.registry.for_output(dst, to).name != "keras_h5":
+        raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
     rep = api.convert(src, dst, to=to, src_format=src_format, verify=None if no_verify else verify, force=force,
-                      read_opts=_read_opts(gate_activation))
+                      read_opts=_read_opts(gate_activation), write_opts={"cudnn": True} if cudnn else None)
     if as_json:
         out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
                "modules": rep.modules, "notes": rep.notes,

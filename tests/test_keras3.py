@@ -148,3 +148,17 @@ def test_unsafe_archives_refused(tmp_path):
         z.writestr("model.weights.h5", b"\0" * (8 << 20))
     with pytest.raises(FormatError, match="zip bomb"):
         rnnconvert.load(bomb)
+
+
+def test_docs_keras3_example_runs(tmp_path, monkeypatch, k2, k3):
+    """Every ```python block of docs/keras3.md runs as written (in a scratch directory)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "keras3.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code, "docs/keras3.md", "exec"), {"__name__": "docs_example"})
+    assert (tmp_path / "new_model.keras").exists()

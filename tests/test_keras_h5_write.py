@@ -126,3 +126,13 @@ def test_refusals(tmp_path):
     _save_pt(rnn, tmp_path / "r.pt")
     with pytest.raises(UnsupportedError, match="CuDNN"):
         rnnconvert.convert(tmp_path / "r.pt", tmp_path / "r.h5", write_opts={"cudnn": True})
+
+
+def test_cli_cudnn_flag(tmp_path):
+    from rnnconvert.cli import main
+
+    mod = torch.nn.GRU(3, 4, batch_first=True)
+    gate_distinct_(mod, 2)
+    _save_pt(mod, tmp_path / "g.pt")
+    assert main(["convert", str(tmp_path / "g.pt"), str(tmp_path / "g.h5"), "--cudnn"]) == 0
+    assert rnnconvert.load(tmp_path / "g.h5").layers[0].source["class_name"] == "CuDNNGRU"
