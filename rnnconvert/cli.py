@@ -25,7 +25,7 @@ COMMANDS = {"convert", "inspect", "verify", "formats"}
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def _read_opts(gate_activation: Optional[str]) -> dict:
@@ -100,12 +100,13 @@ def inspect(
     con = _console()
     meta = ", ".join(f"{k} {v}" for k, v in info["meta"].items() if v is not None)
     t = Table(title=f"{info['path']} ({info['format']}{', ' + meta if meta else ''})")
-    cols = ["name", "cell", "source_class", "input_size", "hidden_size", "num_layers", "bidirectional",
-            "gate_activation", "activation", "reset_after", "bias", "dtype"]
-    for c in cols:
-        t.add_column(c)
+    cols = {"name": "layer", "cell": "cell", "source_class": "source", "input_size": "I", "hidden_size": "H",
+            "num_layers": "layers", "bidirectional": "bidi", "gate_activation": "gates", "activation": "act",
+            "reset_after": "reset_after", "bias": "bias", "dtype": "dtype"}
+    for head in cols.values():
+        t.add_column(head, no_wrap=True)
     for lay in info["layers"]:
-        t.add_row(*[str(lay.get(c, "")) for c in cols])
+        t.add_row(*[str(lay.get(c, "-")) for c in cols])
     con.print(t)
     if info["tensors"]:
         con.print("other tensors: " + ", ".join(f"{k} {tuple(v)}" for k, v in info["tensors"].items()))
