@@ -162,3 +162,48 @@ def test_docs_keras3_example_runs(tmp_path, monkeypatch, k2, k3):
     for code in blocks:
         exec(compile(code, "docs/keras3.md", "exec"), {"__name__": "docs_example"})
     assert (tmp_path / "new_model.keras").exists()
+
+
+def test_pytorch_to_keras3(tmp_path, k3):
+    """nn.LSTM(num_layers=2, bidirectional) and nn.GRU -> .keras; Keras 3 reproduces torch."""
+    torch = pytest.importorskip("torch")
+    from test_keras_h5_write import _save_pt, gate_distinct_
+
+    x = np.random.default_rng(2).standard_normal((3, 6, 5)).astype(np.float32)
+    for mod, names in [(torch.nn.LSTM(5, 4, num_layers=2, bidirectional=True, batch_first=True), ["rnn_l0", "rnn_l1"]),
+                       (torch.nn.GRU(5, 4, batch_first=True), ["rnn"])]:
+        gate_distinct_(mod, 4)
+        src, dst = tmp_path / "t.pt", tmp_path / "t.keras"
+        _save_pt(mod, src)
+        rnnconvert.convert(src, dst, force=True)
+        with torch.no_grad():
+            want = mod(torch.from_numpy(x))[0].double().numpy()
+        np.testing.assert_allclose(_run3(k3, dst, names, x), want, atol=1e-5, rtol=0)
+
+
+def test_keras3_nested_model_read(tmp_path, k3):
+    """A Keras 3 model with a nested Sequential, TimeDistributed(Dense) and Bidirectional(LSTM), made by
+    Keras 3: read without Keras, converted to .pt, torch reproduces Keras 3's layer outputs."""
+    torch = pytest.importorskip("torch")
+    inner = k3.Sequential([k3.Input((None, 4)), k3.layers.LSTM(6, return_sequences=True, name="inner_lstm")],
+                          name="sub")
+    i = k3.Input((None, 4))
+    h = inner(i)
+    h = k3.layers.TimeDistributed(k3.layers.Dense(5), name="td")(h)
+    y = k3.layers.Bidirectional(k3.layers.LSTM(3, return_sequences=True), name="bidi")(h)
+    m = k3.Model(i, y)
+    rng = np.random.default_rng(7)
+    m.set_weights([rng.uniform(-0.7, 0.7, w.shape).astype(np.float32) for w in m.get_weights()])
+    src = tmp_path / "nested.keras"
+    m.save(src)
+    ck = rnnconvert.load(src)
+    assert [l.name for l in ck.layers] == ["sub.inner_lstm", "bidi"]
+    assert set(ck.tensors) == {"td.weight", "td.bias"}
+    mods = rnnconvert.torch_modules(ck)
+    x = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    h1 = k3.ops.convert_to_numpy(inner(x))
+    h2 = k3.ops.convert_to_numpy(m.get_layer("td")(h1))
+    y = k3.ops.convert_to_numpy(m(x))
+    with torch.no_grad():
+        np.testing.assert_allclose(mods["sub.inner_lstm"](torch.from_numpy(x))[0].numpy(), h1, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(mods["bidi"](torch.from_numpy(h2))[0].numpy(), y, atol=1e-5, rtol=0)
