@@ -198,6 +198,12 @@ def test_keras3_nested_model_read(tmp_path, k3):
     m.save(src)
     ck = rnnconvert.load(src)
     assert [l.name for l in ck.layers] == ["sub.inner_lstm", "bidi"]
+    m.save_weights(tmp_path / "nested.weights.h5")  # the same store without config: same tensors
+    wo = rnnconvert.load(tmp_path / "nested.weights.h5")
+    for layer in ck.layers:
+        other = wo.layer(layer.name)
+        for pa, pb in zip(layer.params[0], other.params[0]):
+            assert all(np.array_equal(u, v) for u, v in zip(pa.arrays().values(), pb.arrays().values()))
     assert set(ck.tensors) == {"td.weight", "td.bias"}
     mods = rnnconvert.torch_modules(ck)
     x = rng.standard_normal((2, 5, 4)).astype(np.float32)

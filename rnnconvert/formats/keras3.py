@@ -168,6 +168,9 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
         if cls in ("Sequential", "Functional", "Model") or ("layers" in g and cls not in _STUB):
             _walk(rd, g, _layer_configs(rec), f"{prefix}{name}.")
         elif cls == "Bidirectional":
+            if "forward_layer/cell" not in g or "backward_layer/cell" not in g:
+                raise FormatError(f"{g.file.filename}: Bidirectional '{name}' lacks forward_layer/cell or "
+                                  "backward_layer/cell in its weights store")
             fw, bw = _vars(g["forward_layer/cell"]), _vars(g["backward_layer/cell"])
             base = ("kernel", "recurrent_kernel", "bias")
             names = ([f"{name}/forward_rnn/{b}" for b in base[: len(fw)]]
