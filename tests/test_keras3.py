@@ -213,3 +213,88 @@ def test_keras3_nested_model_read(tmp_path, k3):
     with torch.no_grad():
         np.testing.assert_allclose(mods["sub.inner_lstm"](torch.from_numpy(x))[0].numpy(), h1, atol=1e-5, rtol=0)
         np.testing.assert_allclose(mods["bidi"](torch.from_numpy(h2))[0].numpy(), y, atol=1e-5, rtol=0)
+
+
+def test_go_backwards_merge_sum_and_dtypes(tmp_path, k2, k3):
+    """go_backwards LSTM and Bidirectional(merge_mode='sum') survive to Keras 2 .h5 and Keras 3 .keras
+    (checked against tf_keras' outputs); float64/float16 torch layers are written in their dtype."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    i = k2.Input((None, 3))
+    y1 = k2.layers.LSTM(4, go_backwards=True, return_sequences=True, name="gb")(i)
+    y2 = k2.layers.Bidirectional(k2.layers.GRU(4, return_sequences=True), merge_mode="sum", name="bs")(i)
+    m = k2.Model(i, [y1, y2])
+    m.set_weights([rng.uniform(-0.8, 0.8, w.shape).astype(np.float32) for w in m.get_weights()])
+    m.save(tmp_path / "c.h5")
+    x = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    ref = [t.numpy() for t in m(x)]
+    rnnconvert.convert(tmp_path / "c.h5", tmp_path / "c2.keras")
+    rnnconvert.convert(tmp_path / "c.h5", tmp_path / "c2.h5")
+    n3 = k3.saving.load_model(tmp_path / "c2.keras", compile=False)
+    n2 = k2.models.load_model(tmp_path / "c2.h5", compile=False)
+    for j, nm in enumerate(("gb", "bs")):
+        np.testing.assert_allclose(k3.ops.convert_to_numpy(n3.get_layer(nm)(x)), ref[j], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(n2.get_layer(nm)(x).numpy(), ref[j], atol=1e-6, rtol=0)
+    for dt, tdt in (("float64", torch.float64), ("float16", torch.float16)):
+        mod = torch.nn.GRU(3, 4, batch_first=True).to(tdt)
+        torch.save({f"r.{k}": v for k, v in mod.state_dict().items()}, tmp_path / f"{dt}.pt")
+        for ext in ("keras", "h5"):
+            rep = rnnconvert.convert(tmp_path / f"{dt}.pt", tmp_path / f"{dt}.{ext}")
+            assert rep.verification.ok
+            assert str(rnnconvert.load(tmp_path / f"{dt}.{ext}").layers[0].dtype) == dt
+
+
+@pytest.fixture(scope="module")
+def k3_store(tmp_path_factory, k3):
+    """The model.weights.h5 bytes of a small Keras 3 model (LSTM, Bidirectional GRU)."""
+    i = k3.Input((None, 3))
+    y = k3.layers.Bidirectional(k3.layers.GRU(2, return_sequences=True), name="b")(
+        k3.layers.LSTM(4, return_sequences=True, name="a")(i))
+    path = tmp_path_factory.mktemp("k3") / "m.keras"
+    k3.Model(i, y).save(path)
+    with zipfile.ZipFile(path) as z:
+        return z.read("model.weights.h5")
+
+
+def test_malformed_config_never_crashes(tmp_path, k3_store):
+    """Arbitrary JSON in config.json / metadata.json: a Checkpoint or an RNNConvertError, nothing else."""
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+    from rnnconvert.errors import RNNConvertError
+
+    leaf = st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.sampled_from(
+        ["LSTM", "GRU", "Bidirectional", "a", "b", "sigmoid", "hard_sigmoid"])
+    js = st.recursive(leaf, lambda c: st.lists(c, max_size=4) | st.dictionaries(
+        st.sampled_from(["config", "layers", "class_name", "name", "layer", "recurrent_activation",
+                         "reset_after", "keras_version", "merge_mode"]), c, max_size=5), max_leaves=20)
+
+    @hyp.settings(max_examples=60, deadline=None, suppress_health_check=list(hyp.HealthCheck))
+    @hyp.given(cfg=js, meta=js)
+    def run(cfg, meta):
+        p = tmp_path / "fuzz.keras"
+        with zipfile.ZipFile(p, "w") as z:
+            z.writestr("config.json", json.dumps(cfg))
+            z.writestr("metadata.json", json.dumps(meta))
+            z.writestr("model.weights.h5", k3_store)
+        try:
+            rnnconvert.load(p)
+        except RNNConvertError:
+            pass
+
+    run()
+
+
+@pytest.mark.parametrize("cfg,match", [
+    ({"config": {"layers": [{"class_name": "Bidirectional", "config": {"name": "b", "merge_mode": 5}}]}}, "merge_mode"),
+    ({"config": {"layers": [{"class_name": "LSTM", "config": {"name": "b"}}]}}, "inconsistent"),
+    ({"config": {"layers": [{"class_name": "Bidirectional", "config": {"name": "a"}}]}}, "inconsistent"),
+    ({"config": {"layers": [{"class_name": "LSTM", "config": {"name": "a", "recurrent_activation": {"x": 1}}}]}},
+     "not supported"),
+])
+def test_contradictory_config_refused(tmp_path, k3_store, cfg, match):
+    p = tmp_path / "bad.keras"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("config.json", json.dumps(cfg))
+        z.writestr("model.weights.h5", k3_store)
+    with pytest.raises((FormatError, UnsupportedError), match=match):
+        rnnconvert.load(p)

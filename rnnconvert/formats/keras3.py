@@ -139,11 +139,13 @@ def _class_of(key: str) -> str | None:
 
 def _layer_configs(cfg: dict | None) -> dict[str, dict]:
     """``{user name: {'class_name', 'config'}}`` of the layers of a serialized Keras 3 model."""
-    if not isinstance(cfg, dict):
+    inner = cfg.get("config") if isinstance(cfg, dict) else None
+    layers = inner.get("layers") if isinstance(inner, dict) else None
+    if not isinstance(layers, list):
         return {}
-    layers = (cfg.get("config") or {}).get("layers") or []
     return {rec["config"]["name"]: rec for rec in layers
-            if isinstance(rec, dict) and isinstance(rec.get("config"), dict) and "name" in rec["config"]}
+            if isinstance(rec, dict) and isinstance(rec.get("config"), dict)
+            and isinstance(rec["config"].get("name"), str) and isinstance(rec.get("class_name", ""), str)}
 
 
 _STUB = {"LSTM": "lstm_cell", "GRU": "gru_cell", "SimpleRNN": "simple_rnn_cell"}
@@ -163,33 +165,45 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
         g = container["layers"][key]
         name = _user_name(g, key)
         rec = cfgs.get(name, {})
-        cls = rec.get("class_name") or _class_of(key)
         cfg = rec.get("config")
-        if cls in ("Sequential", "Functional", "Model") or ("layers" in g and cls not in _STUB):
+        cls = rec.get("class_name") or _class_of(key)
+        # the store's structure decides what a group is; the config only adds semantics
+        if "layers" in g:
             _walk(rd, g, _layer_configs(rec), f"{prefix}{name}.")
-        elif cls == "Bidirectional":
+        elif "forward_layer" in g or "backward_layer" in g:
+            _expect(cls, "Bidirectional", rd.path, name)
             if "forward_layer/cell" not in g or "backward_layer/cell" not in g:
-                raise FormatError(f"{g.file.filename}: Bidirectional '{name}' lacks forward_layer/cell or "
+                raise FormatError(f"{rd.path}: Bidirectional '{name}' lacks forward_layer/cell or "
                                   "backward_layer/cell in its weights store")
             fw, bw = _vars(g["forward_layer/cell"]), _vars(g["backward_layer/cell"])
             base = ("kernel", "recurrent_kernel", "bias")
             names = ([f"{name}/forward_rnn/{b}" for b in base[: len(fw)]]
                      + [f"{name}/backward_rnn/{b}" for b in base[: len(bw)]])
-            rd.entry(keras_h5._Entry(name, names, fw + bw, cfg, "Bidirectional"), prefix)
-        elif cls in _STUB or (cls is None and "cell" in g):
-            w = _vars(g["cell"]) if "cell" in g else []
+            rd.entry(keras_h5._Entry(name, names, fw + bw, cfg if cls == "Bidirectional" else None,
+                                     "Bidirectional"), prefix)
+        elif "cell" in g:
+            cls = cls if cls in _STUB else _expect(cls, None, rd.path, name)
+            w = _vars(g["cell"])
             names = [f"{name}/{_STUB.get(cls, 'cell')}/{b}" for b in ("kernel", "recurrent_kernel", "bias")][: len(w)]
-            rd.entry(keras_h5._Entry(name, names, w, cfg, cls), prefix)
+            rd.entry(keras_h5._Entry(name, names, w, cfg if cls else None, cls), prefix)
         else:
             w = _vars(g)
             if "layer" in g and not w:  # TimeDistributed
                 w = _vars(g["layer"])
-                inner = (cfg or {}).get("layer") or {}
-                cls = inner.get("class_name") or cls
+                inner = keras_h5._rec((cfg or {}).get("layer"))
+                cls = inner["class_name"] or cls
             if not w:
                 continue
             base = {"Dense": ["kernel", "bias"], "Embedding": ["embeddings"]}.get(cls, [f"var{i}" for i in range(len(w))])
             rd.other(keras_h5._Entry(name, base[: len(w)], w), f"{prefix}{name}", cls)
+
+
+def _expect(cls: str | None, want: str | None, path: str, name: str) -> None:
+    """Refuse a config class that contradicts the store's structure (``want=None``: any RNN class)."""
+    ok = cls is None or cls == want or (want is None and cls in _STUB) or cls not in (set(_STUB) | {"Bidirectional"})
+    if not ok:
+        raise FormatError(f"{path}: config says layer '{name}' is a {cls}, but its weights store "
+                          f"holds a {want or 'recurrent layer'}; the archive is inconsistent")
 
 
 def _read_store(path: Path, h5path: str, config: dict | None, gate_activation: str | None,
@@ -260,7 +274,8 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
         h5 = os.path.join(tmp, "weights.h5")
         with z.open(winfo) as src, open(h5, "wb") as dst:
             _copy_limited(src, dst, winfo.file_size, f"{p}: model.weights.h5")
-        return _read_store(p, h5, config, gate_activation, str(meta.get("keras_version") or "3.0.0"))
+        version = meta.get("keras_version") if isinstance(meta, dict) else None
+        return _read_store(p, h5, config, gate_activation, str(version or "3.0.0"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -186,7 +186,7 @@ class _Reader:
     def entry(self, e: _Entry, prefix: str) -> None:
         name = f"{prefix}{e.name}"
         cls = e.class_name
-        cfg = (e.config or {})
+        cfg = e.config if isinstance(e.config, dict) else {}
         if cls in ("Sequential", "Model", "Functional") or (cls is None and self._looks_nested(e)):
             self.nested(e, name)
             return
@@ -194,8 +194,8 @@ class _Reader:
             self.bidirectional(e, name)
             return
         if cls == "TimeDistributed":
-            inner = cfg.get("layer", {})
-            self.entry(_Entry(e.name, e.names, e.weights, inner.get("config"), inner.get("class_name")), prefix)
+            inner = _rec(cfg.get("layer"))
+            self.entry(_Entry(e.name, e.names, e.weights, inner["config"], inner["class_name"]), prefix)
             return
         kind = self._rnn_kind(e, cls)
         if kind:
@@ -248,14 +248,14 @@ class _Reader:
             self.entry(child, f"{name}.")
 
     def bidirectional(self, e: _Entry, name: str) -> None:
-        cfg = e.config or {}
-        inner = cfg.get("layer", {})
+        cfg = e.config if isinstance(e.config, dict) else {}
+        inner = _rec(cfg.get("layer"))
         half = len(e.weights) // 2
         if half * 2 != len(e.weights) or half == 0:
             raise FormatError(f"{self.path}: Bidirectional layer '{name}' has {len(e.weights)} weights, not an even split")
-        fw = _Entry(name, e.names[:half], e.weights[:half], inner.get("config"), inner.get("class_name"))
-        bw_cfg = (cfg.get("backward_layer") or inner)
-        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg.get("config"), bw_cfg.get("class_name"))
+        fw = _Entry(name, e.names[:half], e.weights[:half], inner["config"], inner["class_name"])
+        bw_cfg = _rec(cfg.get("backward_layer")) if cfg.get("backward_layer") else inner
+        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg["config"], bw_cfg["class_name"])
         kind_f = self._rnn_kind(fw, fw.class_name)
         kind_b = self._rnn_kind(bw, bw.class_name)
         if not kind_f or kind_f != kind_b:
@@ -268,6 +268,8 @@ class _Reader:
             raise UnsupportedError(f"layer '{name}': the two directions of this Bidirectional differ in "
                                    "kind, size or activations; convert them as two separate layers")
         merge = cfg.get("merge_mode", "concat") if e.config is not None else "concat"
+        if merge not in ("concat", "sum", "mul", "ave", None):
+            raise FormatError(f"{self.path}: Bidirectional layer '{name}' has merge_mode={merge!r}")
         layer = RNNLayer(
             name=name, cell=lf.cell, input_size=lf.input_size, hidden_size=lf.hidden_size,
             bidirectional=True, bias=lf.bias, semantics=_with(lf.semantics, merge_mode=merge),
@@ -278,7 +280,7 @@ class _Reader:
 
     # -- RNN layers -------------------------------------------------------------------------
     def rnn(self, e: _Entry, name: str, kind: str) -> RNNLayer:
-        cfg = e.config or {}
+        cfg = e.config if isinstance(e.config, dict) else {}
         w = e.weights
         try:
             return self._rnn(e, name, kind, cfg, w)
@@ -387,6 +389,14 @@ class _Reader:
             return
         for b, arr in zip(bases, e.weights):
             t[f"{name}.{b}"] = arr
+
+
+def _rec(x: Any) -> dict[str, Any]:
+    """A ``{'class_name', 'config'}`` layer record with wrong-typed parts (crafted configs) set to ``None``."""
+    x = x if isinstance(x, dict) else {}
+    cls = x.get("class_name")
+    return {"class_name": cls if isinstance(cls, str) else None,
+            "config": x.get("config") if isinstance(x.get("config"), dict) else None}
 
 
 def _with(sem: Semantics, **kw) -> Semantics:
