@@ -142,6 +142,14 @@ def test_unsafe_archives_refused(tmp_path):
         z.writestr("../escape.txt", "x")
     with pytest.raises(FormatError, match="unsafe"):
         rnnconvert.load(bad)
+    dup = tmp_path / "dup.keras"
+    with zipfile.ZipFile(dup, "w") as z:
+        z.writestr("config.json", "{}")
+        with pytest.warns(UserWarning):
+            z.writestr("config.json", "{}")
+        z.writestr("model.weights.h5", b"x")
+    with pytest.raises(FormatError, match="duplicated"):
+        rnnconvert.load(dup)
     bomb = tmp_path / "bomb.keras"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("config.json", "{}")
@@ -298,3 +306,25 @@ def test_contradictory_config_refused(tmp_path, k3_store, cfg, match):
         z.writestr("model.weights.h5", k3_store)
     with pytest.raises((FormatError, UnsupportedError), match=match):
         rnnconvert.load(p)
+
+
+def test_reset_before_gru_with_recurrent_bias(tmp_path, k2, k3):
+    """A reset-before GRU with a non-zero recurrent bias b_hh (TF1 / ONNX linear_before_reset=0 style:
+    b_hn outside r) goes to Keras GRU(reset_after=False) with the summed bias; tf_keras and Keras 3 agree
+    with the reference equations."""
+    from rnnconvert import reference
+    from rnnconvert.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+
+    rng = np.random.default_rng(11)
+    H, I = 4, 3
+    p = DirectionParams(*(rng.uniform(-0.8, 0.8, s).astype(np.float32) for s in ((3 * H, I), (3 * H, H), (3 * H,), (3 * H,))))
+    layer = RNNLayer("g", Cell.GRU, I, H, semantics=Semantics(reset_after=False), params=[[p]])
+    ck = Checkpoint(layers=[layer])
+    x = rng.standard_normal((2, 6, I)).astype(np.float32)
+    want = reference.forward(layer, x)
+    rnnconvert.save(ck, tmp_path / "g.h5")
+    rnnconvert.save(ck, tmp_path / "g.keras")
+    got2 = k2.models.load_model(tmp_path / "g.h5", compile=False)(x).numpy()
+    got3 = k3.ops.convert_to_numpy(k3.saving.load_model(tmp_path / "g.keras", compile=False)(x))
+    np.testing.assert_allclose(got2, want, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got3, want, atol=1e-5, rtol=0)

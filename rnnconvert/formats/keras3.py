@@ -88,7 +88,20 @@ def sniff(head: bytes, path: Path | None = None) -> bool:
 
 
 def _safe_member(z: zipfile.ZipFile, name: str, path: Path) -> zipfile.ZipInfo:
-    for info in z.infolist():
+    """The member ``name`` after checking the whole archive: no absolute or ``..`` names, no duplicate
+    names, at most 10000 members, no member over 16 GiB or expanding more than 200x from over 1 MiB.
+
+    Raises:
+        FormatError: naming the offending member.
+    """
+    infos = z.infolist()
+    if len(infos) > 10000:
+        raise FormatError(f"{path}: {len(infos)} zip members; a Keras archive has a handful")
+    names = [i.filename for i in infos]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise FormatError(f"{path}: refusing zip with a duplicated member name {dup!r}")
+    for info in infos:
         n = info.filename
         if n.startswith(("/", "\\")) or ".." in n.replace("\\", "/").split("/") or ":" in n.split("/")[0]:
             raise FormatError(f"{path}: refusing zip member with an unsafe name {n!r}")
