@@ -328,3 +328,25 @@ def test_reset_before_gru_with_recurrent_bias(tmp_path, k2, k3):
     got3 = k3.ops.convert_to_numpy(k3.saving.load_model(tmp_path / "g.keras", compile=False)(x))
     np.testing.assert_allclose(got2, want, atol=1e-5, rtol=0)
     np.testing.assert_allclose(got3, want, atol=1e-5, rtol=0)
+
+
+def test_tf_keras_written_keras_archive(tmp_path, k2):
+    """tf_keras 2.x also writes .keras archives (keras_version 2.x, no @name attributes): layers are found
+    by their class-name store keys, and 'hard_sigmoid' keeps its Keras 2 meaning (refused for Keras 3)."""
+    i = k2.Input((None, 3))
+    y = k2.layers.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True, name="hs")(i)
+    y = k2.layers.Bidirectional(k2.layers.GRU(2, return_sequences=True), name="bb")(y)
+    m = k2.Model(i, y)
+    rng = np.random.default_rng(0)
+    m.set_weights([rng.uniform(-2, 2, w.shape).astype(np.float32) for w in m.get_weights()])
+    src = tmp_path / "k2.keras"
+    m.save(src)
+    ck = rnnconvert.load(src)
+    assert [l.name for l in ck.layers] == ["hs", "bb"]
+    assert ck.layers[0].semantics.gate_activation == "hard_sigmoid"
+    rnnconvert.convert(src, tmp_path / "k2.h5")
+    again = k2.models.load_model(tmp_path / "k2.h5", compile=False)
+    x = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(again.get_layer("hs")(x).numpy(), m.get_layer("hs")(x).numpy(), atol=1e-5, rtol=0)
+    with pytest.raises(UnsupportedError, match="hard_sigmoid"):
+        rnnconvert.convert(src, tmp_path / "k3.keras")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -150,15 +151,35 @@ def _class_of(key: str) -> str | None:
     return _CLASS_OF.get(base)
 
 
+def _snake(cls: str) -> str:
+    """Keras' ``naming.to_snake_case`` of a class name (``SimpleRNN`` -> ``simple_rnn``)."""
+    s1 = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", cls)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", s1).lower()
+
+
 def _layer_configs(cfg: dict | None) -> dict[str, dict]:
-    """``{user name: {'class_name', 'config'}}`` of the layers of a serialized Keras 3 model."""
+    """``{name: {'class_name', 'config'}}`` of the layers of a serialized model, under both the user name
+    and the store key (snake_case class name made unique in order: ``gru``, ``gru_1``; keras
+    ``saving_lib._save_container_state``), since tf_keras-written stores carry no ``@name``."""
     inner = cfg.get("config") if isinstance(cfg, dict) else None
     layers = inner.get("layers") if isinstance(inner, dict) else None
     if not isinstance(layers, list):
         return {}
-    return {rec["config"]["name"]: rec for rec in layers
-            if isinstance(rec, dict) and isinstance(rec.get("config"), dict)
-            and isinstance(rec["config"].get("name"), str) and isinstance(rec.get("class_name", ""), str)}
+    out: dict[str, dict] = {}
+    used: dict[str, int] = {}
+    for rec in layers:
+        if not (isinstance(rec, dict) and isinstance(rec.get("config"), dict)
+                and isinstance(rec["config"].get("name"), str) and isinstance(rec.get("class_name"), str)):
+            continue
+        key = _snake(rec["class_name"])
+        if key in used:
+            used[key] += 1
+            key = f"{key}_{used[key]}"
+        else:
+            used[key] = 0
+        out.setdefault(rec["config"]["name"], rec)
+        out.setdefault(f"\0{key}", rec)
+    return out
 
 
 _STUB = {"LSTM": "lstm_cell", "GRU": "gru_cell", "SimpleRNN": "simple_rnn_cell"}
@@ -172,12 +193,13 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
     def rank(key: str):
         base = key.rstrip("0123456789")
         num = int(key[len(base):] or -1)
-        return (order.get(_user_name(container["layers"][key], key), len(order)), base.rstrip("_"), num)
+        return (order.get(f"\0{key}", len(order)), base.rstrip("_"), num)
 
     for key in sorted(container["layers"].keys(), key=rank):
         g = container["layers"][key]
-        name = _user_name(g, key)
-        rec = cfgs.get(name, {})
+        rec = cfgs.get(f"\0{key}", {})
+        name = _user_name(g, rec.get("config", {}).get("name") or key)
+        rec = cfgs.get(name, rec)
         cfg = rec.get("config")
         cls = rec.get("class_name") or _class_of(key)
         # the store's structure decides what a group is; the config only adds semantics
@@ -234,11 +256,15 @@ def _read_store(path: Path, h5path: str, config: dict | None, gate_activation: s
     ckpt = rd.ckpt
     ckpt.format = "keras3"
     ckpt.meta = {"path": str(path), "keras_version": keras_version}
+    is_k3 = (keras_version or "3").startswith("3")  # tf_keras (2.x) writes .keras too, with Keras 2 hard_sigmoid
     for i, layer in enumerate(ckpt.layers):
         s = layer.semantics
-        k3 = {a: ("hard_sigmoid_k3" if getattr(s, a) == "hard_sigmoid" else getattr(s, a))
-              for a in ("gate_activation", "activation")}
-        layer = layer.with_semantics(**k3)
+        if not is_k3:
+            layer.source = {**layer.source, "format": "keras3"}
+            continue
+        acts = {a: ("hard_sigmoid_k3" if getattr(s, a) == "hard_sigmoid" else getattr(s, a))
+                for a in ("gate_activation", "activation")}
+        layer = layer.with_semantics(**acts)
         layer.source = {**layer.source, "format": "keras3"}
         layer.source.pop("raw", None)  # Keras 3 semantics: verify against the numpy reference
         ckpt.layers[i] = layer
