@@ -13,6 +13,11 @@ Layout (LAYOUTS.md §6; keras 3.15 ``src/saving/saving_lib.py``, ``src/layers/la
   with ``reset_after``, ``(3H,)`` without): ``gates.TABLE['keras']`` / ``['keras_ra']``.
 * ``hard_sigmoid`` in a Keras 3 config means ``clip(x/6 + 1/2, 0, 1)`` (read as ``hard_sigmoid_k3``),
   not Keras 2's ``clip(0.2x + 0.5, 0, 1)``: a Keras-2 hard_sigmoid layer is refused for this target.
+* tf_keras 2.13+ writes ``.keras`` archives of the same layout (``metadata.json`` ``keras_version``
+  ``2.x``, no ``@name`` attributes): groups are then matched to config layers by their store key
+  (snake_case class name made unique in config order), and ``hard_sigmoid`` keeps the Keras 2 meaning.
+* A ``.weights.h5`` has no config: activations are Keras 3's defaults (``gate_activation=`` overrides),
+  GRU ``reset_after`` follows the bias shape, and layers come in class-name order.
 
 Reading never runs Keras: the zip is checked (no absolute or ``..`` member names, bounded sizes and
 compression ratio), ``config.json`` is parsed with :mod:`json` and the weights with h5py.
