@@ -350,3 +350,18 @@ def test_tf_keras_written_keras_archive(tmp_path, k2):
     np.testing.assert_allclose(again.get_layer("hs")(x).numpy(), m.get_layer("hs")(x).numpy(), atol=1e-5, rtol=0)
     with pytest.raises(UnsupportedError, match="hard_sigmoid"):
         rnnconvert.convert(src, tmp_path / "k3.keras")
+
+
+def test_outputs_are_byte_stable(tmp_path, k3):
+    """The same source written twice gives identical .keras and .h5 bytes (no timestamps, no id()s)."""
+    torch = pytest.importorskip("torch")
+    from test_keras_h5_write import _save_pt, gate_distinct_
+
+    mod = torch.nn.GRU(3, 4, bidirectional=True, batch_first=True)
+    gate_distinct_(mod, 9)
+    _save_pt(mod, tmp_path / "s.pt")
+    for ext in ("keras", "h5"):
+        a, b = tmp_path / f"a.{ext}", tmp_path / f"b.{ext}"
+        rnnconvert.convert(tmp_path / "s.pt", a, verify=None)
+        rnnconvert.convert(tmp_path / "s.pt", b)
+        assert a.read_bytes() == b.read_bytes(), ext

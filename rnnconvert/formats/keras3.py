@@ -369,8 +369,8 @@ def _make_layer(k, layer: RNNLayer, name: str):
     s = layer.semantics
     kw: dict[str, Any] = {"return_sequences": True, "activation": _K3_ACTS[s.activation], "use_bias": layer.bias,
                           "dtype": str(layer.dtype)}
+    kw["name"] = name  # inside Bidirectional: copies named forward_<name> / backward_<name> (not auto-numbered)
     if not layer.bidirectional:
-        kw["name"] = name
         if s.go_backwards:
             kw["go_backwards"] = True
     if layer.cell is Cell.LSTM:
@@ -422,14 +422,43 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
         out = os.path.join(tmp, "model.weights.h5" if wo else "model.keras")
         if wo:
             model.save_weights(out)
+            shutil.copyfile(out, path)
         else:
             model.save(out)
-        shutil.copyfile(out, path)
+            _repack(out, path)
     how = ("build the model (see docs/keras3.md) and model.load_weights(path)" if wo
            else "keras.saving.load_model(path)")
     return [f"{layer.name}: Keras 3 {keras_h5_write._CLASS[layer.cell]} layer(s) {', '.join(names)} "
             f"(input '{in_name}', return_sequences=True); {how}"
             for layer, in_name, names in keras_h5_write.plan(ckpt)]
+
+
+def _renumber(obj: Any, ids: dict[int, int]) -> Any:
+    """Replace Keras' ``shared_object_id`` values (Python ``id()``s) by 1, 2, ... in order of first
+    appearance; equal ids stay equal, so shared objects stay shared."""
+    if isinstance(obj, dict):
+        return {k: (ids.setdefault(v, len(ids) + 1) if k == "shared_object_id" else _renumber(v, ids))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_renumber(v, ids) for v in obj]
+    return obj
+
+
+def _repack(src: str, dst: str | Path) -> None:
+    """Copy the archive Keras wrote with fixed member timestamps, no ``date_saved`` in ``metadata.json``
+    and renumbered ``shared_object_id``s, so that the same input gives the same bytes."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename == "metadata.json":
+                meta = json.loads(data)
+                meta.pop("date_saved", None)
+                data = json.dumps(meta).encode()
+            elif info.filename == "config.json":
+                data = json.dumps(_renumber(json.loads(data), {})).encode()
+            out = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            out.compress_type, out.external_attr = info.compress_type, info.external_attr
+            zout.writestr(out, data)
 
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:

@@ -146,8 +146,7 @@ def _make_layer(k, layer: RNNLayer, name: str, cudnn: bool, twin: bool = False):
     s, H = layer.semantics, layer.hidden_size
     dtype = str(layer.dtype)
     kw: dict[str, Any] = {"return_sequences": True, "dtype": dtype}
-    if not layer.bidirectional:
-        kw["name"] = name
+    kw["name"] = name  # inside Bidirectional: copies named forward_<name> / backward_<name> (not auto-numbered)
     if s.go_backwards and not layer.bidirectional:
         kw["go_backwards"] = True
     if cudnn:
