@@ -50,17 +50,24 @@ def convert(
     gate_activation: GateOpt = None,
     cudnn: Annotated[bool, typer.Option("--cudnn", help="Keras 2 .h5 output: write CuDNNLSTM/CuDNNGRU layers "
                                         "(GPU-only in Keras 2) instead of LSTM/GRU.")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Convert SRC to DST, verify it, and only then put DST in place."""
+    """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
+    every recognised file under it into DST_DIR (--to required), in parallel with -j."""
     from . import api
 
     if verify not in ("reference", "framework"):
         raise typer.BadParameter("--verify must be 'reference' or 'framework'")
-    if cudnn and api.registry.for_output(dst, to).name != "keras_h5":
+    if cudnn and (to or (None if src.is_dir() else api.registry.for_output(dst).name)) not in ("keras_h5", None):
         raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
-    rep = api.convert(src, dst, to=to, src_format=src_format, verify=None if no_verify else verify, force=force,
-                      read_opts=_read_opts(gate_activation), write_opts={"cudnn": True} if cudnn else None)
+    kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
+                  read_opts=_read_opts(gate_activation), write_opts={"cudnn": True} if cudnn else None)
+    if src.is_dir():
+        raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, kwargs))
+    with _progress(quiet, f"converting {src.name}"):
+        rep = api.convert(src, dst, to=to, **kwargs)
     if as_json:
         out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
                "modules": rep.modules, "notes": rep.notes,
@@ -79,6 +86,53 @@ def convert(
                       f"{c.source_route} vs {c.target_route})")
     else:
         con.print("  not verified (--no-verify)")
+
+
+def _progress(quiet: bool, what: str):
+    """A rich spinner on stderr while a conversion runs; nothing when quiet or not a terminal."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return _console(stderr=True).status(what)
+
+
+def _batch(src: Path, dst: Path, to: Optional[str], jobs: int, quiet: bool, as_json: bool, kwargs: dict) -> int:
+    from .batch import candidates, convert_tree
+    from .errors import FormatError
+
+    if not to:
+        raise FormatError("a directory SRC needs --to FORMAT (see `rnnconvert formats`)")
+    total = sum(1 for _ in candidates(src))
+    show = not quiet and not as_json and sys.stderr.isatty()
+    if show:
+        from rich.progress import Progress
+
+        prog = Progress(console=_console(stderr=True), transient=True)
+        task = prog.add_task(f"converting {total} files", total=total)
+        prog.start()
+        on_done = lambda r: prog.advance(task)  # noqa: E731
+    else:
+        prog, on_done = None, None
+    try:
+        results = convert_tree(src, dst, to=to, jobs=jobs, on_done=on_done, **kwargs)
+    finally:
+        if prog:
+            prog.stop()
+    if as_json:
+        typer.echo(json.dumps([r.__dict__ for r in results], indent=2))
+    else:
+        from rich.table import Table
+
+        t = Table(title=f"{src} -> {dst} ({to})")
+        for c in ("file", "status", "detail"):
+            t.add_column(c)
+        for r in results:
+            t.add_row(str(Path(r.src).relative_to(src)), r.status, r.message)
+        _console().print(t)
+        n_ok = sum(r.status == "converted" for r in results)
+        _console().print(f"{n_ok} of {len(results)} converted")
+    return 0 if all(r.status == "converted" for r in results) else 8
 
 
 @app.command()
@@ -159,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         args.insert(0, "convert")
     try:
-        app(args=args, prog_name="rnnconvert", standalone_mode=False)
+        rc = app(args=args, prog_name="rnnconvert", standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            return rc
     except RNNConvertError as exc:
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise

@@ -52,7 +52,13 @@ FORMATS: tuple[Format, ...] = (
     Format("keras3", "rnnconvert.formats.keras3", (".keras", ".weights.h5"),
            "Keras 3 .keras archive or .weights.h5 (vars/0..2 under class-name paths)"),
     Format("pt", "rnnconvert.formats.torch_pt", (".pt", ".pth"),
-           "PyTorch state dict (torch.save of a dict of tensors)"),
+           "PyTorch state dict, training checkpoint or TorchScript archive (weights only)"),
+    Format("onnx", "rnnconvert.formats.onnx_fmt", (".onnx",),
+           "ONNX model with LSTM/GRU/RNN nodes (onnxruntime runs it)"),
+    Format("safetensors", "rnnconvert.formats.safetensors_fmt", (".safetensors",),
+           "safetensors with PyTorch state-dict key names"),
+    Format("npz", "rnnconvert.formats.npz_fmt", (".npz",),
+           "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)"),
 )
 
 _BY_NAME: dict[str, Format] = {}

@@ -111,3 +111,22 @@ def test_pickle_payload_never_runs(tmp_path, capsys):
     assert "weights_only" in capsys.readouterr().err
     assert not marker.exists()
     assert np.all([p.name != "o.pt" for p in tmp_path.iterdir()])
+
+
+def test_batch_directory(tmp_path, capsys):
+    """A directory of three files: two convert, a damaged one is reported, and the exit code says so."""
+    src = tmp_path / "in"
+    (src / "sub").mkdir(parents=True)
+    torch.save({f"a.{k}": v for k, v in torch_rnn("GRU", 3, 4).state_dict().items()}, src / "one.pt")
+    torch.save({f"b.{k}": v for k, v in torch_rnn("LSTM", 3, 4, bidirectional=True).state_dict().items()},
+               src / "sub" / "two.pt")
+    (src / "broken.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+    out = tmp_path / "out"
+    assert main([str(src), str(out), "--to", "pt", "-j", "2", "--json"]) == 8
+    res = {r["src"].rsplit("/", 1)[-1]: r for r in json.loads(capsys.readouterr().out)}
+    assert res["one.pt"]["status"] == res["two.pt"]["status"] == "converted"
+    assert res["broken.h5"]["status"] == "failed"
+    assert (out / "one.pt").exists() and (out / "sub" / "two.pt").exists() and not (out / "broken.pt").exists()
+    a = torch.load(src / "sub" / "two.pt", weights_only=True)
+    b = torch.load(out / "sub" / "two.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -8,6 +8,9 @@ Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_f
   weights group), standalone Keras 2.0-2.3, tf.keras / tf_keras (``lstm/lstm_cell/kernel:0``);
 * nested ``Sequential``/``Model``, ``Bidirectional`` (forward half of the weights first),
   ``TimeDistributed``;
+* Keras 1 3-tensor layers (``lstm_1_W``, ``lstm_1_U``, ``lstm_1_b``: LSTM ``consume_less='gpu'``,
+  SimpleRNN; Dense ``dense_1_W``/``dense_1_b``), recognised by name in weights-only files;
+* ``keras.layers.RNN`` around ``LSTMCell``/``GRUCell``/``SimpleRNNCell`` (read as the matching layer);
 * ``LSTM``, ``GRU`` (``reset_after`` True/False; absent key = False), ``SimpleRNN``,
   ``CuDNNLSTM``/``CuDNNGRU`` (kernel slices hold cuDNN's row-major ``(H, in)`` bytes; bias
   ``(2*G*H,)``), ``use_bias=False``.
@@ -37,6 +40,7 @@ from ..model import ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Se
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 RNN_CLASSES = {"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1", "CuDNNLSTMV1"}
+_CELL_KIND = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}
 _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu",
               "linear": "linear", "softsign": "softsign", None: "linear"}
 
@@ -171,6 +175,24 @@ def default_gate_activation(keras_version: str | None) -> str | None:
     return "hard_sigmoid" if ver < (2, 3, 0) else "sigmoid"
 
 
+def default_reset_after(keras_version: str | None) -> bool | None:
+    """Default GRU ``reset_after`` of the Keras that wrote a weights-only file (LAYOUTS.md §3.4).
+
+    ``False`` for Keras 1 (reset-before only) and standalone Keras 2.0-2.3 (the key appeared in 2.1.5
+    with default ``False``); ``True`` for tf_keras / Keras >= 2.4; ``None`` for ``'...-tf'`` versions
+    (tf.keras of TF 1.x: ``False``; of TF 2.x: ``True``). Only needed when the GRU has no bias: with a
+    bias, its shape decides ((2, 3H): True, (3H,): False).
+    """
+    if not keras_version or keras_version.startswith("1"):
+        return False
+    if keras_version.endswith("-tf"):
+        return None
+    m = re.match(r"(\d+)\.(\d+)", keras_version)
+    if not m:
+        return None
+    return (int(m.group(1)), int(m.group(2))) >= (2, 4)
+
+
 # --------------------------------------------------------------------------------------------
 # Interpretation
 # --------------------------------------------------------------------------------------------
@@ -197,6 +219,16 @@ class _Reader:
             inner = _rec(cfg.get("layer"))
             self.entry(_Entry(e.name, e.names, e.weights, inner["config"], inner["class_name"]), prefix)
             return
+        if cls == "RNN":  # keras.layers.RNN(cell): the cell's config plus the wrapper's direction/outputs
+            cell = cfg.get("cell") or {}
+            kind = _CELL_KIND.get(cell.get("class_name"))
+            if kind is None:
+                raise UnsupportedError(f"layer '{name}': RNN wrapper around {cell.get('class_name')!r} is not supported "
+                                       f"(supported cells: {', '.join(_CELL_KIND)})")
+            merged = {**(cell.get("config") or {}),
+                      **{k: cfg[k] for k in ("return_sequences", "go_backwards") if k in cfg}}
+            self.ckpt.layers.append(self.rnn(_Entry(e.name, e.names, e.weights, merged, kind), name, kind))
+            return
         kind = self._rnn_kind(e, cls)
         if kind:
             self.ckpt.layers.append(self.rnn(e, name, kind))
@@ -222,7 +254,9 @@ class _Reader:
             return "LSTM"
         if n == 9 and all(re.search(r"_[WUb]_[zrh]$", b) for b in bases):
             return "GRU"
-        if "recurrent_kernel" not in bases or n not in (2, 3):
+        # Keras 2 names the recurrent matrix 'recurrent_kernel'; Keras 1 (3-tensor SimpleRNN and LSTM
+        # consume_less='gpu', LAYOUTS.md §1.1, §1.3) names its tensors '<layer>_W', '<layer>_U', '<layer>_b'.
+        if n not in (2, 3) or not ("recurrent_kernel" in bases or re.search(r"(^|_)U$", bases[1])):
             return None
         k, r = e.weights[0], e.weights[1]
         if k.ndim != 2 or r.ndim != 2 or r.shape[1] % r.shape[0]:
@@ -311,7 +345,12 @@ class _Reader:
             if not isinstance(a, str) or _KERAS_ACT.get(a) not in ACTIVATIONS:
                 raise UnsupportedError(f"layer '{name}': {what}={a!r} is not supported by rnnconvert "
                                        f"(supported: {', '.join(sorted(k for k in _KERAS_ACT if k))})")
-        reset_after = bool(cfg.get("reset_after", False)) if kind == "GRU" else True
+        if kind != "GRU":
+            reset_after = True
+        elif cfg:  # a config without the key is Keras 2.0/2.1: reset-before
+            reset_after = bool(cfg.get("reset_after", False))
+        else:  # weights-only: the writer's default (a bias, when present, overrides it in _rnn)
+            reset_after = bool(default_reset_after(self.keras_version))
         gate, act = _KERAS_ACT[gate], _KERAS_ACT[act]
         if (self.keras_version or "").startswith("3"):  # Keras 3 legacy .h5: its own hard_sigmoid (x/6)
             gate, act = (("hard_sigmoid_k3" if a == "hard_sigmoid" else a) for a in (gate, act))
@@ -329,12 +368,19 @@ class _Reader:
             if len(w) > 2:
                 raw["bias"] = w[2]
             fam = "keras_cudnn" if kind.startswith("CuDNN") else "keras"
+        if kind == "GRU" and not cfg and "bias" not in raw and default_reset_after(self.keras_version) is None:
+            raise UnsupportedError(
+                f"layer '{name}': this weights-only GRU has no bias and keras_version {self.keras_version!r} does not "
+                "tell whether reset_after is True or False; convert the full-model file instead")
         if kind == "GRU" and "bias" in raw and raw["bias"].ndim == 2:
             if "reset_after" in cfg and not cfg["reset_after"]:
                 raise FormatError(f"layer '{name}': config says reset_after=False but the bias is {raw['bias'].shape}")
             sem = _with(sem, reset_after=True)
         if kind == "GRU" and "bias" in raw and raw["bias"].ndim == 1 and sem.reset_after:
-            raise FormatError(f"layer '{name}': config says reset_after=True but the bias is {raw['bias'].shape}")
+            if not cfg.get("reset_after"):  # weights-only: the version default yields to the (3H,) bias
+                sem = _with(sem, reset_after=False)
+            else:
+                raise FormatError(f"layer '{name}': config says reset_after=True but the bias is {raw['bias'].shape}")
         cell = {"LSTM": Cell.LSTM, "CuDNNLSTM": Cell.LSTM, "GRU": Cell.GRU, "CuDNNGRU": Cell.GRU}.get(kind)
         if cell is None:
             cell = Cell.RNN_RELU if sem.activation == "relu" else Cell.RNN_TANH
@@ -372,14 +418,16 @@ class _Reader:
             name=name, cell=cell, input_size=I, hidden_size=H, bias=b is not None, semantics=sem,
             params=[[DirectionParams(w_ih, w_hh, b_ih, b_hh)]],
             return_sequences=bool(cfg.get("return_sequences", True if not cfg else False)),
-            source={"format": "keras_h5", "class_name": kind, "family": fam, "raw": [raw]},
+            source={"format": "keras_h5", "class_name": kind, "family": fam, "raw": [raw], "config": cfg or None},
         )
 
     def other(self, e: _Entry, name: str, cls: str | None) -> None:
         bases = [_base(n) for n in e.names]
         t = self.ckpt.tensors
-        if (cls == "Dense" or (cls is None and bases[:1] == ["kernel"] and len(e.weights) <= 2
-                               and e.weights[0].ndim == 2)):
+        keras1_dense = (len(e.weights) == 2 and e.weights[0].ndim == 2 and e.weights[1].ndim == 1
+                        and re.search(r"(^|_)W$", bases[0]) and re.search(r"(^|_)b$", bases[1]))  # dense_1_W, dense_1_b
+        if (cls == "Dense" or (cls is None and (keras1_dense or (bases[:1] == ["kernel"] and len(e.weights) <= 2
+                                                                 and e.weights[0].ndim == 2)))):
             t[f"{name}.weight"] = np.ascontiguousarray(e.weights[0].T)
             if len(e.weights) > 1:
                 t[f"{name}.bias"] = e.weights[1]
@@ -511,6 +559,15 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
     if not rd.ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
     return rd.ckpt
+
+
+def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x: np.ndarray) -> np.ndarray:
+    """Run layer ``layer_name`` in tf_keras on CPU (``--verify framework``); see
+    :func:`rnnconvert.formats.keras_tf.framework_forward` (float64 ``(batch, time, dirs * H)``, directions
+    concatenated, merge mode not applied). Raises DependencyError without tf_keras."""
+    from .keras_tf import framework_forward as run
+
+    return run(src_path, ckpt, layer_name, x)
 
 
 # The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
