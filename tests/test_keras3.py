@@ -365,3 +365,15 @@ def test_outputs_are_byte_stable(tmp_path, k3):
         rnnconvert.convert(tmp_path / "s.pt", a, verify=None)
         rnnconvert.convert(tmp_path / "s.pt", b)
         assert a.read_bytes() == b.read_bytes(), ext
+
+
+def test_textgenrnn_via_pt_to_keras3(tmp_path, realworld, k3):
+    """Real CuDNNLSTM file -> .pt -> .keras: Keras 3 still reproduces the oracle."""
+    pytest.importorskip("torch")
+    d = realworld / "textgenrnn-reddit-cudnnlstm"
+    ora = np.load(d / "oracle_out.npz", allow_pickle=False)
+    rnnconvert.convert(d / "reddit_rarepuppers_politics.hdf5", tmp_path / "tg.pt")
+    rnnconvert.convert(tmp_path / "tg.pt", tmp_path / "tg.keras")
+    for layer in ("rnn_1", "rnn_2"):
+        np.testing.assert_allclose(_run3(k3, tmp_path / "tg.keras", [layer], ora[f"{layer}__in"]),
+                                   ora[f"{layer}__out"], atol=1e-5, rtol=0)
