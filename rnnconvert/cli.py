@@ -48,6 +48,8 @@ def convert(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification.")] = False,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing DST.")] = False,
     gate_activation: GateOpt = None,
+    cudnn: Annotated[bool, typer.Option("--cudnn", help="Keras 2 .h5 output: write CuDNNLSTM/CuDNNGRU layers "
+                                        "(GPU-only in Keras 2) instead of LSTM/GRU.")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     as_json: JsonOpt = False,
@@ -58,8 +60,10 @@ def convert(
 
     if verify not in ("reference", "framework"):
         raise typer.BadParameter("--verify must be 'reference' or 'framework'")
+    if cudnn and (to or (None if src.is_dir() else api.registry.for_output(dst).name)) not in ("keras_h5", None):
+        raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
-                  read_opts=_read_opts(gate_activation))
+                  read_opts=_read_opts(gate_activation), write_opts={"cudnn": True} if cudnn else None)
     if src.is_dir():
         raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, kwargs))
     with _progress(quiet, f"converting {src.name}"):

@@ -48,6 +48,9 @@ class Format:
 FORMATS: tuple[Format, ...] = (
     Format("keras_h5", "rnnconvert.formats.keras_h5", (".h5", ".hdf5", ".net"),
            "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
+    # after keras_h5, whose sniff declines HDF5 files without model_weights/layer_names (Keras 3 stores)
+    Format("keras3", "rnnconvert.formats.keras3", (".keras", ".weights.h5"),
+           "Keras 3 .keras archive or .weights.h5 (vars/0..2 under class-name paths)"),
     Format("pt", "rnnconvert.formats.torch_pt", (".pt", ".pth"),
            "PyTorch state dict, training checkpoint or TorchScript archive (weights only)"),
     Format("onnx", "rnnconvert.formats.onnx_fmt", (".onnx",),

@@ -1,4 +1,4 @@
-"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader.
+"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader (writer: :mod:`.keras_h5_write`).
 
 Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
 
@@ -208,7 +208,7 @@ class _Reader:
     def entry(self, e: _Entry, prefix: str) -> None:
         name = f"{prefix}{e.name}"
         cls = e.class_name
-        cfg = (e.config or {})
+        cfg = e.config if isinstance(e.config, dict) else {}
         if cls in ("Sequential", "Model", "Functional") or (cls is None and self._looks_nested(e)):
             self.nested(e, name)
             return
@@ -216,8 +216,8 @@ class _Reader:
             self.bidirectional(e, name)
             return
         if cls == "TimeDistributed":
-            inner = cfg.get("layer", {})
-            self.entry(_Entry(e.name, e.names, e.weights, inner.get("config"), inner.get("class_name")), prefix)
+            inner = _rec(cfg.get("layer"))
+            self.entry(_Entry(e.name, e.names, e.weights, inner["config"], inner["class_name"]), prefix)
             return
         if cls == "RNN":  # keras.layers.RNN(cell): the cell's config plus the wrapper's direction/outputs
             cell = cfg.get("cell") or {}
@@ -282,14 +282,14 @@ class _Reader:
             self.entry(child, f"{name}.")
 
     def bidirectional(self, e: _Entry, name: str) -> None:
-        cfg = e.config or {}
-        inner = cfg.get("layer", {})
+        cfg = e.config if isinstance(e.config, dict) else {}
+        inner = _rec(cfg.get("layer"))
         half = len(e.weights) // 2
         if half * 2 != len(e.weights) or half == 0:
             raise FormatError(f"{self.path}: Bidirectional layer '{name}' has {len(e.weights)} weights, not an even split")
-        fw = _Entry(name, e.names[:half], e.weights[:half], inner.get("config"), inner.get("class_name"))
-        bw_cfg = (cfg.get("backward_layer") or inner)
-        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg.get("config"), bw_cfg.get("class_name"))
+        fw = _Entry(name, e.names[:half], e.weights[:half], inner["config"], inner["class_name"])
+        bw_cfg = _rec(cfg.get("backward_layer")) if cfg.get("backward_layer") else inner
+        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg["config"], bw_cfg["class_name"])
         kind_f = self._rnn_kind(fw, fw.class_name)
         kind_b = self._rnn_kind(bw, bw.class_name)
         if not kind_f or kind_f != kind_b:
@@ -302,6 +302,8 @@ class _Reader:
             raise UnsupportedError(f"layer '{name}': the two directions of this Bidirectional differ in "
                                    "kind, size or activations; convert them as two separate layers")
         merge = cfg.get("merge_mode", "concat") if e.config is not None else "concat"
+        if merge not in ("concat", "sum", "mul", "ave", None):
+            raise FormatError(f"{self.path}: Bidirectional layer '{name}' has merge_mode={merge!r}")
         layer = RNNLayer(
             name=name, cell=lf.cell, input_size=lf.input_size, hidden_size=lf.hidden_size,
             bidirectional=True, bias=lf.bias, semantics=_with(lf.semantics, merge_mode=merge),
@@ -312,7 +314,7 @@ class _Reader:
 
     # -- RNN layers -------------------------------------------------------------------------
     def rnn(self, e: _Entry, name: str, kind: str) -> RNNLayer:
-        cfg = e.config or {}
+        cfg = e.config if isinstance(e.config, dict) else {}
         w = e.weights
         try:
             return self._rnn(e, name, kind, cfg, w)
@@ -349,7 +351,10 @@ class _Reader:
             reset_after = bool(cfg.get("reset_after", False))
         else:  # weights-only: the writer's default (a bias, when present, overrides it in _rnn)
             reset_after = bool(default_reset_after(self.keras_version))
-        return Semantics(gate_activation=_KERAS_ACT[gate], activation=_KERAS_ACT[act], reset_after=reset_after,
+        gate, act = _KERAS_ACT[gate], _KERAS_ACT[act]
+        if (self.keras_version or "").startswith("3"):  # Keras 3 legacy .h5: its own hard_sigmoid (x/6)
+            gate, act = (("hard_sigmoid_k3" if a == "hard_sigmoid" else a) for a in (gate, act))
+        return Semantics(gate_activation=gate, activation=act, reset_after=reset_after,
                          go_backwards=bool(cfg.get("go_backwards", False)))
 
     def _rnn(self, e: _Entry, name: str, kind: str, cfg: dict, w: list[np.ndarray]) -> RNNLayer:
@@ -434,6 +439,14 @@ class _Reader:
             t[f"{name}.{b}"] = arr
 
 
+def _rec(x: Any) -> dict[str, Any]:
+    """A ``{'class_name', 'config'}`` layer record with wrong-typed parts (crafted configs) set to ``None``."""
+    x = x if isinstance(x, dict) else {}
+    cls = x.get("class_name")
+    return {"class_name": cls if isinstance(cls, str) else None,
+            "config": x.get("config") if isinstance(x.get("config"), dict) else None}
+
+
 def _with(sem: Semantics, **kw) -> Semantics:
     from dataclasses import replace
 
@@ -468,8 +481,22 @@ def _merge_keras1(kind: str, names: list[str], w: list[np.ndarray]) -> dict[str,
 
 
 def sniff(head: bytes, path: Path | None = None) -> bool:
-    """True when the first bytes are the HDF5 signature."""
-    return head.startswith(HDF5_MAGIC)
+    """True for an HDF5 file with a Keras 1/2 ``model_weights`` group or a root ``layer_names`` attribute.
+
+    Keras 3 ``.weights.h5`` files (``layers/.../vars/0``) have neither and are left to ``keras3``.
+    An HDF5 file that cannot be opened here is claimed (``read`` then reports why).
+    """
+    if not head.startswith(HDF5_MAGIC):
+        return False
+    if path is None:
+        return True
+    import h5py
+
+    try:
+        with h5py.File(str(path), "r") as f:
+            return "model_weights" in f or "layer_names" in f.attrs or "layer_names0" in f.attrs
+    except OSError:
+        return True
 
 
 def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> Checkpoint:
@@ -541,3 +568,7 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
     from .keras_tf import framework_forward as run
 
     return run(src_path, ckpt, layer_name, x)
+
+
+# The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
+from .keras_h5_write import ROUTE, check, target_forward, write  # noqa: E402,F401
