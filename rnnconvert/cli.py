@@ -227,12 +227,12 @@ def main(argv: list[str] | None = None) -> int:
         print("rnnconvert: interrupted; no output was written", file=sys.stderr)
         return 130
     except Exception as exc:  # click usage errors and genuine bugs
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
+        # Usage errors come from the click that typer bundles (typer._click, private): match by behaviour.
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            return code
+        if type(exc).__name__ == "Abort":
             return 1
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise

@@ -113,6 +113,24 @@ def detect(path: str | Path) -> Format:
     return f
 
 
+def way_out(layer, exclude: str) -> str:
+    """The way out for a refused ``layer``: the other runnable formats whose ``refusals(layer)`` is empty.
+
+    One sentence, e.g. ``"Convert to .onnx instead, which expresses it exactly"``; the facts come from
+    each format module's own ``refusals`` (``npz``, a storage format, is never suggested).
+    """
+    ok = []
+    for f in FORMATS:
+        if f.name in (exclude, "npz", "safetensors"):
+            continue
+        ref = getattr(f.load(), "refusals", None)
+        if ref is not None and not ref(layer):
+            ok.append(f.extensions[0])
+    if not ok:
+        return "No format rnnconvert writes computes this exactly; keep the source checkpoint"
+    return f"Convert to {' or '.join(ok)} instead, which {'expresses' if len(ok) == 1 else 'express'} it exactly"
+
+
 def for_output(path: str | Path, to: str | None = None) -> Format:
     """The format to write ``path`` in: ``to`` when given, else by the file name's extension.
 

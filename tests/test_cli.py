@@ -130,3 +130,10 @@ def test_batch_directory(tmp_path, capsys):
     a = torch.load(src / "sub" / "two.pt", weights_only=True)
     b = torch.load(out / "sub" / "two.pt", weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("argv", [["a.h5", "b.pt", "--verify", "bogus"], ["inspect"], ["a.h5", "b.pt", "--nope"]])
+def test_usage_errors_exit_2_without_traceback(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip()

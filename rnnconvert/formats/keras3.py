@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import registry
 from ..errors import FormatError, UnsupportedError, require
 from ..model import Checkpoint, Cell, RNNLayer
 from ..transforms import fold_forget_bias
@@ -354,7 +355,7 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
         why = refusals(layer)
         if why:
             raise UnsupportedError(f"layer '{layer.name}' cannot be written as a Keras 3 layer: {'; '.join(why)}. "
-                                   "Convert to .onnx instead, which expresses it exactly")
+                                   f"{registry.way_out(layer, 'keras3')}")
     notes = []
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors are not written; only the recurrent layers are")

@@ -571,4 +571,4 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
 
 
 # The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
-from .keras_h5_write import ROUTE, check, target_forward, write  # noqa: E402,F401
+from .keras_h5_write import ROUTE, check, refusals, target_forward, write  # noqa: E402,F401

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import gates
+from .. import gates, registry
 from ..errors import UnsupportedError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ..transforms import fold_forget_bias, summed_bias
@@ -73,7 +73,7 @@ def plan(ckpt: Checkpoint) -> list[tuple[RNNLayer, str, list[str]]]:
     return out
 
 
-def refusals(layer: RNNLayer, cudnn: bool) -> list[str]:
+def refusals(layer: RNNLayer, cudnn: bool = False) -> list[str]:
     """What a Keras 2 layer (CuDNN form when ``cudnn``) cannot express about ``layer``."""
     s, why = layer.semantics, []
     if layer.proj_size:
@@ -107,8 +107,8 @@ def check(ckpt: Checkpoint, *, cudnn: bool = False, **_: Any) -> list[str]:
             form = "CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU") if cudnn else _CLASS[layer.cell]
             raise UnsupportedError(
                 f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. "
-                + ("Write the plain Keras form (without cudnn=True) or .onnx instead" if cudnn
-                   else "Convert to .onnx (or .pt for projections) instead"))
+                + ("Write the plain Keras form (without --cudnn) instead" if cudnn and not refusals(layer)
+                   else registry.way_out(layer, "keras_h5")))
     notes = []
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors (e.g. {next(iter(ckpt.tensors))}) are not "

@@ -135,7 +135,7 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     from . import torch_pt
 
     layer = read(path).layer(name)
-    if torch_pt._refusals(layer):
+    if torch_pt.refusals(layer):
         return reference.forward(layer, x)
     torch = require("torch", "torch")
     sd = torch_pt.state_dict(Checkpoint(layers=[layer]))

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import gates
+from .. import gates, registry
 from ..errors import FormatError, UnsupportedError, require
 from ..model import Cell, Checkpoint, RNNLayer
 from ..transforms import fold_forget_bias
@@ -61,7 +61,7 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 # ----------------------------------------------------------------------------------------- writer
-def _refusals(layer: RNNLayer) -> list[str]:
+def refusals(layer: RNNLayer) -> list[str]:
     s, why = layer.semantics, []
     if layer.proj_size:
         why.append(f"LSTM projection proj_size={layer.proj_size} (ONNX LSTM has none)")
@@ -84,13 +84,11 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """
     notes = []
     for layer in ckpt.layers:
-        why = _refusals(layer)
+        why = refusals(layer)
         if why:
             raise UnsupportedError(
                 f"layer '{layer.name}' ({layer.source.get('class_name', layer.cell.value)}) cannot be written as "
-                f"ONNX {_OP[layer.cell]}: {'; '.join(why)}. "
-                + ("Convert to .pt, which has proj_size" if layer.proj_size and len(why) == 1 else
-                   "Only TensorFlow 1 cells compute this; keep the TF1 checkpoint"))
+                f"ONNX {_OP[layer.cell]}: {'; '.join(why)}. {registry.way_out(layer, 'onnx')}")
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': '{layer.name}__out' holds both "
                          "directions concatenated; apply the merge to it")

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import gates
+from .. import gates, registry
 from ..errors import FormatError, UnsupportedError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ..transforms import fold_forget_bias
@@ -47,7 +47,7 @@ def sniff(head: bytes, path: Path) -> bool:
         return False
 
 
-def _refusals(layer: RNNLayer) -> list[str]:
+def refusals(layer: RNNLayer) -> list[str]:
     """What torch.nn cannot express about ``layer`` (empty when it can)."""
     s, why = layer.semantics, []
     if layer.cell in (Cell.LSTM, Cell.GRU) and s.gate_activation != "sigmoid":
@@ -59,8 +59,7 @@ def _refusals(layer: RNNLayer) -> list[str]:
     if layer.params[0][0].peep is not None:
         why.append("peephole connections")
     if s.cell_clip is not None or s.proj_clip is not None:
-        why.append("TF1 cell_clip/proj_clip (no format but a TF1 cell computes it: keep the TF1 checkpoint, "
-                   "or retrain without clipping)")
+        why.append("TF1 cell_clip/proj_clip")
     if s.go_backwards and not layer.bidirectional:
         why.append("go_backwards=True (reverse the sequence yourself and convert the layer without it)")
     return why
@@ -74,13 +73,11 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """
     notes = []
     for layer in ckpt.layers:
-        why = _refusals(layer)
+        why = refusals(layer)
         if why:
-            clip = layer.semantics.cell_clip is not None or layer.semantics.proj_clip is not None
-            way = "" if clip else ". Convert to .onnx instead, which expresses it exactly"
             raise UnsupportedError(
                 f"layer '{layer.name}' ({layer.source.get('class_name', layer.cell.value)}) cannot be written as "
-                f"PyTorch nn.{_MODULE[layer.cell]}: {'; '.join(why)}{way}")
+                f"PyTorch nn.{_MODULE[layer.cell]}: {'; '.join(why)}. {registry.way_out(layer, 'pt')}")
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': nn.{_MODULE[layer.cell]} "
                          "returns both directions concatenated; apply the merge to its output")
