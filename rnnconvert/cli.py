@@ -25,7 +25,14 @@ COMMANDS = {"convert", "inspect", "verify", "formats"}
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+
+def _is_checkpoint_dir(src: Path) -> bool:
+    """A directory that is ONE TensorFlow checkpoint/SavedModel (not a batch of files)."""
+    from .formats.tf_checkpoint import prefix_of
+
+    return prefix_of(src) is not None
 
 
 def _value(text: str):
@@ -75,15 +82,26 @@ def convert(
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing DST.")] = False,
     gate_activation: GateOpt = None,
     read_opt: ReadOpt = None,
+    cudnn: Annotated[bool, typer.Option("--cudnn", help="Keras 2 .h5 output: write CuDNNLSTM/CuDNNGRU layers "
+                                        "(GPU-only in Keras 2) instead of LSTM/GRU.")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Convert SRC to DST, verify it, and only then put DST in place."""
+    """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
+    every recognised file under it into DST_DIR (--to required), in parallel with -j."""
     from . import api
 
     if verify not in ("reference", "framework"):
         raise typer.BadParameter("--verify must be 'reference' or 'framework'")
-    rep = api.convert(src, dst, to=to, src_format=src_format, verify=None if no_verify else verify, force=force,
-                      read_opts=_read_opts(gate_activation, read_opt))
+    if cudnn and (to or (None if src.is_dir() else api.registry.for_output(dst).name)) not in ("keras_h5", None):
+        raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
+    kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
+                  read_opts=_read_opts(gate_activation, read_opt), write_opts={"cudnn": True} if cudnn else None)
+    if src.is_dir() and not _is_checkpoint_dir(src):
+        raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, kwargs))
+    with _progress(quiet, f"converting {src.name}"):
+        rep = api.convert(src, dst, to=to, **kwargs)
     if as_json:
         out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
                "modules": rep.modules, "notes": rep.notes,
@@ -102,6 +120,53 @@ def convert(
                       f"{c.source_route} vs {c.target_route})")
     else:
         con.print("  not verified (--no-verify)")
+
+
+def _progress(quiet: bool, what: str):
+    """A rich spinner on stderr while a conversion runs; nothing when quiet or not a terminal."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return _console(stderr=True).status(what)
+
+
+def _batch(src: Path, dst: Path, to: Optional[str], jobs: int, quiet: bool, as_json: bool, kwargs: dict) -> int:
+    from .batch import candidates, convert_tree
+    from .errors import FormatError
+
+    if not to:
+        raise FormatError("a directory SRC needs --to FORMAT (see `rnnconvert formats`)")
+    total = sum(1 for _ in candidates(src))
+    show = not quiet and not as_json and sys.stderr.isatty()
+    if show:
+        from rich.progress import Progress
+
+        prog = Progress(console=_console(stderr=True), transient=True)
+        task = prog.add_task(f"converting {total} files", total=total)
+        prog.start()
+        on_done = lambda r: prog.advance(task)  # noqa: E731
+    else:
+        prog, on_done = None, None
+    try:
+        results = convert_tree(src, dst, to=to, jobs=jobs, on_done=on_done, **kwargs)
+    finally:
+        if prog:
+            prog.stop()
+    if as_json:
+        typer.echo(json.dumps([r.__dict__ for r in results], indent=2))
+    else:
+        from rich.table import Table
+
+        t = Table(title=f"{src} -> {dst} ({to})")
+        for c in ("file", "status", "detail"):
+            t.add_column(c)
+        for r in results:
+            t.add_row(str(Path(r.src).relative_to(src)), r.status, r.message)
+        _console().print(t)
+        n_ok = sum(r.status == "converted" for r in results)
+        _console().print(f"{n_ok} of {len(results)} converted")
+    return 0 if all(r.status == "converted" for r in results) else 8
 
 
 @app.command()
@@ -124,12 +189,13 @@ def inspect(
     con = _console()
     meta = ", ".join(f"{k} {v}" for k, v in info["meta"].items() if v is not None)
     t = Table(title=f"{info['path']} ({info['format']}{', ' + meta if meta else ''})")
-    cols = ["name", "cell", "source_class", "input_size", "hidden_size", "num_layers", "bidirectional",
-            "gate_activation", "activation", "reset_after", "bias", "dtype"]
-    for c in cols:
-        t.add_column(c)
+    cols = {"name": "layer", "cell": "cell", "source_class": "source", "input_size": "I", "hidden_size": "H",
+            "num_layers": "layers", "bidirectional": "bidi", "gate_activation": "gates", "activation": "act",
+            "reset_after": "reset_after", "bias": "bias", "dtype": "dtype"}
+    for head in cols.values():
+        t.add_column(head, no_wrap=True)
     for lay in info["layers"]:
-        t.add_row(*[str(lay.get(c, "")) for c in cols])
+        t.add_row(*[str(lay.get(c, "-")) for c in cols])
     con.print(t)
     if info["tensors"]:
         con.print("other tensors: " + ", ".join(f"{k} {tuple(v)}" for k, v in info["tensors"].items()))
@@ -183,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         args.insert(0, "convert")
     try:
-        app(args=args, prog_name="rnnconvert", standalone_mode=False)
+        rc = app(args=args, prog_name="rnnconvert", standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            return rc
     except RNNConvertError as exc:
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
@@ -195,12 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         print("rnnconvert: interrupted; no output was written", file=sys.stderr)
         return 130
     except Exception as exc:  # click usage errors and genuine bugs
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
+        # Usage errors come from the click that typer bundles (typer._click, private): match by behaviour.
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            return code
+        if type(exc).__name__ == "Abort":
             return 1
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise

@@ -48,8 +48,11 @@ class Format:
 FORMATS: tuple[Format, ...] = (
     Format("keras_h5", "rnnconvert.formats.keras_h5", (".h5", ".hdf5", ".net"),
            "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
+    # after keras_h5, whose sniff declines HDF5 files without model_weights/layer_names (Keras 3 stores)
+    Format("keras3", "rnnconvert.formats.keras3", (".keras", ".weights.h5"),
+           "Keras 3 .keras archive or .weights.h5 (vars/0..2 under class-name paths)"),
     Format("pt", "rnnconvert.formats.torch_pt", (".pt", ".pth"),
-           "PyTorch state dict (torch.save of a dict of tensors)"),
+           "PyTorch state dict, training checkpoint or TorchScript archive (weights only)"),
     Format("tf_checkpoint", "rnnconvert.formats.tf_checkpoint", (),
            "TensorFlow checkpoint: TF1 name-based (cells, cuDNN opaque_kernel) or TF2 object-based "
            "(tf.keras save_weights); give the prefix, the .index file or the directory"),
@@ -58,8 +61,15 @@ FORMATS: tuple[Format, ...] = (
            "read like tf_checkpoint"),
     Format("tf_graph", "rnnconvert.formats.tf_graph", (".pb",),
            "TensorFlow 1 frozen GraphDef (weights as Const nodes)"),
+    Format("onnx", "rnnconvert.formats.onnx_fmt", (".onnx",),
+           "ONNX model with LSTM/GRU/RNN nodes (onnxruntime runs it)"),
+    Format("safetensors", "rnnconvert.formats.safetensors_fmt", (".safetensors",),
+           "safetensors with PyTorch state-dict key names"),
+    # before npz: both are zips of .npy members; cudnn_npz's sniff looks for its spec member
     Format("cudnn_npz", "rnnconvert.formats.cudnn_npz", (".cudnn.npz",),
            "raw cuDNN parameter buffers (one per layer) + JSON spec, in one .npz"),
+    Format("npz", "rnnconvert.formats.npz_fmt", (".npz",),
+           "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)"),
 )
 
 _BY_NAME: dict[str, Format] = {}
@@ -117,6 +127,24 @@ def detect(path: str | Path) -> Format:
         raise FormatError(f"{p}: unrecognised file format; name it with --from "
                           f"({', '.join(x.name for x in FORMATS)})")
     return f
+
+
+def way_out(layer, exclude: str) -> str:
+    """The way out for a refused ``layer``: the other runnable formats whose ``refusals(layer)`` is empty.
+
+    One sentence, e.g. ``"Convert to .onnx instead, which expresses it exactly"``; the facts come from
+    each format module's own ``refusals`` (``npz``, a storage format, is never suggested).
+    """
+    ok = []
+    for f in FORMATS:
+        if f.name in (exclude, "npz", "safetensors"):
+            continue
+        ref = getattr(f.load(), "refusals", None)
+        if ref is not None and not ref(layer):
+            ok.append(f.extensions[0])
+    if not ok:
+        return "No format rnnconvert writes computes this exactly; keep the source checkpoint"
+    return f"Convert to {' or '.join(ok)} instead, which {'expresses' if len(ok) == 1 else 'express'} it exactly"
 
 
 def for_output(path: str | Path, to: str | None = None) -> Format:

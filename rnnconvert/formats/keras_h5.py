@@ -1,4 +1,4 @@
-"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader.
+"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader (writer: :mod:`.keras_h5_write`).
 
 Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
 
@@ -8,6 +8,9 @@ Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_f
   weights group), standalone Keras 2.0-2.3, tf.keras / tf_keras (``lstm/lstm_cell/kernel:0``);
 * nested ``Sequential``/``Model``, ``Bidirectional`` (forward half of the weights first),
   ``TimeDistributed``;
+* Keras 1 3-tensor layers (``lstm_1_W``, ``lstm_1_U``, ``lstm_1_b``: LSTM ``consume_less='gpu'``,
+  SimpleRNN; Dense ``dense_1_W``/``dense_1_b``), recognised by name in weights-only files;
+* ``keras.layers.RNN`` around ``LSTMCell``/``GRUCell``/``SimpleRNNCell`` (read as the matching layer);
 * ``LSTM``, ``GRU`` (``reset_after`` True/False; absent key = False), ``SimpleRNN``,
   ``CuDNNLSTM``/``CuDNNGRU`` (kernel slices hold cuDNN's row-major ``(H, in)`` bytes; bias
   ``(2*G*H,)``), ``use_bias=False``.
@@ -37,6 +40,7 @@ from ..model import ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Se
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 RNN_CLASSES = {"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1", "CuDNNLSTMV1"}
+_CELL_KIND = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}
 _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu",
               "linear": "linear", "softsign": "softsign", None: "linear"}
 
@@ -171,6 +175,24 @@ def default_gate_activation(keras_version: str | None) -> str | None:
     return "hard_sigmoid" if ver < (2, 3, 0) else "sigmoid"
 
 
+def default_reset_after(keras_version: str | None) -> bool | None:
+    """Default GRU ``reset_after`` of the Keras that wrote a weights-only file (LAYOUTS.md §3.4).
+
+    ``False`` for Keras 1 (reset-before only) and standalone Keras 2.0-2.3 (the key appeared in 2.1.5
+    with default ``False``); ``True`` for tf_keras / Keras >= 2.4; ``None`` for ``'...-tf'`` versions
+    (tf.keras of TF 1.x: ``False``; of TF 2.x: ``True``). Only needed when the GRU has no bias: with a
+    bias, its shape decides ((2, 3H): True, (3H,): False).
+    """
+    if not keras_version or keras_version.startswith("1"):
+        return False
+    if keras_version.endswith("-tf"):
+        return None
+    m = re.match(r"(\d+)\.(\d+)", keras_version)
+    if not m:
+        return None
+    return (int(m.group(1)), int(m.group(2))) >= (2, 4)
+
+
 # --------------------------------------------------------------------------------------------
 # Interpretation
 # --------------------------------------------------------------------------------------------
@@ -186,7 +208,7 @@ class _Reader:
     def entry(self, e: _Entry, prefix: str) -> None:
         name = f"{prefix}{e.name}"
         cls = e.class_name
-        cfg = (e.config or {})
+        cfg = e.config if isinstance(e.config, dict) else {}
         if cls in ("Sequential", "Model", "Functional") or (cls is None and self._looks_nested(e)):
             self.nested(e, name)
             return
@@ -194,8 +216,18 @@ class _Reader:
             self.bidirectional(e, name)
             return
         if cls == "TimeDistributed":
-            inner = cfg.get("layer", {})
-            self.entry(_Entry(e.name, e.names, e.weights, inner.get("config"), inner.get("class_name")), prefix)
+            inner = _rec(cfg.get("layer"))
+            self.entry(_Entry(e.name, e.names, e.weights, inner["config"], inner["class_name"]), prefix)
+            return
+        if cls == "RNN":  # keras.layers.RNN(cell): the cell's config plus the wrapper's direction/outputs
+            cell = cfg.get("cell") or {}
+            kind = _CELL_KIND.get(cell.get("class_name"))
+            if kind is None:
+                raise UnsupportedError(f"layer '{name}': RNN wrapper around {cell.get('class_name')!r} is not supported "
+                                       f"(supported cells: {', '.join(_CELL_KIND)})")
+            merged = {**(cell.get("config") or {}),
+                      **{k: cfg[k] for k in ("return_sequences", "go_backwards") if k in cfg}}
+            self.ckpt.layers.append(self.rnn(_Entry(e.name, e.names, e.weights, merged, kind), name, kind))
             return
         kind = self._rnn_kind(e, cls)
         if kind:
@@ -222,7 +254,9 @@ class _Reader:
             return "LSTM"
         if n == 9 and all(re.search(r"_[WUb]_[zrh]$", b) for b in bases):
             return "GRU"
-        if "recurrent_kernel" not in bases or n not in (2, 3):
+        # Keras 2 names the recurrent matrix 'recurrent_kernel'; Keras 1 (3-tensor SimpleRNN and LSTM
+        # consume_less='gpu', LAYOUTS.md §1.1, §1.3) names its tensors '<layer>_W', '<layer>_U', '<layer>_b'.
+        if n not in (2, 3) or not ("recurrent_kernel" in bases or re.search(r"(^|_)U$", bases[1])):
             return None
         k, r = e.weights[0], e.weights[1]
         if k.ndim != 2 or r.ndim != 2 or r.shape[1] % r.shape[0]:
@@ -248,14 +282,14 @@ class _Reader:
             self.entry(child, f"{name}.")
 
     def bidirectional(self, e: _Entry, name: str) -> None:
-        cfg = e.config or {}
-        inner = cfg.get("layer", {})
+        cfg = e.config if isinstance(e.config, dict) else {}
+        inner = _rec(cfg.get("layer"))
         half = len(e.weights) // 2
         if half * 2 != len(e.weights) or half == 0:
             raise FormatError(f"{self.path}: Bidirectional layer '{name}' has {len(e.weights)} weights, not an even split")
-        fw = _Entry(name, e.names[:half], e.weights[:half], inner.get("config"), inner.get("class_name"))
-        bw_cfg = (cfg.get("backward_layer") or inner)
-        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg.get("config"), bw_cfg.get("class_name"))
+        fw = _Entry(name, e.names[:half], e.weights[:half], inner["config"], inner["class_name"])
+        bw_cfg = _rec(cfg.get("backward_layer")) if cfg.get("backward_layer") else inner
+        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg["config"], bw_cfg["class_name"])
         kind_f = self._rnn_kind(fw, fw.class_name)
         kind_b = self._rnn_kind(bw, bw.class_name)
         if not kind_f or kind_f != kind_b:
@@ -268,6 +302,8 @@ class _Reader:
             raise UnsupportedError(f"layer '{name}': the two directions of this Bidirectional differ in "
                                    "kind, size or activations; convert them as two separate layers")
         merge = cfg.get("merge_mode", "concat") if e.config is not None else "concat"
+        if merge not in ("concat", "sum", "mul", "ave", None):
+            raise FormatError(f"{self.path}: Bidirectional layer '{name}' has merge_mode={merge!r}")
         layer = RNNLayer(
             name=name, cell=lf.cell, input_size=lf.input_size, hidden_size=lf.hidden_size,
             bidirectional=True, bias=lf.bias, semantics=_with(lf.semantics, merge_mode=merge),
@@ -278,7 +314,7 @@ class _Reader:
 
     # -- RNN layers -------------------------------------------------------------------------
     def rnn(self, e: _Entry, name: str, kind: str) -> RNNLayer:
-        cfg = e.config or {}
+        cfg = e.config if isinstance(e.config, dict) else {}
         w = e.weights
         try:
             return self._rnn(e, name, kind, cfg, w)
@@ -309,8 +345,16 @@ class _Reader:
             if not isinstance(a, str) or _KERAS_ACT.get(a) not in ACTIVATIONS:
                 raise UnsupportedError(f"layer '{name}': {what}={a!r} is not supported by rnnconvert "
                                        f"(supported: {', '.join(sorted(k for k in _KERAS_ACT if k))})")
-        reset_after = bool(cfg.get("reset_after", False)) if kind == "GRU" else True
-        return Semantics(gate_activation=_KERAS_ACT[gate], activation=_KERAS_ACT[act], reset_after=reset_after,
+        if kind != "GRU":
+            reset_after = True
+        elif cfg:  # a config without the key is Keras 2.0/2.1: reset-before
+            reset_after = bool(cfg.get("reset_after", False))
+        else:  # weights-only: the writer's default (a bias, when present, overrides it in _rnn)
+            reset_after = bool(default_reset_after(self.keras_version))
+        gate, act = _KERAS_ACT[gate], _KERAS_ACT[act]
+        if (self.keras_version or "").startswith("3"):  # Keras 3 legacy .h5: its own hard_sigmoid (x/6)
+            gate, act = (("hard_sigmoid_k3" if a == "hard_sigmoid" else a) for a in (gate, act))
+        return Semantics(gate_activation=gate, activation=act, reset_after=reset_after,
                          go_backwards=bool(cfg.get("go_backwards", False)))
 
     def _rnn(self, e: _Entry, name: str, kind: str, cfg: dict, w: list[np.ndarray]) -> RNNLayer:
@@ -324,12 +368,19 @@ class _Reader:
             if len(w) > 2:
                 raw["bias"] = w[2]
             fam = "keras_cudnn" if kind.startswith("CuDNN") else "keras"
+        if kind == "GRU" and not cfg and "bias" not in raw and default_reset_after(self.keras_version) is None:
+            raise UnsupportedError(
+                f"layer '{name}': this weights-only GRU has no bias and keras_version {self.keras_version!r} does not "
+                "tell whether reset_after is True or False; convert the full-model file instead")
         if kind == "GRU" and "bias" in raw and raw["bias"].ndim == 2:
             if "reset_after" in cfg and not cfg["reset_after"]:
                 raise FormatError(f"layer '{name}': config says reset_after=False but the bias is {raw['bias'].shape}")
             sem = _with(sem, reset_after=True)
         if kind == "GRU" and "bias" in raw and raw["bias"].ndim == 1 and sem.reset_after:
-            raise FormatError(f"layer '{name}': config says reset_after=True but the bias is {raw['bias'].shape}")
+            if not cfg.get("reset_after"):  # weights-only: the version default yields to the (3H,) bias
+                sem = _with(sem, reset_after=False)
+            else:
+                raise FormatError(f"layer '{name}': config says reset_after=True but the bias is {raw['bias'].shape}")
         cell = {"LSTM": Cell.LSTM, "CuDNNLSTM": Cell.LSTM, "GRU": Cell.GRU, "CuDNNGRU": Cell.GRU}.get(kind)
         if cell is None:
             cell = Cell.RNN_RELU if sem.activation == "relu" else Cell.RNN_TANH
@@ -367,14 +418,16 @@ class _Reader:
             name=name, cell=cell, input_size=I, hidden_size=H, bias=b is not None, semantics=sem,
             params=[[DirectionParams(w_ih, w_hh, b_ih, b_hh)]],
             return_sequences=bool(cfg.get("return_sequences", True if not cfg else False)),
-            source={"format": "keras_h5", "class_name": kind, "family": fam, "raw": [raw]},
+            source={"format": "keras_h5", "class_name": kind, "family": fam, "raw": [raw], "config": cfg or None},
         )
 
     def other(self, e: _Entry, name: str, cls: str | None) -> None:
         bases = [_base(n) for n in e.names]
         t = self.ckpt.tensors
-        if (cls == "Dense" or (cls is None and bases[:1] == ["kernel"] and len(e.weights) <= 2
-                               and e.weights[0].ndim == 2)):
+        keras1_dense = (len(e.weights) == 2 and e.weights[0].ndim == 2 and e.weights[1].ndim == 1
+                        and re.search(r"(^|_)W$", bases[0]) and re.search(r"(^|_)b$", bases[1]))  # dense_1_W, dense_1_b
+        if (cls == "Dense" or (cls is None and (keras1_dense or (bases[:1] == ["kernel"] and len(e.weights) <= 2
+                                                                 and e.weights[0].ndim == 2)))):
             t[f"{name}.weight"] = np.ascontiguousarray(e.weights[0].T)
             if len(e.weights) > 1:
                 t[f"{name}.bias"] = e.weights[1]
@@ -384,6 +437,14 @@ class _Reader:
             return
         for b, arr in zip(bases, e.weights):
             t[f"{name}.{b}"] = arr
+
+
+def _rec(x: Any) -> dict[str, Any]:
+    """A ``{'class_name', 'config'}`` layer record with wrong-typed parts (crafted configs) set to ``None``."""
+    x = x if isinstance(x, dict) else {}
+    cls = x.get("class_name")
+    return {"class_name": cls if isinstance(cls, str) else None,
+            "config": x.get("config") if isinstance(x.get("config"), dict) else None}
 
 
 def _with(sem: Semantics, **kw) -> Semantics:
@@ -420,8 +481,22 @@ def _merge_keras1(kind: str, names: list[str], w: list[np.ndarray]) -> dict[str,
 
 
 def sniff(head: bytes, path: Path | None = None) -> bool:
-    """True when the first bytes are the HDF5 signature."""
-    return head.startswith(HDF5_MAGIC)
+    """True for an HDF5 file with a Keras 1/2 ``model_weights`` group or a root ``layer_names`` attribute.
+
+    Keras 3 ``.weights.h5`` files (``layers/.../vars/0``) have neither and are left to ``keras3``.
+    An HDF5 file that cannot be opened here is claimed (``read`` then reports why).
+    """
+    if not head.startswith(HDF5_MAGIC):
+        return False
+    if path is None:
+        return True
+    import h5py
+
+    try:
+        with h5py.File(str(path), "r") as f:
+            return "model_weights" in f or "layer_names" in f.attrs or "layer_names0" in f.attrs
+    except OSError:
+        return True
 
 
 def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> Checkpoint:
@@ -484,3 +559,16 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
     if not rd.ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
     return rd.ckpt
+
+
+def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x: np.ndarray) -> np.ndarray:
+    """Run layer ``layer_name`` in tf_keras on CPU (``--verify framework``); see
+    :func:`rnnconvert.formats.keras_tf.framework_forward` (float64 ``(batch, time, dirs * H)``, directions
+    concatenated, merge mode not applied). Raises DependencyError without tf_keras."""
+    from .keras_tf import framework_forward as run
+
+    return run(src_path, ckpt, layer_name, x)
+
+
+# The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
+from .keras_h5_write import ROUTE, check, refusals, target_forward, write  # noqa: E402,F401

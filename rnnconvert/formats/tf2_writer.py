@@ -118,7 +118,16 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     for layer in ckpt.layers:
         kinds = ", ".join(type(x).__name__ + (f"({type(x.forward_layer).__name__})" if hasattr(x, "forward_layer")
                                               else "") for x in by_name[layer.name])
-        lines.append(f"{layer.name}: tf_keras {kinds} = layer_with_weights-{n}..{n + len(by_name[layer.name]) - 1}")
+        sem = layer.semantics
+        opts = [f"activation='{sem.activation}'"]
+        if layer.cell in (Cell.LSTM, Cell.GRU):
+            opts.append(f"recurrent_activation='{sem.gate_activation}'")
+        if layer.cell is Cell.GRU:
+            opts.append(f"reset_after={sem.reset_after}")
+        if sem.go_backwards and not layer.bidirectional:
+            opts.append("go_backwards=True")
+        lines.append(f"{layer.name}: tf_keras {kinds} ({', '.join(opts)}) = "
+                     f"layer_with_weights-{n}..{n + len(by_name[layer.name]) - 1}")
         n += len(by_name[layer.name])
     return lines
 

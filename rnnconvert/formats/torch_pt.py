@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import gates
+from .. import gates, registry
 from ..errors import FormatError, UnsupportedError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ..transforms import fold_forget_bias
@@ -31,7 +31,11 @@ _ACT = {Cell.LSTM: "tanh", Cell.GRU: "tanh", Cell.RNN_TANH: "tanh", Cell.RNN_REL
 
 
 def sniff(head: bytes, path: Path) -> bool:
-    """A zip whose member names look like ``torch.save`` output (``<archive>/data.pkl``)."""
+    """A zip whose member names look like ``torch.save`` / ``torch.jit.save`` output (``<archive>/data.pkl``),
+    or a legacy (non-zip) ``torch.save`` file, which starts with the pickled magic number
+    ``0x1950a86a20f9469cfc6c`` (``torch/serialization.py`` ``MAGIC_NUMBER``)."""
+    if head.startswith(LEGACY_MAGIC):
+        return True
     if not head.startswith(ZIP_MAGIC):
         return False
     import zipfile
@@ -43,7 +47,7 @@ def sniff(head: bytes, path: Path) -> bool:
         return False
 
 
-def _refusals(layer: RNNLayer) -> list[str]:
+def refusals(layer: RNNLayer) -> list[str]:
     """What torch.nn cannot express about ``layer`` (empty when it can)."""
     s, why = layer.semantics, []
     if layer.cell in (Cell.LSTM, Cell.GRU) and s.gate_activation != "sigmoid":
@@ -55,7 +59,7 @@ def _refusals(layer: RNNLayer) -> list[str]:
     if layer.params[0][0].peep is not None:
         why.append("peephole connections")
     if s.cell_clip is not None or s.proj_clip is not None:
-        why.append("cell_clip/proj_clip")
+        why.append("TF1 cell_clip/proj_clip")
     if s.go_backwards and not layer.bidirectional:
         why.append("go_backwards=True (reverse the sequence yourself and convert the layer without it)")
     return why
@@ -69,11 +73,11 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """
     notes = []
     for layer in ckpt.layers:
-        why = _refusals(layer)
+        why = refusals(layer)
         if why:
             raise UnsupportedError(
                 f"layer '{layer.name}' ({layer.source.get('class_name', layer.cell.value)}) cannot be written as "
-                f"PyTorch nn.{_MODULE[layer.cell]}: {'; '.join(why)}. Convert to .onnx instead, which expresses it exactly")
+                f"PyTorch nn.{_MODULE[layer.cell]}: {'; '.join(why)}. {registry.way_out(layer, 'pt')}")
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': nn.{_MODULE[layer.cell]} "
                          "returns both directions concatenated; apply the merge to its output")
@@ -98,9 +102,19 @@ def module_args(layer: RNNLayer) -> dict[str, Any]:
 
 
 def describe_module(layer: RNNLayer) -> str:
-    """``"rnn_1: nn.LSTM(input_size=100, hidden_size=128, batch_first=True)"``."""
+    """``"rnn_1: nn.LSTM(input_size=100, hidden_size=128, batch_first=True)"`` (``nn.LSTMCell(...)`` for cells)."""
+    if _is_cell(layer):
+        args = {k: v for k, v in module_args(layer).items() if k != "batch_first"}
+        a = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in args.items())
+        return f"{layer.name}: nn.{_MODULE[layer.cell]}Cell({a})"
     a = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in module_args(layer).items())
     return f"{layer.name}: nn.{_MODULE[layer.cell]}({a})"
+
+
+def _is_cell(layer: RNNLayer) -> bool:
+    """Read from an ``nn.LSTMCell/GRUCell/RNNCell``: written back with its suffix-less keys."""
+    return str(layer.source.get("class_name", "")).endswith("Cell") and layer.source.get("format") in (
+        "pt", "safetensors") and layer.num_layers == 1 and not layer.bidirectional and not layer.proj_size
 
 
 def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
@@ -112,7 +126,7 @@ def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
         cv = conv[layer.cell]
         for k, dirs in enumerate(layer.params):
             for d, p in enumerate(dirs):
-                sfx = f"_l{k}" + ("_reverse" if d else "")
+                sfx = "" if _is_cell(layer) else f"_l{k}" + ("_reverse" if d else "")
                 out[f"{layer.name}.weight_ih{sfx}"] = gates.from_canonical(p.w_ih, cv, layer.cell)
                 out[f"{layer.name}.weight_hh{sfx}"] = gates.from_canonical(p.w_hh, cv, layer.cell)
                 if layer.bias:
@@ -147,6 +161,8 @@ def build_module(layer: RNNLayer, sd: dict[str, Any]):
     mod = cls(**module_args(layer))
     prefix = layer.name + "."
     sub = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
+    if _is_cell(layer):  # nn.LSTMCell keys load into the equivalent one-layer nn.LSTM
+        sub = {f"{k}_l0": v for k, v in sub.items()}
     first = next(iter(sub.values()))
     mod = mod.to(first.dtype)
     mod.load_state_dict(sub, strict=True)
@@ -179,11 +195,9 @@ def load_state(path: str | Path) -> dict[str, Any]:
         raise FormatError(f"{path}: not loadable as a PyTorch file with weights_only=True: {first}") from exc
 
 
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Run layer ``name`` of the written file ``path`` in torch on ``x`` ``(B, T, I)``; float64 result."""
+def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """Build the ``torch.nn`` module of ``layer`` from torch tensors ``sd`` and run it on ``x``; float64 result."""
     torch = require("torch", "torch")
-    sd = load_state(path)
-    layer = ckpt.layer(name)
     mod = build_module(layer, sd)
     dtype = next(mod.parameters()).dtype
     with torch.no_grad():
@@ -191,67 +205,99 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     return y.double().numpy()
 
 
-_KEY = re.compile(r"^(?:(?P<prefix>.*)\.)?weight_ih_l(?P<k>\d+)(?P<rev>_reverse)?$")
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Run layer ``name`` of the written file ``path`` in torch on ``x`` ``(B, T, I)``; float64 result."""
+    return run_module(ckpt.layer(name), load_state(path), x)
 
 
-def _flatten(obj: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
+#: ``<prefix>.weight_ih_l{k}[_reverse]`` (nn.LSTM/GRU/RNN) or ``<prefix>.weight_ih`` (nn.LSTMCell/GRUCell/RNNCell).
+_KEY = re.compile(r"^(?:(?P<prefix>.*)\.)?weight_ih(?:_l(?P<k>\d+)(?P<rev>_reverse)?)?$")
+#: Keys under which training scripts commonly nest the state dict (checked in this order).
+WRAPPERS = ("state_dict", "model_state_dict", "model_state", "model", "net", "network", "module", "weights")
+LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # pickled torch magic number
+
+
+def _flatten(obj: Any, prefix: str = "", depth: int = 0) -> dict[str, np.ndarray]:
+    """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped)."""
     torch = require("torch", "torch")
     if depth > 32:
         raise FormatError("containers nested deeper than 32 levels")
     if isinstance(obj, torch.Tensor):
-        return {prefix: obj}
-    out: dict[str, Any] = {}
+        return {prefix: obj.detach().cpu().numpy()}
+    out: dict[str, np.ndarray] = {}
     if isinstance(obj, dict):
         for k, v in obj.items():
             out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1))
     return out
 
 
-def read(path: str | Path, *, nonlinearity: str = "tanh", **_: Any) -> Checkpoint:
-    """Read a PyTorch state dict (or a dict wrapping one) of ``nn.LSTM/GRU/RNN`` modules.
+def unwrap(obj: Any) -> Any:
+    """The state dict inside a training checkpoint: ``obj[w]`` for the first wrapper key ``w`` in
+    :data:`WRAPPERS` that holds a dict, when ``obj`` itself has no recurrent keys at its top level."""
+    if isinstance(obj, dict) and not any(isinstance(k, str) and _KEY.match(k) for k in obj):
+        for w in WRAPPERS:
+            if isinstance(obj.get(w), dict):
+                return unwrap(obj[w])
+    return obj
 
-    ``nonlinearity`` (``'tanh'``/``'relu'``) tells an ``nn.RNN``'s activation, which the file does not store.
+
+def strip_module_prefix(sd: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Drop the ``module.`` prefix that ``DataParallel``/``DistributedDataParallel`` add to every key."""
+    if sd and all(k.startswith("module.") for k in sd):
+        return {k[len("module."):]: v for k, v in sd.items()}
+    return sd
+
+
+def group_state_dict(sd: dict[str, np.ndarray], where: str, fmt: str = "pt", nonlinearity: str = "tanh") -> Checkpoint:
+    """Group a flat state dict of numpy arrays (PyTorch key names) into recurrent layers.
+
+    Used by the ``.pt`` and ``.safetensors`` readers. ``nn.LSTM/GRU/RNN`` keys (``weight_ih_l{k}``,
+    ``_reverse``, ``weight_hr``) and cell keys (``weight_ih`` without suffix, ``nn.LSTMCell`` etc.) are
+    recognised; ``nonlinearity`` tells the activation of ``nn.RNN``/``nn.RNNCell`` (not stored).
+    Gate orders: :data:`rnnconvert.gates.TABLE` ``("torch", cell)`` (a copy: bit-exact).
 
     Raises:
-        FormatError: not loadable with ``weights_only=True``, or inconsistent shapes.
+        FormatError: no recurrent keys, or inconsistent shapes.
     """
-    sd = {k: v for k, v in _flatten(load_state(path)).items()}
     groups: dict[str, set[tuple[int, bool]]] = {}
+    cells: set[str] = set()
     for key in sd:
         m = _KEY.match(key)
         if m:
-            groups.setdefault(m.group("prefix") or "", set()).add((int(m.group("k")), bool(m.group("rev"))))
+            prefix = m.group("prefix") or ""
+            if m.group("k") is None:
+                cells.add(prefix)
+            groups.setdefault(prefix, set()).add((int(m.group("k") or 0), bool(m.group("rev"))))
     if not groups:
-        raise FormatError(f"{path}: no recurrent module (keys '*.weight_ih_l0') in this PyTorch file")
-    ckpt = Checkpoint(format="pt", meta={"path": str(path)})
+        raise FormatError(f"{where}: no recurrent module (keys '*.weight_ih_l0' or '*.weight_ih') in this file")
+    ckpt = Checkpoint(format=fmt, meta={"path": where})
     used: set[str] = set()
     for prefix, found in groups.items():
         pre = f"{prefix}." if prefix else ""
+        is_cell = prefix in cells
         nl = 1 + max(k for k, _ in found)
         bidi = any(r for _, r in found)
-        g = lambda n: sd.get(f"{pre}{n}")  # noqa: E731
-        w_hh0 = g("weight_hh_l0")
-        w_hr0 = g("weight_hr_l0")
+        s0 = "" if is_cell else "_l0"
+        w_hh0, w_hr0 = sd.get(f"{pre}weight_hh{s0}"), sd.get(f"{pre}weight_hr{s0}")
         if w_hh0 is None:
-            raise FormatError(f"{path}: '{pre}weight_ih_l0' has no matching weight_hh_l0")
+            raise FormatError(f"{where}: '{pre}weight_ih{s0}' has no matching weight_hh{s0}")
         H = w_hr0.shape[1] if w_hr0 is not None else w_hh0.shape[1]
-        G = w_hh0.shape[0] // H
+        G = w_hh0.shape[0] // H if H else 0
         cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN_RELU if nonlinearity == "relu" else Cell.RNN_TANH}.get(G)
         if cell is None or G * H != w_hh0.shape[0]:
-            raise FormatError(f"{path}: '{pre}weight_hh_l0' of shape {tuple(w_hh0.shape)} fits no LSTM/GRU/RNN")
-        has_bias = g("bias_ih_l0") is not None
+            raise FormatError(f"{where}: '{pre}weight_hh{s0}' of shape {tuple(w_hh0.shape)} fits no LSTM/GRU/RNN")
+        has_bias = f"{pre}bias_ih{s0}" in sd
         params = []
         conv = gates.convention("torch", cell)
         for k in range(nl):
             row = []
             for rev in ([False, True] if bidi else [False]):
-                sfx = f"_l{k}" + ("_reverse" if rev else "")
+                sfx = "" if is_cell else f"_l{k}" + ("_reverse" if rev else "")
                 names = [f"{pre}{n}{sfx}" for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")]
-                t = [sd.get(n) for n in names]
-                if t[0] is None or t[1] is None:
-                    raise FormatError(f"{path}: missing {names[0]} or {names[1]}")
-                used.update(n for n, v in zip(names, t) if v is not None)
-                a = [None if v is None else v.detach().cpu().numpy() for v in t]
+                a = [sd.get(n) for n in names]
+                if a[0] is None or a[1] is None:
+                    raise FormatError(f"{where}: missing {names[0]} or {names[1]}")
+                used.update(n for n, v in zip(names, a) if v is not None)
                 zeros = np.zeros(G * H, dtype=a[0].dtype)
                 row.append(DirectionParams(
                     gates.to_canonical(a[0], conv, cell), gates.to_canonical(a[1], conv, cell),
@@ -259,15 +305,42 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", **_: Any) -> Checkpoin
                     zeros.copy() if a[3] is None else gates.vec_to_canonical(a[3], conv, cell),
                     a[4]))
             params.append(row)
+        cls = f"nn.{_MODULE[cell]}" + ("Cell" if is_cell else "")
         try:
             ckpt.layers.append(RNNLayer(
                 name=prefix or "rnn", cell=cell, input_size=params[0][0].w_ih.shape[1], hidden_size=H,
                 num_layers=nl, bidirectional=bidi, proj_size=0 if w_hr0 is None else w_hr0.shape[0],
                 bias=has_bias, semantics=Semantics(activation=_ACT[cell]), params=params,
-                source={"format": "pt", "class_name": f"nn.{_MODULE[cell]}"}))
+                source={"format": fmt, "class_name": cls}))
         except ValueError as exc:
-            raise FormatError(f"{path}: {exc}") from exc
+            raise FormatError(f"{where}: {exc}") from exc
     for key, v in sd.items():
         if key not in used:
-            ckpt.tensors[key] = v.detach().cpu().numpy()
+            ckpt.tensors[key] = v
+    return ckpt
+
+
+def read(path: str | Path, *, nonlinearity: str = "tanh", **_: Any) -> Checkpoint:
+    """Read a PyTorch file: a state dict of ``nn.LSTM/GRU/RNN`` or ``nn.*Cell`` modules (any prefix), a
+    training checkpoint wrapping one (:data:`WRAPPERS`, ``module.`` prefix stripped), a legacy
+    (non-zip) ``torch.save`` file, or a TorchScript archive (tensors read by the restricted reader of
+    :mod:`rnnconvert.formats.torchscript`, no code run). CUDA storages are mapped to the CPU.
+
+    ``nonlinearity`` (``'tanh'``/``'relu'``) tells an ``nn.RNN``'s activation, which the file does not store.
+
+    Raises:
+        FormatError: not loadable with ``weights_only=True``, no recurrent keys, or inconsistent shapes.
+    """
+    from . import torchscript
+
+    p = Path(path)
+    if torchscript.is_torchscript(p):
+        sd = torchscript.read_tensors(p)
+        cls = "TorchScript"
+    else:
+        sd = _flatten(unwrap(load_state(p)))
+        cls = ""
+    ckpt = group_state_dict(strip_module_prefix(sd), str(p), "pt", nonlinearity)
+    if cls:
+        ckpt.meta["container"] = cls
     return ckpt

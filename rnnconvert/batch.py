@@ -1,0 +1,96 @@
+"""Batch conversion of a directory tree: parallel over files, one bad file never stops the others.
+
+Used by ``rnnconvert SRC_DIR DST_DIR --to FORMAT [-j N]``. Each source file whose format is
+recognised (by content, then extension) is converted to ``DST_DIR/<relative path>`` with the target
+format's first extension; the result of every file is collected as a :class:`FileResult`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import registry
+from .errors import FormatError, RNNConvertError
+
+
+@dataclass
+class FileResult:
+    """The outcome for one file: ``status`` is ``converted``, ``refused`` (exit code 4) or ``failed``."""
+
+    src: str
+    dst: str
+    status: str
+    message: str = ""
+    exit_code: int = 0
+
+
+def candidates(src_dir: Path) -> Iterator[Path]:
+    """Regular files under ``src_dir`` in sorted order (hidden files and symlinks skipped)."""
+    for root, dirs, files in os.walk(src_dir):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            p = Path(root) / name
+            if not name.startswith(".") and p.is_file() and not p.is_symlink():
+                yield p
+
+
+def _one(src: str, dst: str, kwargs: dict[str, Any]) -> FileResult:
+    from .api import convert
+
+    try:
+        Path(dst).parent.mkdir(parents=True, exist_ok=True)
+        rep = convert(src, dst, **kwargs)
+        return FileResult(src, dst, "converted", f"{len(rep.modules)} layer(s)")
+    except RNNConvertError as exc:
+        status = "refused" if exc.exit_code == 4 else "failed"
+        return FileResult(src, dst, status, str(exc), exc.exit_code)
+    except Exception as exc:  # a bug in one file's conversion must not stop the batch
+        return FileResult(src, dst, "failed", f"internal error: {type(exc).__name__}: {exc}", 1)
+
+
+def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: str, jobs: int = 1,
+                 on_done: Callable[[FileResult], None] | None = None, **kwargs: Any) -> list[FileResult]:
+    """Convert every recognised file under ``src_dir`` into ``dst_dir`` in format ``to``.
+
+    Args:
+        jobs: worker processes (1 = in this process).
+        on_done: called with each :class:`FileResult` as it completes (progress display).
+        **kwargs: passed to :func:`rnnconvert.api.convert` (``verify``, ``force``, ...).
+
+    Returns:
+        one :class:`FileResult` per candidate file, in source order.
+
+    Raises:
+        FormatError: ``src_dir`` is not a directory, or ``to`` is unknown.
+    """
+    src_dir, dst_dir = Path(src_dir), Path(dst_dir)
+    if not src_dir.is_dir():
+        raise FormatError(f"{src_dir}: not a directory")
+    fmt = registry.get(to)
+    ext = fmt.extensions[0]
+    work = []
+    for p in candidates(src_dir):
+        rel = p.relative_to(src_dir)
+        work.append((str(p), str(dst_dir / rel.parent / (rel.name.split(".")[0] + ext))))
+    kwargs = {**kwargs, "to": to}
+    results: dict[str, FileResult] = {}
+    if jobs <= 1:
+        for s, d in work:
+            results[s] = r = _one(s, d, kwargs)
+            if on_done:
+                on_done(r)
+    else:
+        # spawn, not fork: a forked child of a process holding torch/TF thread pools can deadlock.
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futs = [pool.submit(_one, s, d, kwargs) for s, d in work]
+            for fut in as_completed(futs):
+                r = fut.result()
+                results[r.src] = r
+                if on_done:
+                    on_done(r)
+    return [results[s] for s, _ in work]

@@ -1,0 +1,142 @@
+"""``.npz`` archives in rnnconvert's canonical schema (version 1): writer, reader, verification.
+
+Members (all plain numeric arrays, read with ``np.load(allow_pickle=False)``):
+
+* ``layers/{i}/l{k}/d{d}/{field}`` for recurrent layer ``i`` (file order), stacked layer ``k``,
+  direction ``d`` (0 forward, 1 backward), ``field`` one of ``w_ih (G*H, I_k)``, ``w_hh (G*H, H or P)``,
+  ``b_ih (G*H,)``, ``b_hh (G*H,)``, ``w_hr (P, H)`` (projection only), ``peep (3, H)`` (rows
+  ``p_i, p_f, p_o``; peepholes only) -- the canonical arrays of :mod:`rnnconvert.model`, gate order
+  LSTM ``i, f, g, o``, GRU ``r, z, n`` (cuDNN/PyTorch order), ``W x`` orientation. A layer without bias
+  has zero ``b_ih``/``b_hh`` and ``"bias": false``.
+* ``tensors/{key}`` for each non-recurrent tensor carried along (PyTorch naming).
+* ``__rnnconvert__``: a 0-d unicode array holding JSON ``{"schema": 1, "layers": [{"name", "cell"
+  (LSTM|GRU|RNN_TANH|RNN_RELU), "input_size", "hidden_size", "num_layers", "bidirectional",
+  "proj_size", "bias", "return_sequences", "source_class", "semantics": {gate_activation, activation,
+  reset_after, forget_bias, cell_clip, proj_clip, go_backwards, merge_mode}}]}`` (the fields of
+  :class:`rnnconvert.model.Semantics`: every semantics a source can have is kept, so any layer is
+  written without loss). Arrays keep their dtype; every array is stored as written (bit-exact).
+
+Written with fixed zip timestamps, members in a fixed order: identical input gives identical bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError, require
+from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+
+SCHEMA = 1
+META = "__rnnconvert__"
+ROUTE = "torch (re-read arrays) or numpy reference"
+_FIELDS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr", "peep")
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A zip whose members include ``__rnnconvert__.npy``."""
+    if not head.startswith(b"PK\x03\x04"):
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            return f"{META}.npy" in z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _member(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.asanyarray(arr), allow_pickle=False)
+    info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    info.external_attr = 0o644 << 16
+    zf.writestr(info, buf.getvalue())
+
+
+def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
+    """Write ``ckpt`` in schema 1 (module docstring). Nothing is refused: the schema holds every layer."""
+    meta = {"schema": SCHEMA, "layers": []}
+    with zipfile.ZipFile(path, "w") as zf:
+        for i, layer in enumerate(ckpt.layers):
+            meta["layers"].append({
+                "name": layer.name, "cell": layer.cell.value, "input_size": layer.input_size,
+                "hidden_size": layer.hidden_size, "num_layers": layer.num_layers,
+                "bidirectional": layer.bidirectional, "proj_size": layer.proj_size, "bias": layer.bias,
+                "return_sequences": layer.return_sequences, "source_class": layer.source.get("class_name"),
+                "semantics": asdict(layer.semantics)})
+            for k, dirs in enumerate(layer.params):
+                for d, p in enumerate(dirs):
+                    for f, arr in p.arrays().items():
+                        _member(zf, f"layers/{i}/l{k}/d{d}/{f}", arr)
+        for key, arr in ckpt.tensors.items():
+            _member(zf, f"tensors/{key}", arr)
+        _member(zf, META, np.array(json.dumps(meta, sort_keys=True)))
+    return [f"{l.name}: npz members layers/{i}/l*/d*/* (canonical gate order, see docs/pytorch.md)"
+            for i, l in enumerate(ckpt.layers)]
+
+
+def read(path: str | Path, **_: Any) -> Checkpoint:
+    """Read a schema-1 archive (``np.load(allow_pickle=False)``: object arrays are refused).
+
+    Raises:
+        FormatError: not an rnnconvert npz, an unknown schema, missing members or inconsistent shapes.
+    """
+    p = Path(path)
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise FormatError(f"{p}: not readable as .npz without pickle: {exc}") from exc
+    if META not in arrays:
+        raise FormatError(f"{p}: no '{META}' member; not an rnnconvert .npz (schema in docs/pytorch.md)")
+    try:
+        meta = json.loads(str(arrays[META]))
+    except ValueError as exc:
+        raise FormatError(f"{p}: '{META}' is not JSON") from exc
+    if meta.get("schema") != SCHEMA:
+        raise FormatError(f"{p}: npz schema {meta.get('schema')!r}; this rnnconvert reads schema {SCHEMA}")
+    ckpt = Checkpoint(format="npz", meta={"path": str(p)})
+    known = {f.name for f in fields(Semantics)}
+    for i, rec in enumerate(meta["layers"]):
+        try:
+            params = []
+            for k in range(rec["num_layers"]):
+                row = []
+                for d in range(2 if rec["bidirectional"] else 1):
+                    pre = f"layers/{i}/l{k}/d{d}/"
+                    row.append(DirectionParams(**{f: arrays.get(pre + f) for f in _FIELDS}))
+                    if row[-1].w_ih is None or row[-1].w_hh is None or row[-1].b_ih is None:
+                        raise FormatError(f"{p}: member {pre}w_ih, w_hh or b_ih is missing")
+                params.append(row)
+            sem = Semantics(**{k: v for k, v in rec.get("semantics", {}).items() if k in known})
+            ckpt.layers.append(RNNLayer(
+                name=rec["name"], cell=Cell(rec["cell"]), input_size=rec["input_size"],
+                hidden_size=rec["hidden_size"], num_layers=rec["num_layers"], bidirectional=rec["bidirectional"],
+                proj_size=rec.get("proj_size", 0), bias=rec.get("bias", True), semantics=sem, params=params,
+                return_sequences=rec.get("return_sequences", True),
+                source={"format": "npz", "class_name": rec.get("source_class")}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"{p}: layer record {i}: {exc}") from exc
+    ckpt.tensors = {k[len("tensors/"):]: v for k, v in arrays.items() if k.startswith("tensors/")}
+    return ckpt
+
+
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Re-read ``path`` and run layer ``name``: in ``torch.nn`` when torch can express it, else with the
+    numpy reference on the re-read arrays -- then this is a re-read check (the archive round-trips the
+    canonical model), not an independent framework. float64 ``(B, T, dirs*H)``."""
+    from .. import reference
+    from . import torch_pt
+
+    layer = read(path).layer(name)
+    if torch_pt.refusals(layer):
+        return reference.forward(layer, x)
+    torch = require("torch", "torch")
+    sd = torch_pt.state_dict(Checkpoint(layers=[layer]))
+    return torch_pt.run_module(layer, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, x)

@@ -1,0 +1,139 @@
+"""The command line: exit codes, one-line errors, no clobbered outputs, no heavy imports for --help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rnnconvert.cli import main
+
+from conftest import torch_rnn
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def lstm_pt(tmp_path):
+    src = tmp_path / "src.pt"
+    torch.save({f"enc.{k}": v for k, v in torch_rnn("LSTM", 3, 4, num_layers=2).state_dict().items()}, src)
+    return src
+
+
+def test_convert_prints_modules_and_verification(lstm_pt, tmp_path, capsys):
+    dst = tmp_path / "out.pt"
+    assert main([str(lstm_pt), str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "enc: nn.LSTM(input_size=3, hidden_size=4, num_layers=2, batch_first=True)" in out
+    assert "verified enc: max abs error" in out
+    assert dst.exists()
+
+
+def test_existing_output_is_kept_without_force(lstm_pt, tmp_path, capsys):
+    dst = tmp_path / "out.pt"
+    dst.write_bytes(b"precious")
+    assert main([str(lstm_pt), str(dst)]) == 6
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--force" in err
+    assert dst.read_bytes() == b"precious"
+    assert main([str(lstm_pt), str(dst), "--force"]) == 0
+    assert dst.read_bytes() != b"precious"
+
+
+@pytest.mark.parametrize("payload", [b"", b"\x89HDF\r\n\x1a\n" + b"\0" * 100, b"PK\x03\x04garbage", b"hello"])
+def test_bad_input_is_one_line_and_nonzero(tmp_path, capsys, payload):
+    src = tmp_path / "bad.h5"
+    src.write_bytes(payload)
+    dst = tmp_path / "out.pt"
+    code = main([str(src), str(dst)])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert err.startswith("rnnconvert: error:") and err.count("\n") == 1 and "Traceback" not in err
+    assert not dst.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.h5"]
+
+
+def test_missing_source(tmp_path, capsys):
+    assert main([str(tmp_path / "nope.h5"), str(tmp_path / "o.pt")]) == 3
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_unknown_output_extension(lstm_pt, tmp_path, capsys):
+    assert main([str(lstm_pt), str(tmp_path / "o.xyz")]) == 3
+    assert "--to" in capsys.readouterr().err
+
+
+def test_inspect_json(lstm_pt, capsys):
+    assert main(["inspect", str(lstm_pt), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "pt"
+    (layer,) = info["layers"]
+    assert (layer["cell"], layer["input_size"], layer["hidden_size"], layer["num_layers"]) == ("LSTM", 3, 4, 2)
+
+
+def test_verify_command_fails_on_a_wrong_file(lstm_pt, tmp_path, capsys):
+    dst = tmp_path / "out.pt"
+    assert main([str(lstm_pt), str(dst), "--no-verify"]) == 0
+    assert main(["verify", str(lstm_pt), str(dst)]) == 0
+    sd = torch.load(dst, weights_only=True)
+    sd["enc.bias_hh_l1"] = sd["enc.bias_hh_l1"].flip(0)
+    torch.save(sd, dst)
+    capsys.readouterr()
+    assert main(["verify", str(lstm_pt), str(dst), "--json"]) == 5
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["ok"] is False
+
+
+def test_help_imports_no_framework():
+    code = ("import sys; from rnnconvert.cli import main; rc = main(['--help']); "
+            "bad = [m for m in ('torch', 'tensorflow', 'tf_keras', 'keras', 'onnx', 'onnxruntime') if m in sys.modules]; "
+            "print(bad); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("[]"), out
+
+
+def test_pickle_payload_never_runs(tmp_path, capsys):
+    """A .pt whose pickle would create a marker file: weights_only loading refuses it, nothing runs."""
+    import pickle
+
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    src = tmp_path / "evil.pt"
+    torch.save({"rnn.weight_ih_l0": torch.zeros(4, 2), "x": Evil()}, src, pickle_module=pickle)
+    assert main([str(src), str(tmp_path / "o.pt")]) == 3
+    assert "weights_only" in capsys.readouterr().err
+    assert not marker.exists()
+    assert np.all([p.name != "o.pt" for p in tmp_path.iterdir()])
+
+
+def test_batch_directory(tmp_path, capsys):
+    """A directory of three files: two convert, a damaged one is reported, and the exit code says so."""
+    src = tmp_path / "in"
+    (src / "sub").mkdir(parents=True)
+    torch.save({f"a.{k}": v for k, v in torch_rnn("GRU", 3, 4).state_dict().items()}, src / "one.pt")
+    torch.save({f"b.{k}": v for k, v in torch_rnn("LSTM", 3, 4, bidirectional=True).state_dict().items()},
+               src / "sub" / "two.pt")
+    (src / "broken.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+    out = tmp_path / "out"
+    assert main([str(src), str(out), "--to", "pt", "-j", "2", "--json"]) == 8
+    res = {r["src"].rsplit("/", 1)[-1]: r for r in json.loads(capsys.readouterr().out)}
+    assert res["one.pt"]["status"] == res["two.pt"]["status"] == "converted"
+    assert res["broken.h5"]["status"] == "failed"
+    assert (out / "one.pt").exists() and (out / "sub" / "two.pt").exists() and not (out / "broken.pt").exists()
+    a = torch.load(src / "sub" / "two.pt", weights_only=True)
+    b = torch.load(out / "sub" / "two.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("argv", [["a.h5", "b.pt", "--verify", "bogus"], ["inspect"], ["a.h5", "b.pt", "--nope"]])
+def test_usage_errors_exit_2_without_traceback(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip()

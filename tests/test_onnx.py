@@ -1,0 +1,310 @@
+"""ONNX writer/reader against onnxruntime, torch and the third-party oracles in ../shared/realworld."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rnnconvert import api, reference
+from rnnconvert.errors import FormatError, UnsupportedError
+from rnnconvert.formats import onnx_fmt, torch_pt
+from rnnconvert.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+def _run(path, name, x):
+    """onnxruntime on a file rnnconvert wrote (independent of our reference)."""
+    return onnx_fmt.target_forward(path, None, name, x)
+
+
+# ------------------------------------------------------------------------------------ real files
+def test_mycroft_gru_reproduces_oracle(realworld, tmp_path):
+    src = realworld / "mycroft-precise-gru" / "hey-mycroft.net"
+    rep = api.convert(src, tmp_path / "m.onnx")
+    assert rep.verification.ok
+    o = np.load(realworld / "mycroft-precise-gru" / "oracle_out.npz")
+    y = _run(tmp_path / "m.onnx", "net", o["net__in"])[:, -1]
+    node = onnx.load(str(tmp_path / "m.onnx")).graph.node
+    gru = next(n for n in node if n.op_type == "GRU")
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in gru.attribute}
+    assert attrs["linear_before_reset"] == 0 and attrs["activations"] == [b"HardSigmoid", b"Affine"]
+    # Linear candidate activation with inputs ~36: float32 results depend on the evaluation order by
+    # ~5e-4 relative (TF and tf_keras vs a float64 evaluation), so a relative tolerance of 1e-3 is
+    # the float32 conditioning of this layer, not slack in the conversion.
+    ref = o["net__out"]
+    assert np.abs(y - ref).max() <= 1e-3 * np.abs(ref).max()
+
+
+def test_textgenrnn_cudnnlstm_reproduces_oracle(realworld, tmp_path):
+    d = realworld / "textgenrnn-reddit-cudnnlstm"
+    api.convert(d / "reddit_rarepuppers_politics.hdf5", tmp_path / "t.onnx")
+    o = np.load(d / "oracle_out.npz")
+    for name in ("rnn_1", "rnn_2"):
+        y = _run(tmp_path / "t.onnx", name, o[f"{name}__in"])
+        assert np.abs(y - o[f"{name}__out"]).max() <= 1e-5, name
+
+
+# --------------------------------------------------------------------------------- torch matrix
+SPECS = [
+    ("LSTM", dict(num_layers=1)),
+    ("LSTM", dict(num_layers=2, bidirectional=True)),
+    ("LSTM", dict(num_layers=3, bias=False)),
+    ("GRU", dict(num_layers=1)),
+    ("GRU", dict(num_layers=2, bidirectional=True, bias=False)),
+    ("RNN", dict(num_layers=1)),
+    ("RNN", dict(num_layers=2, bidirectional=True, nonlinearity="relu")),
+]
+IDS = [f"{c}-" + "-".join(f"{k}={v}" for k, v in kw.items()) for c, kw in SPECS]
+
+
+def _gate_distinct(shape, gates, rng, scale=0.5):
+    """Gate block k uniform around 0.1*k (+ noise): a permutation slip changes the numbers visibly."""
+    rows = shape[0] // gates
+    blocks = [0.1 * (k + 1) + rng.uniform(-0.05, 0.05, (rows,) + tuple(shape[1:])) for k in range(gates)]
+    return (np.concatenate(blocks) * scale * rng.choice([-1, 1], shape)).astype(np.float32)
+
+
+def _torch_module(cls, kw, seed=0, I=5, H=4):
+    rng = np.random.default_rng(seed)
+    mod = getattr(torch.nn, cls)(input_size=I, hidden_size=H, batch_first=True, **kw).eval()
+    G = {"LSTM": 4, "GRU": 3, "RNN": 1}[cls]
+    sd = {k: torch.from_numpy(_gate_distinct(tuple(v.shape), G, rng)) for k, v in mod.state_dict().items()}
+    mod.load_state_dict(sd)
+    return mod
+
+
+def _x(I=5, seed=1):
+    return np.random.default_rng(seed).standard_normal((2, 6, I)).astype(np.float32)
+
+
+@pytest.mark.parametrize("cls,kw", SPECS, ids=IDS)
+def test_pt_to_onnx_to_pt(cls, kw, tmp_path):
+    mod = _torch_module(cls, kw)
+    sd = {f"rnn.{k}": v for k, v in mod.state_dict().items()}
+    torch.save(sd, tmp_path / "a.pt")
+    x = _x()
+    with torch.no_grad():
+        want = mod(torch.from_numpy(x))[0].double().numpy()
+    opts = {"nonlinearity": kw.get("nonlinearity", "tanh")}
+    api.convert(tmp_path / "a.pt", tmp_path / "a.onnx", read_opts=opts)
+    assert np.abs(_run(tmp_path / "a.onnx", "rnn", x) - want).max() <= 1e-5
+    # permutation-only path: .pt -> .onnx -> canonical -> torch keys is bit-exact
+    back = torch_pt.state_dict(api.load(tmp_path / "a.onnx"))
+    assert sorted(back) == sorted(sd)
+    for k, v in sd.items():
+        assert back[k].dtype == np.float32 and np.array_equal(back[k], v.numpy()), k
+    # .onnx -> .pt runs in torch like onnxruntime runs the .onnx
+    api.convert(tmp_path / "a.onnx", tmp_path / "b.pt")
+    y_ort = _run(tmp_path / "a.onnx", "rnn", x)
+    y_pt = torch_pt.target_forward(tmp_path / "b.pt", api.load(tmp_path / "b.pt", **opts), "rnn", x)
+    assert np.abs(y_pt - y_ort).max() <= 1e-5
+
+
+@pytest.mark.parametrize("cls,kw", [SPECS[1], SPECS[4], SPECS[6]], ids=[IDS[1], IDS[4], IDS[6]])
+def test_read_torch_onnx_export(cls, kw, tmp_path):
+    mod = _torch_module(cls, kw, seed=3)
+    x = _x(seed=4)
+    torch.onnx.export(mod, (torch.from_numpy(x),), str(tmp_path / "e.onnx"), dynamo=False,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "t"}})
+    ckpt = api.load(tmp_path / "e.onnx")
+    assert len(ckpt.layers) == kw["num_layers"]  # the exporter writes one node per stacked layer
+    y_ort = ort.InferenceSession(str(tmp_path / "e.onnx")).run(None, {"x": x})[0]
+    y = x.astype(np.float64)
+    for layer in ckpt.layers:
+        y = reference.forward(layer, y)
+    assert np.abs(y - y_ort).max() <= 1e-5
+    # the exporter only permutes and concatenates: our reading equals the torch tensors bit for bit
+    sd = mod.state_dict()
+    for k, layer in enumerate(ckpt.layers):
+        got = torch_pt.state_dict(Checkpoint(layers=[replace(layer, name="m")]))
+        for key, v in got.items():
+            want = sd[key[2:].replace("_l0", f"_l{k}")].numpy()
+            assert np.array_equal(v, want), (k, key)
+
+
+# ------------------------------------------------------------------------ semantics via onnxruntime
+def _layer(cell, sem=Semantics(), *, peep=False, bidi=False, bias=True, I=3, H=4, seed=5):
+    rng = np.random.default_rng(seed)
+    G = cell.gates
+    rows = []
+    for _ in range(2 if bidi else 1):
+        rows.append(DirectionParams(
+            _gate_distinct((G * H, I), G, rng), _gate_distinct((G * H, H), G, rng),
+            _gate_distinct((G * H,), G, rng) if bias else np.zeros(G * H, np.float32),
+            _gate_distinct((G * H,), G, rng) if bias else np.zeros(G * H, np.float32),
+            peep=_gate_distinct((3, H), 3, rng) if peep else None))
+    return RNNLayer("lay", cell, I, H, bidirectional=bidi, bias=bias, semantics=sem, params=[rows])
+
+
+SEMANTICS = {
+    "gru-reset-before-hardsig-linear": (Cell.GRU, Semantics("hard_sigmoid", "linear", reset_after=False), {}),
+    "gru-hardsig-k3": (Cell.GRU, Semantics("hard_sigmoid_k3", "tanh"), {}),
+    "lstm-peep-forget-bias": (Cell.LSTM, Semantics(forget_bias=1.0), {"peep": True}),
+    "lstm-k3-softsign-bidi": (Cell.LSTM, Semantics("hard_sigmoid_k3", "softsign"), {"bidi": True}),
+    "lstm-go-backwards": (Cell.LSTM, Semantics("hard_sigmoid", "relu", go_backwards=True), {}),
+    "rnn-linear-nobias": (Cell.RNN_TANH, Semantics(activation="linear"), {"bias": False}),
+    # alpha/beta lists hold values only for the activations that take them (onnxruntime reads them in
+    # that order): Sigmoid then HardSigmoid(1/6) would run as HardSigmoid(0.2) under a positional reading
+    "gru-sigmoid-then-hardsig-k3": (Cell.GRU, Semantics("sigmoid", "hard_sigmoid_k3"), {}),
+    "lstm-sigmoid-linear": (Cell.LSTM, Semantics("sigmoid", "linear"), {}),
+}
+
+
+@pytest.mark.parametrize("key", list(SEMANTICS))
+def test_semantics_in_onnxruntime(key, tmp_path):
+    cell, sem, kw = SEMANTICS[key]
+    layer = _layer(cell, sem, **kw)
+    ckpt = Checkpoint(layers=[layer])
+    api.save(ckpt, tmp_path / "s.onnx")
+    x = np.random.default_rng(7).standard_normal((2, 5, 3)).astype(np.float32)
+    y = _run(tmp_path / "s.onnx", "lay", x)
+    want = reference.forward(layer, x)
+    assert np.abs(y - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
+    # reading back gives the same semantics and, where nothing was folded, the same arrays
+    back = api.load(tmp_path / "s.onnx").layer("lay")
+    s2 = back.semantics
+    assert (s2.gate_activation, s2.activation, s2.go_backwards) == (sem.gate_activation, sem.activation, sem.go_backwards)
+    if cell is Cell.GRU:
+        assert s2.reset_after == sem.reset_after
+    if not sem.forget_bias:
+        for a, b in zip(layer.params[0], back.params[0]):
+            for name, arr in a.arrays().items():
+                assert np.array_equal(arr, b.arrays()[name]), name
+    assert np.abs(reference.forward(back, x) - want).max() <= 1e-6
+
+
+def test_deterministic_bytes(tmp_path):
+    ckpt = Checkpoint(layers=[_layer(Cell.LSTM, peep=True)])
+    api.save(ckpt, tmp_path / "a.onnx")
+    api.save(ckpt, tmp_path / "b.onnx")
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_external_data(tmp_path):
+    ckpt = Checkpoint(layers=[_layer(Cell.GRU, bidi=True)])
+    api.save(ckpt, tmp_path / "x.onnx", external_data=True, external_min_bytes=64)
+    assert (tmp_path / "x.onnx.data").is_file()
+    assert not list(tmp_path.glob("*rnnconvert-tmp*"))
+    x = np.random.default_rng(2).standard_normal((2, 4, 3)).astype(np.float32)
+    assert np.abs(_run(tmp_path / "x.onnx", "lay", x) - reference.forward(ckpt.layers[0], x)).max() <= 1e-5
+    back = api.load(tmp_path / "x.onnx").layer("lay")
+    assert np.array_equal(back.params[0][1].w_hh, ckpt.layers[0].params[0][1].w_hh)
+    # external data pointing outside the model's folder is refused before anything is read
+    m = onnx.load(str(tmp_path / "x.onnx"), load_external_data=False)
+    for t in m.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "../x.onnx.data"
+    (tmp_path / "sub").mkdir()
+    onnx.save_model(m, str(tmp_path / "sub" / "y.onnx"))
+    with pytest.raises(FormatError, match="outside the model's folder"):
+        api.load(tmp_path / "sub" / "y.onnx")
+
+
+# ---------------------------------------------------------------------------------------- refusals
+def test_writer_refuses_projection_and_cell_clip(tmp_path):
+    lstm = _layer(Cell.LSTM)
+    with pytest.raises(UnsupportedError, match="cell_clip"):
+        api.save(Checkpoint(layers=[lstm.with_semantics(cell_clip=3.0)]), tmp_path / "c.onnx")
+    p = lstm.params[0][0]
+    proj = RNNLayer("lay", Cell.LSTM, 3, 4, proj_size=2, params=[[DirectionParams(
+        p.w_ih, np.zeros((16, 2), np.float32), p.b_ih, p.b_hh, w_hr=np.ones((2, 4), np.float32))]])
+    with pytest.raises(UnsupportedError, match="projection"):
+        api.save(Checkpoint(layers=[proj]), tmp_path / "p.onnx")
+    assert not (tmp_path / "c.onnx").exists() and not (tmp_path / "p.onnx").exists()
+
+
+def _edit_node(path, out, **attrs):
+    m = onnx.load(str(path))
+    node = next(n for n in m.graph.node if n.op_type in ("LSTM", "GRU", "RNN"))
+    for k, v in attrs.items():
+        for a in list(node.attribute):
+            if a.name == k:
+                node.attribute.remove(a)
+        if v is not None:
+            node.attribute.append(onnx.helper.make_attribute(k, v))
+    onnx.save_model(m, str(out))
+    return out
+
+
+@pytest.mark.parametrize("attrs,match", [
+    ({"clip": 3.0}, "clip"),
+    ({"input_forget": 1}, "input_forget"),
+    ({"activations": ["Sigmoid", "ScaledTanh", "Tanh"], "activation_alpha": None, "activation_beta": None},
+     "ScaledTanh"),
+    ({"activations": ["HardSigmoid", "Tanh", "Tanh"], "activation_alpha": [0.3], "activation_beta": [0.5]},
+     "HardSigmoid"),
+])
+def test_reader_refusals(attrs, match, tmp_path):
+    api.save(Checkpoint(layers=[_layer(Cell.LSTM)]), tmp_path / "a.onnx")
+    bad = _edit_node(tmp_path / "a.onnx", tmp_path / "b.onnx", **attrs)
+    with pytest.raises(UnsupportedError, match=match):
+        api.load(bad)
+
+
+def test_reader_refuses_dynamic_quantize_lstm(tmp_path):
+    api.save(Checkpoint(layers=[_layer(Cell.LSTM)]), tmp_path / "a.onnx")
+    m = onnx.load(str(tmp_path / "a.onnx"))
+    node = next(n for n in m.graph.node if n.op_type == "LSTM")
+    node.op_type, node.domain = "DynamicQuantizeLSTM", "com.microsoft"
+    onnx.save_model(m, str(tmp_path / "q.onnx"))
+    with pytest.raises(UnsupportedError, match="quantized"):
+        api.load(tmp_path / "q.onnx")
+
+
+def test_reader_follows_constant_and_identity(tmp_path):
+    layer = _layer(Cell.GRU)
+    api.save(Checkpoint(layers=[layer]), tmp_path / "a.onnx")
+    m = onnx.load(str(tmp_path / "a.onnx"))
+    w = next(t for t in m.graph.initializer if t.name == "lay.W")
+    m.graph.initializer.remove(w)
+    m.graph.node.insert(0, onnx.helper.make_node("Identity", ["w_const"], ["lay.W"]))
+    m.graph.node.insert(0, onnx.helper.make_node("Constant", [], ["w_const"], value=w))
+    m.metadata_props.pop()  # an anonymous third-party file: one layer per node
+    onnx.save_model(m, str(tmp_path / "c.onnx"))
+    back = api.load(tmp_path / "c.onnx").layers[0]
+    assert np.array_equal(back.params[0][0].w_ih, layer.params[0][0].w_ih)
+    assert json.dumps(back.describe())
+
+
+def test_float64_written_exactly_and_verified(tmp_path):
+    mod = _torch_module("GRU", dict(num_layers=2), seed=9).double()
+    torch.save({f"g.{k}": v for k, v in mod.state_dict().items()}, tmp_path / "d.pt")
+    rep = api.convert(tmp_path / "d.pt", tmp_path / "d.onnx")
+    assert rep.verification.ok
+    w = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "d.onnx")).graph.initializer}
+    assert w["g.l1.W"].dtype == np.float64
+    back = torch_pt.state_dict(api.load(tmp_path / "d.onnx"))
+    for k, v in mod.state_dict().items():
+        assert np.array_equal(back[f"g.{k}"], v.numpy()), k
+
+
+def test_textgenrnn_via_pt_back_to_onnx(realworld, tmp_path):
+    d = realworld / "textgenrnn-reddit-cudnnlstm"
+    api.convert(d / "reddit_rarepuppers_politics.hdf5", tmp_path / "t.pt")
+    api.convert(tmp_path / "t.pt", tmp_path / "t.onnx")
+    o = np.load(d / "oracle_out.npz")
+    for name in ("rnn_1", "rnn_2"):
+        y = _run(tmp_path / "t.onnx", name, o[f"{name}__in"])
+        assert np.abs(y - o[f"{name}__out"]).max() <= 1e-5, name
+
+
+def test_external_data_rewrite_is_not_appended(tmp_path):
+    ckpt = Checkpoint(layers=[_layer(Cell.LSTM, bidi=True)])
+    api.save(ckpt, tmp_path / "x.onnx", external_data=True, external_min_bytes=64)
+    first = (tmp_path / "x.onnx.data").read_bytes()
+    api.save(ckpt, tmp_path / "x.onnx", external_data=True, external_min_bytes=64, force=True)
+    assert (tmp_path / "x.onnx.data").read_bytes() == first
+
+
+def test_keras_only_semantics_from_onnx_refused_for_pt(realworld, tmp_path):
+    api.convert(realworld / "mycroft-precise-gru" / "hey-mycroft.net", tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedError, match="reset_after=False"):
+        api.convert(tmp_path / "m.onnx", tmp_path / "m.pt")
+    assert not (tmp_path / "m.pt").exists()
