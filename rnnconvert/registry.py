@@ -141,7 +141,7 @@ def way_out(layer, exclude: str) -> str:
             continue
         ref = getattr(f.load(), "refusals", None)
         if ref is not None and not ref(layer):
-            ok.append(f.extensions[0])
+            ok.append(f.extensions[0] if f.extensions else f"--to {f.name}")
     if not ok:
         return "No format rnnconvert writes computes this exactly; keep the source checkpoint"
     return f"Convert to {' or '.join(ok)} instead, which {'expresses' if len(ok) == 1 else 'express'} it exactly"

@@ -43,13 +43,20 @@ def sniff(head: bytes, path: Path) -> bool:
         return False
 
 
+def refusals(layer) -> list[str]:
+    """What a cuDNN buffer cannot express about ``layer`` (empty when it can)."""
+    return cudnn._refusals(layer)
+
+
 def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """Raises UnsupportedError for layers cuDNN cannot run (see :func:`rnnconvert.cudnn.pack`)."""
+    from .. import registry
+
     for layer in ckpt.layers:
-        why = cudnn._refusals(layer)
+        why = refusals(layer)
         if why:
             raise UnsupportedError(f"layer '{layer.name}' cannot be written as a cuDNN buffer: {'; '.join(why)}. "
-                                   "Convert to .onnx instead")
+                                   f"{registry.way_out(layer, 'cudnn_npz')}")
     notes = []
     for layer in ckpt.layers:
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):

@@ -35,7 +35,8 @@ from ..model import Cell, Checkpoint, RNNLayer
 from ..transforms import fold_forget_bias
 
 
-def _cell_for(layer: RNNLayer) -> str:
+def refusals(layer: RNNLayer) -> list[str]:
+    """What TF1 cells cannot express about ``layer`` (empty when a TF1 checkpoint can hold it)."""
     s = layer.semantics
     why = []
     if layer.cell in (Cell.LSTM, Cell.GRU) and s.gate_activation != "sigmoid":
@@ -46,9 +47,17 @@ def _cell_for(layer: RNNLayer) -> str:
         why.append("relu activation (not recorded in a checkpoint)")
     if s.go_backwards and not layer.bidirectional:
         why.append("go_backwards=True")
+    return why
+
+
+def _cell_for(layer: RNNLayer) -> str:
+    from .. import registry
+
+    s = layer.semantics
+    why = refusals(layer)
     if why:
         raise UnsupportedError(f"layer '{layer.name}' cannot be written as a TF1 checkpoint: {'; '.join(why)}. "
-                               "Convert to .onnx instead")
+                               f"{registry.way_out(layer, 'tf_checkpoint')}")
     peep = layer.params[0][0].peep is not None
     if layer.cell is Cell.LSTM:
         plain = not (peep or layer.proj_size or s.cell_clip is not None or s.proj_clip is not None)

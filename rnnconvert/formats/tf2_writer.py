@@ -31,7 +31,8 @@ from ..transforms import fold_forget_bias, summed_bias
 _KERAS_ACT = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
 
 
-def _refusals(layer: RNNLayer) -> list[str]:
+def refusals(layer: RNNLayer) -> list[str]:
+    """What tf_keras layers cannot express about ``layer`` (empty when they can)."""
     s, why = layer.semantics, []
     for what, a in (("gate activation", s.gate_activation), ("activation", s.activation)):
         if a not in _KERAS_ACT:
@@ -48,10 +49,12 @@ def _refusals(layer: RNNLayer) -> list[str]:
 def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """Raises UnsupportedError for layers tf_keras cannot express; notes what is not written."""
     for layer in ckpt.layers:
-        why = _refusals(layer)
+        why = refusals(layer)
         if why:
+            from .. import registry
+
             raise UnsupportedError(f"layer '{layer.name}' cannot be written as tf_keras layers: {'; '.join(why)}. "
-                                   "Convert to .onnx (or a TF1 checkpoint) instead")
+                                   f"{registry.way_out(layer, 'tf2_checkpoint')}")
     return [f"{len(ckpt.tensors)} non-recurrent tensors are not written"] if ckpt.tensors else []
 
 
