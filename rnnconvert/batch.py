@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +30,20 @@ class FileResult:
     exit_code: int = 0
 
 
+def _tf_companion(name: str, files: list[str]) -> bool:
+    """A TensorFlow checkpoint's data shard or ``checkpoint`` state file: read through its ``.index``."""
+    return bool(re.search(r"\.data-\d{5}-of-\d{5}$", name)) or (
+        name == "checkpoint" and any(f.endswith(".index") for f in files))
+
+
 def candidates(src_dir: Path) -> Iterator[Path]:
-    """Regular files under ``src_dir`` in sorted order (hidden files and symlinks skipped)."""
+    """Regular files under ``src_dir`` in sorted order (hidden files, symlinks and TF checkpoint
+    companions -- ``*.data-*`` shards, the ``checkpoint`` file -- skipped: the ``.index`` stands for them)."""
     for root, dirs, files in os.walk(src_dir):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             p = Path(root) / name
-            if not name.startswith(".") and p.is_file() and not p.is_symlink():
+            if not name.startswith(".") and p.is_file() and not p.is_symlink() and not _tf_companion(name, files):
                 yield p
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -268,3 +270,15 @@ def test_opaque_kernel_adam_slots_carried_in_torch_naming(tmp_path):
     api.convert(FIXTURES / e["file"], tmp_path / "o.pt")
     sd = torch.load(tmp_path / "o.pt", weights_only=True)
     assert np.array_equal(sd["cudnn_lstm.weight_hh_l0.adam_v"].numpy(), oracle["slot_Adam_1_weight_hh"])
+
+
+def test_batch_reads_a_checkpoint_through_its_index_only(tmp_path):
+    """Directory batches skip a checkpoint's data shards and `checkpoint` file; the .index converts."""
+    import shutil  # noqa: PLC0415
+
+    from rnnconvert.batch import convert_tree  # noqa: PLC0415
+
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/lstm_cell/"))
+    shutil.copytree((FIXTURES / e["file"]).parent, tmp_path / "in" / "lstm_cell")
+    res = convert_tree(tmp_path / "in", tmp_path / "out", to="pt")
+    assert [(Path(r.src).name, r.status) for r in res] == [("ckpt.index", "converted")]
