@@ -52,12 +52,7 @@ def _read_opts(gate_activation: Optional[str], extra: Optional[list[str]] = None
     for item in extra or []:
         key, sep, val = item.partition("=")
         if not sep or not key:
-            from .errors import RNNConvertError
-
-            class UsageError(RNNConvertError):
-                exit_code = 2
-
-            raise UsageError(f"--read-opt takes KEY=VALUE, got {item!r}")
+            raise typer.BadParameter(f"--read-opt takes KEY=VALUE, got {item!r}")
         out[key.strip().replace("-", "_")] = _value(val.strip())
     return out
 
