@@ -157,20 +157,43 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
 
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
-           read_opts: dict[str, Any] | None = None) -> VerifyReport:
+           read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32") -> VerifyReport:
     """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify`).
 
+    Args:
+        device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
+            both routes of :mod:`rnnconvert.cuda_target` (``dst`` must be a readable format).
+        dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
+
     Raises:
-        FormatError, DependencyError; a failed comparison is reported, not raised.
+        FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
+        buffer layout differs from :func:`rnnconvert.cudnn.layout`); a failed comparison is reported, not raised.
     """
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
-    if not hasattr(out_mod, "target_forward"):
-        raise FormatError(f"rnnconvert cannot run {out_fmt.name} files for verification")
+    if device == "cuda":
+        from .cuda_target import ROUTES, CudaTarget, require_cuda
+
+        require_cuda()
+        if not hasattr(out_mod, "read"):
+            raise FormatError(f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
+        targets = [CudaTarget(out_mod, r, dtype) for r in ROUTES]
+    elif device == "cpu":
+        if not hasattr(out_mod, "target_forward"):
+            raise FormatError(f"rnnconvert cannot run {out_fmt.name} files for verification")
+        targets = [out_mod]
+    else:
+        raise FormatError(f"unknown device '{device}' (cpu or cuda)")
     ckpt = load(src, in_fmt.name, **(read_opts or {}))
     try:
-        return _verify(ckpt, in_fmt.load(), Path(dst), out_mod, mode=mode, src_path=Path(src), seed=seed)
+        reps = [_verify(ckpt, in_fmt.load(), Path(dst), t, mode=mode, src_path=Path(src), seed=seed,
+                        first_tol=1e-2 if dtype == "float16" else None) for t in targets]
+        rep = reps[0]
+        for other in reps[1:]:
+            rep.layers += other.layers
+            rep.seconds += other.seconds
+        return rep
     except RNNConvertError:
         raise
     except Exception as exc:  # the target framework rejected the file: it does not match the source

@@ -203,15 +203,25 @@ def verify(
     mode: Annotated[str, typer.Option("--verify", help="reference (numpy, default) or framework.")] = "reference",
     gate_activation: GateOpt = None,
     read_opt: ReadOpt = None,
+    device: Annotated[str, typer.Option("--device", help="cpu (DST's own framework) or cuda (cuDNN, two routes).")]
+    = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 or float16 (cuDNN route).")] = "float32",
     as_json: JsonOpt = False,
 ) -> None:
     """Check that DST computes what SRC computes, on a random batch; exit 5 if not."""
     from . import api
     from .errors import VerificationError
 
-    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt))
+    if device not in ("cpu", "cuda") or dtype not in ("float32", "float16"):
+        raise typer.BadParameter("--device is cpu or cuda; --dtype is float32 or float16")
+    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt), device=device, dtype=dtype)
     if as_json:
-        typer.echo(json.dumps(rep.to_dict(), indent=2))
+        out = rep.to_dict()
+        if device == "cuda":
+            from .cudnn_check import versions
+
+            out["versions"] = versions()
+        typer.echo(json.dumps(out, indent=2))
     else:
         con = _console()
         for c in rep.layers:

@@ -81,7 +81,8 @@ def _source_side(src_module, layer: RNNLayer, x: np.ndarray, dtype) -> np.ndarra
 
 
 def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str = "reference",
-           src_path=None, seed: int = 0, batch: int = 3, steps: int = 8) -> VerifyReport:
+           src_path=None, seed: int = 0, batch: int = 3, steps: int = 8,
+           first_tol: float | None = None) -> VerifyReport:
     """Run every recurrent layer of ``src_ckpt`` on one random batch on both sides and compare.
 
     Args:
@@ -90,6 +91,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         dst_path: the written file (temporary path before it is renamed into place).
         mode: ``'reference'`` (numpy equations of the source) or ``'framework'`` (the source framework).
         seed, batch, steps: the random batch ``x ~ N(0, 1)`` of shape ``(batch, steps, input_size)``.
+        first_tol: the relative term of the tolerance (default 1e-5, 1e-2 for float16 weights).
 
     Returns:
         a :class:`VerifyReport`; call :meth:`VerifyReport.raise_if_failed` to turn failure into an error.
@@ -113,7 +115,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
             raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
                                     f"differs from the source's {y64.shape}")
         scale = float(max(1.0, np.abs(y64).max()))
-        first = 1e-2 if layer.dtype == np.float16 else 1e-5
+        first = first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
         tol = first * scale + 2.0 * float(np.abs(y64 - y32).max())
         rep.layers.append(LayerCheck(layer.name, float(np.abs(y - y64).max()), tol, float(np.abs(y64).max()),
                                      route, target_route))

@@ -137,3 +137,17 @@ def test_usage_errors_exit_2_without_traceback(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip()
+
+
+def test_verify_device_cuda_without_gpu_is_a_clear_error(lstm_pt, tmp_path, capsys):
+    """On this CPU-only machine the cuDNN route must say what it needs, exit 7, and not pretend."""
+    from rnnconvert.cudnn_check import cuda_available
+
+    if cuda_available():
+        pytest.skip("a GPU is present: tests/test_cudnn.py runs the real cuDNN routes")
+    dst = tmp_path / "out.pt"
+    assert main([str(lstm_pt), str(dst)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(lstm_pt), str(dst), "--device", "cuda"]) == 7
+    err = capsys.readouterr().err
+    assert "NVIDIA GPU" in err and err.count("\n") == 1
