@@ -243,7 +243,7 @@ def formats(as_json: JsonOpt = False) -> None:
         return
     for r in rows:
         rw = ("read" if r["read"] else "") + ("/write" if r["write"] else "")
-        typer.echo(f"{r['name']:<12} {rw:<11} {' '.join(r['extensions']):<20} {r['description']}")
+        typer.echo(f"{r['name']:<15} {rw:<11} {' '.join(r['extensions']) or '(directory)':<20} {r['description']}")
 
 
 def main(argv: list[str] | None = None) -> int:
