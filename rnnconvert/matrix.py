@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -99,15 +100,25 @@ def classify(layer: RNNLayer, fmt: registry.Format, tmp: Path) -> tuple[str, str
         return "X", msg.split(": ", 1)[-1]
     if not hasattr(mod, "read"):
         return "W", ""
-    back = mod.read(path).layers[0]
-    return compare_layers(layer, back), ""
+    return compare_layers(layer, mod.read(path).layers), ""
 
 
-def compare_layers(layer: RNNLayer, back: RNNLayer) -> str:
+def compare_layers(layer: RNNLayer, back: RNNLayer | list[RNNLayer]) -> str:
     """``'E'`` when ``back`` holds ``layer``'s tensors bit for bit, ``'R'`` when only the bias differs, by
-    at most one float32 rounding of ``b_ih + b_hh`` (or a folded ``forget_bias``), else ``'MISMATCH'``."""
-    if (back.cell, back.num_layers, back.bidirectional, back.proj_size) != (
-            layer.cell, layer.num_layers, layer.bidirectional, layer.proj_size):
+    at most one float32 rounding of ``b_ih + b_hh`` (or a folded ``forget_bias``), else ``'MISMATCH'``.
+
+    ``back`` may be a list of one-layer records (Keras formats write a stacked layer as a chain of
+    layers ``<name>_l0, <name>_l1, ...``); their parameters are compared in order."""
+    backs = back if isinstance(back, list) else [back]
+    if len(backs) > 1:
+        if any(b.num_layers != 1 for b in backs) or len(backs) != layer.num_layers:
+            return "MISMATCH"
+        back = replace(backs[0], num_layers=len(backs), params=[b.params[0] for b in backs])
+    else:
+        back = backs[0]
+    # tanh vs relu is not stored by every format (PyTorch state dicts): compare the tensors' structure.
+    if (back.cell.gates, back.num_layers, back.bidirectional, back.proj_size) != (
+            layer.cell.gates, layer.num_layers, layer.bidirectional, layer.proj_size):
         return "MISMATCH"
     # A target that stores forget_bias (npz) keeps it; the others fold it into b_ih (one rounding).
     kept = back.semantics.forget_bias == layer.semantics.forget_bias
