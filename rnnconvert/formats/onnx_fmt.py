@@ -181,8 +181,11 @@ def _layer_nodes(layer: RNNLayer, helper, numpy_helper, TensorProto) -> tuple[li
     return nodes, inits, [inp], [out], meta
 
 
-def build_model(ckpt: Checkpoint):
+def build_model(ckpt: Checkpoint, *, check_model: bool = True):
     """The ``onnx.ModelProto`` of ``ckpt`` (see the module docstring); deterministic.
+
+    ``check_model``: run ``onnx.checker`` on the in-memory model (it refuses protos above 2 GB;
+    :func:`write` checks those by path after saving them with external data).
 
     Raises:
         UnsupportedError: see :func:`check`.
@@ -203,7 +206,8 @@ def build_model(ckpt: Checkpoint):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rnnconvert",
                               ir_version=IR_VERSION)
     helper.set_model_props(model, {META_KEY: json.dumps({"layers": meta}, sort_keys=True)})
-    onnx.checker.check_model(model)
+    if check_model:
+        onnx.checker.check_model(model)
     return model
 
 
@@ -229,7 +233,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
         UnsupportedError: see :func:`check`.
     """
     onnx = require("onnx", "onnx")
-    model = build_model(ckpt)
+    model = build_model(ckpt, check_model=False)
     path = Path(path)
     size = sum(len(t.raw_data) for t in model.graph.initializer)
     if external_data is None:
@@ -239,7 +243,9 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
         (path.parent / (_final_name(path) + ".data")).unlink(missing_ok=True)
         onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=_final_name(path) + ".data", size_threshold=external_min_bytes)
+        onnx.checker.check_model(str(path))  # by path: the checker refuses in-memory protos above 2 GB
     else:
+        onnx.checker.check_model(model)
         onnx.save_model(model, str(path))
     recs = json.loads(model.metadata_props[0].value)["layers"]
     return [f"{l.name}: ONNX {_OP[l.cell]} node(s) {', '.join(r['nodes'])}; feed '{l.name}__in' (batch, time, "
@@ -257,16 +263,24 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, numpy_helper
 
+    model = onnx.load(str(path), load_external_data=False)
+    if not any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer):
+        # onnxruntime reads the file (and its external data) itself: no in-memory copies of the weights
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return _run(sess, path, name, x)
+    # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
+    # run a float32 copy; the verification tolerance already allows for float32 evaluation.
     model = onnx.load(str(path))
-    if any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer):
-        # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
-        # run a float32 copy; the verification tolerance already allows for float32 evaluation.
-        for t in list(model.graph.initializer):
-            if t.data_type == TensorProto.DOUBLE:
-                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
-        for v in list(model.graph.input) + list(model.graph.output):
-            v.type.tensor_type.elem_type = TensorProto.FLOAT
+    for t in list(model.graph.initializer):
+        if t.data_type == TensorProto.DOUBLE:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+    for v in list(model.graph.input) + list(model.graph.output):
+        v.type.tensor_type.elem_type = TensorProto.FLOAT
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return _run(sess, path, name, x)
+
+
+def _run(sess, path, name: str, x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     feeds = {}
     for i in sess.get_inputs():
