@@ -164,11 +164,11 @@ def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto) -> t
     for k, dirs in enumerate(layer.params):
         nn_ = name if layer.num_layers == 1 else f"{name}.l{k}"
         node_names.append(nn_)
-        W = np.stack([gates.from_canonical(p.w_ih, cv, layer.cell) for p in dirs]).astype(dt, copy=False)
-        R = np.stack([gates.from_canonical(p.w_hh, cv, layer.cell) for p in dirs]).astype(dt, copy=False)
         ins = [cur, f"{nn_}.W", f"{nn_}.R"]
-        inits += [init(W, f"{nn_}.W"), init(R, f"{nn_}.R")]
-        del W, R
+        for key, field in (("W", "w_ih"), ("R", "w_hh")):  # one stacked matrix alive at a time
+            m = np.stack([gates.from_canonical(getattr(p, field), cv, layer.cell) for p in dirs]).astype(dt, copy=False)
+            inits.append(init(m, f"{nn_}.{key}"))
+            del m
         if layer.bias:
             B = np.stack([np.concatenate([gates.vec_from_canonical(p.b_ih, cv, layer.cell),
                                           gates.vec_from_canonical(p.b_hh, cv, layer.cell)]) for p in dirs])
