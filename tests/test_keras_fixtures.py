@@ -293,3 +293,21 @@ def test_fixture_gate_blocks_are_distinct(entry):
                 assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), f"{layer.name}.{key}: {spans}"
                 seen += 1
     assert seen or all(lay.cell.gates == 1 for lay in ckpt.layers)
+
+
+def test_raw_tensors_are_reread_from_the_file_not_held():
+    """Issue 7: the reader keeps only the canonical copy; ``source['raw']`` re-reads each Keras 2 tensor
+    from the HDF5 file on access (LazyRaw), and what it returns is exactly the file's dataset."""
+    entry = next(e for e in ENTRIES if e["form"] == "full")
+    ckpt, _ = loaded(entry)
+    checked = 0
+    with h5py.File(FIXTURES / entry["file"], "r") as f:
+        for layer in ckpt.layers:
+            for raw in layer.source["raw"]:
+                if layer.source.get("family") == "keras1":
+                    continue
+                assert isinstance(raw, keras_h5.LazyRaw)
+                for key, loc in raw.locations.items():
+                    assert np.array_equal(raw[key], f[loc][()])
+                    checked += 1
+    assert checked

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,32 @@ def _read_dataset(ds, where: str) -> np.ndarray:
     return arr
 
 
+class LazyRaw(Mapping):
+    """A direction's Keras tensors as stored in the file (``kernel``, ``recurrent_kernel``, ``bias``),
+    re-read from the HDF5 file on each access instead of held in memory.
+
+    The reader keeps only the canonical copy of the weights; verification (``--verify framework``)
+    reads the file's own tensors again through this mapping. Holding both would double the memory of
+    a multi-GB checkpoint (docs/performance.md, "Large checkpoints").
+    """
+
+    def __init__(self, path: str, locations: dict[str, str]):
+        self.path, self.locations = path, dict(locations)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        import h5py
+
+        loc = self.locations[key]
+        with h5py.File(self.path, "r") as f:
+            return _read_dataset(f[loc], f"{self.path}: {loc}")
+
+    def __iter__(self):
+        return iter(self.locations)
+
+    def __len__(self) -> int:
+        return len(self.locations)
+
+
 # --------------------------------------------------------------------------------------------
 # Layer records as found in the file
 # --------------------------------------------------------------------------------------------
@@ -128,6 +155,7 @@ class _Entry:
     config: dict[str, Any] | None = None
     class_name: str | None = None
     children: list["_Entry"] = field(default_factory=list)
+    locations: list[str] | None = None  # the HDF5 dataset path of each weight, for LazyRaw
 
 
 def _base(wname: str) -> str:
@@ -217,7 +245,8 @@ class _Reader:
             return
         if cls == "TimeDistributed":
             inner = _rec(cfg.get("layer"))
-            self.entry(_Entry(e.name, e.names, e.weights, inner["config"], inner["class_name"]), prefix)
+            self.entry(_Entry(e.name, e.names, e.weights, inner["config"], inner["class_name"],
+                              locations=e.locations), prefix)
             return
         if cls == "RNN":  # keras.layers.RNN(cell): the cell's config plus the wrapper's direction/outputs
             cell = cfg.get("cell") or {}
@@ -227,7 +256,8 @@ class _Reader:
                                        f"(supported cells: {', '.join(_CELL_KIND)})")
             merged = {**(cell.get("config") or {}),
                       **{k: cfg[k] for k in ("return_sequences", "go_backwards") if k in cfg}}
-            self.ckpt.layers.append(self.rnn(_Entry(e.name, e.names, e.weights, merged, kind), name, kind))
+            self.ckpt.layers.append(self.rnn(_Entry(e.name, e.names, e.weights, merged, kind, locations=e.locations),
+                                             name, kind))
             return
         kind = self._rnn_kind(e, cls)
         if kind:
@@ -278,7 +308,8 @@ class _Reader:
         for sub, idx in groups.items():
             rec = inner_cfgs.get(sub, {})
             child = _Entry(sub, [e.names[i].split("/", 1)[-1] for i in idx], [e.weights[i] for i in idx],
-                           rec.get("config"), rec.get("class_name"))
+                           rec.get("config"), rec.get("class_name"),
+                           locations=None if e.locations is None else [e.locations[i] for i in idx])
             self.entry(child, f"{name}.")
 
     def bidirectional(self, e: _Entry, name: str) -> None:
@@ -287,9 +318,12 @@ class _Reader:
         half = len(e.weights) // 2
         if half * 2 != len(e.weights) or half == 0:
             raise FormatError(f"{self.path}: Bidirectional layer '{name}' has {len(e.weights)} weights, not an even split")
-        fw = _Entry(name, e.names[:half], e.weights[:half], inner["config"], inner["class_name"])
+        loc = e.locations
+        fw = _Entry(name, e.names[:half], e.weights[:half], inner["config"], inner["class_name"],
+                    locations=None if loc is None else loc[:half])
         bw_cfg = _rec(cfg.get("backward_layer")) if cfg.get("backward_layer") else inner
-        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg["config"], bw_cfg["class_name"])
+        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg["config"], bw_cfg["class_name"],
+                    locations=None if loc is None else loc[half:])
         kind_f = self._rnn_kind(fw, fw.class_name)
         kind_b = self._rnn_kind(bw, bw.class_name)
         if not kind_f or kind_f != kind_b:
@@ -414,6 +448,8 @@ class _Reader:
                 raise ValueError(f"bias {b.shape}, expected {(2 * G * H,)}")
             b_ih = gates.vec_to_canonical(b[: G * H], conv, cell)
             b_hh = gates.vec_to_canonical(b[G * H:], conv, cell)
+        if fam != "keras1" and e.locations is not None:  # the file's tensors are re-read when needed
+            raw = LazyRaw(self.path, dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations[:len(w)])))
         return RNNLayer(
             name=name, cell=cell, input_size=I, hidden_size=H, bias=b is not None, semantics=sem,
             params=[[DirectionParams(w_ih, w_hh, b_ih, b_hh)]],
@@ -549,13 +585,16 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
             wnames = _attr_list(grp, "weight_names")
             if not wnames:
                 continue
-            weights = []
+            weights, locations = [], []
             for wn in wnames:
                 if wn not in grp:
                     raise FormatError(f"{path}: layer '{lname}' lists weight '{wn}' that is not in the file")
                 weights.append(_read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
+                locations.append(grp[wn].name)
             rec = cfgs.get(lname, {})
-            rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name")), "")
+            # one layer's file tensors live only while this layer is converted (LazyRaw re-reads them)
+            rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name"), locations=locations), "")
+            del weights
     if not rd.ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
     return rd.ckpt
@@ -572,3 +611,4 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
 
 # The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
 from .keras_h5_write import ROUTE, check, refusals, target_forward, write  # noqa: E402,F401
+from .keras_math import source_forward  # noqa: E402,F401  (verification: Keras equations on the file's tensors)

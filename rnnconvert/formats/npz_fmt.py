@@ -21,7 +21,6 @@ Written with fixed zip timestamps, members in a fixed order: identical input giv
 
 from __future__ import annotations
 
-import io
 import json
 import zipfile
 from dataclasses import asdict, fields
@@ -51,12 +50,14 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def _member(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.asanyarray(arr), allow_pickle=False)
+    """Stream one ``.npy`` member into the archive (numpy writes it in chunks: no in-memory copy of
+    the array, which matters for GB-sized checkpoints)."""
+    arr = np.asanyarray(arr)
     info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
     info.compress_type = zipfile.ZIP_STORED
     info.external_attr = 0o644 << 16
-    zf.writestr(info, buf.getvalue())
+    with zf.open(info, "w", force_zip64=arr.nbytes > (1 << 31) - (1 << 20)) as fh:
+        np.lib.format.write_array(fh, arr, allow_pickle=False)
 
 
 def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:

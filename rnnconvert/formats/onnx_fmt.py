@@ -116,7 +116,35 @@ def _acts(layer: RNNLayer) -> tuple[list[str], list[float], list[float]]:
     return acts, alpha, beta
 
 
-def _layer_nodes(layer: RNNLayer, helper, numpy_helper, TensorProto) -> tuple[list, list, list, list, dict]:
+class _Initializers:
+    """Makes initializer ``TensorProto`` s: with the weights inside (``data_fh`` ``None``), or streamed to the
+    external data file ``data_fh`` as they are made (tensors of ``min_bytes`` or more; offsets aligned to
+    4096 bytes), so that no copy of a multi-GB model is held in memory (docs/performance.md)."""
+
+    def __init__(self, numpy_helper, helper, TensorProto, data_fh=None, location: str = "", min_bytes: int = 1024):
+        self.nh, self.helper, self.TP = numpy_helper, helper, TensorProto
+        self.fh, self.location, self.min_bytes = data_fh, location, min_bytes
+
+    def __call__(self, arr: np.ndarray, name: str):
+        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+        if self.fh is None or arr.nbytes < self.min_bytes:
+            return self.nh.from_array(arr, name)
+        t = self.TP()
+        t.name = name
+        t.data_type = self.helper.np_dtype_to_tensor_dtype(arr.dtype)
+        t.dims.extend(arr.shape)
+        pad = -self.fh.tell() % 4096
+        self.fh.write(b"\0" * pad)
+        offset = self.fh.tell()
+        self.fh.write(memoryview(arr.reshape(-1)).cast("B"))
+        t.data_location = self.TP.EXTERNAL
+        for key, value in (("location", self.location), ("offset", str(offset)), ("length", str(arr.nbytes))):
+            e = t.external_data.add()
+            e.key, e.value = key, value
+        return t
+
+
+def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto) -> tuple[list, list, list, list, dict]:
     """Nodes, initializers, graph input and output of one layer; plus its metadata record."""
     layer = fold_forget_bias(layer)
     dt = np.float32 if layer.dtype == np.float16 else layer.dtype
@@ -134,22 +162,22 @@ def _layer_nodes(layer: RNNLayer, helper, numpy_helper, TensorProto) -> tuple[li
     for k, dirs in enumerate(layer.params):
         nn_ = name if layer.num_layers == 1 else f"{name}.l{k}"
         node_names.append(nn_)
-        W = np.stack([gates.from_canonical(p.w_ih, cv, layer.cell) for p in dirs]).astype(dt, copy=False)
-        R = np.stack([gates.from_canonical(p.w_hh, cv, layer.cell) for p in dirs]).astype(dt, copy=False)
         ins = [cur, f"{nn_}.W", f"{nn_}.R"]
-        inits += [numpy_helper.from_array(np.ascontiguousarray(W), f"{nn_}.W"),
-                  numpy_helper.from_array(np.ascontiguousarray(R), f"{nn_}.R")]
+        for key, field in (("W", "w_ih"), ("R", "w_hh")):  # one stacked matrix alive at a time
+            m = np.stack([gates.from_canonical(getattr(p, field), cv, layer.cell) for p in dirs]).astype(dt, copy=False)
+            inits.append(init(m, f"{nn_}.{key}"))
+            del m
         if layer.bias:
             B = np.stack([np.concatenate([gates.vec_from_canonical(p.b_ih, cv, layer.cell),
                                           gates.vec_from_canonical(p.b_hh, cv, layer.cell)]) for p in dirs])
-            inits.append(numpy_helper.from_array(np.ascontiguousarray(B.astype(dt, copy=False)), f"{nn_}.B"))
+            inits.append(init(B.astype(dt, copy=False), f"{nn_}.B"))
             ins.append(f"{nn_}.B")
         else:
             ins.append("")
         if dirs[0].peep is not None:
             # canonical peep rows p_i, p_f, p_o -> ONNX P[iof] = p_i, p_o, p_f
             P = np.stack([np.concatenate([p.peep[0], p.peep[2], p.peep[1]]) for p in dirs]).astype(dt, copy=False)
-            inits.append(numpy_helper.from_array(np.ascontiguousarray(P), f"{nn_}.P"))
+            inits.append(init(P, f"{nn_}.P"))
             ins += ["", "", "", f"{nn_}.P"]
         attrs: dict[str, Any] = {"hidden_size": H, "direction": direction, "activations": acts}
         if alpha:
@@ -163,12 +191,12 @@ def _layer_nodes(layer: RNNLayer, helper, numpy_helper, TensorProto) -> tuple[li
         nodes.append(helper.make_node("Transpose", [y], [f"{nn_}__Yt"], name=f"{nn_}__merge_dirs_t", perm=[0, 2, 1, 3]))
         cur = f"{name}__tm{k + 1}"
         nodes.append(helper.make_node("Reshape", [f"{nn_}__Yt", f"{name}__shape3"], [cur], name=f"{nn_}__merge_dirs"))
-    inits.append(numpy_helper.from_array(np.array([0, 0, -1], dtype=np.int64), f"{name}__shape3"))
+    inits.append(init.nh.from_array(np.array([0, 0, -1], dtype=np.int64), f"{name}__shape3"))
     last = f"{name}__bm" if reverse else f"{name}__out"
     nodes.append(helper.make_node("Transpose", [cur], [last], name=f"{name}__to_batch_major", perm=[1, 0, 2]))
     if reverse:
         for key, v in (("starts", [-1]), ("ends", [-(2 ** 63)]), ("axes", [1]), ("steps", [-1])):
-            inits.append(numpy_helper.from_array(np.array(v, dtype=np.int64), f"{name}__rev_{key}"))
+            inits.append(init.nh.from_array(np.array(v, dtype=np.int64), f"{name}__rev_{key}"))
         nodes.append(helper.make_node("Slice", [last] + [f"{name}__rev_{k}" for k in ("starts", "ends", "axes", "steps")],
                                       [f"{name}__out"], name=f"{name}__processing_order"))
     inp = helper.make_tensor_value_info(f"{name}__in", elem, ["batch", "time", layer.input_size])
@@ -179,8 +207,12 @@ def _layer_nodes(layer: RNNLayer, helper, numpy_helper, TensorProto) -> tuple[li
     return nodes, inits, [inp], [out], meta
 
 
-def build_model(ckpt: Checkpoint):
+def build_model(ckpt: Checkpoint, *, check_model: bool = True, init: _Initializers | None = None):
     """The ``onnx.ModelProto`` of ``ckpt`` (see the module docstring); deterministic.
+
+    ``check_model``: run ``onnx.checker`` on the in-memory model (it cannot check external data;
+    :func:`write` checks those models by path after saving them). ``init``: where the weights go
+    (default: inside the model).
 
     Raises:
         UnsupportedError: see :func:`check`.
@@ -189,9 +221,10 @@ def build_model(ckpt: Checkpoint):
     from onnx import TensorProto, helper, numpy_helper
 
     check(ckpt)
+    init = init or _Initializers(numpy_helper, helper, TensorProto)
     nodes, inits, ins, outs, meta = [], [], [], [], []
     for layer in ckpt.layers:
-        n, i, a, b, m = _layer_nodes(layer, helper, numpy_helper, TensorProto)
+        n, i, a, b, m = _layer_nodes(layer, helper, init, TensorProto)
         nodes += n
         inits += i
         ins += a
@@ -201,7 +234,8 @@ def build_model(ckpt: Checkpoint):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rnnconvert",
                               ir_version=IR_VERSION)
     helper.set_model_props(model, {META_KEY: json.dumps({"layers": meta}, sort_keys=True)})
-    onnx.checker.check_model(model)
+    if check_model:
+        onnx.checker.check_model(model)
     return model
 
 
@@ -227,17 +261,24 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
         UnsupportedError: see :func:`check`.
     """
     onnx = require("onnx", "onnx")
-    model = build_model(ckpt)
+    from onnx import TensorProto, helper, numpy_helper
+
+    check(ckpt)
     path = Path(path)
-    size = sum(len(t.raw_data) for t in model.graph.initializer)
-    if external_data is None:
+    if external_data is None:  # the weights' size as written (float16 is stored as float32)
+        size = sum(a.nbytes * (2 if a.dtype == np.float16 else 1)
+                   for layer in ckpt.layers for dirs in layer.params for p in dirs for a in p.arrays().values())
         external_data = size > EXTERNAL_THRESHOLD
     if external_data:
-        # onnx appends to an existing data file: start from an empty one (written under its final name)
-        (path.parent / (_final_name(path) + ".data")).unlink(missing_ok=True)
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=_final_name(path) + ".data", size_threshold=external_min_bytes)
+        # the weights stream into '<final name>.data' (truncated first) as each initializer is made
+        location = _final_name(path) + ".data"
+        with open(path.parent / location, "wb") as fh:
+            model = build_model(ckpt, check_model=False, init=_Initializers(
+                numpy_helper, helper, TensorProto, fh, location, external_min_bytes))
+        onnx.save_model(model, str(path))
+        onnx.checker.check_model(str(path))  # by path: the checker cannot see external data in memory
     else:
+        model = build_model(ckpt)
         onnx.save_model(model, str(path))
     recs = json.loads(model.metadata_props[0].value)["layers"]
     return [f"{l.name}: ONNX {_OP[l.cell]} node(s) {', '.join(r['nodes'])}; feed '{l.name}__in' (batch, time, "
@@ -255,16 +296,24 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, numpy_helper
 
+    model = onnx.load(str(path), load_external_data=False)
+    if not any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer):
+        # onnxruntime reads the file (and its external data) itself: no in-memory copies of the weights
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return _run(sess, path, name, x)
+    # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
+    # run a float32 copy; the verification tolerance already allows for float32 evaluation.
     model = onnx.load(str(path))
-    if any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer):
-        # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
-        # run a float32 copy; the verification tolerance already allows for float32 evaluation.
-        for t in list(model.graph.initializer):
-            if t.data_type == TensorProto.DOUBLE:
-                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
-        for v in list(model.graph.input) + list(model.graph.output):
-            v.type.tensor_type.elem_type = TensorProto.FLOAT
+    for t in list(model.graph.initializer):
+        if t.data_type == TensorProto.DOUBLE:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+    for v in list(model.graph.input) + list(model.graph.output):
+        v.type.tensor_type.elem_type = TensorProto.FLOAT
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return _run(sess, path, name, x)
+
+
+def _run(sess, path, name: str, x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     feeds = {}
     for i in sess.get_inputs():

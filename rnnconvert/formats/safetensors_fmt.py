@@ -73,8 +73,43 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     return [torch_pt.describe_module(layer) for layer in ckpt.layers]
 
 
+_NP_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64}
+
+
+def mapped(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
+    """The float tensors of a safetensors file whose names start with ``prefix``, as copy-on-write memory
+    maps of the file (nothing is read until used; no copy of a multi-GB file). Used for verification of
+    a file rnnconvert just wrote; the header is still checked (offsets inside the file, sizes = shapes).
+
+    Raises:
+        FormatError: a malformed header or a tensor outside the data section.
+    """
+    p = Path(path)
+    size = p.stat().st_size
+    with open(p, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        if n > size - 8:
+            raise FormatError(f"{p}: safetensors header of {n} bytes in a {size}-byte file")
+        header = json.loads(fh.read(n))
+    base, data_len = 8 + n, size - 8 - n
+    mm = np.memmap(p, dtype=np.uint8, mode="c", offset=base, shape=(data_len,)) if data_len else None
+    out = {}
+    for key, rec in header.items():
+        if key == "__metadata__" or not key.startswith(prefix):
+            continue
+        dt = _NP_DTYPES.get(rec.get("dtype"))
+        b, e = rec["data_offsets"]
+        shape = tuple(int(d) for d in rec["shape"])
+        if dt is None or not 0 <= b <= e <= data_len or e - b != int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize:
+            raise FormatError(f"{p}: tensor '{key}' has a bad header record {rec}")
+        out[key] = mm[b:e].view(dt).reshape(shape)
+    return out
+
+
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Load the file's tensors into the ``torch.nn`` module of layer ``name`` and run it; float64 ``(B, T, dirs*H)``."""
+    """Load the file's tensors into the ``torch.nn`` module of layer ``name`` and run it; float64 ``(B, T, dirs*H)``.
+
+    The tensors are memory maps of the written file (:func:`mapped`), only those of layer ``name``."""
     torch = require("torch", "torch")
-    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in _load(Path(path)).items()}
+    sd = {k: torch.from_numpy(v) for k, v in mapped(path, f"{name}.").items()}
     return torch_pt.run_module(ckpt.layer(name), sd, x)

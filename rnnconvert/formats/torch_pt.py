@@ -154,18 +154,23 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     return [describe_module(layer) for layer in ckpt.layers]
 
 
-def build_module(layer: RNNLayer, sd: dict[str, Any]):
-    """A ``torch.nn`` module for ``layer`` loaded (strict) from the tensors ``sd`` under ``<layer>.``."""
+def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
+    """A ``torch.nn`` module for ``layer`` loaded (strict) from the tensors ``sd`` under ``<layer>.``.
+
+    ``assign=True`` (verification): the module is built on the meta device and takes the tensors of
+    ``sd`` themselves (``load_state_dict(assign=True)``: no random initialisation of GB-sized parameters,
+    no copy); the tensors may then be read-only file mappings, so the module must not be trained.
+    ``assign=False`` (default): a normal module with its own parameters, copied from ``sd``."""
     torch = require("torch", "torch")
     cls = getattr(torch.nn, _MODULE[layer.cell])
-    mod = cls(**module_args(layer))
+    mod = cls(**module_args(layer), device="meta") if assign else cls(**module_args(layer))
     prefix = layer.name + "."
     sub = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
     if _is_cell(layer):  # nn.LSTMCell keys load into the equivalent one-layer nn.LSTM
         sub = {f"{k}_l0": v for k, v in sub.items()}
     first = next(iter(sub.values()))
     mod = mod.to(first.dtype)
-    mod.load_state_dict(sub, strict=True)
+    mod.load_state_dict(sub, strict=True, assign=assign)
     return mod.eval()
 
 
@@ -184,12 +189,18 @@ def modules(ckpt: Checkpoint) -> dict[str, Any]:
 def load_state(path: str | Path) -> dict[str, Any]:
     """``torch.load(path, weights_only=True, map_location='cpu')``; never unpickles code.
 
+    Zip-format files (every ``torch.save`` since 1.6) are loaded with ``mmap=True``: tensors map the
+    file's pages instead of being copied into memory, so a layer that is never touched (verification of
+    one layer of a multi-GB file) is never read. Legacy (non-zip) files are read whole.
+
     Raises:
         FormatError: the file cannot be loaded with ``weights_only=True`` (the reason is given).
     """
     torch = require("torch", "torch")
+    with open(path, "rb") as fh:
+        is_zip = fh.read(4) == ZIP_MAGIC
     try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, ...)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FormatError(f"{path}: not loadable as a PyTorch file with weights_only=True: {first}") from exc
@@ -198,7 +209,7 @@ def load_state(path: str | Path) -> dict[str, Any]:
 def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
     """Build the ``torch.nn`` module of ``layer`` from torch tensors ``sd`` and run it on ``x``; float64 result."""
     torch = require("torch", "torch")
-    mod = build_module(layer, sd)
+    mod = build_module(layer, sd, assign=True)
     dtype = next(mod.parameters()).dtype
     with torch.no_grad():
         y, _ = mod(torch.from_numpy(np.asarray(x)).to(dtype))
