@@ -73,10 +73,14 @@ class VerifyReport:
                 f"(tolerance {c.tolerance:.3g}); the output was not written. Please report this with the file")
 
 
+def _own_equations(src_module, layer: RNNLayer) -> bool:
+    """Whether the source format can run ``layer`` from its own stored tensors (``source_forward``)."""
+    return getattr(src_module, "source_forward", None) is not None and layer.source.get("raw") is not None
+
+
 def _source_side(src_module, layer: RNNLayer, x: np.ndarray, dtype) -> np.ndarray:
-    fwd = getattr(src_module, "source_forward", None)
-    if fwd is not None and layer.source.get("raw") is not None:
-        return fwd(layer, x, dtype)
+    if _own_equations(src_module, layer):
+        return src_module.source_forward(layer, x, dtype)
     return reference.forward(layer, x, dtype)
 
 
@@ -104,7 +108,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         x = rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
         y64 = _source_side(src_module, layer, x, np.float64)
         y32 = _source_side(src_module, layer, x, np.float32).astype(np.float64)
-        route = "numpy reference"
+        route = "source equations (numpy)" if _own_equations(src_module, layer) else "numpy reference"
         if mode == "framework":
             fw = getattr(src_module, "framework_forward", None)
             if fw is None:

@@ -26,6 +26,7 @@ from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ..transforms import fold_forget_bias
 
 ZIP_MAGIC = b"PK\x03\x04"
+ROUTE = "torch"
 _MODULE = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_RELU: "RNN"}
 _ACT = {Cell.LSTM: "tanh", Cell.GRU: "tanh", Cell.RNN_TANH: "tanh", Cell.RNN_RELU: "relu"}
 
