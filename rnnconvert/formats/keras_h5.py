@@ -496,39 +496,48 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
     except OSError as exc:
         raise FormatError(f"{path}: not a readable HDF5 file ({exc})") from exc
     with f:
-        _check_links(f)
-        if "model_weights" in f:
-            g = f["model_weights"]
-            cfg_s = _attr_str(f, "model_config")
-            try:
-                config = json.loads(cfg_s) if cfg_s else None
-            except json.JSONDecodeError as exc:
-                raise FormatError(f"{path}: model_config is not valid JSON ({exc})") from exc
-        elif "layer_names" in f.attrs or "layer_names0" in f.attrs:
-            g, config = f, None
-        else:
-            raise FormatError(f"{path}: HDF5 file without Keras 'model_weights' group or 'layer_names' "
-                              "attribute; is it a Keras 3 .weights.h5 or another HDF5 file?")
-        keras_version = _attr_str(g, "keras_version") or _attr_str(f, "keras_version")
-        rd = _Reader(path, keras_version, gate_activation)
-        if isinstance(config, dict) and config.get("class_name") in ("Sequential", "Model", "Functional"):
-            cfgs = _index_configs(config)
-        else:
-            cfgs = {}
-        for lname in _attr_list(g, "layer_names"):
-            if lname not in g:
-                raise FormatError(f"{path}: layer '{lname}' is listed in layer_names but has no group")
-            grp = g[lname]
-            wnames = _attr_list(grp, "weight_names")
-            if not wnames:
-                continue
-            weights = []
-            for wn in wnames:
-                if wn not in grp:
-                    raise FormatError(f"{path}: layer '{lname}' lists weight '{wn}' that is not in the file")
-                weights.append(_read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
-            rec = cfgs.get(lname, {})
-            rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name")), "")
+        try:
+            return _read_file(f, path, gate_activation)
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:  # h5py on damaged B-trees, heaps, chunks
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise FormatError(f"{path}: damaged HDF5 file ({first})") from exc
+
+
+def _read_file(f, path: str, gate_activation: str | None) -> Checkpoint:
+    """The body of :func:`read` on an open ``h5py.File`` (h5py errors are translated by the caller)."""
+    _check_links(f)
+    if "model_weights" in f:
+        g = f["model_weights"]
+        cfg_s = _attr_str(f, "model_config")
+        try:
+            config = json.loads(cfg_s) if cfg_s else None
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"{path}: model_config is not valid JSON ({exc})") from exc
+    elif "layer_names" in f.attrs or "layer_names0" in f.attrs:
+        g, config = f, None
+    else:
+        raise FormatError(f"{path}: HDF5 file without Keras 'model_weights' group or 'layer_names' "
+                          "attribute; is it a Keras 3 .weights.h5 or another HDF5 file?")
+    keras_version = _attr_str(g, "keras_version") or _attr_str(f, "keras_version")
+    rd = _Reader(path, keras_version, gate_activation)
+    if isinstance(config, dict) and config.get("class_name") in ("Sequential", "Model", "Functional"):
+        cfgs = _index_configs(config)
+    else:
+        cfgs = {}
+    for lname in _attr_list(g, "layer_names"):
+        if lname not in g:
+            raise FormatError(f"{path}: layer '{lname}' is listed in layer_names but has no group")
+        grp = g[lname]
+        wnames = _attr_list(grp, "weight_names")
+        if not wnames:
+            continue
+        weights = []
+        for wn in wnames:
+            if wn not in grp:
+                raise FormatError(f"{path}: layer '{lname}' lists weight '{wn}' that is not in the file")
+            weights.append(_read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
+        rec = cfgs.get(lname, {})
+        rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name")), "")
     if not rd.ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
     return rd.ckpt
