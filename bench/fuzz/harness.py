@@ -161,6 +161,10 @@ def classify(path: Path) -> tuple[str, str]:
         msg = str(exc)
         if "\n" in msg:
             return "crash", f"multi-line message: {msg[:120]!r}"
+        if "did not finish within" in msg:
+            return "guarded_hang", ""
+        if "parser crashed on this file" in msg:
+            return "guarded_crash", msg[-60:]
         if "malformed" in msg and exc.__cause__ is not None and not isinstance(exc.__cause__, RNNConvertError) \
                 and " file (" in msg:
             return "wrapped", f"{type(exc.__cause__).__name__}: {str(exc.__cause__)[:100]} at {_where(exc.__cause__)}"

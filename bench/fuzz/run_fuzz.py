@@ -49,6 +49,7 @@ class Job:
     def start(self):
         wd = self.workroot / f"{self.fmt}-{self.seed}"
         env = dict(os.environ, PYTHONPATH=str(HERE.parents[1]), TF_CPP_MIN_LOG_LEVEL="3",
+                   RNNCONVERT_READ_TIMEOUT=str(max(self.timeout / 2, 1)),
                    CUDA_VISIBLE_DEVICES="")
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "run_fuzz.py"), "--worker", self.fmt, str(self.n - self.done),
@@ -67,7 +68,7 @@ class Job:
             self.done += 1
             self.counts[parts[1]] += 1
             self.last = time.time()
-            if parts[1] in ("crash", "hang", "wrapped"):
+            if parts[1] in ("crash", "hang", "wrapped", "guarded_hang", "guarded_crash"):
                 self.log.write(f"{self.done} seed={self.seed} {line.decode(errors='replace')}\n")
                 self.log.flush()
 
@@ -155,11 +156,13 @@ def main(argv=None) -> int:
                 finished.append(job)
                 print(f"{job.fmt}: {job.done} cases in {job.elapsed:.0f}s {dict(job.counts)}", flush=True)
     rows = {j.fmt: {"cases": j.done, "ok": j.counts["ok"], "refused": j.counts["refused"],
-                    "wrapped": j.counts["wrapped"], "crashes": j.counts["crash"], "hangs": j.counts["hang"],
+                    "wrapped": j.counts["wrapped"], "guarded_hangs": j.counts["guarded_hang"],
+                    "guarded_crashes": j.counts["guarded_crash"], "crashes": j.counts["crash"], "hangs": j.counts["hang"],
                     "seconds": round(j.elapsed)} for j in finished}
-    print(f"{'format':12} {'cases':>6} {'ok':>6} {'refused':>8} {'wrapped':>8} {'crashes':>8} {'hangs':>6}")
+    print(f"{'format':12} {'cases':>6} {'ok':>6} {'refused':>8} {'wrapped':>8} {'g_hangs':>8} {'g_crash':>8} "
+          f"{'crashes':>8} {'hangs':>6}")
     for f, r in rows.items():
-        print(f"{f:12} {r['cases']:6} {r['ok']:6} {r['refused']:8} {r['wrapped']:8} {r['crashes']:8} {r['hangs']:6}")
+        print(f"{f:12} {r['cases']:6} {r['ok']:6} {r['refused']:8} {r['wrapped']:8} {r['guarded_hangs']:8} {r['guarded_crashes']:8} {r['crashes']:8} {r['hangs']:6}")
     print(f"total {time.time() - t0:.0f}s; logs in {logdir}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import gates
+from .. import gates, guard
 from ..errors import FormatError, UnsupportedError
 from ..model import ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
@@ -485,12 +485,17 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
         dtype as stored) and other layers' tensors (Dense/Embedding in PyTorch naming).
 
     Raises:
-        FormatError: not HDF5, not a Keras file, links outside the file, damaged tensors.
+        FormatError: not HDF5, not a Keras file, links outside the file, damaged tensors, NaN/Inf,
+            libhdf5 looping past the deadline or crashing (see :mod:`rnnconvert.guard`).
         UnsupportedError: an activation or wrapper rnnconvert cannot represent.
     """
+    return guard.isolated(_read_path, (str(path), gate_activation), path, "HDF5")
+
+
+def _read_path(path: str, gate_activation: str | None) -> Checkpoint:
+    """Open and read ``path`` (runs in the isolated child of :func:`rnnconvert.guard.isolated`)."""
     import h5py
 
-    path = str(path)
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
@@ -498,7 +503,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
     with f:
         try:
             return _read_file(f, path, gate_activation)
-        except (OSError, RuntimeError, KeyError, ValueError) as exc:  # h5py on damaged B-trees, heaps, chunks
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:  # h5py on damaged B-trees, heaps
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise FormatError(f"{path}: damaged HDF5 file ({first})") from exc
 
