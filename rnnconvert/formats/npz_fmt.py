@@ -47,7 +47,7 @@ def sniff(head: bytes, path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as z:
             return f"{META}.npy" in z.namelist()
-    except (zipfile.BadZipFile, OSError):
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
         return False
 
 

@@ -49,7 +49,7 @@ def is_torchscript(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()
-    except (zipfile.BadZipFile, OSError):
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
         return False
     return any("/code/" in n for n in names) and any(n.endswith("/data.pkl") for n in names)
 
