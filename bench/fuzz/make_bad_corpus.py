@@ -57,7 +57,7 @@ def main() -> dict[str, int]:
     (OUT / "h5_truncated.h5").write_bytes(data[: len(data) // 2])
     exp["h5_truncated.h5"] = 3
     flipped = bytearray(data)
-    flipped[100] ^= 0xFF  # inside the root group's object header
+    flipped[136] ^= 0xFF  # the root group's B-tree signature
     (OUT / "h5_flipped.h5").write_bytes(bytes(flipped))
     exp["h5_flipped.h5"] = 3
     kn = k.copy()

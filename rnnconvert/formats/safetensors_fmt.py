@@ -69,8 +69,37 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     check(ckpt)
     sd = {k: np.ascontiguousarray(v) for k, v in torch_pt.state_dict(ckpt).items()}
     layers = [{"name": l.name, "module": torch_pt.describe_module(l).split(": ", 1)[1]} for l in ckpt.layers]
-    st.save_file(sd, str(path), metadata={"format": "pt", "rnnconvert": json.dumps(layers, sort_keys=True)})
+    _save_sorted(sd, Path(path), {"format": "pt", "rnnconvert": json.dumps(layers, sort_keys=True)})
+    del st
     return [torch_pt.describe_module(layer) for layer in ckpt.layers]
+
+
+_DTYPES = {"float16": "F16", "float32": "F32", "float64": "F64", "bfloat16": "BF16"}
+
+
+def _save_sorted(sd: dict[str, np.ndarray], path: Path, metadata: dict[str, str]) -> None:
+    """Write the safetensors layout (8-byte little-endian header length, JSON header, raw little-endian
+    data) with keys in sorted order: ``safetensors.save_file`` serialises ``__metadata__`` from a hash
+    map, so its bytes change from run to run; these do not. Header padded with spaces to 8 bytes."""
+    header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))}
+    blobs, offset = [], 0
+    for name in sorted(sd):
+        arr = np.ascontiguousarray(sd[name])
+        arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+        if arr.dtype.name not in _DTYPES:
+            raise FormatError(f"tensor '{name}' has dtype {arr.dtype}, which rnnconvert does not write to safetensors")
+        raw = arr.tobytes()
+        header[name] = {"dtype": _DTYPES[arr.dtype.name], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"), sort_keys=False).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(text)))
+        fh.write(text)
+        for raw in blobs:
+            fh.write(raw)
 
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
