@@ -84,7 +84,21 @@ class ConversionReport:
     verification: VerifyReport | None = None
 
 
+STALE_TEMP_SECONDS = 3600
+
+
 def _temp_beside(dst: Path) -> Path:
+    """A new ``.<name>.*.rnnconvert-tmp`` beside ``dst``; temporaries of the same name older than an hour
+    (left by a killed run: nothing else removes them) are deleted first."""
+    import glob
+    import time
+
+    for old in dst.parent.glob(f".{glob.escape(dst.name)}.*.rnnconvert-tmp"):
+        try:
+            if time.time() - old.stat().st_mtime > STALE_TEMP_SECONDS:
+                old.unlink()
+        except OSError:
+            pass
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".rnnconvert-tmp", dir=dst.parent)
     os.close(fd)
     return Path(tmp)

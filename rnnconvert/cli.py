@@ -223,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         print("rnnconvert: interrupted; no output was written", file=sys.stderr)
         return 130
     except Exception as exc:  # click usage errors and genuine bugs
-        import click
+        try:
+            import click
+        except ImportError:  # typer >= 0.16 vendors click as typer._click
+            from typer import _click as click
 
         if isinstance(exc, click.exceptions.ClickException):
             exc.show()
