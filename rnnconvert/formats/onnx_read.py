@@ -200,6 +200,9 @@ def _records(text: str | None, by_node: dict[str, RNNLayer]) -> list[dict]:
         recs = json.loads(text)["layers"]
         seen: set[str] = set()
         for rec in recs:
+            if not (isinstance(rec, dict) and isinstance(rec.get("name"), str) and isinstance(rec.get("nodes"), list)
+                    and rec["nodes"] and isinstance(rec.get("merge_mode", "concat"), str)):
+                return []
             parts = [by_node[nm] for nm in rec["nodes"]]
             a = parts[0]
             if seen & set(rec["nodes"]) or any((p.cell, p.hidden_size, p.bidirectional, p.bias, p.semantics) !=
@@ -256,9 +259,13 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
         first = parts[0]
         sem = replace(first.semantics, merge_mode=rec.get("merge_mode", "concat"))
         src = dict(first.source, class_name=rec.get("source_class") or first.source["class_name"])
-        ckpt.layers.append(RNNLayer(
-            name=rec["name"], cell=first.cell, input_size=first.input_size, hidden_size=first.hidden_size,
-            num_layers=len(parts), bidirectional=first.bidirectional, bias=first.bias, semantics=sem,
-            params=[p.params[0] for p in parts], return_sequences=rec.get("return_sequences", True), source=src))
+        try:
+            ckpt.layers.append(RNNLayer(
+                name=rec["name"], cell=first.cell, input_size=first.input_size, hidden_size=first.hidden_size,
+                num_layers=len(parts), bidirectional=first.bidirectional, bias=first.bias, semantics=sem,
+                params=[p.params[0] for p in parts], return_sequences=bool(rec.get("return_sequences", True)),
+                source=src))
+        except ValueError as exc:
+            raise FormatError(f"{path}: layer record '{rec['name']:.60}': {exc}") from exc
     ckpt.layers += [l for l in singles if l.name in by_node]
     return ckpt
