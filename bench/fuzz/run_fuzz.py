@@ -68,6 +68,8 @@ class Job:
             self.done += 1
             self.counts[parts[1]] += 1
             self.last = time.time()
+            if self.done % 2000 == 0:
+                print(f"  {self.fmt}: {self.done} cases, {time.time() - self.t0:.0f}s", flush=True)
             if parts[1] in ("crash", "hang", "wrapped", "guarded_hang", "guarded_crash"):
                 self.log.write(f"{self.done} seed={self.seed} {line.decode(errors='replace')}\n")
                 self.log.flush()
