@@ -26,7 +26,10 @@ def load(path: str | os.PathLike, format: str | None = None, **opts: Any) -> Che
         **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files).
 
     Raises:
-        FormatError, UnsupportedError, DependencyError.
+        FormatError: also for NaN/Inf weights (every format, naming the tensor) and, as a last line
+            of defence, for any other exception a reader lets through (kept as ``__cause__``),
+            ``MemoryError`` and ``RecursionError`` included (docs/security.md).
+        UnsupportedError, DependencyError.
     """
     fmt = registry.get(format) if format else registry.detect(path)
     mod = fmt.load()

@@ -16,7 +16,6 @@ through: worth fixing in that reader, but not a crash for a user).
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 from pathlib import Path
@@ -30,7 +29,6 @@ KERAS_SEEDS = ("lstm.h5", "gru_reset_after_weights.h5", "bidi_lstm_concat.h5", "
 
 def _torch_ckpt_files(workdir: Path) -> dict[str, list[Path]]:
     """Write the torch-made seed files for pt/onnx/safetensors/npz into ``workdir``."""
-    import numpy as np
     import torch
 
     from rnnconvert import api
@@ -72,7 +70,6 @@ def _torch_ckpt_files(workdir: Path) -> dict[str, list[Path]]:
     except Exception:  # pragma: no cover - TorchScript availability varies
         pass
     out["pt"].append(ts)
-    del np
     return out
 
 
@@ -210,4 +207,3 @@ def run_worker(fmt: str, n: int, seed: int, timeout: float, workdir: Path, out=s
         print(count[0], outcome, detail.replace("\n", " ") if detail else "", file=out, flush=True)
 
     case()
-    os.environ.get("")  # keep os used
