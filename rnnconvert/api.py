@@ -27,15 +27,52 @@ def load(path: str | os.PathLike, format: str | None = None, **opts: Any) -> Che
         **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files).
 
     Raises:
-        FormatError, UnsupportedError, DependencyError.
+        FormatError: also for NaN/Inf weights (every format, naming the tensor) and, as a last line
+            of defence, for any other exception a reader lets through (kept as ``__cause__``),
+            ``MemoryError`` and ``RecursionError`` included (docs/security.md).
+        UnsupportedError, DependencyError.
     """
     fmt = registry.get(format) if format else registry.detect(path)
     mod = fmt.load()
     if not hasattr(mod, "read"):
         raise FormatError(f"rnnconvert can write {fmt.name} but not read it")
-    ckpt = mod.read(Path(path), **opts)
+    try:
+        ckpt = mod.read(Path(path), **opts)
+    except RNNConvertError:
+        raise
+    except MemoryError as exc:
+        raise FormatError(f"{path}: the file declares more data than fits in memory; refused") from exc
+    except RecursionError as exc:
+        raise FormatError(f"{path}: structures nested too deeply; refused") from exc
+    except Exception as exc:  # last line of defence: a reader let a low-level error through
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise FormatError(f"{path}: malformed {fmt.name} file ({type(exc).__name__}: {first})") from exc
+    check_finite(ckpt, str(path))
     ckpt.format = fmt.name
     return ckpt
+
+
+def check_finite(ckpt: Checkpoint, where: str) -> None:
+    """Refuse NaN/Inf in any recurrent parameter or carried tensor, naming the first one found.
+
+    Every reader goes through :func:`load`, so the rule is the same for every format: a
+    non-finite weight means a damaged (or diverged) checkpoint, and converting it exactly would
+    only move the damage. Raises :class:`FormatError`.
+    """
+    import numpy as np
+
+    for layer in ckpt.layers:
+        for k, dirs in enumerate(layer.params):
+            for d, dp in enumerate(dirs):
+                for name, arr in dp.arrays().items():
+                    a = np.asarray(arr)
+                    if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+                        raise FormatError(f"{where}: layer '{layer.name}' (layer {k}, direction {d}) {name} "
+                                          f"contains NaN or Inf values; the checkpoint is damaged")
+    for name, arr in ckpt.tensors.items():
+        a = np.asarray(arr)
+        if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+            raise FormatError(f"{where}: tensor '{name}' contains NaN or Inf values; the checkpoint is damaged")
 
 
 @dataclass
@@ -51,7 +88,21 @@ class ConversionReport:
     verification: VerifyReport | None = None
 
 
+STALE_TEMP_SECONDS = 3600
+
+
 def _temp_beside(dst: Path) -> Path:
+    """A new ``.<name>.*.rnnconvert-tmp`` beside ``dst``; temporaries of the same name older than an hour
+    (left by a killed run: nothing else removes them) are deleted first."""
+    import glob
+    import time
+
+    for old in dst.parent.glob(f".{glob.escape(dst.name)}.*.rnnconvert-tmp"):
+        try:
+            if time.time() - old.stat().st_mtime > STALE_TEMP_SECONDS:
+                old.unlink()
+        except OSError:
+            pass
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".rnnconvert-tmp", dir=dst.parent)
     os.close(fd)
     return Path(tmp)

@@ -120,7 +120,11 @@ def detect(path: str | Path) -> Format:
             raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
     for f in FORMATS:
         sniff = getattr(f.load(), "sniff", None)
-        if sniff is not None and sniff(head, p):
+        try:
+            hit = sniff is not None and sniff(head, p)
+        except Exception:  # a damaged file must not crash detection; the reader reports it properly
+            hit = False
+        if hit:
             return f
     f = _by_extension(p)
     if f is None:

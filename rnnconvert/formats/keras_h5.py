@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import gates
+from .. import gates, guard
 from ..errors import FormatError, UnsupportedError
 from ..model import ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
@@ -548,53 +548,97 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
         dtype as stored) and other layers' tensors (Dense/Embedding in PyTorch naming).
 
     Raises:
-        FormatError: not HDF5, not a Keras file, links outside the file, damaged tensors.
+        FormatError: not HDF5, not a Keras file, links outside the file, damaged tensors, NaN/Inf,
+            libhdf5 looping past the deadline or crashing (see :mod:`rnnconvert.guard`).
         UnsupportedError: an activation or wrapper rnnconvert cannot represent.
     """
+    if Path(path).stat().st_size <= FULL_ISOLATION_MAX:
+        return guard.isolated(_read_path, (str(path), gate_activation), path, "HDF5")
+    # A large file would travel back through a pipe (a second copy of every weight): the child walks
+    # every object and attribute instead (where libhdf5's loops live: B-trees, heaps, object headers),
+    # then this process reads the data.
+    guard.isolated(_probe_path, (str(path),), path, "HDF5")
+    return _read_path(str(path), gate_activation)
+
+
+#: Files up to this size are read wholly in the isolated child (see :mod:`rnnconvert.guard`).
+FULL_ISOLATION_MAX = 64 << 20
+
+
+def _probe_path(path: str) -> None:
+    """Open ``path`` and touch every group, dataset header and attribute (runs in the isolated child)."""
     import h5py
 
-    path = str(path)
+    try:
+        with h5py.File(path, "r") as f:
+            _check_links(f)
+
+            def touch(_name, obj):
+                for key in obj.attrs:
+                    obj.attrs[key]
+                if isinstance(obj, h5py.Dataset):
+                    obj.shape, obj.dtype, obj.chunks  # noqa: B018
+
+            f.visititems(touch)
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise FormatError(f"{path}: damaged HDF5 file ({first})") from exc
+
+
+def _read_path(path: str, gate_activation: str | None) -> Checkpoint:
+    """Open and read ``path`` (runs in the isolated child of :func:`rnnconvert.guard.isolated`)."""
+    import h5py
+
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
         raise FormatError(f"{path}: not a readable HDF5 file ({exc})") from exc
     with f:
-        _check_links(f)
-        if "model_weights" in f:
-            g = f["model_weights"]
-            cfg_s = _attr_str(f, "model_config")
-            try:
-                config = json.loads(cfg_s) if cfg_s else None
-            except json.JSONDecodeError as exc:
-                raise FormatError(f"{path}: model_config is not valid JSON ({exc})") from exc
-        elif "layer_names" in f.attrs or "layer_names0" in f.attrs:
-            g, config = f, None
-        else:
-            raise FormatError(f"{path}: HDF5 file without Keras 'model_weights' group or 'layer_names' "
-                              "attribute; is it a Keras 3 .weights.h5 or another HDF5 file?")
-        keras_version = _attr_str(g, "keras_version") or _attr_str(f, "keras_version")
-        rd = _Reader(path, keras_version, gate_activation)
-        if isinstance(config, dict) and config.get("class_name") in ("Sequential", "Model", "Functional"):
-            cfgs = _index_configs(config)
-        else:
-            cfgs = {}
-        for lname in _attr_list(g, "layer_names"):
-            if lname not in g:
-                raise FormatError(f"{path}: layer '{lname}' is listed in layer_names but has no group")
-            grp = g[lname]
-            wnames = _attr_list(grp, "weight_names")
-            if not wnames:
-                continue
-            weights, locations = [], []
-            for wn in wnames:
-                if wn not in grp:
-                    raise FormatError(f"{path}: layer '{lname}' lists weight '{wn}' that is not in the file")
-                weights.append(_read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
-                locations.append(grp[wn].name)
-            rec = cfgs.get(lname, {})
-            # one layer's file tensors live only while this layer is converted (LazyRaw re-reads them)
-            rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name"), locations=locations), "")
-            del weights
+        try:
+            return _read_file(f, path, gate_activation)
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:  # h5py on damaged B-trees, heaps
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise FormatError(f"{path}: damaged HDF5 file ({first})") from exc
+
+
+def _read_file(f, path: str, gate_activation: str | None) -> Checkpoint:
+    """The body of :func:`read` on an open ``h5py.File`` (h5py errors are translated by the caller)."""
+    _check_links(f)
+    if "model_weights" in f:
+        g = f["model_weights"]
+        cfg_s = _attr_str(f, "model_config")
+        try:
+            config = json.loads(cfg_s) if cfg_s else None
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"{path}: model_config is not valid JSON ({exc})") from exc
+    elif "layer_names" in f.attrs or "layer_names0" in f.attrs:
+        g, config = f, None
+    else:
+        raise FormatError(f"{path}: HDF5 file without Keras 'model_weights' group or 'layer_names' "
+                          "attribute; is it a Keras 3 .weights.h5 or another HDF5 file?")
+    keras_version = _attr_str(g, "keras_version") or _attr_str(f, "keras_version")
+    rd = _Reader(path, keras_version, gate_activation)
+    if isinstance(config, dict) and config.get("class_name") in ("Sequential", "Model", "Functional"):
+        cfgs = _index_configs(config)
+    else:
+        cfgs = {}
+    for lname in _attr_list(g, "layer_names"):
+        if lname not in g:
+            raise FormatError(f"{path}: layer '{lname}' is listed in layer_names but has no group")
+        grp = g[lname]
+        wnames = _attr_list(grp, "weight_names")
+        if not wnames:
+            continue
+        weights, locations = [], []
+        for wn in wnames:
+            if wn not in grp:
+                raise FormatError(f"{path}: layer '{lname}' lists weight '{wn}' that is not in the file")
+            weights.append(_read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
+            locations.append(grp[wn].name)
+        rec = cfgs.get(lname, {})
+        # one layer's file tensors live only while this layer is converted (LazyRaw re-reads them)
+        rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name"), locations=locations), "")
+        del weights
     if not rd.ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
     return rd.ckpt

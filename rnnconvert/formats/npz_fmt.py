@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def sniff(head: bytes, path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as z:
             return f"{META}.npy" in z.namelist()
-    except (zipfile.BadZipFile, OSError):
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
         return False
 
 
@@ -82,6 +83,35 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
             for i, l in enumerate(ckpt.layers)]
 
 
+MAX_MEMBERS = 4096
+
+
+def _check_members(p: Path) -> None:
+    """Refuse, before numpy allocates anything, members whose ``.npy`` header declares more bytes
+    than the member holds (a forged shape), and archives with absurd member counts.
+
+    Raises:
+        FormatError; zip/zlib errors pass through to :func:`read`, which translates them.
+    """
+    with zipfile.ZipFile(p) as zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_MEMBERS:
+            raise FormatError(f"{p}: {len(infos)} members; an rnnconvert .npz has far fewer")
+        for info in infos:
+            if not info.filename.endswith(".npy"):
+                continue
+            with zf.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                else:
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+                need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if need > info.file_size:
+                    raise FormatError(f"{p}: member '{info.filename}' declares shape {shape} ({need} bytes) "
+                                      f"but holds {info.file_size} bytes")
+
+
 def read(path: str | Path, **_: Any) -> Checkpoint:
     """Read a schema-1 archive (``np.load(allow_pickle=False)``: object arrays are refused).
 
@@ -90,9 +120,11 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     """
     p = Path(path)
     try:
+        _check_members(p)
         with np.load(p, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+    except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
+            zlib.error) as exc:
         raise FormatError(f"{p}: not readable as .npz without pickle: {exc}") from exc
     if META not in arrays:
         raise FormatError(f"{p}: no '{META}' member; not an rnnconvert .npz (schema in docs/pytorch.md)")

@@ -94,7 +94,7 @@ def _activation_names(node, op: str, ndir: int, where: str) -> tuple[str, str]:
     at = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     per = {"LSTM": 3, "GRU": 2, "RNN": 1}[op]
     default = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}[op]
-    acts = [a.decode() if isinstance(a, bytes) else a for a in at.get("activations", [])] or default * ndir
+    acts = [a.decode("utf-8", "replace") if isinstance(a, bytes) else a for a in at.get("activations", [])] or default * ndir
     if len(acts) != per * ndir:
         raise FormatError(f"{where}: {len(acts)} activations for {ndir} direction(s) of {op}")
     alphas, betas = list(at.get("activation_alpha", [])), list(at.get("activation_beta", []))
@@ -133,7 +133,9 @@ def _node_layer(node, vals: dict, path: Path, name: str) -> RNNLayer:
     where = f"{path}: node '{name}' ({op})"
     at = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     direction = at.get("direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
+    direction = direction.decode("utf-8", "replace") if isinstance(direction, bytes) else direction
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise FormatError(f"{where}: direction {direction!r:.40} is not forward, reverse or bidirectional")
     if at.get("clip") is not None:
         raise UnsupportedError(f"{where}: 'clip' clips the activations' inputs; no other format computes that")
     if at.get("input_forget", 0):
@@ -158,7 +160,11 @@ def _node_layer(node, vals: dict, path: Path, name: str) -> RNNLayer:
             raise UnsupportedError(f"{where}: a stored non-zero {what}; rnnconvert layers start from zero state")
     P = get(7, "P") if op == "LSTM" else None
     ndir = 2 if direction == "bidirectional" else 1
-    H = int(at.get("hidden_size", R.shape[-1]))
+    H = at.get("hidden_size")
+    H = R.shape[-1] if H is None else H
+    if not isinstance(H, (int, np.integer)) or H <= 0:
+        raise FormatError(f"{where}: hidden_size {H!r:.40} is not a positive integer")
+    H = int(H)
     gate_act, act = _activation_names(node, op, ndir, where)
     cell = {"LSTM": Cell.LSTM, "GRU": Cell.GRU}.get(op) or (Cell.RNN_RELU if act == "relu" else Cell.RNN_TANH)
     G = cell.gates
@@ -194,6 +200,9 @@ def _records(text: str | None, by_node: dict[str, RNNLayer]) -> list[dict]:
         recs = json.loads(text)["layers"]
         seen: set[str] = set()
         for rec in recs:
+            if not (isinstance(rec, dict) and isinstance(rec.get("name"), str) and isinstance(rec.get("nodes"), list)
+                    and rec["nodes"] and isinstance(rec.get("merge_mode", "concat"), str)):
+                return []
             parts = [by_node[nm] for nm in rec["nodes"]]
             a = parts[0]
             if seen & set(rec["nodes"]) or any((p.cell, p.hidden_size, p.bidirectional, p.bias, p.semantics) !=
@@ -228,7 +237,10 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
         if quantized:
             raise UnsupportedError(f"{path}: node '{n.name}' is {n.domain}:{n.op_type}, a quantized recurrent op; "
                                    "dequantizing would change the weights, so it is refused (export the float model)")
-    vals = _consts(g, numpy_helper)
+    try:
+        vals = _consts(g, numpy_helper)
+    except (ValueError, TypeError, IndexError) as exc:  # raw_data that does not fit dims, bad dtypes
+        raise FormatError(f"{path}: a stored tensor does not match its declared shape or type ({exc})") from exc
     rnn = [n for n in g.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]
     if not rnn:
         raise FormatError(f"{path}: no LSTM, GRU or RNN node in this ONNX model")
@@ -247,9 +259,13 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
         first = parts[0]
         sem = replace(first.semantics, merge_mode=rec.get("merge_mode", "concat"))
         src = dict(first.source, class_name=rec.get("source_class") or first.source["class_name"])
-        ckpt.layers.append(RNNLayer(
-            name=rec["name"], cell=first.cell, input_size=first.input_size, hidden_size=first.hidden_size,
-            num_layers=len(parts), bidirectional=first.bidirectional, bias=first.bias, semantics=sem,
-            params=[p.params[0] for p in parts], return_sequences=rec.get("return_sequences", True), source=src))
+        try:
+            ckpt.layers.append(RNNLayer(
+                name=rec["name"], cell=first.cell, input_size=first.input_size, hidden_size=first.hidden_size,
+                num_layers=len(parts), bidirectional=first.bidirectional, bias=first.bias, semantics=sem,
+                params=[p.params[0] for p in parts], return_sequences=bool(rec.get("return_sequences", True)),
+                source=src))
+        except ValueError as exc:
+            raise FormatError(f"{path}: layer record '{rec['name']:.60}': {exc}") from exc
     ckpt.layers += [l for l in singles if l.name in by_node]
     return ckpt

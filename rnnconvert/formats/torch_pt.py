@@ -44,7 +44,7 @@ def sniff(head: bytes, path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as z:
             return any(n.endswith("/data.pkl") or n == "data.pkl" for n in z.namelist()[:64])
-    except (zipfile.BadZipFile, OSError):
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
         return False
 
 
@@ -151,7 +151,10 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     torch = require("torch", "torch")
     check(ckpt)
     sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict(ckpt).items()}
-    torch.save(sd, str(path))
+    # torch.save names the zip's root folder after the file it writes to (here a random temporary
+    # name); written to an open file object the root is always 'archive', so the bytes are deterministic.
+    with open(path, "wb") as fh:
+        torch.save(sd, fh)
     return [describe_module(layer) for layer in ckpt.layers]
 
 

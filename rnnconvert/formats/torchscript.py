@@ -19,6 +19,8 @@ location, numel), offset, size, stride, requires_grad, hooks)``.
 from __future__ import annotations
 
 import pickle
+import struct
+import zlib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,7 @@ def is_torchscript(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()
-    except (zipfile.BadZipFile, OSError):
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
         return False
     return any("/code/" in n for n in names) and any(n.endswith("/data.pkl") for n in names)
 
@@ -133,7 +135,8 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
     except FormatError as exc:
         raise FormatError(f"{path}: {exc}") from exc
     except (zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError, TypeError,
-            KeyError, IndexError, AttributeError) as exc:
+            KeyError, IndexError, AttributeError, OSError, RuntimeError, NotImplementedError, zlib.error,
+            struct.error) as exc:
         raise FormatError(f"{path}: not a readable TorchScript archive: {exc}") from exc
     out: dict[str, np.ndarray] = {}
     _walk(obj, "", out)

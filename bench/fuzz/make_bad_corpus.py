@@ -1,0 +1,185 @@
+"""Write the seed corpus of crafted bad files into ``tests/data/bad/`` (replayed by tests/test_bad_inputs.py).
+
+Each file is tiny and breaks one rule a reader must enforce; ``expected.json`` maps file name to
+the exit code the CLI must give (3: FormatError, 4: UnsupportedError). Made with the real
+libraries (h5py, torch, safetensors, onnx) plus byte surgery. Run from the repository root::
+
+    python bench/fuzz/make_bad_corpus.py
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import struct
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "data" / "bad"
+sys.path.insert(0, str(ROOT))
+
+
+def keras_weights(path: Path, kernel, rec, bias, **dataset_kw) -> None:
+    """A Keras 2 weights-only file with one LSTM layer (names as tf_keras writes them)."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f.attrs["layer_names"] = [b"lstm"]
+        f.attrs["backend"] = b"tensorflow"
+        f.attrs["keras_version"] = b"2.15.0"
+        g = f.create_group("lstm")
+        names = [b"lstm/lstm_cell/kernel:0", b"lstm/lstm_cell/recurrent_kernel:0", b"lstm/lstm_cell/bias:0"]
+        g.attrs["weight_names"] = names
+        for n, a in zip(names, (kernel, rec, bias)):
+            g.create_dataset(n.decode(), data=a)
+
+
+def main() -> dict[str, int]:
+    import h5py
+
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    OUT.mkdir(parents=True)
+    exp: dict[str, int] = {}
+    rng = np.random.default_rng(0)
+    H, I = 2, 1
+    k, r, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((I, 4 * H), (H, 4 * H), (4 * H,)))
+
+    # ---------------------------------------------------------------- HDF5
+    good = OUT / "_good.h5"
+    keras_weights(good, k, r, b)
+    data = good.read_bytes()
+    (OUT / "h5_truncated.h5").write_bytes(data[: len(data) // 2])
+    exp["h5_truncated.h5"] = 3
+    flipped = bytearray(data)
+    flipped[136] ^= 0xFF  # the root group's B-tree signature
+    (OUT / "h5_flipped.h5").write_bytes(bytes(flipped))
+    exp["h5_flipped.h5"] = 3
+    kn = k.copy()
+    kn[0, 3] = np.nan
+    keras_weights(OUT / "h5_nan.h5", kn, r, b)
+    exp["h5_nan.h5"] = 3
+    ri = r.copy()
+    ri[1, 1] = np.inf
+    keras_weights(OUT / "h5_inf.h5", k, ri, b)
+    exp["h5_inf.h5"] = 3
+    keras_weights(OUT / "h5_wrong_shape.h5", k[:, :5], r, b)
+    exp["h5_wrong_shape.h5"] = 3
+    good.unlink()
+    for name, how in (("h5_softlink.h5", "soft"), ("h5_extlink.h5", "ext"), ("h5_extdataset.h5", "extds"),
+                      ("h5_huge_shape.h5", "huge")):
+        p = OUT / name
+        keras_weights(p, k, r, b)
+        with h5py.File(p, "a") as f:
+            g = f["lstm"]
+            del g["lstm/lstm_cell/bias:0"]
+            if how == "soft":
+                g["lstm/lstm_cell/bias:0"] = h5py.SoftLink("/lstm/lstm/lstm_cell/kernel:0")
+            elif how == "ext":
+                g["lstm/lstm_cell/bias:0"] = h5py.ExternalLink("/etc/passwd", "/x")
+            elif how == "extds":
+                g.create_dataset("lstm/lstm_cell/bias:0", shape=(4 * H,), dtype="f4",
+                                 external=[("/etc/hostname", 0, 4 * 4 * H)])
+            else:
+                g.create_dataset("lstm/lstm_cell/bias:0", shape=(1 << 20, 1 << 16), dtype="f4")
+        exp[name] = 3
+
+    # ---------------------------------------------------------------- npz
+    def npz(name: str, members: dict[str, bytes]) -> None:
+        with zipfile.ZipFile(OUT / name, "w", compression=zipfile.ZIP_DEFLATED) as z:
+            for m, raw in members.items():
+                z.writestr(m, raw)
+
+    def npy(arr, **kw) -> bytes:
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, arr, **kw)
+        return buf.getvalue()
+
+    meta = npy(np.array(json.dumps({"schema": 1, "layers": []})))
+    forged = npy(np.zeros(4, np.float32)).replace(b"(4,), }", b"(99999999999,)}")
+    npz("npz_forged_shape.npz", {"__rnnconvert__.npy": meta, "l0.w_ih.npy": forged})
+    exp["npz_forged_shape.npz"] = 3
+    npz("npz_object_array.npz", {"__rnnconvert__.npy": meta,
+                                 "l0.w_ih.npy": npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)})
+    exp["npz_object_array.npz"] = 3
+    npz("npz_deep_json.npz", {"__rnnconvert__.npy": npy(np.array("[" * 100000 + "]" * 100000))})
+    exp["npz_deep_json.npz"] = 3
+    raw = (OUT / "npz_object_array.npz").read_bytes()
+    (OUT / "npz_truncated.npz").write_bytes(raw[: len(raw) // 2])
+    exp["npz_truncated.npz"] = 3
+
+    # ---------------------------------------------------------------- torch / safetensors / onnx
+    import torch
+    from safetensors.numpy import save_file
+
+    torch.manual_seed(0)
+    sd = {k_: v.clone() for k_, v in torch.nn.LSTM(1, 2).state_dict().items()}
+    bad = dict(sd)
+    bad["weight_hh_l0"] = bad["weight_hh_l0"].clone()
+    bad["weight_hh_l0"][0, 0] = float("nan")
+    torch.save(bad, OUT / "pt_nan.pt")
+    exp["pt_nan.pt"] = 3
+    nested: dict = dict(sd)
+    for _ in range(100):
+        nested = {"x": nested}
+    torch.save(nested, OUT / "pt_deep_nesting.pt")
+    exp["pt_deep_nesting.pt"] = 3
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    (OUT / "pt_truncated.pt").write_bytes(buf.getvalue()[:300])
+    exp["pt_truncated.pt"] = 3
+    wrong = dict(sd)
+    wrong["weight_hh_l0"] = torch.zeros(8, 3)
+    torch.save(wrong, OUT / "pt_wrong_shape.pt")
+    exp["pt_wrong_shape.pt"] = 3
+    save_file({k_: (v.numpy() if k_ != "bias_ih_l0" else np.full(8, np.inf, np.float32)) for k_, v in sd.items()},
+              str(OUT / "st_inf.safetensors"))
+    exp["st_inf.safetensors"] = 3
+    save_file({k_: v.numpy() for k_, v in sd.items()}, str(OUT / "_good.safetensors"))
+    raw = (OUT / "_good.safetensors").read_bytes()
+    (OUT / "_good.safetensors").unlink()
+    (OUT / "st_header_too_long.safetensors").write_bytes(struct.pack("<Q", len(raw) * 4) + raw[8:])
+    exp["st_header_too_long.safetensors"] = 3
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    first = next(k_ for k_ in hdr if k_ != "__metadata__")
+    hdr[first]["shape"] = [100000, 100000]
+    h = json.dumps(hdr).encode()
+    (OUT / "st_shape_vs_bytes.safetensors").write_bytes(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+    exp["st_shape_vs_bytes.safetensors"] = 3
+
+    import onnx
+
+    from rnnconvert import api
+
+    src = OUT / "_src.pt"
+    torch.save(sd, src)
+    good_onnx = OUT / "_good.onnx"
+    api.save(api.load(src), good_onnx, force=True)
+    src.unlink()
+    m = onnx.load(str(good_onnx))
+    good_onnx.unlink()
+    init = m.graph.initializer[0]
+    raw_len = len(init.raw_data) or 4
+    init.ClearField("raw_data")
+    init.data_location = onnx.TensorProto.EXTERNAL
+    for kv in (("location", "../../../../etc/passwd"), ("offset", "0"), ("length", str(raw_len))):
+        e = init.external_data.add()
+        e.key, e.value = kv
+    onnx.save(m, str(OUT / "onnx_external_escape.onnx"))
+    exp["onnx_external_escape.onnx"] = 3
+    raw = onnx.load(str(OUT / "onnx_external_escape.onnx"), load_external_data=False).SerializeToString()
+    (OUT / "onnx_truncated.onnx").write_bytes(raw[: len(raw) // 3])
+    exp["onnx_truncated.onnx"] = 3
+    (OUT / "expected.json").write_text(json.dumps(exp, indent=1, sort_keys=True) + "\n")
+    return exp
+
+
+if __name__ == "__main__":
+    for name, code in sorted(main().items()):
+        print(f"{code}  {name}  {(OUT / name).stat().st_size} bytes")

@@ -1,0 +1,167 @@
+"""Untrusted input: the crafted corpus in tests/data/bad (bench/fuzz/make_bad_corpus.py) is refused with
+one line and the documented exit code; pickle payloads never run; the API's last line of defence;
+deterministic output bytes; libhdf5 loops are cut off."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rnnconvert import api, guard
+from rnnconvert.cli import main
+from rnnconvert.errors import FormatError
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = ROOT / "tests" / "data" / "bad"
+EXPECTED = json.loads((BAD / "expected.json").read_text())
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_file_is_refused_with_one_line(name, tmp_path, capsys):
+    src = BAD / name
+    before = _sha(src)
+    for ext in (".npz", ".pt"):
+        dst = tmp_path / f"out{ext}"
+        assert main([str(src), str(dst)]) == EXPECTED[name]
+        err = capsys.readouterr().err
+        assert err.startswith("rnnconvert: error: ") and err.count("\n") == 1, err
+        assert list(tmp_path.iterdir()) == []  # nothing written, no temporary left behind
+    assert _sha(src) == before
+    with pytest.raises(FormatError):
+        api.load(src)
+
+
+@pytest.mark.parametrize("name,tensor", [("h5_nan.h5", "kernel"), ("h5_inf.h5", "recurrent_kernel"),
+                                         ("pt_nan.pt", "w_hh"), ("st_inf.safetensors", "b_ih")])
+def test_non_finite_weights_name_the_tensor(name, tensor):
+    with pytest.raises(FormatError, match=f"{tensor}.*NaN or Inf"):
+        api.load(BAD / name)
+
+
+def test_links_and_external_datasets_are_refused():
+    for name in ("h5_softlink.h5", "h5_extlink.h5", "h5_extdataset.h5"):
+        with pytest.raises(FormatError, match="links outside the file"):
+            api.load(BAD / name)
+
+
+def test_onnx_external_data_outside_folder():
+    with pytest.raises(FormatError, match="outside"):
+        api.load(BAD / "onnx_external_escape.onnx")
+
+
+# ------------------------------------------------------------------------------ pickle payloads
+class _Evil:
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _payload_pickle(marker: Path) -> bytes:
+    return pickle.dumps({"rnn.weight_ih_l0": [0.0], "x": _Evil(marker)}, protocol=2)
+
+
+def test_legacy_pt_payload_never_runs(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    marker = tmp_path / "pwned"
+    src = tmp_path / "evil.pt"
+    torch.save({"rnn.weight_ih_l0": torch.zeros(4, 2), "x": _Evil(marker)}, src, pickle_module=pickle,
+               _use_new_zipfile_serialization=False)
+    assert not zipfile.is_zipfile(src)
+    assert main([str(src), str(tmp_path / "o.pt")]) == 3
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not marker.exists() and not (tmp_path / "o.pt").exists()
+
+
+def test_plain_pickle_pkl_payload_never_runs(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    src = tmp_path / "evil.pkl"
+    src.write_bytes(_payload_pickle(marker))
+    assert main([str(src), str(tmp_path / "o.pt"), "--from", "pt"]) == 3
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not marker.exists()
+
+
+def test_torchscript_looking_archive_payload_never_runs(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    src = tmp_path / "evil_ts.pt"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("archive/data.pkl", _payload_pickle(marker))
+        z.writestr("archive/code/__torch__.py", "def forward(self): pass\n")
+        z.writestr("archive/constants.pkl", pickle.dumps(()))
+        z.writestr("archive/version", "6\n")
+    assert main([str(src), str(tmp_path / "o.npz")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "never runs code" in err
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------------------ last line of defence
+@pytest.mark.parametrize("exc", [ZeroDivisionError("boom"), MemoryError(), RecursionError("deep")])
+def test_api_load_translates_leaked_errors(monkeypatch, exc):
+    from rnnconvert.formats import npz_fmt
+
+    def bad_read(*_a, **_k):
+        raise exc
+
+    monkeypatch.setattr(npz_fmt, "read", bad_read)
+    with pytest.raises(FormatError) as info:
+        api.load(BAD / "npz_truncated.npz", "npz")
+    assert info.value.__cause__ is exc and "\n" not in str(info.value)
+
+
+def test_isolated_read_is_cut_off_and_crash_is_reported(monkeypatch):
+    monkeypatch.setenv("RNNCONVERT_READ_TIMEOUT", "1")
+    t0 = time.monotonic()
+    with pytest.raises(FormatError, match="did not finish"):
+        guard.isolated(time.sleep, (30,), BAD / "h5_nan.h5", "test")
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(FormatError, match="crashed"):
+        guard.isolated(_segfault_self, (), BAD / "h5_nan.h5", "test")
+
+
+def _segfault_self():
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)  # runs in the forked child: its own pid (as a segfault would)
+
+
+@pytest.mark.parametrize("full_read", [True, False], ids=["child-reads-all", "child-probes-metadata"])
+def test_fuzz_found_libhdf5_loop_is_refused(tmp_path, monkeypatch, capsys, full_read):
+    """A mutated Keras file found by bench/fuzz on which libhdf5 loops forever holding the GIL; small files
+    are read wholly in the isolated child, large ones only probed there (as if this one were large)."""
+    from rnnconvert.formats import keras_h5
+
+    if not full_read:
+        monkeypatch.setattr(keras_h5, "FULL_ISOLATION_MAX", 0)
+    monkeypatch.setenv("RNNCONVERT_READ_TIMEOUT", "2")
+    src = ROOT / "tests" / "data" / "fuzz_found" / "h5_libhdf5_loop.h5"
+    t0 = time.monotonic()
+    assert main([str(src), str(tmp_path / "o.npz")]) == 3
+    assert time.monotonic() - t0 < 30
+    assert "did not finish" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------ deterministic output
+@pytest.mark.parametrize("ext", [".pt", ".safetensors", ".npz", ".onnx"])
+def test_output_bytes_are_deterministic(ext, tmp_path):
+    pytest.importorskip("torch")
+    src = ROOT / "fixtures" / "keras" / "bidi_lstm_concat.h5"
+    a, b = tmp_path / f"a{ext}", tmp_path / f"b{ext}"
+    api.convert(src, a, verify=None)
+    time.sleep(1.1)  # a timestamp in the file would show
+    api.convert(src, b, verify=None)
+    assert a.read_bytes() == b.read_bytes()
