@@ -2,9 +2,10 @@
 docs/performance.md.
 
     .venv/bin/python bench/bench_large.py [--dir /tmp/rnnbench] [--dtypes f32,f16] [--cache cold|warm]
-                                          [--only h5-pt,pt-onnx,pt-safetensors,pt-npz]
+                                          [--only h5-pt,pt-onnx,pt-safetensors,pt-npz,tf-pt]
 
-For each conversion (``keras_<dt>.h5 -> .pt``, ``torch_<dt>.pt -> .onnx`` / ``.safetensors`` / ``.npz``)
+For each conversion (``keras_<dt>.h5 -> .pt``, ``torch_<dt>.pt -> .onnx`` / ``.safetensors`` / ``.npz``,
+``tfckpt_<dt>/ -> .pt``)
 it measures, each in a fresh process writing beside the source (same disk):
 
 * ``cp SRC X && sync X`` (rnnconvert fsyncs its output before the rename, so ``cp`` is synced too);
@@ -35,6 +36,7 @@ CONVERSIONS = {
     "pt-onnx": ("torch_{dt}.pt", "out_{dt}.onnx"),
     "pt-safetensors": ("torch_{dt}.pt", "out_{dt}.safetensors"),
     "pt-npz": ("torch_{dt}.pt", "out_{dt}.npz"),
+    "tf-pt": ("tfckpt_{dt}", "out_{dt}.pt"),  # a TF2 checkpoint directory (gen_large --formats tf)
 }
 STREAMED = {"safetensors", "npz", "h5"}
 
@@ -75,6 +77,11 @@ def largest_layer_bytes(h5: Path) -> int:
     return best
 
 
+def size_of(p: Path) -> int:
+    """Bytes of a file, or of all files under a directory (a TF checkpoint)."""
+    return sum(q.stat().st_size for q in p.rglob("*") if q.is_file()) if p.is_dir() else p.stat().st_size
+
+
 def out_size(dst: Path) -> int:
     return sum(p.stat().st_size for p in dst.parent.glob(dst.name + "*"))
 
@@ -102,11 +109,12 @@ def main() -> None:
         for conv in args.only.split(","):
             s, o = CONVERSIONS[conv]
             src, dst = d / s.format(dt=dt), d / o.format(dt=dt)
-            size = src.stat().st_size
+            size = size_of(src)
             if args.cache == "warm":
-                src.read_bytes()
-            cp_s, cp_rss, _ = timed(["sh", "-c", f"cp '{src}' '{d}/cp.tmp' && sync '{d}/cp.tmp'"], args.cache)
-            (d / "cp.tmp").unlink()
+                for q in ([*src.rglob("*")] if src.is_dir() else [src]):
+                    q.read_bytes() if q.is_file() else None
+            cp_s, cp_rss, _ = timed(["sh", "-c", f"cp -r '{src}' '{d}/cp.tmp' && sync" + ("" if src.is_dir() else f" '{d}/cp.tmp'")], args.cache)
+            subprocess.run(["rm", "-rf", str(d / "cp.tmp")], check=True)
             nv_s, nv_rss, _ = timed([str(EXE), str(src), str(dst), "--force", "--quiet", "--no-verify"], args.cache)
             written = out_size(dst)
             cleanup(dst)

@@ -1,13 +1,15 @@
 """Large synthetic checkpoints for ``bench/bench_large.py`` (issue 7), made by the real frameworks.
 
     .venv/bin/python bench/gen_large.py [--out /tmp/rnnbench] [--hidden 2048] [--layers 8] [--input 80]
-                                        [--dtypes float32,float16] [--formats h5,pt]
+                                        [--dtypes float32,float16] [--formats h5,pt,tf]
 
 Writes, per dtype (``f32`` / ``f16``):
 
 * ``keras_<dt>.h5``: a tf_keras ``Sequential`` of ``--layers`` ``Bidirectional(LSTM(H, return_sequences=True))``
   saved with ``model.save(..., save_format='h5')`` (full model: config + ``model_weights``);
-* ``torch_<dt>.pt``: ``torch.save`` of the state dict of ``nn.LSTM(I, H, num_layers, bidirectional=True)``.
+* ``torch_<dt>.pt``: ``torch.save`` of the state dict of ``nn.LSTM(I, H, num_layers, bidirectional=True)``;
+* ``tfckpt_<dt>/ckpt.{index,data-00000-of-00001}`` (``--formats tf``): the same tf_keras model (same
+  weights: same seed) saved with ``model.save_weights(..., save_format='tf')``, a TF2 object-based checkpoint.
 
 The default (H=2048, 8 layers, I=80) is the issue's size: about 740 M parameters, 2.96 GB in float32.
 ``--hidden 512`` gives a quick ~190 MB run. Never commit the output (it goes under /tmp/rnnbench).
@@ -16,7 +18,6 @@ Weights are gate-distinct and cheap to make: the layers are built with ``zeros``
 orthogonal/glorot work on GB-sized matrices), then each gate block ``j`` is filled uniformly in its own
 range ``s * [-1 + 0.5 j, -0.5 + 0.5 j]`` (``s = 1/sqrt(fan_in)``), so activations stay O(1) and a gate
 permutation slip would show in verification. One layer's arrays exist in numpy at a time.
-TF checkpoints are not generated (the TF checkpoint reader lives on another branch).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def gate_block_fill(arr: np.ndarray, H: int, rng: np.random.Generator, axis: int
     return arr
 
 
-def make_keras(path: Path, H: int, layers: int, I: int, dtype: str, seed: int) -> None:
+def make_keras(path: Path, H: int, layers: int, I: int, dtype: str, seed: int, tf_ckpt: bool = False) -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -65,7 +66,11 @@ def make_keras(path: Path, H: int, layers: int, I: int, dtype: str, seed: int) -
             ws.append(a.astype(dtype))
         lay.set_weights(ws)
         del ws
-    model.save(str(path), save_format="h5")
+    if tf_ckpt:  # TF2 object-based checkpoint: <dir>/ckpt.index + ckpt.data-00000-of-00001
+        path.mkdir(parents=True, exist_ok=True)
+        model.save_weights(str(path / "ckpt"), save_format="tf")
+    else:
+        model.save(str(path), save_format="h5")
 
 
 def make_torch(path: Path, H: int, layers: int, I: int, dtype: str, seed: int) -> None:
@@ -92,7 +97,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--input", type=int, default=80)
     ap.add_argument("--dtypes", default="float32,float16")
-    ap.add_argument("--formats", default="h5,pt")
+    ap.add_argument("--formats", default="h5,pt,tf")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     out = Path(args.out)
@@ -100,10 +105,14 @@ def main() -> None:
     for dt in args.dtypes.split(","):
         tag = {"float32": "f32", "float16": "f16"}[dt]
         for fmt in args.formats.split(","):
-            path = out / (f"keras_{tag}.h5" if fmt == "h5" else f"torch_{tag}.pt")
+            path = out / {"h5": f"keras_{tag}.h5", "pt": f"torch_{tag}.pt", "tf": f"tfckpt_{tag}"}[fmt]
             t0 = time.perf_counter()
-            (make_keras if fmt == "h5" else make_torch)(path, args.hidden, args.layers, args.input, dt, args.seed)
-            print(f"{path}: {path.stat().st_size / 1e9:.3f} GB in {time.perf_counter() - t0:.1f} s", flush=True)
+            if fmt == "pt":
+                make_torch(path, args.hidden, args.layers, args.input, dt, args.seed)
+            else:
+                make_keras(path, args.hidden, args.layers, args.input, dt, args.seed, tf_ckpt=fmt == "tf")
+            size = sum(p.stat().st_size for p in path.rglob("*")) if path.is_dir() else path.stat().st_size
+            print(f"{path}: {size / 1e9:.3f} GB in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ it is ~1e-7 and the first term dominates. float16 weights use ``1e-2`` for the f
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -78,6 +79,22 @@ def _own_equations(src_module, layer: RNNLayer) -> bool:
     return getattr(src_module, "source_forward", None) is not None and layer.source.get("raw") is not None
 
 
+@contextmanager
+def _raw_held(layer: RNNLayer):
+    """Within the block, ``layer.source['raw']`` holds plain dicts: lazily re-read tensors (Keras HDF5
+    :class:`~rnnconvert.formats.keras_h5.LazyRaw`) are read from the file once for the float64 and the
+    float32 passes of the source side, then dropped again (one layer's file tensors at a time)."""
+    raw = layer.source.get("raw")
+    if not isinstance(raw, list) or all(isinstance(r, dict) for r in raw):
+        yield
+        return
+    layer.source["raw"] = [dict(r) for r in raw]
+    try:
+        yield
+    finally:
+        layer.source["raw"] = raw
+
+
 def _source_side(src_module, layer: RNNLayer, x: np.ndarray, dtype) -> np.ndarray:
     if _own_equations(src_module, layer):
         return src_module.source_forward(layer, x, dtype)
@@ -104,24 +121,30 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
     rng = np.random.default_rng(seed)
     rep = VerifyReport(batch=batch, steps=steps, seed=seed)
     target_route = getattr(dst_module, "ROUTE", dst_module.__name__.rsplit(".", 1)[-1])
-    for layer in src_ckpt.layers:
-        x = rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
-        y64 = _source_side(src_module, layer, x, np.float64)
-        y32 = _source_side(src_module, layer, x, np.float32).astype(np.float64)
-        route = "source equations (numpy)" if _own_equations(src_module, layer) else "numpy reference"
-        if mode == "framework":
-            fw = getattr(src_module, "framework_forward", None)
-            if fw is None:
-                raise VerificationError(f"--verify framework is not available for {src_module.__name__}")
-            y64, route = fw(src_path, src_ckpt, layer.name, x), "source framework"
-        y = dst_module.target_forward(dst_path, src_ckpt, layer.name, x)
-        if y.shape != y64.shape:
-            raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
-                                    f"differs from the source's {y64.shape}")
-        scale = float(max(1.0, np.abs(y64).max()))
-        first = first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
-        tol = first * scale + 2.0 * float(np.abs(y64 - y32).max())
-        rep.layers.append(LayerCheck(layer.name, float(np.abs(y - y64).max()), tol, float(np.abs(y64).max()),
-                                     route, target_route))
+    try:
+        for layer in src_ckpt.layers:
+            x = rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
+            with _raw_held(layer):
+                y64 = _source_side(src_module, layer, x, np.float64)
+                y32 = _source_side(src_module, layer, x, np.float32).astype(np.float64)
+            route = "source equations (numpy)" if _own_equations(src_module, layer) else "numpy reference"
+            if mode == "framework":
+                fw = getattr(src_module, "framework_forward", None)
+                if fw is None:
+                    raise VerificationError(f"--verify framework is not available for {src_module.__name__}")
+                y64, route = fw(src_path, src_ckpt, layer.name, x), "source framework"
+            y = dst_module.target_forward(dst_path, src_ckpt, layer.name, x)
+            if y.shape != y64.shape:
+                raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
+                                        f"differs from the source's {y64.shape}")
+            scale = float(max(1.0, np.abs(y64).max()))
+            first = first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
+            tol = first * scale + 2.0 * float(np.abs(y64 - y32).max())
+            rep.layers.append(LayerCheck(layer.name, float(np.abs(y - y64).max()), tol, float(np.abs(y64).max()),
+                                         route, target_route))
+    finally:
+        release = getattr(dst_module, "release", None)  # a cached target session (onnxruntime)
+        if release is not None:
+            release()
     rep.seconds = time.perf_counter() - t0
     return rep

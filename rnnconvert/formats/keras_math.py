@@ -37,43 +37,55 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, x: np.ndarray,
     order = fam_conv.gate_order
     H = layer.hidden_size
     G = cell.gates
-    K = _blocks(raw["kernel"].astype(dt), order, H, fam == "keras_cudnn")
-    R = _blocks(raw["recurrent_kernel"].astype(dt), order, H, fam == "keras_cudnn")
+    cud = fam == "keras_cudnn"
+    # np.asarray: no copy when the stored dtype is already ``dt`` (multi-GB checkpoints, verification time)
+    kern = np.asarray(raw["kernel"], dtype=dt)
+    rec = np.asarray(raw["recurrent_kernel"], dtype=dt)
     b = raw.get("bias")
     zero = np.zeros(G * H, dt)
     if b is None:
         bi, br = zero, zero
     elif b.ndim == 2:
-        bi, br = b[0].astype(dt), b[1].astype(dt)
+        bi, br = np.asarray(b[0], dtype=dt), np.asarray(b[1], dtype=dt)
     elif b.shape[0] == 2 * G * H:
-        bi, br = b[: G * H].astype(dt), b[G * H:].astype(dt)
+        bi, br = np.asarray(b[: G * H], dtype=dt), np.asarray(b[G * H:], dtype=dt)
     else:
-        bi, br = b.astype(dt), zero
+        bi, br = np.asarray(b, dtype=dt), zero
     BI = {g: bi[j * H:(j + 1) * H] for j, g in enumerate(order)}
     BR = {g: br[j * H:(j + 1) * H] for j, g in enumerate(order)}
-    sig = ACT["sigmoid"] if fam == "keras_cudnn" else ACT[s.gate_activation]
-    act = ACT["tanh"] if fam == "keras_cudnn" else ACT[s.activation]
+    sig = ACT["sigmoid"] if cud else ACT[s.gate_activation]
+    act = ACT["tanh"] if cud else ACT[s.activation]
     B, T, _ = x.shape
+    K = _blocks(kern, order, H, cud)
+    R = _blocks(rec, order, H, cud)
+    # float64: the input part ``x_t @ K_g`` does not depend on the state and is computed for all steps
+    # at once (one pass over the kernel instead of one per step; multi-GB checkpoints). float32 keeps
+    # Keras' order of operations step by step (float32 results match tf_keras/Keras 2 graphs bit for
+    # bit, e.g. tests/test_realworld_keras.py; BLAS sums differently for a (B*T, in) product).
+    XK = {g: x @ K[g] for g in order} if dt == np.float64 else None
+
+    def xK(g: str, t: int) -> np.ndarray:
+        return XK[g][:, t] if XK is not None else x[:, t] @ K[g]
+
     h = np.zeros((B, H), dt)
     c = np.zeros((B, H), dt)
     ys = np.zeros((B, T, H), dt)
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for n_step, t in enumerate(steps):
-        xt = x[:, t]
         if cell is Cell.LSTM:
-            pre = {g: xt @ K[g] + BI[g] + h @ R[g] + BR[g] for g in "ifgo"}
+            pre = {g: xK(g, t) + BI[g] + h @ R[g] + BR[g] for g in "ifgo"}
             c = sig(pre["f"]) * c + sig(pre["i"]) * act(pre["g"])
             h = sig(pre["o"]) * act(c)
         elif cell is Cell.GRU:
-            z = sig(xt @ K["z"] + BI["z"] + h @ R["z"] + BR["z"])
-            r = sig(xt @ K["r"] + BI["r"] + h @ R["r"] + BR["r"])
+            z = sig(xK("z", t) + BI["z"] + h @ R["z"] + BR["z"])
+            r = sig(xK("r", t) + BI["r"] + h @ R["r"] + BR["r"])
             if s.reset_after:
-                hh = act(xt @ K["n"] + BI["n"] + r * (h @ R["n"] + BR["n"]))
+                hh = act(xK("n", t) + BI["n"] + r * (h @ R["n"] + BR["n"]))
             else:
-                hh = act(xt @ K["n"] + BI["n"] + (r * h) @ R["n"])
+                hh = act(xK("n", t) + BI["n"] + (r * h) @ R["n"])
             h = z * h + (1 - z) * hh
         else:
-            h = act(xt @ K["h"] + BI["h"] + h @ R["h"] + BR["h"])
+            h = act(xK("h", t) + BI["h"] + h @ R["h"] + BR["h"])
         ys[:, n_step if reverse and not layer.bidirectional else t] = h
     return ys
 

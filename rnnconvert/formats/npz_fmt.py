@@ -118,11 +118,21 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     Raises:
         FormatError: not an rnnconvert npz, an unknown schema, missing members or inconsistent shapes.
     """
-    p = Path(path)
+    return _read(Path(path))
+
+
+def _read(p: Path, only: str | None = None) -> Checkpoint:
+    """:func:`read`; with ``only``, the members of recurrent layer ``only`` alone are decompressed/read
+    (verification of one layer of a multi-GB archive) and the checkpoint holds that layer only."""
     try:
         _check_members(p)
         with np.load(p, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+            keep = None
+            if only is not None and META in z.files:
+                m = json.loads(str(z[META]))
+                recs = m.get("layers", []) if isinstance(m, dict) else []
+                keep = [f"layers/{i}/" for i, r in enumerate(recs) if isinstance(r, dict) and r.get("name") == only]
+            arrays = {k: z[k] for k in z.files if keep is None or k == META or k.startswith(tuple(keep))}
     except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
             zlib.error) as exc:
         raise FormatError(f"{p}: not readable as .npz without pickle: {exc}") from exc
@@ -137,6 +147,8 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     ckpt = Checkpoint(format="npz", meta={"path": str(p)})
     known = {f.name for f in fields(Semantics)}
     for i, rec in enumerate(meta["layers"]):
+        if only is not None and (not isinstance(rec, dict) or rec.get("name") != only):
+            continue
         try:
             params = []
             for k in range(rec["num_layers"]):
@@ -167,7 +179,7 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     from .. import reference
     from . import torch_pt
 
-    layer = read(path).layer(name)
+    layer = _read(Path(path), only=name).layer(name)
     if torch_pt.refusals(layer):
         return reference.forward(layer, x)
     torch = require("torch", "torch")

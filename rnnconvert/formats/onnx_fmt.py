@@ -292,25 +292,46 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     first; ``go_backwards`` layers in processing order (as :func:`rnnconvert.reference.forward`).
     Other layers' inputs are fed zeros (onnxruntime needs every graph input).
     """
+    return _run(_session(path), path, name, x)
+
+
+#: One onnxruntime session, keyed by the file's identity: verification runs every layer of the same
+#: written model, and building a session loads all of its weights (GBs for large models).
+#: :func:`release` (called by :func:`rnnconvert.verify.verify` when it is done) drops it.
+_SESSION: dict[tuple, Any] = {}
+
+
+def release() -> None:
+    """Drop the cached onnxruntime session (and the weights it holds)."""
+    _SESSION.clear()
+
+
+def _session(path: str | Path):
     ort = require("onnxruntime", "onnx")
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, numpy_helper
 
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _SESSION:
+        return _SESSION[key]
+    _SESSION.clear()
     model = onnx.load(str(path), load_external_data=False)
     if not any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer):
         # onnxruntime reads the file (and its external data) itself: no in-memory copies of the weights
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return _run(sess, path, name, x)
-    # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
-    # run a float32 copy; the verification tolerance already allows for float32 evaluation.
-    model = onnx.load(str(path))
-    for t in list(model.graph.initializer):
-        if t.data_type == TensorProto.DOUBLE:
-            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
-    for v in list(model.graph.input) + list(model.graph.output):
-        v.type.tensor_type.elem_type = TensorProto.FLOAT
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return _run(sess, path, name, x)
+    else:
+        # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
+        # run a float32 copy; the verification tolerance already allows for float32 evaluation.
+        model = onnx.load(str(path))
+        for t in list(model.graph.initializer):
+            if t.data_type == TensorProto.DOUBLE:
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+        for v in list(model.graph.input) + list(model.graph.output):
+            v.type.tensor_type.elem_type = TensorProto.FLOAT
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    _SESSION[key] = sess
+    return sess
 
 
 def _run(sess, path, name: str, x: np.ndarray) -> np.ndarray:
