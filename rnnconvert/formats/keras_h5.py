@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,20 +117,23 @@ def _read_dataset(ds, where: str) -> np.ndarray:
 
 class LazyRaw(Mapping):
     """A direction's Keras tensors as stored in the file (``kernel``, ``recurrent_kernel``, ``bias``),
-    re-read from the HDF5 file on each access instead of held in memory.
+    re-read from the HDF5 file on each access instead of held in memory (or with ``load(path,
+    location)``: the TF2 checkpoint reader keeps checkpoint keys as locations).
 
     The reader keeps only the canonical copy of the weights; verification (``--verify framework``)
     reads the file's own tensors again through this mapping. Holding both would double the memory of
     a multi-GB checkpoint (docs/performance.md, "Large checkpoints").
     """
 
-    def __init__(self, path: str, locations: dict[str, str]):
-        self.path, self.locations = path, dict(locations)
+    def __init__(self, path: str, locations: dict[str, str], load: Callable[[str, str], np.ndarray] | None = None):
+        self.path, self.locations, self.load = path, dict(locations), load
 
     def __getitem__(self, key: str) -> np.ndarray:
         import h5py
 
         loc = self.locations[key]
+        if self.load is not None:  # another container of Keras tensors (TF2 checkpoints: tf_checkpoint.lazy_get)
+            return self.load(self.path, loc)
         with h5py.File(self.path, "r") as f:
             return _read_dataset(f[loc], f"{self.path}: {loc}")
 
@@ -230,6 +233,7 @@ class _Reader:
         self.path = path
         self.keras_version = keras_version
         self.gate_override = gate_activation
+        self.lazy_load: Callable[[str, str], np.ndarray] | None = None  # LazyRaw's loader (None: HDF5)
         self.ckpt = Checkpoint(format="keras_h5", meta={"path": path, "keras_version": keras_version})
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -449,7 +453,8 @@ class _Reader:
             b_ih = gates.vec_to_canonical(b[: G * H], conv, cell)
             b_hh = gates.vec_to_canonical(b[G * H:], conv, cell)
         if fam != "keras1" and e.locations is not None:  # the file's tensors are re-read when needed
-            raw = LazyRaw(self.path, dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations[:len(w)])))
+            raw = LazyRaw(self.path, dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations[:len(w)])),
+                          self.lazy_load)
         return RNNLayer(
             name=name, cell=cell, input_size=I, hidden_size=H, bias=b is not None, semantics=sem,
             params=[[DirectionParams(w_ih, w_hh, b_ih, b_hh)]],

@@ -169,6 +169,7 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta) -> Checkp
     for k in keys:
         groups[k.split("/")[0]].append(k)
     kr = _Reader(str(path), "2.4.0", gate_activation)
+    kr.lazy_load = lazy_get  # the Keras tensors are re-read for verification, not kept beside the canonical copy
     kr.ckpt.format = "tf_checkpoint"
     kr.ckpt.meta.update(meta, kind="tf2_object")
     for top in sorted(groups, key=_natural):
@@ -176,13 +177,23 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta) -> Checkp
             0 if "/forward_layer/" in k else 1 if "/backward_layer/" in k else 0,
             _natural(k.rsplit("/", 1)[0]), rank.get(k.rsplit("/", 1)[-1], 3)))
         rel = [k.split("/", 1)[1] if "/" in k else k for k in names]
-        kr.entry(_Entry(top, rel, [get(by_path[k]) for k in names]), "")
+        kr.entry(_Entry(top, rel, [get(by_path[k]) for k in names], locations=[by_path[k] for k in names]), "")
     if not kr.ckpt.layers:
         raise FormatError(f"{path}: TF2 object checkpoint without a recurrent layer (LSTM, GRU, SimpleRNN, "
                           "CuDNNLSTM, CuDNNGRU)")
     for lay in kr.ckpt.layers:
         lay.source["format"] = "tf_checkpoint"
     return kr.ckpt
+
+
+def lazy_get(path: str, key: str) -> np.ndarray:
+    """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
+    :class:`rnnconvert.formats.keras_h5.LazyRaw`); NaN/Inf refused as in :func:`read`."""
+    tf = require("tensorflow", "tensorflow")
+    arr = np.asarray(tf.train.load_checkpoint(prefix_of(path)).get_tensor(key))
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
+    return arr
 
 
 # ------------------------------------------------------------------------------------------------
