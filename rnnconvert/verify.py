@@ -11,6 +11,12 @@ and ``y32`` are the source side computed in float64 and in float32. The second t
 ill-conditioned the layer is on this batch (a GRU with ``activation='linear'`` and inputs of size 30
 loses 5e-4 relative precision in float32, whichever framework runs it); for well-conditioned layers
 it is ~1e-7 and the first term dominates. float16 weights use ``1e-2`` for the first term.
+
+Cost (multi-GB checkpoints, docs/performance.md): the source side reads each layer's stored tensors
+once for both passes (lazily re-read tensors are held for that layer only); the float64 pass computes
+the input projections ``x_t W`` of all steps in one product, the float32 pass keeps the source
+framework's step-by-step order. Neither changes the equations or the tolerance above. Target sessions
+that load the whole written file (onnxruntime) are built once per verification (``release`` verb).
 """
 
 from __future__ import annotations
