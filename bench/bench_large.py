@@ -113,7 +113,8 @@ def main() -> None:
             if args.cache == "warm":
                 for q in ([*src.rglob("*")] if src.is_dir() else [src]):
                     q.read_bytes() if q.is_file() else None
-            cp_s, cp_rss, _ = timed(["sh", "-c", f"cp -r '{src}' '{d}/cp.tmp' && sync" + ("" if src.is_dir() else f" '{d}/cp.tmp'")], args.cache)
+            sync = "sync" if src.is_dir() else f"sync '{d}/cp.tmp'"
+            cp_s, cp_rss, _ = timed(["sh", "-c", f"cp -r '{src}' '{d}/cp.tmp' && {sync}"], args.cache)
             subprocess.run(["rm", "-rf", str(d / "cp.tmp")], check=True)
             nv_s, nv_rss, _ = timed([str(EXE), str(src), str(dst), "--force", "--quiet", "--no-verify"], args.cache)
             written = out_size(dst)
