@@ -21,7 +21,8 @@ import pytest
 
 from conftest import ROOT
 
-GUIDES = sorted(p for p in (ROOT / "docs" / "guides").glob("*.md") if p.name != "README.md") + [ROOT / "docs" / "keras3.md"]
+GUIDES = [*sorted(p for p in (ROOT / "docs" / "guides").glob("*.md") if p.name != "README.md"),
+          ROOT / "docs" / "keras3.md"]
 BLOCK = re.compile(r"```(python|console)\n(.*?)```", re.S)
 
 

@@ -318,3 +318,12 @@ def test_oldest_cudnn_saveable_names_refused(tf, tmp_path, name):
             v1.train.Saver(vs).save(s, str(tmp_path / "ck"), write_meta_graph=False)
     with pytest.raises(UnsupportedError, match="bias_cudnn.* are not read"):
         api.load(tmp_path / "ck")
+
+
+def test_spec_options_contradicting_companions_are_an_error():
+    """num_layers/hidden_size/bidirectional are for a lone opaque_kernel; with companions they must agree."""
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/cudnn_lstm/"))
+    assert api.load(FIXTURES / e["file"], hidden_size=4, num_layers=1).layers[0].hidden_size == 4
+    with pytest.raises(FormatError, match="num_layers=2 given, but the canonical variables of 'cudnn_lstm' say "
+                                          "num_layers=1"):
+        api.load(FIXTURES / e["file"], num_layers=2)

@@ -241,6 +241,11 @@ def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_cli
         if opaque:
             used_opaque.add(opaque)
             layer = _check_opaque(path, layer, get(opaque))
+            wrong = {k: v for k, v in opts.items() if v is not None and getattr(layer, k) != v}
+            lone = [k for k in shapes if k.endswith("/opaque_kernel") and k[: -len("/opaque_kernel")] not in layers]
+            if wrong and not lone:  # the spec options are for lone buffers; here the companions decide
+                raise FormatError(f"{path}: {', '.join(f'{k}={v}' for k, v in wrong.items())} given, but the canonical "
+                                  f"variables of '{base}' say " + ", ".join(f"{k}={getattr(layer, k)}" for k in wrong))
             _opaque_slots(ckpt, shapes, get, opaque, layer)
         ckpt.layers.append(layer)
     for key in sorted(shapes):
