@@ -43,7 +43,7 @@ from .. import cudnn
 from ..errors import FormatError, require
 from ..model import Checkpoint, RNNLayer
 from .tf1_cells import (  # noqa: F401
-    _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure)
+    _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure, getter)
 
 ATTR = "/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -202,6 +202,7 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarr
 def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
     ckpt = Checkpoint(format="tf_checkpoint", meta={**meta, "kind": "tf1_name"})
     cells = _cell_vars(shapes)
+    get = getter(get)  # sharded variables: part_N keys concatenated along axis 0
     # group cells into layers: base scope -> {(k, d): (cellname, vars)}
     layers: dict[str, dict[tuple[int, int], tuple[str, dict]]] = defaultdict(dict)
     for (prefix, cname), v in cells.items():
@@ -240,6 +241,11 @@ def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_cli
         if opaque:
             used_opaque.add(opaque)
             layer = _check_opaque(path, layer, get(opaque))
+            wrong = {k: v for k, v in opts.items() if v is not None and getattr(layer, k) != v}
+            lone = [k for k in shapes if k.endswith("/opaque_kernel") and k[: -len("/opaque_kernel")] not in layers]
+            if wrong and not lone:  # the spec options are for lone buffers; here the companions decide
+                raise FormatError(f"{path}: {', '.join(f'{k}={v}' for k, v in wrong.items())} given, but the canonical "
+                                  f"variables of '{base}' say " + ", ".join(f"{k}={getattr(layer, k)}" for k in wrong))
             _opaque_slots(ckpt, shapes, get, opaque, layer)
         ckpt.layers.append(layer)
     for key in sorted(shapes):
@@ -301,7 +307,8 @@ def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
         listed = "; ".join(f"num_layers={s.num_layers} hidden_size={s.hidden_size} "
                            f"bidirectional={s.bidirectional} input_size={s.input_size}" for s in cands[:8])
         raise FormatError(f"{path}: '{key}' ({buf.size} elements) fits {len(cands)} cuDNN specs"
-                          f"{': ' + listed if cands else ''}; pass --num-layers/--hidden-size/--bidirectional")
+                          f"{': ' + listed if cands else ''}; give num_layers, hidden_size, bidirectional "
+                          "(CLI: --read-opt hidden_size=N ...)")
     return cudnn.unpack(buf.reshape(-1), cands[0], name=scope,
                         source={"format": "tf_checkpoint", "class_name": f"opaque {cell.value}", "opaque": True})
 
