@@ -107,10 +107,11 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
         rd = tf.train.load_checkpoint(pre)
         shapes = rd.get_variable_to_shape_map()
     except Exception as exc:  # tf raises several kinds
-        raise FormatError(f"{path}: cannot read TensorFlow checkpoint ({str(exc).splitlines()[0]})") from exc
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise FormatError(f"{path}: cannot read TensorFlow checkpoint ({type(exc).__name__}: {first})") from exc
 
     def get(key: str) -> np.ndarray:
-        arr = np.asarray(rd.get_tensor(key))
+        arr = _tensor(rd, key, path)
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
         return arr
@@ -119,12 +120,24 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
     if any(k.endswith(ATTR) for k in shapes):
         names = {k: k[: -len(ATTR)] for k in shapes if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k}
         if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
-            paths = _object_paths(rd.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+            paths = _object_paths(_tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
             names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
         return _read_tf2(path, names, get, gate_activation, meta)
     return _read_tf1(path, shapes, get, meta, forget_bias=forget_bias, opts=dict(
         num_layers=num_layers, hidden_size=hidden_size, bidirectional=bidirectional),
         cell_clip=cell_clip, proj_clip=proj_clip)
+
+
+def _tensor(rd, key: str, path, raw: bool = False):
+    """``rd.get_tensor(key)``; a damaged ``.data`` file (checksum mismatch: ``OpError``; shorter than the
+    index says: ``IndexError``, both found by bench/fuzz) raises FormatError naming the variable."""
+    try:
+        value = rd.get_tensor(key)
+        return value if raw else np.asarray(value)
+    except Exception as exc:  # tf.errors.OpError, IndexError, ValueError ...
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise FormatError(f"{path}: cannot read variable '{key}' of the TensorFlow checkpoint; the .data file is "
+                          f"damaged or shorter than its .index says ({type(exc).__name__}: {first})") from exc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -135,15 +148,18 @@ def _natural(s: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
-def _object_paths(blob: bytes) -> dict[str, str]:
+def _object_paths(blob: bytes, where="") -> dict[str, str]:
     """Checkpoint key -> the shortest ``layer_with_weights-N/...`` object path reaching it, from the
     serialized ``TrackableObjectGraph`` (SavedModel ``variables/`` keys are ``variables/<k>/...``; LAYOUTS §7)."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     g = trackable_object_graph_pb2.TrackableObjectGraph()
-    g.ParseFromString(blob)
+    try:
+        g.ParseFromString(blob)
+    except Exception as exc:  # google.protobuf DecodeError, TypeError (not bytes)
+        raise FormatError(f"{where}: damaged _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint ({exc})") from exc
     best: dict[str, str] = {}
-    seen, queue = {0}, [(0, "")]
+    seen, queue = {0}, [(0, "")] if g.nodes else []
     while queue:
         i, path = queue.pop(0)
         for a in g.nodes[i].attributes:
@@ -151,8 +167,8 @@ def _object_paths(blob: bytes) -> dict[str, str]:
                 if a.checkpoint_key not in best or len(path) < len(best[a.checkpoint_key]):
                     best[a.checkpoint_key] = path
         for c in g.nodes[i].children:
-            if c.node_id not in seen and not c.local_name.startswith(("keras_api", "variables", "trainable_",
-                                                                       "non_trainable_", "signatures")):
+            if c.node_id not in seen and c.node_id < len(g.nodes) and not c.local_name.startswith(
+                    ("keras_api", "variables", "trainable_", "non_trainable_", "signatures")):
                 seen.add(c.node_id)
                 queue.append((c.node_id, f"{path}/{c.local_name}" if path else c.local_name))
     return best
