@@ -69,11 +69,31 @@ def test_onnx_external_data_outside_folder():
     ("pb_huge_shape.pb", r"declares shape \[1048576, 1048576\].*holds 96 bytes"),
     ("pb_huge_splat.pb", "stores 1 values"),
     ("cudnn_spec_vs_buffer.cudnn.npz", "has 40 elements.*needs 72"),
+    ("tfck_index_negative_dim.index", r"crashed on this file \(signal 6\)"),
+    ("tfck_index_overflow_shape.index", r"crashed on this file \(signal 6\)"),
+    ("tfck_index_shape_vs_data.index", "Invalid size in bundle entry"),
 ])
 def test_refusal_says_why(name, why):
     with pytest.raises(FormatError, match=why) as info:
         api.load(BAD / name)
     assert str(BAD / name) in str(info.value)
+
+
+def test_tensorflow_abort_is_contained_to_one_line(tmp_path):
+    """TensorFlow's C++ reader aborts (SIGABRT, a stack dump on stderr) on a forged .index shape: the real
+    CLI process survives, prints exactly one line and writes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "rnnconvert", str(BAD / "tfck_index_negative_dim.index"),
+                        str(tmp_path / "o.npz")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 3
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("rnnconvert:")]
+    assert len(lines) == 1 and "crashed" in lines[0]
+    assert not any("cfunction_call" in ln or "Check failed" in ln for ln in r.stderr.splitlines())
+    assert list(tmp_path.iterdir()) == []
 
 
 # ------------------------------------------------------------------------------ pickle payloads
@@ -165,6 +185,18 @@ def test_fuzz_found_libhdf5_loop_is_refused(tmp_path, monkeypatch, capsys, full_
         monkeypatch.setattr(keras_h5, "FULL_ISOLATION_MAX", 0)
     monkeypatch.setenv("RNNCONVERT_READ_TIMEOUT", "2")
     src = ROOT / "tests" / "data" / "fuzz_found" / "h5_libhdf5_loop.h5"
+    t0 = time.monotonic()
+    assert main([str(src), str(tmp_path / "o.npz")]) == 3
+    assert time.monotonic() - t0 < 30
+    assert "did not finish" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fuzz_found_keras3_store_loop_is_refused(tmp_path, monkeypatch, capsys):
+    """A mutated Keras 3 .weights.h5 found by bench/fuzz (keras3, case 6764 of seed 0) on which libhdf5
+    loops: keras3 reads its HDF5 store in the isolated child too."""
+    monkeypatch.setenv("RNNCONVERT_READ_TIMEOUT", "2")
+    src = ROOT / "tests" / "data" / "fuzz_found" / "keras3_libhdf5_loop.weights.h5"
     t0 = time.monotonic()
     assert main([str(src), str(tmp_path / "o.npz")]) == 3
     assert time.monotonic() - t0 < 30

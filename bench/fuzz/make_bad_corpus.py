@@ -182,6 +182,87 @@ def main() -> dict[str, int]:
     return exp
 
 
+# ---- TensorFlow's table format (tensorflow/core/lib/io/table_builder.cc, format.cc; LevelDB's layout):
+# blocks of entries (varint shared, varint non-shared, varint value length, key part, value), a uint32
+# restart array and its count; each block followed by a type byte (0: raw) and the masked crc32c of
+# block + type; a 48-byte footer: metaindex and index BlockHandles (varint offset, size) padded to 40
+# bytes, then the magic 0xdb4775248b80fb57.
+def _crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(b: bytes, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        n |= (b[i] & 0x7F) << shift
+        shift += 7
+        i += 1
+        if not b[i - 1] & 0x80:
+            return n, i
+
+
+def _block_entries(block: bytes) -> list[tuple[bytes, bytes]]:
+    nrest = struct.unpack("<I", block[-4:])[0]
+    end, i, key, out = len(block) - 4 - 4 * nrest, 0, b"", []
+    while i < end:
+        shared, i = _read_varint(block, i)
+        nonshared, i = _read_varint(block, i)
+        vlen, i = _read_varint(block, i)
+        key = key[:shared] + block[i:i + nonshared]
+        out.append((key, block[i + nonshared:i + nonshared + vlen]))
+        i += nonshared + vlen
+    return out
+
+
+def _sstable_entries(raw: bytes) -> list[tuple[bytes, bytes]]:
+    """All (key, value) pairs of a TF table file (the data blocks its index block points to)."""
+    foot = raw[-48:]
+    _, i = _read_varint(foot, 0)
+    _, i = _read_varint(foot, i)
+    off, i = _read_varint(foot, i)
+    size, _ = _read_varint(foot, i)
+    out = []
+    for _, handle in _block_entries(raw[off:off + size]):
+        o, j = _read_varint(handle, 0)
+        n, _ = _read_varint(handle, j)
+        out += _block_entries(raw[o:o + n])
+    return out
+
+
+def _sstable(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """A TF table file holding ``entries`` (sorted keys) in one data block."""
+    out = bytearray()
+
+    def block(items):
+        return b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in items) + struct.pack("<II", 0, 1)
+
+    def put(contents: bytes) -> bytes:
+        off = len(out)
+        crc = _crc32c(contents + b"\0")
+        masked = ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+        out.extend(contents + b"\0" + struct.pack("<I", masked))
+        return _varint(off) + _varint(len(contents))
+
+    data_h = put(block(entries))
+    meta_h = put(block([]))
+    index_h = put(block([(entries[-1][0], data_h)]))
+    return bytes(out + (meta_h + index_h).ljust(40, b"\0") + struct.pack("<Q", 0xDB4775248B80FB57))
+
+
 def tf_and_keras3(out: Path, exp: dict[str, int], sd: dict) -> None:
     """TensorFlow checkpoints and graphs, cuDNN buffer files and Keras 3 archives (``sd``: a torch LSTM(1, 2))."""
     import os
@@ -219,6 +300,31 @@ def tf_and_keras3(out: Path, exp: dict[str, int], sd: dict) -> None:
     raw[10] ^= 0x40  # a weight's bits: the stored crc32c no longer matches
     p.write_bytes(bytes(raw))
     exp["tfck_flipped_data.index"] = 3
+
+    # .index files whose entry declares a shape TF's C++ reader aborts on (SIGABRT) or that disagrees with
+    # the .data size: the index is re-written as an SSTable around the entry TF made, re-shaped
+    from tensorflow.core.protobuf import tensor_bundle_pb2
+
+    tf1_ckpt("_forge", kernel)
+    entries = _sstable_entries((out / "_forge.index").read_bytes())
+    data = (out / "_forge.data-00000-of-00001").read_bytes()
+    for f in out.glob("_forge.*"):
+        f.unlink()
+    for name, dims in (("tfck_index_negative_dim", (-5, 8)), ("tfck_index_overflow_shape", (1 << 31,) * 3),
+                       ("tfck_index_shape_vs_data", (1 << 20, 1 << 20))):
+        forged = []
+        for k, v in entries:
+            if k == b"rnn/lstm_cell/kernel":
+                e = tensor_bundle_pb2.BundleEntryProto()
+                e.ParseFromString(v)
+                del e.shape.dim[:]
+                for s_ in dims:
+                    e.shape.dim.add(size=s_)
+                v = e.SerializeToString()
+            forged.append((k, v))
+        (out / f"{name}.index").write_bytes(_sstable(forged))
+        (out / f"{name}.data-00000-of-00001").write_bytes(data)
+        exp[f"{name}.index"] = 3
 
     # frozen graph (the committed fixture, made by TF) whose kernel Const declares a huge shape
     g = tf.compat.v1.GraphDef()

@@ -27,7 +27,10 @@ Two kinds, told apart by their keys (``../shared/LAYOUTS.md`` §§7-9):
   (spec from the companion canonical variables, else from ``num_layers``/``hidden_size``/
   ``bidirectional`` options and the size). Slow contrib cells are refused by name.
 
-TensorFlow is imported only inside :func:`read`.
+TensorFlow is imported only inside :func:`read`. TensorFlow's C++ reader aborts the whole process on
+some forged ``.index`` files, so the read runs in a forked child under a deadline
+(:func:`rnnconvert.guard.isolated`), as HDF5 reads do; for checkpoints over 64 MiB the child only opens the
+checkpoint and lists its variables (where the aborts are), then this process reads the tensors.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import cudnn
+from .. import cudnn, guard
 from ..errors import FormatError, require
 from ..model import Checkpoint, RNNLayer
 from .tf1_cells import (  # noqa: F401
@@ -96,19 +99,56 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
         a :class:`Checkpoint` in canonical form (dtype as stored).
 
     Raises:
-        FormatError: unreadable checkpoint, unexpected shapes, ambiguous opaque buffer size.
+        FormatError: unreadable checkpoint (damaged ``.index``, ``.data`` shorter than the index says or
+            failing its checksums), unexpected shapes, NaN/Inf, ambiguous opaque buffer size, TensorFlow's
+            reader crashing (SIGABRT on forged ``.index`` shapes) or running past the deadline.
         UnsupportedError: a cell rnnconvert refuses (named, with the reason).
     """
-    tf = require("tensorflow", "tensorflow")
+    require("tensorflow", "tensorflow")  # imported before the fork: the child does not import it again
     pre = prefix_of(path)
     if pre is None:
         raise FormatError(f"{path}: not a TensorFlow checkpoint (no .index file or 'checkpoint' file)")
+    index = Path(pre + ".index")
+    stem = index.name[: -len(".index")] + ".data-"
+    size = sum(f.stat().st_size for f in index.parent.iterdir() if f.name.startswith(stem) and f.is_file())
+    args = (path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
+    if size <= FULL_ISOLATION_MAX:
+        return guard.isolated(_read_prefix, args, index, "TensorFlow checkpoint")
+    guard.isolated(_probe_prefix, (path, pre), index, "TensorFlow checkpoint")  # large: metadata in the child
+    return _read_prefix(*args)
+
+
+#: Checkpoints whose ``.data`` files hold up to this many bytes are read wholly in the isolated child.
+FULL_ISOLATION_MAX = 64 << 20
+
+
+def _open(path, pre: str):
+    """``tf.train.load_checkpoint(pre)`` and its variable-to-shape map; TF errors become FormatError.
+
+    TensorFlow's C++ reader aborts the process (a failed ``CHECK``: SIGABRT) on an ``.index`` whose
+    entries declare negative or overflowing shapes (``tests/data/bad/tfck_index_*``), which is why
+    :func:`read` runs this in a child process (:mod:`rnnconvert.guard`)."""
+    import tensorflow as tf
+
     try:
         rd = tf.train.load_checkpoint(pre)
-        shapes = rd.get_variable_to_shape_map()
+        return rd, rd.get_variable_to_shape_map(), rd.get_variable_to_dtype_map()
     except Exception as exc:  # tf raises several kinds
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise FormatError(f"{path}: cannot read TensorFlow checkpoint ({type(exc).__name__}: {first})") from exc
+
+
+def _probe_prefix(path, pre: str) -> None:
+    """Open the checkpoint and list its variables, shapes and dtypes (runs in the isolated child)."""
+    _open(path, pre)
+
+
+def _read_prefix(path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional,
+                 cell_clip, proj_clip) -> Checkpoint:
+    """The body of :func:`read` (runs in the isolated child for all but large checkpoints)."""
+    import tensorflow as tf
+
+    rd, shapes, _ = _open(path, pre)
 
     def get(key: str) -> np.ndarray:
         arr = _tensor(rd, key, path)
