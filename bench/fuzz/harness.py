@@ -7,7 +7,9 @@ TensorFlow), files written here by torch (``torch.save`` zip and legacy formats,
 ``torch.jit.script`` archive), by safetensors, by Keras 3 (``model.save`` / ``save_weights``, through
 rnnconvert's keras3 writer, in a subprocess so that the fuzzing worker does not carry Keras), and by
 rnnconvert's own ONNX/npz/cuDNN-buffer writers from a torch-made checkpoint. A TF checkpoint seed is
-a pair of files (``.index``, ``.data-00000-of-00001``); a case mutates one of them. Each case picks a seed and applies a hypothesis-drawn list of mutations
+a pair of files (``.index``, ``.data-00000-of-00001``); a case mutates one of them.
+
+Each case picks a seed and applies a hypothesis-drawn list of mutations
 (bit flips, byte overwrites, truncation, insertion, deletion, chunk copies, NaN/Inf floats,
 huge 32/64-bit integers for declared sizes), writes the result to a file and calls
 :func:`rnnconvert.api.load` on it.
@@ -15,7 +17,8 @@ huge 32/64-bit integers for declared sizes), writes the result to a file and cal
 Outcome per case: ``ok`` (read), ``refused`` (an ``RNNConvertError``), ``crash`` (any other
 exception), ``hang`` (over the per-case timeout). ``wrapped`` counts refusals that only the last
 line of defence in ``api.load`` turned into a ``FormatError`` (a reader let a low-level error
-through: worth fixing in that reader, but not a crash for a user).
+through: worth fixing in that reader, but not a crash for a user). The files of every case that is
+neither ``ok`` nor ``refused`` are kept in ``<workdir>/found/`` for a regression test.
 """
 
 from __future__ import annotations

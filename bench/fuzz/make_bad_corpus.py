@@ -3,7 +3,8 @@
 Each file is tiny and breaks one rule a reader must enforce; ``expected.json`` maps file name to
 the exit code the CLI must give (3: FormatError, 4: UnsupportedError). Made with the real
 libraries (h5py, torch, safetensors, onnx, TensorFlow, Keras 3) plus byte surgery. A TF checkpoint
-is a pair ``<name>.index`` + ``<name>.data-00000-of-00001``; ``expected.json`` lists the ``.index``. Run from the repository root::
+is a pair ``<name>.index`` + ``<name>.data-00000-of-00001``; ``expected.json`` lists the ``.index``.
+Run from the repository root::
 
     python bench/fuzz/make_bad_corpus.py
 """
@@ -248,7 +249,8 @@ def _sstable(entries: list[tuple[bytes, bytes]]) -> bytes:
     out = bytearray()
 
     def block(items):
-        return b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in items) + struct.pack("<II", 0, 1)
+        body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in items)
+        return body + struct.pack("<II", 0, 1)  # one restart point, at 0
 
     def put(contents: bytes) -> bytes:
         off = len(out)

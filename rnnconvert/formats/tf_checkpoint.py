@@ -197,7 +197,8 @@ def _object_paths(blob: bytes, where="") -> dict[str, str]:
     try:
         g.ParseFromString(blob)
     except Exception as exc:  # google.protobuf DecodeError, TypeError (not bytes)
-        raise FormatError(f"{where}: damaged _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint ({exc})") from exc
+        raise FormatError(f"{where}: damaged _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint "
+                          f"({exc})") from exc
     best: dict[str, str] = {}
     seen, queue = {0}, [(0, "")] if g.nodes else []
     while queue:
