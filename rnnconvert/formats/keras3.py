@@ -83,15 +83,7 @@ def sniff(head: bytes, path: Path | None = None) -> bool:
         except (zipfile.BadZipFile, OSError):
             return False
     if head.startswith(keras_h5.HDF5_MAGIC):
-        import h5py
-
-        try:
-            with h5py.File(str(path), "r") as f:
-                if "model_weights" in f or "layer_names" in f.attrs or "layer_names0" in f.attrs:
-                    return False
-                return "layers" in f or "vars" in f
-        except OSError:
-            return False
+        return keras_h5.hdf5_dialect(path) == "keras3"  # looked at in an isolated child
     return False
 
 
