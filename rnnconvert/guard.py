@@ -5,7 +5,9 @@ files within a thousand mutations of a Keras fixture), holding the GIL: neither 
 a watchdog thread can get control back. :func:`isolated` therefore runs such a read in a forked
 child process; the parent waits at most the deadline, then kills the child and raises
 :class:`~rnnconvert.errors.FormatError` (exit code 3). A child that dies (a segfault in C) gives a
-FormatError too. The result comes back pickled from our own child (never from the file).
+FormatError too (TensorFlow's checkpoint reader aborts on some forged ``.index`` files). The child's
+stderr goes to ``/dev/null``: what a dying C library prints there is not for the user; the error that
+counts comes back to the parent. The result comes back pickled from our own child (never from the file).
 
 The deadline is ``RNNCONVERT_READ_TIMEOUT`` seconds (default 60) plus one second per MiB of input.
 ``RNNCONVERT_ISOLATE=0`` reads in-process instead (no protection); platforms without ``fork`` do.
@@ -69,6 +71,13 @@ def isolated(fn: Callable[..., Any], args: tuple, path: str | Path, what: str) -
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         os.close(r)
+        try:  # a C library dying in the child (TF's CHECK failures print a stack) must not reach the user
+            import faulthandler
+
+            faulthandler.disable()  # it would print a Python stack on the fd it was given (pytest's)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+        except OSError:
+            pass
         _child(fn, args, w)
     os.close(w)
     chunks, end = [], time.monotonic() + seconds

@@ -42,7 +42,8 @@ def test_bad_file_is_refused_with_one_line(name, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name,tensor", [("h5_nan.h5", "kernel"), ("h5_inf.h5", "recurrent_kernel"),
-                                         ("pt_nan.pt", "w_hh"), ("st_inf.safetensors", "b_ih")])
+                                         ("pt_nan.pt", "w_hh"), ("st_inf.safetensors", "b_ih"),
+                                         ("tfck_nan.index", "lstm_cell/kernel")])
 def test_non_finite_weights_name_the_tensor(name, tensor):
     with pytest.raises(FormatError, match=f"{tensor}.*NaN or Inf"):
         api.load(BAD / name)
@@ -57,6 +58,42 @@ def test_links_and_external_datasets_are_refused():
 def test_onnx_external_data_outside_folder():
     with pytest.raises(FormatError, match="outside"):
         api.load(BAD / "onnx_external_escape.onnx")
+
+
+@pytest.mark.parametrize("name,why", [
+    ("keras3_dotdot_member.keras", "unsafe name '../../evil.txt'"),
+    ("keras3_zip_bomb.keras", "zip bomb"),
+    ("tfck_short_data.index", "shorter than its .index says"),
+    ("tfck_flipped_data.index", "Checksum does not match"),
+    ("tfck_truncated_index.index", "cannot read TensorFlow checkpoint"),
+    ("pb_huge_shape.pb", r"declares shape \[1048576, 1048576\].*holds 96 bytes"),
+    ("pb_huge_splat.pb", "stores 1 values"),
+    ("cudnn_spec_vs_buffer.cudnn.npz", "has 40 elements.*needs 72"),
+    ("tfck_index_negative_dim.index", r"crashed on this file \(signal 6\)"),
+    ("tfck_index_overflow_shape.index", r"crashed on this file \(signal 6\)"),
+    ("tfck_index_shape_vs_data.index", "Invalid size in bundle entry"),
+])
+def test_refusal_says_why(name, why):
+    with pytest.raises(FormatError, match=why) as info:
+        api.load(BAD / name)
+    assert str(BAD / name) in str(info.value)
+
+
+def test_tensorflow_abort_is_contained_to_one_line(tmp_path):
+    """TensorFlow's C++ reader aborts (SIGABRT, a stack dump on stderr) on a forged .index shape: the real
+    CLI process survives, prints exactly one line and writes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "rnnconvert", str(BAD / "tfck_index_negative_dim.index"),
+                        str(tmp_path / "o.npz")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 3
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("rnnconvert:")]
+    assert len(lines) == 1 and "crashed" in lines[0]
+    assert not any("cfunction_call" in ln or "Check failed" in ln for ln in r.stderr.splitlines())
+    assert list(tmp_path.iterdir()) == []
 
 
 # ------------------------------------------------------------------------------ pickle payloads
@@ -155,13 +192,37 @@ def test_fuzz_found_libhdf5_loop_is_refused(tmp_path, monkeypatch, capsys, full_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_fuzz_found_keras3_store_loop_is_refused(tmp_path, monkeypatch, capsys):
+    """A mutated Keras 3 .weights.h5 found by bench/fuzz (keras3, case 6764 of seed 0) on which libhdf5
+    loops: keras3 reads its HDF5 store in the isolated child too."""
+    monkeypatch.setenv("RNNCONVERT_READ_TIMEOUT", "2")
+    src = ROOT / "tests" / "data" / "fuzz_found" / "keras3_libhdf5_loop.weights.h5"
+    t0 = time.monotonic()
+    assert main([str(src), str(tmp_path / "o.npz")]) == 3
+    assert time.monotonic() - t0 < 30
+    assert "did not finish" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 # ------------------------------------------------------------------------------ deterministic output
-@pytest.mark.parametrize("ext", [".pt", ".safetensors", ".npz", ".onnx"])
-def test_output_bytes_are_deterministic(ext, tmp_path):
+def _tree(p: Path) -> dict[str, bytes]:
+    """A file's bytes, or a directory's files' bytes by relative path."""
+    if p.is_dir():
+        return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+    return {"": p.read_bytes()}
+
+
+@pytest.mark.parametrize("name,to", [("o.pt", None), ("o.safetensors", None), ("o.npz", None), ("o.onnx", None),
+                                     ("o.keras", None), ("o.weights.h5", None), ("o.h5", None),
+                                     ("o.cudnn.npz", None), ("ck1", "tf_checkpoint"), ("ck2", "tf2_checkpoint")])
+def test_output_bytes_are_deterministic(name, to, tmp_path):
+    """Two conversions of one input, a second apart, give the same bytes (every writer; docs/security.md)."""
     pytest.importorskip("torch")
     src = ROOT / "fixtures" / "keras" / "bidi_lstm_concat.h5"
-    a, b = tmp_path / f"a{ext}", tmp_path / f"b{ext}"
-    api.convert(src, a, verify=None)
+    a, b = tmp_path / "a" / name, tmp_path / "b" / name
+    a.parent.mkdir()
+    b.parent.mkdir()
+    api.convert(src, a, to=to, verify=None)
     time.sleep(1.1)  # a timestamp in the file would show
-    api.convert(src, b, verify=None)
-    assert a.read_bytes() == b.read_bytes()
+    api.convert(src, b, to=to, verify=None)
+    assert _tree(a) == _tree(b)

@@ -308,3 +308,33 @@ def test_keras_only_semantics_from_onnx_refused_for_pt(realworld, tmp_path):
     with pytest.raises(UnsupportedError, match="reset_after=False"):
         api.convert(tmp_path / "m.onnx", tmp_path / "m.pt")
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_mycroft_frozen_graph_reproduces_oracle(realworld, tmp_path):
+    """The Mycroft TF1 frozen GraphDef (.pb) -> .onnx; onnxruntime reproduces TF running that graph."""
+    d = realworld / "mycroft-precise-gru"
+    assert api.convert(d / "hey-mycroft.pb", tmp_path / "m.onnx").verification.ok
+    o = np.load(d / "oracle_out.npz", allow_pickle=False)
+    y = _run(tmp_path / "m.onnx", "net", o["net__in"])[:, -1]
+    ref = o["net__out"]  # ill-conditioned layer: tolerance as in test_mycroft_gru_reproduces_oracle
+    assert np.abs(y - ref).max() <= 1e-3 * np.abs(ref).max()
+
+
+DINO = "layer_with_weights-1"  # the GRU(256) of the DinoRNN checkpoint, named by its object path
+
+
+def _dino_matches(path, o):
+    for k in range(4):
+        y = _run(path, DINO, o[f"p{k}_gru__in"][None])[0]
+        assert np.abs(y - o[f"p{k}_gru__out"]).max() <= 2e-5, k
+
+
+def test_dinornn_tf2_checkpoint_reproduces_oracle(realworld, tmp_path):
+    """DinoRNN TF2 object checkpoint -> .onnx, and -> .pt -> .onnx: onnxruntime matches the oracle."""
+    d = realworld / "dinornn-gru-tf2-checkpoint"
+    o = np.load(d / "oracle_out.npz", allow_pickle=False)
+    assert api.convert(d, tmp_path / "d.onnx").verification.ok
+    _dino_matches(tmp_path / "d.onnx", o)
+    api.convert(d, tmp_path / "d.pt")
+    api.convert(tmp_path / "d.pt", tmp_path / "d2.onnx")
+    _dino_matches(tmp_path / "d2.onnx", o)

@@ -234,8 +234,8 @@ def test_opaque_kernel_disagreeing_with_companions_is_an_error(tf, tmp_path):
         api.load(tmp_path / "ck")
 
 
-@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["torch"] == "ok" and not e["file"].startswith("tf/cudnn")],
-                         ids=lambda e: e["file"].split("/")[1])
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["torch"] == "ok" and not e["file"].startswith("tf/cudnn")
+                                   and "shards" not in e["file"]], ids=lambda e: e["file"].split("/")[1])
 def test_verify_framework_runs_tensorflow_on_the_source(entry, tmp_path):
     """--verify framework: TensorFlow restores and runs the source layer; the .pt output must match it."""
     rep = api.convert(FIXTURES / entry["file"], tmp_path / "o.pt", verify="framework",
@@ -248,6 +248,8 @@ def test_framework_forward_equals_oracle():
     from rnnconvert.formats import tf_checkpoint  # noqa: PLC0415
 
     for e in ENTRIES:
+        if "shards" in e["file"]:
+            continue  # refused by this route: test_sharded_kernel_read_and_framework_route_refused
         ckpt = api.load(FIXTURES / e["file"], **e.get("read_opts", {}))
         oracle = np.load(FIXTURES / e["oracle"], allow_pickle=False)
         for layer in ckpt.layers:
@@ -282,3 +284,46 @@ def test_batch_reads_a_checkpoint_through_its_index_only(tmp_path):
     shutil.copytree((FIXTURES / e["file"]).parent, tmp_path / "in" / "lstm_cell")
     res = convert_tree(tmp_path / "in", tmp_path / "out", to="pt")
     assert [(Path(r.src).name, r.status) for r in res] == [("ckpt.index", "converted")]
+
+
+def test_sharded_kernel_read_and_framework_route_refused(tmp_path):
+    """Separate part_N keys (pre-1.0 sharded names): concatenated along axis 0, the layer reproduces TF's
+    outputs (test_fixture_matches_tf_outputs); TF cannot restore them into one cell variable by name, so
+    --verify framework says so and points to the reference route."""
+    from rnnconvert.errors import VerificationError  # noqa: PLC0415
+
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/lstm_cell_shards/"))
+    lay = api.load(FIXTURES / e["file"]).layer("enc")
+    assert isinstance(lay.source["keys"][0]["kernel"], tuple) and len(lay.source["keys"][0]["kernel"]) == 2
+    unsharded = api.load(FIXTURES / "tf/lstm_cell/ckpt").layer("enc")
+    for a, b in zip(lay.params[0][0].arrays().values(), unsharded.params[0][0].arrays().values()):
+        assert np.array_equal(a, b)
+    with pytest.raises(VerificationError, match="part_N shards; use --verify reference"):
+        api.convert(FIXTURES / e["file"], tmp_path / "o.pt", verify="framework")
+    assert not (tmp_path / "o.pt").exists()
+
+
+@pytest.mark.parametrize("name", ["cudnn_compatible_lstm_cell/bias_cudnn_0", "cudnn_compatible_gru_cell/bias_cudnn 1"])
+def test_oldest_cudnn_saveable_names_refused(tf, tmp_path, name):
+    """bias_cudnn_0/1 (GRU: with a space) of the oldest CudnnRNN saveable: not read, said so (LAYOUTS §9.3)."""
+    scope = "cudnn/rnn/multi_rnn_cell/cell_0/"
+    rng = np.random.default_rng(0)
+    values = {scope + name.split("/")[0] + "/kernel": rng.uniform(-1, 1, (7, 16)).astype(np.float32),
+              scope + name: rng.uniform(-1, 1, 16).astype(np.float32)}
+    v1 = tf.compat.v1
+    with tf.Graph().as_default():  # checkpoint keys given by a Saver dict: "bias_cudnn 1" is no variable name
+        vs = {key: v1.Variable(val, name=f"v{i}") for i, (key, val) in enumerate(values.items())}
+        with v1.Session() as s:
+            s.run(v1.global_variables_initializer())
+            v1.train.Saver(vs).save(s, str(tmp_path / "ck"), write_meta_graph=False)
+    with pytest.raises(UnsupportedError, match="bias_cudnn.* are not read"):
+        api.load(tmp_path / "ck")
+
+
+def test_spec_options_contradicting_companions_are_an_error():
+    """num_layers/hidden_size/bidirectional are for a lone opaque_kernel; with companions they must agree."""
+    e = next(e for e in ENTRIES if e["file"].startswith("tf/cudnn_lstm/"))
+    assert api.load(FIXTURES / e["file"], hidden_size=4, num_layers=1).layers[0].hidden_size == 4
+    with pytest.raises(FormatError, match="num_layers=2 given, but the canonical variables of 'cudnn_lstm' say "
+                                          "num_layers=1"):
+        api.load(FIXTURES / e["file"], num_layers=2)

@@ -1,9 +1,15 @@
 """Fuzz harness for rnnconvert's readers: hypothesis-driven mutations of real seed files.
 
 Seed files per format are real files: the committed Keras fixtures (``fixtures/keras/*.h5``, made
-by tf_keras), and files written here by torch (``torch.save`` zip and legacy formats, a
-``torch.jit.script`` archive), by safetensors, and by rnnconvert's own ONNX/npz writers from a
-torch-made checkpoint. Each case picks a seed and applies a hypothesis-drawn list of mutations
+by tf_keras), the committed TensorFlow fixtures (``fixtures/tf/*``: TF1 name-based and TF2
+object-based checkpoints, a SavedModel's ``variables/``, frozen ``.pb`` graphs, all made by
+TensorFlow), files written here by torch (``torch.save`` zip and legacy formats, a
+``torch.jit.script`` archive), by safetensors, by Keras 3 (``model.save`` / ``save_weights``, through
+rnnconvert's keras3 writer, in a subprocess so that the fuzzing worker does not carry Keras), and by
+rnnconvert's own ONNX/npz/cuDNN-buffer writers from a torch-made checkpoint. A TF checkpoint seed is
+a pair of files (``.index``, ``.data-00000-of-00001``); a case mutates one of them.
+
+Each case picks a seed and applies a hypothesis-drawn list of mutations
 (bit flips, byte overwrites, truncation, insertion, deletion, chunk copies, NaN/Inf floats,
 huge 32/64-bit integers for declared sizes), writes the result to a file and calls
 :func:`rnnconvert.api.load` on it.
@@ -11,18 +17,26 @@ huge 32/64-bit integers for declared sizes), writes the result to a file and cal
 Outcome per case: ``ok`` (read), ``refused`` (an ``RNNConvertError``), ``crash`` (any other
 exception), ``hang`` (over the per-case timeout). ``wrapped`` counts refusals that only the last
 line of defence in ``api.load`` turned into a ``FormatError`` (a reader let a low-level error
-through: worth fixing in that reader, but not a crash for a user).
+through: worth fixing in that reader, but not a crash for a user). The files of every case that is
+neither ``ok`` nor ``refused`` are kept in ``<workdir>/found/`` for a regression test.
 """
 
 from __future__ import annotations
 
+import shutil
 import struct
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FORMATS = ("keras_h5", "pt", "onnx", "safetensors", "npz")
-EXT = {"keras_h5": ".h5", "pt": ".pt", "onnx": ".onnx", "safetensors": ".safetensors", "npz": ".npz"}
+FORMATS = ("keras_h5", "pt", "onnx", "safetensors", "npz", "keras3", "tf_checkpoint", "tf_graph", "cudnn_npz")
+EXT = {"keras_h5": ".h5", "pt": ".pt", "onnx": ".onnx", "safetensors": ".safetensors", "npz": ".npz",
+       "keras3": ".keras", "tf_checkpoint": ".index", "tf_graph": ".pb", "cudnn_npz": ".cudnn.npz"}
+#: the files of one TF checkpoint seed (suffixes after the prefix); the first is the one loaded
+CKPT_PARTS = (".index", ".data-00000-of-00001")
+TF_CKPT_SEEDS = ("lstm_cell/ckpt", "bidi_gru/ckpt", "cudnn_lstm/ckpt", "keras_lstm_bigru/ckpt",
+                 "keras_gru_v1_srnn/ckpt", "lstm_peep_clip/ckpt", "multi_basic_lstm/ckpt",
+                 "keras_lstm_bigru_savedmodel/variables/variables")
 KERAS_SEEDS = ("lstm.h5", "gru_reset_after_weights.h5", "bidi_lstm_concat.h5", "simplernn.h5",
                "keras1_gpu_simplernn_weights.h5", "embedding_lstm.h5")
 
@@ -34,7 +48,7 @@ def _torch_ckpt_files(workdir: Path) -> dict[str, list[Path]]:
     from rnnconvert import api
 
     torch.manual_seed(0)
-    out: dict[str, list[Path]] = {f: [] for f in FORMATS}
+    out: dict[str, list[Path]] = {f: [] for f in ("pt", "onnx", "safetensors", "npz", "cudnn_npz")}
     lstm = torch.nn.LSTM(3, 4, batch_first=True, bidirectional=True)
     gru = torch.nn.GRU(2, 3, num_layers=2, batch_first=True)
     for i, mod in enumerate((lstm, gru)):
@@ -49,7 +63,7 @@ def _torch_ckpt_files(workdir: Path) -> dict[str, list[Path]]:
         save_file({k: v.numpy() for k, v in mod.state_dict().items()}, str(s))
         out["safetensors"].append(s)
         ckpt = api.load(p)
-        for fmt in ("onnx", "npz"):
+        for fmt in ("onnx", "npz", "cudnn_npz"):
             d = workdir / f"seed{i}{EXT[fmt]}"
             api.save(ckpt, d, force=True)
             out[fmt].append(d)
@@ -73,19 +87,55 @@ def _torch_ckpt_files(workdir: Path) -> dict[str, list[Path]]:
     return out
 
 
-def seed_files(workdir: Path, fmt: str | None = None) -> dict[str, list[bytes]]:
-    """The seed bytes per format (workdir receives the torch-written files; torch is not imported
-    when only ``fmt='keras_h5'`` is asked for, which keeps the forked HDF5 reads cheap)."""
+def write_keras3_seeds(workdir: Path) -> list[Path]:
+    """Keras 3 files (``.keras`` and ``.weights.h5``) of torch-made layers, written by Keras 3 through
+    rnnconvert's keras3 writer (run by :func:`seed_files` in a subprocess)."""
+    import torch
+
+    from rnnconvert import api
+
+    torch.manual_seed(1)
+    out = []
+    for i, mod in enumerate((torch.nn.LSTM(3, 4, batch_first=True, bidirectional=True),
+                             torch.nn.GRU(2, 3, num_layers=2, batch_first=True), torch.nn.RNN(2, 3))):
+        src = workdir / f"k3src{i}.pt"
+        torch.save(mod.state_dict(), src)
+        ckpt = api.load(src)
+        for ext in (".keras", ".weights.h5"):
+            d = workdir / f"seed{i}{ext}"
+            api.save(ckpt, d, force=True)
+            out.append(d)
+    return out
+
+
+def seed_files(workdir: Path, fmt: str | None = None) -> dict[str, list]:
+    """The seeds per format: bytes, or for ``tf_checkpoint`` a tuple of bytes (one per :data:`CKPT_PARTS`).
+    ``workdir`` receives the written files; torch is not imported when only ``keras_h5``, ``tf_checkpoint``
+    or ``tf_graph`` is asked for, which keeps the forked reads cheap."""
+    import subprocess
+
     workdir.mkdir(parents=True, exist_ok=True)
-    seeds = {f: [] for f in FORMATS}
+    seeds: dict[str, list] = {f: [] for f in FORMATS}
     for name in KERAS_SEEDS:
         p = ROOT / "fixtures" / "keras" / name
         if p.exists():
             seeds["keras_h5"].append(p.read_bytes())
-    if fmt == "keras_h5":
+    tf = ROOT / "fixtures" / "tf"
+    for pre in TF_CKPT_SEEDS:
+        if Path(f"{tf / pre}.index").exists():
+            seeds["tf_checkpoint"].append(tuple(Path(f"{tf / pre}{s}").read_bytes() for s in CKPT_PARTS))
+    seeds["tf_graph"] = [p.read_bytes() for p in sorted(tf.glob("*.pb"))]
+    if fmt in ("keras_h5", "tf_checkpoint", "tf_graph"):
         return seeds
-    for fmt, paths in _torch_ckpt_files(workdir).items():
-        seeds[fmt].extend(p.read_bytes() for p in paths)
+    if fmt in (None, "keras3"):
+        subprocess.run([sys.executable, __file__, "keras3-seeds", str(workdir)], check=True,
+                       env=dict(__import__("os").environ, PYTHONPATH=str(ROOT)))
+        seeds["keras3"] = [p.read_bytes() for p in sorted(workdir.glob("seed*.keras"))
+                           + sorted(workdir.glob("seed*.weights.h5"))]
+        if fmt == "keras3":
+            return seeds
+    for f, paths in _torch_ckpt_files(workdir).items():
+        seeds[f].extend(p.read_bytes() for p in paths)
     return seeds
 
 
@@ -143,8 +193,8 @@ def _where(exc: BaseException) -> str:
     return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
 
 
-class Timeout(Exception):
-    """Raised by the per-case alarm."""
+class Timeout(BaseException):
+    """Raised by the per-case alarm (a BaseException, so that no reader's ``except Exception`` hides it)."""
 
 
 def classify(path: Path) -> tuple[str, str]:
@@ -184,18 +234,28 @@ def run_worker(fmt: str, n: int, seed: int, timeout: float, workdir: Path, out=s
     seeds = seed_files(workdir / "seeds", fmt)[fmt]
     target = workdir / f"case{EXT[fmt]}"
     count = [0]
+    multi = fmt == "tf_checkpoint"
 
     def alarm(*_):
         raise Timeout()
 
     signal.signal(signal.SIGALRM, alarm)
 
+    def write_case(k, ops, part):
+        if multi:  # one file of the pair mutated, the other as made
+            for j, suffix in enumerate(CKPT_PARTS):
+                Path(f"{workdir / 'case'}{suffix}").write_bytes(mutate(seeds[k][j], ops) if j == part else seeds[k][j])
+        else:
+            # a .keras seed may be HDF5 (.weights.h5): the name decides nothing, detection reads content
+            target.write_bytes(mutate(seeds[k], ops))
+
     @hseed(seed)
     @settings(max_examples=n, database=None, deadline=None, derandomize=False,
               suppress_health_check=list(HealthCheck), phases=[__import__("hypothesis").Phase.generate])
-    @given(k=st.integers(0, len(seeds) - 1), ops=mutation_ops())
-    def case(k, ops):
-        target.write_bytes(mutate(seeds[k], ops))
+    @given(k=st.integers(0, len(seeds) - 1), ops=mutation_ops(), part=st.integers(0, len(CKPT_PARTS) - 1)
+           if multi else st.just(0))
+    def case(k, ops, part):
+        write_case(k, ops, part)
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             outcome, detail = classify(target)
@@ -204,6 +264,16 @@ def run_worker(fmt: str, n: int, seed: int, timeout: float, workdir: Path, out=s
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         count[0] += 1
+        if outcome not in ("ok", "refused"):  # keep the file(s) for a regression test
+            found = workdir / "found"
+            found.mkdir(exist_ok=True)
+            for f in workdir.glob("case*"):
+                shutil.copyfile(f, found / f"{count[0]}-{f.name}")
         print(count[0], outcome, detail.replace("\n", " ") if detail else "", file=out, flush=True)
 
     case()
+
+
+if __name__ == "__main__":  # python harness.py keras3-seeds DIR (used by seed_files)
+    if sys.argv[1:2] == ["keras3-seeds"]:
+        write_keras3_seeds(Path(sys.argv[2]))

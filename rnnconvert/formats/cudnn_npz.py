@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -92,34 +93,60 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
 def read(path: str | Path, **_: Any) -> Checkpoint:
     """Read a ``.cudnn.npz`` written by :func:`write` (or by hand with the same spec).
 
+    Every ``.npy`` header is checked against its member's size before numpy allocates (as for
+    ``.npz``, :func:`rnnconvert.formats.npz_fmt._check_members`); damaged zip members (bad CRC,
+    bad local headers, zlib errors) are refused.
+
     Raises:
-        FormatError: no or malformed spec, a buffer missing or of the wrong length.
+        FormatError: no or malformed spec, a buffer missing, damaged or of the wrong length (the
+            spec's sizes disagree with the buffer: both counts are named).
     """
+    from .npz_fmt import _check_members
+
+    p = Path(path)
     try:
-        z = np.load(str(path), allow_pickle=False)
-    except Exception as exc:
-        raise FormatError(f"{path}: not a readable .npz ({exc})") from exc
-    with z:
-        if SPEC_KEY not in z.files:
-            raise FormatError(f"{path}: no '{SPEC_KEY}' entry; not an rnnconvert cuDNN buffer file")
+        _check_members(p)
+        with np.load(str(p), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except FormatError:
+        raise
+    except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
+            zlib.error, UnicodeDecodeError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise FormatError(f"{p}: not a readable .npz without pickle ({type(exc).__name__}: {first})") from exc
+    if SPEC_KEY not in arrays:
+        raise FormatError(f"{p}: no '{SPEC_KEY}' entry; not an rnnconvert cuDNN buffer file")
+    try:
+        doc = json.loads(str(arrays[SPEC_KEY]))
+        if not isinstance(doc, dict) or doc.get("format") != MAGIC or not isinstance(doc.get("layers"), list):
+            raise ValueError(f"expected {{'format': '{MAGIC}', 'layers': [...]}}")
+        recs = doc["layers"]
+    except (ValueError, RecursionError) as exc:
+        raise FormatError(f"{p}: malformed '{SPEC_KEY}' ({str(exc)[:160]})") from exc
+    ckpt = Checkpoint(format="cudnn_npz", meta={"path": str(p)})
+    for i, r in enumerate(recs):
         try:
-            doc = json.loads(str(z[SPEC_KEY]))
-            assert doc.get("format") == MAGIC
-            recs = doc["layers"]
-        except Exception as exc:
-            raise FormatError(f"{path}: malformed '{SPEC_KEY}' ({exc})") from exc
-        ckpt = Checkpoint(format="cudnn_npz", meta={"path": str(path)})
-        for r in recs:
-            try:
-                spec = cudnn.Spec(Cell(r["cell"]), int(r["input_size"]), int(r["hidden_size"]),
-                                  int(r.get("num_layers", 1)), bool(r.get("bidirectional", False)),
-                                  int(r.get("proj_size", 0)))
-            except (KeyError, ValueError) as exc:
-                raise FormatError(f"{path}: layer record {r!r} is incomplete ({exc})") from exc
-            if r["name"] not in z.files:
-                raise FormatError(f"{path}: the spec names layer '{r['name']}' but the file has no such buffer")
-            ckpt.layers.append(cudnn.unpack(z[r["name"]], spec, name=r["name"], bias=bool(r.get("bias", True)),
+            spec = cudnn.Spec(Cell(r["cell"]), int(r["input_size"]), int(r["hidden_size"]),
+                              int(r.get("num_layers", 1)), bool(r.get("bidirectional", False)),
+                              int(r.get("proj_size", 0)))
+            name = r["name"]
+            if not isinstance(name, str) or min(spec.input_size, spec.hidden_size, spec.num_layers) < 1 \
+                    or spec.proj_size < 0:
+                raise ValueError("sizes must be positive and the name a string")
+        except (KeyError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+            raise FormatError(f"{p}: layer record {i} of '{SPEC_KEY}' is incomplete or invalid ({exc})") from exc
+        if name not in arrays or name == SPEC_KEY:
+            raise FormatError(f"{p}: the spec names layer '{name}' but the file has no such buffer")
+        buf = arrays[name]
+        if buf.dtype.kind != "f":
+            raise FormatError(f"{p}: buffer '{name}' has dtype {buf.dtype}; a cuDNN weight space is float")
+        if spec.num_layers > buf.size:  # every layer holds weights: bounds the layout walk below
+            raise FormatError(f"{p}: the spec of '{name}' declares {spec.num_layers} layers for {buf.size} elements")
+        try:
+            ckpt.layers.append(cudnn.unpack(buf, spec, name=name, bias=bool(r.get("bias", True)),
                                             source={"format": "cudnn_npz", "class_name": f"cuDNN {spec.cell.value}"}))
+        except FormatError as exc:  # the spec's sizes disagree with the buffer's length
+            raise FormatError(f"{p}: {exc}") from exc
     return ckpt
 
 

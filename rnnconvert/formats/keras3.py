@@ -34,12 +34,13 @@ import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import registry
+from .. import guard, registry
 from ..errors import FormatError, UnsupportedError, require
 from ..model import Checkpoint, Cell, RNNLayer
 from ..transforms import fold_forget_bias
@@ -82,15 +83,7 @@ def sniff(head: bytes, path: Path | None = None) -> bool:
         except (zipfile.BadZipFile, OSError):
             return False
     if head.startswith(keras_h5.HDF5_MAGIC):
-        import h5py
-
-        try:
-            with h5py.File(str(path), "r") as f:
-                if "model_weights" in f or "layer_names" in f.attrs or "layer_names0" in f.attrs:
-                    return False
-                return "layers" in f or "vars" in f
-        except OSError:
-            return False
+        return keras_h5.hdf5_dialect(path) == "keras3"  # looked at in an isolated child
     return False
 
 
@@ -249,6 +242,18 @@ def _expect(cls: str | None, want: str | None, path: str, name: str) -> None:
 
 def _read_store(path: Path, h5path: str, config: dict | None, gate_activation: str | None,
                 keras_version: str | None) -> Checkpoint:
+    """Read the HDF5 store ``h5path`` as :func:`rnnconvert.formats.keras_h5.read` reads HDF5: in a forked
+    child under a deadline (libhdf5 can loop forever on a damaged file; :mod:`rnnconvert.guard`), a
+    large store only probed there and then read here."""
+    args = (str(path), h5path, config, gate_activation, keras_version)
+    if Path(h5path).stat().st_size <= keras_h5.FULL_ISOLATION_MAX:
+        return guard.isolated(_read_store_in, args, h5path, "HDF5")
+    guard.isolated(keras_h5._probe_path, (h5path,), h5path, "HDF5")
+    return _read_store_in(*args)
+
+
+def _read_store_in(path: str, h5path: str, config: dict | None, gate_activation: str | None,
+                   keras_version: str | None) -> Checkpoint:
     import h5py
 
     try:
@@ -256,9 +261,13 @@ def _read_store(path: Path, h5path: str, config: dict | None, gate_activation: s
     except OSError as exc:
         raise FormatError(f"{path}: not a readable HDF5 weights store ({exc})") from exc
     with f:
-        keras_h5._check_links(f)
-        rd = keras_h5._Reader(str(path), keras_version or "3.0.0", gate_activation)
-        _walk(rd, f, _layer_configs(config), "")
+        try:
+            keras_h5._check_links(f)
+            rd = keras_h5._Reader(str(path), keras_version or "3.0.0", gate_activation)
+            _walk(rd, f, _layer_configs(config), "")
+        except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:  # damaged store
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise FormatError(f"{path}: damaged HDF5 weights store ({type(exc).__name__}: {first})") from exc
     ckpt = rd.ckpt
     ckpt.format = "keras3"
     ckpt.meta = {"path": str(path), "keras_version": keras_version}
@@ -301,8 +310,17 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
         return _read_store(p, str(p), None, gate_activation, None)
     try:
         z = zipfile.ZipFile(p)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, UnicodeDecodeError) as exc:
         raise FormatError(f"{p}: neither a .keras zip archive nor an HDF5 weights file ({exc})") from exc
+    try:
+        return _read_zip(p, z, gate_activation)
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError, UnicodeDecodeError,
+            ValueError, RuntimeError) as exc:  # bad CRC, bad local headers, damaged deflate streams
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise FormatError(f"{p}: damaged .keras archive ({type(exc).__name__}: {first})") from exc
+
+
+def _read_zip(p: Path, z: zipfile.ZipFile, gate_activation: str | None) -> Checkpoint:
     with z, tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         info = _safe_member(z, "config.json", p)
         if info.file_size > MAX_CONFIG_BYTES:

@@ -521,23 +521,48 @@ def _merge_keras1(kind: str, names: list[str], w: list[np.ndarray]) -> dict[str,
     }
 
 
-def sniff(head: bytes, path: Path | None = None) -> bool:
-    """True for an HDF5 file with a Keras 1/2 ``model_weights`` group or a root ``layer_names`` attribute.
+def _dialect_in_child(path: str) -> str:
+    import h5py
 
-    Keras 3 ``.weights.h5`` files (``layers/.../vars/0``) have neither and are left to ``keras3``.
-    An HDF5 file that cannot be opened here is claimed (``read`` then reports why).
+    try:
+        with h5py.File(path, "r") as f:
+            if "model_weights" in f or "layer_names" in f.attrs or "layer_names0" in f.attrs:
+                return "keras2"
+            return "keras3" if ("layers" in f or "vars" in f) else "other"
+    except (OSError, RuntimeError, KeyError, ValueError):
+        return "damaged"
+
+
+_DIALECTS: dict[tuple[str, int, int], str] = {}
+
+
+def hdf5_dialect(path: str | Path) -> str:
+    """Which Keras writes this HDF5 file: ``'keras2'`` (``model_weights`` group or ``layer_names``
+    attribute), ``'keras3'`` (top-level ``layers``/``vars`` groups), ``'other'``, or ``'damaged'``.
+
+    Looked at in the isolated child of :mod:`rnnconvert.guard` (libhdf5 can loop forever on a damaged
+    file even while opening it); cached per path, size and modification time, so that format detection
+    forks once per file. A file the child cannot finish with is ``'damaged:<reason>'``.
     """
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _DIALECTS:
+        try:
+            _DIALECTS[key] = guard.isolated(_dialect_in_child, (str(path),), path, "HDF5")
+        except FormatError as exc:
+            _DIALECTS[key] = f"damaged:{exc}"
+    return _DIALECTS[key]
+
+
+def sniff(head: bytes, path: Path | None = None) -> bool:
+    """True for an HDF5 file of Keras 1/2 (see :func:`hdf5_dialect`); a damaged HDF5 file is claimed too
+    (``read`` then reports why). Keras 3 ``.weights.h5`` files are left to ``keras3``."""
     if not head.startswith(HDF5_MAGIC):
         return False
     if path is None:
         return True
-    import h5py
-
-    try:
-        with h5py.File(str(path), "r") as f:
-            return "model_weights" in f or "layer_names" in f.attrs or "layer_names0" in f.attrs
-    except OSError:
-        return True
+    d = hdf5_dialect(path)
+    return d == "keras2" or d.startswith("damaged")
 
 
 def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> Checkpoint:
@@ -557,6 +582,9 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
             libhdf5 looping past the deadline or crashing (see :mod:`rnnconvert.guard`).
         UnsupportedError: an activation or wrapper rnnconvert cannot represent.
     """
+    d = hdf5_dialect(path) if Path(path).exists() else ""
+    if d.startswith("damaged:"):
+        raise FormatError(d[len("damaged:"):])
     if Path(path).stat().st_size <= FULL_ISOLATION_MAX:
         return guard.isolated(_read_path, (str(path), gate_activation), path, "HDF5")
     # A large file would travel back through a pipe (a second copy of every weight): the child walks

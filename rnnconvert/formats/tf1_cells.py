@@ -37,9 +37,17 @@ _RENAME = (("weights", "kernel"), ("biases", "bias"), ("w_ru", "gates/kernel"), 
            ("w_c", "candidate/kernel"), ("b_c", "candidate/bias"))
 
 
-def _cell_vars(shapes) -> dict[tuple[str, str], dict[str, str]]:
-    """``{(scope, cell): {var: key}}`` for every recognised TF1 cell."""
-    out: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+def _cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]]:
+    """``{(scope, cell): {var: key}}`` for every recognised TF1 cell.
+
+    A variable stored in shards ``<var>/part_0``, ``<var>/part_1``, ... (separate keys: Const nodes of a
+    frozen graph of a partitioned variable; pre-1.0 sharded names as renamed by ``checkpoint_convert.py``,
+    ``lstm_cell/weights/part_N``) maps to the tuple of its shard keys in order; :func:`getter` concatenates
+    them along axis 0 (LAYOUTS §8.6). A name-based checkpoint written by TF's ``Saver`` stores a
+    partitioned variable as slices of one key, which TF's reader already assembles.
+    """
+    out: dict[tuple[str, str], dict[str, str | tuple[str, ...]]] = defaultdict(dict)
+    shards: dict[tuple[str, str], dict[str, dict[int, str]]] = defaultdict(lambda: defaultdict(dict))
     for key in shapes:
         parts = key.split("/")
         for bad, why in REFUSED.items():
@@ -52,10 +60,36 @@ def _cell_vars(shapes) -> dict[tuple[str, str], dict[str, str]]:
         var = m.group("var")
         if re.search(r"(^|/)(Adam(_\d+)?|Momentum|Adagrad|RMSProp(_\d+)?|ExponentialMovingAverage)$", var):
             continue  # optimizer slots
+        if re.fullmatch(r"(.*/)?bias_cudnn[ _]\d+", var):
+            raise UnsupportedError(f"variable '{key}': the oldest CudnnLSTM/CudnnGRU saveable names (bias_cudnn_0/1, "
+                                   "LAYOUTS §9.3) are not read: no such checkpoint was available to check their "
+                                   "layout; re-save it with a TF 1.x version whose saveable writes kernel/bias only")
+        part = re.fullmatch(r"(.+)/part_(\d+)", var)
+        if part:
+            var = part.group(1)
         for a, b in _RENAME:
             var = re.sub(rf"(^|/){a}$", rf"\1{b}", var)
-        out[(m.group("prefix"), m.group("cell"))][var] = key
+        cell = (m.group("prefix"), m.group("cell"))
+        if part:
+            shards[cell][var][int(part.group(2))] = key
+        else:
+            out[cell][var] = key
+    for cell, found in shards.items():
+        for var, keys in found.items():
+            if var in out[cell] or sorted(keys) != list(range(len(keys))):
+                raise FormatError(f"variable '{keys[min(keys)]}': shards {sorted(keys)} of '{var}' are incomplete "
+                                  "or duplicate an unsharded variable")
+            out[cell][var] = tuple(keys[i] for i in range(len(keys)))
     return out
+
+
+def getter(get):
+    """``get`` extended to shard tuples from :func:`_cell_vars`: the shards concatenated along axis 0."""
+    def get_any(key):
+        if isinstance(key, tuple):
+            return np.concatenate([np.asarray(get(k)) for k in key], axis=0)
+        return get(key)
+    return get_any
 
 
 def _lstm(v, get, name) -> tuple[DirectionParams, int, int, int]:

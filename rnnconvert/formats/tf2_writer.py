@@ -58,11 +58,14 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     return [f"{len(ckpt.tensors)} non-recurrent tensors are not written"] if ckpt.tensors else []
 
 
-def _one(keras, layer: RNNLayer, k: int, d: int):
-    """A built Keras RNN layer for stacked layer ``k``, direction ``d``, and its weights."""
+def _one(keras, layer: RNNLayer, k: int, d: int, name: str):
+    """A built Keras RNN layer for stacked layer ``k``, direction ``d``, and its weights. ``name`` is
+    explicit: Keras' automatic names (``lstm_3``) count layers made in the process, and they are
+    recorded in the checkpoint's object graph (variables' ``full_name``), so the same input would not
+    give the same bytes."""
     s, H, cell = layer.semantics, layer.hidden_size, layer.cell
     p = layer.params[k][d]
-    kw = {"return_sequences": True, "activation": s.activation}
+    kw = {"return_sequences": True, "activation": s.activation, "name": name}
     if cell is Cell.LSTM:
         lay, conv = keras.layers.LSTM(H, recurrent_activation=s.gate_activation, **kw), gates.convention("keras", cell)
         bias = gates.vec_from_canonical(summed_bias(p), conv, cell)
@@ -81,16 +84,16 @@ def _build(layers: list[RNNLayer], merge: bool = True) -> tuple[list[Any], dict[
     """Built Keras layers in checkpoint order, and per rnnconvert layer its Keras layers."""
     keras = require("tf_keras", "tensorflow")
     out, by_name = [], {}
-    for layer in layers:
+    for i, layer in enumerate(layers):
         layer = fold_forget_bias(layer)
         mine = []
         for k in range(layer.num_layers):
-            fw, wf = _one(keras, layer, k, 0)
+            fw, wf = _one(keras, layer, k, 0, f"rnn{i}_l{k}")
             if layer.bidirectional:
-                bw, wb = _one(keras, layer, k, 1)
+                bw, wb = _one(keras, layer, k, 1, f"rnn{i}_l{k}_reverse")
                 bw.go_backwards = True
                 mode = layer.semantics.merge_mode if merge else "concat"
-                lay = keras.layers.Bidirectional(fw, backward_layer=bw, merge_mode=mode)
+                lay = keras.layers.Bidirectional(fw, backward_layer=bw, merge_mode=mode, name=f"bidirectional{i}_l{k}")
                 lay.build((None, None, layer.layer_input_size(k)))
                 lay.set_weights(wf + wb)
             else:

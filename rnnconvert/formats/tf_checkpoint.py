@@ -27,7 +27,10 @@ Two kinds, told apart by their keys (``../shared/LAYOUTS.md`` §§7-9):
   (spec from the companion canonical variables, else from ``num_layers``/``hidden_size``/
   ``bidirectional`` options and the size). Slow contrib cells are refused by name.
 
-TensorFlow is imported only inside :func:`read`.
+TensorFlow is imported only inside :func:`read`. TensorFlow's C++ reader aborts the whole process on
+some forged ``.index`` files, so the read runs in a forked child under a deadline
+(:func:`rnnconvert.guard.isolated`), as HDF5 reads do; for checkpoints over 64 MiB the child only opens the
+checkpoint and lists its variables (where the aborts are), then this process reads the tensors.
 """
 
 from __future__ import annotations
@@ -39,11 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import cudnn
+from .. import cudnn, guard
 from ..errors import FormatError, require
 from ..model import Checkpoint, RNNLayer
 from .tf1_cells import (  # noqa: F401
-    _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure)
+    _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure, getter)
 
 ATTR = "/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -96,21 +99,59 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
         a :class:`Checkpoint` in canonical form (dtype as stored).
 
     Raises:
-        FormatError: unreadable checkpoint, unexpected shapes, ambiguous opaque buffer size.
+        FormatError: unreadable checkpoint (damaged ``.index``, ``.data`` shorter than the index says or
+            failing its checksums), unexpected shapes, NaN/Inf, ambiguous opaque buffer size, TensorFlow's
+            reader crashing (SIGABRT on forged ``.index`` shapes) or running past the deadline.
         UnsupportedError: a cell rnnconvert refuses (named, with the reason).
     """
-    tf = require("tensorflow", "tensorflow")
+    require("tensorflow", "tensorflow")  # imported before the fork: the child does not import it again
     pre = prefix_of(path)
     if pre is None:
         raise FormatError(f"{path}: not a TensorFlow checkpoint (no .index file or 'checkpoint' file)")
+    index = Path(pre + ".index")
+    stem = index.name[: -len(".index")] + ".data-"
+    size = sum(f.stat().st_size for f in index.parent.iterdir() if f.name.startswith(stem) and f.is_file())
+    args = (path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
+    if size <= FULL_ISOLATION_MAX:
+        return guard.isolated(_read_prefix, args, index, "TensorFlow checkpoint")
+    guard.isolated(_probe_prefix, (path, pre), index, "TensorFlow checkpoint")  # large: metadata in the child
+    return _read_prefix(*args)
+
+
+#: Checkpoints whose ``.data`` files hold up to this many bytes are read wholly in the isolated child.
+FULL_ISOLATION_MAX = 64 << 20
+
+
+def _open(path, pre: str):
+    """``tf.train.load_checkpoint(pre)`` and its variable-to-shape map; TF errors become FormatError.
+
+    TensorFlow's C++ reader aborts the process (a failed ``CHECK``: SIGABRT) on an ``.index`` whose
+    entries declare negative or overflowing shapes (``tests/data/bad/tfck_index_*``), which is why
+    :func:`read` runs this in a child process (:mod:`rnnconvert.guard`)."""
+    import tensorflow as tf
+
     try:
         rd = tf.train.load_checkpoint(pre)
-        shapes = rd.get_variable_to_shape_map()
+        return rd, rd.get_variable_to_shape_map(), rd.get_variable_to_dtype_map()
     except Exception as exc:  # tf raises several kinds
-        raise FormatError(f"{path}: cannot read TensorFlow checkpoint ({str(exc).splitlines()[0]})") from exc
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise FormatError(f"{path}: cannot read TensorFlow checkpoint ({type(exc).__name__}: {first})") from exc
+
+
+def _probe_prefix(path, pre: str) -> None:
+    """Open the checkpoint and list its variables, shapes and dtypes (runs in the isolated child)."""
+    _open(path, pre)
+
+
+def _read_prefix(path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional,
+                 cell_clip, proj_clip) -> Checkpoint:
+    """The body of :func:`read` (runs in the isolated child for all but large checkpoints)."""
+    import tensorflow as tf
+
+    rd, shapes, _ = _open(path, pre)
 
     def get(key: str) -> np.ndarray:
-        arr = np.asarray(rd.get_tensor(key))
+        arr = _tensor(rd, key, path)
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
         return arr
@@ -119,12 +160,24 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
     if any(k.endswith(ATTR) for k in shapes):
         names = {k: k[: -len(ATTR)] for k in shapes if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k}
         if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
-            paths = _object_paths(rd.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+            paths = _object_paths(_tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
             names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
         return _read_tf2(path, names, get, gate_activation, meta)
     return _read_tf1(path, shapes, get, meta, forget_bias=forget_bias, opts=dict(
         num_layers=num_layers, hidden_size=hidden_size, bidirectional=bidirectional),
         cell_clip=cell_clip, proj_clip=proj_clip)
+
+
+def _tensor(rd, key: str, path, raw: bool = False):
+    """``rd.get_tensor(key)``; a damaged ``.data`` file (checksum mismatch: ``OpError``; shorter than the
+    index says: ``IndexError``, both found by bench/fuzz) raises FormatError naming the variable."""
+    try:
+        value = rd.get_tensor(key)
+        return value if raw else np.asarray(value)
+    except Exception as exc:  # tf.errors.OpError, IndexError, ValueError ...
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise FormatError(f"{path}: cannot read variable '{key}' of the TensorFlow checkpoint; the .data file is "
+                          f"damaged or shorter than its .index says ({type(exc).__name__}: {first})") from exc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -135,15 +188,19 @@ def _natural(s: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
-def _object_paths(blob: bytes) -> dict[str, str]:
+def _object_paths(blob: bytes, where="") -> dict[str, str]:
     """Checkpoint key -> the shortest ``layer_with_weights-N/...`` object path reaching it, from the
     serialized ``TrackableObjectGraph`` (SavedModel ``variables/`` keys are ``variables/<k>/...``; LAYOUTS §7)."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     g = trackable_object_graph_pb2.TrackableObjectGraph()
-    g.ParseFromString(blob)
+    try:
+        g.ParseFromString(blob)
+    except Exception as exc:  # google.protobuf DecodeError, TypeError (not bytes)
+        raise FormatError(f"{where}: damaged _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint "
+                          f"({exc})") from exc
     best: dict[str, str] = {}
-    seen, queue = {0}, [(0, "")]
+    seen, queue = {0}, [(0, "")] if g.nodes else []
     while queue:
         i, path = queue.pop(0)
         for a in g.nodes[i].attributes:
@@ -151,8 +208,8 @@ def _object_paths(blob: bytes) -> dict[str, str]:
                 if a.checkpoint_key not in best or len(path) < len(best[a.checkpoint_key]):
                     best[a.checkpoint_key] = path
         for c in g.nodes[i].children:
-            if c.node_id not in seen and not c.local_name.startswith(("keras_api", "variables", "trainable_",
-                                                                       "non_trainable_", "signatures")):
+            if c.node_id not in seen and c.node_id < len(g.nodes) and not c.local_name.startswith(
+                    ("keras_api", "variables", "trainable_", "non_trainable_", "signatures")):
                 seen.add(c.node_id)
                 queue.append((c.node_id, f"{path}/{c.local_name}" if path else c.local_name))
     return best
@@ -190,7 +247,7 @@ def lazy_get(path: str, key: str) -> np.ndarray:
     """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
     :class:`rnnconvert.formats.keras_h5.LazyRaw`); NaN/Inf refused as in :func:`read`."""
     tf = require("tensorflow", "tensorflow")
-    arr = np.asarray(tf.train.load_checkpoint(prefix_of(path)).get_tensor(key))
+    arr = _tensor(tf.train.load_checkpoint(prefix_of(path)), key, path)
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
     return arr
@@ -213,6 +270,7 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarr
 def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
     ckpt = Checkpoint(format="tf_checkpoint", meta={**meta, "kind": "tf1_name"})
     cells = _cell_vars(shapes)
+    get = getter(get)  # sharded variables: part_N keys concatenated along axis 0
     # group cells into layers: base scope -> {(k, d): (cellname, vars)}
     layers: dict[str, dict[tuple[int, int], tuple[str, dict]]] = defaultdict(dict)
     for (prefix, cname), v in cells.items():
@@ -251,6 +309,11 @@ def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_cli
         if opaque:
             used_opaque.add(opaque)
             layer = _check_opaque(path, layer, get(opaque))
+            wrong = {k: v for k, v in opts.items() if v is not None and getattr(layer, k) != v}
+            lone = [k for k in shapes if k.endswith("/opaque_kernel") and k[: -len("/opaque_kernel")] not in layers]
+            if wrong and not lone:  # the spec options are for lone buffers; here the companions decide
+                raise FormatError(f"{path}: {', '.join(f'{k}={v}' for k, v in wrong.items())} given, but the canonical "
+                                  f"variables of '{base}' say " + ", ".join(f"{k}={getattr(layer, k)}" for k in wrong))
             _opaque_slots(ckpt, shapes, get, opaque, layer)
         ckpt.layers.append(layer)
     for key in sorted(shapes):
@@ -312,7 +375,8 @@ def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
         listed = "; ".join(f"num_layers={s.num_layers} hidden_size={s.hidden_size} "
                            f"bidirectional={s.bidirectional} input_size={s.input_size}" for s in cands[:8])
         raise FormatError(f"{path}: '{key}' ({buf.size} elements) fits {len(cands)} cuDNN specs"
-                          f"{': ' + listed if cands else ''}; pass --num-layers/--hidden-size/--bidirectional")
+                          f"{': ' + listed if cands else ''}; give num_layers, hidden_size, bidirectional "
+                          "(CLI: --read-opt hidden_size=N ...)")
     return cudnn.unpack(buf.reshape(-1), cands[0], name=scope,
                         source={"format": "tf_checkpoint", "class_name": f"opaque {cell.value}", "opaque": True})
 

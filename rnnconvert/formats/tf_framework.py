@@ -58,6 +58,9 @@ def _tf1(tf, prefix: str, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
                     if short not in keys:
                         raise VerificationError(f"--verify framework: TF's {cname} has variable '{short}' that "
                                                 f"the source lacks; use --verify reference")
+                    if isinstance(keys[short], (tuple, list)):
+                        raise VerificationError(f"--verify framework: '{short}' of layer '{layer.name}' is stored in "
+                                                "part_N shards; use --verify reference")
                     mapping[keys[short]] = var
             y = tf.concat(outs, -1) if len(outs) > 1 else outs[0]
         with v1.Session() as sess:

@@ -41,10 +41,46 @@ def _consts(path: Path):
         top = n.name.split("/")[0]
         ops[top][n.op] += 1
         if n.op == "Const" and n.attr["value"].tensor.dtype in (1, 2, 19):  # float32, float64, float16
-            arr = tf.make_ndarray(n.attr["value"].tensor)
+            arr = _const_array(tf, n, path)
             if arr.ndim >= 1:
                 consts[n.name] = arr
     return tf, consts, ops
+
+
+#: a Const whose values are fewer than its declared elements is filled by TensorFlow (a splat,
+#: e.g. a zero bias); beyond this many elements such a fill is refused (a forged shape would make
+#: ``make_ndarray`` allocate it whole)
+MAX_SPLAT = 1 << 24
+_ITEMSIZE = {1: 4, 2: 8, 19: 2}
+
+
+def _const_array(tf, node, path: Path):
+    """The value of a float ``Const`` node, after checking its declared shape against the stored values.
+
+    Raises:
+        FormatError: negative dims, ``tensor_content`` of another length than the shape says, or a
+            fill of more than :data:`MAX_SPLAT` elements from fewer stored values.
+    """
+    t = node.attr["value"].tensor
+    dims = [d.size for d in t.tensor_shape.dim]
+    if any(d < 0 for d in dims):
+        raise FormatError(f"{path}: Const '{node.name}' declares a negative dimension {dims}")
+    count = 1
+    for d in dims:
+        count *= d
+    if t.tensor_content:
+        if len(t.tensor_content) != count * _ITEMSIZE[t.dtype]:
+            raise FormatError(f"{path}: Const '{node.name}' declares shape {dims} ({count} elements) but holds "
+                              f"{len(t.tensor_content)} bytes")
+    else:
+        stored = len(t.half_val) if t.dtype == 19 else len(t.float_val) if t.dtype == 1 else len(t.double_val)
+        if stored > count or (stored < count and count > MAX_SPLAT):
+            raise FormatError(f"{path}: Const '{node.name}' declares shape {dims} ({count} elements) but stores "
+                              f"{stored} values")
+    try:
+        return tf.make_ndarray(t)
+    except (ValueError, TypeError) as exc:
+        raise FormatError(f"{path}: Const '{node.name}' cannot be decoded ({exc})") from exc
 
 
 def _activations(ops: Counter) -> dict[str, str]:

@@ -213,7 +213,10 @@ def load_state(path: str | Path) -> dict[str, Any]:
 def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
     """Build the ``torch.nn`` module of ``layer`` from torch tensors ``sd`` and run it on ``x``; float64 result."""
     torch = require("torch", "torch")
-    mod = build_module(layer, sd, assign=True)
+    # Large layers: build on the meta device and take the tensors as they are (no random init of GBs).
+    # Small ones: a normal module (the meta machinery costs a 0.3 s import, more than the whole check).
+    big = layer.params[0][0].w_ih.size + layer.params[0][0].w_hh.size > (1 << 22)
+    mod = build_module(layer, sd, assign=big)
     dtype = next(mod.parameters()).dtype
     with torch.no_grad():
         y, _ = mod(torch.from_numpy(np.asarray(x)).to(dtype))
