@@ -75,7 +75,7 @@ def main() -> None:
         ]
         res = [(name, timed(cmd, args.repeat)) for name, cmd in rows]
     base = res[-1][1]
-    print(f"| command | median wall time (s) | vs baseline |\n|---|---|---|")
+    print("| command | median wall time (s) | vs baseline |\n|---|---|---|")
     for name, t in res:
         print(f"| {name} | {t:.3f} | {t / base:.2f}x |")
 

@@ -151,6 +151,18 @@ def way_out(layer, exclude: str) -> str:
     return f"Convert to {' or '.join(ok)} instead, which {'expresses' if len(ok) == 1 else 'express'} it exactly"
 
 
+def refuse(layer, why: list[str], fmt: str, target: str) -> None:
+    """Raise :class:`~rnnconvert.errors.UnsupportedError` when ``why`` (a writer's ``refusals(layer)``) is
+    not empty: one line naming the layer, the target (``"PyTorch nn.GRU"``), every blocking feature and
+    the way out (:func:`way_out`). Every writer refuses through here."""
+    if why:
+        from .errors import UnsupportedError
+
+        cls = layer.source.get("class_name") if isinstance(layer.source, dict) else None
+        raise UnsupportedError(f"layer '{layer.name}'{f' ({cls})' if cls else ''} cannot be written as {target}: "
+                               f"{'; '.join(why)}. {way_out(layer, fmt)}")
+
+
 def for_output(path: str | Path, to: str | None = None) -> Format:
     """The format to write ``path`` in: ``to`` when given, else by the file name's extension.
 

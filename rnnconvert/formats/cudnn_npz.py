@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import cudnn
-from ..errors import FormatError, UnsupportedError
+from ..errors import FormatError
 from ..model import Cell, Checkpoint
 
 SPEC_KEY = "__cudnn_spec__"
@@ -54,10 +54,7 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     from .. import registry
 
     for layer in ckpt.layers:
-        why = refusals(layer)
-        if why:
-            raise UnsupportedError(f"layer '{layer.name}' cannot be written as a cuDNN buffer: {'; '.join(why)}. "
-                                   f"{registry.way_out(layer, 'cudnn_npz')}")
+        registry.refuse(layer, refusals(layer), "cudnn_npz", "a cuDNN buffer")
     notes = []
     for layer in ckpt.layers:
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):

@@ -367,13 +367,10 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """Refuse what Keras 3 cannot express; return notes.
 
     Raises:
-        UnsupportedError: naming the layer and feature; the way out is ``.onnx``.
+        UnsupportedError: naming the layer, the features and the way out (:func:`rnnconvert.registry.refuse`).
     """
     for layer in ckpt.layers:
-        why = refusals(layer)
-        if why:
-            raise UnsupportedError(f"layer '{layer.name}' cannot be written as a Keras 3 layer: {'; '.join(why)}. "
-                                   f"{registry.way_out(layer, 'keras3')}")
+        registry.refuse(layer, refusals(layer), "keras3", "a Keras 3 layer")
     notes = []
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors are not written; only the recurrent layers are")

@@ -103,12 +103,11 @@ def check(ckpt: Checkpoint, *, cudnn: bool = False, **_: Any) -> list[str]:
     """
     for layer in ckpt.layers:
         why = refusals(layer, cudnn)
-        if why:
-            form = "CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU") if cudnn else _CLASS[layer.cell]
-            raise UnsupportedError(
-                f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. "
-                + ("Write the plain Keras form (without --cudnn) instead" if cudnn and not refusals(layer)
-                   else registry.way_out(layer, "keras_h5")))
+        form = "CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU") if cudnn else _CLASS[layer.cell]
+        if why and cudnn and not refusals(layer):
+            raise UnsupportedError(f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. "
+                                   "Write the plain Keras form (without --cudnn) instead")
+        registry.refuse(layer, why, "keras_h5", f"Keras 2 {form}")
     notes = []
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors (e.g. {next(iter(ckpt.tensors))}) are not "

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import gates, registry
-from ..errors import FormatError, UnsupportedError, require
+from ..errors import FormatError, require
 from ..model import Cell, Checkpoint, RNNLayer
 from ..transforms import fold_forget_bias
 from .onnx_read import META_KEY, read  # noqa: F401  (the reader lives in its own module)
@@ -84,11 +84,7 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """
     notes = []
     for layer in ckpt.layers:
-        why = refusals(layer)
-        if why:
-            raise UnsupportedError(
-                f"layer '{layer.name}' ({layer.source.get('class_name', layer.cell.value)}) cannot be written as "
-                f"ONNX {_OP[layer.cell]}: {'; '.join(why)}. {registry.way_out(layer, 'onnx')}")
+        registry.refuse(layer, refusals(layer), "onnx", f"ONNX {_OP[layer.cell]}")
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': '{layer.name}__out' holds both "
                          "directions concatenated; apply the merge to it")
@@ -150,7 +146,7 @@ def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto) -> t
     dt = np.float32 if layer.dtype == np.float16 else layer.dtype
     elem = TensorProto.DOUBLE if dt == np.float64 else TensorProto.FLOAT
     cv = gates.convention("onnx", layer.cell)
-    G, H, D = layer.cell.gates, layer.hidden_size, layer.num_directions
+    H, D = layer.hidden_size, layer.num_directions
     name, s = layer.name, layer.semantics
     reverse = s.go_backwards and not layer.bidirectional
     direction = "bidirectional" if layer.bidirectional else ("reverse" if reverse else "forward")

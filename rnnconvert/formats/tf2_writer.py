@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import gates
-from ..errors import UnsupportedError, require
+from ..errors import require
 from ..model import Cell, Checkpoint, RNNLayer
 from ..transforms import fold_forget_bias, summed_bias
 
@@ -48,13 +48,10 @@ def refusals(layer: RNNLayer) -> list[str]:
 
 def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """Raises UnsupportedError for layers tf_keras cannot express; notes what is not written."""
-    for layer in ckpt.layers:
-        why = refusals(layer)
-        if why:
-            from .. import registry
+    from .. import registry
 
-            raise UnsupportedError(f"layer '{layer.name}' cannot be written as tf_keras layers: {'; '.join(why)}. "
-                                   f"{registry.way_out(layer, 'tf2_checkpoint')}")
+    for layer in ckpt.layers:
+        registry.refuse(layer, refusals(layer), "tf2_checkpoint", "tf_keras layers")
     return [f"{len(ckpt.tensors)} non-recurrent tensors are not written"] if ckpt.tensors else []
 
 

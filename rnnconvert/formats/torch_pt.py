@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import gates, registry
-from ..errors import FormatError, UnsupportedError, require
+from ..errors import FormatError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ..transforms import fold_forget_bias
 
@@ -74,11 +74,7 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """
     notes = []
     for layer in ckpt.layers:
-        why = refusals(layer)
-        if why:
-            raise UnsupportedError(
-                f"layer '{layer.name}' ({layer.source.get('class_name', layer.cell.value)}) cannot be written as "
-                f"PyTorch nn.{_MODULE[layer.cell]}: {'; '.join(why)}. {registry.way_out(layer, 'pt')}")
+        registry.refuse(layer, refusals(layer), "pt", f"PyTorch nn.{_MODULE[layer.cell]}")
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': nn.{_MODULE[layer.cell]} "
                          "returns both directions concatenated; apply the merge to its output")
