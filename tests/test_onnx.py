@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rnnconvert import api, reference
-from rnnconvert.errors import FormatError, UnsupportedError
+from rnnconvert.errors import FormatError, OutputExistsError, UnsupportedError
 from rnnconvert.formats import onnx_fmt, torch_pt
 from rnnconvert.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
@@ -338,3 +338,14 @@ def test_dinornn_tf2_checkpoint_reproduces_oracle(realworld, tmp_path):
     api.convert(d, tmp_path / "d.pt")
     api.convert(tmp_path / "d.pt", tmp_path / "d2.onnx")
     _dino_matches(tmp_path / "d2.onnx", o)
+
+
+def test_external_data_file_of_someone_else_is_never_overwritten(tmp_path):
+    """`y.onnx.data` without `y.onnx`: not ours, so writing y.onnx with external data is refused untouched."""
+    ckpt = Checkpoint(layers=[_layer(Cell.GRU, bidi=True)])
+    stranger = tmp_path / "y.onnx.data"
+    stranger.write_bytes(b"precious")
+    with pytest.raises(OutputExistsError):
+        api.save(ckpt, tmp_path / "y.onnx", external_data=True, external_min_bytes=64)
+    assert stranger.read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["y.onnx.data"]

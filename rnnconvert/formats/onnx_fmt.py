@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import gates, registry
-from ..errors import FormatError, require
+from ..errors import FormatError, OutputExistsError, require
 from ..model import Cell, Checkpoint, RNNLayer
 from ..transforms import fold_forget_bias
 from .onnx_read import META_KEY, read  # noqa: F401  (the reader lives in its own module)
@@ -268,6 +268,10 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
     if external_data:
         # the weights stream into '<final name>.data' (truncated first) as each initializer is made
         location = _final_name(path) + ".data"
+        if (path.parent / location).exists() and not (path.parent / _final_name(path)).exists():
+            # a data file without its model: someone else's; never overwrite it (with an existing model,
+            # api.convert only gets here under --force, which covers the model's own data file).
+            raise OutputExistsError(f"{path.parent / location} exists; remove it or choose another output name")
         with open(path.parent / location, "wb") as fh:
             model = build_model(ckpt, check_model=False, init=_Initializers(
                 numpy_helper, helper, TensorProto, fh, location, external_min_bytes))
