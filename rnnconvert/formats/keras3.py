@@ -347,13 +347,7 @@ def _read_zip(p: Path, z: zipfile.ZipFile, gate_activation: str | None) -> Check
 
 def refusals(layer: RNNLayer) -> list[str]:
     """What a Keras 3 LSTM/GRU/SimpleRNN cannot express about ``layer``."""
-    s, why = layer.semantics, []
-    if layer.proj_size:
-        why.append(f"LSTM projection proj_size={layer.proj_size}")
-    if any(p.peep is not None for dirs in layer.params for p in dirs):
-        why.append("peephole connections")
-    if s.cell_clip is not None or s.proj_clip is not None:
-        why.append("cell_clip/proj_clip")
+    s, why = layer.semantics, keras_h5_write.keras_structure_refusals(layer)
     for what, a in (("activation", s.activation), ("recurrent_activation", s.gate_activation)):
         if a == "hard_sigmoid":
             why.append(f"{what}=hard_sigmoid in its Keras 2 definition clip(0.2x+0.5) (Keras 3 redefined "

@@ -73,8 +73,8 @@ def plan(ckpt: Checkpoint) -> list[tuple[RNNLayer, str, list[str]]]:
     return out
 
 
-def refusals(layer: RNNLayer, cudnn: bool = False) -> list[str]:
-    """What a Keras 2 layer (CuDNN form when ``cudnn``) cannot express about ``layer``."""
+def keras_structure_refusals(layer: RNNLayer) -> list[str]:
+    """What no Keras (2 or 3) recurrent layer has: projection, peepholes, TF1 clipping."""
     s, why = layer.semantics, []
     if layer.proj_size:
         why.append(f"LSTM projection proj_size={layer.proj_size}")
@@ -82,6 +82,12 @@ def refusals(layer: RNNLayer, cudnn: bool = False) -> list[str]:
         why.append("peephole connections")
     if s.cell_clip is not None or s.proj_clip is not None:
         why.append("cell_clip/proj_clip")
+    return why
+
+
+def refusals(layer: RNNLayer, cudnn: bool = False) -> list[str]:
+    """What a Keras 2 layer (CuDNN form when ``cudnn``) cannot express about ``layer``."""
+    s, why = layer.semantics, keras_structure_refusals(layer)
     for what, a in (("activation", s.activation), ("recurrent_activation", s.gate_activation)):
         if a not in _K2_ACTS:
             why.append(f"{what}={a} (Keras 2 has no such activation)")
