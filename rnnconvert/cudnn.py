@@ -143,21 +143,25 @@ def param_count(spec: Spec) -> int:
     return last.offset + last.size
 
 
-def _refusals(layer: RNNLayer) -> list[str]:
+def refusals(layer: RNNLayer) -> list[str]:
+    """What the cuDNN equations (LAYOUTS.md §10) cannot compute about ``layer``; empty when they can.
+
+    ``torch.nn.LSTM/GRU/RNN`` compute the same equations (on the CPU too), so the PyTorch-family
+    writers refuse through this one list as well."""
     s, why = layer.semantics, []
     want_act = "relu" if layer.cell is Cell.RNN_RELU else "tanh"
     if layer.cell in (Cell.LSTM, Cell.GRU) and s.gate_activation != "sigmoid":
-        why.append(f"gate activation {s.gate_activation} (cuDNN gates are sigmoid)")
+        why.append(f"recurrent_activation={s.gate_activation} (cuDNN/torch gates are sigmoid only)")
     if s.activation != want_act:
-        why.append(f"activation {s.activation} (cuDNN {layer.cell.value} uses {want_act})")
+        why.append(f"activation={s.activation} (cuDNN/torch {layer.cell.value} uses {want_act})")
     if layer.cell is Cell.GRU and not s.reset_after:
-        why.append("reset_after=False (cuDNN GRU applies the reset gate after the recurrent matmul)")
+        why.append("reset_after=False (cuDNN/torch GRU applies the reset gate after the recurrent matmul)")
     if any(p.peep is not None for dirs in layer.params for p in dirs):
         why.append("peephole connections")
     if s.cell_clip is not None or s.proj_clip is not None:
-        why.append("cell_clip/proj_clip")
+        why.append("TF1 cell_clip/proj_clip")
     if s.go_backwards and not layer.bidirectional:
-        why.append("go_backwards=True")
+        why.append("go_backwards=True (reverse the sequence yourself and convert the layer without it)")
     return why
 
 
@@ -171,7 +175,7 @@ def pack(layer: RNNLayer) -> np.ndarray:
         UnsupportedError: the layer computes something cuDNN cannot (peepholes, clipping, other
             activations, GRU reset-before, lone ``go_backwards``), naming the layer and the feature.
     """
-    why = _refusals(layer)
+    why = refusals(layer)
     if why:
         raise UnsupportedError(f"layer '{layer.name}' cannot be packed into a cuDNN buffer: {'; '.join(why)}. "
                                "Convert to .onnx instead")

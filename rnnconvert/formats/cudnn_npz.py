@@ -46,7 +46,7 @@ def sniff(head: bytes, path: Path) -> bool:
 
 def refusals(layer) -> list[str]:
     """What a cuDNN buffer cannot express about ``layer`` (empty when it can)."""
-    return cudnn._refusals(layer)
+    return cudnn.refusals(layer)
 
 
 def check(ckpt: Checkpoint, **_: Any) -> list[str]:

@@ -49,21 +49,11 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def refusals(layer: RNNLayer) -> list[str]:
-    """What torch.nn cannot express about ``layer`` (empty when it can)."""
-    s, why = layer.semantics, []
-    if layer.cell in (Cell.LSTM, Cell.GRU) and s.gate_activation != "sigmoid":
-        why.append(f"recurrent_activation={s.gate_activation} (torch gates are sigmoid only)")
-    if s.activation != _ACT[layer.cell]:
-        why.append(f"activation={s.activation} (torch nn.{_MODULE[layer.cell]} uses {_ACT[layer.cell]})")
-    if layer.cell is Cell.GRU and not s.reset_after:
-        why.append("reset_after=False (torch nn.GRU applies the reset gate after the recurrent matmul)")
-    if layer.params[0][0].peep is not None:
-        why.append("peephole connections")
-    if s.cell_clip is not None or s.proj_clip is not None:
-        why.append("TF1 cell_clip/proj_clip")
-    if s.go_backwards and not layer.bidirectional:
-        why.append("go_backwards=True (reverse the sequence yourself and convert the layer without it)")
-    return why
+    """What torch.nn cannot express about ``layer`` (empty when it can): exactly what the cuDNN
+    equations cannot (:func:`rnnconvert.cudnn.refusals`), which torch.nn computes on every device."""
+    from .. import cudnn
+
+    return cudnn.refusals(layer)
 
 
 def check(ckpt: Checkpoint, **_: Any) -> list[str]:
