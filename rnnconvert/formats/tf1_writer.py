@@ -67,6 +67,17 @@ def _cell_for(layer: RNNLayer) -> str:
     return "basic_rnn_cell"
 
 
+def fresh_directory(path: str | Path) -> Path:
+    """Make ``path`` an empty directory (a directory-format writer's temporary output), removing what is there."""
+    p = Path(path)
+    if p.is_file():
+        p.unlink()
+    elif p.is_dir():
+        shutil.rmtree(p)
+    p.mkdir()
+    return p
+
+
 def check(ckpt: Checkpoint, **_) -> list[str]:
     """Refuse what TF1 cells cannot express; notes for run-time options the user must set."""
     notes = []
@@ -155,12 +166,7 @@ def write(ckpt: Checkpoint, path: str | Path, **_) -> list[str]:
         lines.append(f"{layer.name}: TF1 {cell} x {layer.num_layers} layer(s)"
                      f"{' bidirectional (stack_bidirectional_rnn)' if layer.bidirectional else ' (MultiRNNCell)'}, "
                      f"scope '{layer.name}'" + (", forget_bias=1.0 (LSTMCell default)" if cell == "lstm_cell" else ""))
-    p = Path(path)
-    if p.is_file():
-        p.unlink()
-    elif p.is_dir():
-        shutil.rmtree(p)
-    p.mkdir()
+    p = fresh_directory(path)
     v1 = tf.compat.v1
     g = tf.Graph()
     with g.as_default():

@@ -17,7 +17,6 @@ peepholes, projection, clipping, Keras-3 hard_sigmoid.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from .. import gates
 from ..errors import require
 from ..model import Cell, Checkpoint, RNNLayer
 from ..transforms import fold_forget_bias, summed_bias
+from .tf1_writer import fresh_directory
 
 _KERAS_ACT = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
 
@@ -110,12 +110,7 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     check(ckpt)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     built, by_name = _build(ckpt.layers)
-    p = Path(path)
-    if p.is_file():
-        p.unlink()
-    elif p.is_dir():
-        shutil.rmtree(p)
-    p.mkdir()
+    p = fresh_directory(path)
     tf.train.Checkpoint(**{f"layer_with_weights-{i}": lay for i, lay in enumerate(built)}).save(str(p / "ckpt"))
     lines, n = [], 0
     for layer in ckpt.layers:
