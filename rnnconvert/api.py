@@ -18,12 +18,15 @@ from .model import Checkpoint
 from .verify import VerifyReport, verify as _verify
 
 
-def load(path: str | os.PathLike, format: str | None = None, **opts: Any) -> Checkpoint:
+def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = False, **opts: Any) -> Checkpoint:
     """Read ``path`` into the canonical :class:`~rnnconvert.model.Checkpoint`.
 
     Args:
         path: the source file (or directory, for directory formats).
         format: a registry name (``'keras_h5'``, ``'pt'``, ...) or ``None`` to detect by content.
+        lazy: ask for a lazy checkpoint (:attr:`Checkpoint.loader`: parameters read one slab at a time,
+            placeholders until then) when the format's reader can do it (module attribute ``LAZY``);
+            otherwise, or when false, everything is read now. Loaded slabs are checked for NaN/Inf too.
         **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files).
 
     Raises:
@@ -36,6 +39,8 @@ def load(path: str | os.PathLike, format: str | None = None, **opts: Any) -> Che
     mod = fmt.load()
     if not hasattr(mod, "read"):
         raise FormatError(f"rnnconvert can write {fmt.name} but not read it")
+    if lazy and getattr(mod, "LAZY", False):
+        opts = {**opts, "lazy": True}
     try:
         ckpt = mod.read(Path(path), **opts)
     except RNNConvertError:
@@ -48,8 +53,34 @@ def load(path: str | os.PathLike, format: str | None = None, **opts: Any) -> Che
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise FormatError(f"{path}: malformed {fmt.name} file ({type(exc).__name__}: {first})") from exc
     check_finite(ckpt, str(path))
+    if ckpt.loader is not None:
+        ckpt.loader = _checked_loader(ckpt, ckpt.loader, str(path), fmt.name)
     ckpt.format = fmt.name
     return ckpt
+
+
+def _checked_loader(ckpt: Checkpoint, loader, where: str, fmt: str):
+    """``loader`` with :func:`load`'s rules applied to every slab it reads: low-level errors become
+    FormatError, NaN/Inf is refused."""
+    def checked(i: int, k: int):
+        try:
+            dirs = loader(i, k)
+        except RNNConvertError:
+            raise
+        except Exception as exc:  # the file changed or is damaged past its header
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise FormatError(f"{where}: malformed {fmt} file ({type(exc).__name__}: {first})") from exc
+        check_finite(Checkpoint(layers=[_slab_view(ckpt.layers[i], k, dirs)]), where)
+        return dirs
+    return checked
+
+
+def _slab_view(layer, k: int, dirs):
+    """A one-layer :class:`RNNLayer` holding only slab ``k`` (for messages and per-slab checks)."""
+    from dataclasses import replace as _replace
+
+    return _replace(layer, input_size=layer.layer_input_size(k), num_layers=1, params=[dirs],
+                    name=layer.name if layer.num_layers == 1 else f"{layer.name}[{k}]")
 
 
 def check_finite(ckpt: Checkpoint, where: str) -> None:
@@ -61,11 +92,15 @@ def check_finite(ckpt: Checkpoint, where: str) -> None:
     """
     import numpy as np
 
+    from .model import is_placeholder
+
     for layer in ckpt.layers:
         for k, dirs in enumerate(layer.params):
             for d, dp in enumerate(dirs):
                 for name, arr in dp.arrays().items():
                     a = np.asarray(arr)
+                    if is_placeholder(a):  # a lazy checkpoint's slab not loaded yet: checked when it is
+                        continue
                     if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
                         raise FormatError(f"{where}: layer '{layer.name}' (layer {k}, direction {d}) {name} "
                                           f"contains NaN or Inf values; the checkpoint is damaged")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -79,6 +79,22 @@ class Semantics:
     proj_clip: float | None = None
     go_backwards: bool = False
     merge_mode: str | None = "concat"
+
+
+def placeholder(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A read-only NaN array of ``shape``/``dtype`` holding no memory (``np.broadcast_to`` of one element).
+
+    It stands for a tensor of a *lazy* checkpoint that is not loaded yet (see :class:`Checkpoint`):
+    shape and dtype are right, so structural checks (refusals, names, offsets) work on it, while any
+    use of its values gives NaN, which :func:`rnnconvert.api.check_finite` and verification reject --
+    a placeholder can never be written out silently."""
+    return np.broadcast_to(np.full((), np.nan, dtype=dtype), tuple(shape))
+
+
+def is_placeholder(arr: Any) -> bool:
+    """Whether ``arr`` is a :func:`placeholder` (every stride 0, read-only)."""
+    return (isinstance(arr, np.ndarray) and arr.ndim > 0 and not arr.flags.writeable
+            and all(s == 0 for s in arr.strides))
 
 
 @dataclass
@@ -234,12 +250,53 @@ class Checkpoint:
             in PyTorch naming and orientation: ``<layer>.weight`` ``(out, in)``, ``<layer>.bias``).
         format: the format name the checkpoint was read from (see :mod:`rnnconvert.registry`).
         meta: provenance (path, framework version, ...).
+        loader: set by readers called with ``lazy=True`` (streaming conversion): ``loader(i, k)``
+            reads stacked layer ``k`` of ``layers[i]`` (all its directions, a *slab*) from the file and
+            returns its :class:`DirectionParams`; until then ``layers[i].params[k]`` hold
+            :func:`placeholder` arrays. ``None`` for an eagerly read checkpoint.
+        release: optional, with ``loader``: ``release(i, k)`` gives back what the reader holds for a
+            slab once it is written (e.g. the pages of a memory-mapped source).
     """
 
     layers: list[RNNLayer] = field(default_factory=list)
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
     format: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    loader: Callable[[int, int], list[DirectionParams]] | None = None
+    release: Callable[[int, int], None] | None = None
+
+    @property
+    def lazy(self) -> bool:
+        """Whether some parameters are still placeholders to be read by :attr:`loader`."""
+        return self.loader is not None
+
+    def slab(self, i: int, k: int) -> list[DirectionParams]:
+        """The directions of stacked layer ``k`` of ``layers[i]``: read by :attr:`loader` for a lazy
+        checkpoint (not stored back: the caller holds them while it needs them), else the held params.
+
+        The unit of streaming conversion: a bidirectional stacked layer's two directions. Raises
+        ``ValueError`` when the loaded arrays' shapes or dtypes differ from the placeholders'."""
+        held = self.layers[i].params[k]
+        if self.loader is None:
+            return held
+        dirs = self.loader(i, k)
+        if len(dirs) != len(held):
+            raise ValueError(f"layer '{self.layers[i].name}' (layer {k}): {len(dirs)} directions loaded, "
+                             f"{len(held)} declared")
+        for d, (got, want) in enumerate(zip(dirs, held)):
+            g, w = got.arrays(), want.arrays()
+            if g.keys() != w.keys() or any(g[n].shape != w[n].shape or g[n].dtype != w[n].dtype for n in w):
+                raise ValueError(f"layer '{self.layers[i].name}' (layer {k}, direction {d}): loaded tensors "
+                                 f"differ from the declared ones")
+        return dirs
+
+    def materialize(self) -> "Checkpoint":
+        """Read every slab of a lazy checkpoint into ``layers[i].params`` (an eager checkpoint after)."""
+        if self.loader is not None:
+            for i, layer in enumerate(self.layers):
+                layer.params = [self.slab(i, k) for k in range(layer.num_layers)]
+            self.loader = self.release = None
+        return self
 
     def layer(self, name: str) -> RNNLayer:
         """The layer called ``name``; raises ``KeyError`` listing the names there are."""
