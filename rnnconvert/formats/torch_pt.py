@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import gates, registry
 from ..errors import FormatError, require
-from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder, placeholder
 from ..transforms import fold_forget_bias
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -258,11 +258,30 @@ def group_state_dict(sd: dict[str, np.ndarray], where: str, fmt: str = "pt", non
     Used by the ``.pt`` and ``.safetensors`` readers. ``nn.LSTM/GRU/RNN`` keys (``weight_ih_l{k}``,
     ``_reverse``, ``weight_hr``) and cell keys (``weight_ih`` without suffix, ``nn.LSTMCell`` etc.) are
     recognised; ``nonlinearity`` tells the activation of ``nn.RNN``/``nn.RNNCell`` (not stored).
-    Gate orders: :data:`rnnconvert.gates.TABLE` ``("torch", cell)`` (a copy: bit-exact).
+    Gate orders: :data:`rnnconvert.gates.TABLE` ``("torch", cell)`` (a copy: bit-exact). Values of ``sd``
+    may be :func:`~rnnconvert.model.placeholder` arrays (a lazy reader): they are kept as they are.
 
     Raises:
         FormatError: no recurrent keys, or inconsistent shapes.
     """
+    return _group(sd, where, fmt, nonlinearity)[0]
+
+
+def _direction(a: list, layer_cell: Cell, gh: int) -> DirectionParams:
+    """Canonical params of one direction from its ``weight_ih, weight_hh, bias_ih, bias_hh, weight_hr``
+    (``None`` for absent ones; missing biases are zeros). Placeholders pass through as they are."""
+    conv = gates.convention("torch", layer_cell)
+    canon = lambda m, f: m if is_placeholder(m) else f(m, conv, layer_cell)  # noqa: E731
+    zeros = np.zeros(gh, dtype=a[0].dtype)
+    return DirectionParams(
+        canon(a[0], gates.to_canonical), canon(a[1], gates.to_canonical),
+        zeros if a[2] is None else canon(a[2], gates.vec_to_canonical),
+        zeros.copy() if a[3] is None else canon(a[3], gates.vec_to_canonical), a[4])
+
+
+def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
+    """:func:`group_state_dict`, plus the key names of every slab: ``keys[i][k][d]`` lists the five keys
+    (``None`` when absent) that :func:`_direction` takes, for a lazy reader's loader."""
     groups: dict[str, set[tuple[int, bool]]] = {}
     cells: set[str] = set()
     for key in sd:
@@ -276,6 +295,7 @@ def group_state_dict(sd: dict[str, np.ndarray], where: str, fmt: str = "pt", non
         raise FormatError(f"{where}: no recurrent module (keys '*.weight_ih_l0' or '*.weight_ih') in this file")
     ckpt = Checkpoint(format=fmt, meta={"path": where})
     used: set[str] = set()
+    keys: list = []
     for prefix, found in groups.items():
         pre = f"{prefix}." if prefix else ""
         is_cell = prefix in cells
@@ -291,10 +311,9 @@ def group_state_dict(sd: dict[str, np.ndarray], where: str, fmt: str = "pt", non
         if cell is None or G * H != w_hh0.shape[0]:
             raise FormatError(f"{where}: '{pre}weight_hh{s0}' of shape {tuple(w_hh0.shape)} fits no LSTM/GRU/RNN")
         has_bias = f"{pre}bias_ih{s0}" in sd
-        params = []
-        conv = gates.convention("torch", cell)
+        params, lkeys = [], []
         for k in range(nl):
-            row = []
+            row, rkeys = [], []
             for rev in ([False, True] if bidi else [False]):
                 sfx = "" if is_cell else f"_l{k}" + ("_reverse" if rev else "")
                 names = [f"{pre}{n}{sfx}" for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")]
@@ -302,13 +321,10 @@ def group_state_dict(sd: dict[str, np.ndarray], where: str, fmt: str = "pt", non
                 if a[0] is None or a[1] is None:
                     raise FormatError(f"{where}: missing {names[0]} or {names[1]}")
                 used.update(n for n, v in zip(names, a) if v is not None)
-                zeros = np.zeros(G * H, dtype=a[0].dtype)
-                row.append(DirectionParams(
-                    gates.to_canonical(a[0], conv, cell), gates.to_canonical(a[1], conv, cell),
-                    zeros if a[2] is None else gates.vec_to_canonical(a[2], conv, cell),
-                    zeros.copy() if a[3] is None else gates.vec_to_canonical(a[3], conv, cell),
-                    a[4]))
+                row.append(_direction(a, cell, G * H))
+                rkeys.append([n if v is not None else None for n, v in zip(names, a)])
             params.append(row)
+            lkeys.append(rkeys)
         cls = f"nn.{_MODULE[cell]}" + ("Cell" if is_cell else "")
         try:
             ckpt.layers.append(RNNLayer(
@@ -318,33 +334,59 @@ def group_state_dict(sd: dict[str, np.ndarray], where: str, fmt: str = "pt", non
                 source={"format": fmt, "class_name": cls}))
         except ValueError as exc:
             raise FormatError(f"{where}: {exc}") from exc
+        keys.append(lkeys)
     for key, v in sd.items():
         if key not in used:
             ckpt.tensors[key] = v
-    return ckpt
+    return ckpt, keys
 
 
-def read(path: str | Path, *, nonlinearity: str = "tanh", **_: Any) -> Checkpoint:
+#: The reader can return a lazy checkpoint (docs/performance.md "Streaming conversion").
+LAZY = True
+
+
+def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, **_: Any) -> Checkpoint:
     """Read a PyTorch file: a state dict of ``nn.LSTM/GRU/RNN`` or ``nn.*Cell`` modules (any prefix), a
     training checkpoint wrapping one (:data:`WRAPPERS`, ``module.`` prefix stripped), a legacy
     (non-zip) ``torch.save`` file, or a TorchScript archive (tensors read by the restricted reader of
     :mod:`rnnconvert.formats.torchscript`, no code run). CUDA storages are mapped to the CPU.
+
+    ``torch.save`` zip files are read without torch by the allow-list unpickler of
+    :mod:`rnnconvert.formats.torch_zip` (tensors are views of a memory map of the file); what it
+    declines (legacy files, bfloat16, other globals, ...) is loaded with ``torch.load(weights_only=True)``.
+    ``lazy=True`` (zip files read by the restricted reader): the recurrent parameters are placeholders
+    read one slab at a time by ``ckpt.loader``, ``ckpt.release`` drops a slab's mapped pages.
 
     ``nonlinearity`` (``'tanh'``/``'relu'``) tells an ``nn.RNN``'s activation, which the file does not store.
 
     Raises:
         FormatError: not loadable with ``weights_only=True``, no recurrent keys, or inconsistent shapes.
     """
-    from . import torchscript
+    from . import torch_zip, torchscript
 
     p = Path(path)
     if torchscript.is_torchscript(p):
-        sd = torchscript.read_tensors(p)
-        cls = "TorchScript"
-    else:
-        sd = _flatten(unwrap(load_state(p)))
-        cls = ""
-    ckpt = group_state_dict(strip_module_prefix(sd), str(p), "pt", nonlinearity)
-    if cls:
-        ckpt.meta["container"] = cls
-    return ckpt
+        ckpt = group_state_dict(strip_module_prefix(torchscript.read_tensors(p)), str(p), "pt", nonlinearity)
+        ckpt.meta["container"] = "TorchScript"
+        return ckpt
+    try:
+        arch = torch_zip.Archive(p)
+        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load())))
+    except torch_zip.Declined:
+        return group_state_dict(strip_module_prefix(_flatten(unwrap(load_state(p)))), str(p), "pt", nonlinearity)
+    except FormatError as exc:
+        raise FormatError(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
+    ckpt, keys = _group({k: placeholder(t.shape, t.dtype) for k, t in found.items()}, str(p), "pt", nonlinearity)
+    ckpt.tensors = {k: arch.array(found[k]) for k in ckpt.tensors}
+
+    def loader(i: int, k: int) -> list[DirectionParams]:
+        layer = ckpt.layers[i]
+        gh = layer.cell.gates * layer.hidden_size
+        return [_direction([None if n is None else arch.array(found[n]) for n in names], layer.cell, gh)
+                for names in keys[i][k]]
+
+    def release(i: int, k: int) -> None:
+        arch.release([found[n] for names in keys[i][k] for n in names if n is not None])
+
+    ckpt.loader, ckpt.release = loader, release
+    return ckpt if lazy else ckpt.materialize()
