@@ -10,6 +10,14 @@ A format module (``rnnconvert/formats/<name>.py``) offers the same small verbs, 
   caller renames it into place), returns one line per layer saying how to load it.
 * ``target_forward(path, ckpt, layer_name, x) -> np.ndarray`` -- run a layer of a written file
   through the target framework, for verification.
+* ``target_forward_slab(path, ckpt, layer_name, k, x) -> np.ndarray`` -- the same for stacked layer ``k``
+  alone (``x`` is its input): verification of a streamed conversion reads one slab at a time.
+
+Streaming (docs/performance.md "Streaming conversion"): a reader module with ``LAZY = True`` accepts
+``read(path, lazy=True)`` (placeholders + ``Checkpoint.loader``); a writer module with ``STREAM = True``
+offers ``open_stream(ckpt, path, **opts)`` returning an object with ``write_slab(i, k, dirs)`` (called
+once per slab, ``i`` then ``k`` ascending), ``close() -> list[str]`` and ``abort()``; its ``write`` is
+:func:`stream_write`.
 
 Formats appear here only once they are implemented; a duplicate name is refused at import.
 """
@@ -176,3 +184,18 @@ def for_output(path: str | Path, to: str | None = None) -> Format:
         raise FormatError(f"{path}: cannot tell the output format from the extension; pass --to "
                           f"({', '.join(x.name for x in FORMATS)})")
     return f
+
+
+def stream_write(writer, ckpt) -> list[str]:
+    """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
+    ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does."""
+    try:
+        for i, layer in enumerate(ckpt.layers):
+            for k in range(layer.num_layers):
+                writer.write_slab(i, k, ckpt.slab(i, k))
+                if ckpt.release is not None:
+                    ckpt.release(i, k)
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise

@@ -61,26 +61,61 @@ def _member(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
         np.lib.format.write_array(fh, arr, allow_pickle=False)
 
 
-def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
+#: The writer streams (one slab at a time; docs/performance.md "Streaming conversion").
+STREAM = True
+
+
+class StreamWriter:
+    """Writes the archive one slab at a time (:func:`open_stream`): members ``layers/{i}/l{k}/d{d}/*`` in
+    slab order as slabs arrive, then ``tensors/*`` and ``__rnnconvert__`` on :meth:`close` -- the member
+    order of the whole-checkpoint writer, so the bytes do not depend on how the source was read."""
+
+    def __init__(self, ckpt: Checkpoint, path: str | Path) -> None:
+        self.ckpt, self.next = ckpt, 0
+        self.order = [(i, k) for i, layer in enumerate(ckpt.layers) for k in range(layer.num_layers)]
+        self.zf = zipfile.ZipFile(path, "w")
+
+    def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
+        if self.next >= len(self.order) or self.order[self.next] != (i, k):
+            raise FormatError(f"npz stream: slab ({i}, {k}) out of order")
+        self.next += 1
+        for d, p in enumerate(dirs):
+            for f, arr in p.arrays().items():
+                _member(self.zf, f"layers/{i}/l{k}/d{d}/{f}", arr)
+
+    def close(self) -> list[str]:
+        if self.next != len(self.order):
+            raise FormatError(f"npz stream closed with {len(self.order) - self.next} slab(s) not written")
+        meta = {"schema": SCHEMA, "layers": [{
+            "name": layer.name, "cell": layer.cell.value, "input_size": layer.input_size,
+            "hidden_size": layer.hidden_size, "num_layers": layer.num_layers,
+            "bidirectional": layer.bidirectional, "proj_size": layer.proj_size, "bias": layer.bias,
+            "return_sequences": layer.return_sequences, "source_class": layer.source.get("class_name"),
+            "semantics": asdict(layer.semantics)} for layer in self.ckpt.layers]}
+        for key, arr in self.ckpt.tensors.items():
+            _member(self.zf, f"tensors/{key}", arr)
+        _member(self.zf, META, np.array(json.dumps(meta, sort_keys=True)))
+        self.zf.close()
+        return [f"{l.name}: npz members layers/{i}/l*/d*/* (canonical gate order, see docs/pytorch.md)"
+                for i, l in enumerate(self.ckpt.layers)]
+
+    def abort(self) -> None:
+        try:
+            self.zf.close()
+        except Exception:  # noqa: BLE001 -- the half-written file is deleted by the caller anyway
+            pass
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> StreamWriter:
+    """Start writing ``ckpt`` (a lazy skeleton is enough) in schema 1; nothing is refused."""
+    return StreamWriter(ckpt, path)
+
+
+def write(ckpt: Checkpoint, path: str | Path, **opts: Any) -> list[str]:
     """Write ``ckpt`` in schema 1 (module docstring). Nothing is refused: the schema holds every layer."""
-    meta = {"schema": SCHEMA, "layers": []}
-    with zipfile.ZipFile(path, "w") as zf:
-        for i, layer in enumerate(ckpt.layers):
-            meta["layers"].append({
-                "name": layer.name, "cell": layer.cell.value, "input_size": layer.input_size,
-                "hidden_size": layer.hidden_size, "num_layers": layer.num_layers,
-                "bidirectional": layer.bidirectional, "proj_size": layer.proj_size, "bias": layer.bias,
-                "return_sequences": layer.return_sequences, "source_class": layer.source.get("class_name"),
-                "semantics": asdict(layer.semantics)})
-            for k, dirs in enumerate(layer.params):
-                for d, p in enumerate(dirs):
-                    for f, arr in p.arrays().items():
-                        _member(zf, f"layers/{i}/l{k}/d{d}/{f}", arr)
-        for key, arr in ckpt.tensors.items():
-            _member(zf, f"tensors/{key}", arr)
-        _member(zf, META, np.array(json.dumps(meta, sort_keys=True)))
-    return [f"{l.name}: npz members layers/{i}/l*/d*/* (canonical gate order, see docs/pytorch.md)"
-            for i, l in enumerate(ckpt.layers)]
+    from .. import registry
+
+    return registry.stream_write(open_stream(ckpt, path, **opts), ckpt)
 
 
 MAX_MEMBERS = 4096

@@ -11,12 +11,14 @@ header length, JSON header, raw little-endian data) cannot hold code.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import registry
 from ..errors import FormatError, require
 from ..model import Checkpoint
 from . import torch_pt
@@ -59,19 +61,131 @@ def check(ckpt: Checkpoint, **opts: Any) -> list[str]:
     return torch_pt.check(ckpt, **opts)
 
 
-def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
+#: The writer streams (one slab at a time; docs/performance.md "Streaming conversion").
+STREAM = True
+#: Header metadata. One key only: safetensors serialises ``__metadata__`` from a hash map, so the library
+#: writes several keys in a different order from run to run; with one the bytes are deterministic.
+METADATA = {"format": "pt"}
+#: numpy dtype -> (safetensors dtype, rank). The rank is the position of the dtype in the safetensors
+#: crate's ``Dtype`` enum: ``safetensors::tensor::prepare`` sorts tensors by descending dtype, then by
+#: name (``safetensors/src/tensor.rs``; checked against ``safetensors.numpy.save`` in tests).
+DTYPES = {np.dtype(np.bool_): ("BOOL", 0), np.dtype(np.uint8): ("U8", 1), np.dtype(np.int8): ("I8", 2),
+          np.dtype(np.int16): ("I16", 3), np.dtype(np.uint16): ("U16", 4), np.dtype(np.float16): ("F16", 5),
+          np.dtype(np.int32): ("I32", 7), np.dtype(np.uint32): ("U32", 8), np.dtype(np.float32): ("F32", 9),
+          np.dtype(np.float64): ("F64", 10), np.dtype(np.int64): ("I64", 11), np.dtype(np.uint64): ("U64", 12)}
+
+
+def header(specs: dict[str, tuple[np.dtype, tuple[int, ...]]], metadata: dict[str, str] | None = METADATA
+           ) -> tuple[bytes, dict[str, tuple[int, int]]]:
+    """The bytes before the data (8-byte little-endian length, JSON header padded with spaces to a multiple
+    of 8) and each tensor's ``(begin, end)`` in the data section, for tensors ``name -> (dtype, shape)``:
+    the layout ``safetensors.serialize_file`` writes (``safetensors/src/tensor.rs`` ``prepare``: order by
+    descending dtype then name, compact JSON, ``__metadata__`` first), computed without the data.
+
+    Raises:
+        FormatError: a dtype safetensors cannot store.
+    """
+    for name, (dt, _) in specs.items():
+        if np.dtype(dt).newbyteorder("=") not in DTYPES:
+            raise FormatError(f"tensor '{name}' has dtype {np.dtype(dt)}, which safetensors cannot store")
+    order = sorted(specs, key=lambda n: (-DTYPES[np.dtype(specs[n][0]).newbyteorder("=")][1], n))
+    head: dict[str, Any] = {"__metadata__": metadata} if metadata is not None else {}
+    offsets, pos = {}, 0
+    for name in order:
+        dt, shape = specs[name]
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        offsets[name] = (pos, pos + n)
+        head[name] = {"dtype": DTYPES[np.dtype(dt).newbyteorder("=")][0], "shape": [int(d) for d in shape],
+                      "data_offsets": [pos, pos + n]}
+        pos += n
+    js = json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode()
+    js += b" " * (-len(js) % 8)
+    return struct.pack("<Q", len(js)) + js, offsets
+
+
+def _pwrite(fd: int, arr: np.ndarray, pos: int) -> None:
+    """Write ``arr``'s bytes (little-endian, C order) at file position ``pos`` (no copy when they already are)."""
+    a = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    mv = memoryview(a.reshape(-1)).cast("B") if a.size else memoryview(b"")
+    while mv:
+        n = os.pwrite(fd, mv[:1 << 30], pos)
+        mv, pos = mv[n:], pos + n
+
+
+class StreamWriter:
+    """Writes a safetensors file one slab at a time (:func:`open_stream`): the header is computed from
+    the skeleton's shapes, each slab's tensors are ``pwrite`` at their offsets as they arrive."""
+
+    def __init__(self, ckpt: Checkpoint, path: str | Path) -> None:
+        self.ckpt = ckpt
+        specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        self.pending: set[tuple[int, int]] = set()
+        for i, layer in enumerate(ckpt.layers):
+            for k, dirs in enumerate(layer.params):
+                self.pending.add((i, k))
+                for key, d, f in torch_pt.slab_keys(layer, k):
+                    a = getattr(dirs[d], f)
+                    specs[key] = (a.dtype, tuple(a.shape))  # torch's layout is the canonical one: same shapes
+        for key, arr in ckpt.tensors.items():
+            if key in specs:
+                raise FormatError(f"tensor name '{key}' is used twice")
+            specs[key] = (np.asarray(arr).dtype, tuple(np.shape(arr)))
+        head, self.offsets = header(specs)
+        self.specs, self.base = specs, len(head)
+        end = self.base + max([e for _, e in self.offsets.values()], default=0)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(self.fd, end)
+            _pwrite(self.fd, np.frombuffer(head, np.uint8), 0)
+            for key, arr in ckpt.tensors.items():
+                self._put(key, np.asarray(arr))
+        except BaseException:
+            self.abort()
+            raise
+
+    def _put(self, key: str, arr: np.ndarray) -> None:
+        if (arr.dtype.newbyteorder("="), tuple(arr.shape)) != (np.dtype(self.specs[key][0]).newbyteorder("="),
+                                                               self.specs[key][1]):
+            raise FormatError(f"tensor '{key}': {arr.dtype} {arr.shape} arrived for {self.specs[key]}")
+        _pwrite(self.fd, arr, self.base + self.offsets[key][0])
+
+    def write_slab(self, i: int, k: int, dirs: list) -> None:
+        """Write stacked layer ``k`` of ``layers[i]`` (its directions ``dirs``, canonical arrays)."""
+        for key, arr in torch_pt.slab_state_dict(self.ckpt.layers[i], k, dirs).items():
+            self._put(key, arr)
+        self.pending.discard((i, k))
+
+    def close(self) -> list[str]:
+        """Finish the file; one line per layer names its ``torch.nn`` module."""
+        if self.pending:
+            raise FormatError(f"safetensors stream closed with {len(self.pending)} slab(s) not written")
+        os.close(self.fd)
+        self.fd = -1
+        return [torch_pt.describe_module(layer) for layer in self.ckpt.layers]
+
+    def abort(self) -> None:
+        """Release the file (the caller deletes it)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> StreamWriter:
+    """Start writing ``ckpt`` (a lazy skeleton is enough: shapes, names, carried tensors) to ``path``.
+
+    The bytes equal ``safetensors.numpy.save_file(torch_pt.state_dict(ckpt), path, metadata=METADATA)``
+    (tested). Raises: UnsupportedError (see :func:`check`)."""
+    check(ckpt)
+    return StreamWriter(ckpt, path)
+
+
+def write(ckpt: Checkpoint, path: str | Path, **opts: Any) -> list[str]:
     """Write the PyTorch state dict of ``ckpt`` as safetensors; one line per layer names its ``torch.nn`` module.
 
     Raises:
         UnsupportedError: see :func:`check`.
     """
-    st = require("safetensors.numpy", "torch")
-    check(ckpt)
-    sd = {k: np.ascontiguousarray(v) for k, v in torch_pt.state_dict(ckpt).items()}
-    # One metadata key only: safetensors serialises __metadata__ from a hash map, so several keys come out
-    # in a different order from run to run; with one the bytes are deterministic (tests/test_bad_inputs.py).
-    st.save_file(sd, str(path), metadata={"format": "pt"})
-    return [torch_pt.describe_module(layer) for layer in ckpt.layers]
+    return registry.stream_write(open_stream(ckpt, path, **opts), ckpt)
 
 
 _NP_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64}

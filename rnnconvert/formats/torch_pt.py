@@ -15,6 +15,7 @@ plain ``dict[str, Tensor]`` that ``torch.load(path, weights_only=True)`` reads a
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -107,24 +108,46 @@ def _is_cell(layer: RNNLayer) -> bool:
 def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
     """The numpy state dict of ``ckpt`` (RNN layers in torch naming, then the carried tensors)."""
     out: dict[str, np.ndarray] = {}
-    conv = {c: gates.convention("torch", c) for c in Cell}
     for layer in ckpt.layers:
-        layer = fold_forget_bias(layer)
-        cv = conv[layer.cell]
         for k, dirs in enumerate(layer.params):
-            for d, p in enumerate(dirs):
-                sfx = "" if _is_cell(layer) else f"_l{k}" + ("_reverse" if d else "")
-                out[f"{layer.name}.weight_ih{sfx}"] = gates.from_canonical(p.w_ih, cv, layer.cell)
-                out[f"{layer.name}.weight_hh{sfx}"] = gates.from_canonical(p.w_hh, cv, layer.cell)
-                if layer.bias:
-                    out[f"{layer.name}.bias_ih{sfx}"] = gates.vec_from_canonical(p.b_ih, cv, layer.cell)
-                    out[f"{layer.name}.bias_hh{sfx}"] = gates.vec_from_canonical(p.b_hh, cv, layer.cell)
-                if p.w_hr is not None:
-                    out[f"{layer.name}.weight_hr{sfx}"] = np.ascontiguousarray(p.w_hr)
+            out.update(slab_state_dict(layer, k, dirs))
     for key, arr in ckpt.tensors.items():
         if key in out:
             raise FormatError(f"tensor name '{key}' is used twice")
         out[key] = arr
+    return out
+
+
+#: torch parameter name stem -> canonical field (:class:`~rnnconvert.model.DirectionParams`), file order.
+TORCH_FIELDS = (("weight_ih", "w_ih"), ("weight_hh", "w_hh"), ("bias_ih", "b_ih"), ("bias_hh", "b_hh"),
+                ("weight_hr", "w_hr"))
+
+
+def slab_keys(layer: RNNLayer, k: int) -> list[tuple[str, int, str]]:
+    """``(key, direction, field)`` of every tensor of stacked layer ``k`` in the state dict, in its order
+    (a streaming writer knows the names and, the torch layout being canonical, the shapes up front)."""
+    out = []
+    for d in range(layer.num_directions):
+        sfx = "" if _is_cell(layer) else f"_l{k}" + ("_reverse" if d else "")
+        for stem, f in TORCH_FIELDS:
+            if (f in ("b_ih", "b_hh") and not layer.bias) or (f == "w_hr" and not layer.proj_size):
+                continue
+            out.append((f"{layer.name}.{stem}{sfx}", d, f))
+    return out
+
+
+def slab_state_dict(layer: RNNLayer, k: int, dirs: list[DirectionParams]) -> dict[str, np.ndarray]:
+    """The state-dict tensors of stacked layer ``k`` of ``layer`` from its directions ``dirs`` (a TF1
+    ``forget_bias`` folded into ``bias_ih``; gate order i,f,g,o / r,z,n: copies, bit-exact)."""
+    if layer.cell is Cell.LSTM and layer.semantics.forget_bias:
+        dirs = fold_forget_bias(replace(layer, input_size=layer.layer_input_size(k), num_layers=1,
+                                        params=[dirs])).params[0]
+    cv = gates.convention("torch", layer.cell)
+    out = {}
+    for key, d, f in slab_keys(layer, k):
+        a = getattr(dirs[d], f)
+        out[key] = (gates.from_canonical(a, cv, layer.cell) if f[0] == "w" and f != "w_hr" else
+                    gates.vec_from_canonical(a, cv, layer.cell) if f[0] == "b" else np.ascontiguousarray(a))
     return out
 
 
