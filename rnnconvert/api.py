@@ -15,7 +15,7 @@ from typing import Any
 from . import registry
 from .errors import FormatError, OutputExistsError, RNNConvertError
 from .model import Checkpoint
-from .verify import VerifyReport, verify as _verify
+from .verify import StreamedVerification, VerifyReport, verify as _verify
 
 
 def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = False, **opts: Any) -> Checkpoint:
@@ -221,24 +221,41 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
-    ckpt = load(src_p, in_fmt.name, **(read_opts or {}))
+    stream = bool(getattr(in_mod, "LAZY", False) and getattr(out_mod, "STREAM", False))
+    ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
     if not hasattr(out_mod, "write"):
         raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
-    if hasattr(out_mod, "check"):
+    if hasattr(out_mod, "check"):  # on a lazy skeleton: refusals look at structure only
         rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
     if not dst_p.parent.exists():
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
     tmp = _temp_beside(dst_p)
     try:
-        rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
-        if verify:
-            rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed)
+        if stream:
+            rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify, src_p, seed,
+                                                              write_opts or {})
+        else:
+            rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
+            if verify:
+                rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed)
+        if rep.verification is not None:
             rep.verification.raise_if_failed()
         _commit(tmp, dst_p)
     finally:
         _discard(tmp)
     return rep
+
+
+def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str | None, src_p: Path, seed: int,
+                      write_opts: dict[str, Any]) -> tuple[list[str], VerifyReport | None]:
+    """Streaming conversion (docs/performance.md "Streaming conversion"): one slab of parameters in memory
+    at a time. Each slab is loaded, written, run through the source side of verification, and released;
+    after the writer closed, the target side of verification reads the written file back."""
+    check = StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed) if verify else None
+    writer = out_mod.open_stream(ckpt, tmp, **write_opts)
+    modules = list(registry.stream_write(writer, ckpt, on_slab=check.source_slab if check else None) or [])
+    return modules, (check.target_side(tmp, out_mod) if check else None)
 
 
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,

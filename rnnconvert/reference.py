@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gates import CANONICAL, gate_slice
-from .model import Cell, RNNLayer
+from .model import Cell, DirectionParams, RNNLayer
 
 
 def _sigmoid(x):
@@ -37,9 +37,8 @@ ACT = {
 }
 
 
-def _direction(layer: RNNLayer, k: int, d: int, x: np.ndarray, reverse: bool, dt=np.float64) -> np.ndarray:
-    """Run one direction over ``x`` ``(B, T, I_k)``; returns ``(B, T, out)`` in input time order."""
-    p = layer.params[k][d]
+def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool, dt=np.float64) -> np.ndarray:
+    """Run one direction (params ``p``) over ``x`` ``(B, T, I_k)``; returns ``(B, T, out)`` in input time order."""
     f64 = lambda a: None if a is None else np.asarray(a, dtype=dt)  # noqa: E731
     w_ih, w_hh, b_ih, b_hh, w_hr, peep = map(f64, (p.w_ih, p.w_hh, p.b_ih, p.b_hh, p.w_hr, p.peep))
     s = layer.semantics
@@ -99,14 +98,25 @@ def forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
     """
     y = np.asarray(x, dtype=dtype)
     for k in range(layer.num_layers):
-        if layer.bidirectional:
-            y = np.concatenate([_direction(layer, k, 0, y, False, dtype), _direction(layer, k, 1, y, True, dtype)],
-                               axis=-1)
-        else:
-            y = _direction(layer, k, 0, y, layer.semantics.go_backwards, dtype)
-    if layer.semantics.go_backwards and not layer.bidirectional:
-        y = y[:, ::-1]
-    return y
+        y = forward_slab(layer, layer.params[k], y, dtype)
+    return finish(layer, y)
+
+
+def forward_slab(layer: RNNLayer, dirs: list[DirectionParams], x: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """Stacked layer ``k`` of ``layer`` alone, with its directions ``dirs``, on its input ``x`` ``(B, T, I_k)``:
+    ``(B, T, dirs * out)`` of ``dtype`` in input time order. :func:`forward` chains these over ``k`` and
+    applies :func:`finish` (streaming verification does the same one slab at a time)."""
+    y = np.asarray(x, dtype=dtype)
+    if layer.bidirectional:
+        return np.concatenate([_direction(layer, dirs[0], y, False, dtype), _direction(layer, dirs[1], y, True, dtype)],
+                              axis=-1)
+    return _direction(layer, dirs[0], y, layer.semantics.go_backwards, dtype)
+
+
+def finish(layer: RNNLayer, y: np.ndarray) -> np.ndarray:
+    """The last slab's output as :func:`forward` returns it: a lone ``go_backwards`` layer's outputs in
+    processing order (reversed time), like Keras."""
+    return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
 
 
 def merge(y: np.ndarray, mode: str | None) -> np.ndarray:

@@ -186,13 +186,19 @@ def for_output(path: str | Path, to: str | None = None) -> Format:
     return f
 
 
-def stream_write(writer, ckpt) -> list[str]:
+def stream_write(writer, ckpt, on_slab=None) -> list[str]:
     """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
-    ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does."""
+    ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does.
+    ``on_slab(i, k, dirs)``, when given, runs after each slab is written, before it is released (the source
+    side of a streamed verification)."""
     try:
         for i, layer in enumerate(ckpt.layers):
             for k in range(layer.num_layers):
-                writer.write_slab(i, k, ckpt.slab(i, k))
+                dirs = ckpt.slab(i, k)
+                writer.write_slab(i, k, dirs)
+                if on_slab is not None:
+                    on_slab(i, k, dirs)
+                del dirs
                 if ckpt.release is not None:
                     ckpt.release(i, k)
         return writer.close()

@@ -107,6 +107,38 @@ def _source_side(src_module, layer: RNNLayer, x: np.ndarray, dtype) -> np.ndarra
     return reference.forward(layer, x, dtype)
 
 
+def layer_check(layer: RNNLayer, y: np.ndarray, y64: np.ndarray, y32: np.ndarray, route: str, target_route: str,
+                first_tol: float | None = None) -> LayerCheck:
+    """Compare the target's output ``y`` with the source side's float64 ``y64`` (float32 ``y32`` measures the
+    layer's conditioning) under the module docstring's tolerance: the one rule of both verification paths.
+
+    Raises:
+        VerificationError: the output shapes differ.
+    """
+    if y.shape != y64.shape:
+        raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
+                                f"differs from the source's {y64.shape}")
+    scale = float(max(1.0, np.abs(y64).max()))
+    first = first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
+    tol = first * scale + 2.0 * float(np.abs(y64 - y32).max())
+    return LayerCheck(layer.name, float(np.abs(y - y64).max()), tol, float(np.abs(y64).max()), route, target_route)
+
+
+def _route(src_module, layer: RNNLayer) -> str:
+    return "source equations (numpy)" if _own_equations(src_module, layer) else "numpy reference"
+
+
+def _framework(src_module, src_path, src_ckpt: Checkpoint, layer: RNNLayer, x: np.ndarray):
+    fw = getattr(src_module, "framework_forward", None)
+    if fw is None:
+        raise VerificationError(f"--verify framework is not available for {src_module.__name__}")
+    return fw(src_path, src_ckpt, layer.name, x), "source framework"
+
+
+def _target_route(dst_module) -> str:
+    return getattr(dst_module, "ROUTE", dst_module.__name__.rsplit(".", 1)[-1])
+
+
 def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str = "reference",
            src_path=None, seed: int = 0, batch: int = 3, steps: int = 8,
            first_tol: float | None = None) -> VerifyReport:
@@ -126,31 +158,98 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rep = VerifyReport(batch=batch, steps=steps, seed=seed)
-    target_route = getattr(dst_module, "ROUTE", dst_module.__name__.rsplit(".", 1)[-1])
+    target_route = _target_route(dst_module)
     try:
         for layer in src_ckpt.layers:
             x = rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
             with _raw_held(layer):
                 y64 = _source_side(src_module, layer, x, np.float64)
                 y32 = _source_side(src_module, layer, x, np.float32).astype(np.float64)
-            route = "source equations (numpy)" if _own_equations(src_module, layer) else "numpy reference"
+            route = _route(src_module, layer)
             if mode == "framework":
-                fw = getattr(src_module, "framework_forward", None)
-                if fw is None:
-                    raise VerificationError(f"--verify framework is not available for {src_module.__name__}")
-                y64, route = fw(src_path, src_ckpt, layer.name, x), "source framework"
+                y64, route = _framework(src_module, src_path, src_ckpt, layer, x)
             y = dst_module.target_forward(dst_path, src_ckpt, layer.name, x)
-            if y.shape != y64.shape:
-                raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
-                                        f"differs from the source's {y64.shape}")
-            scale = float(max(1.0, np.abs(y64).max()))
-            first = first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
-            tol = first * scale + 2.0 * float(np.abs(y64 - y32).max())
-            rep.layers.append(LayerCheck(layer.name, float(np.abs(y - y64).max()), tol, float(np.abs(y64).max()),
-                                         route, target_route))
+            rep.layers.append(layer_check(layer, y, y64, y32, route, target_route, first_tol))
     finally:
         release = getattr(dst_module, "release", None)  # a cached target session (onnxruntime)
         if release is not None:
             release()
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+class StreamedVerification:
+    """Verification of a streamed conversion (:func:`rnnconvert.api.convert`), split in two halves so that
+    only one slab of parameters is in memory at a time; the report reads as :func:`verify`'s.
+
+    * Source side, :meth:`source_slab` while slab ``(i, k)`` is loaded (before it is released): the numpy
+      reference on that slab in float64 and in float32, each chained from the previous slab's output
+      (only the ``(B, T, dirs*H)`` outputs are kept). A layer the source format runs with its own
+      equations (``source_forward`` on ``layer.source['raw']``: Keras, single slabs) keeps that route;
+      ``mode='framework'`` runs the source framework per layer.
+    * Target side, :meth:`target_side` after the writer closed: the target framework on the written file,
+      per layer, or per slab (``target_forward_slab``, each slab's output feeding the next) for stacked
+      layers when the target format offers it.
+
+    The batch is the same as :func:`verify`'s (same seed, one draw per layer in order), as is the tolerance
+    (:func:`layer_check`).
+    """
+
+    def __init__(self, src_ckpt: Checkpoint, src_module, *, mode: str = "reference", src_path=None,
+                 seed: int = 0, batch: int = 3, steps: int = 8) -> None:
+        self.ckpt, self.src_module, self.mode, self.src_path = src_ckpt, src_module, mode, src_path
+        self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
+        rng = np.random.default_rng(seed)
+        self.x = [rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
+                  for layer in src_ckpt.layers]
+        self.y64: list = [None] * len(src_ckpt.layers)
+        self.y32: list = [None] * len(src_ckpt.layers)
+        self.routes = [""] * len(src_ckpt.layers)
+        self.seconds = 0.0
+
+    def source_slab(self, i: int, k: int, dirs: list) -> None:
+        """The source side of slab ``k`` of layer ``i`` (called in order, with the slab's loaded params)."""
+        t0 = time.perf_counter()
+        layer, x = self.ckpt.layers[i], self.x[i]
+        if _own_equations(self.src_module, layer):  # from the file's tensors (not ``dirs``): once, at the end
+            if k < layer.num_layers - 1:
+                return
+            with _raw_held(layer):
+                self.y64[i] = _source_side(self.src_module, layer, x, np.float64)
+                self.y32[i] = _source_side(self.src_module, layer, x, np.float32).astype(np.float64)
+        else:
+            if k == 0:
+                self.y64[i], self.y32[i] = x, x
+            self.y64[i] = reference.forward_slab(layer, dirs, self.y64[i], np.float64)
+            self.y32[i] = reference.forward_slab(layer, dirs, self.y32[i], np.float32)
+            if k == layer.num_layers - 1:
+                self.y64[i] = reference.finish(layer, self.y64[i])
+                self.y32[i] = reference.finish(layer, self.y32[i]).astype(np.float64)
+        if k == layer.num_layers - 1:
+            self.routes[i] = _route(self.src_module, layer)
+            if self.mode == "framework":
+                self.y64[i], self.routes[i] = _framework(self.src_module, self.src_path, self.ckpt, layer, x)
+        self.seconds += time.perf_counter() - t0
+
+    def target_side(self, dst_path, dst_module) -> VerifyReport:
+        """Run the written file in the target framework and compare, layer by layer; returns the report."""
+        t0 = time.perf_counter()
+        target_route = _target_route(dst_module)
+        by_slab = getattr(dst_module, "target_forward_slab", None)
+        try:
+            for i, layer in enumerate(self.ckpt.layers):
+                x = self.x[i]
+                if by_slab is not None and layer.num_layers > 1:
+                    y = x
+                    for k in range(layer.num_layers):
+                        y = by_slab(dst_path, self.ckpt, layer.name, k, y)
+                    y = reference.finish(layer, y)
+                else:
+                    y = dst_module.target_forward(dst_path, self.ckpt, layer.name, x)
+                self.rep.layers.append(layer_check(layer, y, self.y64[i], self.y32[i], self.routes[i], target_route))
+        finally:
+            release = getattr(dst_module, "release", None)
+            if release is not None:
+                release()
+        self.rep.seconds = self.seconds + time.perf_counter() - t0
+        return self.rep

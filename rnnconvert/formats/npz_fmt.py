@@ -156,9 +156,10 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     return _read(Path(path))
 
 
-def _read(p: Path, only: str | None = None) -> Checkpoint:
+def _read(p: Path, only: str | None = None, slab: int | None = None) -> Checkpoint:
     """:func:`read`; with ``only``, the members of recurrent layer ``only`` alone are decompressed/read
-    (verification of one layer of a multi-GB archive) and the checkpoint holds that layer only."""
+    (verification of one layer of a multi-GB archive) and the checkpoint holds that layer only; with
+    ``slab`` too, only its stacked layer ``slab``, as a one-layer :class:`RNNLayer`."""
     try:
         _check_members(p)
         with np.load(p, allow_pickle=False) as z:
@@ -166,7 +167,8 @@ def _read(p: Path, only: str | None = None) -> Checkpoint:
             if only is not None and META in z.files:
                 m = json.loads(str(z[META]))
                 recs = m.get("layers", []) if isinstance(m, dict) else []
-                keep = [f"layers/{i}/" for i, r in enumerate(recs) if isinstance(r, dict) and r.get("name") == only]
+                keep = [f"layers/{i}/" + ("" if slab is None else f"l{slab}/")
+                        for i, r in enumerate(recs) if isinstance(r, dict) and r.get("name") == only]
             arrays = {k: z[k] for k in z.files if keep is None or k == META or k.startswith(tuple(keep))}
     except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
             zlib.error) as exc:
@@ -186,7 +188,7 @@ def _read(p: Path, only: str | None = None) -> Checkpoint:
             continue
         try:
             params = []
-            for k in range(rec["num_layers"]):
+            for k in range(rec["num_layers"]) if slab is None else [slab]:
                 row = []
                 for d in range(2 if rec["bidirectional"] else 1):
                     pre = f"layers/{i}/l{k}/d{d}/"
@@ -195,9 +197,15 @@ def _read(p: Path, only: str | None = None) -> Checkpoint:
                         raise FormatError(f"{p}: member {pre}w_ih, w_hh or b_ih is missing")
                 params.append(row)
             sem = Semantics(**{k: v for k, v in rec.get("semantics", {}).items() if k in known})
+            n_in, n_layers = rec["input_size"], rec["num_layers"]
+            if slab is not None:  # stacked layer `slab` alone: its input is the previous one's output
+                if not 0 <= slab < n_layers:
+                    raise FormatError(f"{p}: layer '{only}' has no stacked layer {slab}")
+                n_in = n_in if slab == 0 else (rec.get("proj_size") or rec["hidden_size"]) * len(params[0])
+                n_layers = 1
             ckpt.layers.append(RNNLayer(
-                name=rec["name"], cell=Cell(rec["cell"]), input_size=rec["input_size"],
-                hidden_size=rec["hidden_size"], num_layers=rec["num_layers"], bidirectional=rec["bidirectional"],
+                name=rec["name"], cell=Cell(rec["cell"]), input_size=n_in,
+                hidden_size=rec["hidden_size"], num_layers=n_layers, bidirectional=rec["bidirectional"],
                 proj_size=rec.get("proj_size", 0), bias=rec.get("bias", True), semantics=sem, params=params,
                 return_sequences=rec.get("return_sequences", True),
                 source={"format": "npz", "class_name": rec.get("source_class")}))
@@ -211,10 +219,24 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     """Re-read ``path`` and run layer ``name``: in ``torch.nn`` when torch can express it, else with the
     numpy reference on the re-read arrays -- then this is a re-read check (the archive round-trips the
     canonical model), not an independent framework. float64 ``(B, T, dirs*H)``."""
+    return _run(_read(Path(path), only=name).layer(name), x)
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """:func:`target_forward` for stacked layer ``k`` of layer ``name`` alone (only its members are read);
+    ``x`` is its input. The output is in input time order (:func:`rnnconvert.reference.forward_slab`)."""
+    layer = _read(Path(path), only=name, slab=k).layer(name)
+    if layer.semantics.go_backwards and not layer.bidirectional:
+        from .. import reference
+
+        return reference.forward_slab(layer, layer.params[0], x)  # forward() would flip the time axis
+    return _run(layer, x)
+
+
+def _run(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
     from .. import reference
     from . import torch_pt
 
-    layer = _read(Path(path), only=name).layer(name)
     if torch_pt.refusals(layer):
         return reference.forward(layer, x)
     torch = require("torch", "torch")

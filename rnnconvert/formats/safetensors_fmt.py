@@ -228,3 +228,11 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     torch = require("torch", "torch")
     sd = {k: torch.from_numpy(v) for k, v in mapped(path, f"{name}.").items()}
     return torch_pt.run_module(ckpt.layer(name), sd, x)
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """Stacked layer ``k`` of layer ``name`` alone, loaded from the file's memory-mapped tensors into a
+    one-layer ``torch.nn`` module (:func:`rnnconvert.formats.torch_pt.run_slab`); ``x`` is its input."""
+    torch = require("torch", "torch")
+    m = mapped(path, f"{name}.")
+    return torch_pt.run_slab(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]), x)

@@ -237,6 +237,37 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     return run_module(ckpt.layer(name), load_state(path), x)
 
 
+def one_slab(layer: RNNLayer, k: int, dirs: list[DirectionParams] | None = None) -> RNNLayer:
+    """Stacked layer ``k`` of ``layer`` as a one-layer :class:`RNNLayer` (same name; params ``dirs`` or the
+    held ones, which may be placeholders)."""
+    return replace(layer, input_size=layer.layer_input_size(k), num_layers=1,
+                   params=[layer.params[k] if dirs is None else dirs])
+
+
+def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
+    """Run stacked layer ``k`` of ``layer`` alone, as a one-layer ``torch.nn`` module loaded from the
+    tensors ``get(key)`` (torch tensors, ``key`` in the full layer's naming ``<layer>.weight_ih_l{k}...``),
+    on its input ``x`` ``(B, T, I_k)``; float64 ``(B, T, dirs*H)``. Verification of one slab at a time.
+
+    Raises:
+        FormatError: a tensor of the slab is missing from the file."""
+    one = one_slab(layer, k)
+    sd = {}
+    for (key, _, _), (new, _, _) in zip(slab_keys(layer, k), slab_keys(one, 0)):
+        try:
+            sd[new] = get(key)
+        except KeyError:
+            raise FormatError(f"the written file has no tensor '{key}'") from None
+    return run_module(one, sd, x)
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """Stacked layer ``k`` of layer ``name`` of the written file alone, in torch (``torch.load`` with
+    ``mmap=True``: only the slab's pages are read; they are unmapped when this returns)."""
+    sd = load_state(path)
+    return run_slab(ckpt.layer(name), k, sd.__getitem__, x)
+
+
 #: ``<prefix>.weight_ih_l{k}[_reverse]`` (nn.LSTM/GRU/RNN) or ``<prefix>.weight_ih`` (nn.LSTMCell/GRUCell/RNNCell).
 _KEY = re.compile(r"^(?:(?P<prefix>.*)\.)?weight_ih(?:_l(?P<k>\d+)(?P<rev>_reverse)?)?$")
 #: Keys under which training scripts commonly nest the state dict (checked in this order).
