@@ -23,7 +23,7 @@ import numpy as np
 from .. import gates, registry
 from ..errors import FormatError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
-from ..transforms import fold_forget_bias
+from . import pt_writer
 
 ZIP_MAGIC = b"PK\x03\x04"
 ROUTE = "torch"
@@ -100,27 +100,15 @@ def describe_module(layer: RNNLayer) -> str:
 
 def _is_cell(layer: RNNLayer) -> bool:
     """Read from an ``nn.LSTMCell/GRUCell/RNNCell``: written back with its suffix-less keys."""
-    return str(layer.source.get("class_name", "")).endswith("Cell") and layer.source.get("format") in (
-        "pt", "safetensors") and layer.num_layers == 1 and not layer.bidirectional and not layer.proj_size
+    return pt_writer.is_cell(layer)
 
 
 def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
     """The numpy state dict of ``ckpt`` (RNN layers in torch naming, then the carried tensors)."""
     out: dict[str, np.ndarray] = {}
-    conv = {c: gates.convention("torch", c) for c in Cell}
-    for layer in ckpt.layers:
-        layer = fold_forget_bias(layer)
-        cv = conv[layer.cell]
-        for k, dirs in enumerate(layer.params):
-            for d, p in enumerate(dirs):
-                sfx = "" if _is_cell(layer) else f"_l{k}" + ("_reverse" if d else "")
-                out[f"{layer.name}.weight_ih{sfx}"] = gates.from_canonical(p.w_ih, cv, layer.cell)
-                out[f"{layer.name}.weight_hh{sfx}"] = gates.from_canonical(p.w_hh, cv, layer.cell)
-                if layer.bias:
-                    out[f"{layer.name}.bias_ih{sfx}"] = gates.vec_from_canonical(p.b_ih, cv, layer.cell)
-                    out[f"{layer.name}.bias_hh{sfx}"] = gates.vec_from_canonical(p.b_hh, cv, layer.cell)
-                if p.w_hr is not None:
-                    out[f"{layer.name}.weight_hr{sfx}"] = np.ascontiguousarray(p.w_hr)
+    for i, layer in enumerate(ckpt.layers):
+        for k in range(layer.num_layers):
+            out.update(pt_writer.slab_items(layer, k, ckpt.slab(i, k)))
     for key, arr in ckpt.tensors.items():
         if key in out:
             raise FormatError(f"tensor name '{key}' is used twice")
@@ -128,20 +116,33 @@ def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
     return out
 
 
+#: this writer takes one slab at a time (:mod:`rnnconvert.formats.pt_writer`).
+STREAM = True
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, **opts: Any):
+    """Start a slab-by-slab ``.pt`` (:class:`rnnconvert.formats.pt_writer.PtStream`)."""
+    return pt_writer.open_stream(ckpt, path, **opts)
+
+
 def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
-    """Write ``ckpt`` as a ``torch.save`` dict of tensors; returns one line per layer naming its module.
+    """Write ``ckpt`` as a ``torch.save`` dict of tensors, byte for byte what ``torch.save(state_dict,
+    open(path, 'wb'))`` writes (root folder ``archive``), one slab at a time; returns one line per layer
+    naming its module.
 
     Raises:
         UnsupportedError: see :func:`check`.
     """
-    torch = require("torch", "torch")
     check(ckpt)
-    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict(ckpt).items()}
-    # torch.save names the zip's root folder after the file it writes to (here a random temporary
-    # name); written to an open file object the root is always 'archive', so the bytes are deterministic.
-    with open(path, "wb") as fh:
-        torch.save(sd, fh)
-    return [describe_module(layer) for layer in ckpt.layers]
+    w = open_stream(ckpt, path)
+    try:
+        for i, layer in enumerate(ckpt.layers):
+            for k in range(layer.num_layers):
+                w.write_slab(i, k, ckpt.slab(i, k))
+        return w.close()
+    except BaseException:
+        w.abort()
+        raise
 
 
 def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
