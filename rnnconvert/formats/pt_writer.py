@@ -118,7 +118,7 @@ class PtStream:
 
     def __init__(self, ckpt: Checkpoint, path: str | Path) -> None:
         torch = require("torch", "torch")
-        self.ckpt, self.path = ckpt, Path(path)
+        self.torch, self.ckpt, self.path = torch, ckpt, Path(path)
         self.plan = entries(ckpt)
         self.next = 0  # index into self.plan of the next tensor to write
         self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
@@ -151,9 +151,18 @@ class PtStream:
             if arr.nbytes != self.sizes[self.next]:
                 raise FormatError(f"internal: tensor '{key}' has {arr.nbytes} bytes, torch expects "
                                   f"{self.sizes[self.next]}; please report")
-            # the pointer overload of write_record: the bytes are read in place (no torch tensor, no copy)
-            self.zw.write_record(f"data/{self.next}", arr.ctypes.data if arr.nbytes else b"", arr.nbytes)
+            self.zw.write_record(f"data/{self.next}", self._storage(arr), arr.nbytes)
         self.next += 1
+
+    def _storage(self, arr: np.ndarray):
+        """The bytes of ``arr`` as a torch storage sharing its memory (no copy); ``b""`` when empty."""
+        if not arr.nbytes:
+            return b""
+        import warnings
+
+        with warnings.catch_warnings():  # a read-only array (a file mapping) is only read here
+            warnings.simplefilter("ignore", UserWarning)
+            return self.torch.from_numpy(arr).untyped_storage()
 
     def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
         """Write slab ``k`` of ``ckpt.layers[i]`` (calls come in order ``i`` ascending, ``k`` ascending)."""
