@@ -143,10 +143,37 @@ def _temp_beside(dst: Path) -> Path:
     return Path(tmp)
 
 
+def _umask() -> int:
+    """The process umask (read from ``/proc/self/status`` where there is one, without changing it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _set_mode(tmp: Path, dst: Path) -> None:
+    """Give the output the permissions ``cp`` would: those of the file it replaces, else the umask's
+    default (``mkstemp`` creates 0600)."""
+    import stat
+
+    try:
+        mode = stat.S_IMODE(dst.stat().st_mode) if dst.exists() and dst.is_dir() == tmp.is_dir() else (
+            (0o777 if tmp.is_dir() else 0o666) & ~_umask())
+        os.chmod(tmp, mode)
+    except OSError:  # a filesystem without permissions: nothing to keep
+        pass
+
+
 def _commit(tmp: Path, dst: Path) -> None:
-    """Move the finished temporary output into place. Directory outputs (TF checkpoints) replace an
-    existing ``dst`` only when it is a directory rnnconvert could have written (it has a ``checkpoint``
-    file) or a file."""
+    """Move the finished temporary output into place, with the permissions of :func:`_set_mode`.
+    Directory outputs (TF checkpoints) replace an existing ``dst`` only when it is a directory
+    rnnconvert could have written (it has a ``checkpoint`` file) or a file."""
+    _set_mode(tmp, dst)
     if tmp.is_dir():
         if dst.is_dir():
             if not (dst / "checkpoint").is_file():

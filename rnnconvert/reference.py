@@ -37,10 +37,18 @@ ACT = {
 }
 
 
+def _rows_product(w: np.ndarray, xt: np.ndarray, dt, rows: int = 1024) -> np.ndarray:
+    """``w @ xt`` in ``dt``, ``w`` cast ``rows`` rows at a time (no ``dt`` copy of the whole matrix)."""
+    out = np.empty((w.shape[0], xt.shape[1]), dt)
+    for i in range(0, w.shape[0], rows):
+        out[i:i + rows] = np.asarray(w[i:i + rows], dtype=dt) @ xt
+    return out
+
+
 def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool, dt=np.float64) -> np.ndarray:
     """Run one direction (params ``p``) over ``x`` ``(B, T, I_k)``; returns ``(B, T, out)`` in input time order."""
     f64 = lambda a: None if a is None else np.asarray(a, dtype=dt)  # noqa: E731
-    w_ih, w_hh, b_ih, b_hh, w_hr, peep = map(f64, (p.w_ih, p.w_hh, p.b_ih, p.b_hh, p.w_hr, p.peep))
+    w_hh, b_ih, b_hh, w_hr, peep = map(f64, (p.w_hh, p.b_ih, p.b_hh, p.w_hr, p.peep))
     s = layer.semantics
     gact, act = ACT[s.gate_activation], ACT[s.activation]
     H, cell = layer.hidden_size, layer.cell
@@ -48,13 +56,15 @@ def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool
     h = np.zeros((B, layer.output_size), dt)
     c = np.zeros((B, H), dt)
     out = np.zeros((B, T, layer.output_size), dt)
-    xin = x @ w_ih.T + b_ih  # (B, T, G*H)
+    # products as ``(W @ x.T).T``: W stays in its canonical (G*H, in) row-major form and BLAS, given a
+    # few columns, streams it without packing (3-4x faster than ``x @ W.T`` on multi-MB matrices)
+    xin = _rows_product(p.w_ih, x.reshape(B * T, -1).T, dt).T.reshape(B, T, -1) + b_ih  # (B, T, G*H)
     sl = {g: gate_slice(cell, g, H) for g in CANONICAL[cell]}
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for t in steps:
         xt = xin[:, t]
         if cell is Cell.LSTM:
-            zz = xt + h @ w_hh.T + b_hh
+            zz = xt + (w_hh @ h.T).T + b_hh
             zi, zf, zg, zo = (zz[:, sl[g]] for g in "ifgo")
             if peep is not None:
                 zi = zi + peep[0] * c
@@ -67,22 +77,22 @@ def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool
                 zo = zo + peep[2] * c
             hh = gact(zo) * act(c)
             if w_hr is not None:
-                hh = hh @ w_hr.T
+                hh = (w_hr @ hh.T).T
                 if s.proj_clip is not None:
                     hh = np.clip(hh, -s.proj_clip, s.proj_clip)
             h = hh
         elif cell is Cell.GRU:
             r_sl, z_sl, n_sl = sl["r"], sl["z"], sl["n"]
-            hr = h @ w_hh.T + b_hh
+            hr = (w_hh @ h.T).T + b_hh
             r = gact(xt[:, r_sl] + hr[:, r_sl])
             z = gact(xt[:, z_sl] + hr[:, z_sl])
             if s.reset_after:
                 n = act(xt[:, n_sl] + r * hr[:, n_sl])
             else:
-                n = act(xt[:, n_sl] + (r * h) @ w_hh[n_sl].T + b_hh[n_sl])
+                n = act(xt[:, n_sl] + (w_hh[n_sl] @ (r * h).T).T + b_hh[n_sl])
             h = (1.0 - z) * n + z * h
         else:
-            h = act(xt + h @ w_hh.T + b_hh)
+            h = act(xt + (w_hh @ h.T).T + b_hh)
         out[:, t] = h
     return out
 

@@ -191,16 +191,16 @@ def stream_write(writer, ckpt, on_slab=None) -> list[str]:
     ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does.
     ``on_slab(i, k, dirs)``, when given, runs after each slab is written, before it is released (the source
     side of a streamed verification)."""
+    from .stream import slabs
+
     try:
-        for i, layer in enumerate(ckpt.layers):
-            for k in range(layer.num_layers):
-                dirs = ckpt.slab(i, k)
-                writer.write_slab(i, k, dirs)
-                if on_slab is not None:
-                    on_slab(i, k, dirs)
-                del dirs
-                if ckpt.release is not None:
-                    ckpt.release(i, k)
+        for i, k, dirs in slabs(ckpt):
+            writer.write_slab(i, k, dirs)
+            if on_slab is not None:
+                on_slab(i, k, dirs)
+            del dirs  # before the next slab is read: one slab alive at a time
+            if ckpt.release is not None:
+                ckpt.release(i, k)
         return writer.close()
     except BaseException:
         writer.abort()

@@ -43,6 +43,27 @@ def test_existing_output_is_kept_without_force(lstm_pt, tmp_path, capsys):
     assert dst.read_bytes() != b"precious"
 
 
+@pytest.mark.parametrize("dst_name", ["out.pt", "out.safetensors", "out_ckpt"])
+def test_output_permissions_are_what_cp_gives(lstm_pt, tmp_path, dst_name):
+    """A new output gets the umask's default mode (not mkstemp's 0600); a replaced one keeps its mode."""
+    import os
+    import stat
+
+    dst = tmp_path / dst_name
+    old = os.umask(0o027)
+    try:
+        to = ["--to", "tf_checkpoint"] if dst_name == "out_ckpt" else []
+        assert main([str(lstm_pt), str(dst), *to]) == 0
+    finally:
+        os.umask(old)
+    want = (0o777 if dst.is_dir() else 0o666) & ~0o027
+    assert stat.S_IMODE(dst.stat().st_mode) == want
+    if not dst.is_dir():
+        dst.chmod(0o604)
+        assert main([str(lstm_pt), str(dst), "--force"]) == 0
+        assert stat.S_IMODE(dst.stat().st_mode) == 0o604
+
+
 @pytest.mark.parametrize("payload", [b"", b"\x89HDF\r\n\x1a\n" + b"\0" * 100, b"PK\x03\x04garbage", b"hello"])
 def test_bad_input_is_one_line_and_nonzero(tmp_path, capsys, payload):
     src = tmp_path / "bad.h5"

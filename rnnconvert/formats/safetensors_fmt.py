@@ -21,7 +21,7 @@ import numpy as np
 from .. import registry
 from ..errors import FormatError, require
 from ..model import Checkpoint
-from . import torch_pt
+from . import pt_writer, torch_pt
 
 ROUTE = "torch (safetensors tensors)"
 
@@ -123,7 +123,7 @@ class StreamWriter:
         for i, layer in enumerate(ckpt.layers):
             for k, dirs in enumerate(layer.params):
                 self.pending.add((i, k))
-                for key, d, f in torch_pt.slab_keys(layer, k):
+                for key, d, f in pt_writer.slab_plan(layer, k):
                     a = getattr(dirs[d], f)
                     specs[key] = (a.dtype, tuple(a.shape))  # torch's layout is the canonical one: same shapes
         for key, arr in ckpt.tensors.items():
@@ -151,7 +151,7 @@ class StreamWriter:
 
     def write_slab(self, i: int, k: int, dirs: list) -> None:
         """Write stacked layer ``k`` of ``layers[i]`` (its directions ``dirs``, canonical arrays)."""
-        for key, arr in torch_pt.slab_state_dict(self.ckpt.layers[i], k, dirs).items():
+        for key, arr in pt_writer.slab_items(self.ckpt.layers[i], k, dirs):
             self._put(key, arr)
         self.pending.discard((i, k))
 

@@ -24,7 +24,7 @@ import numpy as np
 from .. import gates, registry
 from ..errors import FormatError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder, placeholder
-from ..transforms import fold_forget_bias
+from . import pt_writer
 
 ZIP_MAGIC = b"PK\x03\x04"
 ROUTE = "torch"
@@ -101,16 +101,15 @@ def describe_module(layer: RNNLayer) -> str:
 
 def _is_cell(layer: RNNLayer) -> bool:
     """Read from an ``nn.LSTMCell/GRUCell/RNNCell``: written back with its suffix-less keys."""
-    return str(layer.source.get("class_name", "")).endswith("Cell") and layer.source.get("format") in (
-        "pt", "safetensors") and layer.num_layers == 1 and not layer.bidirectional and not layer.proj_size
+    return pt_writer.is_cell(layer)
 
 
 def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
     """The numpy state dict of ``ckpt`` (RNN layers in torch naming, then the carried tensors)."""
     out: dict[str, np.ndarray] = {}
-    for layer in ckpt.layers:
-        for k, dirs in enumerate(layer.params):
-            out.update(slab_state_dict(layer, k, dirs))
+    for i, layer in enumerate(ckpt.layers):
+        for k in range(layer.num_layers):
+            out.update(pt_writer.slab_items(layer, k, ckpt.slab(i, k)))
     for key, arr in ckpt.tensors.items():
         if key in out:
             raise FormatError(f"tensor name '{key}' is used twice")
@@ -118,53 +117,33 @@ def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
     return out
 
 
-#: torch parameter name stem -> canonical field (:class:`~rnnconvert.model.DirectionParams`), file order.
-TORCH_FIELDS = (("weight_ih", "w_ih"), ("weight_hh", "w_hh"), ("bias_ih", "b_ih"), ("bias_hh", "b_hh"),
-                ("weight_hr", "w_hr"))
+#: this writer takes one slab at a time (:mod:`rnnconvert.formats.pt_writer`).
+STREAM = True
 
 
-def slab_keys(layer: RNNLayer, k: int) -> list[tuple[str, int, str]]:
-    """``(key, direction, field)`` of every tensor of stacked layer ``k`` in the state dict, in its order
-    (a streaming writer knows the names and, the torch layout being canonical, the shapes up front)."""
-    out = []
-    for d in range(layer.num_directions):
-        sfx = "" if _is_cell(layer) else f"_l{k}" + ("_reverse" if d else "")
-        for stem, f in TORCH_FIELDS:
-            if (f in ("b_ih", "b_hh") and not layer.bias) or (f == "w_hr" and not layer.proj_size):
-                continue
-            out.append((f"{layer.name}.{stem}{sfx}", d, f))
-    return out
-
-
-def slab_state_dict(layer: RNNLayer, k: int, dirs: list[DirectionParams]) -> dict[str, np.ndarray]:
-    """The state-dict tensors of stacked layer ``k`` of ``layer`` from its directions ``dirs`` (a TF1
-    ``forget_bias`` folded into ``bias_ih``; gate order i,f,g,o / r,z,n: copies, bit-exact)."""
-    if layer.cell is Cell.LSTM and layer.semantics.forget_bias:
-        dirs = fold_forget_bias(replace(layer, input_size=layer.layer_input_size(k), num_layers=1,
-                                        params=[dirs])).params[0]
-    cv = gates.convention("torch", layer.cell)
-    out = {}
-    for key, d, f in slab_keys(layer, k):
-        a = getattr(dirs[d], f)
-        out[key] = (gates.from_canonical(a, cv, layer.cell) if f[0] == "w" and f != "w_hr" else
-                    gates.vec_from_canonical(a, cv, layer.cell) if f[0] == "b" else np.ascontiguousarray(a))
-    return out
+def open_stream(ckpt: Checkpoint, path: str | Path, **opts: Any):
+    """Start a slab-by-slab ``.pt`` (:class:`rnnconvert.formats.pt_writer.PtStream`)."""
+    return pt_writer.open_stream(ckpt, path, **opts)
 
 
 def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
-    """Write ``ckpt`` as a ``torch.save`` dict of tensors; returns one line per layer naming its module.
+    """Write ``ckpt`` as a ``torch.save`` dict of tensors, byte for byte what ``torch.save(state_dict,
+    open(path, 'wb'))`` writes (root folder ``archive``), one slab at a time; returns one line per layer
+    naming its module.
 
     Raises:
         UnsupportedError: see :func:`check`.
     """
-    torch = require("torch", "torch")
     check(ckpt)
-    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict(ckpt).items()}
-    # torch.save names the zip's root folder after the file it writes to (here a random temporary
-    # name); written to an open file object the root is always 'archive', so the bytes are deterministic.
-    with open(path, "wb") as fh:
-        torch.save(sd, fh)
-    return [describe_module(layer) for layer in ckpt.layers]
+    w = open_stream(ckpt, path)
+    try:
+        for i, layer in enumerate(ckpt.layers):
+            for k in range(layer.num_layers):
+                w.write_slab(i, k, ckpt.slab(i, k))
+        return w.close()
+    except BaseException:
+        w.abort()
+        raise
 
 
 def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
@@ -253,7 +232,7 @@ def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
         FormatError: a tensor of the slab is missing from the file."""
     one = one_slab(layer, k)
     sd = {}
-    for (key, _, _), (new, _, _) in zip(slab_keys(layer, k), slab_keys(one, 0)):
+    for (key, _, _), (new, _, _) in zip(pt_writer.slab_plan(layer, k), pt_writer.slab_plan(one, 0)):
         try:
             sd[new] = get(key)
         except KeyError:

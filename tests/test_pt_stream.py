@@ -1,0 +1,112 @@
+"""The slab-by-slab ``.pt`` writer (rnnconvert/formats/pt_writer.py) against ``torch.save`` itself.
+
+Oracle: ``torch.save`` of the same state dict (torch tensors) into an open file. The streamed file must
+be the same bytes, load with ``torch.load(weights_only=True)`` (with and without ``mmap``), pass zip's
+own CRC check, and run in ``torch.nn`` like its source; a lazy source (placeholders + loader) must give
+the same bytes as an eager one.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import rnnconvert
+from rnnconvert.formats import pt_writer, torch_pt
+from rnnconvert.model import Checkpoint, DirectionParams, placeholder
+
+from conftest import FIXTURES, torch_rnn
+
+torch = pytest.importorskip("torch")
+
+SOURCES = [
+    FIXTURES / "keras" / "bidi_lstm_concat.h5",      # Bidirectional LSTM, Keras kernels turned
+    FIXTURES / "keras" / "cudnn_gru.h5",             # CuDNNGRU: two biases
+    FIXTURES / "keras" / "embedding_lstm.h5",        # carried Embedding/Dense tensors after the layers
+    FIXTURES / "keras" / "lstm_nobias.h5",           # bias=False: no bias keys
+    FIXTURES / "tf" / "multi_basic_lstm",            # TF1 stack with forget_bias 1.0 folded into b_ih
+    FIXTURES / "tf" / "lstm_proj",                   # LSTM projection: weight_hr
+]
+
+
+def torch_save_bytes(ckpt: Checkpoint) -> bytes:
+    buf = io.BytesIO()
+    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_pt.state_dict(ckpt).items()}, buf)
+    return buf.getvalue()
+
+
+def lazy_copy(ckpt: Checkpoint) -> Checkpoint:
+    """The same checkpoint as a lazy one: placeholders, and a loader that hands out fresh copies."""
+    layers = []
+    for layer in ckpt.layers:
+        ph = [[DirectionParams(**{n: placeholder(a.shape, a.dtype) for n, a in dp.arrays().items()}) for dp in dirs]
+              for dirs in layer.params]
+        layers.append(replace(layer, params=ph))
+    loader = lambda i, k: [DirectionParams(**{n: a.copy() for n, a in dp.arrays().items()})  # noqa: E731
+                           for dp in ckpt.layers[i].params[k]]
+    return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, loader=loader)
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
+def test_streamed_pt_is_torch_save_byte_for_byte(src, tmp_path):
+    ckpt = rnnconvert.load(src)
+    out = tmp_path / "out.pt"
+    rnnconvert.save(ckpt, out)
+    assert out.read_bytes() == torch_save_bytes(ckpt)
+    lazy_out = tmp_path / "lazy.pt"
+    rnnconvert.save(lazy_copy(ckpt), lazy_out)
+    assert lazy_out.read_bytes() == out.read_bytes()
+    with zipfile.ZipFile(out) as z:
+        assert z.testzip() is None  # every record's CRC-32 is right
+    for mmap in (False, True):
+        sd = torch.load(out, weights_only=True, mmap=mmap)
+        ref = torch_pt.state_dict(ckpt)
+        assert list(sd) == list(ref)
+        for key, arr in ref.items():
+            assert np.array_equal(sd[key].numpy(), arr) and sd[key].numpy().dtype == arr.dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_streamed_pt_runs_like_its_source_in_torch(dtype, tmp_path):
+    mod = torch_rnn("LSTM", 5, 7, num_layers=3, bidirectional=True, proj_size=4).to(dtype)
+    src = tmp_path / "src.pt"
+    torch.save(mod.state_dict(), src)
+    out = tmp_path / "out.pt"
+    rnnconvert.convert(src, out, verify=None)
+    ckpt = rnnconvert.load(src)
+    assert out.read_bytes() == torch_save_bytes(ckpt)
+    twin = torch.nn.LSTM(5, 7, num_layers=3, bidirectional=True, proj_size=4, batch_first=True).to(dtype)
+    sd = torch.load(out, weights_only=True)  # a bare state dict's layer is named 'rnn' by the reader
+    twin.load_state_dict({k.split(".", 1)[1]: v for k, v in sd.items()}, strict=True)
+    x = torch.randn(2, 6, 5, dtype=dtype)
+    with torch.no_grad():
+        assert torch.equal(twin(x)[0], mod(x)[0])  # same weights, same kernel: the same bits
+
+
+def test_a_failing_slab_leaves_no_output(tmp_path):
+    src = tmp_path / "src.pt"
+    torch.save(torch_rnn("GRU", 4, 6, num_layers=3).state_dict(), src)
+    ckpt = lazy_copy(rnnconvert.load(src))
+    good = ckpt.loader
+
+    def loader(i, k):
+        if k == 2:
+            raise rnnconvert.errors.FormatError("slab 2 is damaged")
+        return good(i, k)
+
+    ckpt.loader = loader
+    out = tmp_path / "out.pt"
+    out.write_bytes(b"previous content")
+    with pytest.raises(rnnconvert.errors.FormatError, match="slab 2"):
+        rnnconvert.save(ckpt, out, force=True)
+    assert out.read_bytes() == b"previous content" and not list(tmp_path.glob(".out.pt.*"))
+
+
+def test_entries_need_only_shapes():
+    ckpt = rnnconvert.load(SOURCES[0])
+    lazy = lazy_copy(ckpt)
+    assert pt_writer.entries(lazy) == [(k, v.shape, v.dtype) for k, v in torch_pt.state_dict(ckpt).items()]
