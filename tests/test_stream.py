@@ -1,0 +1,344 @@
+"""Streaming conversion (issue 7): the restricted ``.pt`` reader against ``torch.load(weights_only=True)``,
+the streamed safetensors writer against the safetensors library, the streamed npz writer, and
+``api.convert``'s slab-by-slab path (verified by the target framework, bit-exact, nothing left behind on
+error).
+
+Oracles: ``torch.load(weights_only=True)`` for every tensor the restricted reader returns;
+``safetensors.numpy.save_file`` for the bytes of a safetensors file; ``torch.nn`` running the source
+module for the converted files.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rnnconvert import api, registry
+from rnnconvert.cli import main
+from rnnconvert.errors import FormatError, UnsupportedError
+from rnnconvert.formats import npz_fmt, safetensors_fmt, torch_pt, torch_zip
+from rnnconvert.model import Checkpoint, DirectionParams, is_placeholder, placeholder
+from rnnconvert.verify import verify as eager_verify
+
+from conftest import FIXTURES, torch_rnn
+
+torch = pytest.importorskip("torch")
+st_numpy = pytest.importorskip("safetensors.numpy")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _restricted(path: Path) -> dict[str, np.ndarray]:
+    arch = torch_zip.Archive(path)
+    return {k: arch.array(t) for k, t in torch_zip.tensors(arch.load()).items()}
+
+
+def _torch_flat(path: Path) -> dict[str, np.ndarray]:
+    return torch_pt._flatten(torch.load(path, weights_only=True, map_location="cpu"))
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for k, v in want.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape and np.array_equal(got[k], v, equal_nan=True), k
+
+
+def _run(mod, x):
+    with torch.no_grad():
+        return mod(torch.from_numpy(x))[0].double().numpy()
+
+
+# ------------------------------------------------------------------ the restricted reader vs torch.load
+def _varied_files(tmp: Path) -> list[Path]:
+    """torch.save files of what training scripts write: state dicts of every cell kind and float dtype,
+    nested checkpoints with optimizer state, nn.Parameter, views with offsets and strides, int tensors."""
+    files = []
+    for n, (kind, kw, dt) in enumerate([("LSTM", dict(num_layers=2, bidirectional=True), torch.float32),
+                                        ("GRU", dict(bias=False), torch.float16),
+                                        ("RNN", dict(num_layers=3, nonlinearity="relu"), torch.float64),
+                                        ("LSTM", dict(proj_size=2), torch.float32)]):
+        m = torch_rnn(kind, 5, 4, seed=n, **kw).to(dt)
+        files.append(tmp / f"sd{n}.pt")
+        torch.save(m.state_dict(), files[-1])
+    m = torch_rnn("LSTM", 3, 4, seed=9)
+    opt = torch.optim.Adam(m.parameters())
+    m(torch.ones(1, 2, 3))[0].sum().backward()
+    opt.step()
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    files.append(tmp / "ckpt.pt")
+    torch.save({"epoch": 3, "model_state_dict": m.state_dict(), "optimizer": opt.state_dict(),
+                "extra": {"view": base[1:, 2:], "t": base.T, "ints": torch.arange(5), "flag": torch.tensor(True),
+                          "p": torch.nn.Parameter(torch.ones(3)), "scalar": torch.tensor(2.5)}}, files[-1])
+    return files
+
+
+def test_restricted_reader_equals_torch_load(tmp_path):
+    files = _varied_files(tmp_path) + sorted((ROOT / "tests" / "data").rglob("*.pt")) + sorted(FIXTURES.rglob("*.pt"))
+    compared = 0
+    for f in files:
+        try:
+            want = _torch_flat(f)
+        except Exception:  # noqa: BLE001 -- damaged corpus files: both must refuse
+            with pytest.raises((FormatError, torch_zip.Declined)):
+                _restricted(f)
+            continue
+        _assert_same(_restricted(f), want)
+        compared += 1
+    assert compared >= 6
+
+
+def test_big_endian_archive(tmp_path):
+    """A file whose ``byteorder`` says big (as torch.save writes on big-endian machines): the data members
+    byteswapped; torch.load (the oracle) and the restricted reader agree."""
+    m = torch_rnn("GRU", 3, 2, seed=4)
+    torch.save(m.state_dict(), tmp_path / "le.pt")
+    with zipfile.ZipFile(tmp_path / "le.pt") as zin, zipfile.ZipFile(tmp_path / "be.pt", "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("/byteorder"):
+                data = b"big"
+            elif "/data/" in info.filename:
+                data = np.frombuffer(data, np.float32).byteswap().tobytes()
+            zout.writestr(info, data)
+    want = _torch_flat(tmp_path / "be.pt")
+    _assert_same(_torch_flat(tmp_path / "le.pt"), want)
+    _assert_same(_restricted(tmp_path / "be.pt"), want)
+
+
+def _rewrite(src: Path, dst: Path, edit_pkl=None, compress: bool = False) -> None:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("/data.pkl") and edit_pkl:
+                assert edit_pkl(data) != data
+                data = edit_pkl(data)
+            if compress and "/data/" in info.filename:
+                info.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(info, data)
+
+
+def test_damaged_and_forged_archives_are_refused(tmp_path, capsys):
+    m = torch_rnn("LSTM", 3, 2, seed=5)
+    src = tmp_path / "ok.pt"
+    torch.save({f"rnn.{k}": v for k, v in m.state_dict().items()}, src)
+    raw = src.read_bytes()
+    (tmp_path / "trunc.pt").write_bytes(raw[: len(raw) // 2])
+    # storage numel forged larger than its member (pickled 'K\x18' = BININT1 24 for weight_ih (8x3))
+    _rewrite(src, tmp_path / "numel.pt", lambda d: re.sub(rb"(cpuq.)K\x18", lambda m: m.group(1) + b"K\x7f", d, count=1, flags=re.S))
+    # tensor size forged past its storage: (8, 3) -> (8, 9)
+    _rewrite(src, tmp_path / "size.pt", lambda d: d.replace(b"K\x00K\x08K\x03\x86", b"K\x00K\x08K\x09\x86", 1))
+    _rewrite(src, tmp_path / "deflated.pt", compress=True)
+    for name, why in [("trunc.pt", ""), ("numel.pt", "declares"), ("size.pt", "past the end of its storage"),
+                      ("deflated.pt", "not stored uncompressed")]:
+        assert (tmp_path / name).read_bytes() != raw
+        with pytest.raises(FormatError, match=why):
+            api.load(tmp_path / name)
+        for ext in (".npz", ".safetensors"):
+            out = tmp_path / "o" / f"x{ext}"
+            out.parent.mkdir(exist_ok=True)
+            assert main([str(tmp_path / name), str(out)]) == 3
+            assert capsys.readouterr().err.count("\n") == 1
+            assert list(out.parent.iterdir()) == []
+
+
+def test_forbidden_global_is_refused_and_never_runs(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    torch.save({"rnn.weight_ih_l0": torch.zeros(4, 2), "x": Evil()}, tmp_path / "evil.pt", pickle_module=pickle)
+    assert zipfile.is_zipfile(tmp_path / "evil.pt")
+    arch = torch_zip.Archive(tmp_path / "evil.pt")
+    with pytest.raises(torch_zip.Declined, match="io.open|builtins"):
+        arch.load()
+    with pytest.raises(FormatError, match="weights_only"):  # the fallback refuses it too
+        api.load(tmp_path / "evil.pt")
+    assert main([str(tmp_path / "evil.pt"), str(tmp_path / "o.npz")]) == 3
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not marker.exists() and not (tmp_path / "o.npz").exists()
+
+
+def test_bfloat16_falls_back_to_torch(tmp_path):
+    m = torch_rnn("GRU", 3, 2, seed=6).to(torch.bfloat16)
+    torch.save(m.state_dict(), tmp_path / "bf.pt")
+    with pytest.raises(torch_zip.Declined):
+        torch_zip.Archive(tmp_path / "bf.pt").load()
+    with pytest.raises(Exception):  # noqa: B017 -- numpy has no bfloat16: the torch route refuses it
+        api.load(tmp_path / "bf.pt")
+
+
+def test_lazy_pt_reader_placeholders_and_slabs(tmp_path):
+    m = torch_rnn("LSTM", 5, 4, seed=7, num_layers=3, bidirectional=True)
+    torch.save({"enc.rnn": m.state_dict(), "head.weight": torch.ones(2, 8)}, tmp_path / "a.pt")
+    lazy = api.load(tmp_path / "a.pt", lazy=True)
+    assert lazy.lazy and all(is_placeholder(a) for dirs in lazy.layers[0].params for p in dirs
+                             for a in p.arrays().values())
+    assert np.array_equal(lazy.tensors["head.weight"], np.ones((2, 8), np.float32))
+    sd = m.state_dict()
+    for k in range(3):
+        dirs = lazy.slab(0, k)
+        for d, sfx in enumerate(["", "_reverse"]):
+            assert np.array_equal(dirs[d].w_hh, sd[f"weight_hh_l{k}{sfx}"].numpy())
+            assert np.array_equal(dirs[d].b_ih, sd[f"bias_ih_l{k}{sfx}"].numpy())
+        lazy.release(0, k)
+        assert np.array_equal(dirs[1].w_ih, sd[f"weight_ih_l{k}_reverse"].numpy())  # pages map back in
+
+
+# ------------------------------------------------------------------ safetensors: the library is the oracle
+def _lazy_copy(ckpt: Checkpoint) -> Checkpoint:
+    layers = [replace(layer, params=[[DirectionParams(**{n: placeholder(a.shape, a.dtype) for n, a in p.arrays().items()})
+                                      for p in dirs] for dirs in layer.params]) for layer in ckpt.layers]
+    loader = lambda i, k: [DirectionParams(**{n: a.copy() for n, a in p.arrays().items()})  # noqa: E731
+                           for p in ckpt.layers[i].params[k]]
+    return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, loader=loader)
+
+
+def _pt_sources(tmp: Path) -> list[Path]:
+    out = []
+    for n, (kind, kw, dt) in enumerate([("LSTM", dict(num_layers=2, bidirectional=True), torch.float32),
+                                        ("GRU", dict(num_layers=2, bias=False), torch.float16),
+                                        ("RNN", dict(bidirectional=True), torch.float64),
+                                        ("LSTM", dict(proj_size=3), torch.float32)]):
+        m = torch_rnn(kind, 5, 4, seed=20 + n, **kw).to(dt)
+        sd = {f"m{n}.rnn.{k}": v for k, v in m.state_dict().items()}
+        sd.update({"m.head.weight": torch.ones(3, 4, dtype=dt), "m.steps": torch.arange(3), "m.mask": torch.ones(2) > 0})
+        out.append(tmp / f"s{n}.pt")
+        torch.save(sd, out[-1])
+    return out
+
+
+@pytest.mark.parametrize("src", [FIXTURES / "keras" / "bidi_lstm_concat.h5", FIXTURES / "keras" / "embedding_lstm.h5",
+                                 FIXTURES / "keras" / "lstm_nobias.h5", FIXTURES / "tf" / "lstm_proj",
+                                 FIXTURES / "tf" / "multi_basic_lstm"], ids=lambda p: p.name)
+def test_safetensors_bytes_equal_the_library_keras_tf(src, tmp_path):
+    _check_safetensors_bytes(api.load(src), tmp_path)
+
+
+def test_safetensors_bytes_equal_the_library_pt(tmp_path):
+    for src in _pt_sources(tmp_path):
+        _check_safetensors_bytes(api.load(src), tmp_path)
+
+
+def _check_safetensors_bytes(ckpt: Checkpoint, tmp: Path) -> None:
+    want = tmp / "lib.safetensors"
+    st_numpy.save_file({k: np.ascontiguousarray(v) for k, v in torch_pt.state_dict(ckpt).items()}, str(want),
+                       metadata=safetensors_fmt.METADATA)
+    for n, c in enumerate([ckpt, _lazy_copy(ckpt)]):
+        got = tmp / f"ours{n}.safetensors"
+        safetensors_fmt.write(c, got)
+        assert got.read_bytes() == want.read_bytes()
+    from safetensors import safe_open
+
+    with safe_open(str(got), framework="numpy") as f:
+        assert f.metadata() == safetensors_fmt.METADATA
+        _assert_same({k: f.get_tensor(k) for k in f.keys()}, torch_pt.state_dict(ckpt))
+
+
+def test_safetensors_header_orders_like_the_library():
+    rng = np.random.default_rng(0)
+    tensors = {name: rng.integers(0, 9, (2, 3)).astype(dt) for name, dt in
+               [("b", np.float32), ("a", np.float64), ("c", np.float16), ("é.x", np.int64), ("z", np.uint8),
+                ("y", np.bool_), ("x", np.int32), ("w", np.uint16), ("v", np.int16), ("u", np.int8),
+                ("t", np.uint32), ("s", np.uint64), ("a\"\\\n\x1f", np.float32)]}
+    lib = st_numpy.save(tensors, metadata=safetensors_fmt.METADATA)
+    head, _ = safetensors_fmt.header({k: (v.dtype, v.shape) for k, v in tensors.items()})
+    assert lib.startswith(head) and len(lib) == len(head) + sum(v.nbytes for v in tensors.values())
+
+
+# ------------------------------------------------------------------ npz
+def test_npz_stream_bytes_do_not_depend_on_laziness(tmp_path):
+    for src in [FIXTURES / "keras" / "bidi_gru_sum.h5", FIXTURES / "tf" / "lstm_proj"] + _pt_sources(tmp_path)[:2]:
+        ckpt = api.load(src)
+        npz_fmt.write(ckpt, tmp_path / "e.npz")
+        npz_fmt.write(_lazy_copy(ckpt), tmp_path / "l.npz")
+        api.convert(src, tmp_path / "c.npz", force=True)
+        assert (tmp_path / "e.npz").read_bytes() == (tmp_path / "l.npz").read_bytes() == (tmp_path / "c.npz").read_bytes()
+        with zipfile.ZipFile(tmp_path / "c.npz") as z:
+            assert z.testzip() is None
+            slabs = [tuple(int(p.lstrip("ld")) for p in n.split("/")[1:4]) for n in z.namelist() if n.startswith("layers/")]
+        assert slabs == sorted(slabs)  # members in slab order (i, k, d)
+
+
+# ------------------------------------------------------------------ api.convert, streamed
+@pytest.mark.parametrize("kind,kw", [("LSTM", dict(num_layers=3, bidirectional=True)), ("GRU", dict(num_layers=2)),
+                                     ("RNN", dict(num_layers=2, bidirectional=True, nonlinearity="relu")),
+                                     ("LSTM", dict(num_layers=2, proj_size=3))])
+def test_streamed_conversions_verified_and_bit_exact(kind, kw, tmp_path, monkeypatch):
+    m = torch_rnn(kind, 5, 4, seed=30, **kw)
+    sd = {f"enc.rnn.{k}": v for k, v in m.state_dict().items()}
+    torch.save({"model": sd, "epoch": 1}, tmp_path / "src.pt")
+    opts = {"nonlinearity": kw.get("nonlinearity", "tanh")}
+    x = np.random.default_rng(31).standard_normal((2, 6, 5)).astype(np.float32)
+    want = _run(m, x)
+    opened = []
+    for fmt in (safetensors_fmt, npz_fmt, torch_pt):
+        monkeypatch.setattr(fmt, "open_stream", lambda *a, _o=fmt.open_stream, **k: opened.append(1) or _o(*a, **k))
+    for ext in ("safetensors", "npz", "pt"):
+        out = tmp_path / f"a.{ext}"
+        rep = api.convert(tmp_path / "src.pt", out, read_opts=opts)
+        (check,) = rep.verification.layers
+        assert check.ok and check.name == "enc.rnn" and check.source_route == "numpy reference"
+        back = api.load(out, **opts)
+        _assert_same(torch_pt.state_dict(back), {k: v.numpy() for k, v in sd.items()})
+        assert np.array_equal(_run(torch_pt.modules(back)["enc.rnn"], x), want)
+    assert len(opened) == 3  # streaming is the default for these pairs
+
+
+def test_streamed_report_reads_like_the_eager_one(tmp_path):
+    m = torch_rnn("LSTM", 5, 4, seed=40, num_layers=3, bidirectional=True)
+    torch.save({f"rnn.{k}": v for k, v in m.state_dict().items()}, tmp_path / "src.pt")
+    for ext, fmt in (("safetensors", safetensors_fmt), ("npz", npz_fmt), ("pt", torch_pt)):
+        rep = api.convert(tmp_path / "src.pt", tmp_path / f"a.{ext}", seed=3).verification
+        eager = eager_verify(api.load(tmp_path / "src.pt"), torch_pt, tmp_path / f"a.{ext}", fmt, seed=3)
+        strip = lambda r: {**r.to_dict(), "seconds": 0}  # noqa: E731
+        assert strip(rep) == strip(eager), ext
+        # the target side per slab (each slab's torch output feeding the next) is what the whole module computes
+        x = np.random.default_rng(5).standard_normal((2, 4, 5)).astype(np.float32)
+        ckpt = api.load(tmp_path / "src.pt", lazy=True)
+        y = x
+        for k in range(3):
+            y = fmt.target_forward_slab(tmp_path / f"a.{ext}", ckpt, "rnn", k, y)
+        np.testing.assert_allclose(y, fmt.target_forward(tmp_path / f"a.{ext}", ckpt, "rnn", x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("ext", ["npz", "safetensors", "pt"])
+def test_nan_in_slab_5_of_8_fails_and_leaves_nothing(ext, tmp_path, monkeypatch):
+    m = torch_rnn("LSTM", 3, 2, seed=50, num_layers=8)
+    sd = m.state_dict()
+    sd["weight_hh_l4"][1, 1] = float("nan")
+    torch.save(sd, tmp_path / "nan.pt")
+    written = []
+    fmt = registry.for_output(Path(f"x.{ext}")).load()
+    real = fmt.open_stream
+
+    def spy(*a, **k):
+        w = real(*a, **k)
+        ws = w.write_slab
+        w.write_slab = lambda i, k, dirs: written.append(k) or ws(i, k, dirs)
+        return w
+
+    monkeypatch.setattr(fmt, "open_stream", spy)
+    out = tmp_path / "out" / f"o.{ext}"
+    out.parent.mkdir()
+    with pytest.raises(FormatError, match=r"'rnn\[4\]'.* w_hh contains NaN"):
+        api.convert(tmp_path / "nan.pt", out)
+    assert written == [0, 1, 2, 3]  # slabs 1-4 were streamed out before slab 5 was read
+    assert list(out.parent.iterdir()) == []
+
+
+def test_refused_model_writes_nothing(realworld, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for ext in ("safetensors", "pt"):
+        with pytest.raises(UnsupportedError, match="hard_sigmoid"):
+            api.convert(realworld / "mycroft-precise-gru" / "hey-mycroft.net", out / f"m.{ext}")
+    assert list(out.iterdir()) == []
