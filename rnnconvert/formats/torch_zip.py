@@ -169,9 +169,11 @@ class Archive:
             info = self.members.get(f"{self.root}/data/{key}")
             if info is None:
                 raise FormatError(f"{self.path}: storage '{key}' is missing from the archive")
-            with open(self.path, "rb") as fh:
-                fh.seek(info.header_offset)
-                head = fh.read(_LOCAL_HEADER.size)
+            head = b""
+            if 0 <= info.header_offset <= self.size - _LOCAL_HEADER.size:
+                with open(self.path, "rb") as fh:
+                    fh.seek(info.header_offset)
+                    head = fh.read(_LOCAL_HEADER.size)
             if len(head) < _LOCAL_HEADER.size:
                 raise FormatError(f"{self.path}: storage '{key}' lies past the end of the file")
             sig, _, flags, method, _, _, _, _, _, nlen, xlen = _LOCAL_HEADER.unpack(head)
