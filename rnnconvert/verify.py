@@ -17,6 +17,11 @@ once for both passes (lazily re-read tensors are held for that layer only); the 
 the input projections ``x_t W`` of all steps in one product, the float32 pass keeps the source
 framework's step-by-step order. Neither changes the equations or the tolerance above. Target sessions
 that load the whole written file (onnxruntime) are built once per verification (``release`` verb).
+
+Streamed conversions (:func:`rnnconvert.api.convert` with a ``LAZY`` reader and a ``STREAM`` writer) use
+:class:`StreamedVerification`: the same batch, routes, tolerance and report, with the source side run
+slab by slab while each slab is in memory and the target side reading the written file back one layer
+(or one slab, ``target_forward_slab``) at a time; :func:`layer_check` is the comparison of both paths.
 """
 
 from __future__ import annotations
