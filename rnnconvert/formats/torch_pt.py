@@ -354,7 +354,10 @@ def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
                 if a[0] is None or a[1] is None:
                     raise FormatError(f"{where}: missing {names[0]} or {names[1]}")
                 used.update(n for n, v in zip(names, a) if v is not None)
-                row.append(_direction(a, cell, G * H))
+                try:
+                    row.append(_direction(a, cell, G * H))
+                except ValueError as exc:  # a weight whose rows do not split into the gates
+                    raise FormatError(f"{where}: '{names[0]}': {exc}") from exc
                 rkeys.append([n if v is not None else None for n, v in zip(names, a)])
             params.append(row)
             lkeys.append(rkeys)
