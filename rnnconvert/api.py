@@ -227,6 +227,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
+    When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
+    conversion") the conversion holds one slab of parameters at a time (:func:`_convert_streamed`);
+    otherwise the whole checkpoint is read, written, then verified. Same report either way.
+
     Args:
         to: target format name; default from ``dst``'s extension.
         src_format: source format name; default detected by content.

@@ -412,7 +412,10 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, **
         return group_state_dict(strip_module_prefix(_flatten(unwrap(load_state(p)))), str(p), "pt", nonlinearity)
     except FormatError as exc:
         raise FormatError(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
-    ckpt, keys = _group({k: placeholder(t.shape, t.dtype) for k, t in found.items()}, str(p), "pt", nonlinearity)
+    # stand-ins of the right shape/dtype holding no memory (NaN placeholders for float tensors)
+    stub = {k: placeholder(t.shape, t.dtype) if t.dtype.kind in "fc" else
+            np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in found.items()}
+    ckpt, keys = _group(stub, str(p), "pt", nonlinearity)
     ckpt.tensors = {k: arch.array(found[k]) for k in ckpt.tensors}
 
     def loader(i: int, k: int) -> list[DirectionParams]:
