@@ -289,6 +289,20 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
     return modules, (check.target_side(tmp, out_mod) if check else None)
 
 
+def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mode: str, seed: int) -> VerifyReport:
+    """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
+    side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
+    from .stream import slabs
+
+    check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed)
+    for i, k, dirs in slabs(ckpt):
+        check.source_slab(i, k, dirs)
+        del dirs
+        if ckpt.release is not None:
+            ckpt.release(i, k)
+    return check.target_side(dst, out_mod)
+
+
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32") -> VerifyReport:
@@ -319,9 +333,13 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         targets = [out_mod]
     else:
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
-    ckpt = load(src, in_fmt.name, **(read_opts or {}))
+    in_mod = in_fmt.load()
+    lazy = device == "cpu" and bool(getattr(in_mod, "LAZY", False))
+    ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:
-        reps = [_verify(ckpt, in_fmt.load(), Path(dst), t, mode=mode, src_path=Path(src), seed=seed,
+        if lazy:  # one slab of the source at a time, as a streamed conversion verifies
+            return _verify_streamed(ckpt, in_mod, Path(src), Path(dst), out_mod, mode, seed)
+        reps = [_verify(ckpt, in_mod, Path(dst), t, mode=mode, src_path=Path(src), seed=seed,
                         first_tol=1e-2 if dtype == "float16" else None) for t in targets]
         rep = reps[0]
         for other in reps[1:]:

@@ -378,3 +378,18 @@ def test_every_lazy_reader_into_every_stream_writer(tmp_path, monkeypatch):
                 assert want.keys() == got.keys()
                 for key, a in want.items():
                     assert got[key].dtype == a.dtype and np.array_equal(got[key], a), (src.name, w.name, key)
+
+
+def test_api_verify_of_a_lazy_source_reads_like_convert(tmp_path):
+    """``rnnconvert verify SRC DST`` with a LAZY source verifies slab by slab: the same report as the
+    conversion's own verification, and a file that differs from its source fails it."""
+    m = torch_rnn("GRU", 5, 4, seed=70, num_layers=3, bidirectional=True)
+    sd = {f"g.{k}": v for k, v in m.state_dict().items()}
+    torch.save(sd, tmp_path / "src.pt")
+    rep = api.convert(tmp_path / "src.pt", tmp_path / "a.safetensors", seed=2).verification
+    again = api.verify(tmp_path / "src.pt", tmp_path / "a.safetensors", seed=2)
+    strip = lambda r: {**r.to_dict(), "seconds": 0}  # noqa: E731
+    assert strip(again) == strip(rep)
+    sd["g.weight_hh_l1_reverse"] = sd["g.weight_hh_l1_reverse"] * 1.01
+    torch.save(sd, tmp_path / "other.pt")
+    assert not api.verify(tmp_path / "other.pt", tmp_path / "a.safetensors", seed=2).ok
