@@ -353,8 +353,10 @@ def _stream_sources(tmp: Path) -> dict[str, list[Path]]:
 
 
 def _canonical(ckpt: Checkpoint) -> dict[str, np.ndarray]:
-    return {f"{layer.name}/{k}/{d}/{f}": a for layer in ckpt.layers for k, dirs in enumerate(layer.params)
-            for d, p in enumerate(dirs) for f, a in p.arrays().items()}
+    """Every direction's canonical arrays in order (slab n, direction d), whatever the layer names and
+    grouping (Keras writes one layer per stacked layer of an ``nn.LSTM``)."""
+    dirs = [p for layer in ckpt.layers for row in layer.params for p in row]
+    return {f"{n}/{f}": a for n, p in enumerate(dirs) for f, a in p.arrays().items()}
 
 
 def test_every_lazy_reader_into_every_stream_writer(tmp_path, monkeypatch):
@@ -377,7 +379,14 @@ def test_every_lazy_reader_into_every_stream_writer(tmp_path, monkeypatch):
                 want, got = _canonical(api.load(src)), _canonical(api.load(out))
                 assert want.keys() == got.keys()
                 for key, a in want.items():
-                    assert got[key].dtype == a.dtype and np.array_equal(got[key], a), (src.name, w.name, key)
+                    assert got[key].dtype == a.dtype, (src.name, w.name, key)
+                    if key.endswith("/b_hh"):
+                        continue
+                    if key.endswith("/b_ih"):  # a single-bias target holds b_ih + b_hh: one float rounding
+                        ws, gs = a + want[key[:-4] + "b_hh"], got[key] + got[key[:-4] + "b_hh"]
+                        assert np.all(np.abs(gs - ws) <= np.spacing(np.abs(ws))), (src.name, w.name, key)
+                    else:  # weights: permutations and transposes, bit-exact
+                        assert np.array_equal(got[key], a), (src.name, w.name, key)
 
 
 def test_api_verify_of_a_lazy_source_reads_like_convert(tmp_path):
