@@ -41,6 +41,8 @@ STORAGE = {"FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage
            "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16, "CharStorage": np.int8,
            "ByteStorage": np.uint8, "BoolStorage": np.bool_}
 _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # zip local file header (APPNOTE 4.3.7), 30 bytes
+#: Largest ``data.pkl`` read (tensor data lives in other members; optimizer state keeps it far smaller).
+MAX_PICKLE = 1 << 28
 
 
 class Declined(Exception):
@@ -141,7 +143,10 @@ class Archive:
                 self.members = {i.filename: i for i in infos if i.filename.startswith(self.root + "/")}
                 bo = self.members.get(f"{self.root}/byteorder")
                 self.big = bo is not None and zf.read(bo).strip() == b"big"
-                self.pickle = zf.read(pkls[0])
+                info = self.members[pkls[0]]
+                if info.file_size > MAX_PICKLE:  # a state dict's pickle is KBs; refuse before inflating it
+                    raise FormatError(f"{self.path}: data.pkl declares {info.file_size} bytes; refused")
+                self.pickle = zf.read(info)
         except Declined:
             raise
         except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, NotImplementedError) as exc:
