@@ -1,0 +1,440 @@
+"""A pure-Python reader of TensorFlow V2 checkpoint bundles (``<prefix>.index`` + ``<prefix>.data-NNNNN-of-MMMMM``).
+
+TensorFlow writes every checkpoint since TF 1.x's ``Saver(write_version=V2)`` -- TF1 ``Saver``, TF2
+``save_weights``/``tf.train.Checkpoint``, a SavedModel's ``variables/`` -- as one *bundle*. This module reads
+one without TensorFlow: no C++ runs, so a damaged file can only raise :class:`~rnnconvert.errors.FormatError`
+(TensorFlow's reader aborts the process on some forged ``.index`` files), and each tensor is one ``readinto``.
+
+Layout facts (TensorFlow sources: ``tensorflow/core/util/tensor_bundle/tensor_bundle.{h,cc}``, ``naming.cc``,
+``tensorflow/core/protobuf/tensor_bundle.proto``; the table: ``tsl/lib/io/{format,block,table}.cc``,
+leveldb's ``doc/table_format.md``; ``tensorflow/core/framework/{types,tensor_shape,versions}.proto``):
+
+* ``.index`` is an SSTable. Its last 48 bytes are the footer: two block handles (varint64 offset, varint64
+  size: the metaindex block, then the index block), zero padding to 40 bytes, the fixed64 magic
+  ``0xdb4775248b80fb57``. Every block is followed by a 5-byte trailer: the compression type (0 none,
+  1 snappy; bundles are written uncompressed) and the *masked* crc32c of the block and the type byte.
+  A block holds entries ``varint32 shared, varint32 non_shared, varint32 value_length, key[shared:],
+  value``; each key shares ``shared`` leading bytes with the previous key; the block ends with a uint32
+  restart array and its uint32 count. The index block maps a key to the handle of the data block
+  holding the keys up to it. Keys are sorted and distinct.
+* Key ``""`` holds a ``BundleHeaderProto`` (``num_shards`` 1, ``endianness`` 2: 0 little / 1 big,
+  ``version`` 3: a ``VersionDef``; the reader's version is 1, so ``min_consumer > 1`` is a newer format).
+  Every other key is a ``BundleEntryProto``: ``dtype`` 1 (``DataType``), ``shape`` 2 (``TensorShapeProto``:
+  ``dim`` 2 {``size`` 1}, ``unknown_rank`` 3), ``shard_id`` 3, ``offset`` 4, ``size`` 5, ``crc32c`` 6 (fixed32,
+  masked crc32c of the stored bytes), ``slices`` 7 (partitioned variables, stored under other keys).
+* Shard ``k`` of ``n`` is ``<prefix>.data-%05d-of-%05d``. A numeric tensor is its ``size`` raw
+  little-endian bytes at ``offset`` (row-major), ``size == itemsize * prod(shape)``. A string tensor is
+  ``varint64`` lengths, a masked crc32c of the lengths (each as a little-endian uint32, or uint64 when
+  over 2**32-1; writers before TF 2.x used uint64 always), then the bytes; the entry's crc32c covers
+  the lengths as hashed, the stored length checksum and the bytes.
+
+Declined with :class:`BundleUnsupported` (the caller falls back to TensorFlow): entries with ``slices``,
+big-endian bundles, compressed blocks, ``min_consumer > 1``, dtypes outside :data:`DTYPES` (``bfloat16``
+needs ``ml_dtypes``). Everything inconsistent (offsets past the end of a file, sizes that disagree with
+shapes, bad checksums, broken varints or protobufs) raises FormatError naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .. import crc32c
+from ..errors import FormatError
+
+MAGIC = 0xDB4775248B80FB57
+FOOTER = 48
+#: TensorFlow ``DataType`` enum values (types.proto) -> numpy dtype; 7 (DT_STRING) is handled apart.
+DTYPES = {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i8", 10: "?", 17: "<u2",
+          19: "<f2", 22: "<u4", 23: "<u8"}
+DT_STRING, DT_BFLOAT16 = 7, 14
+#: Upper bound on a dimension product (TensorShape's own limit is 2**63-1 elements).
+MAX_ELEMENTS = 1 << 62
+
+
+class BundleUnsupported(Exception):
+    """Not damaged, but not read here (sliced entries, big-endian, compression, a dtype): use TensorFlow."""
+
+
+class _Bad(Exception):
+    """A defect found while decoding; re-raised as FormatError with the file name."""
+
+
+# ------------------------------------------------------------------------------------------ wire format
+def _varint(buf: bytes, pos: int, end: int, limit_bytes: int = 10) -> tuple[int, int]:
+    """A base-128 varint at ``pos`` (at most ``limit_bytes`` bytes, before ``end``): (value, next pos)."""
+    val = shift = 0
+    for i in range(limit_bytes):
+        if pos >= end:
+            raise _Bad("truncated varint")
+        b = buf[pos]
+        pos += 1
+        val |= (b & 0x7F) << shift
+        if b < 0x80:
+            return val, pos
+        shift += 7
+    raise _Bad("varint longer than allowed")
+
+
+def _int64(v: int) -> int:
+    """A protobuf int64 from its varint (negative numbers are 10-byte two's complement)."""
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _fields(buf: bytes, start: int = 0, end: int | None = None):
+    """Protobuf fields of ``buf[start:end]``: (number, wire type, int value or (start, end) of the bytes)."""
+    pos, end = start, len(buf) if end is None else end
+    while pos < end:
+        tag, pos = _varint(buf, pos, end)
+        num, wt = tag >> 3, tag & 7
+        if num == 0:
+            raise _Bad("protobuf field number 0")
+        if wt == 0:
+            val, pos = _varint(buf, pos, end)
+        elif wt == 1 or wt == 5:
+            n = 8 if wt == 1 else 4
+            if pos + n > end:
+                raise _Bad("truncated fixed-width protobuf field")
+            val, pos = int.from_bytes(buf[pos:pos + n], "little"), pos + n
+        elif wt == 2:
+            n, pos = _varint(buf, pos, end)
+            if pos + n > end:
+                raise _Bad("protobuf length past the end of its message")
+            val, pos = (pos, pos + n), pos + n
+        else:
+            raise _Bad(f"protobuf wire type {wt}")
+        yield num, wt, val
+
+
+def _text(buf: bytes, span) -> str:
+    return bytes(buf[span[0]:span[1]]).decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------------------------------ the table
+def _block(data: bytes, handle: tuple[int, int], what: str) -> bytes:
+    """The contents of the block at ``handle`` after checking its trailer (type byte + masked crc32c)."""
+    off, size = handle
+    if off + size + 5 > len(data):
+        raise _Bad(f"{what} block [{off}, +{size}] past the end of the file ({len(data)} bytes)")
+    kind = data[off + size]
+    stored = int.from_bytes(data[off + size + 1: off + size + 5], "little")
+    if crc32c.unmask(stored) != crc32c.value(memoryview(data)[off: off + size + 1]):
+        raise _Bad(f"{what} block checksum does not match")
+    if kind == 1:
+        raise BundleUnsupported("snappy-compressed table block")
+    if kind != 0:
+        raise _Bad(f"{what} block of unknown compression type {kind}")
+    return data[off: off + size]
+
+
+def _entries(block: bytes, what: str) -> list[tuple[bytes, bytes]]:
+    """All (key, value) pairs of a block, keys rebuilt from their shared prefixes."""
+    if len(block) < 4:
+        raise _Bad(f"{what} block shorter than its restart count")
+    restarts = int.from_bytes(block[-4:], "little")
+    if restarts > (len(block) - 4) // 4:
+        raise _Bad(f"{what} block declares {restarts} restarts")
+    limit = len(block) - 4 * (restarts + 1)
+    out, pos, key = [], 0, b""
+    while pos < limit:  # each entry takes at least 3 bytes: bounded
+        shared, pos = _varint(block, pos, limit, 5)
+        unshared, pos = _varint(block, pos, limit, 5)
+        vlen, pos = _varint(block, pos, limit, 5)
+        if shared > len(key) or pos + unshared + vlen > limit:
+            raise _Bad(f"{what} block entry out of bounds")
+        key = key[:shared] + block[pos: pos + unshared]
+        pos += unshared
+        out.append((key, block[pos: pos + vlen]))
+        pos += vlen
+    return out
+
+
+def _handle(buf: bytes, pos: int, end: int) -> tuple[tuple[int, int], int]:
+    off, pos = _varint(buf, pos, end)
+    size, pos = _varint(buf, pos, end)
+    return (off, size), pos
+
+
+def read_table(data: bytes) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of an SSTable held in ``data``, in key order (raises _Bad/BundleUnsupported)."""
+    if len(data) < FOOTER:
+        raise _Bad(f"the file has {len(data)} bytes, shorter than the 48-byte table footer")
+    foot = data[-FOOTER:]
+    if int.from_bytes(foot[40:48], "little") != MAGIC:
+        raise _Bad("no table magic number at the end (truncated or not a checkpoint index)")
+    meta, pos = _handle(foot, 0, 40)
+    index, _ = _handle(foot, pos, 40)
+    body = data[:-FOOTER]
+    _block(body, meta, "metaindex")
+    out: list[tuple[bytes, bytes]] = []
+    for _, value in _entries(_block(body, index, "index"), "index"):
+        handle, _ = _handle(value, 0, len(value))
+        for k, v in _entries(_block(body, handle, "data"), "data"):
+            if out and k <= out[-1][0]:
+                raise _Bad("table keys out of order")
+            out.append((k, v))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the bundle
+class Entry:
+    """One ``BundleEntryProto``: dtype (TF enum), shape, shard, offset, size, crc32c (unmasked), sliced."""
+
+    __slots__ = ("dtype", "shape", "shard", "offset", "size", "crc", "sliced")
+
+    def __init__(self, value: bytes):
+        self.dtype, self.shape, self.shard, self.offset, self.size, self.crc = 0, [], 0, 0, 0, None
+        self.sliced = False
+        for num, wt, val in _fields(value):
+            if num == 1 and wt == 0:
+                self.dtype = val
+            elif num == 2 and wt == 2:
+                self.shape = _shape(value, val)
+            elif num == 3 and wt == 0:
+                self.shard = _int64(val)
+            elif num == 4 and wt == 0:
+                self.offset = _int64(val)
+            elif num == 5 and wt == 0:
+                self.size = _int64(val)
+            elif num == 6 and wt == 5:
+                self.crc = crc32c.unmask(val)
+            elif num == 7:
+                self.sliced = True
+
+
+def _shape(buf: bytes, span) -> list[int]:
+    dims = []
+    for num, wt, val in _fields(buf, *span):
+        if num == 2 and wt == 2:
+            size = 0
+            for n2, w2, v2 in _fields(buf, *val):
+                if n2 == 1 and w2 == 0:
+                    size = _int64(v2)
+            if size < 0:
+                raise _Bad(f"negative dimension {size}")
+            dims.append(size)
+        elif num == 3 and wt == 0 and val:
+            raise _Bad("shape of unknown rank")
+    return dims
+
+
+def _dtype(code: int) -> np.dtype:
+    if code in DTYPES:
+        return np.dtype(DTYPES[code])
+    if code == DT_BFLOAT16:
+        try:
+            import ml_dtypes  # optional (a TensorFlow and JAX dependency)
+        except ImportError as exc:
+            raise BundleUnsupported("bfloat16 tensors need the ml_dtypes package") from exc
+        return np.dtype(ml_dtypes.bfloat16)
+    if code == DT_STRING:
+        return np.dtype(object)
+    raise BundleUnsupported(f"TensorFlow dtype {code}")
+
+
+class BundleReader:
+    """The variables of a V2 checkpoint bundle; the subset of ``tf.train.load_checkpoint``'s reader that
+    rnnconvert uses (:meth:`get_variable_to_shape_map`, :meth:`get_variable_to_dtype_map`, :meth:`get_tensor`).
+
+    Opening parses and checks the whole ``.index`` (every entry's shape against its size and its shard
+    file's length); tensors are read one at a time on demand, each into a fresh array with one
+    ``readinto`` at its offset, then its crc32c is checked (:mod:`rnnconvert.crc32c`; numpy, about
+    1.5 GB/s on one core, unless a C implementation is installed).
+
+    Raises:
+        FormatError: anything inconsistent, naming the file (and the key).
+        BundleUnsupported: a valid bundle this reader does not handle (see the module docstring).
+    """
+
+    def __init__(self, prefix: str | Path, where: str | Path | None = None):
+        self.prefix = str(prefix)
+        self.index = self.prefix + ".index"
+        self.where = str(where) if where is not None else self.index  # how messages name the checkpoint
+        try:
+            data = Path(self.index).read_bytes()
+        except OSError as exc:
+            raise FormatError(f"{self.where}: cannot read the checkpoint index {self.index} ({exc.strerror})") from exc
+        try:
+            table = read_table(data)
+        except _Bad as exc:
+            raise FormatError(f"{self.where}: damaged TensorFlow checkpoint index: {exc}") from exc
+        if not table or table[0][0] != b"":
+            raise FormatError(f"{self.where}: damaged TensorFlow checkpoint index: no bundle header entry")
+        self.num_shards = self._header(table[0][1])
+        self.entries: dict[str, Entry] = {}
+        sizes: dict[int, int] = {}
+        for raw_key, value in table[1:]:
+            key = raw_key.decode("utf-8", "replace")
+            try:
+                e = Entry(value)
+            except _Bad as exc:
+                raise FormatError(f"{self.where}: damaged index entry of variable '{key}': {exc}") from exc
+            if e.sliced:
+                raise BundleUnsupported(f"'{key}' is stored as slices (a partitioned variable)")
+            self._check(key, e, sizes)
+            self.entries[key] = e
+
+    def _header(self, value: bytes) -> int:
+        shards, endian, min_consumer, bad = 0, 0, 0, []
+        try:
+            for num, wt, val in _fields(value):
+                if num == 1 and wt == 0:
+                    shards = _int64(val)
+                elif num == 2 and wt == 0:
+                    endian = val
+                elif num == 3 and wt == 2:
+                    for n2, w2, v2 in _fields(value, *val):
+                        if n2 == 2 and w2 == 0:
+                            min_consumer = _int64(v2)
+                        elif n2 == 3 and w2 == 0:
+                            bad.append(_int64(v2))
+        except _Bad as exc:
+            raise FormatError(f"{self.where}: damaged bundle header: {exc}") from exc
+        if not 1 <= shards <= 99999:
+            raise FormatError(f"{self.where}: damaged bundle header: {shards} shards")
+        if endian != 0:
+            raise BundleUnsupported("big-endian bundle")
+        if min_consumer > 1 or 1 in bad:
+            raise BundleUnsupported(f"bundle format for readers of version {min_consumer} and later")
+        return shards
+
+    def shard_path(self, shard: int) -> str:
+        return f"{self.prefix}.data-{shard:05d}-of-{self.num_shards:05d}"
+
+    def _check(self, key: str, e: Entry, sizes: dict[int, int]) -> None:
+        where = f"{self.where}: variable '{key}'"
+        if not 0 <= e.shard < self.num_shards:
+            raise FormatError(f"{where}: shard {e.shard} of {self.num_shards}")
+        if e.shard not in sizes:
+            try:
+                sizes[e.shard] = os.stat(self.shard_path(e.shard)).st_size
+            except OSError as exc:
+                raise FormatError(f"{where}: its data file {self.shard_path(e.shard)} is missing "
+                                  f"({exc.strerror})") from exc
+        count = 1
+        for d in e.shape:
+            count *= d
+            if count > MAX_ELEMENTS:
+                raise FormatError(f"{where}: shape {e.shape} has too many elements")
+        dt = _dtype(e.dtype)
+        if dt.kind == "O":
+            if e.size < count + 4 * (count > 0):
+                raise FormatError(f"{where}: {e.size} bytes cannot hold {count} strings")
+        elif e.size != count * dt.itemsize:
+            raise FormatError(f"{where}: shape {e.shape} {dt.name} needs {count * dt.itemsize} bytes, the "
+                              f"entry says {e.size}")
+        if e.offset < 0 or e.offset + e.size > sizes[e.shard]:
+            raise FormatError(f"{where}: bytes [{e.offset}, {e.offset + e.size}) lie past the end of "
+                              f"{self.shard_path(e.shard)} ({sizes[e.shard]} bytes): the .data file is "
+                              "shorter than its .index says")
+        if e.crc is None and e.size:
+            raise FormatError(f"{where}: entry without a checksum")
+
+    def get_variable_to_shape_map(self) -> dict[str, list[int]]:
+        return {k: list(e.shape) for k, e in self.entries.items()}
+
+    def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
+        return {k: _dtype(e.dtype) for k, e in self.entries.items()}
+
+    def get_tensor(self, key: str):
+        """Variable ``key``: a fresh writable numpy array (dtype and shape as stored); a scalar string
+        tensor as ``bytes``, other string tensors as object arrays of ``bytes``.
+
+        Raises:
+            KeyError: no such variable. FormatError: the bytes are short or fail their checksum."""
+        e = self.entries[key]
+        dt = _dtype(e.dtype)
+        path = self.shard_path(e.shard)
+        buf = bytearray(e.size) if dt.kind == "O" else np.empty(e.shape, dt)
+        view = memoryview(buf).cast("B") if dt.kind == "O" else memoryview(buf.reshape(-1).view(np.uint8))
+        try:
+            with open(path, "rb", buffering=0) as f:
+                f.seek(e.offset)
+                got = 0
+                while got < e.size:  # one read, unless the kernel returns less (over 2 GiB)
+                    n = f.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+        except OSError as exc:
+            raise FormatError(f"{self.where}: cannot read variable '{key}' from {path} ({exc.strerror})") from exc
+        if got != e.size:
+            raise FormatError(f"{self.where}: variable '{key}': {path} is shorter than its .index says")
+        if dt.kind == "O":
+            return self._strings(key, path, e, bytes(buf))
+        if crc32c.value(view) != e.crc:
+            raise FormatError(f"{self.where}: variable '{key}': checksum does not match (crc32c of its bytes "
+                              f"in {path}): the .data file is damaged")
+        return buf
+
+    def _strings(self, key: str, path: str, e: Entry, data: bytes):
+        count = int(np.prod(e.shape, dtype=np.int64)) if e.shape else 1
+        where = f"{self.where}: variable '{key}' (in {path})"
+        lengths, pos = [], 0
+        try:
+            for _ in range(count):
+                n, pos = _varint(data, pos, len(data))
+                lengths.append(n)
+        except _Bad as exc:
+            raise FormatError(f"{where}: damaged string lengths ({exc})") from exc
+        if pos + 4 + sum(lengths) != len(data):
+            raise FormatError(f"{where}: string lengths disagree with the entry size")
+        stored = data[pos: pos + 4]
+        ok = False
+        for wide in (False, True):  # lengths hashed as uint32 (current writers) or uint64 (older ones)
+            raw = b"".join(n.to_bytes(8 if wide or n > 0xFFFFFFFF else 4, "little") for n in lengths)
+            crc = crc32c.value(raw)
+            if crc32c.unmask(int.from_bytes(stored, "little")) == crc:
+                ok = crc32c.extend(crc32c.extend(crc, stored), data[pos + 4:]) == e.crc
+                break
+        if not ok:
+            raise FormatError(f"{where}: checksum does not match (crc32c): the .data file is damaged")
+        out, pos = [], pos + 4
+        for n in lengths:
+            out.append(data[pos: pos + n])
+            pos += n
+        if not e.shape:
+            return out[0]
+        arr = np.empty(count, dtype=object)
+        arr[:] = out
+        return arr.reshape(e.shape)
+
+
+# ------------------------------------------------------------------------------------------ object graph
+def object_graph(blob: bytes, where: str = "") -> list[tuple[list[tuple[int, str]], list[tuple[str, str, str]]]]:
+    """Decode a serialized ``TrackableObjectGraph`` (``tensorflow/core/protobuf/trackable_object_graph.proto``:
+    ``nodes`` 1 -> ``TrackableObject`` {``children`` 1: ``ObjectReference`` {``node_id`` 1, ``local_name`` 2};
+    ``attributes`` 2: ``SerializedTensor`` {``name`` 1, ``full_name`` 2, ``checkpoint_key`` 3}}): per node,
+    its children as (node_id, local_name) and its attributes as (name, full_name, checkpoint_key).
+
+    Raises:
+        FormatError: the bytes are not such a protobuf."""
+    nodes = []
+    try:
+        for num, wt, span in _fields(blob):
+            if num != 1 or wt != 2:
+                continue
+            children, attrs = [], []
+            for n2, w2, v2 in _fields(blob, *span):
+                if n2 == 1 and w2 == 2:
+                    node_id, name = 0, ""
+                    for n3, w3, v3 in _fields(blob, *v2):
+                        if n3 == 1 and w3 == 0:
+                            node_id = _int64(v3)
+                        elif n3 == 2 and w3 == 2:
+                            name = _text(blob, v3)
+                    children.append((node_id, name))
+                elif n2 == 2 and w2 == 2:
+                    a = ["", "", ""]
+                    for n3, w3, v3 in _fields(blob, *v2):
+                        if 1 <= n3 <= 3 and w3 == 2:
+                            a[n3 - 1] = _text(blob, v3)
+                    attrs.append(tuple(a))
+            nodes.append((children, attrs))
+    except _Bad as exc:
+        raise FormatError(f"{where}: damaged _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint "
+                          f"({exc})") from exc
+    return nodes
