@@ -92,7 +92,7 @@ def _power(n: int) -> list[int]:
             res = _compose(base, res)
         base = _compose(base, base)
         k >>= 1
-    if len(_POW) < 64:
+    if len(_POW) < 256:
         _POW[n] = res
     return res
 
