@@ -22,7 +22,14 @@ MASK_DELTA = 0xA282EAD8  # leveldb/TensorFlow "masked" CRCs: rotate right by 15,
 
 
 def _c_impl():
-    """``extend(crc, buffer)`` of an optional C implementation, or None."""
+    """``extend(crc, memoryview)`` of an optional C implementation, or None (``crc32c`` takes any buffer;
+    ``google_crc32c`` only ``bytes``, so it costs a copy)."""
+    try:
+        import crc32c as _c  # type: ignore
+
+        return lambda crc, data: _c.crc32c(data, crc)
+    except Exception:  # noqa: BLE001 - not installed
+        pass
     try:
         import google_crc32c  # type: ignore
 
@@ -30,12 +37,7 @@ def _c_impl():
             return lambda crc, data: google_crc32c.extend(crc, bytes(data))
     except Exception:  # noqa: BLE001 - not installed, or a build without its C extension
         pass
-    try:
-        import crc32c as _c  # type: ignore
-
-        return lambda crc, data: _c.crc32c(data, crc)
-    except Exception:  # noqa: BLE001
-        return None
+    return None
 
 
 _C = _c_impl()
