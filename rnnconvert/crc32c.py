@@ -28,16 +28,15 @@ def _c_impl():
         import crc32c as _c  # type: ignore
 
         return lambda crc, data: _c.crc32c(data, crc)
-    except Exception:  # noqa: BLE001 - not installed
-        pass
+    except ImportError:
+        pass  # not installed: try the next one
     try:
         import google_crc32c  # type: ignore
-
-        if getattr(google_crc32c, "implementation", "c") == "c":
-            return lambda crc, data: google_crc32c.extend(crc, bytes(data))
-    except Exception:  # noqa: BLE001 - not installed, or a build without its C extension
-        pass
-    return None
+    except ImportError:
+        return None
+    if getattr(google_crc32c, "implementation", "c") != "c":  # its pure-Python fallback: slower than ours
+        return None
+    return lambda crc, data: google_crc32c.extend(crc, bytes(data))
 
 
 _C = _c_impl()

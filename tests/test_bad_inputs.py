@@ -72,8 +72,7 @@ def test_onnx_external_data_outside_folder():
     # forged .index files that abort TensorFlow's C++ reader: refused by rnnconvert's own bundle reader
     ("tfck_index_negative_dim.index", "'rnn/lstm_cell/kernel': negative dimension -5"),
     ("tfck_index_overflow_shape.index", r"shape \[2147483648, 2147483648, 2147483648\] has too many elements"),
-    ("tfck_index_shape_vs_data.index", r"shape \[1048576, 1048576\] float32 needs 4398046511104 bytes, the entry "
-                                       "says 96"),
+    ("tfck_index_shape_vs_data.index", r"shape \[1048576, 1048576\] float32 needs 4398046511104 bytes"),
 ])
 def test_refusal_says_why(name, why):
     with pytest.raises(FormatError, match=why) as info:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES, ROOT, manifest
+
 from rnnconvert import api, crc32c
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError
@@ -22,7 +22,6 @@ from rnnconvert.formats import tf_bundle, tf_checkpoint
 from rnnconvert.formats.tf_bundle import BundleReader, BundleUnsupported
 
 PREFIXES = sorted(str(p)[: -len(".index")] for p in (FIXTURES / "tf").rglob("*.index"))
-SLICED = {"lstm_partitioned"}  # TF Saver's partitioned variables: entries with slices, read by TF
 
 
 def _name(pre: str) -> str:
@@ -31,7 +30,7 @@ def _name(pre: str) -> str:
 
 @pytest.fixture(scope="module")
 def tf():
-    import tensorflow as tf  # noqa: PLC0415
+    import tensorflow as tf
 
     return tf
 
@@ -60,17 +59,15 @@ def _same_as_tensorflow(tf, pre: str, reader: BundleReader | None = None) -> int
 
 @pytest.mark.parametrize("pre", PREFIXES, ids=_name)
 def test_every_fixture_key_equals_tensorflow(tf, pre):
-    if _name(pre) in SLICED:
-        with pytest.raises(BundleUnsupported, match="stored as slices"):
-            BundleReader(pre)
-        return
     assert _same_as_tensorflow(tf, pre) > 0
+    if _name(pre) == "lstm_partitioned":  # TF1 Saver's partitioned variables: assembled from slices
+        assert any(e.slices for e in BundleReader(pre).entries.values())
 
 
-@pytest.mark.parametrize("pre", [p for p in PREFIXES if _name(p) not in SLICED and "_CHECKPOINTABLE_OBJECT_GRAPH"
-                                 in BundleReader(p).entries], ids=_name)
+@pytest.mark.parametrize("pre", [p for p in PREFIXES if "_CHECKPOINTABLE_OBJECT_GRAPH" in BundleReader(p).entries],
+                         ids=_name)
 def test_object_graph_equals_tensorflow_protobuf(tf, pre):
-    from tensorflow.core.protobuf import trackable_object_graph_pb2  # noqa: PLC0415
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     blob = tf.train.load_checkpoint(pre).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")
     g = trackable_object_graph_pb2.TrackableObjectGraph()
@@ -93,8 +90,7 @@ def test_both_readers_give_the_same_checkpoint(entry, monkeypatch):
     ours = api.load(src, **opts)
     monkeypatch.setenv("RNNCONVERT_TF_READER", "tensorflow")
     theirs = api.load(src, **opts)
-    sliced = Path(entry["file"]).parts[1] in SLICED
-    assert ours.meta["reader"] == ("tensorflow" if sliced else "rnnconvert.tf_bundle")
+    assert ours.meta["reader"] == "rnnconvert.tf_bundle"
     assert theirs.meta["reader"] == "tensorflow"
     a, b = _canonical(ours), _canonical(theirs)
     assert a.keys() == b.keys()
@@ -104,19 +100,20 @@ def test_both_readers_give_the_same_checkpoint(entry, monkeypatch):
 
 
 def test_no_tensorflow_import_on_the_pure_path(tmp_path):
-    """Reading TF1, TF2 and SavedModel checkpoints, converting and verifying (numpy reference) never
-    imports TensorFlow; a partitioned checkpoint does (the fallback)."""
+    """Reading TF1 (partitioned too), TF2 and SavedModel checkpoints, converting and verifying (numpy
+    reference) never imports TensorFlow; forcing TensorFlow's reader does."""
     code = (
-        "import sys\n"
+        "import os, sys\n"
         "from rnnconvert import api\n"
-        f"for f in ['tf/lstm_cell/ckpt', 'tf/keras_lstm_bigru/ckpt', 'tf/keras_lstm_bigru_savedmodel']:\n"
-        f"    api.load({str(FIXTURES)!r} + '/' + f)\n"
+        "for f in ['lstm_cell/ckpt', 'keras_lstm_bigru/ckpt', 'keras_lstm_bigru_savedmodel', 'lstm_partitioned']:\n"
+        f"    api.load({str(FIXTURES / 'tf')!r} + '/' + f)\n"
         f"api.convert({str(FIXTURES / 'tf' / 'lstm_cell' / 'ckpt')!r}, {str(tmp_path / 'a.npz')!r})\n"
         f"api.convert({str(FIXTURES / 'tf' / 'keras_lstm_bigru' / 'ckpt')!r}, {str(tmp_path / 'b.npz')!r})\n"
         "print('TF' if 'tensorflow' in sys.modules else 'NOTF')\n"
-        f"api.load({str(FIXTURES / 'tf' / 'lstm_partitioned' / 'ckpt')!r})\n"
+        "os.environ['RNNCONVERT_TF_READER'] = 'tensorflow'\n"
+        f"api.load({str(FIXTURES / 'tf' / 'lstm_cell' / 'ckpt')!r})\n"
         "print('TF' if 'tensorflow' in sys.modules else 'NOTF')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["NOTF", "TF"]
@@ -148,7 +145,59 @@ def test_several_shards(tf, tmp_path):
                          options=tf.train.CheckpointOptions(experimental_sharding_callback=policy))
     rd = BundleReader(pre)
     assert rd.num_shards > 2 and len({e.shard for e in rd.entries.values()}) > 2
+    assert not any(e.slices for e in rd.entries.values())
     _same_as_tensorflow(tf, pre, rd)
+
+
+@pytest.mark.parametrize("size", [700, 1300])
+def test_tensors_split_across_shards(tf, tmp_path, size):
+    """TF2's MaxShardSizePolicy splits tensors into slices stored in several shards."""
+    policy = tf.train.experimental.MaxShardSizePolicy(max_shard_size=size)
+    pre = _tf_checkpoint(tf, tmp_path, {f"v{i}": np.arange(300 * (i + 1), dtype=np.float32).reshape(-1, 5) - i
+                                        for i in range(6)},
+                         options=tf.train.CheckpointOptions(experimental_sharding_callback=policy))
+    rd = BundleReader(pre)
+    assert sum(len(e.slices) > 1 for e in rd.entries.values()) >= 4 and rd.num_shards > 5
+    _same_as_tensorflow(tf, pre, rd)
+
+
+def test_partitioned_along_a_later_axis(tf, tmp_path):
+    """TF1 partitioned variables split along axis 1 (slices not contiguous in the whole tensor)."""
+    rng = np.random.default_rng(7)
+    want = {"a": rng.normal(size=(4, 9)).astype(np.float32), "b": rng.normal(size=(3, 10, 2))}
+    with tf.Graph().as_default():
+        v1 = tf.compat.v1
+        vs = [v1.get_variable(k, shape=x.shape, dtype=tf.as_dtype(x.dtype), initializer=v1.zeros_initializer(),
+                              partitioner=v1.fixed_size_partitioner(3, axis=1)) for k, x in want.items()]
+        ops = []
+        for pv, x in zip(vs, want.values()):
+            off = 0
+            for part in pv:  # the partitions in order along axis 1
+                w = int(part.shape[1])
+                ops.append(part.assign(x[:, off:off + w]))
+                off += w
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(ops)
+            pre = v1.train.Saver(vs).save(sess, str(tmp_path / "ck"))
+    rd = BundleReader(pre)
+    assert all(len(rd.entries[k].slices) == 3 for k in want)
+    _same_as_tensorflow(tf, pre, rd)
+    for k, x in want.items():
+        assert np.array_equal(rd.get_tensor(k), x)
+
+
+def test_declined_bundle_is_read_by_tensorflow(monkeypatch):
+    """A bundle the pure reader declines (here: float32 taken off its dtype table) goes to TensorFlow."""
+    src = FIXTURES / "tf" / "lstm_cell" / "ckpt"
+    ours = api.load(src)
+    monkeypatch.setattr(tf_bundle, "DTYPES", {k: v for k, v in tf_bundle.DTYPES.items() if v != "<f4"})
+    with pytest.raises(BundleUnsupported):
+        BundleReader(str(src))
+    theirs = api.load(src)
+    assert theirs.meta["reader"] == "tensorflow" and ours.meta["reader"] == "rnnconvert.tf_bundle"
+    a, b = _canonical(ours), _canonical(theirs)
+    assert all((a[k] is None and b[k] is None) or np.array_equal(a[k], b[k]) for k in a)
 
 
 def test_large_tensors_checksums(tf, tmp_path):
@@ -194,7 +243,7 @@ def _equal(a: dict, b: dict) -> bool:
         (a[k] == b[k]) if isinstance(a[k], bytes) else np.array_equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("name", ["lstm_cell", "keras_lstm_bigru"])
+@pytest.mark.parametrize("name", ["lstm_cell", "keras_lstm_bigru", "lstm_partitioned"])
 def test_every_truncation_of_the_index_is_refused(name, tmp_path):
     pre = _copy(name, tmp_path)
     idx = Path(pre + ".index")
@@ -205,7 +254,7 @@ def test_every_truncation_of_the_index_is_refused(name, tmp_path):
             BundleReader(pre)
 
 
-@pytest.mark.parametrize("name", ["lstm_cell", "keras_lstm_bigru"])
+@pytest.mark.parametrize("name", ["lstm_cell", "keras_lstm_bigru", "lstm_partitioned"])
 def test_every_flipped_byte_is_refused_or_harmless(name, tmp_path):
     """A flipped byte anywhere in the .index or the .data either raises FormatError or (footer padding,
     alignment padding) changes nothing; never another exception, never different tensors."""

@@ -21,16 +21,22 @@ leveldb's ``doc/table_format.md``; ``tensorflow/core/framework/{types,tensor_sha
   ``version`` 3: a ``VersionDef``; the reader's version is 1, so ``min_consumer > 1`` is a newer format).
   Every other key is a ``BundleEntryProto``: ``dtype`` 1 (``DataType``), ``shape`` 2 (``TensorShapeProto``:
   ``dim`` 2 {``size`` 1}, ``unknown_rank`` 3), ``shard_id`` 3, ``offset`` 4, ``size`` 5, ``crc32c`` 6 (fixed32,
-  masked crc32c of the stored bytes), ``slices`` 7 (partitioned variables, stored under other keys).
+  masked crc32c of the stored bytes), ``slices`` 7 (``TensorSliceProto``: ``extent`` 1 {``start`` 1,
+  ``length`` 2, absent = the whole dimension}).
+* A partitioned variable (TF1 ``partitioner=``, TF2 ``MaxShardSizePolicy``) has an entry with ``slices``
+  and no data of its own; each slice is an ordinary entry under the key ``EncodeTensorNameSlice(name,
+  slice)`` (``tensorflow/core/util/saved_tensor_slice_util.cc``, OrderedCode of
+  ``tensorflow/core/lib/strings/ordered_code.cc``), listed by neither reader. The slices must tile the
+  tensor exactly.
 * Shard ``k`` of ``n`` is ``<prefix>.data-%05d-of-%05d``. A numeric tensor is its ``size`` raw
   little-endian bytes at ``offset`` (row-major), ``size == itemsize * prod(shape)``. A string tensor is
   ``varint64`` lengths, a masked crc32c of the lengths (each as a little-endian uint32, or uint64 when
   over 2**32-1; writers before TF 2.x used uint64 always), then the bytes; the entry's crc32c covers
   the lengths as hashed, the stored length checksum and the bytes.
 
-Declined with :class:`BundleUnsupported` (the caller falls back to TensorFlow): entries with ``slices``,
-big-endian bundles, compressed blocks, ``min_consumer > 1``, dtypes outside :data:`DTYPES` (``bfloat16``
-needs ``ml_dtypes``). Everything inconsistent (offsets past the end of a file, sizes that disagree with
+Declined with :class:`BundleUnsupported` (the caller falls back to TensorFlow): big-endian bundles,
+compressed blocks, ``min_consumer > 1``, dtypes outside :data:`DTYPES` (``bfloat16`` needs ``ml_dtypes``;
+strings are read whole, not partitioned), variables of more than :data:`MAX_SLICES` slices. Everything inconsistent (offsets past the end of a file, sizes that disagree with
 shapes, bad checksums, broken varints or protobufs) raises FormatError naming the file and the key.
 """
 
@@ -52,10 +58,12 @@ DTYPES = {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i8", 10
 DT_STRING, DT_BFLOAT16 = 7, 14
 #: Upper bound on a dimension product (TensorShape's own limit is 2**63-1 elements).
 MAX_ELEMENTS = 1 << 62
+#: More slices than this in one variable are left to TensorFlow (the overlap check is quadratic).
+MAX_SLICES = 1024
 
 
 class BundleUnsupported(Exception):
-    """Not damaged, but not read here (sliced entries, big-endian, compression, a dtype): use TensorFlow."""
+    """Not damaged, but not read here (big-endian, compression, a dtype, ...): use TensorFlow."""
 
 
 class _Bad(Exception):
@@ -181,13 +189,16 @@ def read_table(data: bytes) -> list[tuple[bytes, bytes]]:
 
 # ------------------------------------------------------------------------------------------ the bundle
 class Entry:
-    """One ``BundleEntryProto``: dtype (TF enum), shape, shard, offset, size, crc32c (unmasked), sliced."""
+    """One ``BundleEntryProto``: dtype (TF enum), shape, shard, offset, size, crc32c (unmasked), and for a
+    partitioned variable its slices (per slice: one (start, length) per dimension, length -1 = whole)
+    and, once resolved, ``parts``: per slice (index tuple into the full tensor, the slice's Entry)."""
 
-    __slots__ = ("dtype", "shape", "shard", "offset", "size", "crc", "sliced")
+    __slots__ = ("crc", "dtype", "offset", "parts", "shape", "shard", "size", "slices")
 
     def __init__(self, value: bytes):
         self.dtype, self.shape, self.shard, self.offset, self.size, self.crc = 0, [], 0, 0, 0, None
-        self.sliced = False
+        self.slices: list[list[tuple[int, int]]] = []
+        self.parts: list[tuple[tuple[slice, ...], Entry]] = []
         for num, wt, val in _fields(value):
             if num == 1 and wt == 0:
                 self.dtype = val
@@ -201,8 +212,8 @@ class Entry:
                 self.size = _int64(val)
             elif num == 6 and wt == 5:
                 self.crc = crc32c.unmask(val)
-            elif num == 7:
-                self.sliced = True
+            elif num == 7 and wt == 2:
+                self.slices.append(_extents(value, val))
 
 
 def _shape(buf: bytes, span) -> list[int]:
@@ -221,6 +232,59 @@ def _shape(buf: bytes, span) -> list[int]:
     return dims
 
 
+def _extents(buf: bytes, span) -> list[tuple[int, int]]:
+    """A ``TensorSliceProto`` (``extent`` 1: {``start`` 1, ``length`` 2, absent = the whole dimension})."""
+    out = []
+    for num, wt, val in _fields(buf, *span):
+        if num == 1 and wt == 2:
+            start, length = 0, -1
+            for n2, w2, v2 in _fields(buf, *val):
+                if n2 == 1 and w2 == 0:
+                    start = _int64(v2)
+                elif n2 == 2 and w2 == 0:
+                    length = _int64(v2)
+            out.append((start, length))
+    return out
+
+
+# OrderedCode (``tensorflow/core/lib/strings/ordered_code.cc``), which names the entry of each slice:
+# ``EncodeTensorNameSlice`` (``tensorflow/core/util/saved_tensor_slice_util.cc``) writes NumIncreasing(0),
+# String(name), NumIncreasing(rank), then SignedNumIncreasing(start), SignedNumIncreasing(length) per dim.
+def _num_increasing(n: int) -> bytes:
+    """A length byte, then the big-endian bytes of ``n`` without leading zeros."""
+    b = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([len(b)]) + b
+
+
+def _string_increasing(s: bytes) -> bytes:
+    """``\\x00`` -> ``\\x00\\xff``, ``\\xff`` -> ``\\xff\\x00``, then the separator ``\\x00\\x01``."""
+    return b"".join(b"\x00\xff" if c == 0 else b"\xff\x00" if c == 255 else bytes([c]) for c in s) + b"\x00\x01"
+
+
+#: First two header bytes of a signed number encoded on 1..10 bytes (sign bit, then as many length bits).
+_SIGNED_HEADER = [(0, 0), (0x80, 0), (0xC0, 0), (0xE0, 0), (0xF0, 0), (0xF8, 0), (0xFC, 0), (0xFE, 0),
+                  (0xFF, 0), (0xFF, 0x80), (0xFF, 0xC0)]
+
+
+def _signed_increasing(v: int) -> bytes:
+    x = ~v if v < 0 else v
+    if x < 64:
+        return bytes([(0x80 ^ v) & 0xFF])
+    n = x.bit_length() // 7 + 1  # 7 payload bits per byte
+    buf = bytearray((v & ((1 << 80) - 1)).to_bytes(10, "big")[10 - n:])  # two's complement, sign-extended
+    buf[0] ^= _SIGNED_HEADER[n][0]
+    buf[1] ^= _SIGNED_HEADER[n][1]
+    return bytes(buf)
+
+
+def slice_key(name: bytes, extents: list[tuple[int, int]]) -> bytes:
+    """The table key of one slice of the partitioned variable ``name``."""
+    out = _num_increasing(0) + _string_increasing(name) + _num_increasing(len(extents))
+    for start, length in extents:
+        out += _signed_increasing(start) + _signed_increasing(length)
+    return out
+
+
 def _dtype(code: int) -> np.dtype:
     if code in DTYPES:
         return np.dtype(DTYPES[code])
@@ -233,6 +297,15 @@ def _dtype(code: int) -> np.dtype:
     if code == DT_STRING:
         return np.dtype(object)
     raise BundleUnsupported(f"TensorFlow dtype {code}")
+
+
+def _count(shape: list[int], where: str) -> int:
+    count = 1
+    for d in shape:
+        count *= d
+        if count > MAX_ELEMENTS:
+            raise FormatError(f"{where}: shape {shape} has too many elements")
+    return count
 
 
 class BundleReader:
@@ -264,18 +337,25 @@ class BundleReader:
         if not table or table[0][0] != b"":
             raise FormatError(f"{self.where}: damaged TensorFlow checkpoint index: no bundle header entry")
         self.num_shards = self._header(table[0][1])
-        self.entries: dict[str, Entry] = {}
-        sizes: dict[int, int] = {}
+        raw: dict[bytes, Entry] = {}
         for raw_key, value in table[1:]:
-            key = raw_key.decode("utf-8", "replace")
             try:
-                e = Entry(value)
+                raw[raw_key] = Entry(value)
             except _Bad as exc:
-                raise FormatError(f"{self.where}: damaged index entry of variable '{key}': {exc}") from exc
-            if e.sliced:
-                raise BundleUnsupported(f"'{key}' is stored as slices (a partitioned variable)")
-            self._check(key, e, sizes)
-            self.entries[key] = e
+                raise FormatError(f"{self.where}: damaged index entry of variable "
+                                  f"'{raw_key.decode('utf-8', 'replace')}': {exc}") from exc
+        sizes: dict[int, int] = {}
+        hidden: set[bytes] = set()  # the slices' own entries, listed by neither reader
+        for raw_key, e in raw.items():
+            if e.slices:
+                hidden.update(self._resolve(raw_key, e, raw, sizes))
+        self.entries: dict[str, Entry] = {}
+        for raw_key, e in raw.items():
+            if raw_key not in hidden:
+                key = raw_key.decode("utf-8", "replace")
+                if not e.slices:
+                    self._check(key, e, sizes)
+                self.entries[key] = e
 
     def _header(self, value: bytes) -> int:
         shards, endian, min_consumer, bad = 0, 0, 0, []
@@ -301,6 +381,44 @@ class BundleReader:
             raise BundleUnsupported(f"bundle format for readers of version {min_consumer} and later")
         return shards
 
+    def _resolve(self, raw_key: bytes, e: Entry, raw: dict[bytes, Entry], sizes: dict[int, int]) -> list[bytes]:
+        """Check a partitioned variable: each slice's entry exists, lies inside the full shape with the
+        dtype of the whole and the slice's shape, and the slices tile the tensor exactly (no overlap, all
+        covered). Fills ``e.parts``; returns the slices' keys."""
+        key = raw_key.decode("utf-8", "replace")
+        where = f"{self.where}: variable '{key}'"
+        count = _count(e.shape, where)
+        if len(e.slices) > MAX_SLICES:
+            raise BundleUnsupported(f"'{key}' has {len(e.slices)} slices")
+        keys, boxes, covered = [], [], 0
+        for ext in e.slices:
+            if len(ext) != len(e.shape):
+                raise FormatError(f"{where}: slice of rank {len(ext)} of a tensor of shape {e.shape}")
+            box = []
+            for (start, length), dim in zip(ext, e.shape):
+                stop = dim if length == -1 and start == 0 else start + length
+                if start < 0 or length < -1 or stop > dim or (length == -1 and start != 0):
+                    raise FormatError(f"{where}: slice {ext} outside shape {e.shape}")
+                box.append((start, stop))
+            sk = slice_key(raw_key, ext)
+            part = raw.get(sk)
+            if part is None or part.slices:
+                raise FormatError(f"{where}: the entry of its slice {ext} is missing")
+            if part.dtype != e.dtype or part.shape != [b - a for a, b in box]:
+                raise FormatError(f"{where}: slice {ext} stored as dtype {part.dtype} shape {part.shape}")
+            self._check(f"{key}' slice '{ext}", part, sizes)
+            for other in boxes:
+                if all(a < d and c < b for (a, b), (c, d) in zip(box, other)):
+                    raise FormatError(f"{where}: slices overlap")
+            boxes.append(box)
+            covered += _count([b - a for a, b in box], where)
+            keys.append(sk)
+            e.parts.append((tuple(slice(a, b) for a, b in box), part))
+        if covered != count:
+            raise FormatError(f"{where}: its slices cover {covered} of {count} elements")
+        _dtype(e.dtype)
+        return keys
+
     def shard_path(self, shard: int) -> str:
         return f"{self.prefix}.data-{shard:05d}-of-{self.num_shards:05d}"
 
@@ -314,11 +432,7 @@ class BundleReader:
             except OSError as exc:
                 raise FormatError(f"{where}: its data file {self.shard_path(e.shard)} is missing "
                                   f"({exc.strerror})") from exc
-        count = 1
-        for d in e.shape:
-            count *= d
-            if count > MAX_ELEMENTS:
-                raise FormatError(f"{where}: shape {e.shape} has too many elements")
+        count = _count(e.shape, where)
         dt = _dtype(e.dtype)
         if dt.kind == "O":
             if e.size < count + 4 * (count > 0):
@@ -347,8 +461,25 @@ class BundleReader:
             KeyError: no such variable. FormatError: the bytes are short or fail their checksum."""
         e = self.entries[key]
         dt = _dtype(e.dtype)
+        if e.slices:  # a partitioned variable, assembled from its slices
+            if dt.kind == "O":
+                raise BundleUnsupported(f"'{key}': a partitioned string tensor")
+            out = np.empty(e.shape, dt)
+            for index, part in e.parts:
+                dest = out[index]
+                if dest.flags.c_contiguous:  # slices along the first axis: read in place
+                    self._read(key, part, dt, dest)
+                else:
+                    dest[...] = self._read(key, part, dt, np.empty(part.shape, dt))
+            return out
+        if dt.kind == "O":
+            return self._strings(key, e, self._read(key, e, dt, bytearray(e.size)))
+        return self._read(key, e, dt, np.empty(e.shape, dt))
+
+    def _read(self, key: str, e: Entry, dt: np.dtype, buf):
+        """The entry's bytes into ``buf`` (a C-contiguous array, or a bytearray for strings); the crc32c of
+        numeric tensors checked."""
         path = self.shard_path(e.shard)
-        buf = bytearray(e.size) if dt.kind == "O" else np.empty(e.shape, dt)
         view = memoryview(buf).cast("B") if dt.kind == "O" else memoryview(buf.reshape(-1).view(np.uint8))
         try:
             with open(path, "rb", buffering=0) as f:
@@ -364,13 +495,14 @@ class BundleReader:
         if got != e.size:
             raise FormatError(f"{self.where}: variable '{key}': {path} is shorter than its .index says")
         if dt.kind == "O":
-            return self._strings(key, path, e, bytes(buf))
+            return bytes(buf)
         if crc32c.value(view) != e.crc:
             raise FormatError(f"{self.where}: variable '{key}': checksum does not match (crc32c of its bytes "
                               f"in {path}): the .data file is damaged")
         return buf
 
-    def _strings(self, key: str, path: str, e: Entry, data: bytes):
+    def _strings(self, key: str, e: Entry, data: bytes):
+        path = self.shard_path(e.shard)
         count = int(np.prod(e.shape, dtype=np.int64)) if e.shape else 1
         where = f"{self.where}: variable '{key}' (in {path})"
         lengths, pos = [], 0

@@ -31,7 +31,7 @@ Two readers. :class:`rnnconvert.formats.tf_bundle.BundleReader` (pure Python and
 bundle whose entries are whole tensors of plain dtypes -- the common case -- and TensorFlow is then not
 imported at all; it runs in this process, without the forked child, because no C++ code runs: a damaged
 file can only raise FormatError from our own checks. A bundle it declines (:class:`~.tf_bundle.BundleUnsupported`:
-partitioned variables stored as slices, big-endian, compressed index blocks, other dtypes) is read by
+big-endian, compressed index blocks, other dtypes) is read by
 TensorFlow (imported only then). TensorFlow's C++ reader aborts the whole process on some forged ``.index``
 files, so that read runs in a forked child under a deadline (:func:`rnnconvert.guard.isolated`), as HDF5
 reads do; for checkpoints over 64 MiB the child only opens the checkpoint and lists its variables (where
@@ -51,8 +51,8 @@ import numpy as np
 
 from .. import cudnn, guard
 from ..errors import FormatError, RNNConvertError, require
-from . import tf_bundle
 from ..model import Checkpoint, RNNLayer
+from . import tf_bundle
 from .tf1_cells import (  # noqa: F401
     _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure, getter)
 
@@ -108,8 +108,9 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
 
     Raises:
         FormatError: unreadable checkpoint (damaged ``.index``, ``.data`` shorter than the index says or
-            failing its checksums), unexpected shapes, NaN/Inf, ambiguous opaque buffer size, TensorFlow's
-            reader crashing (SIGABRT on forged ``.index`` shapes) or running past the deadline.
+            failing its checksums: :mod:`.tf_bundle`), unexpected shapes, NaN/Inf, ambiguous opaque buffer
+            size; on the TensorFlow path also its reader crashing (SIGABRT on forged ``.index`` shapes) or
+            running past the deadline.
         UnsupportedError: a cell rnnconvert refuses (named, with the reason).
     """
     pre = prefix_of(path)
