@@ -390,6 +390,8 @@ class BundleReader:
         count = _count(e.shape, where)
         if len(e.slices) > MAX_SLICES:
             raise BundleUnsupported(f"'{key}' has {len(e.slices)} slices")
+        if _dtype(e.dtype).kind == "O":
+            raise BundleUnsupported(f"'{key}': a partitioned string tensor")
         keys, boxes, covered = [], [], 0
         for ext in e.slices:
             if len(ext) != len(e.shape):
@@ -416,7 +418,6 @@ class BundleReader:
             e.parts.append((tuple(slice(a, b) for a, b in box), part))
         if covered != count:
             raise FormatError(f"{where}: its slices cover {covered} of {count} elements")
-        _dtype(e.dtype)
         return keys
 
     def shard_path(self, shard: int) -> str:
@@ -461,9 +462,7 @@ class BundleReader:
             KeyError: no such variable. FormatError: the bytes are short or fail their checksum."""
         e = self.entries[key]
         dt = _dtype(e.dtype)
-        if e.slices:  # a partitioned variable, assembled from its slices
-            if dt.kind == "O":
-                raise BundleUnsupported(f"'{key}': a partitioned string tensor")
+        if e.slices:  # a partitioned variable (numeric: see _resolve), assembled from its slices
             out = np.empty(e.shape, dt)
             for index, part in e.parts:
                 dest = out[index]
