@@ -18,7 +18,7 @@ from conftest import FIXTURES, ROOT, manifest
 from rnnconvert import api, crc32c
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError
-from rnnconvert.formats import tf_bundle, tf_checkpoint
+from rnnconvert.formats import tf_bundle, tf_checkpoint, tf_table
 from rnnconvert.formats.tf_bundle import BundleReader, BundleUnsupported
 
 PREFIXES = sorted(str(p)[: -len(".index")] for p in (FIXTURES / "tf").rglob("*.index"))
@@ -216,6 +216,13 @@ def test_large_tensors_checksums(tf, tmp_path):
         with pytest.raises(FormatError, match="'b/.ATTRIBUTES/VARIABLE_VALUE': checksum does not match"):
             BundleReader(pre).get_tensor("b/.ATTRIBUTES/VARIABLE_VALUE")
         raw[pos] ^= 0x10
+
+
+def test_ordered_code_examples_of_tensorflow():
+    """The two worked examples in TensorFlow's ordered_code.cc comment (0x424242 -> f0424242, -0x800 ->
+    3800); slice keys as a whole are checked by reading TF-written partitioned variables above."""
+    assert tf_table._signed_increasing(0x424242) == bytes.fromhex("f0424242")
+    assert tf_table._signed_increasing(-0x800) == bytes.fromhex("3800")
 
 
 def test_crc32c_check_value():

@@ -36,8 +36,9 @@ leveldb's ``doc/table_format.md``; ``tensorflow/core/framework/{types,tensor_sha
 
 Declined with :class:`BundleUnsupported` (the caller falls back to TensorFlow): big-endian bundles,
 compressed blocks, ``min_consumer > 1``, dtypes outside :data:`DTYPES` (``bfloat16`` needs ``ml_dtypes``;
-strings are read whole, not partitioned), variables of more than :data:`MAX_SLICES` slices. Everything inconsistent (offsets past the end of a file, sizes that disagree with
-shapes, bad checksums, broken varints or protobufs) raises FormatError naming the file and the key.
+strings are read whole, not partitioned), variables of more than :data:`MAX_SLICES` slices. Everything
+inconsistent (offsets past the end of a file, sizes that disagree with shapes, slices that do not tile
+their variable, bad checksums, broken varints or protobufs) raises FormatError naming the file and key.
 """
 
 from __future__ import annotations
@@ -49,9 +50,17 @@ import numpy as np
 
 from .. import crc32c
 from ..errors import FormatError
+from .tf_table import (
+    BundleUnsupported,
+    TableError,
+    fields,
+    int64,
+    read_table,
+    slice_key,
+    text,
+    varint,
+)
 
-MAGIC = 0xDB4775248B80FB57
-FOOTER = 48
 #: TensorFlow ``DataType`` enum values (types.proto) -> numpy dtype; 7 (DT_STRING) is handled apart.
 DTYPES = {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i8", 10: "?", 17: "<u2",
           19: "<f2", 22: "<u4", 23: "<u8"}
@@ -60,131 +69,6 @@ DT_STRING, DT_BFLOAT16 = 7, 14
 MAX_ELEMENTS = 1 << 62
 #: More slices than this in one variable are left to TensorFlow (the overlap check is quadratic).
 MAX_SLICES = 1024
-
-
-class BundleUnsupported(Exception):
-    """Not damaged, but not read here (big-endian, compression, a dtype, ...): use TensorFlow."""
-
-
-class _Bad(Exception):
-    """A defect found while decoding; re-raised as FormatError with the file name."""
-
-
-# ------------------------------------------------------------------------------------------ wire format
-def _varint(buf: bytes, pos: int, end: int, limit_bytes: int = 10) -> tuple[int, int]:
-    """A base-128 varint at ``pos`` (at most ``limit_bytes`` bytes, before ``end``): (value, next pos)."""
-    val = shift = 0
-    for i in range(limit_bytes):
-        if pos >= end:
-            raise _Bad("truncated varint")
-        b = buf[pos]
-        pos += 1
-        val |= (b & 0x7F) << shift
-        if b < 0x80:
-            return val, pos
-        shift += 7
-    raise _Bad("varint longer than allowed")
-
-
-def _int64(v: int) -> int:
-    """A protobuf int64 from its varint (negative numbers are 10-byte two's complement)."""
-    v &= (1 << 64) - 1
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def _fields(buf: bytes, start: int = 0, end: int | None = None):
-    """Protobuf fields of ``buf[start:end]``: (number, wire type, int value or (start, end) of the bytes)."""
-    pos, end = start, len(buf) if end is None else end
-    while pos < end:
-        tag, pos = _varint(buf, pos, end)
-        num, wt = tag >> 3, tag & 7
-        if num == 0:
-            raise _Bad("protobuf field number 0")
-        if wt == 0:
-            val, pos = _varint(buf, pos, end)
-        elif wt == 1 or wt == 5:
-            n = 8 if wt == 1 else 4
-            if pos + n > end:
-                raise _Bad("truncated fixed-width protobuf field")
-            val, pos = int.from_bytes(buf[pos:pos + n], "little"), pos + n
-        elif wt == 2:
-            n, pos = _varint(buf, pos, end)
-            if pos + n > end:
-                raise _Bad("protobuf length past the end of its message")
-            val, pos = (pos, pos + n), pos + n
-        else:
-            raise _Bad(f"protobuf wire type {wt}")
-        yield num, wt, val
-
-
-def _text(buf: bytes, span) -> str:
-    return bytes(buf[span[0]:span[1]]).decode("utf-8", "replace")
-
-
-# ------------------------------------------------------------------------------------------ the table
-def _block(data: bytes, handle: tuple[int, int], what: str) -> bytes:
-    """The contents of the block at ``handle`` after checking its trailer (type byte + masked crc32c)."""
-    off, size = handle
-    if off + size + 5 > len(data):
-        raise _Bad(f"{what} block [{off}, +{size}] past the end of the file ({len(data)} bytes)")
-    kind = data[off + size]
-    stored = int.from_bytes(data[off + size + 1: off + size + 5], "little")
-    if crc32c.unmask(stored) != crc32c.value(memoryview(data)[off: off + size + 1]):
-        raise _Bad(f"{what} block checksum does not match")
-    if kind == 1:
-        raise BundleUnsupported("snappy-compressed table block")
-    if kind != 0:
-        raise _Bad(f"{what} block of unknown compression type {kind}")
-    return data[off: off + size]
-
-
-def _entries(block: bytes, what: str) -> list[tuple[bytes, bytes]]:
-    """All (key, value) pairs of a block, keys rebuilt from their shared prefixes."""
-    if len(block) < 4:
-        raise _Bad(f"{what} block shorter than its restart count")
-    restarts = int.from_bytes(block[-4:], "little")
-    if restarts > (len(block) - 4) // 4:
-        raise _Bad(f"{what} block declares {restarts} restarts")
-    limit = len(block) - 4 * (restarts + 1)
-    out, pos, key = [], 0, b""
-    while pos < limit:  # each entry takes at least 3 bytes: bounded
-        shared, pos = _varint(block, pos, limit, 5)
-        unshared, pos = _varint(block, pos, limit, 5)
-        vlen, pos = _varint(block, pos, limit, 5)
-        if shared > len(key) or pos + unshared + vlen > limit:
-            raise _Bad(f"{what} block entry out of bounds")
-        key = key[:shared] + block[pos: pos + unshared]
-        pos += unshared
-        out.append((key, block[pos: pos + vlen]))
-        pos += vlen
-    return out
-
-
-def _handle(buf: bytes, pos: int, end: int) -> tuple[tuple[int, int], int]:
-    off, pos = _varint(buf, pos, end)
-    size, pos = _varint(buf, pos, end)
-    return (off, size), pos
-
-
-def read_table(data: bytes) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of an SSTable held in ``data``, in key order (raises _Bad/BundleUnsupported)."""
-    if len(data) < FOOTER:
-        raise _Bad(f"the file has {len(data)} bytes, shorter than the 48-byte table footer")
-    foot = data[-FOOTER:]
-    if int.from_bytes(foot[40:48], "little") != MAGIC:
-        raise _Bad("no table magic number at the end (truncated or not a checkpoint index)")
-    meta, pos = _handle(foot, 0, 40)
-    index, _ = _handle(foot, pos, 40)
-    body = data[:-FOOTER]
-    _block(body, meta, "metaindex")
-    out: list[tuple[bytes, bytes]] = []
-    for _, value in _entries(_block(body, index, "index"), "index"):
-        handle, _ = _handle(value, 0, len(value))
-        for k, v in _entries(_block(body, handle, "data"), "data"):
-            if out and k <= out[-1][0]:
-                raise _Bad("table keys out of order")
-            out.append((k, v))
-    return out
 
 
 # ------------------------------------------------------------------------------------------ the bundle
@@ -199,17 +83,17 @@ class Entry:
         self.dtype, self.shape, self.shard, self.offset, self.size, self.crc = 0, [], 0, 0, 0, None
         self.slices: list[list[tuple[int, int]]] = []
         self.parts: list[tuple[tuple[slice, ...], Entry]] = []
-        for num, wt, val in _fields(value):
+        for num, wt, val in fields(value):
             if num == 1 and wt == 0:
                 self.dtype = val
             elif num == 2 and wt == 2:
                 self.shape = _shape(value, val)
             elif num == 3 and wt == 0:
-                self.shard = _int64(val)
+                self.shard = int64(val)
             elif num == 4 and wt == 0:
-                self.offset = _int64(val)
+                self.offset = int64(val)
             elif num == 5 and wt == 0:
-                self.size = _int64(val)
+                self.size = int64(val)
             elif num == 6 and wt == 5:
                 self.crc = crc32c.unmask(val)
             elif num == 7 and wt == 2:
@@ -218,70 +102,32 @@ class Entry:
 
 def _shape(buf: bytes, span) -> list[int]:
     dims = []
-    for num, wt, val in _fields(buf, *span):
+    for num, wt, val in fields(buf, *span):
         if num == 2 and wt == 2:
             size = 0
-            for n2, w2, v2 in _fields(buf, *val):
+            for n2, w2, v2 in fields(buf, *val):
                 if n2 == 1 and w2 == 0:
-                    size = _int64(v2)
+                    size = int64(v2)
             if size < 0:
-                raise _Bad(f"negative dimension {size}")
+                raise TableError(f"negative dimension {size}")
             dims.append(size)
         elif num == 3 and wt == 0 and val:
-            raise _Bad("shape of unknown rank")
+            raise TableError("shape of unknown rank")
     return dims
 
 
 def _extents(buf: bytes, span) -> list[tuple[int, int]]:
     """A ``TensorSliceProto`` (``extent`` 1: {``start`` 1, ``length`` 2, absent = the whole dimension})."""
     out = []
-    for num, wt, val in _fields(buf, *span):
+    for num, wt, val in fields(buf, *span):
         if num == 1 and wt == 2:
             start, length = 0, -1
-            for n2, w2, v2 in _fields(buf, *val):
+            for n2, w2, v2 in fields(buf, *val):
                 if n2 == 1 and w2 == 0:
-                    start = _int64(v2)
+                    start = int64(v2)
                 elif n2 == 2 and w2 == 0:
-                    length = _int64(v2)
+                    length = int64(v2)
             out.append((start, length))
-    return out
-
-
-# OrderedCode (``tensorflow/core/lib/strings/ordered_code.cc``), which names the entry of each slice:
-# ``EncodeTensorNameSlice`` (``tensorflow/core/util/saved_tensor_slice_util.cc``) writes NumIncreasing(0),
-# String(name), NumIncreasing(rank), then SignedNumIncreasing(start), SignedNumIncreasing(length) per dim.
-def _num_increasing(n: int) -> bytes:
-    """A length byte, then the big-endian bytes of ``n`` without leading zeros."""
-    b = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([len(b)]) + b
-
-
-def _string_increasing(s: bytes) -> bytes:
-    """``\\x00`` -> ``\\x00\\xff``, ``\\xff`` -> ``\\xff\\x00``, then the separator ``\\x00\\x01``."""
-    return b"".join(b"\x00\xff" if c == 0 else b"\xff\x00" if c == 255 else bytes([c]) for c in s) + b"\x00\x01"
-
-
-#: First two header bytes of a signed number encoded on 1..10 bytes (sign bit, then as many length bits).
-_SIGNED_HEADER = [(0, 0), (0x80, 0), (0xC0, 0), (0xE0, 0), (0xF0, 0), (0xF8, 0), (0xFC, 0), (0xFE, 0),
-                  (0xFF, 0), (0xFF, 0x80), (0xFF, 0xC0)]
-
-
-def _signed_increasing(v: int) -> bytes:
-    x = ~v if v < 0 else v
-    if x < 64:
-        return bytes([(0x80 ^ v) & 0xFF])
-    n = x.bit_length() // 7 + 1  # 7 payload bits per byte
-    buf = bytearray((v & ((1 << 80) - 1)).to_bytes(10, "big")[10 - n:])  # two's complement, sign-extended
-    buf[0] ^= _SIGNED_HEADER[n][0]
-    buf[1] ^= _SIGNED_HEADER[n][1]
-    return bytes(buf)
-
-
-def slice_key(name: bytes, extents: list[tuple[int, int]]) -> bytes:
-    """The table key of one slice of the partitioned variable ``name``."""
-    out = _num_increasing(0) + _string_increasing(name) + _num_increasing(len(extents))
-    for start, length in extents:
-        out += _signed_increasing(start) + _signed_increasing(length)
     return out
 
 
@@ -332,7 +178,7 @@ class BundleReader:
             raise FormatError(f"{self.where}: cannot read the checkpoint index {self.index} ({exc.strerror})") from exc
         try:
             table = read_table(data)
-        except _Bad as exc:
+        except TableError as exc:
             raise FormatError(f"{self.where}: damaged TensorFlow checkpoint index: {exc}") from exc
         if not table or table[0][0] != b"":
             raise FormatError(f"{self.where}: damaged TensorFlow checkpoint index: no bundle header entry")
@@ -341,7 +187,7 @@ class BundleReader:
         for raw_key, value in table[1:]:
             try:
                 raw[raw_key] = Entry(value)
-            except _Bad as exc:
+            except TableError as exc:
                 raise FormatError(f"{self.where}: damaged index entry of variable "
                                   f"'{raw_key.decode('utf-8', 'replace')}': {exc}") from exc
         sizes: dict[int, int] = {}
@@ -360,18 +206,18 @@ class BundleReader:
     def _header(self, value: bytes) -> int:
         shards, endian, min_consumer, bad = 0, 0, 0, []
         try:
-            for num, wt, val in _fields(value):
+            for num, wt, val in fields(value):
                 if num == 1 and wt == 0:
-                    shards = _int64(val)
+                    shards = int64(val)
                 elif num == 2 and wt == 0:
                     endian = val
                 elif num == 3 and wt == 2:
-                    for n2, w2, v2 in _fields(value, *val):
+                    for n2, w2, v2 in fields(value, *val):
                         if n2 == 2 and w2 == 0:
-                            min_consumer = _int64(v2)
+                            min_consumer = int64(v2)
                         elif n2 == 3 and w2 == 0:
-                            bad.append(_int64(v2))
-        except _Bad as exc:
+                            bad.append(int64(v2))
+        except TableError as exc:
             raise FormatError(f"{self.where}: damaged bundle header: {exc}") from exc
         if not 1 <= shards <= 99999:
             raise FormatError(f"{self.where}: damaged bundle header: {shards} shards")
@@ -507,9 +353,9 @@ class BundleReader:
         lengths, pos = [], 0
         try:
             for _ in range(count):
-                n, pos = _varint(data, pos, len(data))
+                n, pos = varint(data, pos, len(data))
                 lengths.append(n)
-        except _Bad as exc:
+        except TableError as exc:
             raise FormatError(f"{where}: damaged string lengths ({exc})") from exc
         if pos + 4 + sum(lengths) != len(data):
             raise FormatError(f"{where}: string lengths disagree with the entry size")
@@ -543,29 +389,32 @@ def object_graph(blob: bytes, where: str = "") -> list[tuple[list[tuple[int, str
 
     Raises:
         FormatError: the bytes are not such a protobuf."""
+    if not isinstance(blob, (bytes, bytearray)):
+        raise FormatError(f"{where}: _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint is not a scalar "
+                          "string")
     nodes = []
     try:
-        for num, wt, span in _fields(blob):
+        for num, wt, span in fields(blob):
             if num != 1 or wt != 2:
                 continue
             children, attrs = [], []
-            for n2, w2, v2 in _fields(blob, *span):
+            for n2, w2, v2 in fields(blob, *span):
                 if n2 == 1 and w2 == 2:
                     node_id, name = 0, ""
-                    for n3, w3, v3 in _fields(blob, *v2):
+                    for n3, w3, v3 in fields(blob, *v2):
                         if n3 == 1 and w3 == 0:
-                            node_id = _int64(v3)
+                            node_id = int64(v3)
                         elif n3 == 2 and w3 == 2:
-                            name = _text(blob, v3)
+                            name = text(blob, v3)
                     children.append((node_id, name))
                 elif n2 == 2 and w2 == 2:
                     a = ["", "", ""]
-                    for n3, w3, v3 in _fields(blob, *v2):
+                    for n3, w3, v3 in fields(blob, *v2):
                         if 1 <= n3 <= 3 and w3 == 2:
-                            a[n3 - 1] = _text(blob, v3)
+                            a[n3 - 1] = text(blob, v3)
                     attrs.append(tuple(a))
             nodes.append((children, attrs))
-    except _Bad as exc:
+    except TableError as exc:
         raise FormatError(f"{where}: damaged _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint "
                           f"({exc})") from exc
     return nodes

@@ -28,15 +28,15 @@ Two kinds, told apart by their keys (``../shared/LAYOUTS.md`` §§7-9):
   ``bidirectional`` options and the size). Slow contrib cells are refused by name.
 
 Two readers. :class:`rnnconvert.formats.tf_bundle.BundleReader` (pure Python and numpy) reads every V2
-bundle whose entries are whole tensors of plain dtypes -- the common case -- and TensorFlow is then not
-imported at all; it runs in this process, without the forked child, because no C++ code runs: a damaged
-file can only raise FormatError from our own checks. A bundle it declines (:class:`~.tf_bundle.BundleUnsupported`:
-big-endian, compressed index blocks, other dtypes) is read by
-TensorFlow (imported only then). TensorFlow's C++ reader aborts the whole process on some forged ``.index``
-files, so that read runs in a forked child under a deadline (:func:`rnnconvert.guard.isolated`), as HDF5
-reads do; for checkpoints over 64 MiB the child only opens the checkpoint and lists its variables (where
-the aborts are), then this process reads the tensors. ``RNNCONVERT_TF_READER=tensorflow`` forces the
-TensorFlow path (to compare the two).
+bundle of plain dtypes (partitioned variables and several shards included) -- the common case -- and
+TensorFlow is then not imported at all; it runs in this process, without the forked child, because no
+C++ code runs: a damaged file can only raise FormatError from our own checks. A bundle it declines
+(:class:`~.tf_bundle.BundleUnsupported`: big-endian, compressed index blocks, other dtypes) is read by
+TensorFlow (imported only then). TensorFlow's C++ reader aborts the whole process on some forged
+``.index`` files, so that read runs in a forked child under a deadline (:func:`rnnconvert.guard.isolated`),
+as HDF5 reads do; for checkpoints over 64 MiB the child only opens the checkpoint and lists its variables
+(where the aborts are), then this process reads the tensors. ``RNNCONVERT_TF_READER=tensorflow`` forces
+the TensorFlow path (to compare the two).
 """
 
 from __future__ import annotations
