@@ -64,6 +64,17 @@ def test_every_fixture_key_equals_tensorflow(tf, pre):
         assert any(e.slices for e in BundleReader(pre).entries.values())
 
 
+def test_realworld_checkpoints_equal_tensorflow(tf, realworld):
+    """Third-party TF checkpoints in ../shared/realworld (DinoRNN, a TF2 checkpoint saved by its author)."""
+    found = sorted(realworld.rglob("*.index"))
+    assert found
+    for idx in found:
+        pre = str(idx)[: -len(".index")]
+        assert _same_as_tensorflow(tf, pre) > 0
+        if "_CHECKPOINTABLE_OBJECT_GRAPH" in BundleReader(pre).entries:
+            test_object_graph_equals_tensorflow_protobuf(tf, pre)
+
+
 @pytest.mark.parametrize("pre", [p for p in PREFIXES if "_CHECKPOINTABLE_OBJECT_GRAPH" in BundleReader(p).entries],
                          ids=_name)
 def test_object_graph_equals_tensorflow_protobuf(tf, pre):
