@@ -309,6 +309,20 @@ def test_short_and_missing_data_files(tmp_path):
         BundleReader(pre)
 
 
+def test_fifo_instead_of_a_file_is_refused_not_waited_on(tmp_path):
+    pre = _copy("lstm_cell", tmp_path)
+    data = Path(pre + ".data-00000-of-00001")
+    data.unlink()
+    os.mkfifo(data)
+    with pytest.raises(FormatError, match="not a regular file"):
+        BundleReader(pre)
+    idx = Path(pre + ".index")
+    idx.unlink()
+    os.mkfifo(idx)
+    with pytest.raises(FormatError, match="not a regular file"):
+        BundleReader(pre)
+
+
 def test_damaged_copy_exits_3_with_one_line(tmp_path, capsys):
     pre = _copy("lstm_cell", tmp_path)
     idx = Path(pre + ".index")

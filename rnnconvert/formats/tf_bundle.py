@@ -44,6 +44,7 @@ their variable, bad checksums, broken varints or protobufs) raises FormatError n
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +174,8 @@ class BundleReader:
         self.index = self.prefix + ".index"
         self.where = str(where) if where is not None else self.index  # how messages name the checkpoint
         try:
+            if not stat.S_ISREG(os.stat(self.index).st_mode):  # a FIFO or device would block or never end
+                raise FormatError(f"{self.where}: {self.index} is not a regular file")
             data = Path(self.index).read_bytes()
         except OSError as exc:
             raise FormatError(f"{self.where}: cannot read the checkpoint index {self.index} ({exc.strerror})") from exc
@@ -199,6 +202,8 @@ class BundleReader:
         for raw_key, e in raw.items():
             if raw_key not in hidden:
                 key = raw_key.decode("utf-8", "replace")
+                if key in self.entries:  # two keys that are not UTF-8 and differ only where undecodable
+                    raise FormatError(f"{self.where}: two variables named '{key}' (keys that are not UTF-8)")
                 if not e.slices:
                     self._check(key, e, sizes)
                 self.entries[key] = e
@@ -275,10 +280,13 @@ class BundleReader:
             raise FormatError(f"{where}: shard {e.shard} of {self.num_shards}")
         if e.shard not in sizes:
             try:
-                sizes[e.shard] = os.stat(self.shard_path(e.shard)).st_size
+                st = os.stat(self.shard_path(e.shard))
             except OSError as exc:
                 raise FormatError(f"{where}: its data file {self.shard_path(e.shard)} is missing "
                                   f"({exc.strerror})") from exc
+            if not stat.S_ISREG(st.st_mode):
+                raise FormatError(f"{where}: its data file {self.shard_path(e.shard)} is not a regular file")
+            sizes[e.shard] = st.st_size
         count = _count(e.shape, where)
         dt = _dtype(e.dtype)
         if dt.kind == "O":
