@@ -211,7 +211,16 @@ def test_declined_bundle_is_read_by_tensorflow(monkeypatch):
     assert all((a[k] is None and b[k] is None) or np.array_equal(a[k], b[k]) for k in a)
 
 
-def test_large_tensors_checksums(tf, tmp_path):
+@pytest.fixture(params=["default", "numpy"])
+def crc_impl(request, monkeypatch):
+    """Run a test with the C implementation of CRC-32C when one is installed (``pip install
+    'rnnconvert[fast]'``), and again with the numpy fallback."""
+    if request.param == "numpy":
+        monkeypatch.setattr(crc32c, "_C", None)
+    return request.param
+
+
+def test_large_tensors_checksums(tf, tmp_path, crc_impl):
     """Tensors past the crc32c's lane-parallel threshold (TF's checksum is the oracle), odd lengths too;
     a flipped bit anywhere in one is found."""
     rng = np.random.default_rng(5)
@@ -236,7 +245,7 @@ def test_ordered_code_examples_of_tensorflow():
     assert tf_table._signed_increasing(-0x800) == bytes.fromhex("3800")
 
 
-def test_crc32c_check_value():
+def test_crc32c_check_value(crc_impl):
     """The catalogued check value of CRC-32C (iSCSI, RFC 3720) and its extension property."""
     assert crc32c.value(b"123456789") == 0xE3069283
     data = np.random.default_rng(0).integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
