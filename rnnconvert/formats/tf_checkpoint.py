@@ -27,14 +27,21 @@ Two kinds, told apart by their keys (``../shared/LAYOUTS.md`` §§7-9):
   (spec from the companion canonical variables, else from ``num_layers``/``hidden_size``/
   ``bidirectional`` options and the size). Slow contrib cells are refused by name.
 
-TensorFlow is imported only inside :func:`read`. TensorFlow's C++ reader aborts the whole process on
-some forged ``.index`` files, so the read runs in a forked child under a deadline
-(:func:`rnnconvert.guard.isolated`), as HDF5 reads do; for checkpoints over 64 MiB the child only opens the
-checkpoint and lists its variables (where the aborts are), then this process reads the tensors.
+Two readers. :class:`rnnconvert.formats.tf_bundle.BundleReader` (pure Python and numpy) reads every V2
+bundle of plain dtypes (partitioned variables and several shards included) -- the common case -- and
+TensorFlow is then not imported at all; it runs in this process, without the forked child, because no
+C++ code runs: a damaged file can only raise FormatError from our own checks. A bundle it declines
+(:class:`~.tf_bundle.BundleUnsupported`: big-endian, compressed index blocks, other dtypes) is read by
+TensorFlow (imported only then). TensorFlow's C++ reader aborts the whole process on some forged
+``.index`` files, so that read runs in a forked child under a deadline (:func:`rnnconvert.guard.isolated`),
+as HDF5 reads do; for checkpoints over 64 MiB the child only opens the checkpoint and lists its variables
+(where the aborts are), then this process reads the tensors. ``RNNCONVERT_TF_READER=tensorflow`` forces
+the TensorFlow path (to compare the two).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -43,8 +50,9 @@ from typing import Any
 import numpy as np
 
 from .. import cudnn, guard
-from ..errors import FormatError, require
+from ..errors import FormatError, RNNConvertError, require
 from ..model import Checkpoint, RNNLayer
+from . import tf_bundle
 from .tf1_cells import (  # noqa: F401
     _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure, getter)
 
@@ -100,22 +108,39 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
 
     Raises:
         FormatError: unreadable checkpoint (damaged ``.index``, ``.data`` shorter than the index says or
-            failing its checksums), unexpected shapes, NaN/Inf, ambiguous opaque buffer size, TensorFlow's
-            reader crashing (SIGABRT on forged ``.index`` shapes) or running past the deadline.
+            failing its checksums: :mod:`.tf_bundle`), unexpected shapes, NaN/Inf, ambiguous opaque buffer
+            size; on the TensorFlow path also its reader crashing (SIGABRT on forged ``.index`` shapes) or
+            running past the deadline.
         UnsupportedError: a cell rnnconvert refuses (named, with the reason).
     """
-    require("tensorflow", "tensorflow")  # imported before the fork: the child does not import it again
     pre = prefix_of(path)
     if pre is None:
         raise FormatError(f"{path}: not a TensorFlow checkpoint (no .index file or 'checkpoint' file)")
+    args = (path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
+    rd = _bundle(pre, path)
+    if rd is not None:  # no TensorFlow, no child process: only our own checks run on the file
+        return _interpret(rd, rd.get_variable_to_shape_map(), {"reader": "rnnconvert.tf_bundle"}, *args)
+    require("tensorflow", "tensorflow")  # imported before the fork: the child does not import it again
     index = Path(pre + ".index")
     stem = index.name[: -len(".index")] + ".data-"
     size = sum(f.stat().st_size for f in index.parent.iterdir() if f.name.startswith(stem) and f.is_file())
-    args = (path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
     if size <= FULL_ISOLATION_MAX:
         return guard.isolated(_read_prefix, args, index, "TensorFlow checkpoint")
     guard.isolated(_probe_prefix, (path, pre), index, "TensorFlow checkpoint")  # large: metadata in the child
     return _read_prefix(*args)
+
+
+def _bundle(pre: str, path) -> tf_bundle.BundleReader | None:
+    """The pure reader of the bundle at ``pre``, or None where it declines (then TensorFlow reads it).
+
+    Raises:
+        FormatError: the bundle is damaged (from :class:`~.tf_bundle.BundleReader`)."""
+    if os.environ.get("RNNCONVERT_TF_READER", "auto") == "tensorflow":
+        return None
+    try:
+        return tf_bundle.BundleReader(pre, path)
+    except tf_bundle.BundleUnsupported:
+        return None
 
 
 #: Checkpoints whose ``.data`` files hold up to this many bytes are read wholly in the isolated child.
@@ -145,18 +170,24 @@ def _probe_prefix(path, pre: str) -> None:
 
 def _read_prefix(path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional,
                  cell_clip, proj_clip) -> Checkpoint:
-    """The body of :func:`read` (runs in the isolated child for all but large checkpoints)."""
+    """The TensorFlow path of :func:`read` (runs in the isolated child for all but large checkpoints)."""
     import tensorflow as tf
 
     rd, shapes, _ = _open(path, pre)
+    return _interpret(rd, shapes, {"reader": "tensorflow", "tensorflow": tf.__version__}, path, pre, forget_bias,
+                      gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
 
+
+def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional,
+               cell_clip, proj_clip) -> Checkpoint:
+    """Layers from a reader with ``get_tensor(key)`` (either reader) and its variable-to-shape map."""
     def get(key: str) -> np.ndarray:
         arr = _tensor(rd, key, path)
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
         return arr
 
-    meta = {"path": str(path), "prefix": pre, "tensorflow": tf.__version__}
+    meta = {"path": str(path), "prefix": pre, **info}
     if any(k.endswith(ATTR) for k in shapes):
         names = {k: k[: -len(ATTR)] for k in shapes if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k}
         if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
@@ -174,6 +205,8 @@ def _tensor(rd, key: str, path, raw: bool = False):
     try:
         value = rd.get_tensor(key)
         return value if raw else np.asarray(value)
+    except RNNConvertError:  # the pure reader's own FormatError names file and variable already
+        raise
     except Exception as exc:  # tf.errors.OpError, IndexError, ValueError ...
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         raise FormatError(f"{path}: cannot read variable '{key}' of the TensorFlow checkpoint; the .data file is "
@@ -191,27 +224,21 @@ def _natural(s: str):
 def _object_paths(blob: bytes, where="") -> dict[str, str]:
     """Checkpoint key -> the shortest ``layer_with_weights-N/...`` object path reaching it, from the
     serialized ``TrackableObjectGraph`` (SavedModel ``variables/`` keys are ``variables/<k>/...``; LAYOUTS §7)."""
-    from tensorflow.core.protobuf import trackable_object_graph_pb2
-
-    g = trackable_object_graph_pb2.TrackableObjectGraph()
-    try:
-        g.ParseFromString(blob)
-    except Exception as exc:  # google.protobuf DecodeError, TypeError (not bytes)
-        raise FormatError(f"{where}: damaged _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint "
-                          f"({exc})") from exc
+    nodes = tf_bundle.object_graph(blob, where)  # our own protobuf decoding: no TensorFlow needed
     best: dict[str, str] = {}
-    seen, queue = {0}, [(0, "")] if g.nodes else []
+    seen, queue = {0}, [(0, "")] if nodes else []
     while queue:
         i, path = queue.pop(0)
-        for a in g.nodes[i].attributes:
-            if a.name == "VARIABLE_VALUE" and path.startswith("layer_with_weights-"):
-                if a.checkpoint_key not in best or len(path) < len(best[a.checkpoint_key]):
-                    best[a.checkpoint_key] = path
-        for c in g.nodes[i].children:
-            if c.node_id not in seen and c.node_id < len(g.nodes) and not c.local_name.startswith(
+        children, attributes = nodes[i]
+        for name, _, key in attributes:
+            if name == "VARIABLE_VALUE" and path.startswith("layer_with_weights-"):
+                if key not in best or len(path) < len(best[key]):
+                    best[key] = path
+        for node_id, local in children:
+            if node_id not in seen and 0 <= node_id < len(nodes) and not local.startswith(
                     ("keras_api", "variables", "trainable_", "non_trainable_", "signatures")):
-                seen.add(c.node_id)
-                queue.append((c.node_id, f"{path}/{c.local_name}" if path else c.local_name))
+                seen.add(node_id)
+                queue.append((node_id, f"{path}/{local}" if path else local))
     return best
 
 
@@ -246,8 +273,11 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta) -> Checkp
 def lazy_get(path: str, key: str) -> np.ndarray:
     """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
     :class:`rnnconvert.formats.keras_h5.LazyRaw`); NaN/Inf refused as in :func:`read`."""
-    tf = require("tensorflow", "tensorflow")
-    arr = _tensor(tf.train.load_checkpoint(prefix_of(path)), key, path)
+    pre = prefix_of(path)
+    rd = _bundle(pre, path)
+    if rd is None:
+        rd = require("tensorflow", "tensorflow").train.load_checkpoint(pre)
+    arr = _tensor(rd, key, path)
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
     return arr
