@@ -15,6 +15,9 @@ Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_f
   ``CuDNNLSTM``/``CuDNNGRU`` (kernel slices hold cuDNN's row-major ``(H, in)`` bytes; bias
   ``(2*G*H,)``), ``use_bias=False``.
 
+Lazy reading (``read(path, lazy=True)``, streaming conversion): the structure with placeholder
+parameters and a loader reading one layer's datasets in row blocks (docs/keras.md "Reading lazily").
+
 Weights are matched by group and order, never by the names stored inside a group (real files
 put them under another prefix, e.g. textgenrnn's ``rnn_1/rnn_1_2/kernel:0``).
 

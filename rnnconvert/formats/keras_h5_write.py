@@ -21,6 +21,11 @@ Two forms (LAYOUTS.md §2, §4, §15):
   Bit-exact (no arithmetic). A file of this form can be run on a GPU only; on a CPU,
   ``tf_keras`` converts it on ``load_weights`` into ``LSTM`` / ``GRU(reset_after=True)``.
 
+Streamed (``STREAM = True``, :func:`open_stream`): the file is written with h5py, one slab at a time,
+holding what tf_keras' ``model.save(path, save_format='h5', include_optimizer=False)`` writes for
+:func:`build`'s model (config and weight names from tf_keras itself, run on a size-1 stand-in;
+docs/keras.md "Writing Keras 2 HDF5").
+
 Refused (``UnsupportedError``): LSTM projection, peepholes, cell/proj clip, activations Keras 2 has
 not (Keras 3 ``hard_sigmoid``); for ``cudnn=True`` also non-sigmoid gates, non-tanh activations,
 GRU ``reset_after=False`` and simple RNNs. A TF1 ``forget_bias`` is folded into the bias.
