@@ -586,7 +586,7 @@ class _DirSpec:
 
 
 #: Bytes of one row block read from a dataset (the stored rows are turned block by block).
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 2 << 20
 
 
 def _rows(src: Any, where: str):

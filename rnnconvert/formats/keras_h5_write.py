@@ -240,7 +240,7 @@ HDF5_OBJECT_HEADER_LIMIT = 64512
 #: not imported yet (importing TensorFlow costs ~550 MB RSS, more than a slab of the benchmark model).
 TEMPLATE_SUBPROCESS_BYTES = 256 << 20
 #: Bytes of one row block of a kernel converted and written at a time.
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 2 << 20
 _RNN_CLASSES = ("LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU")
 
 
