@@ -257,7 +257,7 @@ def _stand_in(ckpt: Checkpoint) -> Checkpoint:
         params = [[DirectionParams(placeholder((G, 1 if k == 0 else D), dt), placeholder((G, 1), dt),
                                    placeholder((G,), dt), placeholder((G,), dt))] * D
                   for k in range(layer.num_layers)]
-        layers.append(replace(layer, input_size=1, hidden_size=1, proj_size=0,
+        layers.append(replace(layer, input_size=1, hidden_size=1, proj_size=0, source={},
                               semantics=replace(layer.semantics, forget_bias=0.0), params=params))
     return Checkpoint(layers=layers)
 
