@@ -222,3 +222,19 @@ def test_template_subprocess_equals_in_process(tmp_path, k2):
     t0 = time.perf_counter()
     assert keras_h5_write._template_subprocess(stand_in, True) == keras_h5_write._template_here(stand_in, True)
     assert time.perf_counter() - t0 < 120
+
+
+@pytest.mark.parametrize("cudnn", [False, True], ids=["plain", "cudnn"])
+def test_target_side_sees_a_damaged_layer(cudnn, tmp_path, k2):
+    """The per-layer target side (tf_keras deserialize + legacy weight conversion of one layer) runs the
+    file's own values: a small change to the second stacked layer's backward kernel fails verification."""
+    src, _ = _pt(tmp_path, "LSTM", "dmg", num_layers=2, bidirectional=True)
+    dst = tmp_path / "out.h5"
+    rnnconvert.convert(src, dst, write_opts={"cudnn": cudnn})
+    assert rnnconvert.verify(src, dst).ok
+    with h5py.File(dst, "r+") as f:
+        g = f["model_weights/rnn_l1"]
+        ds = g[[n for n in g.attrs["weight_names"] if "backward" in n][0]]  # its kernel (first of three)
+        ds[...] = ds[()] * np.float32(1.01)
+    rep = rnnconvert.verify(src, dst)
+    assert not rep.ok and [c.ok for c in rep.layers] == [False]

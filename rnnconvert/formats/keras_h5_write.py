@@ -525,13 +525,16 @@ def open_stream(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_:
     return KerasH5Stream(ckpt, path, cudnn)
 
 
-def _is_cudnn_file(path: str | Path) -> bool:
-    import h5py
+def _run_last(last, h, bidirectional: bool) -> np.ndarray:
+    """The last Keras layer of a chain on ``h``; a Bidirectional's directions concatenated (merge not
+    applied), the backward one in input time order."""
+    import tensorflow as tf
 
-    with h5py.File(str(path), "r") as f:
-        cfg = f.attrs.get("model_config", b"")
-    cfg = cfg.decode("utf8") if isinstance(cfg, bytes) else str(cfg)
-    return '"CuDNNLSTM"' in cfg or '"CuDNNGRU"' in cfg
+    if bidirectional:
+        fw = last.forward_layer(h)
+        bw = tf.reverse(last.backward_layer(h), axis=[1])
+        return np.asarray(tf.concat([fw, bw], axis=-1), dtype=np.float64)
+    return np.asarray(last(h), dtype=np.float64)
 
 
 def run_layer(model, names: list[str], bidirectional: bool, x: np.ndarray) -> np.ndarray:
@@ -541,32 +544,58 @@ def run_layer(model, names: list[str], bidirectional: bool, x: np.ndarray) -> np
     h = tf.convert_to_tensor(x)
     for nm in names[:-1]:
         h = model.get_layer(nm)(h)
-    last = model.get_layer(names[-1])
-    if bidirectional:
-        fw = last.forward_layer(h)
-        bw = tf.reverse(last.backward_layer(h), axis=[1])
-        y = tf.concat([fw, bw], axis=-1)
-    else:
-        y = last(h)
-    return np.asarray(y, dtype=np.float64)
+    return _run_last(model.get_layer(names[-1]), h, bidirectional)
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf8") if isinstance(v, bytes) else str(v)
 
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Run layer ``name`` of the written file in tf_keras on ``x`` ``(B, T, I)``; ``(B, T, dirs*H)`` float64.
 
-    Plain files are opened with ``tf_keras.models.load_model``; CuDNN-form files (which need a GPU to
-    run) are loaded with tf_keras' own ``load_weights`` into the equivalent ``LSTM`` /
-    ``GRU(reset_after=True)`` model, whose HDF5 loader converts the CuDNN weights.
+    Only that layer's Keras layers are made, one at a time (built, loaded, run, dropped: memory is one
+    Keras layer plus TensorFlow, whatever the file's size), by what ``tf_keras.models.load_model`` does
+    for each layer: ``layers.deserialize`` of the layer's record in the file's ``model_config``, then
+    tf_keras' legacy HDF5 weight conversion (``hdf5_format.preprocess_weights_for_loading`` with the
+    file's ``keras_version``/``backend``) and ``set_weights`` of the layer's datasets in
+    ``weight_names`` order. ``CuDNNLSTM``/``CuDNNGRU`` records (layers that run on a GPU only) are made
+    as their plain twin ``LSTM``/``GRU(reset_after=True)``, whose weights that conversion produces from
+    the CuDNN ones (as ``load_weights`` into the twin model does).
     """
+    import json
+
+    import h5py
+    import tensorflow as tf
+
+    from .keras_h5 import _attr_list
+
     k = tf_keras()
-    if _is_cudnn_file(path):
-        model = build(ckpt, cudnn=False, with_weights=False, twin=True)
-        model.load_weights(str(path))
-    else:
-        model = k.models.load_model(str(path), compile=False)
+    from tf_keras.src.saving.legacy import hdf5_format
+
     for layer, _, names in plan(ckpt):
         if layer.name == name:
-            return run_layer(model, names, layer.bidirectional, np.asarray(x, dtype=layer.dtype))
-    raise KeyError(name)
-
-
+            break
+    else:
+        raise KeyError(name)
+    h = tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype))
+    with h5py.File(str(path), "r") as f:
+        recs = {r["config"]["name"]: r for r in json.loads(_text(f.attrs["model_config"]))["config"]["layers"]}
+        g = f["model_weights"]
+        version, backend = _text(g.attrs.get("keras_version", "")), _text(g.attrs.get("backend", ""))
+        for kk, nm in enumerate(names):
+            rec = recs[nm]
+            if "CuDNN" in json.dumps(rec):
+                klayer = _make_layer(k, layer, nm, cudnn=False, twin=True)
+            else:
+                klayer = k.layers.deserialize({"class_name": rec["class_name"], "config": rec["config"]})
+            klayer.build((None, None, layer.layer_input_size(kk)))
+            weights = [np.asarray(g[nm][w]) for w in _attr_list(g[nm], "weight_names")]
+            klayer.set_weights(hdf5_format.preprocess_weights_for_loading(
+                klayer, weights, original_keras_version=version, original_backend=backend))
+            del weights
+            if kk < len(names) - 1:
+                h = klayer(h)
+            else:
+                return _run_last(klayer, h, layer.bidirectional)
+    raise AssertionError("unreachable")
