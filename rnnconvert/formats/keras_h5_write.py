@@ -152,10 +152,12 @@ def _weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.ndarra
     return out
 
 
-def _make_layer(k, layer: RNNLayer, name: str, cudnn: bool, twin: bool = False):
+def _make_layer(k, layer: RNNLayer, name: str, cudnn: bool, twin: bool = False, zeros: bool = False):
     s, H = layer.semantics, layer.hidden_size
     dtype = str(layer.dtype)
     kw: dict[str, Any] = {"return_sequences": True, "dtype": dtype}
+    if zeros:  # weights set right after (see _zero_init)
+        kw.update(kernel_initializer="zeros", recurrent_initializer="zeros", bias_initializer="zeros")
     kw["name"] = name  # inside Bidirectional: copies named forward_<name> / backward_<name> (not auto-numbered)
     if s.go_backwards and not layer.bidirectional:
         kw["go_backwards"] = True
@@ -551,6 +553,18 @@ def _text(v: Any) -> str:
     return v.decode("utf8") if isinstance(v, bytes) else str(v)
 
 
+def _zero_init(cfg: Any) -> Any:
+    """A layer config with every ``*_initializer`` set to ``Zeros``: the weights are replaced right after
+    building, and the default ``Orthogonal`` recurrent initializer costs a QR decomposition of each
+    ``(H, G*H)`` matrix (seconds at H=2048). Nothing else changes."""
+    if isinstance(cfg, dict):
+        return {key: ({"class_name": "Zeros", "config": {}} if key.endswith("_initializer") else _zero_init(v))
+                for key, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [_zero_init(v) for v in cfg]
+    return cfg
+
+
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Run layer ``name`` of the written file in tf_keras on ``x`` ``(B, T, I)``; ``(B, T, dirs*H)`` float64.
 
@@ -563,6 +577,7 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     as their plain twin ``LSTM``/``GRU(reset_after=True)``, whose weights that conversion produces from
     the CuDNN ones (as ``load_weights`` into the twin model does).
     """
+    import gc
     import json
 
     import h5py
@@ -584,16 +599,22 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
         g = f["model_weights"]
         version, backend = _text(g.attrs.get("keras_version", "")), _text(g.attrs.get("backend", ""))
         for kk, nm in enumerate(names):
+            klayer = None
+            gc.collect()  # the previous Keras layer (reference cycles) and its variables go before the next
             rec = recs[nm]
             if "CuDNN" in json.dumps(rec):
-                klayer = _make_layer(k, layer, nm, cudnn=False, twin=True)
+                klayer = _make_layer(k, layer, nm, cudnn=False, twin=True, zeros=True)
             else:
-                klayer = k.layers.deserialize({"class_name": rec["class_name"], "config": rec["config"]})
+                klayer = k.layers.deserialize({"class_name": rec["class_name"], "config": _zero_init(rec["config"])})
             klayer.build((None, None, layer.layer_input_size(kk)))
-            weights = [np.asarray(g[nm][w]) for w in _attr_list(g[nm], "weight_names")]
-            klayer.set_weights(hdf5_format.preprocess_weights_for_loading(
-                klayer, weights, original_keras_version=version, original_backend=backend))
-            del weights
+            values = hdf5_format.preprocess_weights_for_loading(
+                klayer, [np.asarray(g[nm][w]) for w in _attr_list(g[nm], "weight_names")],
+                original_keras_version=version, original_backend=backend)
+            variables = hdf5_format._legacy_weights(klayer)  # the order load_weights assigns in
+            if len(variables) != len(values):
+                raise ValueError(f"Keras layer {nm}: {len(values)} weights in the file, {len(variables)} in the layer")
+            for var in variables:  # each array released once assigned
+                var.assign(values.pop(0))
             if kk < len(names) - 1:
                 h = klayer(h)
             else:
