@@ -238,3 +238,17 @@ def test_target_side_sees_a_damaged_layer(cudnn, tmp_path, k2):
         ds[...] = ds[()] * np.float32(1.01)
     rep = rnnconvert.verify(src, dst)
     assert not rep.ok and [c.ok for c in rep.layers] == [False]
+
+
+def test_target_forward_slab_chains_to_target_forward(tmp_path, k2):
+    """Slab by slab (each Keras layer alone, its input the previous slab's output) gives what the whole
+    chain gives: the per-slab target side of a streamed verification."""
+    src, _ = _pt(tmp_path, "GRU", "slabs", num_layers=3, bidirectional=True)
+    dst = tmp_path / "out.h5"
+    rnnconvert.convert(src, dst, verify=None)
+    ck = rnnconvert.load(src)
+    x = np.random.default_rng(1).standard_normal((2, 5, 5)).astype(np.float32)
+    y = x
+    for k in range(3):
+        y = keras_h5_write.target_forward_slab(dst, ck, "rnn", k, y)
+    np.testing.assert_allclose(y, keras_h5_write.target_forward(dst, ck, "rnn", x), atol=1e-6, rtol=0)

@@ -570,37 +570,65 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
 
     Only that layer's Keras layers are made, one at a time (built, loaded, run, dropped: memory is one
     Keras layer plus TensorFlow, whatever the file's size), by what ``tf_keras.models.load_model`` does
-    for each layer: ``layers.deserialize`` of the layer's record in the file's ``model_config``, then
-    tf_keras' legacy HDF5 weight conversion (``hdf5_format.preprocess_weights_for_loading`` with the
-    file's ``keras_version``/``backend``) and ``set_weights`` of the layer's datasets in
-    ``weight_names`` order. ``CuDNNLSTM``/``CuDNNGRU`` records (layers that run on a GPU only) are made
-    as their plain twin ``LSTM``/``GRU(reset_after=True)``, whose weights that conversion produces from
-    the CuDNN ones (as ``load_weights`` into the twin model does).
+    for each layer: see :func:`_loaded_layers`.
     """
+    import tensorflow as tf
+
+    layer, names = _planned(ckpt, name)
+    h = tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype))
+    for kk, klayer in _loaded_layers(path, layer, names, range(len(names))):
+        if kk < len(names) - 1:
+            h = klayer(h)
+        else:
+            return _run_last(klayer, h, layer.bidirectional)
+    raise AssertionError("unreachable")
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """:func:`target_forward` for stacked layer ``k`` of layer ``name`` alone (its Keras layer
+    ``<name>_l<k>``), ``x`` its input; output ``(B, T, dirs*H)`` float64 in input time order."""
+    import tensorflow as tf
+
+    layer, names = _planned(ckpt, name)
+    for _, klayer in _loaded_layers(path, layer, names, [k]):
+        y = _run_last(klayer, tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype)), layer.bidirectional)
+        return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
+    raise AssertionError("unreachable")
+
+
+def _planned(ckpt: Checkpoint, name: str) -> tuple[RNNLayer, list[str]]:
+    for layer, _, names in plan(ckpt):
+        if layer.name == name:
+            return layer, names
+    raise KeyError(name)
+
+
+def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):
+    """Yield ``(k, Keras layer names[k])`` for ``k`` in ``which``, each made and loaded from the file as
+    ``load_model`` does it, after the previous one is dropped: ``layers.deserialize`` of the layer's record
+    in the file's ``model_config``, tf_keras' legacy HDF5 weight conversion
+    (``hdf5_format.preprocess_weights_for_loading`` with the file's ``keras_version``/``backend``) and
+    assignment of the layer's datasets in ``weight_names`` order. ``CuDNNLSTM``/``CuDNNGRU`` records
+    (layers that run on a GPU only) are made as their plain twin ``LSTM``/``GRU(reset_after=True)``, whose
+    weights that conversion produces from the CuDNN ones (as ``load_weights`` into the twin model does)."""
     import gc
     import json
 
     import h5py
-    import tensorflow as tf
 
     from .keras_h5 import _attr_list
 
     k = tf_keras()
     from tf_keras.src.saving.legacy import hdf5_format
 
-    for layer, _, names in plan(ckpt):
-        if layer.name == name:
-            break
-    else:
-        raise KeyError(name)
-    h = tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype))
     with h5py.File(str(path), "r") as f:
         recs = {r["config"]["name"]: r for r in json.loads(_text(f.attrs["model_config"]))["config"]["layers"]}
         g = f["model_weights"]
         version, backend = _text(g.attrs.get("keras_version", "")), _text(g.attrs.get("backend", ""))
-        for kk, nm in enumerate(names):
+        for kk in which:
             klayer = None
             gc.collect()  # the previous Keras layer (reference cycles) and its variables go before the next
+            nm = names[kk]
             rec = recs[nm]
             if "CuDNN" in json.dumps(rec):
                 klayer = _make_layer(k, layer, nm, cudnn=False, twin=True, zeros=True)
@@ -615,8 +643,4 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
                 raise ValueError(f"Keras layer {nm}: {len(values)} weights in the file, {len(variables)} in the layer")
             for var in variables:  # each array released once assigned
                 var.assign(values.pop(0))
-            if kk < len(names) - 1:
-                h = klayer(h)
-            else:
-                return _run_last(klayer, h, layer.bidirectional)
-    raise AssertionError("unreachable")
+            yield kk, klayer
