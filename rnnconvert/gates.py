@@ -179,3 +179,46 @@ def gate_slice(cell: Cell, gate: str, hidden: int) -> slice:
     """Rows of gate ``gate`` (canonical letter) in a canonical ``(G*H, ...)`` array."""
     k = CANONICAL[cell].index(gate)
     return slice(k * hidden, (k + 1) * hidden)
+
+
+def gate_moves(src: str, dst: str, hidden: int) -> list[tuple[slice, slice]]:
+    """``(rows of a gate in a src-ordered stack, its rows in a dst-ordered stack)`` for each gate block of
+    ``hidden`` rows: the moves :func:`reorder` makes, for code that moves blocks piece by piece."""
+    if sorted(src) != sorted(dst):
+        raise ValueError(f"gate orders {src!r} and {dst!r} are not permutations of each other")
+    return [(slice(j * hidden, (j + 1) * hidden), slice(dst.index(g) * hidden, (dst.index(g) + 1) * hidden))
+            for j, g in enumerate(src)]
+
+
+def to_canonical_block(block: np.ndarray, conv: Convention, cell: Cell, out: np.ndarray, col: int) -> None:
+    """Rows ``col : col + n`` of an ``in_out`` matrix stored under ``conv`` (``block``, ``(n, G*H)``) into
+    columns ``col : col + n`` of the canonical ``out`` ``(G*H, in)``: :func:`to_canonical` one row block at
+    a time, so that a multi-GB kernel is turned without a second full-size copy (streaming reads,
+    docs/performance.md). The block is turned with :func:`contiguous` (tiled), then whole gate blocks
+    move. Bit-exact.
+
+    Raises:
+        ValueError: ``conv`` is not ``in_out``, or the block's width is not ``G*H`` of ``out``.
+    """
+    if conv.orientation != "in_out" or block.ndim != 2 or block.shape[1] != out.shape[0]:
+        raise ValueError(f"block {block.shape} does not fit canonical {out.shape} ({conv.orientation})")
+    n = block.shape[0]
+    t = contiguous(block.T)  # (G*H, n) in the stored gate order
+    for src, dst in gate_moves(conv.gate_order, CANONICAL[cell], out.shape[0] // len(conv.gate_order)):
+        out[dst, col:col + n] = t[src]
+
+
+def from_canonical_block(mat: np.ndarray, conv: Convention, cell: Cell, r0: int, r1: int) -> np.ndarray:
+    """Rows ``r0:r1`` of :func:`from_canonical` ``(mat)`` for an ``in_out`` convention, ``(r1 - r0, G*H)``
+    C-contiguous, computed from columns ``r0:r1`` of the canonical ``mat`` only (streaming writes).
+    Bit-exact.
+
+    Raises:
+        ValueError: ``conv`` is not ``in_out``.
+    """
+    if conv.orientation != "in_out":
+        raise ValueError(f"from_canonical_block needs an in_out convention, not {conv.orientation}")
+    t = np.empty((mat.shape[0], r1 - r0), mat.dtype)
+    for dst, src in gate_moves(conv.gate_order, CANONICAL[cell], mat.shape[0] // len(conv.gate_order)):
+        t[dst] = mat[src, r0:r1]
+    return contiguous(t.T)

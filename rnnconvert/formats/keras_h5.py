@@ -15,6 +15,9 @@ Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_f
   ``CuDNNLSTM``/``CuDNNGRU`` (kernel slices hold cuDNN's row-major ``(H, in)`` bytes; bias
   ``(2*G*H,)``), ``use_bias=False``.
 
+Lazy reading (``read(path, lazy=True)``, streaming conversion): the structure with placeholder
+parameters and a loader reading one layer's datasets in row blocks (docs/keras.md "Reading lazily").
+
 Weights are matched by group and order, never by the names stored inside a group (real files
 put them under another prefix, e.g. textgenrnn's ``rnn_1/rnn_1_2/kernel:0``).
 
@@ -37,7 +40,8 @@ import numpy as np
 
 from .. import gates, guard
 from ..errors import FormatError, UnsupportedError
-from ..model import ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from ..model import (ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder,
+                     placeholder)
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 RNN_CLASSES = {"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1", "CuDNNLSTMV1"}
@@ -113,6 +117,30 @@ def _read_dataset(ds, where: str) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
     return arr
+
+
+def _dataset_meta(ds, where: str) -> np.ndarray:
+    """A :func:`~rnnconvert.model.placeholder` of a dataset's shape and dtype, with :func:`_read_dataset`'s
+    checks that need no data (a dataset, floating point, a shape the file can hold)."""
+    import h5py
+
+    if not isinstance(ds, h5py.Dataset):
+        raise FormatError(f"{where}: expected a dataset, found a {type(ds).__name__}")
+    if ds.dtype.kind != "f":
+        raise FormatError(f"{where}: weights must be floating point, found dtype {ds.dtype}")
+    nbytes = int(np.prod(ds.shape, dtype=np.int64)) * ds.dtype.itemsize
+    fsize = Path(ds.file.filename).stat().st_size
+    if nbytes > 64 * fsize + (1 << 20) and ds.compression is None:
+        raise FormatError(f"{where}: declared shape {ds.shape} needs {nbytes} bytes, the file has {fsize}")
+    return placeholder(ds.shape, ds.dtype)
+
+
+def _read_concat(path: str, locations: tuple[str, ...]) -> np.ndarray:
+    """Keras 1 per-gate datasets ``locations`` read and joined along their last axis (LazyRaw loader)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return np.concatenate([_read_dataset(f[loc], f"{path}: {loc}") for loc in locations], axis=-1)
 
 
 class LazyRaw(Mapping):
@@ -235,6 +263,19 @@ class _Reader:
         self.gate_override = gate_activation
         self.lazy_load: Callable[[str, str], np.ndarray] | None = None  # LazyRaw's loader (None: HDF5)
         self.ckpt = Checkpoint(format="keras_h5", meta={"path": path, "keras_version": keras_version})
+        self.file = None  # the open h5py.File while a lazy skeleton is read (other layers' values)
+        self.specs: dict[int, tuple[_DirSpec, dict[str, Any]]] = {}  # id(placeholder params) -> how to load
+
+    def value(self, e: _Entry, j: int) -> np.ndarray:
+        """Weight ``j`` of ``e`` as an array (read now when the entry holds placeholders)."""
+        w = e.weights[j]
+        if is_placeholder(w) and self.file is not None and e.locations is not None:
+            return _read_dataset(self.file[e.locations[j]], f"{self.path}: {e.locations[j]}")
+        return w
+
+    def layer_specs(self) -> list[list[tuple["_DirSpec", dict[str, Any]]]]:
+        """Per recurrent layer, per direction: the spec and sources its placeholders are loaded from."""
+        return [[self.specs[id(dp)] for dp in layer.params[0]] for layer in self.ckpt.layers]
 
     # -- dispatch ---------------------------------------------------------------------------
     def entry(self, e: _Entry, prefix: str) -> None:
@@ -398,7 +439,8 @@ class _Reader:
     def _rnn(self, e: _Entry, name: str, kind: str, cfg: dict, w: list[np.ndarray]) -> RNNLayer:
         sem = self._semantics(name, kind, cfg)
         raw: dict[str, np.ndarray]
-        if kind in ("LSTM", "GRU") and len(w) in (12, 9):  # Keras 1, consume_less='cpu'/'mem'
+        keras1 = kind in ("LSTM", "GRU") and len(w) in (12, 9)  # Keras 1, consume_less='cpu'/'mem'
+        if keras1:
             raw = _merge_keras1(kind, e.names, w)
             fam = "keras1"
         else:
@@ -429,35 +471,36 @@ class _Reader:
             raise ValueError(f"kernel {k.shape} / recurrent_kernel {r.shape} do not fit {G} gates")
         I = k.shape[0]
         conv = gates.convention("keras_ra" if (cell is Cell.GRU and sem.reset_after and fam == "keras") else fam, cell)
-        if fam == "keras_cudnn":
-            w_ih = gates.reorder(_cudnn_bytes_to_rows(k, G, H, I), conv.gate_order, gates.CANONICAL[cell])
-            w_hh = gates.reorder(_cudnn_bytes_to_rows(r, G, H, H), conv.gate_order, gates.CANONICAL[cell])
-        else:
-            w_ih = gates.to_canonical(k, conv, cell)
-            w_hh = gates.to_canonical(r, conv, cell)
-        zeros = np.zeros(G * H, dtype=k.dtype)
         b = raw.get("bias")
-        if b is None:
-            b_ih, b_hh = zeros, zeros.copy()
-        elif conv.bias == "single":
-            if b.shape != (G * H,):
-                raise ValueError(f"bias {b.shape}, expected {(G * H,)}")
-            b_ih, b_hh = gates.vec_to_canonical(b, conv, cell), zeros
-        elif conv.bias == "double_rows":
-            if b.shape != (2, G * H):
-                raise ValueError(f"bias {b.shape}, expected {(2, G * H)}")
-            b_ih, b_hh = gates.vec_to_canonical(b[0], conv, cell), gates.vec_to_canonical(b[1], conv, cell)
-        else:  # double_flat
-            if b.shape != (2 * G * H,):
-                raise ValueError(f"bias {b.shape}, expected {(2 * G * H,)}")
-            b_ih = gates.vec_to_canonical(b[: G * H], conv, cell)
-            b_hh = gates.vec_to_canonical(b[G * H:], conv, cell)
-        if fam != "keras1" and e.locations is not None:  # the file's tensors are re-read when needed
-            raw = LazyRaw(self.path, dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations[:len(w)])),
-                          self.lazy_load)
+        if b is not None:
+            want = {"single": (G * H,), "double_rows": (2, G * H), "double_flat": (2 * G * H,)}[conv.bias]
+            if b.shape != want:
+                raise ValueError(f"bias {b.shape}, expected {want}")
+        spec = _DirSpec(fam, cell, conv, H, I)
+        if any(is_placeholder(a) for a in raw.values()):  # a lazy skeleton: the loader converts later
+            bdt = k.dtype if b is None else b.dtype
+            dp = DirectionParams(placeholder((G * H, I), k.dtype), placeholder((G * H, H), r.dtype),
+                                 placeholder((G * H,), bdt),
+                                 placeholder((G * H,), bdt if conv.bias != "single" else k.dtype))
+            if keras1:
+                loc = e.locations or []
+                srcs: dict[str, Any] = {"kernel": tuple(loc[0::3]), "recurrent_kernel": tuple(loc[1::3]),
+                                        "bias": tuple(loc[2::3])}
+            else:
+                srcs = dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations or []))
+            self.specs[id(dp)] = (spec, srcs)
+        else:
+            dp = _convert(spec, raw, f"{self.path}: layer '{name}'")
+        if e.locations is not None and (fam != "keras1" or self.file is not None):
+            # the file's tensors are re-read when needed (verification), never held beside the canonical copy
+            if fam == "keras1":
+                raw = LazyRaw(self.path, {key: tuple(v) for key, v in srcs.items()}, _read_concat)
+            else:
+                raw = LazyRaw(self.path, dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations[:len(w)])),
+                              self.lazy_load)
         return RNNLayer(
             name=name, cell=cell, input_size=I, hidden_size=H, bias=b is not None, semantics=sem,
-            params=[[DirectionParams(w_ih, w_hh, b_ih, b_hh)]],
+            params=[[dp]],
             return_sequences=bool(cfg.get("return_sequences", True if not cfg else False)),
             source={"format": "keras_h5", "class_name": kind, "family": fam, "raw": [raw], "config": cfg or None},
         )
@@ -465,6 +508,8 @@ class _Reader:
     def other(self, e: _Entry, name: str, cls: str | None) -> None:
         bases = [_base(n) for n in e.names]
         t = self.ckpt.tensors
+        e = _Entry(e.name, e.names, [self.value(e, j) for j in range(len(e.weights))], e.config, e.class_name,
+                   locations=e.locations)
         keras1_dense = (len(e.weights) == 2 and e.weights[0].ndim == 2 and e.weights[1].ndim == 1
                         and re.search(r"(^|_)W$", bases[0]) and re.search(r"(^|_)b$", bases[1]))  # dense_1_W, dense_1_b
         if (cls == "Dense" or (cls is None and (keras1_dense or (bases[:1] == ["kernel"] and len(e.weights) <= 2
@@ -514,11 +559,99 @@ def _merge_keras1(kind: str, names: list[str], w: list[np.ndarray]) -> dict[str,
     kinds = [_base(n)[-3] for n in names]  # 'W', 'U', 'b'
     if kinds != ["W", "U", "b"] * (len(w) // 3):
         raise ValueError(f"Keras 1 {kind} weights are not in W, U, b triples: {[_base(n) for n in names]}")
-    return {
-        "kernel": np.concatenate(w[0::3], axis=1),
-        "recurrent_kernel": np.concatenate(w[1::3], axis=1),
-        "bias": np.concatenate(w[2::3]),
-    }
+    return {"kernel": _cat(w[0::3]), "recurrent_kernel": _cat(w[1::3]), "bias": _cat(w[2::3])}
+
+
+def _cat(arrs: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate`` along the last axis; placeholders give a placeholder of the joined shape."""
+    if any(is_placeholder(a) for a in arrs):
+        shape = arrs[0].shape[:-1] + (sum(a.shape[-1] for a in arrs),)
+        return placeholder(shape, np.result_type(*arrs))
+    return np.concatenate(arrs, axis=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# Conversion of one direction's Keras tensors (arrays, or HDF5 datasets read one row block at a time)
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _DirSpec:
+    """How one direction's Keras tensors become canonical: family, cell, convention, ``H``, ``I``."""
+
+    fam: str
+    cell: Cell
+    conv: gates.Convention
+    hidden: int
+    inp: int
+
+
+#: Bytes of one row block read from a dataset (the stored rows are turned block by block).
+BLOCK_BYTES = 2 << 20
+
+
+def _rows(src: Any, where: str):
+    """Yield ``(r0, block)`` row blocks of a 2-D array or HDF5 dataset ``src``; datasets are read with
+    ``read_direct`` into one reused buffer (the block is valid until the next one). NaN/Inf refused."""
+    n_rows, width = src.shape
+    step = max(16, (BLOCK_BYTES // max(1, width * src.dtype.itemsize)) // 16 * 16)
+    buf = None if isinstance(src, np.ndarray) else np.empty((min(step, n_rows), width), src.dtype)
+    for r0 in range(0, n_rows, step):
+        r1 = min(n_rows, r0 + step)
+        if buf is None:
+            block = src[r0:r1]
+        else:
+            block = buf[:r1 - r0]
+            src.read_direct(block, np.s_[r0:r1], np.s_[0:r1 - r0])
+        if not np.isfinite(block).all():
+            raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
+        yield r0, block
+
+
+def _kernel(src: Any, spec: _DirSpec, where: str) -> np.ndarray:
+    """A Keras kernel ``(width, G*H)`` (array or dataset) as canonical ``(G*H, width)``, row block by row
+    block (peak memory: the result plus one block). Plain families: the tiled turn of
+    :func:`rnnconvert.gates.to_canonical_block`; CuDNN form: each gate slice's rows are a contiguous piece
+    of cuDNN's row-major ``(H, width)`` matrix (see :func:`_cudnn_bytes_to_rows`), copied as they are.
+    Bit-exact."""
+    cell, conv, H = spec.cell, spec.conv, spec.hidden
+    width = src.shape[0]
+    out = np.empty((cell.gates * H, width), src.dtype)
+    moves = gates.gate_moves(conv.gate_order, gates.CANONICAL[cell], H)
+    for r0, block in _rows(src, where):
+        n = block.shape[0]
+        if spec.fam == "keras_cudnn":
+            for cols, rows in moves:
+                out[rows].reshape(-1)[r0 * H:(r0 + n) * H].reshape(n, H)[...] = block[:, cols]
+        else:
+            gates.to_canonical_block(block, conv, cell, out, r0)
+    return out
+
+
+def _vector(src: Any, where: str) -> np.ndarray:
+    arr = np.asarray(src) if isinstance(src, np.ndarray) else src[()]
+    if not np.isfinite(arr).all():
+        raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
+    return arr
+
+
+def _convert(spec: _DirSpec, raw: Mapping[str, Any], where: str) -> DirectionParams:
+    """One direction's Keras tensors (``kernel``, ``recurrent_kernel``, optional ``bias``: arrays or HDF5
+    datasets) -> canonical :class:`DirectionParams`; only permutations, turns and copies (bit-exact)."""
+    cell, conv, H = spec.cell, spec.conv, spec.hidden
+    G = cell.gates
+    w_ih = _kernel(raw["kernel"], spec, f"{where} kernel")
+    w_hh = _kernel(raw["recurrent_kernel"], spec, f"{where} recurrent_kernel")
+    if raw.get("bias") is None:
+        zeros = np.zeros(G * H, dtype=w_ih.dtype)
+        return DirectionParams(w_ih, w_hh, zeros, zeros.copy())
+    b = _vector(raw["bias"], f"{where} bias")
+    if conv.bias == "single":
+        return DirectionParams(w_ih, w_hh, gates.vec_to_canonical(b, conv, cell), np.zeros(G * H, dtype=w_ih.dtype))
+    if conv.bias == "double_rows":
+        return DirectionParams(w_ih, w_hh, gates.vec_to_canonical(b[0], conv, cell),
+                               gates.vec_to_canonical(b[1], conv, cell))
+    return DirectionParams(w_ih, w_hh, gates.vec_to_canonical(b[: G * H], conv, cell),  # double_flat
+                           gates.vec_to_canonical(b[G * H:], conv, cell))
 
 
 def _dialect_in_child(path: str) -> str:
@@ -565,13 +698,22 @@ def sniff(head: bytes, path: Path | None = None) -> bool:
     return d == "keras2" or d.startswith("damaged")
 
 
-def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> Checkpoint:
+#: The reader can return a lazy checkpoint (streaming conversion, :func:`read` with ``lazy=True``).
+LAZY = True
+
+
+def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = False, **_: Any) -> Checkpoint:
     """Read a Keras 1/2 HDF5 file into a :class:`~rnnconvert.model.Checkpoint`.
 
     Args:
         path: the ``.h5``/``.hdf5`` file (full model or weights only).
         gate_activation: override the LSTM/GRU gate activation (``'sigmoid'`` or ``'hard_sigmoid'``)
             when a weights-only file cannot tell.
+        lazy: return the structure only (layers, semantics, ``source`` provenance with the
+            :class:`LazyRaw` tensor maps, Dense/Embedding tensors) with
+            :func:`~rnnconvert.model.placeholder` parameters, and ``ckpt.loader(i, 0)`` reading layer
+            ``i``'s datasets (both directions of a Bidirectional: one slab) when asked. ``False``: the same,
+            every slab loaded before returning (one code path).
 
     Returns:
         the recurrent layers in file order (canonical form: gate order i,f,g,o / r,z,n, ``W (G*H, in)``,
@@ -581,17 +723,22 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
         FormatError: not HDF5, not a Keras file, links outside the file, damaged tensors, NaN/Inf,
             libhdf5 looping past the deadline or crashing (see :mod:`rnnconvert.guard`).
         UnsupportedError: an activation or wrapper rnnconvert cannot represent.
+
+    Isolation (:mod:`rnnconvert.guard`): an eager read of a file up to :data:`FULL_ISOLATION_MAX` runs
+    wholly in the forked child. Otherwise (a large file, or ``lazy=True``) the child first walks every
+    object header, attribute and chunk index (:func:`_probe_path`: where libhdf5's loops live), and this
+    process then reads the metadata again and the data (the loader: contiguous extents the probe has seen
+    described, or chunks whose index it has walked).
     """
     d = hdf5_dialect(path) if Path(path).exists() else ""
     if d.startswith("damaged:"):
         raise FormatError(d[len("damaged:"):])
-    if Path(path).stat().st_size <= FULL_ISOLATION_MAX:
-        return guard.isolated(_read_path, (str(path), gate_activation), path, "HDF5")
-    # A large file would travel back through a pipe (a second copy of every weight): the child walks
-    # every object and attribute instead (where libhdf5's loops live: B-trees, heaps, object headers),
-    # then this process reads the data.
+    if not lazy and Path(path).stat().st_size <= FULL_ISOLATION_MAX:
+        return guard.isolated(_read_path, (str(path), gate_activation, False), path, "HDF5")
+    # A large file would travel back through a pipe (a second copy of every weight), and a lazy
+    # checkpoint's loader runs here: the child probes, this process reads.
     guard.isolated(_probe_path, (str(path),), path, "HDF5")
-    return _read_path(str(path), gate_activation)
+    return _read_path(str(path), gate_activation, lazy)
 
 
 #: Files up to this size are read wholly in the isolated child (see :mod:`rnnconvert.guard`).
@@ -599,7 +746,8 @@ FULL_ISOLATION_MAX = 64 << 20
 
 
 def _probe_path(path: str) -> None:
-    """Open ``path`` and touch every group, dataset header and attribute (runs in the isolated child)."""
+    """Open ``path`` and touch every group, dataset header, attribute and chunk index (runs in the
+    isolated child)."""
     import h5py
 
     try:
@@ -611,6 +759,8 @@ def _probe_path(path: str) -> None:
                     obj.attrs[key]
                 if isinstance(obj, h5py.Dataset):
                     obj.shape, obj.dtype, obj.chunks  # noqa: B018
+                    if obj.chunks is not None and hasattr(obj.id, "get_num_chunks"):
+                        obj.id.get_num_chunks()  # walks the chunk B-tree the data reads will use
 
             f.visititems(touch)
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
@@ -618,8 +768,14 @@ def _probe_path(path: str) -> None:
         raise FormatError(f"{path}: damaged HDF5 file ({first})") from exc
 
 
-def _read_path(path: str, gate_activation: str | None) -> Checkpoint:
-    """Open and read ``path`` (runs in the isolated child of :func:`rnnconvert.guard.isolated`)."""
+def _damaged(path: str, exc: Exception) -> FormatError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return FormatError(f"{path}: damaged HDF5 file ({first})")
+
+
+def _read_path(path: str, gate_activation: str | None, lazy: bool = False) -> Checkpoint:
+    """The skeleton of ``path`` and its loader (:func:`read`); materialized unless ``lazy`` (an eager read
+    of a small file runs all of this in the isolated child of :func:`rnnconvert.guard.isolated`)."""
     import h5py
 
     try:
@@ -628,14 +784,43 @@ def _read_path(path: str, gate_activation: str | None) -> Checkpoint:
         raise FormatError(f"{path}: not a readable HDF5 file ({exc})") from exc
     with f:
         try:
-            return _read_file(f, path, gate_activation)
+            rd = _read_file(f, path, gate_activation)
         except (OSError, RuntimeError, KeyError, ValueError) as exc:  # h5py on damaged B-trees, heaps
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise FormatError(f"{path}: damaged HDF5 file ({first})") from exc
+            raise _damaged(path, exc) from exc
+    ckpt = rd.ckpt
+    ckpt.loader = _loader(path, rd.layer_specs())
+    return ckpt if lazy else ckpt.materialize()
 
 
-def _read_file(f, path: str, gate_activation: str | None) -> Checkpoint:
-    """The body of :func:`read` on an open ``h5py.File`` (h5py errors are translated by the caller)."""
+def _loader(path: str, specs: list[list[tuple[_DirSpec, dict[str, Any]]]]):
+    """``loader(i, 0)``: layer ``i``'s directions read from ``path`` (one ``h5py.File`` open per slab,
+    datasets read in row blocks straight into the canonical arrays; nothing kept afterwards)."""
+    def load(i: int, k: int) -> list[DirectionParams]:
+        import h5py
+
+        if k != 0:
+            raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
+        try:
+            with h5py.File(path, "r") as f:
+                out = []
+                for spec, srcs in specs[i]:
+                    raw: dict[str, Any] = {}
+                    for key, loc in srcs.items():
+                        if isinstance(loc, tuple):  # Keras 1 per-gate tensors (small by nature): read, joined
+                            raw[key] = np.concatenate([_read_dataset(f[x], f"{path}: {x}") for x in loc], axis=-1)
+                        else:
+                            _dataset_meta(f[loc], f"{path}: {loc}")
+                            raw[key] = f[loc]
+                    out.append(_convert(spec, raw, f"{path}: {srcs.get('kernel')!s}".rsplit("/", 1)[0]))
+                return out
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            raise _damaged(path, exc) from exc
+    return load
+
+
+def _read_file(f, path: str, gate_activation: str | None) -> "_Reader":
+    """The body of :func:`read` on an open ``h5py.File``: metadata (dataset shapes and dtypes, as
+    placeholders), configs and the non-recurrent tensors; h5py errors are translated by the caller."""
     _check_links(f)
     if "model_weights" in f:
         g = f["model_weights"]
@@ -651,6 +836,7 @@ def _read_file(f, path: str, gate_activation: str | None) -> Checkpoint:
                           "attribute; is it a Keras 3 .weights.h5 or another HDF5 file?")
     keras_version = _attr_str(g, "keras_version") or _attr_str(f, "keras_version")
     rd = _Reader(path, keras_version, gate_activation)
+    rd.file = f
     if isinstance(config, dict) and config.get("class_name") in ("Sequential", "Model", "Functional"):
         cfgs = _index_configs(config)
     else:
@@ -666,15 +852,14 @@ def _read_file(f, path: str, gate_activation: str | None) -> Checkpoint:
         for wn in wnames:
             if wn not in grp:
                 raise FormatError(f"{path}: layer '{lname}' lists weight '{wn}' that is not in the file")
-            weights.append(_read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
+            weights.append(_dataset_meta(grp[wn], f"{path}: {lname}/{wn}"))
             locations.append(grp[wn].name)
         rec = cfgs.get(lname, {})
-        # one layer's file tensors live only while this layer is converted (LazyRaw re-reads them)
         rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name"), locations=locations), "")
-        del weights
+    rd.file = None
     if not rd.ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
-    return rd.ckpt
+    return rd
 
 
 def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x: np.ndarray) -> np.ndarray:
@@ -687,5 +872,6 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
 
 
 # The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
-from .keras_h5_write import ROUTE, check, refusals, target_forward, write  # noqa: E402,F401
+from .keras_h5_write import (ROUTE, STREAM, check, open_stream, refusals, target_forward,  # noqa: E402,F401
+                              target_forward_slab, write)
 from .keras_math import source_forward  # noqa: E402,F401  (verification: Keras equations on the file's tensors)

@@ -21,6 +21,11 @@ Two forms (LAYOUTS.md §2, §4, §15):
   Bit-exact (no arithmetic). A file of this form can be run on a GPU only; on a CPU,
   ``tf_keras`` converts it on ``load_weights`` into ``LSTM`` / ``GRU(reset_after=True)``.
 
+Streamed (``STREAM = True``, :func:`open_stream`): the file is written with h5py, one slab at a time,
+holding what tf_keras' ``model.save(path, save_format='h5', include_optimizer=False)`` writes for
+:func:`build`'s model (config and weight names from tf_keras itself, run on a size-1 stand-in;
+docs/keras.md "Writing Keras 2 HDF5").
+
 Refused (``UnsupportedError``): LSTM projection, peepholes, cell/proj clip, activations Keras 2 has
 not (Keras 3 ``hard_sigmoid``); for ``cudnn=True`` also non-sigmoid gates, non-tanh activations,
 GRU ``reset_after=False`` and simple RNNs. A TF1 ``forget_bias`` is folded into the bias.
@@ -147,10 +152,12 @@ def _weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.ndarra
     return out
 
 
-def _make_layer(k, layer: RNNLayer, name: str, cudnn: bool, twin: bool = False):
+def _make_layer(k, layer: RNNLayer, name: str, cudnn: bool, twin: bool = False, zeros: bool = False):
     s, H = layer.semantics, layer.hidden_size
     dtype = str(layer.dtype)
     kw: dict[str, Any] = {"return_sequences": True, "dtype": dtype}
+    if zeros:  # weights set right after (see _zero_init)
+        kw.update(kernel_initializer="zeros", recurrent_initializer="zeros", bias_initializer="zeros")
     kw["name"] = name  # inside Bidirectional: copies named forward_<name> / backward_<name> (not auto-numbered)
     if s.go_backwards and not layer.bidirectional:
         kw["go_backwards"] = True
@@ -195,19 +202,7 @@ def build(ckpt: Checkpoint, *, cudnn: bool = False, with_weights: bool = True, t
     return k.Model(inputs, outputs, name="rnnconvert")
 
 
-def write(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_: Any) -> list[str]:
-    """Write ``ckpt`` as a tf_keras full-model HDF5 file; one line per layer saying how to load it.
-
-    Raises:
-        UnsupportedError: see :func:`check`.
-    """
-    check(ckpt, cudnn=cudnn)
-    model = build(ckpt, cudnn=cudnn)
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.save(str(path), save_format="h5", include_optimizer=False)
+def _lines(ckpt: Checkpoint, cudnn: bool) -> list[str]:
     lines = []
     for layer, in_name, names in plan(ckpt):
         form = ("CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU")) if cudnn else _CLASS[layer.cell]
@@ -216,13 +211,332 @@ def write(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_: Any) 
     return lines
 
 
-def _is_cudnn_file(path: str | Path) -> bool:
-    import h5py
+def write(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_: Any) -> list[str]:
+    """Write ``ckpt`` as a tf_keras full-model HDF5 file; one line per layer saying how to load it.
 
-    with h5py.File(str(path), "r") as f:
-        cfg = f.attrs.get("model_config", b"")
-    cfg = cfg.decode("utf8") if isinstance(cfg, bytes) else str(cfg)
-    return '"CuDNNLSTM"' in cfg or '"CuDNNGRU"' in cfg
+    The stream loop of :func:`open_stream` (one slab of parameters converted at a time).
+
+    Raises:
+        UnsupportedError: see :func:`check`.
+    """
+    check(ckpt, cudnn=cudnn)
+    w = open_stream(ckpt, path, cudnn=cudnn)
+    try:
+        for i, layer in enumerate(ckpt.layers):
+            for k in range(layer.num_layers):
+                w.write_slab(i, k, ckpt.slab(i, k))
+        return w.close()
+    except BaseException:
+        w.abort()
+        raise
+
+
+# --------------------------------------------------------------------------------------------
+# Streaming: the file tf_keras' model.save(path, save_format='h5') writes, written with h5py
+# --------------------------------------------------------------------------------------------
+
+#: tf_keras splits a string-list attribute above this many bytes into ``name0, name1, ...``
+#: (``saving/legacy/hdf5_format.py`` ``HDF5_OBJECT_HEADER_LIMIT``).
+HDF5_OBJECT_HEADER_LIMIT = 64512
+#: Checkpoints larger than this get their Keras template from a separate Python process when tf_keras is
+#: not imported yet (importing TensorFlow costs ~550 MB RSS, more than a slab of the benchmark model).
+TEMPLATE_SUBPROCESS_BYTES = 256 << 20
+#: Bytes of one row block of a kernel converted and written at a time.
+BLOCK_BYTES = 2 << 20
+_RNN_CLASSES = ("LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU")
+
+
+def _stand_in(ckpt: Checkpoint) -> Checkpoint:
+    """``ckpt``'s structure with every size 1 (placeholder weights): what :func:`build` needs for names,
+    classes, options and wiring, at no memory cost."""
+    from dataclasses import replace
+
+    from ..model import placeholder
+
+    layers = []
+    for layer in ckpt.layers:
+        G, D, dt = layer.cell.gates, layer.num_directions, layer.dtype
+        params = [[DirectionParams(placeholder((G, 1 if k == 0 else D), dt), placeholder((G, 1), dt),
+                                   placeholder((G,), dt), placeholder((G,), dt))] * D
+                  for k in range(layer.num_layers)]
+        layers.append(replace(layer, input_size=1, hidden_size=1, proj_size=0, source={},
+                              semantics=replace(layer.semantics, forget_bias=0.0), params=params))
+    return Checkpoint(layers=layers)
+
+
+def _template_here(stand_in: Checkpoint, cudnn: bool) -> dict[str, Any]:
+    """tf_keras' own metadata for the model of :func:`build`, computed on the size-1 ``stand_in``: the
+    ``model_config`` JSON as ``model.save`` writes it (``saving_utils.model_metadata`` with the legacy
+    config, ``json_utils.get_json_type``), the layer names and each layer's weight names."""
+    import json
+    import warnings
+
+    tk = tf_keras()
+    from tf_keras.src.saving.legacy import hdf5_format, saving_utils
+    from tf_keras.src.saving.legacy.saved_model import json_utils
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build(stand_in, cudnn=cudnn, with_weights=False)
+        model.use_legacy_config = True
+        meta = saving_utils.model_metadata(model, include_optimizer=False)
+    return {
+        "keras_version": str(meta["keras_version"]), "backend": str(meta["backend"]),
+        "model_config": json.dumps(meta["model_config"], default=json_utils.get_json_type),
+        "layer_names": [lay.name for lay in model.layers],
+        "weights": {lay.name: [w.name for w in hdf5_format._legacy_weights(lay)] for lay in model.layers},
+        "top_level": [w.name for w in model._trainable_weights + model._non_trainable_weights],
+        "tf_keras": tk.__version__,
+    }
+
+
+def _template_main() -> None:  # pragma: no cover - runs in the subprocess of keras_template
+    import json
+    import pickle
+    import sys
+
+    ckpt, cudnn = pickle.loads(sys.stdin.buffer.read())  # our own parent's stand-in, not file content
+    sys.stdout.write("\n" + json.dumps(_template_here(ckpt, cudnn)) + "\n")
+
+
+def keras_template(ckpt: Checkpoint, cudnn: bool = False) -> dict[str, Any]:
+    """:func:`_template_here` for ``ckpt`` with the real sizes patched in (``units`` of every recurrent
+    layer, ``batch_input_shape`` of every ``Input``: the only size-dependent fields of a functional
+    model's config). Computed in this process when tf_keras is imported already or the checkpoint is
+    small; else in a fresh Python process (see :data:`TEMPLATE_SUBPROCESS_BYTES`).
+
+    Raises:
+        DependencyError: tf_keras is not installed.
+    """
+    import json
+    import sys
+
+    stand_in = _stand_in(ckpt)
+    size = sum(a.nbytes for lay in ckpt.layers for dirs in lay.params for p in dirs for a in p.arrays().values())
+    if "tf_keras" in sys.modules or size <= TEMPLATE_SUBPROCESS_BYTES:
+        tpl = _template_here(stand_in, cudnn)
+    else:
+        tpl = _template_subprocess(stand_in, cudnn)
+    cfg = json.loads(tpl["model_config"])
+    sizes = {}
+    for layer, in_name, names in plan(ckpt):
+        sizes[in_name] = ("input", layer.input_size)
+        for nm in names:
+            sizes[nm] = ("units", layer.hidden_size)
+    for rec in cfg["config"]["layers"]:
+        kind, n = sizes[rec["config"]["name"]]
+        c = rec["config"]
+        if kind == "input":
+            c["batch_input_shape"] = [None, None, n]
+        elif rec["class_name"] == "Bidirectional":
+            for key in ("layer", "backward_layer"):
+                if isinstance(c.get(key), dict):
+                    c[key]["config"]["units"] = n
+        elif rec["class_name"] in _RNN_CLASSES:
+            c["units"] = n
+        else:
+            raise RuntimeError(f"unexpected layer class {rec['class_name']} in the Keras template")
+    tpl["model_config"] = json.dumps(cfg)
+    return tpl
+
+
+def _template_subprocess(stand_in: Checkpoint, cudnn: bool) -> dict[str, Any]:
+    import json
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from ..errors import DependencyError
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONPATH": os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    code = "from rnnconvert.formats.keras_h5_write import _template_main; _template_main()"
+    data = pickle.dumps((_materialized(stand_in), cudnn))
+    res = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, env=env, check=False)
+    if res.returncode != 0:
+        last = (res.stderr.decode("utf8", "replace").strip().splitlines() or ["no message"])[-1]
+        if "DependencyError" in last or "No module named" in last:
+            raise DependencyError(f"writing Keras 2 HDF5 needs tf_keras ({last})")
+        raise RuntimeError(f"tf_keras could not describe the model: {last}")
+    return json.loads(res.stdout.decode("utf8").strip().splitlines()[-1])
+
+
+def _materialized(ckpt: Checkpoint) -> Checkpoint:
+    """The size-1 stand-in with real (tiny) arrays instead of placeholders, so that it pickles small."""
+    from dataclasses import replace
+
+    layers = [replace(lay, params=[[DirectionParams(*(np.zeros(a.shape, a.dtype) for a in
+                                                      (p.w_ih, p.w_hh, p.b_ih, p.b_hh))) for p in dirs]
+                                   for dirs in lay.params]) for lay in ckpt.layers]
+    return Checkpoint(layers=layers)
+
+
+def _weight_shapes(layer: RNNLayer, k: int, cudnn: bool) -> list[tuple[tuple[int, ...], Any]]:
+    """Shapes and dtypes of :func:`_weights` for stacked layer ``k`` of ``layer`` (one direction)."""
+    G, H = layer.cell.gates, layer.hidden_size
+    p = layer.params[k][0]
+    out = [((layer.layer_input_size(k), G * H), p.w_ih.dtype), ((H, G * H), p.w_hh.dtype)]
+    if cudnn:
+        out.append(((2 * G * H,), np.result_type(p.b_ih, p.b_hh)))
+    elif layer.bias:
+        ra = layer.cell is Cell.GRU and layer.semantics.reset_after
+        out.append((((2, G * H) if ra else (G * H,)), np.result_type(p.b_ih, p.b_hh)))
+    return out
+
+
+def _attr_strings(group, name: str, values: list[str]) -> None:
+    """A string-list attribute as tf_keras writes it (``save_attributes_to_hdf5_group``): the list of
+    UTF-8 bytes itself (h5py: variable-length strings; an empty list: float64 ``(0,)``), or, when the
+    fixed-width array of them exceeds the header limit, fixed-width pieces ``name0, name1, ...``."""
+    items = [v.encode("utf8") for v in values]
+    data = np.asarray(items)
+    chunks = 1
+    while any(c.nbytes > HDF5_OBJECT_HEADER_LIMIT for c in np.array_split(data, chunks)):
+        chunks += 1
+    if chunks == 1:
+        group.attrs[name] = items
+    else:
+        for j, c in enumerate(np.array_split(data, chunks)):
+            group.attrs[f"{name}{j}"] = c
+
+
+class KerasH5Stream:
+    """The stream writer of :func:`open_stream`: the file is laid out up front, each slab's datasets are
+    filled when it arrives (kernels one row block at a time, converted from the canonical arrays)."""
+
+    def __init__(self, ckpt: Checkpoint, path: str | Path, cudnn: bool):
+        import h5py
+
+        self.ckpt, self.cudnn, self.path = ckpt, cudnn, Path(path)
+        tpl = keras_template(ckpt, cudnn)
+        self.plan = plan(ckpt)
+        self.f = h5py.File(str(path), "w")
+        try:
+            self._layout(tpl)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _layout(self, tpl: dict[str, Any]) -> None:
+        f = self.f
+        f.attrs["keras_version"] = tpl["keras_version"]
+        f.attrs["backend"] = tpl["backend"]
+        f.attrs["model_config"] = tpl["model_config"].encode("utf8")
+        g = f.create_group("model_weights")
+        _attr_strings(g, "layer_names", tpl["layer_names"])
+        g.attrs["backend"] = tpl["backend"].encode("utf8")
+        g.attrs["keras_version"] = tpl["keras_version"].encode("utf8")
+        shapes: dict[str, list] = {}
+        for layer, _, names in self.plan:
+            for kk, nm in enumerate(names):
+                shapes[nm] = _weight_shapes(layer, kk, self.cudnn) * layer.num_directions
+        self.ds: dict[str, list] = {}
+        for nm in sorted(tpl["layer_names"]):
+            sub = g.create_group(nm)
+            wn = tpl["weights"][nm]
+            _attr_strings(sub, "weight_names", wn)
+            want = shapes.get(nm, [])
+            if len(wn) != len(want):
+                raise RuntimeError(f"Keras layer {nm}: tf_keras names {len(wn)} weights, rnnconvert has {len(want)}")
+            self.ds[nm] = [sub.create_dataset(w, shape, dtype=dt) for w, (shape, dt) in zip(wn, want)]
+        top = g.create_group("top_level_model_weights")
+        _attr_strings(top, "weight_names", tpl["top_level"])
+
+    def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
+        """Fill stacked layer ``k`` of ``ckpt.layers[i]`` (all directions) from canonical ``dirs``."""
+        from dataclasses import replace
+
+        layer, _, names = self.plan[i]
+        view = fold_forget_bias(replace(layer, input_size=layer.layer_input_size(k), num_layers=1, params=[dirs]))
+        targets = iter(self.ds[names[k]])
+        for p in view.params[0]:
+            for src, ds in zip((p.w_ih, p.w_hh), (next(targets), next(targets))):
+                self._kernel(view, src, ds)
+            if self.cudnn or view.bias:
+                ds = next(targets)
+                ds[...] = _bias(view, p, self.cudnn)
+
+    def _kernel(self, layer: RNNLayer, w: np.ndarray, ds) -> None:
+        """Write canonical ``w`` ``(G*H, in)`` into the Keras kernel dataset ``ds`` ``(in, G*H)``, row block
+        by row block (bit-exact; see :func:`rnnconvert.gates.from_canonical_block`)."""
+        cell, H = layer.cell, layer.hidden_size
+        w = np.ascontiguousarray(w)
+        width, GH = ds.shape
+        step = max(16, (BLOCK_BYTES // max(1, GH * w.dtype.itemsize)) // 16 * 16)
+        if self.cudnn:
+            conv = gates.convention("keras_cudnn", cell)
+            moves = gates.gate_moves(conv.gate_order, gates.CANONICAL[cell], H)
+        else:
+            ra = cell is Cell.GRU and layer.semantics.reset_after
+            conv = gates.convention("keras_ra" if ra else "keras", cell)
+        for r0 in range(0, width, step):
+            r1 = min(width, r0 + step)
+            if self.cudnn:  # slice j's rows are a contiguous piece of cuDNN's row-major (H, in) matrix
+                block = np.empty((r1 - r0, GH), w.dtype)
+                for cols, rows in moves:
+                    block[:, cols] = w[rows].reshape(-1)[r0 * H:r1 * H].reshape(r1 - r0, H)
+            else:
+                block = gates.from_canonical_block(w, conv, cell, r0, r1)
+            ds.write_direct(block, np.s_[0:r1 - r0], np.s_[r0:r1])
+
+    def close(self) -> list[str]:
+        """Finish the file; the lines :func:`write` returns."""
+        self.f.flush()
+        self.f.close()
+        return _lines(self.ckpt, self.cudnn)
+
+    def abort(self) -> None:
+        """Close the file after an error (the caller deletes it)."""
+        try:
+            self.f.close()
+        except Exception:  # noqa: BLE001 - already failing; the file is discarded
+            pass
+
+
+def _bias(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> np.ndarray:
+    """The Keras bias of one direction (see :func:`_weights`)."""
+    cell = layer.cell
+    if cudnn:
+        conv = gates.convention("keras_cudnn", cell)
+        return np.concatenate([gates.vec_from_canonical(p.b_ih, conv, cell), gates.vec_from_canonical(p.b_hh, conv, cell)])
+    ra = cell is Cell.GRU and layer.semantics.reset_after
+    conv = gates.convention("keras_ra" if ra else "keras", cell)
+    if ra:
+        return np.stack([gates.vec_from_canonical(p.b_ih, conv, cell), gates.vec_from_canonical(p.b_hh, conv, cell)])
+    return gates.vec_from_canonical(summed_bias(p), conv, cell)
+
+
+#: The writer streams (see :func:`open_stream`).
+STREAM = True
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_: Any) -> KerasH5Stream:
+    """Open a streamed write of ``ckpt`` (a lazy skeleton is enough: only shapes, dtypes and structure are
+    looked at) to ``path``: the HDF5 file tf_keras' ``model.save(path, save_format='h5',
+    include_optimizer=False)`` writes for :func:`build`'s model -- the same ``model_config`` (tf_keras'
+    own, from a size-1 stand-in, sizes patched in), attributes, dataset names, shapes, dtypes and values
+    -- written with h5py one slab at a time. Call ``write_slab`` per slab in order, then ``close()``
+    (or ``abort()`` on error).
+
+    Raises:
+        DependencyError: tf_keras is not installed (it describes the model).
+    """
+    return KerasH5Stream(ckpt, path, cudnn)
+
+
+def _run_last(last, h, bidirectional: bool) -> np.ndarray:
+    """The last Keras layer of a chain on ``h``; a Bidirectional's directions concatenated (merge not
+    applied), the backward one in input time order."""
+    import tensorflow as tf
+
+    if bidirectional:
+        fw = last.forward_layer(h)
+        bw = tf.reverse(last.backward_layer(h), axis=[1])
+        return np.asarray(tf.concat([fw, bw], axis=-1), dtype=np.float64)
+    return np.asarray(last(h), dtype=np.float64)
 
 
 def run_layer(model, names: list[str], bidirectional: bool, x: np.ndarray) -> np.ndarray:
@@ -232,32 +546,101 @@ def run_layer(model, names: list[str], bidirectional: bool, x: np.ndarray) -> np
     h = tf.convert_to_tensor(x)
     for nm in names[:-1]:
         h = model.get_layer(nm)(h)
-    last = model.get_layer(names[-1])
-    if bidirectional:
-        fw = last.forward_layer(h)
-        bw = tf.reverse(last.backward_layer(h), axis=[1])
-        y = tf.concat([fw, bw], axis=-1)
-    else:
-        y = last(h)
-    return np.asarray(y, dtype=np.float64)
+    return _run_last(model.get_layer(names[-1]), h, bidirectional)
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf8") if isinstance(v, bytes) else str(v)
+
+
+def _zero_init(cfg: Any) -> Any:
+    """A layer config with every ``*_initializer`` set to ``Zeros``: the weights are replaced right after
+    building, and the default ``Orthogonal`` recurrent initializer costs a QR decomposition of each
+    ``(H, G*H)`` matrix (seconds at H=2048). Nothing else changes."""
+    if isinstance(cfg, dict):
+        return {key: ({"class_name": "Zeros", "config": {}} if key.endswith("_initializer") else _zero_init(v))
+                for key, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [_zero_init(v) for v in cfg]
+    return cfg
 
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Run layer ``name`` of the written file in tf_keras on ``x`` ``(B, T, I)``; ``(B, T, dirs*H)`` float64.
 
-    Plain files are opened with ``tf_keras.models.load_model``; CuDNN-form files (which need a GPU to
-    run) are loaded with tf_keras' own ``load_weights`` into the equivalent ``LSTM`` /
-    ``GRU(reset_after=True)`` model, whose HDF5 loader converts the CuDNN weights.
+    Only that layer's Keras layers are made, one at a time (built, loaded, run, dropped: memory is one
+    Keras layer plus TensorFlow, whatever the file's size), by what ``tf_keras.models.load_model`` does
+    for each layer: see :func:`_loaded_layers`.
     """
-    k = tf_keras()
-    if _is_cudnn_file(path):
-        model = build(ckpt, cudnn=False, with_weights=False, twin=True)
-        model.load_weights(str(path))
-    else:
-        model = k.models.load_model(str(path), compile=False)
+    import tensorflow as tf
+
+    layer, names = _planned(ckpt, name)
+    h = tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype))
+    for kk, klayer in _loaded_layers(path, layer, names, range(len(names))):
+        if kk < len(names) - 1:
+            h = klayer(h)
+        else:
+            return _run_last(klayer, h, layer.bidirectional)
+    raise AssertionError("unreachable")
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """:func:`target_forward` for stacked layer ``k`` of layer ``name`` alone (its Keras layer
+    ``<name>_l<k>``), ``x`` its input; output ``(B, T, dirs*H)`` float64 in input time order."""
+    import tensorflow as tf
+
+    layer, names = _planned(ckpt, name)
+    for _, klayer in _loaded_layers(path, layer, names, [k]):
+        y = _run_last(klayer, tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype)), layer.bidirectional)
+        return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
+    raise AssertionError("unreachable")
+
+
+def _planned(ckpt: Checkpoint, name: str) -> tuple[RNNLayer, list[str]]:
     for layer, _, names in plan(ckpt):
         if layer.name == name:
-            return run_layer(model, names, layer.bidirectional, np.asarray(x, dtype=layer.dtype))
+            return layer, names
     raise KeyError(name)
 
 
+def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):
+    """Yield ``(k, Keras layer names[k])`` for ``k`` in ``which``, each made and loaded from the file as
+    ``load_model`` does it, after the previous one is dropped: ``layers.deserialize`` of the layer's record
+    in the file's ``model_config``, tf_keras' legacy HDF5 weight conversion
+    (``hdf5_format.preprocess_weights_for_loading`` with the file's ``keras_version``/``backend``) and
+    assignment of the layer's datasets in ``weight_names`` order. ``CuDNNLSTM``/``CuDNNGRU`` records
+    (layers that run on a GPU only) are made as their plain twin ``LSTM``/``GRU(reset_after=True)``, whose
+    weights that conversion produces from the CuDNN ones (as ``load_weights`` into the twin model does)."""
+    import gc
+    import json
+
+    import h5py
+
+    from .keras_h5 import _attr_list
+
+    k = tf_keras()
+    from tf_keras.src.saving.legacy import hdf5_format
+
+    with h5py.File(str(path), "r") as f:
+        recs = {r["config"]["name"]: r for r in json.loads(_text(f.attrs["model_config"]))["config"]["layers"]}
+        g = f["model_weights"]
+        version, backend = _text(g.attrs.get("keras_version", "")), _text(g.attrs.get("backend", ""))
+        for kk in which:
+            klayer = None
+            gc.collect()  # the previous Keras layer (reference cycles) and its variables go before the next
+            nm = names[kk]
+            rec = recs[nm]
+            if "CuDNN" in json.dumps(rec):
+                klayer = _make_layer(k, layer, nm, cudnn=False, twin=True, zeros=True)
+            else:
+                klayer = k.layers.deserialize({"class_name": rec["class_name"], "config": _zero_init(rec["config"])})
+            klayer.build((None, None, layer.layer_input_size(kk)))
+            values = hdf5_format.preprocess_weights_for_loading(
+                klayer, [np.asarray(g[nm][w]) for w in _attr_list(g[nm], "weight_names")],
+                original_keras_version=version, original_backend=backend)
+            variables = hdf5_format._legacy_weights(klayer)  # the order load_weights assigns in
+            if len(variables) != len(values):
+                raise ValueError(f"Keras layer {nm}: {len(values)} weights in the file, {len(variables)} in the layer")
+            for var in variables:  # each array released once assigned
+                var.assign(values.pop(0))
+            yield kk, klayer
