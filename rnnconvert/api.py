@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import registry
 from .errors import FormatError, OutputExistsError, RNNConvertError
@@ -83,6 +83,18 @@ def _slab_view(layer, k: int, dirs):
                     name=layer.name if layer.num_layers == 1 else f"{layer.name}[{k}]")
 
 
+def all_finite(a, block_bytes: int = 4 << 20) -> bool:
+    """Whether a float array holds no NaN/Inf (always true for other dtypes), checked ``block_bytes`` at a
+    time: ``np.isfinite`` of a whole 128 MB float32 tensor would allocate a 32 MB mask."""
+    import numpy as np
+
+    if a.dtype.kind not in "fc":
+        return True
+    flat = np.ravel(a, order="K")  # a view of any contiguous array
+    step = max(1, block_bytes // max(1, a.dtype.itemsize))
+    return all(np.isfinite(flat[i:i + step]).all() for i in range(0, flat.size, step))
+
+
 def check_finite(ckpt: Checkpoint, where: str) -> None:
     """Refuse NaN/Inf in any recurrent parameter or carried tensor, naming the first one found.
 
@@ -101,12 +113,11 @@ def check_finite(ckpt: Checkpoint, where: str) -> None:
                     a = np.asarray(arr)
                     if is_placeholder(a):  # a lazy checkpoint's slab not loaded yet: checked when it is
                         continue
-                    if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+                    if not all_finite(a):
                         raise FormatError(f"{where}: layer '{layer.name}' (layer {k}, direction {d}) {name} "
                                           f"contains NaN or Inf values; the checkpoint is damaged")
     for name, arr in ckpt.tensors.items():
-        a = np.asarray(arr)
-        if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+        if not all_finite(np.asarray(arr)):
             raise FormatError(f"{where}: tensor '{name}' contains NaN or Inf values; the checkpoint is damaged")
 
 
@@ -224,7 +235,8 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = None, src_format: str | None = None,
             verify: str | None = "reference", force: bool = False, seed: int = 0,
-            read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None) -> ConversionReport:
+            read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None,
+            progress: Callable[[str, float, float], None] | None = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -236,6 +248,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         src_format: source format name; default detected by content.
         verify: ``'reference'`` (default), ``'framework'``, or ``None`` to skip.
         force: overwrite an existing ``dst``.
+        progress: ``progress(stage, done, total)``, called as work advances: stage ``'convert'`` with
+            parameter bytes written (streaming conversions, after each slab), ``'verify'`` with layers
+            verified (the target side). The CLI draws its progress bar from it.
 
     Returns:
         a :class:`ConversionReport`.
@@ -264,8 +279,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     tmp = _temp_beside(dst_p)
     try:
         if stream:
-            rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify, src_p, seed,
-                                                              write_opts or {})
+            rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_fmt.name, out_mod, tmp, verify,
+                                                              src_p, seed, write_opts or {}, progress)
         else:
             rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
             if verify:
@@ -278,15 +293,26 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     return rep
 
 
-def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str | None, src_p: Path, seed: int,
-                      write_opts: dict[str, Any]) -> tuple[list[str], VerifyReport | None]:
+#: Targets whose memory goal is one slab (issue 7: "streamed targets"): no read-ahead for them.
+ONE_SLAB_TARGETS = frozenset({"npz", "safetensors", "keras_h5", "keras3"})
+
+
+def _convert_streamed(ckpt: Checkpoint, in_mod, out_name: str, out_mod, tmp: Path, verify: str | None, src_p: Path,
+                      seed: int, write_opts: dict[str, Any], progress=None) -> tuple[list[str], VerifyReport | None]:
     """Streaming conversion (docs/performance.md "Streaming conversion"): one slab of parameters in memory
     at a time. Each slab is loaded, written, run through the source side of verification, and released;
-    after the writer closed, the target side of verification reads the written file back."""
+    after the writer closed, the target side of verification reads the written file back. For targets
+    outside :data:`ONE_SLAB_TARGETS` (``.pt``) the next slab is read while one is written (two slabs in
+    memory, reading overlapping writing)."""
     check = StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed) if verify else None
     writer = out_mod.open_stream(ckpt, tmp, **write_opts)
-    modules = list(registry.stream_write(writer, ckpt, on_slab=check.source_slab if check else None) or [])
-    return modules, (check.target_side(tmp, out_mod) if check else None)
+    modules = list(registry.stream_write(
+        writer, ckpt, on_slab=check.source_slab if check else None, prefetch=out_name not in ONE_SLAB_TARGETS,
+        progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
+    if check is None:
+        return modules, None
+    return modules, check.target_side(tmp, out_mod, progress=(lambda d, t: progress("verify", d, t))
+                                      if progress else None)
 
 
 def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mode: str, seed: int) -> VerifyReport:

@@ -95,8 +95,8 @@ def convert(
                   read_opts=_read_opts(gate_activation, read_opt), write_opts={"cudnn": True} if cudnn else None)
     if src.is_dir() and not _is_checkpoint_dir(src):
         raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, kwargs))
-    with _progress(quiet, f"converting {src.name}"):
-        rep = api.convert(src, dst, to=to, **kwargs)
+    with _progress(quiet, f"converting {src.name}") as bar:
+        rep = api.convert(src, dst, to=to, progress=bar.update, **kwargs)
     if as_json:
         out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
                "modules": rep.modules, "notes": rep.notes,
@@ -117,13 +117,59 @@ def convert(
         con.print("  not verified (--no-verify)")
 
 
-def _progress(quiet: bool, what: str):
-    """A rich spinner on stderr while a conversion runs; nothing when quiet or not a terminal."""
-    import contextlib
+class _Bar:
+    """The progress bar of one conversion (rich, on stderr): it appears only once the conversion has
+    run for :attr:`DELAY` seconds (a pulsing bar while the source is read, then bytes written and layers
+    verified as :func:`rnnconvert.api.convert` reports them); nothing when quiet or not a terminal."""
 
-    if quiet or not sys.stderr.isatty():
-        return contextlib.nullcontext()
-    return _console(stderr=True).status(what)
+    DELAY = 1.0
+
+    def __init__(self, enabled: bool, what: str) -> None:
+        self.enabled, self.what = enabled, what
+        self.prog = self.task = self.timer = None
+        self.stage: tuple[str, float, float] | None = None
+
+    def __enter__(self) -> "_Bar":
+        if self.enabled:
+            import threading
+
+            self.timer = threading.Timer(self.DELAY, self._show)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def _show(self) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
+                             TimeElapsedColumn(), console=_console(stderr=True), transient=True)
+        self.task = self.prog.add_task(self.what, total=None, detail="reading")
+        self.prog.start()
+        if self.stage:
+            self.update(*self.stage)
+
+    def update(self, stage: str, done: float, total: float) -> None:
+        """``api.convert``'s progress callback."""
+        self.stage = (stage, done, total)
+        if self.prog is None:
+            return
+        if stage == "verify":  # layers, not bytes
+            self.prog.update(self.task, description="verifying", completed=done, total=total,
+                             detail=f"{done:.0f}/{total:.0f} layers")
+        else:
+            self.prog.update(self.task, description=self.what, completed=done, total=total,
+                             detail=f"{done / 1e6:,.0f}/{total / 1e6:,.0f} MB")
+
+    def __exit__(self, *exc) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.prog is not None:
+            self.prog.stop()
+
+
+def _progress(quiet: bool, what: str) -> _Bar:
+    """A :class:`_Bar` for one conversion: off when quiet or stderr is not a terminal."""
+    return _Bar(not quiet and sys.stderr.isatty(), what)
 
 
 def _batch(src: Path, dst: Path, to: Optional[str], jobs: int, quiet: bool, as_json: bool, kwargs: dict) -> int:

@@ -12,6 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from .model import Checkpoint, DirectionParams
 
 
+def slab_bytes(dirs: list[DirectionParams]) -> int:
+    """Parameter bytes of one slab (placeholders count at their declared size)."""
+    return sum(int(a.size) * a.dtype.itemsize for dp in dirs for a in dp.arrays().values())
+
+
 def order(ckpt: Checkpoint) -> list[tuple[int, int]]:
     """Every ``(i, k)`` in write order: layers in source order, stacked layers bottom-up."""
     return [(i, k) for i, layer in enumerate(ckpt.layers) for k in range(layer.num_layers)]

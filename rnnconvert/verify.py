@@ -236,11 +236,14 @@ class StreamedVerification:
                 self.y64[i], self.routes[i] = _framework(self.src_module, self.src_path, self.ckpt, layer, x)
         self.seconds += time.perf_counter() - t0
 
-    def target_side(self, dst_path, dst_module) -> VerifyReport:
-        """Run the written file in the target framework and compare, layer by layer; returns the report."""
+    def target_side(self, dst_path, dst_module, progress=None) -> VerifyReport:
+        """Run the written file in the target framework and compare, layer by layer; returns the report.
+        ``progress(done, total)``: layers verified so far."""
         t0 = time.perf_counter()
         target_route = _target_route(dst_module)
         by_slab = getattr(dst_module, "target_forward_slab", None)
+        if progress is not None:
+            progress(0, len(self.ckpt.layers))
         try:
             for i, layer in enumerate(self.ckpt.layers):
                 x = self.x[i]
@@ -252,6 +255,8 @@ class StreamedVerification:
                 else:
                     y = dst_module.target_forward(dst_path, self.ckpt, layer.name, x)
                 self.rep.layers.append(layer_check(layer, y, self.y64[i], self.y32[i], self.routes[i], target_route))
+                if progress is not None:
+                    progress(i + 1, len(self.ckpt.layers))
         finally:
             release = getattr(dst_module, "release", None)
             if release is not None:

@@ -220,15 +220,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_: Any) 
         UnsupportedError: see :func:`check`.
     """
     check(ckpt, cudnn=cudnn)
-    w = open_stream(ckpt, path, cudnn=cudnn)
-    try:
-        for i, layer in enumerate(ckpt.layers):
-            for k in range(layer.num_layers):
-                w.write_slab(i, k, ckpt.slab(i, k))
-        return w.close()
-    except BaseException:
-        w.abort()
-        raise
+    return registry.stream_write(open_stream(ckpt, path, cudnn=cudnn), ckpt)
 
 
 # --------------------------------------------------------------------------------------------

@@ -135,15 +135,7 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
         UnsupportedError: see :func:`check`.
     """
     check(ckpt)
-    w = open_stream(ckpt, path)
-    try:
-        for i, layer in enumerate(ckpt.layers):
-            for k in range(layer.num_layers):
-                w.write_slab(i, k, ckpt.slab(i, k))
-        return w.close()
-    except BaseException:
-        w.abort()
-        raise
+    return registry.stream_write(open_stream(ckpt, path), ckpt)
 
 
 def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
