@@ -146,7 +146,7 @@ def _temp_beside(dst: Path) -> Path:
     for old in dst.parent.glob(f".{glob.escape(dst.name)}.*.rnnconvert-tmp"):
         try:
             if time.time() - old.stat().st_mtime > STALE_TEMP_SECONDS:
-                old.unlink()
+                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
         except OSError:
             pass
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".rnnconvert-tmp", dir=dst.parent)
@@ -279,7 +279,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     tmp = _temp_beside(dst_p)
     try:
         if stream:
-            rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_fmt.name, out_mod, tmp, verify,
+            rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
                                                               src_p, seed, write_opts or {}, progress)
         else:
             rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
@@ -293,22 +293,15 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     return rep
 
 
-#: Targets whose memory goal is one slab (issue 7: "streamed targets"): no read-ahead for them.
-ONE_SLAB_TARGETS = frozenset({"npz", "safetensors", "keras_h5", "keras3"})
-
-
-def _convert_streamed(ckpt: Checkpoint, in_mod, out_name: str, out_mod, tmp: Path, verify: str | None, src_p: Path,
+def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str | None, src_p: Path,
                       seed: int, write_opts: dict[str, Any], progress=None) -> tuple[list[str], VerifyReport | None]:
     """Streaming conversion (docs/performance.md "Streaming conversion"): one slab of parameters in memory
     at a time. Each slab is loaded, written, run through the source side of verification, and released;
-    after the writer closed, the target side of verification reads the written file back. For targets
-    outside :data:`ONE_SLAB_TARGETS` (``.pt``) the next slab is read while one is written (two slabs in
-    memory, reading overlapping writing)."""
+    after the writer closed, the target side of verification reads the written file back."""
     check = StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed) if verify else None
     writer = out_mod.open_stream(ckpt, tmp, **write_opts)
     modules = list(registry.stream_write(
-        writer, ckpt, on_slab=check.source_slab if check else None, prefetch=out_name not in ONE_SLAB_TARGETS,
-        progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
+        writer, ckpt, on_slab=check.source_slab if check else None, progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
     if check is None:
         return modules, None
     return modules, check.target_side(tmp, out_mod, progress=(lambda d, t: progress("verify", d, t))

@@ -186,18 +186,17 @@ def for_output(path: str | Path, to: str | None = None) -> Format:
     return f
 
 
-def stream_write(writer, ckpt, on_slab=None, *, prefetch: bool = False, progress=None) -> list[str]:
+def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
     """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
     ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does.
     ``on_slab(i, k, dirs)``, when given, runs after each slab is written, before it is released (the source
-    side of a streamed verification). ``prefetch``: read the next slab while this one is written
-    (:func:`rnnconvert.stream.slabs`; two slabs alive). ``progress(done, total)``: parameter bytes written."""
+    side of a streamed verification). ``progress(done, total)``: parameter bytes written."""
     from .stream import slab_bytes, slabs
 
     total = sum(slab_bytes(layer.params[k]) for layer in ckpt.layers for k in range(layer.num_layers))
     done = 0
     try:
-        for i, k, dirs in slabs(ckpt, prefetch=prefetch):
+        for i, k, dirs in slabs(ckpt):
             writer.write_slab(i, k, dirs)
             if on_slab is not None:
                 on_slab(i, k, dirs)
