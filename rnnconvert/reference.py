@@ -48,7 +48,10 @@ def _rows_product(w: np.ndarray, xt: np.ndarray, dt, rows: int = 1024) -> np.nda
 def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool, dt=np.float64) -> np.ndarray:
     """Run one direction (params ``p``) over ``x`` ``(B, T, I_k)``; returns ``(B, T, out)`` in input time order."""
     f64 = lambda a: None if a is None else np.asarray(a, dtype=dt)  # noqa: E731
-    w_hh, b_ih, b_hh, w_hr, peep = map(f64, (p.w_hh, p.b_ih, p.b_hh, p.w_hr, p.peep))
+    b_ih, b_hh, w_hr, peep = map(f64, (p.b_ih, p.b_hh, p.w_hr, p.peep))
+    # ``W_hh h`` is cast block by block at every step rather than once: measured as fast (the product is
+    # bound by reading W_hh either way) and no dt copy of W_hh is ever held
+    hw = lambda v, rows=slice(None): _rows_product(p.w_hh[rows], v.T, dt).T  # noqa: E731
     s = layer.semantics
     gact, act = ACT[s.gate_activation], ACT[s.activation]
     H, cell = layer.hidden_size, layer.cell
@@ -64,7 +67,7 @@ def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool
     for t in steps:
         xt = xin[:, t]
         if cell is Cell.LSTM:
-            zz = xt + (w_hh @ h.T).T + b_hh
+            zz = xt + hw(h) + b_hh
             zi, zf, zg, zo = (zz[:, sl[g]] for g in "ifgo")
             if peep is not None:
                 zi = zi + peep[0] * c
@@ -83,16 +86,16 @@ def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool
             h = hh
         elif cell is Cell.GRU:
             r_sl, z_sl, n_sl = sl["r"], sl["z"], sl["n"]
-            hr = (w_hh @ h.T).T + b_hh
+            hr = hw(h) + b_hh
             r = gact(xt[:, r_sl] + hr[:, r_sl])
             z = gact(xt[:, z_sl] + hr[:, z_sl])
             if s.reset_after:
                 n = act(xt[:, n_sl] + r * hr[:, n_sl])
             else:
-                n = act(xt[:, n_sl] + (w_hh[n_sl] @ (r * h).T).T + b_hh[n_sl])
+                n = act(xt[:, n_sl] + hw(r * h, n_sl) + b_hh[n_sl])
             h = (1.0 - z) * n + z * h
         else:
-            h = act(xt + (w_hh @ h.T).T + b_hh)
+            h = act(xt + hw(h) + b_hh)
         out[:, t] = h
     return out
 
