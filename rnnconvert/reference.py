@@ -37,8 +37,9 @@ ACT = {
 }
 
 
-def _rows_product(w: np.ndarray, xt: np.ndarray, dt, rows: int = 1024) -> np.ndarray:
-    """``w @ xt`` in ``dt``, ``w`` cast ``rows`` rows at a time (no ``dt`` copy of the whole matrix)."""
+def rows_product(w: np.ndarray, xt: np.ndarray, dt, rows: int = 1024) -> np.ndarray:
+    """``w @ xt`` in ``dt``, ``w`` cast ``rows`` rows at a time (no ``dt`` copy of the whole matrix; as fast
+    as the product of a cast copy, which is bound by reading ``w`` either way)."""
     out = np.empty((w.shape[0], xt.shape[1]), dt)
     for i in range(0, w.shape[0], rows):
         out[i:i + rows] = np.asarray(w[i:i + rows], dtype=dt) @ xt
@@ -51,7 +52,7 @@ def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool
     b_ih, b_hh, w_hr, peep = map(f64, (p.b_ih, p.b_hh, p.w_hr, p.peep))
     # ``W_hh h`` is cast block by block at every step rather than once: measured as fast (the product is
     # bound by reading W_hh either way) and no dt copy of W_hh is ever held
-    hw = lambda v, rows=slice(None): _rows_product(p.w_hh[rows], v.T, dt).T  # noqa: E731
+    hw = lambda v, rows=slice(None): rows_product(p.w_hh[rows], v.T, dt).T  # noqa: E731
     s = layer.semantics
     gact, act = ACT[s.gate_activation], ACT[s.activation]
     H, cell = layer.hidden_size, layer.cell
@@ -61,7 +62,7 @@ def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool
     out = np.zeros((B, T, layer.output_size), dt)
     # products as ``(W @ x.T).T``: W stays in its canonical (G*H, in) row-major form and BLAS, given a
     # few columns, streams it without packing (3-4x faster than ``x @ W.T`` on multi-MB matrices)
-    xin = _rows_product(p.w_ih, x.reshape(B * T, -1).T, dt).T.reshape(B, T, -1) + b_ih  # (B, T, G*H)
+    xin = rows_product(p.w_ih, x.reshape(B * T, -1).T, dt).T.reshape(B, T, -1) + b_ih  # (B, T, G*H)
     sl = {g: gate_slice(cell, g, H) for g in CANONICAL[cell]}
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for t in steps:

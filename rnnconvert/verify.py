@@ -91,15 +91,26 @@ def _own_equations(src_module, layer: RNNLayer) -> bool:
 
 
 @contextmanager
-def _raw_held(layer: RNNLayer):
+def _raw_held(layer: RNNLayer, pool: dict | None = None):
     """Within the block, ``layer.source['raw']`` holds plain dicts: lazily re-read tensors (Keras HDF5
     :class:`~rnnconvert.formats.keras_h5.LazyRaw`) are read from the file once for the float64 and the
-    float32 passes of the source side, then dropped again (one layer's file tensors at a time)."""
+    float32 passes of the source side, then dropped again (one layer's file tensors at a time). With a
+    ``pool`` (a dict the caller keeps across layers), they are read into the previous layer's arrays of
+    the same shape (no fresh multi-MB allocations; see ``LazyRaw.read``)."""
     raw = layer.source.get("raw")
     if not isinstance(raw, list) or all(isinstance(r, dict) for r in raw):
         yield
         return
-    layer.source["raw"] = [dict(r) for r in raw]
+    held = []
+    for d, r in enumerate(raw):
+        if hasattr(r, "read"):
+            got = {key: r.read(key, None if pool is None else pool.get((d, key))) for key in r}
+            if pool is not None:
+                pool.update({(d, key): a for key, a in got.items()})
+            held.append(got)
+        else:
+            held.append(dict(r))
+    layer.source["raw"] = held
     try:
         yield
     finally:
@@ -161,13 +172,14 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         a :class:`VerifyReport`; call :meth:`VerifyReport.raise_if_failed` to turn failure into an error.
     """
     t0 = time.perf_counter()
+    pool: dict = {}  # one layer's raw source tensors, reused by the next (_raw_held)
     rng = np.random.default_rng(seed)
     rep = VerifyReport(batch=batch, steps=steps, seed=seed)
     target_route = _target_route(dst_module)
     try:
         for layer in src_ckpt.layers:
             x = rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
-            with _raw_held(layer):
+            with _raw_held(layer, pool):
                 y64 = _source_side(src_module, layer, x, np.float64)
                 y32 = _source_side(src_module, layer, x, np.float32).astype(np.float64)
             route = _route(src_module, layer)
@@ -211,6 +223,7 @@ class StreamedVerification:
         self.y32: list = [None] * len(src_ckpt.layers)
         self.routes = [""] * len(src_ckpt.layers)
         self.seconds = 0.0
+        self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_held)
 
     def source_slab(self, i: int, k: int, dirs: list) -> None:
         """The source side of slab ``k`` of layer ``i`` (called in order, with the slab's loaded params)."""
@@ -219,7 +232,7 @@ class StreamedVerification:
         if _own_equations(self.src_module, layer):  # from the file's tensors (not ``dirs``): once, at the end
             if k < layer.num_layers - 1:
                 return
-            with _raw_held(layer):
+            with _raw_held(layer, self.pool):
                 self.y64[i] = _source_side(self.src_module, layer, x, np.float64)
                 self.y32[i] = _source_side(self.src_module, layer, x, np.float32).astype(np.float64)
         else:
@@ -242,6 +255,7 @@ class StreamedVerification:
         t0 = time.perf_counter()
         target_route = _target_route(dst_module)
         by_slab = getattr(dst_module, "target_forward_slab", None)
+        self.pool.clear()  # the source side is done: its buffers go before the target framework runs
         if progress is not None:
             progress(0, len(self.ckpt.layers))
         try:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..gates import convention
 from ..model import Cell, RNNLayer
-from ..reference import ACT
+from ..reference import ACT, rows_product
 
 
 #: Kernels of at least this many bytes are evaluated with the input products of all steps hoisted
@@ -81,8 +81,10 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, x: np.ndarray,
     # turned blocks of _block_t. Smaller float32 layers keep Keras' own step-by-step products.
     if dt == np.float64 or kern.nbytes >= HOIST_BYTES:
         xt = x.reshape(B * T, -1).T
-        XK = {g: (_block_t(kern, j, H, cud, dt) @ xt).T.reshape(B, T, H) for j, g in enumerate(order)}
-        RT = {g: _block_t(rec, j, H, cud, dt) for j, g in enumerate(order)}
+        # the turned blocks keep the stored dtype; float64 products cast them block by block (rows_product)
+        XK = {g: rows_product(_block_t(kern, j, H, cud, kern.dtype), xt, dt).T.reshape(B, T, H)
+              for j, g in enumerate(order)}
+        RT = {g: _block_t(rec, j, H, cud, rec.dtype) for j, g in enumerate(order)}
         K = R = None
     else:
         XK = RT = None
@@ -93,7 +95,7 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, x: np.ndarray,
         return XK[g][:, t] if XK is not None else x[:, t] @ K[g]
 
     def hR(h: np.ndarray, g: str) -> np.ndarray:
-        return (RT[g] @ h.T).T if RT is not None else h @ R[g]
+        return rows_product(RT[g], h.T, dt).T if RT is not None else h @ R[g]
 
     h = np.zeros((B, H), dt)
     c = np.zeros((B, H), dt)
