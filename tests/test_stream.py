@@ -402,3 +402,19 @@ def test_api_verify_of_a_lazy_source_reads_like_convert(tmp_path):
     sd["g.weight_hh_l1_reverse"] = sd["g.weight_hh_l1_reverse"] * 1.01
     torch.save(sd, tmp_path / "other.pt")
     assert not api.verify(tmp_path / "other.pt", tmp_path / "a.safetensors", seed=2).ok
+
+
+def test_progress_reports_bytes_per_slab_then_layers(tmp_path):
+    """``api.convert(progress=...)`` (what the CLI's bar draws): parameter bytes after every slab of a
+    streamed conversion, increasing to the total, then the layers verified."""
+    mod = torch_rnn("LSTM", 5, 6, num_layers=3, bidirectional=True)
+    src = tmp_path / "src.pt"
+    torch = pytest.importorskip("torch")
+    torch.save(mod.state_dict(), src)
+    calls = []
+    api.convert(src, tmp_path / "out.safetensors", progress=lambda *a: calls.append(a))
+    conv = [c for c in calls if c[0] == "convert"]
+    total = sum(v.numel() * v.element_size() for v in mod.state_dict().values())
+    assert len(conv) == 3 and [c[2] for c in conv] == [total] * 3
+    assert conv[-1][1] == total and all(a[1] < b[1] for a, b in zip(conv, conv[1:]))
+    assert [c for c in calls if c[0] == "verify"] == [("verify", 0, 1), ("verify", 1, 1)]
