@@ -101,35 +101,9 @@ def _attr_str(obj, name: str) -> str | None:
     return v.decode("utf8") if isinstance(v, bytes) else str(v)
 
 
-def _read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
-    """Read a dataset fully (into ``out`` when its shape and dtype fit), refusing shapes that promise more
-    bytes than the file can hold."""
-    import h5py
-
-    if not isinstance(ds, h5py.Dataset):
-        raise FormatError(f"{where}: expected a dataset, found a {type(ds).__name__}")
-    if ds.dtype.kind != "f":
-        raise FormatError(f"{where}: weights must be floating point, found dtype {ds.dtype}")
-    nbytes = int(np.prod(ds.shape, dtype=np.int64)) * ds.dtype.itemsize
-    fsize = Path(ds.file.filename).stat().st_size
-    if nbytes > 64 * fsize + (1 << 20) and ds.compression is None:
-        raise FormatError(f"{where}: declared shape {ds.shape} needs {nbytes} bytes, the file has {fsize}")
-    if ds.shape is None or ds.size == 0:
-        arr = np.asarray(ds[()])
-    else:
-        fits = out is not None and out.shape == ds.shape and out.dtype == ds.dtype and out.flags.c_contiguous
-        arr = out if fits else np.empty(ds.shape, ds.dtype)
-        ds.read_direct(arr)
-    from ..api import all_finite
-
-    if not all_finite(arr):
-        raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
-    return arr
-
-
 def _dataset_meta(ds, where: str) -> np.ndarray:
-    """A :func:`~rnnconvert.model.placeholder` of a dataset's shape and dtype, with :func:`_read_dataset`'s
-    checks that need no data (a dataset, floating point, a shape the file can hold)."""
+    """A :func:`~rnnconvert.model.placeholder` of a dataset's shape and dtype, after the checks that need
+    no data: a dataset, floating point, a shape the file can hold (no promise of more bytes than it has)."""
     import h5py
 
     if not isinstance(ds, h5py.Dataset):
@@ -141,6 +115,23 @@ def _dataset_meta(ds, where: str) -> np.ndarray:
     if nbytes > 64 * fsize + (1 << 20) and ds.compression is None:
         raise FormatError(f"{where}: declared shape {ds.shape} needs {nbytes} bytes, the file has {fsize}")
     return placeholder(ds.shape, ds.dtype)
+
+
+def _read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Read a dataset fully (into ``out`` when its shape and dtype fit) after :func:`_dataset_meta`'s
+    checks; NaN/Inf refused."""
+    from ..api import all_finite
+
+    _dataset_meta(ds, where)
+    if ds.shape is None or ds.size == 0:
+        arr = np.asarray(ds[()])
+    else:
+        fits = out is not None and out.shape == ds.shape and out.dtype == ds.dtype and out.flags.c_contiguous
+        arr = out if fits else np.empty(ds.shape, ds.dtype)
+        ds.read_direct(arr)
+    if not all_finite(arr):
+        raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
+    return arr
 
 
 def _read_concat(path: str, locations: tuple[str, ...]) -> np.ndarray:
