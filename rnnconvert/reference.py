@@ -52,7 +52,9 @@ def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool
     b_ih, b_hh, w_hr, peep = map(f64, (p.b_ih, p.b_hh, p.w_hr, p.peep))
     # ``W_hh h`` is cast block by block at every step rather than once: measured as fast (the product is
     # bound by reading W_hh either way) and no dt copy of W_hh is ever held
-    hw = lambda v, rows=slice(None): rows_product(p.w_hh[rows], v.T, dt).T  # noqa: E731
+    # (float16 weights are widened to float32 once: numpy's float16 casts are slow, float32 -> float64 fast)
+    w_hh = p.w_hh if p.w_hh.dtype.itemsize >= 4 else p.w_hh.astype(np.float32)
+    hw = lambda v, rows=slice(None): rows_product(w_hh[rows], v.T, dt).T  # noqa: E731
     s = layer.semantics
     gact, act = ACT[s.gate_activation], ACT[s.activation]
     H, cell = layer.hidden_size, layer.cell

@@ -82,9 +82,11 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, x: np.ndarray,
     if dt == np.float64 or kern.nbytes >= HOIST_BYTES:
         xt = x.reshape(B * T, -1).T
         # the turned blocks keep the stored dtype; float64 products cast them block by block (rows_product)
-        XK = {g: rows_product(_block_t(kern, j, H, cud, kern.dtype), xt, dt).T.reshape(B, T, H)
+        # (float16 is widened to float32 on the way: numpy's float16 casts are slow, float32 -> float64 fast)
+        wide = lambda a: a.dtype if a.dtype.itemsize >= 4 else np.dtype(np.float32)  # noqa: E731
+        XK = {g: rows_product(_block_t(kern, j, H, cud, wide(kern)), xt, dt).T.reshape(B, T, H)
               for j, g in enumerate(order)}
-        RT = {g: _block_t(rec, j, H, cud, rec.dtype) for j, g in enumerate(order)}
+        RT = {g: _block_t(rec, j, H, cud, wide(rec)) for j, g in enumerate(order)}
         K = R = None
     else:
         XK = RT = None
