@@ -349,7 +349,8 @@ def _stream_sources(tmp: Path) -> dict[str, list[Path]]:
     m = torch_rnn("LSTM", 5, 4, seed=60, num_layers=2, bidirectional=True)
     torch.save({"model_state_dict": {f"net.rnn.{k}": v for k, v in m.state_dict().items()}}, tmp / "src.pt")
     return {"pt": [tmp / "src.pt"],
-            "keras_h5": [FIXTURES / "keras" / "bidi_lstm_concat.h5", FIXTURES / "keras" / "cudnn_lstm.h5"]}
+            "keras_h5": [FIXTURES / "keras" / "bidi_lstm_concat.h5", FIXTURES / "keras" / "cudnn_lstm.h5"],
+            "tf_checkpoint": [FIXTURES / "tf" / "keras_lstm_bigru"]}  # a tf_keras TF2 object checkpoint
 
 
 def _canonical(ckpt: Checkpoint) -> dict[str, np.ndarray]:
@@ -365,7 +366,7 @@ def test_every_lazy_reader_into_every_stream_writer(tmp_path, monkeypatch):
     sources = _stream_sources(tmp_path)
     lazy = [f for f in registry.FORMATS if getattr(f.load(), "LAZY", False) and f.name in sources]
     stream = [f for f in registry.FORMATS if getattr(f.load(), "STREAM", False) and f.extensions]
-    assert {"pt"} <= {f.name for f in lazy} and {"npz", "safetensors", "pt"} <= {f.name for f in stream}
+    assert {"pt", "keras_h5", "tf_checkpoint"} <= {f.name for f in lazy} and {"npz", "safetensors", "pt"} <= {f.name for f in stream}
     for w in stream:
         opened = []
         monkeypatch.setattr(w.load(), "open_stream", lambda *a, _o=w.load().open_stream, **k: opened.append(1) or _o(*a, **k))

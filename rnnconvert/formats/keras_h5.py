@@ -274,8 +274,11 @@ class _Reader:
     def value(self, e: _Entry, j: int) -> np.ndarray:
         """Weight ``j`` of ``e`` as an array (read now when the entry holds placeholders)."""
         w = e.weights[j]
-        if is_placeholder(w) and self.file is not None and e.locations is not None:
-            return _read_dataset(self.file[e.locations[j]], f"{self.path}: {e.locations[j]}")
+        if is_placeholder(w) and e.locations is not None:
+            if self.file is not None:
+                return _read_dataset(self.file[e.locations[j]], f"{self.path}: {e.locations[j]}")
+            if self.lazy_load is not None:  # another container (TF2 checkpoints): read through its loader
+                return self.lazy_load(self.path, e.locations[j])
         return w
 
     def layer_specs(self) -> list[list[tuple["_DirSpec", dict[str, Any]]]]:

@@ -51,7 +51,7 @@ import numpy as np
 
 from .. import cudnn, guard
 from ..errors import FormatError, RNNConvertError, require
-from ..model import Checkpoint, RNNLayer
+from ..model import Checkpoint, RNNLayer, placeholder
 from . import tf_bundle
 from .tf1_cells import (  # noqa: F401
     _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure, getter)
@@ -91,9 +91,14 @@ def sniff(head: bytes, path: Path) -> bool:
     return pre is not None and Path(pre + ".index").is_file()
 
 
+#: TF2 object checkpoints read by the bundle reader can be read lazily (one Keras layer at a time).
+LAZY = True
+
+
 def read(path: str | Path, *, forget_bias: float | None = None, gate_activation: str | None = None,
          num_layers: int | None = None, hidden_size: int | None = None, bidirectional: bool | None = None,
-         cell_clip: float | None = None, proj_clip: float | None = None, **_: Any) -> Checkpoint:
+         cell_clip: float | None = None, proj_clip: float | None = None, lazy: bool = False,
+         **_: Any) -> Checkpoint:
     """Read a TF1 name-based or TF2 object-based checkpoint.
 
     Args:
@@ -102,6 +107,10 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
         gate_activation: TF2 Keras layers: ``'sigmoid'`` (default) or ``'hard_sigmoid'``.
         num_layers, hidden_size, bidirectional: spec of a cuDNN ``opaque_kernel`` without companions.
         cell_clip, proj_clip: TF1 LSTMCell clipping used at training time (not stored in checkpoints).
+        lazy: a TF2 object checkpoint read by :mod:`.tf_bundle` comes back as the structure with
+            placeholder parameters and a loader that reads one Keras layer's tensors when asked
+            (streaming conversion, :class:`~rnnconvert.model.Checkpoint`); other checkpoints are read
+            eagerly either way.
 
     Returns:
         a :class:`Checkpoint` in canonical form (dtype as stored).
@@ -119,7 +128,9 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
     args = (path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
     rd = _bundle(pre, path)
     if rd is not None:  # no TensorFlow, no child process: only our own checks run on the file
-        return _interpret(rd, rd.get_variable_to_shape_map(), {"reader": "rnnconvert.tf_bundle"}, *args)
+        ckpt = _interpret(rd, rd.get_variable_to_shape_map(), {"reader": "rnnconvert.tf_bundle"}, *args,
+                          dtypes=rd.get_variable_to_dtype_map())
+        return ckpt if lazy else ckpt.materialize()
     require("tensorflow", "tensorflow")  # imported before the fork: the child does not import it again
     index = Path(pre + ".index")
     stem = index.name[: -len(".index")] + ".data-"
@@ -179,8 +190,10 @@ def _read_prefix(path, pre, forget_bias, gate_activation, num_layers, hidden_siz
 
 
 def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional,
-               cell_clip, proj_clip) -> Checkpoint:
-    """Layers from a reader with ``get_tensor(key)`` (either reader) and its variable-to-shape map."""
+               cell_clip, proj_clip, dtypes=None) -> Checkpoint:
+    """Layers from a reader with ``get_tensor(key)`` (either reader) and its variable-to-shape map. With
+    ``dtypes`` (numpy dtypes by key: the bundle reader) a TF2 object checkpoint's recurrent tensors are
+    placeholders and the checkpoint gets a loader (:func:`_read_tf2`)."""
     def get(key: str) -> np.ndarray:
         arr = _tensor(rd, key, path)
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
@@ -193,7 +206,8 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
         if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
             paths = _object_paths(_tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
             names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
-        return _read_tf2(path, names, get, gate_activation, meta)
+        meta_of = None if dtypes is None else (lambda key: placeholder(shapes[key], dtypes[key]))
+        return _read_tf2(path, names, get, gate_activation, meta, meta_of)
     return _read_tf1(path, shapes, get, meta, forget_bias=forget_bias, opts=dict(
         num_layers=num_layers, hidden_size=hidden_size, bidirectional=bidirectional),
         cell_clip=cell_clip, proj_clip=proj_clip)
@@ -242,9 +256,12 @@ def _object_paths(blob: bytes, where="") -> dict[str, str]:
     return best
 
 
-def _read_tf2(path, names: dict[str, str], get, gate_activation, meta) -> Checkpoint:
-    """``names``: checkpoint key -> object path (``layer_with_weights-N/...``)."""
-    from .keras_h5 import _Entry, _Reader
+def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=None) -> Checkpoint:
+    """``names``: checkpoint key -> object path (``layer_with_weights-N/...``). With ``meta_of(key)`` (a
+    placeholder of the variable's shape and dtype) the Keras interpreter of :mod:`.keras_h5` builds the
+    structure from placeholders, and ``ckpt.loader(i, 0)`` reads layer ``i``'s tensors with ``get`` and
+    converts them as the eager reader does (``keras_h5._convert``); other tensors (Dense) are read now."""
+    from .keras_h5 import _convert, _Entry, _Reader
 
     by_path = {n: k for k, n in names.items()}
     keys = sorted(n for n in by_path if n.split("/")[0].startswith("layer"))
@@ -261,12 +278,23 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta) -> Checkp
             0 if "/forward_layer/" in k else 1 if "/backward_layer/" in k else 0,
             _natural(k.rsplit("/", 1)[0]), rank.get(k.rsplit("/", 1)[-1], 3)))
         rel = [k.split("/", 1)[1] if "/" in k else k for k in names]
-        kr.entry(_Entry(top, rel, [get(by_path[k]) for k in names], locations=[by_path[k] for k in names]), "")
+        read = meta_of or get
+        kr.entry(_Entry(top, rel, [read(by_path[k]) for k in names], locations=[by_path[k] for k in names]), "")
     if not kr.ckpt.layers:
         raise FormatError(f"{path}: TF2 object checkpoint without a recurrent layer (LSTM, GRU, SimpleRNN, "
                           "CuDNNLSTM, CuDNNGRU)")
     for lay in kr.ckpt.layers:
         lay.source["format"] = "tf_checkpoint"
+    if meta_of is not None:
+        specs = kr.layer_specs()
+
+        def loader(i: int, k: int):
+            if k != 0:
+                raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
+            return [_convert(spec, {key: get(loc) for key, loc in srcs.items()}, f"{path}: {srcs.get('kernel')}")
+                    for spec, srcs in specs[i]]
+
+        kr.ckpt.loader = loader
     return kr.ckpt
 
 
