@@ -329,6 +329,16 @@ class BundleReader:
             return self._strings(key, e, self._read(key, e, dt, bytearray(e.size)))
         return self._read(key, e, dt, np.empty(e.shape, dt))
 
+    def rows(self, key: str):
+        """Variable ``key`` as a source of row blocks (:class:`RowSource`, read front to back by
+        ``keras_h5._rows``: one layer's kernel turned block by block, never held whole) when it is a plain
+        2-D numeric entry; otherwise the whole tensor (:meth:`get_tensor`)."""
+        e = self.entries[key]
+        dt = _dtype(e.dtype)
+        if e.slices or dt.kind not in "fiub" or len(e.shape) != 2:
+            return self.get_tensor(key)
+        return RowSource(self, key, e, dt)
+
     def _read(self, key: str, e: Entry, dt: np.dtype, buf):
         """The entry's bytes into ``buf`` (a C-contiguous array, or a bytearray for strings); the crc32c of
         numeric tensors checked."""
@@ -426,3 +436,49 @@ def object_graph(blob: bytes, where: str = "") -> list[tuple[list[tuple[int, str
         raise FormatError(f"{where}: damaged _CHECKPOINTABLE_OBJECT_GRAPH in the TensorFlow checkpoint "
                           f"({exc})") from exc
     return nodes
+
+
+class RowSource:
+    """A 2-D bundle entry read in row blocks, front to back, like an HDF5 dataset's ``read_direct``
+    (``shape``, ``dtype``, ``read_direct(out, rows, dest)``). The crc32c is extended block by block and
+    checked when the last row is read, so a caller that consumes every row (``keras_h5._rows``) has the
+    checksum verified before it returns anything."""
+
+    def __init__(self, reader: "BundleReader", key: str, e: Entry, dt: np.dtype) -> None:
+        self.reader, self.key, self.e = reader, key, e
+        self.shape, self.dtype = tuple(e.shape), dt
+        self.row_bytes = int(e.shape[1]) * dt.itemsize
+        self.next_row, self.crc = 0, 0
+
+    def __getitem__(self, _):
+        return self.reader.get_tensor(self.key)
+
+    def read_direct(self, out: np.ndarray, rows: slice, dest: slice | None = None) -> None:
+        r0, r1 = rows.start or 0, min(rows.stop, self.shape[0])
+        if r0 != self.next_row:
+            raise ValueError(f"rows of '{self.key}' must be read in order ({r0} after {self.next_row})")
+        target = out[dest] if dest is not None else out
+        if not target.flags.c_contiguous or target.dtype != self.dtype:
+            raise ValueError("read_direct needs a C-contiguous block of the variable's dtype")
+        view = memoryview(target.reshape(-1).view(np.uint8))
+        n = (r1 - r0) * self.row_bytes
+        path = self.reader.shard_path(self.e.shard)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                f.seek(self.e.offset + r0 * self.row_bytes)
+                got = 0
+                while got < n:
+                    k = f.readinto(view[got:n])
+                    if not k:
+                        break
+                    got += k
+        except OSError as exc:
+            raise FormatError(f"{self.reader.where}: cannot read variable '{self.key}' from {path} "
+                              f"({exc.strerror})") from exc
+        if got != n:
+            raise FormatError(f"{self.reader.where}: variable '{self.key}': {path} is shorter than its .index says")
+        self.crc = crc32c.extend(self.crc, view[:n])
+        self.next_row = r1
+        if r1 == self.shape[0] and self.crc != self.e.crc:
+            raise FormatError(f"{self.reader.where}: variable '{self.key}': checksum does not match (crc32c of "
+                              f"its bytes in {path}): the .data file is damaged")

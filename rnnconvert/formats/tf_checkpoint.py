@@ -207,7 +207,7 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
             paths = _object_paths(_tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
             names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
         meta_of = None if dtypes is None else (lambda key: placeholder(shapes[key], dtypes[key]))
-        return _read_tf2(path, names, get, gate_activation, meta, meta_of)
+        return _read_tf2(path, names, get, gate_activation, meta, meta_of, getattr(rd, "rows", None))
     return _read_tf1(path, shapes, get, meta, forget_bias=forget_bias, opts=dict(
         num_layers=num_layers, hidden_size=hidden_size, bidirectional=bidirectional),
         cell_clip=cell_clip, proj_clip=proj_clip)
@@ -256,11 +256,13 @@ def _object_paths(blob: bytes, where="") -> dict[str, str]:
     return best
 
 
-def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=None) -> Checkpoint:
+def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=None, rows_of=None) -> Checkpoint:
     """``names``: checkpoint key -> object path (``layer_with_weights-N/...``). With ``meta_of(key)`` (a
     placeholder of the variable's shape and dtype) the Keras interpreter of :mod:`.keras_h5` builds the
-    structure from placeholders, and ``ckpt.loader(i, 0)`` reads layer ``i``'s tensors with ``get`` and
-    converts them as the eager reader does (``keras_h5._convert``); other tensors (Dense) are read now."""
+    structure from placeholders, and ``ckpt.loader(i, 0)`` reads layer ``i``'s tensors (``rows_of(key)``:
+    kernels as row-block sources, :class:`.tf_bundle.RowSource`, turned block by block as HDF5 datasets
+    are; else ``get``) and converts them as the eager reader does (``keras_h5._convert``); other tensors
+    (Dense) are read now."""
     from .keras_h5 import _convert, _Entry, _Reader
 
     by_path = {n: k for k, n in names.items()}
@@ -291,7 +293,8 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
         def loader(i: int, k: int):
             if k != 0:
                 raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
-            return [_convert(spec, {key: get(loc) for key, loc in srcs.items()}, f"{path}: {srcs.get('kernel')}")
+            read = rows_of or get
+            return [_convert(spec, {key: read(loc) for key, loc in srcs.items()}, f"{path}: {srcs.get('kernel')}")
                     for spec, srcs in specs[i]]
 
         kr.ckpt.loader = loader
