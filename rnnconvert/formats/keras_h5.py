@@ -134,8 +134,9 @@ def _read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
     return arr
 
 
-def _read_concat(path: str, locations: tuple[str, ...]) -> np.ndarray:
-    """Keras 1 per-gate datasets ``locations`` read and joined along their last axis (LazyRaw loader)."""
+def _read_concat(path: str, locations: tuple[str, ...], out: np.ndarray | None = None) -> np.ndarray:
+    """Keras 1 per-gate datasets ``locations`` read and joined along their last axis (LazyRaw loader;
+    ``out`` is not used: Keras 1 layers are small)."""
     import h5py
 
     with h5py.File(path, "r") as f:
@@ -166,7 +167,7 @@ class LazyRaw(Mapping):
 
         loc = self.locations[key]
         if self.load is not None:  # another container of Keras tensors (TF2 checkpoints: tf_checkpoint.lazy_get)
-            return self.load(self.path, loc)
+            return self.load(self.path, loc, out)
         with h5py.File(self.path, "r") as f:
             return _read_dataset(f[loc], f"{self.path}: {loc}", out)
 

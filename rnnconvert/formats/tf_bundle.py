@@ -308,9 +308,10 @@ class BundleReader:
     def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
         return {k: _dtype(e.dtype) for k, e in self.entries.items()}
 
-    def get_tensor(self, key: str):
-        """Variable ``key``: a fresh writable numpy array (dtype and shape as stored); a scalar string
-        tensor as ``bytes``, other string tensors as object arrays of ``bytes``.
+    def get_tensor(self, key: str, out: np.ndarray | None = None):
+        """Variable ``key``: a fresh writable numpy array (dtype and shape as stored), or ``out`` filled when
+        it is C-contiguous of that shape and dtype (verification reuses buffers); a scalar string tensor
+        as ``bytes``, other string tensors as object arrays of ``bytes``.
 
         Raises:
             KeyError: no such variable. FormatError: the bytes are short or fail their checksum."""
@@ -327,7 +328,8 @@ class BundleReader:
             return out
         if dt.kind == "O":
             return self._strings(key, e, self._read(key, e, dt, bytearray(e.size)))
-        return self._read(key, e, dt, np.empty(e.shape, dt))
+        fits = (out is not None and out.shape == tuple(e.shape) and out.dtype == dt and out.flags.c_contiguous)
+        return self._read(key, e, dt, out if fits else np.empty(e.shape, dt))
 
     def rows(self, key: str):
         """Variable ``key`` as a source of row blocks (:class:`RowSource`, read front to back by

@@ -301,11 +301,19 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     return kr.ckpt
 
 
-def lazy_get(path: str, key: str) -> np.ndarray:
+def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
     """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
-    :class:`rnnconvert.formats.keras_h5.LazyRaw`); NaN/Inf refused as in :func:`read`."""
+    :class:`rnnconvert.formats.keras_h5.LazyRaw`; into ``out`` when the bundle reader can); NaN/Inf refused
+    as in :func:`read`."""
+    from ..api import all_finite
+
     pre = prefix_of(path)
     rd = _bundle(pre, path)
+    if rd is not None and out is not None:
+        arr = rd.get_tensor(key, out)
+        if arr.dtype.kind == "f" and not all_finite(arr):
+            raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
+        return arr
     if rd is None:
         rd = require("tensorflow", "tensorflow").train.load_checkpoint(pre)
     arr = _tensor(rd, key, path)
