@@ -70,17 +70,13 @@ def _checked_loader(ckpt: Checkpoint, loader, where: str, fmt: str):
         except Exception as exc:  # the file changed or is damaged past its header
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             raise FormatError(f"{where}: malformed {fmt} file ({type(exc).__name__}: {first})") from exc
-        check_finite(Checkpoint(layers=[_slab_view(ckpt.layers[i], k, dirs)]), where)
+        layer = ckpt.layers[i]
+        view = layer.one_slab(k, dirs)
+        if layer.num_layers > 1:  # messages name the stacked layer
+            view.name = f"{layer.name}[{k}]"
+        check_finite(Checkpoint(layers=[view]), where)
         return dirs
     return checked
-
-
-def _slab_view(layer, k: int, dirs):
-    """A one-layer :class:`RNNLayer` holding only slab ``k`` (for messages and per-slab checks)."""
-    from dataclasses import replace as _replace
-
-    return _replace(layer, input_size=layer.layer_input_size(k), num_layers=1, params=[dirs],
-                    name=layer.name if layer.num_layers == 1 else f"{layer.name}[{k}]")
 
 
 def all_finite(a, block_bytes: int = 4 << 20) -> bool:

@@ -235,6 +235,12 @@ class RNNLayer:
             out["merge_mode"] = s.merge_mode
         return out
 
+    def one_slab(self, k: int, dirs: list[DirectionParams] | None = None) -> RNNLayer:
+        """Stacked layer ``k`` as a one-layer :class:`RNNLayer` (same name and semantics; params ``dirs``, or
+        the held ones, which may be placeholders): the unit of streaming writers and verification."""
+        return replace(self, input_size=self.layer_input_size(k), num_layers=1,
+                       params=[self.params[k] if dirs is None else dirs])
+
     def with_semantics(self, **changes: Any) -> "RNNLayer":
         """A copy with some :class:`Semantics` fields replaced."""
         return replace(self, semantics=replace(self.semantics, **changes))

@@ -439,10 +439,8 @@ class KerasH5Stream:
 
     def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
         """Fill stacked layer ``k`` of ``ckpt.layers[i]`` (all directions) from canonical ``dirs``."""
-        from dataclasses import replace
-
         layer, _, names = self.plan[i]
-        view = fold_forget_bias(replace(layer, input_size=layer.layer_input_size(k), num_layers=1, params=[dirs]))
+        view = fold_forget_bias(layer.one_slab(k, dirs))
         targets = iter(self.ds[names[k]])
         for p in view.params[0]:
             for src, ds in zip((p.w_ih, p.w_hh), (next(targets), next(targets))):

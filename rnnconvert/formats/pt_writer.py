@@ -23,7 +23,6 @@ tensors and calling ``torch.save`` at :meth:`PtStream.close`.
 from __future__ import annotations
 
 import pickle
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ def slab_items(layer: RNNLayer, k: int, dirs: list[DirectionParams]) -> list[tup
     """The state-dict entries of slab ``k`` (loaded ``dirs``): torch's gate order is the canonical one
     (``gates.TABLE[('torch', cell)]``), so each array is the canonical one made C-contiguous; a TF1
     ``forget_bias`` is folded into ``b_ih`` (one rounding)."""
-    one = fold_forget_bias(replace(layer, input_size=layer.layer_input_size(k), num_layers=1, params=[dirs]))
+    one = fold_forget_bias(layer.one_slab(k, dirs))
     cv = gates.convention("torch", layer.cell)
     out = []
     for key, d, fld in slab_plan(layer, k):

@@ -15,7 +15,6 @@ plain ``dict[str, Tensor]`` that ``torch.load(path, weights_only=True)`` reads a
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -208,13 +207,6 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     return run_module(ckpt.layer(name), load_state(path), x)
 
 
-def one_slab(layer: RNNLayer, k: int, dirs: list[DirectionParams] | None = None) -> RNNLayer:
-    """Stacked layer ``k`` of ``layer`` as a one-layer :class:`RNNLayer` (same name; params ``dirs`` or the
-    held ones, which may be placeholders)."""
-    return replace(layer, input_size=layer.layer_input_size(k), num_layers=1,
-                   params=[layer.params[k] if dirs is None else dirs])
-
-
 def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
     """Run stacked layer ``k`` of ``layer`` alone, as a one-layer ``torch.nn`` module loaded from the
     tensors ``get(key)`` (torch tensors, ``key`` in the full layer's naming ``<layer>.weight_ih_l{k}...``),
@@ -222,7 +214,7 @@ def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
 
     Raises:
         FormatError: a tensor of the slab is missing from the file."""
-    one = one_slab(layer, k)
+    one = layer.one_slab(k)
     sd = {}
     for (key, _, _), (new, _, _) in zip(pt_writer.slab_plan(layer, k), pt_writer.slab_plan(one, 0)):
         try:
