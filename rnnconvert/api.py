@@ -310,11 +310,9 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
     from .stream import slabs
 
     check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed)
-    for i, k, dirs in slabs(ckpt):
+    for i, k, dirs in slabs(ckpt):  # each slab released by slabs when the next is asked for
         check.source_slab(i, k, dirs)
         del dirs
-        if ckpt.release is not None:
-            ckpt.release(i, k)
     return check.target_side(dst, out_mod)
 
 

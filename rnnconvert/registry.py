@@ -191,9 +191,9 @@ def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
     ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does.
     ``on_slab(i, k, dirs)``, when given, runs after each slab is written, before it is released (the source
     side of a streamed verification). ``progress(done, total)``: parameter bytes written."""
-    from .stream import slab_bytes, slabs
+    from .stream import order, slab_bytes, slabs
 
-    total = sum(slab_bytes(layer.params[k]) for layer in ckpt.layers for k in range(layer.num_layers))
+    total = sum(slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt))
     done = 0
     try:
         for i, k, dirs in slabs(ckpt):
@@ -201,9 +201,7 @@ def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
             if on_slab is not None:
                 on_slab(i, k, dirs)
             done += slab_bytes(dirs)
-            del dirs  # before the next slab is read: one slab alive at a time
-            if ckpt.release is not None:
-                ckpt.release(i, k)
+            del dirs  # before the next slab is read (and this one released by slabs): one slab alive at a time
             if progress is not None:
                 progress(done, total)
         return writer.close()

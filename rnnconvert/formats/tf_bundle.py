@@ -346,25 +346,32 @@ class BundleReader:
         numeric tensors checked."""
         path = self.shard_path(e.shard)
         view = memoryview(buf).cast("B") if dt.kind == "O" else memoryview(buf.reshape(-1).view(np.uint8))
-        try:
-            with open(path, "rb", buffering=0) as f:
-                f.seek(e.offset)
-                got = 0
-                while got < e.size:  # one read, unless the kernel returns less (over 2 GiB)
-                    n = f.readinto(view[got:])
-                    if not n:
-                        break
-                    got += n
-        except OSError as exc:
-            raise FormatError(f"{self.where}: cannot read variable '{key}' from {path} ({exc.strerror})") from exc
-        if got != e.size:
-            raise FormatError(f"{self.where}: variable '{key}': {path} is shorter than its .index says")
+        self._read_exact(key, path, e.offset, view[:e.size])
         if dt.kind == "O":
             return bytes(buf)
         if crc32c.value(view) != e.crc:
             raise FormatError(f"{self.where}: variable '{key}': checksum does not match (crc32c of its bytes "
                               f"in {path}): the .data file is damaged")
         return buf
+
+    def _read_exact(self, key: str, path: str, offset: int, view: memoryview) -> None:
+        """Fill ``view`` from ``path`` at ``offset`` (one read, unless the kernel returns less: over 2 GiB).
+
+        Raises:
+            FormatError: the file cannot be read, or ends before ``view`` is full."""
+        try:
+            with open(path, "rb", buffering=0) as f:
+                f.seek(offset)
+                got = 0
+                while got < len(view):
+                    n = f.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+        except OSError as exc:
+            raise FormatError(f"{self.where}: cannot read variable '{key}' from {path} ({exc.strerror})") from exc
+        if got != len(view):
+            raise FormatError(f"{self.where}: variable '{key}': {path} is shorter than its .index says")
 
     def _strings(self, key: str, e: Entry, data: bytes):
         path = self.shard_path(e.shard)
@@ -465,20 +472,7 @@ class RowSource:
         view = memoryview(target.reshape(-1).view(np.uint8))
         n = (r1 - r0) * self.row_bytes
         path = self.reader.shard_path(self.e.shard)
-        try:
-            with open(path, "rb", buffering=0) as f:
-                f.seek(self.e.offset + r0 * self.row_bytes)
-                got = 0
-                while got < n:
-                    k = f.readinto(view[got:n])
-                    if not k:
-                        break
-                    got += k
-        except OSError as exc:
-            raise FormatError(f"{self.reader.where}: cannot read variable '{self.key}' from {path} "
-                              f"({exc.strerror})") from exc
-        if got != n:
-            raise FormatError(f"{self.reader.where}: variable '{self.key}': {path} is shorter than its .index says")
+        self.reader._read_exact(self.key, path, self.e.offset + r0 * self.row_bytes, view[:n])
         self.crc = crc32c.extend(self.crc, view[:n])
         self.next_row = r1
         if r1 == self.shape[0] and self.crc != self.e.crc:

@@ -213,11 +213,11 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
         cell_clip=cell_clip, proj_clip=proj_clip)
 
 
-def _tensor(rd, key: str, path, raw: bool = False):
-    """``rd.get_tensor(key)``; a damaged ``.data`` file (checksum mismatch: ``OpError``; shorter than the
+def _tensor(rd, key: str, path, raw: bool = False, out=None):
+    """``rd.get_tensor(key)`` (into ``out``: the bundle reader only); a damaged ``.data`` file (checksum mismatch: ``OpError``; shorter than the
     index says: ``IndexError``, both found by bench/fuzz) raises FormatError naming the variable."""
     try:
-        value = rd.get_tensor(key)
+        value = rd.get_tensor(key) if out is None else rd.get_tensor(key, out)
         return value if raw else np.asarray(value)
     except RNNConvertError:  # the pure reader's own FormatError names file and variable already
         raise
@@ -309,15 +309,10 @@ def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
 
     pre = prefix_of(path)
     rd = _bundle(pre, path)
-    if rd is not None and out is not None:
-        arr = rd.get_tensor(key, out)
-        if arr.dtype.kind == "f" and not all_finite(arr):
-            raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
-        return arr
     if rd is None:
         rd = require("tensorflow", "tensorflow").train.load_checkpoint(pre)
-    arr = _tensor(rd, key, path)
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+    arr = _tensor(rd, key, path, out=out if isinstance(rd, tf_bundle.BundleReader) else None)
+    if arr.dtype.kind == "f" and not all_finite(arr):
         raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
     return arr
 
