@@ -37,69 +37,102 @@ ACT = {
 }
 
 
-def rows_product(w: np.ndarray, xt: np.ndarray, dt, rows: int = 1024) -> np.ndarray:
-    """``w @ xt`` in ``dt``, ``w`` cast ``rows`` rows at a time (no ``dt`` copy of the whole matrix; as fast
-    as the product of a cast copy, which is bound by reading ``w`` either way)."""
-    out = np.empty((w.shape[0], xt.shape[1]), dt)
+def products(w: np.ndarray, vs: list[np.ndarray], rows: int = 256) -> list[np.ndarray]:
+    """``[w @ v for v in vs]``, each computed in ``v``'s dtype, reading ``w`` from memory once for all of them.
+
+    ``w`` ``(M, K)`` (float32 or float64; widen float16 first, numpy's float16 casts are slow) is taken
+    ``rows`` rows at a time; for a ``v`` of another dtype the block is cast into a reused buffer while it is
+    still in cache. The products stay ``(W @ v)`` with ``v`` of a few columns: W keeps its row-major
+    form and BLAS streams it without packing (3-4x faster than ``v.T @ W.T`` on multi-MB matrices).
+    A product of a few columns is bound by reading ``w``; the float64 and float32 passes of verification
+    share that read (one ``(8192, 2048)`` float32 matrix and 3 columns: 12 ms for both dtypes against
+    57 ms as two separate passes, docs/performance.md). Each result is the same as ``w.astype(dt) @ v``
+    up to the order of BLAS's sums.
+    """
+    outs = [np.empty((w.shape[0], v.shape[1]), v.dtype) for v in vs]
+    bufs: dict = {}
     for i in range(0, w.shape[0], rows):
-        out[i:i + rows] = np.asarray(w[i:i + rows], dtype=dt) @ xt
-    return out
+        blk = w[i:i + rows]
+        for v, o in zip(vs, outs):
+            if v.dtype == blk.dtype:
+                o[i:i + rows] = blk @ v
+                continue
+            buf = bufs.get(v.dtype)
+            if buf is None:
+                buf = bufs[v.dtype] = np.empty((min(rows, w.shape[0]), w.shape[1]), v.dtype)
+            b = buf[:blk.shape[0]]
+            b[...] = blk
+            o[i:i + rows] = b @ v
+    return outs
 
 
-def _direction(layer: RNNLayer, p: DirectionParams, x: np.ndarray, reverse: bool, dt=np.float64) -> np.ndarray:
-    """Run one direction (params ``p``) over ``x`` ``(B, T, I_k)``; returns ``(B, T, out)`` in input time order."""
-    f64 = lambda a: None if a is None else np.asarray(a, dtype=dt)  # noqa: E731
-    b_ih, b_hh, w_hr, peep = map(f64, (p.b_ih, p.b_hh, p.w_hr, p.peep))
-    # ``W_hh h`` is cast block by block at every step rather than once: measured as fast (the product is
-    # bound by reading W_hh either way) and no dt copy of W_hh is ever held
-    # (float16 weights are widened to float32 once: numpy's float16 casts are slow, float32 -> float64 fast)
-    w_hh = p.w_hh if p.w_hh.dtype.itemsize >= 4 else p.w_hh.astype(np.float32)
-    hw = lambda v, rows=slice(None): rows_product(w_hh[rows], v.T, dt).T  # noqa: E731
+def widened(a: np.ndarray | None) -> np.ndarray | None:
+    """``a`` itself, or float16 widened to float32 once (exact; numpy's float16 casts are slow, so the
+    products and per-block casts work from float32)."""
+    return a if a is None or a.dtype.itemsize >= 4 else a.astype(np.float32)
+
+
+def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool) -> list[np.ndarray]:
+    """Run one direction (params ``p``) over each input of ``xs`` (``(B, T, I_k)``, one per dtype, each
+    computed in its own dtype: float64 and float32 for verification) in lockstep, so that every product
+    reads the weights once for all dtypes (:func:`products`); returns the ``(B, T, out)`` outputs in input
+    time order, one per input."""
+    dts = [x.dtype for x in xs]
+    cast = lambda a: [None if a is None else np.asarray(a, dtype=dt) for dt in dts]  # noqa: E731
+    b_ih, b_hh, w_hr, peep = map(cast, (p.b_ih, p.b_hh, p.w_hr, p.peep))
+    w_hh, w_ih = widened(p.w_hh), widened(p.w_ih)
+
+    def hw(vs, rows=slice(None)):  # ``W_hh v`` for each dtype's ``v`` ``(B, n)``, one read of W_hh
+        return [o.T for o in products(w_hh[rows], [v.T for v in vs])]
+
     s = layer.semantics
     gact, act = ACT[s.gate_activation], ACT[s.activation]
     H, cell = layer.hidden_size, layer.cell
-    B, T, _ = x.shape
-    h = np.zeros((B, layer.output_size), dt)
-    c = np.zeros((B, H), dt)
-    out = np.zeros((B, T, layer.output_size), dt)
-    # products as ``(W @ x.T).T``: W stays in its canonical (G*H, in) row-major form and BLAS, given a
-    # few columns, streams it without packing (3-4x faster than ``x @ W.T`` on multi-MB matrices)
-    xin = rows_product(p.w_ih, x.reshape(B * T, -1).T, dt).T.reshape(B, T, -1) + b_ih  # (B, T, G*H)
+    B, T, _ = xs[0].shape
+    n = len(xs)
+    h = [np.zeros((B, layer.output_size), dt) for dt in dts]
+    c = [np.zeros((B, H), dt) for dt in dts]
+    out = [np.zeros((B, T, layer.output_size), dt) for dt in dts]
+    xin = [o.T.reshape(B, T, -1) + b_ih[d]
+           for d, o in enumerate(products(w_ih, [x.reshape(B * T, -1).T for x in xs]))]  # (B, T, G*H)
     sl = {g: gate_slice(cell, g, H) for g in CANONICAL[cell]}
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for t in steps:
-        xt = xin[:, t]
         if cell is Cell.LSTM:
-            zz = xt + hw(h) + b_hh
-            zi, zf, zg, zo = (zz[:, sl[g]] for g in "ifgo")
-            if peep is not None:
-                zi = zi + peep[0] * c
-                zf = zf + peep[1] * c
-            i, f = gact(zi), gact(zf + s.forget_bias)
-            c = f * c + i * act(zg)
-            if s.cell_clip is not None:
-                c = np.clip(c, -s.cell_clip, s.cell_clip)
-            if peep is not None:
-                zo = zo + peep[2] * c
-            hh = gact(zo) * act(c)
-            if w_hr is not None:
-                hh = (w_hr @ hh.T).T
-                if s.proj_clip is not None:
-                    hh = np.clip(hh, -s.proj_clip, s.proj_clip)
-            h = hh
+            hh_all = hw(h)
+            for d in range(n):
+                zz = xin[d][:, t] + hh_all[d] + b_hh[d]
+                zi, zf, zg, zo = (zz[:, sl[g]] for g in "ifgo")
+                if peep[d] is not None:
+                    zi = zi + peep[d][0] * c[d]
+                    zf = zf + peep[d][1] * c[d]
+                i, f = gact(zi), gact(zf + s.forget_bias)
+                c[d] = f * c[d] + i * act(zg)
+                if s.cell_clip is not None:
+                    c[d] = np.clip(c[d], -s.cell_clip, s.cell_clip)
+                if peep[d] is not None:
+                    zo = zo + peep[d][2] * c[d]
+                hh = gact(zo) * act(c[d])
+                if w_hr[d] is not None:
+                    hh = (w_hr[d] @ hh.T).T
+                    if s.proj_clip is not None:
+                        hh = np.clip(hh, -s.proj_clip, s.proj_clip)
+                h[d] = hh
         elif cell is Cell.GRU:
             r_sl, z_sl, n_sl = sl["r"], sl["z"], sl["n"]
-            hr = hw(h) + b_hh
-            r = gact(xt[:, r_sl] + hr[:, r_sl])
-            z = gact(xt[:, z_sl] + hr[:, z_sl])
+            hr = [a + b for a, b in zip(hw(h), b_hh)]
+            r = [gact(xin[d][:, t, r_sl] + hr[d][:, r_sl]) for d in range(n)]
+            z = [gact(xin[d][:, t, z_sl] + hr[d][:, z_sl]) for d in range(n)]
             if s.reset_after:
-                n = act(xt[:, n_sl] + r * hr[:, n_sl])
+                cand = [act(xin[d][:, t, n_sl] + r[d] * hr[d][:, n_sl]) for d in range(n)]
             else:
-                n = act(xt[:, n_sl] + hw(r * h, n_sl) + b_hh[n_sl])
-            h = (1.0 - z) * n + z * h
+                rh = hw([r[d] * h[d] for d in range(n)], n_sl)
+                cand = [act(xin[d][:, t, n_sl] + rh[d] + b_hh[d][n_sl]) for d in range(n)]
+            h = [(1.0 - z[d]) * cand[d] + z[d] * h[d] for d in range(n)]
         else:
-            h = act(xt + hw(h) + b_hh)
-        out[:, t] = h
+            h = [act(xin[d][:, t] + a + b_hh[d]) for d, a in enumerate(hw(h))]
+        for d in range(n):
+            out[d][:, t] = h[d]
     return out
 
 
@@ -112,21 +145,31 @@ def forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
         A ``go_backwards`` layer returns its outputs in processing order (reversed time), like Keras.
         ``merge_mode`` is not applied here (see :func:`merge`).
     """
-    y = np.asarray(x, dtype=dtype)
+    return forward_multi(layer, [np.asarray(x, dtype=dtype)])[0]
+
+
+def forward_multi(layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """:func:`forward` of each input of ``xs`` in its own dtype (verification: float64 and float32), all in
+    lockstep so that each weight matrix is read once per product for all of them (:func:`products`)."""
+    ys = list(xs)
     for k in range(layer.num_layers):
-        y = forward_slab(layer, layer.params[k], y, dtype)
-    return finish(layer, y)
+        ys = forward_slab_multi(layer, layer.params[k], ys)
+    return [finish(layer, y) for y in ys]
 
 
 def forward_slab(layer: RNNLayer, dirs: list[DirectionParams], x: np.ndarray, dtype=np.float64) -> np.ndarray:
     """Stacked layer ``k`` of ``layer`` alone, with its directions ``dirs``, on its input ``x`` ``(B, T, I_k)``:
     ``(B, T, dirs * out)`` of ``dtype`` in input time order. :func:`forward` chains these over ``k`` and
     applies :func:`finish` (streaming verification does the same one slab at a time)."""
-    y = np.asarray(x, dtype=dtype)
+    return forward_slab_multi(layer, dirs, [np.asarray(x, dtype=dtype)])[0]
+
+
+def forward_slab_multi(layer: RNNLayer, dirs: list[DirectionParams], xs: list[np.ndarray]) -> list[np.ndarray]:
+    """:func:`forward_slab` of each input of ``xs`` in its own dtype, in lockstep (see :func:`forward_multi`)."""
     if layer.bidirectional:
-        return np.concatenate([_direction(layer, dirs[0], y, False, dtype), _direction(layer, dirs[1], y, True, dtype)],
-                              axis=-1)
-    return _direction(layer, dirs[0], y, layer.semantics.go_backwards, dtype)
+        fw, bw = _direction(layer, dirs[0], xs, False), _direction(layer, dirs[1], xs, True)
+        return [np.concatenate([a, b], axis=-1) for a, b in zip(fw, bw)]
+    return _direction(layer, dirs[0], xs, layer.semantics.go_backwards)
 
 
 def finish(layer: RNNLayer, y: np.ndarray) -> np.ndarray:

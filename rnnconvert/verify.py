@@ -117,10 +117,20 @@ def _raw_held(layer: RNNLayer, pool: dict | None = None):
         layer.source["raw"] = raw
 
 
-def _source_side(src_module, layer: RNNLayer, x: np.ndarray, dtype) -> np.ndarray:
+def _source_pair(src_module, layer: RNNLayer, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The source side in float64 and in float32 (returned as float64), computed in lockstep where the
+    route allows it (``source_forward_multi``, :func:`rnnconvert.reference.forward_multi`): each weight is
+    then read once per product for both passes."""
+    xs = [np.asarray(x, dtype=np.float64), np.asarray(x, dtype=np.float32)]
     if _own_equations(src_module, layer):
-        return src_module.source_forward(layer, x, dtype)
-    return reference.forward(layer, x, dtype)
+        multi = getattr(src_module, "source_forward_multi", None)
+        if multi is not None:
+            y64, y32 = multi(layer, xs)
+        else:
+            y64, y32 = (src_module.source_forward(layer, xd, xd.dtype) for xd in xs)
+    else:
+        y64, y32 = reference.forward_multi(layer, xs)
+    return y64, y32.astype(np.float64)
 
 
 def layer_check(layer: RNNLayer, y: np.ndarray, y64: np.ndarray, y32: np.ndarray, route: str, target_route: str,
@@ -180,8 +190,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         for layer in src_ckpt.layers:
             x = rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
             with _raw_held(layer, pool):
-                y64 = _source_side(src_module, layer, x, np.float64)
-                y32 = _source_side(src_module, layer, x, np.float32).astype(np.float64)
+                y64, y32 = _source_pair(src_module, layer, x)
             route = _route(src_module, layer)
             if mode == "framework":
                 y64, route = _framework(src_module, src_path, src_ckpt, layer, x)
@@ -233,13 +242,12 @@ class StreamedVerification:
             if k < layer.num_layers - 1:
                 return
             with _raw_held(layer, self.pool):
-                self.y64[i] = _source_side(self.src_module, layer, x, np.float64)
-                self.y32[i] = _source_side(self.src_module, layer, x, np.float32).astype(np.float64)
+                self.y64[i], self.y32[i] = _source_pair(self.src_module, layer, x)
         else:
             if k == 0:
                 self.y64[i], self.y32[i] = x, x
-            self.y64[i] = reference.forward_slab(layer, dirs, self.y64[i], np.float64)
-            self.y32[i] = reference.forward_slab(layer, dirs, self.y32[i], np.float32)
+            self.y64[i], self.y32[i] = reference.forward_slab_multi(
+                layer, dirs, [np.asarray(self.y64[i], np.float64), np.asarray(self.y32[i], np.float32)])
             if k == layer.num_layers - 1:
                 self.y64[i] = reference.finish(layer, self.y64[i])
                 self.y32[i] = reference.finish(layer, self.y32[i]).astype(np.float64)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..gates import convention
 from ..model import Cell, RNNLayer
-from ..reference import ACT, rows_product
+from ..reference import ACT, products, widened
 
 
 #: Kernels of at least this many bytes are evaluated with the input products of all steps hoisted
@@ -47,7 +47,10 @@ def _block_t(m: np.ndarray, j: int, H: int, cudnn: bool, dt) -> np.ndarray:
     return out
 
 
-def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, x: np.ndarray, reverse: bool, dt) -> np.ndarray:
+def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.ndarray],
+               reverse: bool) -> list[np.ndarray]:
+    """One direction on each input of ``xs`` (one per dtype, each computed in its own dtype), in lockstep:
+    the products of all hoisted dtypes read each turned weight block once (:func:`rnnconvert.reference.products`)."""
     s = layer.semantics
     fam = "keras_cudnn" if kind.startswith("CuDNN") else layer.source.get("family", "keras")
     if fam == "keras1":
@@ -61,74 +64,104 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, x: np.ndarray,
     kern = np.asarray(raw["kernel"])
     rec = np.asarray(raw["recurrent_kernel"])
     b = raw.get("bias")
-    zero = np.zeros(G * H, dt)
+    dts = [x.dtype for x in xs]
+    n = len(xs)
+    zero = np.zeros(G * H)
     if b is None:
         bi, br = zero, zero
     elif b.ndim == 2:
-        bi, br = np.asarray(b[0], dtype=dt), np.asarray(b[1], dtype=dt)
+        bi, br = np.asarray(b[0]), np.asarray(b[1])
     elif b.shape[0] == 2 * G * H:
-        bi, br = np.asarray(b[: G * H], dtype=dt), np.asarray(b[G * H:], dtype=dt)
+        bi, br = np.asarray(b[: G * H]), np.asarray(b[G * H:])
     else:
-        bi, br = np.asarray(b, dtype=dt), zero
-    BI = {g: bi[j * H:(j + 1) * H] for j, g in enumerate(order)}
-    BR = {g: br[j * H:(j + 1) * H] for j, g in enumerate(order)}
+        bi, br = np.asarray(b), zero
+    BI = [{g: np.asarray(bi[j * H:(j + 1) * H], dtype=dt) for j, g in enumerate(order)} for dt in dts]
+    BR = [{g: np.asarray(br[j * H:(j + 1) * H], dtype=dt) for j, g in enumerate(order)} for dt in dts]
     sig = ACT["sigmoid"] if cud else ACT[s.gate_activation]
     act = ACT["tanh"] if cud else ACT[s.activation]
-    B, T, _ = x.shape
+    B, T, _ = xs[0].shape
     # float64 (and float32 for kernels of HOIST_BYTES or more): the input part ``x_t @ K_g`` does not
     # depend on the state and is computed for all steps at once, one gate block at a time (each block
-    # dropped after its product: no float64 copy of the whole kernel), and every product uses the
-    # turned blocks of _block_t. Smaller float32 layers keep Keras' own step-by-step products.
-    if dt == np.float64 or kern.nbytes >= HOIST_BYTES:
-        xt = x.reshape(B * T, -1).T
-        # the turned blocks keep the stored dtype; float64 products cast them block by block (rows_product)
-        # (float16 is widened to float32 on the way: numpy's float16 casts are slow, float32 -> float64 fast)
-        wide = lambda a: a.dtype if a.dtype.itemsize >= 4 else np.dtype(np.float32)  # noqa: E731
-        XK = {g: rows_product(_block_t(kern, j, H, cud, wide(kern)), xt, dt).T.reshape(B, T, H)
-              for j, g in enumerate(order)}
-        RT = {g: _block_t(rec, j, H, cud, wide(rec)) for j, g in enumerate(order)}
-        K = R = None
-    else:
-        XK = RT = None
-        K = {g: _block(kern, j, H, cud, dt) for j, g in enumerate(order)}
-        R = {g: _block(rec, j, H, cud, dt) for j, g in enumerate(order)}
+    # dropped after its products: no float64 copy of the whole kernel), and every product uses the
+    # turned blocks of _block_t, turned once for all hoisted dtypes. Smaller float32 layers keep Keras'
+    # own step-by-step products. (float16 tensors are widened to float32 once: numpy's float16 casts are
+    # slow, float32 -> float64 fast.)
+    hoisted = [d for d in range(n) if dts[d] == np.float64 or kern.nbytes >= HOIST_BYTES]
+    XK: list = [None] * n
+    K: list = [None] * n
+    R: list = [None] * n
+    RT = None
+    if hoisted:
+        kw, rw = widened(kern), widened(rec)
+        for d in hoisted:
+            XK[d] = {}
+        for j, g in enumerate(order):
+            outs = products(_block_t(kw, j, H, cud, kw.dtype), [xs[d].reshape(B * T, -1).T for d in hoisted])
+            for d, o in zip(hoisted, outs):
+                XK[d][g] = o.T.reshape(B, T, H)
+        RT = {g: _block_t(rw, j, H, cud, rw.dtype) for j, g in enumerate(order)}
+    for d in range(n):
+        if d not in hoisted:
+            K[d] = {g: _block(kern, j, H, cud, dts[d]) for j, g in enumerate(order)}
+            R[d] = {g: _block(rec, j, H, cud, dts[d]) for j, g in enumerate(order)}
 
-    def xK(g: str, t: int) -> np.ndarray:
-        return XK[g][:, t] if XK is not None else x[:, t] @ K[g]
+    def xK(d: int, g: str, t: int) -> np.ndarray:
+        return XK[d][g][:, t] if XK[d] is not None else xs[d][:, t] @ K[d][g]
 
-    def hR(h: np.ndarray, g: str) -> np.ndarray:
-        return rows_product(RT[g], h.T, dt).T if RT is not None else h @ R[g]
+    def hR(vs: list[np.ndarray], g: str) -> list[np.ndarray]:
+        """``v @ R_g`` for each dtype's ``v``; the hoisted ones share one read of the turned block."""
+        res: list = [None] * n
+        if hoisted:
+            for d, o in zip(hoisted, products(RT[g], [vs[d].T for d in hoisted])):
+                res[d] = o.T
+        for d in range(n):
+            if res[d] is None:
+                res[d] = vs[d] @ R[d][g]
+        return res
 
-    h = np.zeros((B, H), dt)
-    c = np.zeros((B, H), dt)
-    ys = np.zeros((B, T, H), dt)
+    h = [np.zeros((B, H), dt) for dt in dts]
+    c = [np.zeros((B, H), dt) for dt in dts]
+    ys = [np.zeros((B, T, H), dt) for dt in dts]
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for n_step, t in enumerate(steps):
         if cell is Cell.LSTM:
-            pre = {g: xK(g, t) + BI[g] + hR(h, g) + BR[g] for g in "ifgo"}
-            c = sig(pre["f"]) * c + sig(pre["i"]) * act(pre["g"])
-            h = sig(pre["o"]) * act(c)
+            hr = {g: hR(h, g) for g in "ifgo"}
+            for d in range(n):
+                pre = {g: xK(d, g, t) + BI[d][g] + hr[g][d] + BR[d][g] for g in "ifgo"}
+                c[d] = sig(pre["f"]) * c[d] + sig(pre["i"]) * act(pre["g"])
+                h[d] = sig(pre["o"]) * act(c[d])
         elif cell is Cell.GRU:
-            z = sig(xK("z", t) + BI["z"] + hR(h, "z") + BR["z"])
-            r = sig(xK("r", t) + BI["r"] + hR(h, "r") + BR["r"])
+            hz, hr_ = hR(h, "z"), hR(h, "r")
+            z = [sig(xK(d, "z", t) + BI[d]["z"] + hz[d] + BR[d]["z"]) for d in range(n)]
+            r = [sig(xK(d, "r", t) + BI[d]["r"] + hr_[d] + BR[d]["r"]) for d in range(n)]
             if s.reset_after:
-                hh = act(xK("n", t) + BI["n"] + r * (hR(h, "n") + BR["n"]))
+                hn = hR(h, "n")
+                hh = [act(xK(d, "n", t) + BI[d]["n"] + r[d] * (hn[d] + BR[d]["n"])) for d in range(n)]
             else:
-                hh = act(xK("n", t) + BI["n"] + hR(r * h, "n"))
-            h = z * h + (1 - z) * hh
+                hn = hR([r[d] * h[d] for d in range(n)], "n")
+                hh = [act(xK(d, "n", t) + BI[d]["n"] + hn[d]) for d in range(n)]
+            h = [z[d] * h[d] + (1 - z[d]) * hh[d] for d in range(n)]
         else:
-            h = act(xK("h", t) + BI["h"] + hR(h, "h") + BR["h"])
-        ys[:, n_step if reverse and not layer.bidirectional else t] = h
+            hh_ = hR(h, "h")
+            h = [act(xK(d, "h", t) + BI[d]["h"] + hh_[d] + BR[d]["h"]) for d in range(n)]
+        for d in range(n):
+            ys[d][:, n_step if reverse and not layer.bidirectional else t] = h[d]
     return ys
 
 
 def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
     """Run a Keras-file layer from its raw Keras tensors; same output convention as
     :func:`rnnconvert.reference.forward` (directions concatenated, merge not applied)."""
+    return source_forward_multi(layer, [np.asarray(x, dtype=dtype)])[0]
+
+
+def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """:func:`source_forward` of each input of ``xs`` in its own dtype (verification: float64 and float32),
+    in lockstep: each raw tensor is turned once and read once per product for all of them."""
     raws = layer.source["raw"]
     kind = layer.source["class_name"]
-    x = np.asarray(x, dtype=dtype)
     if layer.bidirectional:
-        return np.concatenate([_direction(kind, layer.cell, raws[0], layer, x, False, dtype),
-                               _direction(kind, layer.cell, raws[1], layer, x, True, dtype)], axis=-1)
-    return _direction(kind, layer.cell, raws[0], layer, x, layer.semantics.go_backwards, dtype)
+        fw = _direction(kind, layer.cell, raws[0], layer, xs, False)
+        bw = _direction(kind, layer.cell, raws[1], layer, xs, True)
+        return [np.concatenate([a, b], axis=-1) for a, b in zip(fw, bw)]
+    return _direction(kind, layer.cell, raws[0], layer, xs, layer.semantics.go_backwards)
