@@ -32,6 +32,7 @@ from .. import gates
 from ..errors import FormatError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ..transforms import fold_forget_bias
+from . import pt_zip
 
 #: (state-dict key, direction, field) of one slab; field is a DirectionParams attribute.
 Plan = list[tuple[str, int, str]]
@@ -115,17 +116,18 @@ class _Recorder:
 class PtStream:
     """A ``.pt`` being written slab by slab (see the module docstring); made by :func:`open_stream`."""
 
-    def __init__(self, ckpt: Checkpoint, path: str | Path) -> None:
+    def __init__(self, ckpt: Checkpoint, path: str | Path, fast_zip: bool = True) -> None:
         torch = require("torch", "torch")
         self.torch, self.ckpt, self.path = torch, ckpt, Path(path)
         self.plan = entries(ckpt)
         self.next = 0  # index into self.plan of the next tensor to write
         self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
         ser = torch.serialization
-        self.zw = None
+        self.zw: Any = None
+        self.tail: pt_zip.Tail | None = None
         self.held: dict[str, Any] = {}
         if hasattr(ser, "_save") and hasattr(torch._C, "PyTorchFileWriter"):
-            stand_in = {key: torch.empty(shape, dtype=_torch_dtype(torch, dt)) for key, shape, dt in self.plan}
+            stand_in = {key: _stand_in(torch, shape, dt) for key, shape, dt in self.plan}
             rec = _Recorder()
             ser._save(stand_in, rec, pickle, 2, False)
             del stand_in
@@ -134,9 +136,16 @@ class PtStream:
             self.sizes = [n for _, n in rec.data]
             crc = ser.get_crc32_options() if hasattr(ser, "get_crc32_options") else True
             align = ser._get_storage_alignment() if hasattr(ser, "_get_storage_alignment") else 64
-            self.zw = torch._C.PyTorchFileWriter(self.fh, crc, align)
-            for name, data, nbytes in rec.head:
-                self.zw.write_record(name, data, nbytes)
+            names = [name for name, _, _ in rec.head] + [name for name, _ in rec.data]
+            self.tail = pt_zip.torch_tail(torch, names, align) if crc is True and fast_zip else None
+            if self.tail is not None:  # our zip writer: torch's bytes, zlib's CRC-32
+                self.zw = pt_zip.ZipWriter(self.fh, align)
+                for name, data, _ in rec.head:
+                    self.zw.write_record(name, data)
+            else:
+                self.zw = torch._C.PyTorchFileWriter(self.fh, crc, align)
+                for name, data, nbytes in rec.head:
+                    self.zw.write_record(name, data, nbytes)
 
     def _put(self, key: str, arr: np.ndarray) -> None:
         want_key, shape, dt = self.plan[self.next]
@@ -150,7 +159,10 @@ class PtStream:
             if arr.nbytes != self.sizes[self.next]:
                 raise FormatError(f"internal: tensor '{key}' has {arr.nbytes} bytes, torch expects "
                                   f"{self.sizes[self.next]}; please report")
-            self.zw.write_record(f"data/{self.next}", self._storage(arr), arr.nbytes)
+            if self.tail is not None:
+                self.zw.write_record(f"data/{self.next}", arr)
+            else:
+                self.zw.write_record(f"data/{self.next}", self._storage(arr), arr.nbytes)
         self.next += 1
 
     def _storage(self, arr: np.ndarray):
@@ -180,6 +192,9 @@ class PtStream:
             torch = require("torch", "torch")
             torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.held.items()}, self.fh)
             self.held.clear()
+        elif self.tail is not None:
+            self.tail.write(self.zw)
+            self.zw = None
         else:
             self.zw.write_end_of_file()
             self.zw = None
@@ -192,6 +207,15 @@ class PtStream:
         self.zw = None
         self.held.clear()
         self.fh.close()
+
+
+def _stand_in(torch, shape: tuple[int, ...], dt: np.dtype):
+    """A tensor of ``shape``/``dt`` with no memory behind it, pickled as ``torch.from_numpy`` of the
+    real array would be: ``torch.empty`` (C strides), but for an empty array numpy's strides (all 0),
+    which ``from_numpy`` keeps."""
+    if 0 in shape:
+        return torch.from_numpy(np.empty(shape, dtype=dt))
+    return torch.empty(shape, dtype=_torch_dtype(torch, dt))
 
 
 def _torch_dtype(torch, dt: np.dtype):
