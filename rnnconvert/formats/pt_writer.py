@@ -7,17 +7,26 @@ one slab (stacked layer ``k`` of a layer, all directions) of parameters:
    ``byteorder``) are made by ``torch.serialization._save`` itself, run on stand-in tensors from
    ``torch.empty`` (address space only, never touched: no memory) of the final shapes and dtypes --
    so the pickle is torch's own, with storage keys ``0..N-1`` in state-dict order;
-2. those records go to torch's own zip writer ``torch._C.PyTorchFileWriter`` (what ``torch.save`` writes
-   with: 64-byte aligned records, CRC-32 of each, ``version`` and ``.data/serialization_id`` at the
-   end), and each slab's tensors are written as ``data/<key>`` records as the slab arrives.
+2. the zip container is written by :class:`rnnconvert.formats.pt_zip.ZipWriter`, our Python rebuild
+   of torch's zip writer ``torch._C.PyTorchFileWriter`` (what ``torch.save`` writes with: 64-byte
+   aligned records, CRC-32 of each, ``version`` and ``.data/serialization_id`` at the end, zip64 end
+   records): the same bytes, each slab's tensors written as ``data/<key>`` records straight from the
+   arrays' memory in 1 MiB chunks (CRC-32 by :func:`zlib.crc32`) as the slab arrives. Layout facts and
+   their sources: the :mod:`~rnnconvert.formats.pt_zip` docstring.
 
 Layout facts: ``torch/serialization.py`` (``_save``: record order ``data.pkl``, ``.format_version``,
 ``.storage_alignment``, ``byteorder``, ``data/<key>`` in key order; ``_open_zipfile_writer_buffer``: an
 open file object gives the root folder ``archive``). The result is byte-identical to ``torch.save`` of
-the materialized state dict into an open file (``tests/test_pt_stream.py`` checks it; the
-``serialization_id`` is derived from the records, so it matches too). When this torch lacks the
-private pieces (``_save``, ``PyTorchFileWriter``), :func:`open_stream` falls back to collecting the
-tensors and calling ``torch.save`` at :meth:`PtStream.close`.
+the materialized state dict (``torch.from_numpy`` of each array) into an open file, zip64 included
+(``tests/test_pt_stream.py``, ``tests/test_pt_zip.py``; the ``serialization_id`` is derived from the
+records, so it matches too).
+
+Fallbacks, same bytes: when :func:`pt_zip.torch_tail` finds that this torch's writer lays files out
+otherwise than :mod:`~rnnconvert.formats.pt_zip` (checked once per file on an archive of the same
+record names without data), or CRC-32 is switched off (``torch.serialization.set_crc32_options``),
+torch's ``PyTorchFileWriter`` writes the zip; when this torch lacks the private pieces (``_save``,
+``PyTorchFileWriter``), :func:`open_stream` collects the tensors and calls ``torch.save`` at
+:meth:`PtStream.close`.
 """
 
 from __future__ import annotations
@@ -117,6 +126,7 @@ class PtStream:
     """A ``.pt`` being written slab by slab (see the module docstring); made by :func:`open_stream`."""
 
     def __init__(self, ckpt: Checkpoint, path: str | Path, fast_zip: bool = True) -> None:
+        """``fast_zip=False``: write the zip with torch's ``PyTorchFileWriter`` (same bytes, slower)."""
         torch = require("torch", "torch")
         self.torch, self.ckpt, self.path = torch, ckpt, Path(path)
         self.plan = entries(ckpt)
@@ -190,7 +200,7 @@ class PtStream:
             raise FormatError(f"internal: {len(self.plan) - self.next} tensors were never written; please report")
         if self.zw is None:
             torch = require("torch", "torch")
-            torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.held.items()}, self.fh)
+            torch.save({k: torch.from_numpy(np.require(v, requirements="C")) for k, v in self.held.items()}, self.fh)
             self.held.clear()
         elif self.tail is not None:
             self.tail.write(self.zw)

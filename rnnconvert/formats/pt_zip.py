@@ -1,9 +1,12 @@
 """torch's ``.pt`` zip container, written in Python: the bytes of ``torch._C.PyTorchFileWriter``.
 
-Why: torch's writer (``caffe2/serialize/inline_container.cc`` on miniz 3.0.2) computes each record's
-CRC-32 with miniz's ``mz_crc32``, 4-7 times slower than :func:`zlib.crc32`; this writer produces the
-same bytes with ``zlib.crc32``, writing each array straight from its memory in chunks of
-:data:`CHUNK` bytes (no copy) and updating the CRC chunk by chunk.
+Why: torch's writer (``caffe2/serialize/inline_container.cc`` on miniz 3.0.2) hands each tensor to
+the file in one ``write`` of the whole storage, after miniz's ``mz_crc32`` has read it once. This
+writer produces the same bytes writing each array straight from its memory in chunks of
+:data:`CHUNK` bytes (no copy), the CRC-32 (:func:`zlib.crc32`) updated chunk by chunk while the chunk
+is still in cache. Measured on the 2-core dev VM (torch 2.13 CPU wheel), 1 GiB of float32 to a file
+in ``/tmp``: the CRC itself is not the cost (miniz 0.17 s/GiB, zlib 0.19 s/GiB, in memory); the
+kernel time of one huge ``write`` per tensor is (see ``docs/pytorch.md`` for the numbers).
 
 Layout (read in ``inline_container.cc`` ``PyTorchStreamWriter::writeRecord``/``getPadding``/
 ``writeEndOfFile``/``writeSerializationId``/``ostream_write_func`` and miniz 3.0.2
@@ -13,13 +16,14 @@ all time/date/attribute/version fields 0, general-purpose flags ``0x808`` (UTF-8
 descriptor follows) or ``0x800`` for an empty record (no data descriptor). Per record:
 
 * local header with CRC and sizes 0; the name; when the record's size or its header offset is
-  ``>= 0xFFFFFFFF``, a zip64 extra field (id 1: 64-bit size twice if the size is, 64-bit offset if the
-  offset is); then torch's padding extra field ``"FB" <u16 n> "Z"*n`` with ``n`` the bytes that put the
+  ``>= 0xFFFFFFFF``, a zip64 extra field (id 1: 64-bit size and compressed size if the size is -- the
+  latter 0 here, as miniz makes this field before writing the data --, 64-bit offset if the offset
+  is); then torch's padding extra field ``"FB" <u16 n> "Z"*n`` with ``n`` the bytes that put the
   data at a multiple of the storage alignment (``torch.serialization._get_storage_alignment()``, 64);
 * the data; then, if not empty, a data descriptor ``PK\\x07\\x08 crc size size`` (sizes 32-bit, or
   64-bit when the record has the zip64 field);
-* the central directory repeats the record (sizes and offset capped at ``0xFFFFFFFF``, the same zip64
-  field, no padding field). torch writes with ``MZ_ZIP_FLAG_WRITE_ZIP64``, so every file ends with a
+* the central directory repeats the record (sizes and offset capped at ``0xFFFFFFFF``, the zip64
+  field with the real compressed size, no padding field). torch writes with ``MZ_ZIP_FLAG_WRITE_ZIP64``, so every file ends with a
   zip64 end-of-central-directory record (made-by ``0x031E``, needed ``0x2D``) and locator, then the
   classic end record (counts capped at ``0xFFFF``, size/offset at ``0xFFFFFFFF``).
 
@@ -45,8 +49,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-#: Bytes per write/CRC step for array data.
-CHUNK = 4 << 20
+#: Bytes per write/CRC step for array data (1 MiB: fits in cache between the CRC and the write, and
+#: kept the kernel's share of the write lowest in the measurements of ``docs/pytorch.md``).
+CHUNK = 1 << 20
 
 _U32 = 0xFFFFFFFF
 _M64 = (1 << 64) - 1
@@ -69,6 +74,12 @@ def _as_bytes(data: Any):
     return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
 
 
+def _zip64_field(size: int, comp_size: int, ofs: int) -> bytes:
+    """miniz's zip64 extra field (id 1): sizes when ``size >= 0xFFFFFFFF``, offset when ``ofs`` is."""
+    body = (struct.pack("<QQ", size, comp_size) if size >= _U32 else b"") + (struct.pack("<Q", ofs) if ofs >= _U32 else b"")
+    return struct.pack("<HH", 1, len(body)) + body if body else b""
+
+
 class ZipWriter:
     """Writes torch's zip layout (module docstring) to ``fh`` (anything with ``write``)."""
 
@@ -85,11 +96,11 @@ class ZipWriter:
     def write_record(self, name: str, data: Any) -> None:
         buf = _as_bytes(data)
         size, ofs, full = len(buf), self.pos, (self.prefix + name).encode()
-        z64 = (struct.pack("<QQ", size, size) if size >= _U32 else b"") + (struct.pack("<Q", ofs) if ofs >= _U32 else b"")
-        if z64:
-            z64 = struct.pack("<HH", 1, len(z64)) + z64
-        pad = -(ofs + 30 + len(full) + len(z64) + 4) % self.alignment
-        extra = z64 + b"FB" + struct.pack("<H", pad) + b"Z" * pad
+        z64 = _zip64_field(size, size, ofs)  # the central directory's
+        # the local header's is made before the data is written: compressed size still 0
+        extra = _zip64_field(size, 0, ofs)
+        pad = -(ofs + 30 + len(full) + len(extra) + 4) % self.alignment
+        extra += b"FB" + struct.pack("<H", pad) + b"Z" * pad
         flags = 0x808 if size else 0x800
         self._put(struct.pack("<IHHHHHIIIHH", 0x04034B50, 0, flags, 0, 0, 0, 0, 0, 0, len(full), len(extra)) + full + extra)
         if size >= 8 and bytes(buf[:4]) == _DD_SIG:
