@@ -7,17 +7,26 @@ one slab (stacked layer ``k`` of a layer, all directions) of parameters:
    ``byteorder``) are made by ``torch.serialization._save`` itself, run on stand-in tensors from
    ``torch.empty`` (address space only, never touched: no memory) of the final shapes and dtypes --
    so the pickle is torch's own, with storage keys ``0..N-1`` in state-dict order;
-2. those records go to torch's own zip writer ``torch._C.PyTorchFileWriter`` (what ``torch.save`` writes
-   with: 64-byte aligned records, CRC-32 of each, ``version`` and ``.data/serialization_id`` at the
-   end), and each slab's tensors are written as ``data/<key>`` records as the slab arrives.
+2. the zip container is written by :class:`rnnconvert.formats.pt_zip.ZipWriter`, our Python rebuild
+   of torch's zip writer ``torch._C.PyTorchFileWriter`` (what ``torch.save`` writes with: 64-byte
+   aligned records, CRC-32 of each, ``version`` and ``.data/serialization_id`` at the end, zip64 end
+   records): the same bytes, each slab's tensors written as ``data/<key>`` records straight from the
+   arrays' memory in 1 MiB chunks (CRC-32 by :func:`zlib.crc32`) as the slab arrives. Layout facts and
+   their sources: the :mod:`~rnnconvert.formats.pt_zip` docstring.
 
 Layout facts: ``torch/serialization.py`` (``_save``: record order ``data.pkl``, ``.format_version``,
 ``.storage_alignment``, ``byteorder``, ``data/<key>`` in key order; ``_open_zipfile_writer_buffer``: an
 open file object gives the root folder ``archive``). The result is byte-identical to ``torch.save`` of
-the materialized state dict into an open file (``tests/test_pt_stream.py`` checks it; the
-``serialization_id`` is derived from the records, so it matches too). When this torch lacks the
-private pieces (``_save``, ``PyTorchFileWriter``), :func:`open_stream` falls back to collecting the
-tensors and calling ``torch.save`` at :meth:`PtStream.close`.
+the materialized state dict (``torch.from_numpy`` of each array) into an open file, zip64 included
+(``tests/test_pt_stream.py``, ``tests/test_pt_zip.py``; the ``serialization_id`` is derived from the
+records, so it matches too).
+
+Fallbacks, same bytes: when :func:`pt_zip.torch_tail` finds that this torch's writer lays files out
+otherwise than :mod:`~rnnconvert.formats.pt_zip` (checked once per file on an archive of the same
+record names without data), or CRC-32 is switched off (``torch.serialization.set_crc32_options``),
+torch's ``PyTorchFileWriter`` writes the zip; when this torch lacks the private pieces (``_save``,
+``PyTorchFileWriter``), :func:`open_stream` collects the tensors and calls ``torch.save`` at
+:meth:`PtStream.close`.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from .. import gates
 from ..errors import FormatError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ..transforms import fold_forget_bias
+from . import pt_zip
 
 #: (state-dict key, direction, field) of one slab; field is a DirectionParams attribute.
 Plan = list[tuple[str, int, str]]
@@ -115,17 +125,19 @@ class _Recorder:
 class PtStream:
     """A ``.pt`` being written slab by slab (see the module docstring); made by :func:`open_stream`."""
 
-    def __init__(self, ckpt: Checkpoint, path: str | Path) -> None:
+    def __init__(self, ckpt: Checkpoint, path: str | Path, fast_zip: bool = True) -> None:
+        """``fast_zip=False``: write the zip with torch's ``PyTorchFileWriter`` (same bytes, slower)."""
         torch = require("torch", "torch")
         self.torch, self.ckpt, self.path = torch, ckpt, Path(path)
         self.plan = entries(ckpt)
         self.next = 0  # index into self.plan of the next tensor to write
         self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
         ser = torch.serialization
-        self.zw = None
+        self.zw: Any = None
+        self.tail: pt_zip.Tail | None = None
         self.held: dict[str, Any] = {}
         if hasattr(ser, "_save") and hasattr(torch._C, "PyTorchFileWriter"):
-            stand_in = {key: torch.empty(shape, dtype=_torch_dtype(torch, dt)) for key, shape, dt in self.plan}
+            stand_in = {key: _stand_in(torch, shape, dt) for key, shape, dt in self.plan}
             rec = _Recorder()
             ser._save(stand_in, rec, pickle, 2, False)
             del stand_in
@@ -134,9 +146,16 @@ class PtStream:
             self.sizes = [n for _, n in rec.data]
             crc = ser.get_crc32_options() if hasattr(ser, "get_crc32_options") else True
             align = ser._get_storage_alignment() if hasattr(ser, "_get_storage_alignment") else 64
-            self.zw = torch._C.PyTorchFileWriter(self.fh, crc, align)
-            for name, data, nbytes in rec.head:
-                self.zw.write_record(name, data, nbytes)
+            names = [name for name, _, _ in rec.head] + [name for name, _ in rec.data]
+            self.tail = pt_zip.torch_tail(torch, names, align) if crc is True and fast_zip else None
+            if self.tail is not None:  # our zip writer: torch's bytes, zlib's CRC-32
+                self.zw = pt_zip.ZipWriter(self.fh, align)
+                for name, data, _ in rec.head:
+                    self.zw.write_record(name, data)
+            else:
+                self.zw = torch._C.PyTorchFileWriter(self.fh, crc, align)
+                for name, data, nbytes in rec.head:
+                    self.zw.write_record(name, data, nbytes)
 
     def _put(self, key: str, arr: np.ndarray) -> None:
         want_key, shape, dt = self.plan[self.next]
@@ -150,7 +169,10 @@ class PtStream:
             if arr.nbytes != self.sizes[self.next]:
                 raise FormatError(f"internal: tensor '{key}' has {arr.nbytes} bytes, torch expects "
                                   f"{self.sizes[self.next]}; please report")
-            self.zw.write_record(f"data/{self.next}", self._storage(arr), arr.nbytes)
+            if self.tail is not None:
+                self.zw.write_record(f"data/{self.next}", arr)
+            else:
+                self.zw.write_record(f"data/{self.next}", self._storage(arr), arr.nbytes)
         self.next += 1
 
     def _storage(self, arr: np.ndarray):
@@ -178,8 +200,11 @@ class PtStream:
             raise FormatError(f"internal: {len(self.plan) - self.next} tensors were never written; please report")
         if self.zw is None:
             torch = require("torch", "torch")
-            torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.held.items()}, self.fh)
+            torch.save({k: torch.from_numpy(np.require(v, requirements="C")) for k, v in self.held.items()}, self.fh)
             self.held.clear()
+        elif self.tail is not None:
+            self.tail.write(self.zw)
+            self.zw = None
         else:
             self.zw.write_end_of_file()
             self.zw = None
@@ -192,6 +217,15 @@ class PtStream:
         self.zw = None
         self.held.clear()
         self.fh.close()
+
+
+def _stand_in(torch, shape: tuple[int, ...], dt: np.dtype):
+    """A tensor of ``shape``/``dt`` with no memory behind it, pickled as ``torch.from_numpy`` of the
+    real array would be: ``torch.empty`` (C strides), but for an empty array numpy's strides (all 0),
+    which ``from_numpy`` keeps."""
+    if 0 in shape:
+        return torch.from_numpy(np.empty(shape, dtype=dt))
+    return torch.empty(shape, dtype=_torch_dtype(torch, dt))
 
 
 def _torch_dtype(torch, dt: np.dtype):
