@@ -49,11 +49,14 @@ def _independent(layer, d: int):
     return out
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["rows", "padded_rows"])
 @pytest.mark.parametrize("name", H5_FIXTURES)
-def test_lazy_skeleton_and_loader(name, monkeypatch):
-    """``lazy=True``: placeholders only until ``loader(i, 0)``; what it loads (in many row blocks) equals the
-    whole-tensor permutation of the file's datasets bit for bit, and the eager read."""
+def test_lazy_skeleton_and_loader(name, padded, monkeypatch):
+    """``lazy=True``: placeholders only until ``loader(i, 0)``; what it loads (in many row blocks, read into a
+    buffer whose rows are exactly the stored rows, or padded as long rows are) equals the whole-tensor
+    permutation of the file's datasets bit for bit, and the eager read."""
     monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)  # 16-row blocks: every kernel takes several
+    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 0 if padded else 1 << 30)
     path = FIXTURES / "keras" / name
     try:
         eager = rnnconvert.load(path)
@@ -85,7 +88,9 @@ def test_lazy_read_probes_in_the_child_first(monkeypatch):
         keras_h5.read(src, lazy=True)
 
 
-def test_lazy_loader_refuses_non_finite():
+@pytest.mark.parametrize("padded", [False, True], ids=["rows", "padded_rows"])
+def test_lazy_loader_refuses_non_finite(padded, monkeypatch):
+    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 0 if padded else 1 << 30)
     ck = rnnconvert.load(ROOT / "tests" / "data" / "bad" / "h5_nan.h5", lazy=True)
     with pytest.raises(FormatError, match="kernel.*NaN or Inf"):
         ck.slab(0, 0)
