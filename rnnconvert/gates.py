@@ -107,8 +107,8 @@ def convention(family: str, cell: Cell) -> Convention:
 
 
 _TILE = 16  # rows per tile of the blocked transpose (16 float32 = one 64-byte cache line per output row)
-#: Rows per tile of :func:`to_canonical_block` when the block's row stride is not a multiple of 1 KiB (e.g. the
-#: padded HDF5 read buffer of ``keras_h5._rows``): such rows do not share L1 cache sets, so longer tiles pay
+#: Rows per tile of the one-pass :func:`to_canonical_block` when the block's row stride is not a multiple of 1 KiB
+#: (the padded read buffer of ``keras_h5._rows``): such rows do not share L1 cache sets, so longer tiles pay
 #: (measured, docs/performance.md Session 3). Rows a multiple of 1 KiB apart (every large ``G*H``) use :data:`_TILE`.
 _TILE_SPREAD = 64
 
@@ -198,9 +198,13 @@ def to_canonical_block(block: np.ndarray, conv: Convention, cell: Cell, out: np.
     """Rows ``col : col + n`` of an ``in_out`` matrix stored under ``conv`` (``block``, ``(n, G*H)``) into
     columns ``col : col + n`` of the canonical ``out`` ``(G*H, in)``: :func:`to_canonical` one row block at
     a time, so that a multi-GB kernel is turned without a second full-size copy (streaming reads,
-    docs/performance.md). One pass: each tile of block rows (:data:`_TILE` or :data:`_TILE_SPREAD`) is
-    transposed straight into the rows of ``out`` that its gate blocks go to (:func:`gate_moves`), each
-    output row receiving at least a whole cache line per tile; no temporary. Any strides work. Bit-exact.
+    docs/performance.md). Any strides work. Bit-exact.
+
+    Two ways, the faster one measured per item size (docs/performance.md, Session 3): 2-byte items (float16)
+    in one pass, each tile of block rows (:data:`_TILE`, or :data:`_TILE_SPREAD` when the rows do not share
+    cache sets) transposed straight into the rows of ``out`` that its gate blocks go to (:func:`gate_moves`);
+    wider items through a cache-sized temporary (the block turned with :func:`contiguous`), then whole gate
+    blocks moved as ``4n``-byte (or wider) row pieces, which measured 5-15% faster than the one pass.
 
     Raises:
         ValueError: ``conv`` is not ``in_out``, or the block's width is not ``G*H`` of ``out``.
@@ -209,6 +213,11 @@ def to_canonical_block(block: np.ndarray, conv: Convention, cell: Cell, out: np.
         raise ValueError(f"block {block.shape} does not fit canonical {out.shape} ({conv.orientation})")
     n = block.shape[0]
     moves = gate_moves(conv.gate_order, CANONICAL[cell], out.shape[0] // len(conv.gate_order))
+    if block.itemsize > 2:
+        t = contiguous(block.T)  # (G*H, n) in the stored gate order
+        for src, dst in moves:
+            out[dst, col:col + n] = t[src]
+        return
     if all(src == dst for src, dst in moves):  # stored in canonical order (Keras LSTM): one move per tile
         moves = [(slice(0, out.shape[0]), slice(0, out.shape[0]))]
     rows = _TILE if block.strides[0] % 1024 == 0 else _TILE_SPREAD

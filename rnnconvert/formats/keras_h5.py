@@ -607,16 +607,17 @@ PAD_MIN_ROW_BYTES = 4096
 
 def _rows(src: Any, where: str):
     """Yield ``(r0, block)`` row blocks of a 2-D array or HDF5 dataset ``src``; datasets are read with
-    ``read_direct`` into one reused buffer (the block is valid until the next one; an HDF5 block's rows are
-    :data:`ROW_PAD_BYTES` apart beyond their length when they are :data:`PAD_MIN_ROW_BYTES` or longer).
-    Other row sources (:class:`.tf_bundle.RowSource`) get a C-contiguous buffer. NaN/Inf refused, block by
+    ``read_direct`` into one reused buffer (the block is valid until the next one; a block's rows are
+    :data:`ROW_PAD_BYTES` apart beyond their length when they are :data:`PAD_MIN_ROW_BYTES` or longer; the
+    same for a :class:`.tf_bundle.RowSource`, which says so by ``PADDED_ROWS``). NaN/Inf refused, block by
     block."""
     import h5py
 
     n_rows, width = src.shape
     itemsize = src.dtype.itemsize
     step = max(16, (BLOCK_BYTES // max(1, width * itemsize)) // 16 * 16)
-    pad = ROW_PAD_BYTES // itemsize if isinstance(src, h5py.Dataset) and width * itemsize >= PAD_MIN_ROW_BYTES else 0
+    padded = isinstance(src, h5py.Dataset) or getattr(src, "PADDED_ROWS", False)  # a destination may be strided
+    pad = ROW_PAD_BYTES // itemsize if padded and width * itemsize >= PAD_MIN_ROW_BYTES else 0
     # zeros: the padding columns are never written, so the whole (contiguous) buffer rows can be checked
     buf = None if isinstance(src, np.ndarray) else np.zeros((min(step, n_rows), width + pad), src.dtype)
     for r0 in range(0, n_rows, step):
