@@ -53,7 +53,8 @@ def test_layouts_and_byte_orders(dt):
     rng = np.random.default_rng(3)
     m = rng.standard_normal((37, 53)).astype(dt)
     views = {"C": m, "F": np.asfortranarray(m), "T": m.T, "strided": m[::2, ::3], "rows": m[:, :50],
-             "big-endian": m.astype(np.dtype(dt).newbyteorder(">")), "0-d": m[3, 4], "3-D": m.reshape(1, 37, 53)[:, ::-1]}
+             "big-endian": m.astype(np.dtype(dt).newbyteorder(">")), "0-d": m[3, 4],
+             "3-D": m.reshape(1, 37, 53)[:, ::-1]}
     for name, v in views.items():
         assert all_finite(v, block_bytes=64) == _oracle(v) is True, name
         w = np.array(v, copy=True, order="K")

@@ -495,7 +495,7 @@ class RowSource:
     def __getitem__(self, _):
         return self.reader.get_tensor(self.key)
 
-    def read_direct(self, out: np.ndarray, rows: slice, dest=None) -> None:
+    def read_direct(self, out: np.ndarray, rows: slice, dest: slice | tuple | None = None) -> None:
         r0, r1 = rows.start or 0, min(rows.stop, self.shape[0])
         if r0 != self.next_row:
             raise ValueError(f"rows of '{self.key}' must be read in order ({r0} after {self.next_row})")
