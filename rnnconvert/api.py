@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from . import registry
 from .errors import FormatError, OutputExistsError, RNNConvertError
+from .finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .model import Checkpoint
 from .verify import StreamedVerification, VerifyReport, verify as _verify
 
@@ -77,18 +78,6 @@ def _checked_loader(ckpt: Checkpoint, loader, where: str, fmt: str):
         check_finite(Checkpoint(layers=[view]), where)
         return dirs
     return checked
-
-
-def all_finite(a, block_bytes: int = 4 << 20) -> bool:
-    """Whether a float array holds no NaN/Inf (always true for other dtypes), checked ``block_bytes`` at a
-    time: ``np.isfinite`` of a whole 128 MB float32 tensor would allocate a 32 MB mask."""
-    import numpy as np
-
-    if a.dtype.kind not in "fc":
-        return True
-    flat = np.ravel(a, order="K")  # a view of any contiguous array
-    step = max(1, block_bytes // max(1, a.dtype.itemsize))
-    return all(np.isfinite(flat[i:i + step]).all() for i in range(0, flat.size, step))
 
 
 def check_finite(ckpt: Checkpoint, where: str) -> None:

@@ -49,11 +49,14 @@ def _independent(layer, d: int):
     return out
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["rows", "padded_rows"])
 @pytest.mark.parametrize("name", H5_FIXTURES)
-def test_lazy_skeleton_and_loader(name, monkeypatch):
-    """``lazy=True``: placeholders only until ``loader(i, 0)``; what it loads (in many row blocks) equals the
-    whole-tensor permutation of the file's datasets bit for bit, and the eager read."""
+def test_lazy_skeleton_and_loader(name, padded, monkeypatch):
+    """``lazy=True``: placeholders only until ``loader(i, 0)``; what it loads (in many row blocks, read into a
+    buffer whose rows are exactly the stored rows, or padded as long rows are) equals the whole-tensor
+    permutation of the file's datasets bit for bit, and the eager read."""
     monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)  # 16-row blocks: every kernel takes several
+    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 0 if padded else 1 << 30)
     path = FIXTURES / "keras" / name
     try:
         eager = rnnconvert.load(path)
@@ -76,6 +79,36 @@ def test_lazy_skeleton_and_loader(name, monkeypatch):
                 assert np.array_equal(got.w_ih, w_ih) and np.array_equal(got.w_hh, w_hh)
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["rows", "padded_rows"])
+@pytest.mark.parametrize("name", ["bidi_lstm_concat.h5", "gru_reset_before.h5", "cudnn_gru.h5"])
+def test_lazy_loader_float16(name, padded, tmp_path, monkeypatch):
+    """float16 kernels take their own turn (one pass, tiles straight into the canonical rows): a copy of a
+    tf_keras file with every dataset stored as float16 loads lazily, in many row blocks, bit-equal to the
+    whole-tensor permutation of its datasets."""
+    monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 0 if padded else 1 << 30)
+    path = tmp_path / name
+    with h5py.File(FIXTURES / "keras" / name, "r") as src, h5py.File(path, "w") as dst:
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+
+        def copy(nm, obj):
+            if isinstance(obj, h5py.Dataset):
+                data = obj[()]
+                dst.create_dataset(nm, data=data.astype(np.float16) if data.dtype.kind == "f" else data)
+            else:
+                dst.require_group(nm)
+            for k, v in obj.attrs.items():
+                dst[nm].attrs[k] = v
+        src.visititems(copy)
+    lazy = rnnconvert.load(path, lazy=True)
+    for i, layer in enumerate(lazy.layers):
+        for d, got in enumerate(lazy.slab(i, 0)):
+            w_ih, w_hh = _independent(layer, d)
+            assert got.w_ih.dtype == np.float16 and w_ih.dtype == np.float16
+            assert np.array_equal(got.w_ih, w_ih) and np.array_equal(got.w_hh, w_hh)
+
+
 def test_lazy_read_probes_in_the_child_first(monkeypatch):
     """The lazy loader reads in this process: the file's metadata was walked in the isolated child first,
     so a libhdf5 loop (a file found by bench/fuzz) is cut off there."""
@@ -85,7 +118,9 @@ def test_lazy_read_probes_in_the_child_first(monkeypatch):
         keras_h5.read(src, lazy=True)
 
 
-def test_lazy_loader_refuses_non_finite():
+@pytest.mark.parametrize("padded", [False, True], ids=["rows", "padded_rows"])
+def test_lazy_loader_refuses_non_finite(padded, monkeypatch):
+    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 0 if padded else 1 << 30)
     ck = rnnconvert.load(ROOT / "tests" / "data" / "bad" / "h5_nan.h5", lazy=True)
     with pytest.raises(FormatError, match="kernel.*NaN or Inf"):
         ck.slab(0, 0)

@@ -353,11 +353,23 @@ def test_tensorflow_fallback_still_refuses_the_bad_corpus(name, monkeypatch):
         api.load(ROOT / "tests" / "data" / "bad" / f"{name}.index")
 
 
-def test_lazy_kernel_rows_checked_and_equal_to_tensorflow(tmp_path):
-    """The lazy TF2 path reads kernels in row blocks (RowSource): the streamed conversion equals the eager
-    read of TensorFlow itself, and a flipped byte in a kernel is found by the block-wise crc32c before
-    any of it is written."""
+@pytest.mark.parametrize("rows", ["contiguous", "padded", "padded_short_reads"])
+def test_lazy_kernel_rows_checked_and_equal_to_tensorflow(tmp_path, monkeypatch, rows):
+    """The lazy TF2 path reads kernels in row blocks (RowSource; into a buffer of contiguous rows, or of rows
+    padded as ``keras_h5._rows`` pads long ones, by a scatter read, also when the reads come back short):
+    the streamed conversion equals the eager read of TensorFlow itself, and a flipped byte in a kernel is
+    found by the block-wise crc32c before any of it is written."""
+    from rnnconvert.formats import keras_h5
+
     tf = pytest.importorskip("tensorflow")
+    monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)  # several blocks per kernel
+    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 1 << 30 if rows == "contiguous" else 0)
+    if rows == "padded_short_reads":
+        real = os.preadv
+
+        def short(fd, buffers, offset):  # at most 100 bytes a call
+            return real(fd, [memoryview(buffers[0]).cast("B")[:100]], offset)
+        monkeypatch.setattr(tf_bundle.os, "preadv", short)
     src = tmp_path / "ck"
     shutil.copytree(FIXTURES / "tf" / "keras_lstm_bigru", src)
     pre = str(src / "ckpt")
@@ -365,6 +377,10 @@ def test_lazy_kernel_rows_checked_and_equal_to_tensorflow(tmp_path):
     api.convert(src, out)
     theirs = tf.train.load_checkpoint(pre)
     got = api.load(out)
+    eager = api.load(src)  # whole tensors (no row blocks)
+    for lg, le in zip(got.layers, eager.layers, strict=True):
+        for dg, de in zip(lg.params[0], le.params[0], strict=True):
+            assert all(np.array_equal(getattr(dg, k), v) for k, v in de.arrays().items())
     lay = got.layers[0]
     key = next(k for k in theirs.get_variable_to_shape_map() if k.endswith("kernel/.ATTRIBUTES/VARIABLE_VALUE")
                and "recurrent" not in k and "layer_with_weights-0/" in k)

@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import gates, guard
 from ..errors import FormatError, UnsupportedError
+from ..finite import all_finite
 from ..model import (ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder,
                      placeholder)
 
@@ -120,8 +121,6 @@ def _dataset_meta(ds, where: str) -> np.ndarray:
 def _read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
     """Read a dataset fully (into ``out`` when its shape and dtype fit) after :func:`_dataset_meta`'s
     checks; NaN/Inf refused."""
-    from ..api import all_finite
-
     _dataset_meta(ds, where)
     if ds.shape is None or ds.size == 0:
         arr = np.asarray(ds[()])
@@ -598,20 +597,37 @@ class _DirSpec:
 BLOCK_BYTES = 2 << 20
 
 
+#: Bytes added to each row of the HDF5 read buffer of :func:`_rows` when rows are long: a row stride that is a
+#: multiple of 4 KiB (every ``G*H`` of a large model) maps the rows of one turned tile to the same L1 cache
+#: set; 64 bytes more spread them (docs/performance.md, Session 3).
+ROW_PAD_BYTES = 64
+#: Rows at least this long get the padding (shorter rows: the buffer is exactly the rows read).
+PAD_MIN_ROW_BYTES = 4096
+
+
 def _rows(src: Any, where: str):
     """Yield ``(r0, block)`` row blocks of a 2-D array or HDF5 dataset ``src``; datasets are read with
-    ``read_direct`` into one reused buffer (the block is valid until the next one). NaN/Inf refused."""
+    ``read_direct`` into one reused buffer (the block is valid until the next one; a block's rows are
+    :data:`ROW_PAD_BYTES` apart beyond their length when they are :data:`PAD_MIN_ROW_BYTES` or longer; the
+    same for a :class:`.tf_bundle.RowSource`, which says so by ``PADDED_ROWS``). NaN/Inf refused, block by
+    block."""
+    import h5py
+
     n_rows, width = src.shape
-    step = max(16, (BLOCK_BYTES // max(1, width * src.dtype.itemsize)) // 16 * 16)
-    buf = None if isinstance(src, np.ndarray) else np.empty((min(step, n_rows), width), src.dtype)
+    itemsize = src.dtype.itemsize
+    step = max(16, (BLOCK_BYTES // max(1, width * itemsize)) // 16 * 16)
+    padded = isinstance(src, h5py.Dataset) or getattr(src, "PADDED_ROWS", False)  # a destination may be strided
+    pad = ROW_PAD_BYTES // itemsize if padded and width * itemsize >= PAD_MIN_ROW_BYTES else 0
+    # zeros: the padding columns are never written, so the whole (contiguous) buffer rows can be checked
+    buf = None if isinstance(src, np.ndarray) else np.zeros((min(step, n_rows), width + pad), src.dtype)
     for r0 in range(0, n_rows, step):
         r1 = min(n_rows, r0 + step)
         if buf is None:
-            block = src[r0:r1]
+            block = checked = src[r0:r1]
         else:
-            block = buf[:r1 - r0]
-            src.read_direct(block, np.s_[r0:r1], np.s_[0:r1 - r0])
-        if not np.isfinite(block).all():
+            block, checked = buf[:r1 - r0, :width], buf[:r1 - r0]
+            src.read_direct(buf, np.s_[r0:r1], np.s_[0:r1 - r0, 0:width] if pad else np.s_[0:r1 - r0])
+        if not all_finite(checked):
             raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
         yield r0, block
 
@@ -638,7 +654,7 @@ def _kernel(src: Any, spec: _DirSpec, where: str) -> np.ndarray:
 
 def _vector(src: Any, where: str) -> np.ndarray:
     arr = np.asarray(src) if isinstance(src, np.ndarray) else src[()]
-    if not np.isfinite(arr).all():
+    if not all_finite(arr):
         raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
     return arr
 

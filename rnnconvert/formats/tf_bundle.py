@@ -373,6 +373,34 @@ class BundleReader:
         if got != len(view):
             raise FormatError(f"{self.where}: variable '{key}': {path} is shorter than its .index says")
 
+    def _read_parts_exact(self, key: str, path: str, offset: int, parts: list[memoryview]) -> None:
+        """Fill the consecutive ``parts`` from ``path`` at ``offset``: one scatter read (``os.preadv``, at most
+        512 parts a call) where the platform has one, the rest of a short read by :meth:`_read_exact`.
+
+        Raises:
+            FormatError: the file cannot be read, or ends before every part is full."""
+        if len(parts) == 1 or not hasattr(os, "preadv"):
+            for part in parts:
+                self._read_exact(key, path, offset, part)
+                offset += len(part)
+            return
+        try:
+            with open(path, "rb", buffering=0) as f:
+                i = 0
+                while i < len(parts):
+                    batch = parts[i:i + 512]
+                    got = os.preadv(f.fileno(), batch, offset)
+                    for part in batch:
+                        if got < len(part):  # a short read: this part's rest and the following ones one by one
+                            self._read_exact(key, path, offset + got, part[got:])
+                            got = 0
+                        else:
+                            got -= len(part)
+                        offset += len(part)
+                    i += len(batch)
+        except OSError as exc:
+            raise FormatError(f"{self.where}: cannot read variable '{key}' from {path} ({exc.strerror})") from exc
+
     def _strings(self, key: str, e: Entry, data: bytes):
         path = self.shard_path(e.shard)
         count = int(np.prod(e.shape, dtype=np.int64)) if e.shape else 1
@@ -451,7 +479,12 @@ class RowSource:
     """A 2-D bundle entry read in row blocks, front to back, like an HDF5 dataset's ``read_direct``
     (``shape``, ``dtype``, ``read_direct(out, rows, dest)``). The crc32c is extended block by block and
     checked when the last row is read, so a caller that consumes every row (``keras_h5._rows``) has the
-    checksum verified before it returns anything."""
+    checksum verified before it returns anything. The destination rows may lie further apart than their
+    length (:data:`PADDED_ROWS`: ``keras_h5._rows`` pads long rows): they are then filled by one scatter
+    read (``os.preadv``)."""
+
+    #: ``read_direct`` accepts a destination whose rows are contiguous but lie further apart than their length.
+    PADDED_ROWS = True
 
     def __init__(self, reader: "BundleReader", key: str, e: Entry, dt: np.dtype) -> None:
         self.reader, self.key, self.e = reader, key, e
@@ -462,18 +495,26 @@ class RowSource:
     def __getitem__(self, _):
         return self.reader.get_tensor(self.key)
 
-    def read_direct(self, out: np.ndarray, rows: slice, dest: slice | None = None) -> None:
+    def read_direct(self, out: np.ndarray, rows: slice, dest: slice | tuple | None = None) -> None:
         r0, r1 = rows.start or 0, min(rows.stop, self.shape[0])
         if r0 != self.next_row:
             raise ValueError(f"rows of '{self.key}' must be read in order ({r0} after {self.next_row})")
         target = out[dest] if dest is not None else out
-        if not target.flags.c_contiguous or target.dtype != self.dtype:
-            raise ValueError("read_direct needs a C-contiguous block of the variable's dtype")
-        view = memoryview(target.reshape(-1).view(np.uint8))
-        n = (r1 - r0) * self.row_bytes
         path = self.reader.shard_path(self.e.shard)
-        self.reader._read_exact(self.key, path, self.e.offset + r0 * self.row_bytes, view[:n])
-        self.crc = crc32c.extend(self.crc, view[:n])
+        offset = self.e.offset + r0 * self.row_bytes
+        if target.dtype != self.dtype:
+            raise ValueError("read_direct needs a block of the variable's dtype")
+        if target.flags.c_contiguous:
+            view = memoryview(target.reshape(-1).view(np.uint8))
+            parts = [view[:(r1 - r0) * self.row_bytes]]
+        elif (target.ndim == 2 and target.shape[0] >= r1 - r0 and target.shape[1] * target.itemsize == self.row_bytes
+              and target.strides[1] == target.itemsize):
+            parts = [memoryview(target[j].view(np.uint8)) for j in range(r1 - r0)]
+        else:
+            raise ValueError("read_direct needs a block of C-contiguous rows")
+        self.reader._read_parts_exact(self.key, path, offset, parts)
+        for part in parts:
+            self.crc = crc32c.extend(self.crc, part)
         self.next_row = r1
         if r1 == self.shape[0] and self.crc != self.e.crc:
             raise FormatError(f"{self.reader.where}: variable '{self.key}': checksum does not match (crc32c of "

@@ -51,6 +51,7 @@ import numpy as np
 
 from .. import cudnn, guard
 from ..errors import FormatError, RNNConvertError, require
+from ..finite import all_finite
 from ..model import Checkpoint, RNNLayer, placeholder
 from . import tf_bundle
 from .tf1_cells import (  # noqa: F401
@@ -196,7 +197,7 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
     placeholders and the checkpoint gets a loader (:func:`_read_tf2`)."""
     def get(key: str) -> np.ndarray:
         arr = _tensor(rd, key, path)
-        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        if arr.dtype.kind == "f" and not all_finite(arr):
             raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
         return arr
 
@@ -305,8 +306,6 @@ def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
     """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
     :class:`rnnconvert.formats.keras_h5.LazyRaw`; into ``out`` when the bundle reader can); NaN/Inf refused
     as in :func:`read`."""
-    from ..api import all_finite
-
     pre = prefix_of(path)
     rd = _bundle(pre, path)
     if rd is None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import VerificationError, require
+from ..finite import all_finite
 from ..model import Checkpoint, RNNLayer
 
 _TF1_CELLS = ("lstm_cell", "basic_lstm_cell", "gru_cell", "basic_rnn_cell")
@@ -88,7 +89,7 @@ def _keras(tf, prefix: str, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
     lay.build((None, None, layer.input_size))
     lay.set_weights([np.full(w.shape, np.nan, w.dtype) for w in lay.get_weights()])
     tf.train.Checkpoint(**{layer.name: lay}).restore(prefix).expect_partial()
-    if not all(np.all(np.isfinite(w)) for w in lay.get_weights()):  # every weight must come from the file
+    if not all(all_finite(w) for w in lay.get_weights()):  # every weight must come from the file
         raise VerificationError(f"--verify framework: tf_keras could not restore layer '{layer.name}' from "
                                 f"{prefix}; use --verify reference")
     return np.asarray(lay(tf.constant(np.asarray(x, np.float32))))
