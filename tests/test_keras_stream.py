@@ -24,6 +24,29 @@ ROOT = Path(__file__).resolve().parent.parent
 H5_FIXTURES = sorted(p.name for p in (FIXTURES / "keras").glob("*.h5"))
 
 
+def rows_mode(monkeypatch, mode: str) -> list:
+    """How ``keras_h5._rows`` gets its row blocks: ``rows`` (read into a buffer of exactly the stored rows),
+    ``padded_rows`` (long rows padded), ``direct`` (every plain 2-D dataset read from the file by
+    formats/filerows.py instead of h5py, into padded rows). Returns the list of direct readers made (the
+    test asserts the mode was really taken)."""
+    from rnnconvert.formats import filerows
+
+    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 1 << 30 if mode == "rows" else 0)
+    monkeypatch.setattr(filerows, "DIRECT_MIN_BYTES", 0 if mode == "direct" else 1 << 60)
+    made: list = []
+    if mode == "direct":
+        real = filerows.FileRows.__init__
+
+        def spy(self, *a, **k):
+            real(self, *a, **k)
+            made.append(a)
+        monkeypatch.setattr(filerows.FileRows, "__init__", spy)
+    return made
+
+
+MODES = ["rows", "padded_rows", "direct"]
+
+
 @pytest.fixture(scope="module")
 def k2():
     return pytest.importorskip("tf_keras")
@@ -49,14 +72,14 @@ def _independent(layer, d: int):
     return out
 
 
-@pytest.mark.parametrize("padded", [False, True], ids=["rows", "padded_rows"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", H5_FIXTURES)
-def test_lazy_skeleton_and_loader(name, padded, monkeypatch):
+def test_lazy_skeleton_and_loader(name, mode, monkeypatch):
     """``lazy=True``: placeholders only until ``loader(i, 0)``; what it loads (in many row blocks, read into a
-    buffer whose rows are exactly the stored rows, or padded as long rows are) equals the whole-tensor
-    permutation of the file's datasets bit for bit, and the eager read."""
+    buffer whose rows are exactly the stored rows, or padded as long rows are, or read from the file by
+    formats/filerows.py) equals the whole-tensor permutation of the file's datasets bit for bit, and the eager read."""
     monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)  # 16-row blocks: every kernel takes several
-    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 0 if padded else 1 << 30)
+    made = rows_mode(monkeypatch, mode)
     path = FIXTURES / "keras" / name
     try:
         eager = rnnconvert.load(path)
@@ -77,16 +100,18 @@ def test_lazy_skeleton_and_loader(name, padded, monkeypatch):
             if layer.source["family"] != "keras1":
                 w_ih, w_hh = _independent(layer, d)
                 assert np.array_equal(got.w_ih, w_ih) and np.array_equal(got.w_hh, w_hh)
+    keras1 = all(layer.source["family"] == "keras1" for layer in lazy.layers)  # per-gate datasets, joined
+    assert bool(made) == (mode == "direct" and not keras1)
 
 
-@pytest.mark.parametrize("padded", [False, True], ids=["rows", "padded_rows"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", ["bidi_lstm_concat.h5", "gru_reset_before.h5", "cudnn_gru.h5"])
-def test_lazy_loader_float16(name, padded, tmp_path, monkeypatch):
+def test_lazy_loader_float16(name, mode, tmp_path, monkeypatch):
     """float16 kernels take their own turn (one pass, tiles straight into the canonical rows): a copy of a
     tf_keras file with every dataset stored as float16 loads lazily, in many row blocks, bit-equal to the
     whole-tensor permutation of its datasets."""
     monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)
-    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 0 if padded else 1 << 30)
+    made = rows_mode(monkeypatch, mode)
     path = tmp_path / name
     with h5py.File(FIXTURES / "keras" / name, "r") as src, h5py.File(path, "w") as dst:
         for k, v in src.attrs.items():
@@ -107,6 +132,7 @@ def test_lazy_loader_float16(name, padded, tmp_path, monkeypatch):
             w_ih, w_hh = _independent(layer, d)
             assert got.w_ih.dtype == np.float16 and w_ih.dtype == np.float16
             assert np.array_equal(got.w_ih, w_ih) and np.array_equal(got.w_hh, w_hh)
+    assert bool(made) == (mode == "direct")
 
 
 def test_lazy_read_probes_in_the_child_first(monkeypatch):
@@ -118,12 +144,13 @@ def test_lazy_read_probes_in_the_child_first(monkeypatch):
         keras_h5.read(src, lazy=True)
 
 
-@pytest.mark.parametrize("padded", [False, True], ids=["rows", "padded_rows"])
-def test_lazy_loader_refuses_non_finite(padded, monkeypatch):
-    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 0 if padded else 1 << 30)
+@pytest.mark.parametrize("mode", MODES)
+def test_lazy_loader_refuses_non_finite(mode, monkeypatch):
+    made = rows_mode(monkeypatch, mode)
     ck = rnnconvert.load(ROOT / "tests" / "data" / "bad" / "h5_nan.h5", lazy=True)
     with pytest.raises(FormatError, match="kernel.*NaN or Inf"):
         ck.slab(0, 0)
+    assert bool(made) == (mode == "direct")
 
 
 # ------------------------------------------------------------------------------------------ writer

@@ -10,7 +10,6 @@ module for the converted files.
 
 from __future__ import annotations
 
-import io
 import pickle
 import re
 import zipfile

@@ -136,6 +136,7 @@ class PtStream:
         self.zw: Any = None
         self.tail: pt_zip.Tail | None = None
         self.held: dict[str, Any] = {}
+        self.WRITE_BEHIND = False
         if hasattr(ser, "_save") and hasattr(torch._C, "PyTorchFileWriter"):
             stand_in = {key: _stand_in(torch, shape, dt) for key, shape, dt in self.plan}
             rec = _Recorder()
@@ -149,6 +150,10 @@ class PtStream:
             names = [name for name, _, _ in rec.head] + [name for name, _ in rec.data]
             self.tail = pt_zip.torch_tail(torch, names, align) if crc is True and fast_zip else None
             if self.tail is not None:  # our zip writer: torch's bytes, zlib's CRC-32
+                # its time is zlib.crc32 and write(), which release the GIL: registry.stream_write may run
+                # it one slab behind the reading, in a thread (two slabs in memory; the goal of a .pt is
+                # the file size)
+                self.WRITE_BEHIND = True
                 self.zw = pt_zip.ZipWriter(self.fh, align)
                 for name, data, _ in rec.head:
                     self.zw.write_record(name, data)

@@ -51,6 +51,7 @@ import numpy as np
 
 from .. import crc32c
 from ..errors import FormatError
+from . import filerows
 from .tf_table import (
     BundleUnsupported,
     TableError,
@@ -346,7 +347,7 @@ class BundleReader:
         numeric tensors checked."""
         path = self.shard_path(e.shard)
         view = memoryview(buf).cast("B") if dt.kind == "O" else memoryview(buf.reshape(-1).view(np.uint8))
-        self._read_exact(key, path, e.offset, view[:e.size])
+        self._read_parts_exact(key, path, e.offset, [view[:e.size]])
         if dt.kind == "O":
             return bytes(buf)
         if crc32c.value(view) != e.crc:
@@ -354,52 +355,17 @@ class BundleReader:
                               f"in {path}): the .data file is damaged")
         return buf
 
-    def _read_exact(self, key: str, path: str, offset: int, view: memoryview) -> None:
-        """Fill ``view`` from ``path`` at ``offset`` (one read, unless the kernel returns less: over 2 GiB).
-
-        Raises:
-            FormatError: the file cannot be read, or ends before ``view`` is full."""
-        try:
-            with open(path, "rb", buffering=0) as f:
-                f.seek(offset)
-                got = 0
-                while got < len(view):
-                    n = f.readinto(view[got:])
-                    if not n:
-                        break
-                    got += n
-        except OSError as exc:
-            raise FormatError(f"{self.where}: cannot read variable '{key}' from {path} ({exc.strerror})") from exc
-        if got != len(view):
-            raise FormatError(f"{self.where}: variable '{key}': {path} is shorter than its .index says")
-
     def _read_parts_exact(self, key: str, path: str, offset: int, parts: list[memoryview]) -> None:
-        """Fill the consecutive ``parts`` from ``path`` at ``offset``: one scatter read (``os.preadv``, at most
-        512 parts a call) where the platform has one, the rest of a short read by :meth:`_read_exact`.
+        """Fill the consecutive ``parts`` from ``path`` at ``offset`` (:func:`.filerows.read_parts`).
 
         Raises:
             FormatError: the file cannot be read, or ends before every part is full."""
-        if len(parts) == 1 or not hasattr(os, "preadv"):
-            for part in parts:
-                self._read_exact(key, path, offset, part)
-                offset += len(part)
-            return
         try:
-            with open(path, "rb", buffering=0) as f:
-                i = 0
-                while i < len(parts):
-                    batch = parts[i:i + 512]
-                    got = os.preadv(f.fileno(), batch, offset)
-                    for part in batch:
-                        if got < len(part):  # a short read: this part's rest and the following ones one by one
-                            self._read_exact(key, path, offset + got, part[got:])
-                            got = 0
-                        else:
-                            got -= len(part)
-                        offset += len(part)
-                    i += len(batch)
+            filerows.read_parts(path, offset, parts)
         except OSError as exc:
             raise FormatError(f"{self.where}: cannot read variable '{key}' from {path} ({exc.strerror})") from exc
+        except EOFError:
+            raise FormatError(f"{self.where}: variable '{key}': {path} is shorter than its .index says") from None
 
     def _strings(self, key: str, e: Entry, data: bytes):
         path = self.shard_path(e.shard)
@@ -504,14 +470,7 @@ class RowSource:
         offset = self.e.offset + r0 * self.row_bytes
         if target.dtype != self.dtype:
             raise ValueError("read_direct needs a block of the variable's dtype")
-        if target.flags.c_contiguous:
-            view = memoryview(target.reshape(-1).view(np.uint8))
-            parts = [view[:(r1 - r0) * self.row_bytes]]
-        elif (target.ndim == 2 and target.shape[0] >= r1 - r0 and target.shape[1] * target.itemsize == self.row_bytes
-              and target.strides[1] == target.itemsize):
-            parts = [memoryview(target[j].view(np.uint8)) for j in range(r1 - r0)]
-        else:
-            raise ValueError("read_direct needs a block of C-contiguous rows")
+        parts = filerows.row_parts(target, r1 - r0, self.row_bytes)
         self.reader._read_parts_exact(self.key, path, offset, parts)
         for part in parts:
             self.crc = crc32c.extend(self.crc, part)
