@@ -111,3 +111,44 @@ def test_entries_need_only_shapes():
     ckpt = rnnconvert.load(SOURCES[0])
     lazy = lazy_copy(ckpt)
     assert pt_writer.entries(lazy) == [(k, v.shape, v.dtype) for k, v in torch_pt.state_dict(ckpt).items()]
+
+
+def test_write_behind_holds_two_slabs_and_hands_back_writer_errors(tmp_path, monkeypatch):
+    """The .pt writer runs one slab behind the reading, in a thread (registry.stream_write, WRITE_BEHIND):
+    slab n + 2 is never read before slab n is written (two slabs alive at most), the file is still
+    torch.save's bytes, and an error raised in the writer thread reaches the caller with no output left."""
+    import threading
+
+    src = tmp_path / "src.pt"
+    sd = torch_rnn("LSTM", 4, 6, num_layers=5).state_dict()
+    torch.save(sd, src)
+    events: list = []
+    real_write = pt_writer.PtStream.write_slab
+
+    def write_slab(self, i, k, dirs):
+        assert self.WRITE_BEHIND and threading.current_thread() is not threading.main_thread()
+        real_write(self, i, k, dirs)
+        events.append(("written", k))
+    monkeypatch.setattr(pt_writer.PtStream, "write_slab", write_slab)
+    ckpt = rnnconvert.load(src, lazy=True)
+    good = ckpt.loader
+
+    def loader(i, k):
+        events.append(("read", k))
+        return good(i, k)
+    ckpt.loader = loader
+    out = tmp_path / "out.pt"
+    rnnconvert.save(ckpt, out)
+    assert out.read_bytes() == torch_save_bytes(rnnconvert.load(src))
+    for k in range(2, 5):
+        assert events.index(("written", k - 2)) < events.index(("read", k))
+
+    def failing(self, i, k, dirs):
+        if k == 3:
+            raise OSError(28, "No space left on device")
+        real_write(self, i, k, dirs)
+    monkeypatch.setattr(pt_writer.PtStream, "write_slab", failing)
+    out2 = tmp_path / "out2.pt"
+    with pytest.raises(OSError, match="No space"):
+        rnnconvert.save(rnnconvert.load(src, lazy=True), out2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pt", "src.pt"]
