@@ -66,6 +66,28 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int = 256) -> list[np.nd
     return outs
 
 
+def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64) -> list[np.ndarray]:
+    """``[x @ w for x in xs]``, each in ``x``'s dtype, reading ``w`` ``(K, N)`` once for all of them: ``rows``
+    rows of ``w`` at a time (cast into a reused buffer for an ``x`` of another dtype), the products of
+    each row block summed. For a stored ``(in, G*H)`` Keras kernel and all steps' inputs at once: no turned
+    copy of the kernel is made. Each result equals ``x @ w.astype(dt)`` up to the order of the sums."""
+    outs = [np.zeros((x.shape[0], w.shape[1]), x.dtype) for x in xs]
+    bufs: dict = {}
+    for i in range(0, w.shape[0], rows):
+        blk = w[i:i + rows]
+        for x, o in zip(xs, outs):
+            if x.dtype != blk.dtype:
+                buf = bufs.get(x.dtype)
+                if buf is None:
+                    buf = bufs[x.dtype] = np.empty((min(rows, w.shape[0]), w.shape[1]), x.dtype)
+                b = buf[:blk.shape[0]]
+                b[...] = blk
+            else:
+                b = blk
+            o += x[:, i:i + rows] @ b
+    return outs
+
+
 def widened(a: np.ndarray | None) -> np.ndarray | None:
     """``a`` itself, or float16 widened to float32 once (exact; numpy's float16 casts are slow, so the
     products and per-block casts work from float32)."""

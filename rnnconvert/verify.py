@@ -85,6 +85,31 @@ class VerifyReport:
                 f"(tolerance {c.tolerance:.3g}); the output was not written. Please report this with the file")
 
 
+#: The verification batch ``(sequences, steps)``: 3 random sequences of 8 steps ...
+SAMPLE = (3, 8)
+#: ... and for a checkpoint with at least :data:`LARGE_BYTES` of recurrent parameters, the same 24 input
+#: vectors as 6 sequences of 4 steps. Every step is one pass over each ``W_hh`` on both sides (the numpy
+#: source side and the target framework), bound by reading it from memory, while more sequences ride
+#: along for free; so a multi-GB model verifies in about half the time (docs/performance.md, Session 3).
+#: Four steps still exercise the recurrence (every ``W_hh`` entry meets a non-zero state from step 2 on)
+#: and tell the directions apart.
+SAMPLE_LARGE = (6, 4)
+LARGE_BYTES = 256 << 20
+
+
+def sample_shape(ckpt: Checkpoint) -> tuple[int, int]:
+    """``(batch, steps)`` of the verification batch for ``ckpt`` (:data:`SAMPLE`, :data:`SAMPLE_LARGE`);
+    placeholders of a lazy checkpoint count at their declared size."""
+    nbytes = sum(int(a.size) * a.dtype.itemsize for layer in ckpt.layers for dirs in layer.params
+                 for dp in dirs for a in dp.arrays().values())
+    return SAMPLE_LARGE if nbytes >= LARGE_BYTES else SAMPLE
+
+
+def _sample(ckpt: Checkpoint, batch: int | None, steps: int | None) -> tuple[int, int]:
+    b, t = sample_shape(ckpt)
+    return (b if batch is None else batch), (t if steps is None else steps)
+
+
 def _own_equations(src_module, layer: RNNLayer) -> bool:
     """Whether the source format can run ``layer`` from its own stored tensors (``source_forward``)."""
     return getattr(src_module, "source_forward", None) is not None and layer.source.get("raw") is not None
@@ -166,7 +191,7 @@ def _target_route(dst_module) -> str:
 
 
 def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str = "reference",
-           src_path=None, seed: int = 0, batch: int = 3, steps: int = 8,
+           src_path=None, seed: int = 0, batch: int | None = None, steps: int | None = None,
            first_tol: float | None = None) -> VerifyReport:
     """Run every recurrent layer of ``src_ckpt`` on one random batch on both sides and compare.
 
@@ -175,13 +200,15 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         src_module / dst_module: the format modules of source and target.
         dst_path: the written file (temporary path before it is renamed into place).
         mode: ``'reference'`` (numpy equations of the source) or ``'framework'`` (the source framework).
-        seed, batch, steps: the random batch ``x ~ N(0, 1)`` of shape ``(batch, steps, input_size)``.
+        seed, batch, steps: the random batch ``x ~ N(0, 1)`` of shape ``(batch, steps, input_size)``
+            (default: :func:`sample_shape`).
         first_tol: the relative term of the tolerance (default 1e-5, 1e-2 for float16 weights).
 
     Returns:
         a :class:`VerifyReport`; call :meth:`VerifyReport.raise_if_failed` to turn failure into an error.
     """
     t0 = time.perf_counter()
+    batch, steps = _sample(src_ckpt, batch, steps)
     pool: dict = {}  # one layer's raw source tensors, reused by the next (_raw_held)
     rng = np.random.default_rng(seed)
     rep = VerifyReport(batch=batch, steps=steps, seed=seed)
@@ -222,7 +249,8 @@ class StreamedVerification:
     """
 
     def __init__(self, src_ckpt: Checkpoint, src_module, *, mode: str = "reference", src_path=None,
-                 seed: int = 0, batch: int = 3, steps: int = 8) -> None:
+                 seed: int = 0, batch: int | None = None, steps: int | None = None) -> None:
+        batch, steps = _sample(src_ckpt, batch, steps)
         self.ckpt, self.src_module, self.mode, self.src_path = src_ckpt, src_module, mode, src_path
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         rng = np.random.default_rng(seed)

@@ -10,6 +10,7 @@ module for the converted files.
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import re
 import zipfile
@@ -292,7 +293,14 @@ def test_streamed_conversions_verified_and_bit_exact(kind, kw, tmp_path, monkeyp
     assert len(opened) == 3  # streaming is the default for these pairs
 
 
-def test_streamed_report_reads_like_the_eager_one(tmp_path):
+@pytest.mark.parametrize("large", [False, True], ids=["sample", "large_sample"])
+def test_streamed_report_reads_like_the_eager_one(large, tmp_path, monkeypatch):
+    """Streamed and eager verification give the same report; with the sample of large checkpoints (6 x 4
+    steps, forced here by lowering verify.LARGE_BYTES) too, and torch agrees within tolerance."""
+    verify_mod = importlib.import_module("rnnconvert.verify")  # the package exports a function of that name
+
+    if large:
+        monkeypatch.setattr(verify_mod, "LARGE_BYTES", 0)
     m = torch_rnn("LSTM", 5, 4, seed=40, num_layers=3, bidirectional=True)
     torch.save({f"rnn.{k}": v for k, v in m.state_dict().items()}, tmp_path / "src.pt")
     for ext, fmt in (("safetensors", safetensors_fmt), ("npz", npz_fmt), ("pt", torch_pt)):
@@ -300,6 +308,7 @@ def test_streamed_report_reads_like_the_eager_one(tmp_path):
         eager = eager_verify(api.load(tmp_path / "src.pt"), torch_pt, tmp_path / f"a.{ext}", fmt, seed=3)
         strip = lambda r: {**r.to_dict(), "seconds": 0}  # noqa: E731
         assert strip(rep) == strip(eager), ext
+        assert rep.ok and (rep.batch, rep.steps) == ((6, 4) if large else (3, 8))
         # the target side per slab (each slab's torch output feeding the next) is what the whole module computes
         x = np.random.default_rng(5).standard_normal((2, 4, 5)).astype(np.float32)
         ckpt = api.load(tmp_path / "src.pt", lazy=True)

@@ -15,6 +15,10 @@ import os
 
 import numpy as np
 
+#: Bytes per ``read`` call of :func:`read_exact` (on the benchmark VM one 128 MB ``read`` into a buffer
+#: took longer than 1 MiB pieces).
+READ_CHUNK = 1 << 20
+
 #: Arrays of at least this many bytes are read through :class:`FileRows` (smaller ones: h5py as usual).
 DIRECT_MIN_BYTES = 1 << 20
 
@@ -30,7 +34,7 @@ def read_exact(path: str, offset: int, view: memoryview) -> None:
         f.seek(offset)
         got = 0
         while got < len(view):
-            n = f.readinto(view[got:])
+            n = f.readinto(view[got:got + READ_CHUNK])
             if not n:
                 raise EOFError(f"{path} ends at {offset + got}, before byte {offset + len(view)}")
             got += n

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..gates import convention
 from ..model import Cell, RNNLayer
-from ..reference import ACT, products, widened
+from ..reference import ACT, left_products, products, widened
 
 
 #: Kernels of at least this many bytes are evaluated with the input products of all steps hoisted
@@ -95,10 +95,15 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
         kw, rw = widened(kern), widened(rec)
         for d in hoisted:
             XK[d] = {}
-        for j, g in enumerate(order):
-            outs = products(_block_t(kw, j, H, cud, kw.dtype), [xs[d].reshape(B * T, -1).T for d in hoisted])
+        if cud:  # each gate slice holds cuDNN's (H, in) matrix: turned per gate
+            for j, g in enumerate(order):
+                outs = products(_block_t(kw, j, H, cud, kw.dtype), [xs[d].reshape(B * T, -1).T for d in hoisted])
+                for d, o in zip(hoisted, outs):
+                    XK[d][g] = o.T.reshape(B, T, H)
+        else:  # x @ K for all gates and steps at once, straight from the stored kernel (no turned copy)
+            outs = left_products([xs[d].reshape(B * T, -1) for d in hoisted], kw)
             for d, o in zip(hoisted, outs):
-                XK[d][g] = o.T.reshape(B, T, H)
+                XK[d] = {g: o[:, j * H:(j + 1) * H].reshape(B, T, H) for j, g in enumerate(order)}
         RT = {g: _block_t(rw, j, H, cud, rw.dtype) for j, g in enumerate(order)}
     for d in range(n):
         if d not in hoisted:
