@@ -16,6 +16,8 @@ it can judge float32 framework results. Equations (canonical gate order, see :mo
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .gates import CANONICAL, gate_slice
@@ -37,61 +39,91 @@ ACT = {
 }
 
 
+class _Blocks:
+    """Row blocks ``w[i:i+rows]`` of a weight matrix in each dtype a product asks for, through buffers reused
+    from block to block (no full-size cast copy): float16 is widened to float32 once per block (numpy's
+    float16 casts are slow), other dtypes cast from the block or from that float32 copy. Exact casts
+    (float16 -> float32 -> float64)."""
+
+    def __init__(self, w: np.ndarray, rows: int) -> None:
+        self.w, self.rows, self.bufs = w, rows, {}
+
+    def __iter__(self):
+        w, rows = self.w, self.rows
+        for i in range(0, w.shape[0], rows):
+            yield i, self._in(w[i:i + rows])
+
+    def _in(self, blk: np.ndarray):
+        """``get(dt)``: this block in ``dt`` (each cast made once per block)."""
+        got = {blk.dtype: blk}
+
+        def get(dt) -> np.ndarray:
+            dt = np.dtype(dt)
+            if dt not in got:
+                base = get(np.float32) if blk.dtype.itemsize < 4 and dt != np.float32 else blk
+                buf = self.bufs.get(dt)
+                if buf is None:
+                    buf = self.bufs[dt] = np.empty((min(self.rows, self.w.shape[0]), self.w.shape[1]), dt)
+                b = buf[:blk.shape[0]]
+                b[...] = base
+                got[dt] = b
+            return got[dt]
+        return get
+
+
 def products(w: np.ndarray, vs: list[np.ndarray], rows: int = 256) -> list[np.ndarray]:
     """``[w @ v for v in vs]``, each computed in ``v``'s dtype, reading ``w`` from memory once for all of them.
 
-    ``w`` ``(M, K)`` (float32 or float64; widen float16 first, numpy's float16 casts are slow) is taken
-    ``rows`` rows at a time; for a ``v`` of another dtype the block is cast into a reused buffer while it is
-    still in cache. The products stay ``(W @ v)`` with ``v`` of a few columns: W keeps its row-major
-    form and BLAS streams it without packing (3-4x faster than ``v.T @ W.T`` on multi-MB matrices).
-    A product of a few columns is bound by reading ``w``; the float64 and float32 passes of verification
-    share that read (one ``(8192, 2048)`` float32 matrix and 3 columns: 12 ms for both dtypes against
-    57 ms as two separate passes, docs/performance.md). Each result is the same as ``w.astype(dt) @ v``
-    up to the order of BLAS's sums.
+    ``w`` ``(M, K)`` (float16, float32 or float64) is taken ``rows`` rows at a time and cast, while still in
+    cache, into reused buffers for the dtypes of ``vs`` (:class:`_Blocks`). The products stay ``(W @ v)``
+    with ``v`` of a few columns: W keeps its row-major form and BLAS streams it without packing (3-4x
+    faster than ``v.T @ W.T`` on multi-MB matrices). A product of a few columns is bound by reading
+    ``w``; the float64 and float32 passes of verification share that read (one ``(8192, 2048)`` float32
+    matrix and 3 columns: 17 ms of CPU for both dtypes against 23 ms as two separate passes,
+    docs/performance.md). Each result is the same as ``w.astype(dt) @ v`` up to the order of BLAS's sums.
     """
     outs = [np.empty((w.shape[0], v.shape[1]), v.dtype) for v in vs]
-    bufs: dict = {}
-    for i in range(0, w.shape[0], rows):
-        blk = w[i:i + rows]
+    for i, get in _Blocks(w, rows):
         for v, o in zip(vs, outs):
-            if v.dtype == blk.dtype:
-                o[i:i + rows] = blk @ v
-                continue
-            buf = bufs.get(v.dtype)
-            if buf is None:
-                buf = bufs[v.dtype] = np.empty((min(rows, w.shape[0]), w.shape[1]), v.dtype)
-            b = buf[:blk.shape[0]]
-            b[...] = blk
-            o[i:i + rows] = b @ v
+            o[i:i + rows] = get(v.dtype) @ v
     return outs
 
 
 def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64) -> list[np.ndarray]:
     """``[x @ w for x in xs]``, each in ``x``'s dtype, reading ``w`` ``(K, N)`` once for all of them: ``rows``
-    rows of ``w`` at a time (cast into a reused buffer for an ``x`` of another dtype), the products of
-    each row block summed. For a stored ``(in, G*H)`` Keras kernel and all steps' inputs at once: no turned
-    copy of the kernel is made. Each result equals ``x @ w.astype(dt)`` up to the order of the sums."""
+    rows of ``w`` at a time (cast as in :func:`products`), the products of each row block summed. For a
+    stored ``(in, G*H)`` Keras kernel and all steps' inputs at once: no turned copy of the kernel is made.
+    Each result equals ``x @ w.astype(dt)`` up to the order of the sums."""
     outs = [np.zeros((x.shape[0], w.shape[1]), x.dtype) for x in xs]
-    bufs: dict = {}
-    for i in range(0, w.shape[0], rows):
-        blk = w[i:i + rows]
+    for i, get in _Blocks(w, rows):
         for x, o in zip(xs, outs):
-            if x.dtype != blk.dtype:
-                buf = bufs.get(x.dtype)
-                if buf is None:
-                    buf = bufs[x.dtype] = np.empty((min(rows, w.shape[0]), w.shape[1]), x.dtype)
-                b = buf[:blk.shape[0]]
-                b[...] = blk
-            else:
-                b = blk
-            o += x[:, i:i + rows] @ b
+            o += x[:, i:i + rows] @ get(x.dtype)
     return outs
 
 
-def widened(a: np.ndarray | None) -> np.ndarray | None:
+_scratch = threading.local()  # one reused float32 buffer per thread for widened()
+
+
+def release_scratch() -> None:
+    """Drop this thread's :func:`widened` scratch buffer (verification calls it when it is done)."""
+    _scratch.buf = None
+
+
+def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
     """``a`` itself, or float16 widened to float32 once (exact; numpy's float16 casts are slow, so the
-    products and per-block casts work from float32)."""
-    return a if a is None or a.dtype.itemsize >= 4 else a.astype(np.float32)
+    products and per-block casts work from float32). ``reuse=True``: into this thread's scratch buffer
+    (valid until the next ``widened(..., reuse=True)`` call), so that layer after layer of a large model does
+    not pay for fresh pages (each direction's ``W_hh`` of :func:`_direction`)."""
+    if a is None or a.dtype.itemsize >= 4:
+        return a
+    if not reuse:
+        return a.astype(np.float32)
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < a.size:
+        buf = _scratch.buf = np.empty(a.size, np.float32)
+    out = buf[:a.size].reshape(a.shape)
+    np.copyto(out, a)
+    return out
 
 
 def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool) -> list[np.ndarray]:
@@ -102,7 +134,7 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     dts = [x.dtype for x in xs]
     cast = lambda a: [None if a is None else np.asarray(a, dtype=dt) for dt in dts]  # noqa: E731
     b_ih, b_hh, w_hr, peep = map(cast, (p.b_ih, p.b_hh, p.w_hr, p.peep))
-    w_hh, w_ih = widened(p.w_hh), widened(p.w_ih)
+    w_hh, w_ih = widened(p.w_hh, reuse=True), p.w_ih  # W_hh is read at every step: widened once; W_ih once, by blocks
 
     def hw(vs, rows=slice(None)):  # ``W_hh v`` for each dtype's ``v`` ``(B, n)``, one read of W_hh
         return [o.T for o in products(w_hh[rows], [v.T for v in vs])]

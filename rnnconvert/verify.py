@@ -227,6 +227,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         release = getattr(dst_module, "release", None)  # a cached target session (onnxruntime)
         if release is not None:
             release()
+        reference.release_scratch()
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -311,5 +312,6 @@ class StreamedVerification:
             release = getattr(dst_module, "release", None)
             if release is not None:
                 release()
+            reference.release_scratch()
         self.rep.seconds = self.seconds + time.perf_counter() - t0
         return self.rep

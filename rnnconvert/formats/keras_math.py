@@ -92,7 +92,8 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     R: list = [None] * n
     RT = None
     if hoisted:
-        kw, rw = widened(kern), widened(rec)
+        # the plain kernel is read once, by blocks; the recurrent one is turned from a widened scratch copy
+        kw, rw = (widened(kern) if cud else kern), widened(rec, reuse=True)
         for d in hoisted:
             XK[d] = {}
         if cud:  # each gate slice holds cuDNN's (H, in) matrix: turned per gate
