@@ -112,6 +112,11 @@ def _acts(layer: RNNLayer) -> tuple[list[str], list[float], list[float]]:
     return acts, alpha, beta
 
 
+#: Bytes per write of external data (the benchmark VM writes 1 MiB pieces with less kernel time than
+#: one write of a whole tensor; the same choice as the .pt writer, formats/pt_zip.py).
+WRITE_CHUNK = 1 << 20
+
+
 class _Initializers:
     """Makes initializer ``TensorProto`` s: with the weights inside (``data_fh`` ``None``), or streamed to the
     external data file ``data_fh`` as they are made (tensors of ``min_bytes`` or more; offsets aligned to
@@ -122,19 +127,34 @@ class _Initializers:
         self.fh, self.location, self.min_bytes = data_fh, location, min_bytes
 
     def __call__(self, arr: np.ndarray, name: str):
-        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
-        if self.fh is None or arr.nbytes < self.min_bytes:
-            return self.nh.from_array(arr, name)
+        return self.pieces([arr], arr.shape, arr.dtype, name)
+
+    def pieces(self, parts: list[np.ndarray], shape: tuple[int, ...], dtype, name: str):
+        """The initializer ``name`` of ``shape`` and ``dtype`` whose C-order elements are those of ``parts``
+        one after the other (e.g. each direction's gate blocks in ONNX order): written piece by piece to
+        the external data file, cast piece by piece when ``dtype`` differs (float16 weights: float32), so
+        that no reordered or stacked copy of a multi-GB matrix is made."""
+        dt = np.dtype(dtype).newbyteorder("<")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if self.fh is None or nbytes < self.min_bytes:
+            whole = np.concatenate([np.asarray(a, dtype=dt).reshape(-1) for a in parts]).reshape(shape)
+            return self.nh.from_array(whole, name)
         t = self.TP()
         t.name = name
-        t.data_type = self.helper.np_dtype_to_tensor_dtype(arr.dtype)
-        t.dims.extend(arr.shape)
+        t.data_type = self.helper.np_dtype_to_tensor_dtype(dt)
+        t.dims.extend(shape)
         pad = -self.fh.tell() % 4096
         self.fh.write(b"\0" * pad)
         offset = self.fh.tell()
-        self.fh.write(memoryview(arr.reshape(-1)).cast("B"))
+        for a in parts:
+            a = np.ascontiguousarray(a, dtype=dt)
+            data = memoryview(a.reshape(-1)).cast("B")
+            for i in range(0, len(data), WRITE_CHUNK):
+                self.fh.write(data[i:i + WRITE_CHUNK])
+        if self.fh.tell() != offset + nbytes:
+            raise FormatError(f"internal: initializer '{name}' has {self.fh.tell() - offset} bytes, not {nbytes}")
         t.data_location = self.TP.EXTERNAL
-        for key, value in (("location", self.location), ("offset", str(offset)), ("length", str(arr.nbytes))):
+        for key, value in (("location", self.location), ("offset", str(offset)), ("length", str(nbytes))):
             e = t.external_data.add()
             e.key, e.value = key, value
         return t
@@ -159,10 +179,13 @@ def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto) -> t
         nn_ = name if layer.num_layers == 1 else f"{name}.l{k}"
         node_names.append(nn_)
         ins = [cur, f"{nn_}.W", f"{nn_}.R"]
-        for key, field in (("W", "w_ih"), ("R", "w_hh")):  # one stacked matrix alive at a time
-            m = np.stack([gates.from_canonical(getattr(p, field), cv, layer.cell) for p in dirs]).astype(dt, copy=False)
-            inits.append(init(m, f"{nn_}.{key}"))
-            del m
+        if cv.orientation != "out_in":
+            raise FormatError(f"internal: ONNX weights are {cv.orientation}, the writer expects out_in; please report")
+        moves = sorted(gates.gate_moves(gates.CANONICAL[layer.cell], cv.gate_order, H), key=lambda m: m[1].start)
+        for key, field in (("W", "w_ih"), ("R", "w_hh")):  # ONNX (D, G*H, in): each direction's gate row blocks in
+            mats = [getattr(p, field) for p in dirs]  # ONNX order, written from the canonical arrays (no copy)
+            inits.append(init.pieces([m[src] for m in mats for src, _ in moves], (D, *mats[0].shape), dt,
+                                     f"{nn_}.{key}"))
         if layer.bias:
             B = np.stack([np.concatenate([gates.vec_from_canonical(p.b_ih, cv, layer.cell),
                                           gates.vec_from_canonical(p.b_hh, cv, layer.cell)]) for p in dirs])
