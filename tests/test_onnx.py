@@ -186,6 +186,26 @@ def test_deterministic_bytes(tmp_path):
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
 
 
+@pytest.mark.parametrize("cell", [Cell.LSTM, Cell.GRU])
+def test_external_data_is_the_embedded_model(cell, tmp_path):
+    """External data is written piece by piece (each direction's gate row blocks in ONNX order, float16
+    widened piece by piece): the same tensors as the embedded model, and onnxruntime computes the same."""
+    layer = _layer(cell, bidi=True)
+    half = replace(layer, params=[[DirectionParams(**{k: v.astype(np.float16) for k, v in dp.arrays().items()})
+                                   for dp in dirs] for dirs in layer.params])
+    for lay in (layer, half):
+        ckpt = Checkpoint(layers=[lay])
+        api.save(ckpt, tmp_path / "e.onnx", force=True)
+        api.save(ckpt, tmp_path / "x.onnx", external_data=True, external_min_bytes=64, force=True)
+        emb, ext = (onnx.load(str(tmp_path / n)) for n in ("e.onnx", "x.onnx"))
+        assert any(t.external_data for t in onnx.load(str(tmp_path / "x.onnx"), load_external_data=False).graph.initializer)
+        want = {t.name: onnx.numpy_helper.to_array(t) for t in emb.graph.initializer}
+        got = {t.name: onnx.numpy_helper.to_array(t) for t in ext.graph.initializer}
+        assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)
+        x = np.random.default_rng(3).standard_normal((2, 4, 3)).astype(np.float32)
+        assert np.array_equal(_run(tmp_path / "x.onnx", "lay", x), _run(tmp_path / "e.onnx", "lay", x))
+
+
 def test_external_data(tmp_path):
     ckpt = Checkpoint(layers=[_layer(Cell.GRU, bidi=True)])
     api.save(ckpt, tmp_path / "x.onnx", external_data=True, external_min_bytes=64)
