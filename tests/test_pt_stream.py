@@ -51,8 +51,14 @@ def lazy_copy(ckpt: Checkpoint) -> Checkpoint:
     return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, loader=loader)
 
 
+@pytest.mark.parametrize("block", [None, 4096], ids=["default_block", "direct_io_4k"])
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
-def test_streamed_pt_is_torch_save_byte_for_byte(src, tmp_path):
+def test_streamed_pt_is_torch_save_byte_for_byte(src, block, tmp_path, monkeypatch):
+    """(``direct_io_4k``: the output goes to the device in 4 KiB O_DIRECT blocks, formats/directio.py.)"""
+    if block:
+        from rnnconvert.formats import directio
+
+        monkeypatch.setattr(directio, "BLOCK", block)
     ckpt = rnnconvert.load(src)
     out = tmp_path / "out.pt"
     rnnconvert.save(ckpt, out)

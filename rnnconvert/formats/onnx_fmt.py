@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import gates, registry
+from . import directio
 from ..errors import FormatError, OutputExistsError, require
 from ..model import Cell, Checkpoint, RNNLayer
 from ..transforms import fold_forget_bias
@@ -295,7 +296,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
             # a data file without its model: someone else's; never overwrite it (with an existing model,
             # api.convert only gets here under --force, which covers the model's own data file).
             raise OutputExistsError(f"{path.parent / location} exists; remove it or choose another output name")
-        with open(path.parent / location, "wb") as fh:
+        with directio.DirectWriter(path.parent / location) as fh:  # around the page cache where allowed
             model = build_model(ckpt, check_model=False, init=_Initializers(
                 numpy_helper, helper, TensorProto, fh, location, external_min_bytes))
         onnx.save_model(model, str(path))

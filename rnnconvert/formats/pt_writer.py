@@ -41,7 +41,7 @@ from .. import gates
 from ..errors import FormatError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ..transforms import fold_forget_bias
-from . import pt_zip
+from . import directio, pt_zip
 
 #: (state-dict key, direction, field) of one slab; field is a DirectionParams attribute.
 Plan = list[tuple[str, int, str]]
@@ -154,6 +154,8 @@ class PtStream:
                 # it one slab behind the reading, in a thread (two slabs in memory; the goal of a .pt is
                 # the file size)
                 self.WRITE_BEHIND = True
+                self.fh.close()  # large sequential output: around the page cache where allowed (directio.py)
+                self.fh = directio.DirectWriter(self.path)
                 self.zw = pt_zip.ZipWriter(self.fh, align)
                 for name, data, _ in rec.head:
                     self.zw.write_record(name, data)
