@@ -5,6 +5,7 @@ Every function raises only :class:`~rnnconvert.errors.RNNConvertError` subclasse
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -262,14 +263,19 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     if not dst_p.parent.exists():
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
     tmp = _temp_beside(dst_p)
+    from .formats import directio
+
+    # a verified output is read back at once: written through the page cache (formats/directio.py)
+    cache = directio.through_page_cache() if verify else contextlib.nullcontext()
     try:
-        if stream:
-            rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
-                                                              src_p, seed, write_opts or {}, progress)
-        else:
-            rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
-            if verify:
-                rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed)
+        with cache:
+            if stream:
+                rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
+                                                                  src_p, seed, write_opts or {}, progress)
+            else:
+                rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
+                if verify:
+                    rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed)
         if rep.verification is not None:
             rep.verification.raise_if_failed()
         _commit(tmp, dst_p)

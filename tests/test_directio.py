@@ -55,3 +55,27 @@ def test_other_errors_are_raised(tmp_path, monkeypatch):
         w.write(b"x" * 5000)
     monkeypatch.undo()
     w.close()
+
+
+def test_verified_conversions_write_through_the_page_cache(tmp_path, monkeypatch):
+    """A verified conversion reads its output back at once, so it writes through the page cache; an
+    unverified one goes around it. Same bytes either way (torch.save's, tests/test_pt_stream.py)."""
+    import torch
+
+    from rnnconvert import api
+    from conftest import torch_rnn
+
+    torch.save(torch_rnn("LSTM", 5, 7, num_layers=2).state_dict(), tmp_path / "src.pt")
+    made = []
+    real = directio.DirectWriter.__init__
+
+    def spy(self, *a, **k):
+        real(self, *a, **k)
+        made.append(self.direct)
+    monkeypatch.setattr(directio.DirectWriter, "__init__", spy)
+    api.convert(tmp_path / "src.pt", tmp_path / "v.pt")
+    api.convert(tmp_path / "src.pt", tmp_path / "n.pt", verify=None)
+    probe = directio.DirectWriter(tmp_path / "probe.bin")
+    probe.close()
+    assert made[0] is False and made[1] is made[2]  # the unverified one as O_DIRECT as this file system allows
+    assert (tmp_path / "v.pt").read_bytes() == (tmp_path / "n.pt").read_bytes()

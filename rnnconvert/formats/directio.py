@@ -8,16 +8,34 @@ partial block goes through the page cache. ``dd`` of the same 3 GB file: 4.4-7.7
 3.3-6.9 s) against 1.8-2.1 s with ``oflag=direct``, ``cp`` 1.9-2.0 s (docs/performance.md, Session 3).
 
 Where ``O_DIRECT`` is missing or refused (not Linux, tmpfs, some network file systems) the writer falls
-back to ordinary buffered writes, transparently: the bytes are the same either way.
+back to ordinary buffered writes, transparently: the bytes are the same either way. Outputs that are read
+back at once (a verified conversion) are written through the page cache (:func:`through_page_cache`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import mmap
 import os
 
 #: Bytes staged before each ``O_DIRECT`` write (a multiple of every logical block size in use).
 BLOCK = 8 << 20
+
+_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("rnnconvert_direct_io", default=True)
+
+
+@contextlib.contextmanager
+def through_page_cache():
+    """Within the block, :class:`DirectWriter` s write through the page cache (no ``O_DIRECT``): for an
+    output that is read back at once. Verification reads the written file back in its framework, so a
+    verified conversion writes through the cache (``rnnconvert.api.convert``): a cold re-read of a
+    multi-GB file from the device cost more than ``O_DIRECT`` saved (docs/performance.md, Session 3)."""
+    token = _ALLOWED.set(False)
+    try:
+        yield
+    finally:
+        _ALLOWED.reset(token)
 
 
 class DirectWriter:
@@ -36,7 +54,7 @@ class DirectWriter:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         self.dfd = -1
         flag = getattr(os, "O_DIRECT", 0)
-        if flag:
+        if flag and _ALLOWED.get():
             try:
                 self.dfd = os.open(self.path, os.O_WRONLY | flag)
             except OSError:
