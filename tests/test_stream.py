@@ -339,7 +339,9 @@ def test_nan_in_slab_5_of_8_fails_and_leaves_nothing(ext, tmp_path, monkeypatch)
     out.parent.mkdir()
     with pytest.raises(FormatError, match=r"'rnn\[4\]'.* w_hh contains NaN"):
         api.convert(tmp_path / "nan.pt", out)
-    assert written == [0, 1, 2, 3]  # slabs 1-4 were streamed out before slab 5 was read
+    # slabs 1-4 were streamed out before slab 5 was read; the .pt writer writes one slab behind the reading
+    # (registry.stream_write, WRITE_BEHIND), so slab 4 may still have been on its way when slab 5 failed
+    assert written == [0, 1, 2, 3] or (ext == "pt" and written == [0, 1, 2])
     assert list(out.parent.iterdir()) == []
 
 
