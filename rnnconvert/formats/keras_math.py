@@ -94,9 +94,9 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     if hoisted:
         # the plain kernel is read once, by blocks; the recurrent one is turned from a widened scratch copy
         kw, rw = (widened(kern) if cud else kern), widened(rec, reuse=True)
-        for d in hoisted:
-            XK[d] = {}
         if cud:  # each gate slice holds cuDNN's (H, in) matrix: turned per gate
+            for d in hoisted:
+                XK[d] = {}
             for j, g in enumerate(order):
                 outs = products(_block_t(kw, j, H, cud, kw.dtype), [xs[d].reshape(B * T, -1).T for d in hoisted])
                 for d, o in zip(hoisted, outs):

@@ -113,11 +113,6 @@ def _acts(layer: RNNLayer) -> tuple[list[str], list[float], list[float]]:
     return acts, alpha, beta
 
 
-#: Bytes per write of external data (the benchmark VM writes 1 MiB pieces with less kernel time than
-#: one write of a whole tensor; the same choice as the .pt writer, formats/pt_zip.py).
-WRITE_CHUNK = 1 << 20
-
-
 class _Initializers:
     """Makes initializer ``TensorProto`` s: with the weights inside (``data_fh`` ``None``), or streamed to the
     external data file ``data_fh`` as they are made (tensors of ``min_bytes`` or more; offsets aligned to
@@ -147,11 +142,8 @@ class _Initializers:
         pad = -self.fh.tell() % 4096
         self.fh.write(b"\0" * pad)
         offset = self.fh.tell()
-        for a in parts:
-            a = np.ascontiguousarray(a, dtype=dt)
-            data = memoryview(a.reshape(-1)).cast("B")
-            for i in range(0, len(data), WRITE_CHUNK):
-                self.fh.write(data[i:i + WRITE_CHUNK])
+        for a in parts:  # the data file (directio.DirectWriter) stages the bytes in aligned blocks
+            self.fh.write(memoryview(np.ascontiguousarray(a, dtype=dt).reshape(-1)).cast("B"))
         if self.fh.tell() != offset + nbytes:
             raise FormatError(f"internal: initializer '{name}' has {self.fh.tell() - offset} bytes, not {nbytes}")
         t.data_location = self.TP.EXTERNAL
