@@ -88,12 +88,13 @@ class DirectWriter:
                 self._send(self.block)
         return n
 
-    def _send(self, size: int) -> None:
-        """Write the first ``size`` staged bytes at ``pos`` (``O_DIRECT`` when possible), then restage."""
+    def _send(self, size: int, direct: bool = True) -> None:
+        """Write the first ``size`` staged bytes at ``pos`` (``O_DIRECT`` when possible and ``direct``: a
+        whole block), then restage."""
         with self.view[:size] as out:
             done = 0
             while done < size:
-                if self.dfd >= 0:
+                if direct and self.dfd >= 0:
                     try:
                         done += os.pwrite(self.dfd, out[done:], self.pos + done)
                         continue
@@ -115,12 +116,7 @@ class DirectWriter:
         self.closed = True
         try:
             if self.fill:  # the tail, through the page cache
-                with self.view[:self.fill] as out:
-                    done = 0
-                    while done < self.fill:
-                        done += os.pwrite(self.fd, out[done:], self.pos + done)
-                self.pos += self.fill
-                self.fill = 0
+                self._send(self.fill, direct=False)
         finally:
             self.view.release()
             self.buf.close()

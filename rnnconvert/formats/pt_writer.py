@@ -131,7 +131,6 @@ class PtStream:
         self.torch, self.ckpt, self.path = torch, ckpt, Path(path)
         self.plan = entries(ckpt)
         self.next = 0  # index into self.plan of the next tensor to write
-        self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
         ser = torch.serialization
         self.zw: Any = None
         self.tail: pt_zip.Tail | None = None
@@ -154,15 +153,17 @@ class PtStream:
                 # it one slab behind the reading, in a thread (two slabs in memory; the goal of a .pt is
                 # the file size)
                 self.WRITE_BEHIND = True
-                self.fh.close()  # large sequential output: around the page cache where allowed (directio.py)
-                self.fh = directio.DirectWriter(self.path)
+                self.fh = directio.DirectWriter(self.path)  # around the page cache where allowed
                 self.zw = pt_zip.ZipWriter(self.fh, align)
                 for name, data, _ in rec.head:
                     self.zw.write_record(name, data)
             else:
+                self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
                 self.zw = torch._C.PyTorchFileWriter(self.fh, crc, align)
                 for name, data, nbytes in rec.head:
                     self.zw.write_record(name, data, nbytes)
+        else:  # collected and handed to torch.save at close()
+            self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
 
     def _put(self, key: str, arr: np.ndarray) -> None:
         want_key, shape, dt = self.plan[self.next]

@@ -351,9 +351,13 @@ class BundleReader:
         if dt.kind == "O":
             return bytes(buf)
         if crc32c.value(view) != e.crc:
-            raise FormatError(f"{self.where}: variable '{key}': checksum does not match (crc32c of its bytes "
-                              f"in {path}): the .data file is damaged")
+            raise self.damaged(key, path)
         return buf
+
+    def damaged(self, key: str, path: str) -> FormatError:
+        """The error for variable ``key`` whose bytes in ``path`` do not match the index's crc32c."""
+        return FormatError(f"{self.where}: variable '{key}': checksum does not match (crc32c of its bytes in "
+                           f"{path}): the .data file is damaged")
 
     def _read_parts_exact(self, key: str, path: str, offset: int, parts: list[memoryview]) -> None:
         """Fill the consecutive ``parts`` from ``path`` at ``offset`` (:func:`.filerows.read_parts`).
@@ -476,5 +480,4 @@ class RowSource:
             self.crc = crc32c.extend(self.crc, part)
         self.next_row = r1
         if r1 == self.shape[0] and self.crc != self.e.crc:
-            raise FormatError(f"{self.reader.where}: variable '{self.key}': checksum does not match (crc32c of "
-                              f"its bytes in {path}): the .data file is damaged")
+            raise self.reader.damaged(self.key, path)
