@@ -9,9 +9,12 @@ import contextlib
 import os
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
 
 from . import registry
 from .errors import FormatError, OutputExistsError, RNNConvertError
@@ -222,7 +225,8 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = None, src_format: str | None = None,
             verify: str | None = "reference", force: bool = False, seed: int = 0,
             read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None,
-            progress: Callable[[str, float, float], None] | None = None) -> ConversionReport:
+            progress: Callable[[str, float, float], None] | None = None,
+            verify_inputs: dict[str, Any] | None = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -237,6 +241,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         progress: ``progress(stage, done, total)``, called as work advances: stage ``'convert'`` with
             parameter bytes written (streaming conversions, after each slab), ``'verify'`` with layers
             verified (the target side). The CLI draws its progress bar from it.
+        verify_inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on
+            instead of the random batch (:func:`load_inputs` reads them from an ``.npz``).
 
     Returns:
         a :class:`ConversionReport`.
@@ -271,11 +277,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         with cache:
             if stream:
                 rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
-                                                                  src_p, seed, write_opts or {}, progress)
+                                                                  src_p, seed, write_opts or {}, progress,
+                                                                  verify_inputs)
             else:
                 rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
                 if verify:
-                    rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed)
+                    rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed,
+                                               inputs=verify_inputs)
         if rep.verification is not None:
             rep.verification.raise_if_failed()
         _commit(tmp, dst_p)
@@ -285,11 +293,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
 
 
 def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str | None, src_p: Path,
-                      seed: int, write_opts: dict[str, Any], progress=None) -> tuple[list[str], VerifyReport | None]:
+                      seed: int, write_opts: dict[str, Any], progress=None,
+                      inputs: dict[str, Any] | None = None) -> tuple[list[str], VerifyReport | None]:
     """Streaming conversion (docs/performance.md "Streaming conversion"): one slab of parameters in memory
     at a time. Each slab is loaded, written, run through the source side of verification, and released;
     after the writer closed, the target side of verification reads the written file back."""
-    check = StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed) if verify else None
+    check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs)
+             if verify else None)
     writer = out_mod.open_stream(ckpt, tmp, **write_opts)
     modules = list(registry.stream_write(
         writer, ckpt, on_slab=check.source_slab if check else None, progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
@@ -299,12 +309,13 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
                                       if progress else None)
 
 
-def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mode: str, seed: int) -> VerifyReport:
+def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mode: str, seed: int,
+                     inputs: dict[str, Any] | None = None) -> VerifyReport:
     """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
     side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
     from .stream import slabs
 
-    check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed)
+    check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs)
     for i, k, dirs in slabs(ckpt):  # each slab released by slabs when the next is asked for
         check.source_slab(i, k, dirs)
         del dirs
@@ -313,10 +324,13 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
 
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
-           read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32") -> VerifyReport:
+           read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
+           inputs: dict[str, Any] | None = None) -> VerifyReport:
     """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify`).
 
     Args:
+        inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on instead of
+            the random batch (:func:`load_inputs`).
         device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
             both routes of :mod:`rnnconvert.cuda_target` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
@@ -346,9 +360,9 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:
         if lazy:  # one slab of the source at a time, as a streamed conversion verifies
-            return _verify_streamed(ckpt, in_mod, Path(src), Path(dst), out_mod, mode, seed)
+            return _verify_streamed(ckpt, in_mod, Path(src), Path(dst), out_mod, mode, seed, inputs)
         reps = [_verify(ckpt, in_mod, Path(dst), t, mode=mode, src_path=Path(src), seed=seed,
-                        first_tol=1e-2 if dtype == "float16" else None) for t in targets]
+                        first_tol=1e-2 if dtype == "float16" else None, inputs=inputs) for t in targets]
         rep = reps[0]
         for other in reps[1:]:
             rep.layers += other.layers
@@ -359,6 +373,24 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     except Exception as exc:  # the target framework rejected the file: it does not match the source
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+
+
+def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Verification inputs from an ``.npz``: one float array ``(batch, steps, input_size)`` per layer, keyed by
+    the layer's name (``rnnconvert inspect`` lists them); read with ``allow_pickle=False``.
+
+    Raises:
+        FormatError: not a readable ``.npz``, or an array that is not floating point.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            got = {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise FormatError(f"{path}: not a readable .npz of verification inputs: {exc}") from exc
+    for k, a in got.items():
+        if a.dtype.kind != "f":
+            raise FormatError(f"{path}: verification input '{k}' is {a.dtype}, not floating point")
+    return got
 
 
 def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> dict[str, Any]:

@@ -60,6 +60,9 @@ def _read_opts(gate_activation: Optional[str], extra: Optional[list[str]] = None
 GateOpt = Annotated[Optional[str], typer.Option(
     "--gate-activation", help="Gate activation of a Keras weights-only file that cannot tell (sigmoid, hard_sigmoid).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+InputsOpt = Annotated[Optional[Path], typer.Option(
+    "--inputs", help="Verify on these inputs instead of a random batch: an .npz of float (batch, steps, "
+                     "input_size) arrays keyed by layer name.", show_default=False)]
 ReadOpt = Annotated[Optional[list[str]], typer.Option(
     "--read-opt", help="Reader option KEY=VALUE, repeatable (TensorFlow: forget_bias=0, cell_clip=3, "
                        "num_layers=2, hidden_size=256, bidirectional=true, activation=linear).")]
@@ -81,6 +84,7 @@ def convert(
                                         "(GPU-only in Keras 2) instead of LSTM/GRU.")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    inputs: InputsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
@@ -94,9 +98,12 @@ def convert(
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
                   read_opts=_read_opts(gate_activation, read_opt), write_opts={"cudnn": True} if cudnn else None)
     if src.is_dir() and not _is_checkpoint_dir(src):
+        if inputs is not None:
+            raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
         raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, kwargs))
     with _progress(quiet, f"converting {src.name}") as bar:
-        rep = api.convert(src, dst, to=to, progress=bar.update, **kwargs)
+        rep = api.convert(src, dst, to=to, progress=bar.update,
+                          verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
     if as_json:
         out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
                "modules": rep.modules, "notes": rep.notes,
@@ -111,10 +118,15 @@ def convert(
         con.print(f"  note: {note}")
     if rep.verification:
         for c in rep.verification.layers:
-            con.print(f"  verified {c.name}: max abs error {c.max_abs_err:.2e} (tolerance {c.tolerance:.1e}, "
+            con.print(f"  verified {c.name}: max abs error {c.max_abs_err:.2e} ({_rule(c)}, "
                       f"{c.source_route} vs {c.target_route})")
     else:
         con.print("  not verified (--no-verify)")
+
+
+def _rule(c) -> str:
+    """How a layer was judged (rnnconvert.verify: float32 agreement, or the float64 rule)."""
+    return f"tolerance {c.tolerance:.1e}, {'float32 agreement' if c.reference == 'float32' else 'float64 rule'}"
 
 
 class _Bar:
@@ -252,15 +264,17 @@ def verify(
     device: Annotated[str, typer.Option("--device", help="cpu (DST's own framework) or cuda (cuDNN, two routes).")]
     = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float16 (cuDNN route).")] = "float32",
+    inputs: InputsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check that DST computes what SRC computes, on a random batch; exit 5 if not."""
+    """Check that DST computes what SRC computes, on a random batch (or --inputs); exit 5 if not."""
     from . import api
     from .errors import VerificationError
 
     if device not in ("cpu", "cuda") or dtype not in ("float32", "float16"):
         raise typer.BadParameter("--device is cpu or cuda; --dtype is float32 or float16")
-    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt), device=device, dtype=dtype)
+    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt), device=device, dtype=dtype,
+                     inputs=None if inputs is None else api.load_inputs(inputs))
     if as_json:
         out = rep.to_dict()
         if device == "cuda":
@@ -272,7 +286,7 @@ def verify(
         con = _console()
         for c in rep.layers:
             con.print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_err:.2e} "
-                      f"(tolerance {c.tolerance:.1e}, {c.source_route} vs {c.target_route})")
+                      f"({_rule(c)}, {c.source_route} vs {c.target_route})")
     if not rep.ok:
         raise VerificationError(f"{dst} does not compute what {src} computes")
 

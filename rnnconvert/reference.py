@@ -136,7 +136,11 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     b_ih, b_hh, w_hr, peep = map(cast, (p.b_ih, p.b_hh, p.w_hr, p.peep))
     w_hh, w_ih = widened(p.w_hh, reuse=True), p.w_ih  # W_hh is read at every step: widened once; W_ih once, by blocks
 
-    def hw(vs, rows=slice(None)):  # ``W_hh v`` for each dtype's ``v`` ``(B, n)``, one read of W_hh
+    def hw(vs, rows=slice(None)):
+        """``W_hh v`` for each dtype's ``v`` ``(B, n)``, one read of ``W_hh``; for the zero state of the first
+        step, zeros without reading it (``0 * w`` is exactly 0 for the finite weights readers admit)."""
+        if fresh:
+            return [np.zeros((v.shape[0], w_hh[rows].shape[0]), v.dtype) for v in vs]
         return [o.T for o in products(w_hh[rows], [v.T for v in vs])]
 
     s = layer.semantics
@@ -151,7 +155,8 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
            for d, o in enumerate(products(w_ih, [x.reshape(B * T, -1).T for x in xs]))]  # (B, T, G*H)
     sl = {g: gate_slice(cell, g, H) for g in CANONICAL[cell]}
     steps = range(T - 1, -1, -1) if reverse else range(T)
-    for t in steps:
+    for n_step, t in enumerate(steps):
+        fresh = n_step == 0
         if cell is Cell.LSTM:
             hh_all = hw(h)
             for d in range(n):

@@ -6,17 +6,28 @@ reference (:mod:`rnnconvert.reference`); with ``mode='framework'`` the source fr
 (``framework_forward``, e.g. tf_keras). Target side: the target framework running the written file
 (``target_forward`` of the target format module: torch, onnxruntime, ...).
 
-Tolerance (float32 weights): ``atol = 1e-5 * max(1, max|y|) + 2 * max|y64 - y32|`` where ``y64``
-and ``y32`` are the source side computed in float64 and in float32. The second term measures how
-ill-conditioned the layer is on this batch (a GRU with ``activation='linear'`` and inputs of size 30
-loses 5e-4 relative precision in float32, whichever framework runs it); for well-conditioned layers
-it is ~1e-7 and the first term dominates. float16 weights use ``1e-2`` for the first term.
+Rule, in two stages (:func:`agreement`, then :func:`layer_check`):
 
-Cost (multi-GB checkpoints, docs/performance.md): the source side reads each layer's stored tensors
-once for both passes (lazily re-read tensors are held for that layer only); the float64 pass computes
-the input projections ``x_t W`` of all steps in one product, the float32 pass keeps the source
-framework's step-by-step order. Neither changes the equations or the tolerance above. Target sessions
-that load the whole written file (onnxruntime) are built once per verification (``release`` verb).
+1. The source side is computed in float32, the precision the weights are stored in (float16 weights
+   widened exactly). The layer passes when the target agrees with it within
+   ``first * max(1, max|y32|)``, ``first = 1e-5`` (``1e-2`` for float16 weights, which frameworks may
+   run in float16). Two float32 computations of the same function differ by ~1e-7 relative on a
+   well-conditioned layer; a layout slip (swapped gates, a transposed matrix, a dropped bias) by O(1).
+2. Only a layer that misses that bound is computed again in float64 and judged against it with
+   ``atol = first * max(1, max|y64|) + 2 * max|y64 - y32|``. The second term measures how
+   ill-conditioned the layer is on this batch (a GRU with ``activation='linear'`` and inputs of size 30
+   loses 5e-4 relative precision in float32, whichever framework runs it); for well-conditioned layers
+   it is ~1e-7 and the first term dominates.
+
+The report says which rule decided (:attr:`LayerCheck.reference`). The float64 pass costs about 3x the
+float32 one (each weight block cast, and twice the bytes), which is why it runs only when needed: for
+a multi-GB checkpoint the float32 source side is a few passes over the weights at memory speed
+(docs/performance.md, session 4).
+
+Cost (multi-GB checkpoints): the source side reads each layer's stored tensors once (lazily re-read
+tensors are held for that layer only); the input projections ``x_t W`` of all steps are one product;
+the first step's recurrent product (a zero state) is not computed. Target sessions that load the whole
+written file (onnxruntime) are built once per verification (``release`` verb).
 
 Streamed conversions (:func:`rnnconvert.api.convert` with a ``LAZY`` reader and a ``STREAM`` writer) use
 :class:`StreamedVerification`: the same batch, routes, tolerance and report, with the source side run
@@ -34,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from . import reference
-from .errors import VerificationError
+from .errors import FormatError, VerificationError
 from .model import Checkpoint, RNNLayer
 
 
@@ -48,6 +59,8 @@ class LayerCheck:
     max_abs_ref: float
     source_route: str
     target_route: str
+    #: which rule decided: ``'float32'`` (agreement with the float32 source side) or ``'float64'``
+    reference: str = "float64"
 
     @property
     def ok(self) -> bool:
@@ -110,6 +123,33 @@ def _sample(ckpt: Checkpoint, batch: int | None, steps: int | None) -> tuple[int
     return (b if batch is None else batch), (t if steps is None else steps)
 
 
+def _batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict | None) -> list[np.ndarray]:
+    """Each layer's input batch, float32 ``(batch, steps, input_size)``: ``inputs[layer.name]`` when given
+    (any batch and steps), else drawn from ``N(0, 1)`` (``default_rng(seed)``, one draw per layer in order,
+    drawn whether or not the layer has given inputs, so that a layer's batch does not depend on the others').
+
+    Raises:
+        FormatError: a given input is not 3-D with the layer's input size last, or names no layer.
+    """
+    inputs = dict(inputs or {})
+    rng = np.random.default_rng(seed)
+    out = []
+    for layer in ckpt.layers:
+        x = rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
+        given = inputs.pop(layer.name, None)
+        if given is not None:
+            given = np.asarray(given)
+            if given.ndim != 3 or given.shape[-1] != layer.input_size or given.size == 0:
+                raise FormatError(f"verification input for layer '{layer.name}' has shape {given.shape}; "
+                                  f"expected (batch, steps, {layer.input_size})")
+            x = np.ascontiguousarray(given, dtype=np.float32)
+        out.append(x)
+    if inputs:
+        raise FormatError(f"verification inputs name no recurrent layer: {', '.join(sorted(inputs))} "
+                          f"(layers: {', '.join(l.name for l in ckpt.layers)})")
+    return out
+
+
 def _own_equations(src_module, layer: RNNLayer) -> bool:
     """Whether the source format can run ``layer`` from its own stored tensors (``source_forward``)."""
     return getattr(src_module, "source_forward", None) is not None and layer.source.get("raw") is not None
@@ -142,26 +182,41 @@ def _raw_held(layer: RNNLayer, pool: dict | None = None):
         layer.source["raw"] = raw
 
 
-def _source_pair(src_module, layer: RNNLayer, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The source side in float64 and in float32 (returned as float64), computed in lockstep where the
-    route allows it (``source_forward_multi``, :func:`rnnconvert.reference.forward_multi`): each weight is
-    then read once per product for both passes."""
-    xs = [np.asarray(x, dtype=np.float64), np.asarray(x, dtype=np.float32)]
+def _source(src_module, layer: RNNLayer, x: np.ndarray, dtype) -> np.ndarray:
+    """The source side of ``layer`` on ``x``, computed in ``dtype`` (float32 first, float64 when
+    :func:`agreement` is not met): the source format's own equations on its stored tensors when it has
+    them (``source_forward``), else the numpy reference on the canonical parameters."""
+    xd = np.asarray(x, dtype=dtype)
     if _own_equations(src_module, layer):
-        multi = getattr(src_module, "source_forward_multi", None)
-        if multi is not None:
-            y64, y32 = multi(layer, xs)
-        else:
-            y64, y32 = (src_module.source_forward(layer, xd, xd.dtype) for xd in xs)
-    else:
-        y64, y32 = reference.forward_multi(layer, xs)
-    return y64, y32.astype(np.float64)
+        return src_module.source_forward(layer, xd, dtype)
+    return reference.forward(layer, xd, dtype)
+
+
+def _first(layer: RNNLayer, first_tol: float | None) -> float:
+    return first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
+
+
+def agreement(layer: RNNLayer, y: np.ndarray, y32: np.ndarray, route: str, target_route: str,
+              first_tol: float | None = None) -> LayerCheck:
+    """Stage 1 of the rule (module docstring): the target's ``y`` against the float32 source side ``y32``,
+    within ``first * max(1, max|y32|)``.
+
+    Raises:
+        VerificationError: the output shapes differ.
+    """
+    if y.shape != y32.shape:
+        raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
+                                f"differs from the source's {y32.shape}")
+    y32 = np.asarray(y32, np.float64)
+    ref = float(np.abs(y32).max())
+    return LayerCheck(layer.name, float(np.abs(y - y32).max()), _first(layer, first_tol) * max(1.0, ref), ref,
+                      route, target_route, "float32")
 
 
 def layer_check(layer: RNNLayer, y: np.ndarray, y64: np.ndarray, y32: np.ndarray, route: str, target_route: str,
                 first_tol: float | None = None) -> LayerCheck:
-    """Compare the target's output ``y`` with the source side's float64 ``y64`` (float32 ``y32`` measures the
-    layer's conditioning) under the module docstring's tolerance: the one rule of both verification paths.
+    """Stage 2 of the rule (module docstring): the target's output ``y`` against the source side's float64
+    ``y64`` (or the source framework's output), with float32 ``y32`` measuring the layer's conditioning.
 
     Raises:
         VerificationError: the output shapes differ.
@@ -170,8 +225,7 @@ def layer_check(layer: RNNLayer, y: np.ndarray, y64: np.ndarray, y32: np.ndarray
         raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
                                 f"differs from the source's {y64.shape}")
     scale = float(max(1.0, np.abs(y64).max()))
-    first = first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
-    tol = first * scale + 2.0 * float(np.abs(y64 - y32).max())
+    tol = _first(layer, first_tol) * scale + 2.0 * float(np.abs(y64 - y32).max())
     return LayerCheck(layer.name, float(np.abs(y - y64).max()), tol, float(np.abs(y64).max()), route, target_route)
 
 
@@ -192,7 +246,7 @@ def _target_route(dst_module) -> str:
 
 def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str = "reference",
            src_path=None, seed: int = 0, batch: int | None = None, steps: int | None = None,
-           first_tol: float | None = None) -> VerifyReport:
+           first_tol: float | None = None, inputs: dict[str, np.ndarray] | None = None) -> VerifyReport:
     """Run every recurrent layer of ``src_ckpt`` on one random batch on both sides and compare.
 
     Args:
@@ -203,6 +257,11 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         seed, batch, steps: the random batch ``x ~ N(0, 1)`` of shape ``(batch, steps, input_size)``
             (default: :func:`sample_shape`).
         first_tol: the relative term of the tolerance (default 1e-5, 1e-2 for float16 weights).
+        inputs: ``{layer name: (B, T, input_size) array}``: real inputs to verify those layers on instead
+            of the random batch (e.g. data the model was trained on, whose range N(0, 1) may not reach).
+
+    Raises:
+        FormatError: ``inputs`` of the wrong shape or naming no layer.
 
     Returns:
         a :class:`VerifyReport`; call :meth:`VerifyReport.raise_if_failed` to turn failure into an error.
@@ -210,19 +269,25 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
     t0 = time.perf_counter()
     batch, steps = _sample(src_ckpt, batch, steps)
     pool: dict = {}  # one layer's raw source tensors, reused by the next (_raw_held)
-    rng = np.random.default_rng(seed)
+    xs = _batches(src_ckpt, batch, steps, seed, inputs)
     rep = VerifyReport(batch=batch, steps=steps, seed=seed)
     target_route = _target_route(dst_module)
     try:
-        for layer in src_ckpt.layers:
-            x = rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
+        for layer, x in zip(src_ckpt.layers, xs):
             with _raw_held(layer, pool):
-                y64, y32 = _source_pair(src_module, layer, x)
+                y32 = _source(src_module, layer, x, np.float32)
             route = _route(src_module, layer)
-            if mode == "framework":
-                y64, route = _framework(src_module, src_path, src_ckpt, layer, x)
             y = dst_module.target_forward(dst_path, src_ckpt, layer.name, x)
-            rep.layers.append(layer_check(layer, y, y64, y32, route, target_route, first_tol))
+            if mode == "framework":
+                yfw, route = _framework(src_module, src_path, src_ckpt, layer, x)
+                rep.layers.append(layer_check(layer, y, yfw, y32, route, target_route, first_tol))
+                continue
+            check = agreement(layer, y, y32, route, target_route, first_tol)
+            if not check.ok:  # stage 2: the float64 source side and the conditioning term
+                with _raw_held(layer, pool):
+                    y64 = _source(src_module, layer, x, np.float64)
+                check = layer_check(layer, y, y64, y32, route, target_route, first_tol)
+            rep.layers.append(check)
     finally:
         release = getattr(dst_module, "release", None)  # a cached target session (onnxruntime)
         if release is not None:
@@ -237,28 +302,28 @@ class StreamedVerification:
     only one slab of parameters is in memory at a time; the report reads as :func:`verify`'s.
 
     * Source side, :meth:`source_slab` while slab ``(i, k)`` is loaded (before it is released): the numpy
-      reference on that slab in float64 and in float32, each chained from the previous slab's output
-      (only the ``(B, T, dirs*H)`` outputs are kept). A layer the source format runs with its own
-      equations (``source_forward`` on ``layer.source['raw']``: Keras, single slabs) keeps that route;
+      reference on that slab in float32, chained from the previous slab's output (only the
+      ``(B, T, dirs*H)`` outputs are kept). A layer the source format runs with its own equations
+      (``source_forward`` on ``layer.source['raw']``: Keras, single slabs) keeps that route;
       ``mode='framework'`` runs the source framework per layer.
     * Target side, :meth:`target_side` after the writer closed: the target framework on the written file,
       per layer, or per slab (``target_forward_slab``, each slab's output feeding the next) for stacked
-      layers when the target format offers it.
+      layers when the target format offers it. A layer that misses the float32 agreement gets its
+      float64 source side then (:meth:`_float64`: its slabs read again, one at a time).
 
-    The batch is the same as :func:`verify`'s (same seed, one draw per layer in order), as is the tolerance
-    (:func:`layer_check`).
+    The batch is the same as :func:`verify`'s (same seed, one draw per layer in order), as is the rule
+    (:func:`agreement`, :func:`layer_check`).
     """
 
     def __init__(self, src_ckpt: Checkpoint, src_module, *, mode: str = "reference", src_path=None,
-                 seed: int = 0, batch: int | None = None, steps: int | None = None) -> None:
+                 seed: int = 0, batch: int | None = None, steps: int | None = None,
+                 inputs: dict[str, np.ndarray] | None = None) -> None:
         batch, steps = _sample(src_ckpt, batch, steps)
         self.ckpt, self.src_module, self.mode, self.src_path = src_ckpt, src_module, mode, src_path
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
-        rng = np.random.default_rng(seed)
-        self.x = [rng.standard_normal((batch, steps, layer.input_size)).astype(np.float32)
-                  for layer in src_ckpt.layers]
-        self.y64: list = [None] * len(src_ckpt.layers)
+        self.x = _batches(src_ckpt, batch, steps, seed, inputs)
         self.y32: list = [None] * len(src_ckpt.layers)
+        self.yfw: list = [None] * len(src_ckpt.layers)  # the source framework's outputs (mode='framework')
         self.routes = [""] * len(src_ckpt.layers)
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_held)
@@ -271,20 +336,31 @@ class StreamedVerification:
             if k < layer.num_layers - 1:
                 return
             with _raw_held(layer, self.pool):
-                self.y64[i], self.y32[i] = _source_pair(self.src_module, layer, x)
+                self.y32[i] = _source(self.src_module, layer, x, np.float32)
         else:
-            if k == 0:
-                self.y64[i], self.y32[i] = x, x
-            self.y64[i], self.y32[i] = reference.forward_slab_multi(
-                layer, dirs, [np.asarray(self.y64[i], np.float64), np.asarray(self.y32[i], np.float32)])
+            self.y32[i] = reference.forward_slab(layer, dirs, x if k == 0 else self.y32[i], np.float32)
             if k == layer.num_layers - 1:
-                self.y64[i] = reference.finish(layer, self.y64[i])
-                self.y32[i] = reference.finish(layer, self.y32[i]).astype(np.float64)
+                self.y32[i] = reference.finish(layer, self.y32[i])
         if k == layer.num_layers - 1:
             self.routes[i] = _route(self.src_module, layer)
             if self.mode == "framework":
-                self.y64[i], self.routes[i] = _framework(self.src_module, self.src_path, self.ckpt, layer, x)
+                self.yfw[i], self.routes[i] = _framework(self.src_module, self.src_path, self.ckpt, layer, x)
         self.seconds += time.perf_counter() - t0
+
+    def _float64(self, i: int) -> np.ndarray:
+        """Layer ``i``'s source side in float64 (stage 2 of the rule), reading its tensors again."""
+        layer, x = self.ckpt.layers[i], self.x[i]
+        if _own_equations(self.src_module, layer):
+            with _raw_held(layer, self.pool):
+                return _source(self.src_module, layer, x, np.float64)
+        y = np.asarray(x, np.float64)
+        for k in range(layer.num_layers):
+            dirs = self.ckpt.slab(i, k)
+            y = reference.forward_slab(layer, dirs, y, np.float64)
+            del dirs
+            if self.ckpt.release is not None:
+                self.ckpt.release(i, k)
+        return reference.finish(layer, y)
 
     def target_side(self, dst_path, dst_module, progress=None) -> VerifyReport:
         """Run the written file in the target framework and compare, layer by layer; returns the report.
@@ -305,7 +381,13 @@ class StreamedVerification:
                     y = reference.finish(layer, y)
                 else:
                     y = dst_module.target_forward(dst_path, self.ckpt, layer.name, x)
-                self.rep.layers.append(layer_check(layer, y, self.y64[i], self.y32[i], self.routes[i], target_route))
+                if self.mode == "framework":
+                    check = layer_check(layer, y, self.yfw[i], self.y32[i], self.routes[i], target_route)
+                else:
+                    check = agreement(layer, y, self.y32[i], self.routes[i], target_route)
+                    if not check.ok:  # stage 2
+                        check = layer_check(layer, y, self._float64(i), self.y32[i], self.routes[i], target_route)
+                self.rep.layers.append(check)
                 if progress is not None:
                     progress(i + 1, len(self.ckpt.layers))
         finally:

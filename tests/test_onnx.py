@@ -27,8 +27,12 @@ def _run(path, name, x):
 def test_mycroft_gru_reproduces_oracle(realworld, tmp_path):
     src = realworld / "mycroft-precise-gru" / "hey-mycroft.net"
     rep = api.convert(src, tmp_path / "m.onnx")
-    assert rep.verification.ok
+    assert rep.verification.ok and rep.verification.layers[0].reference == "float32"
     o = np.load(realworld / "mycroft-precise-gru" / "oracle_out.npz")
+    # on its own inputs (values up to 36) the layer is ill-conditioned: onnxruntime and the numpy Keras
+    # equations, both float32, differ by ~4e-2, so the float64 rule decides, and passes
+    rep = api.verify(src, tmp_path / "m.onnx", inputs={"net": o["net__in"]})
+    assert rep.ok and rep.layers[0].reference == "float64" and rep.layers[0].max_abs_err > 1e-3
     y = _run(tmp_path / "m.onnx", "net", o["net__in"])[:, -1]
     node = onnx.load(str(tmp_path / "m.onnx")).graph.node
     gru = next(n for n in node if n.op_type == "GRU")

@@ -429,3 +429,51 @@ def test_progress_reports_bytes_per_slab_then_layers(tmp_path):
     assert len(conv) == 3 and [c[2] for c in conv] == [total] * 3
     assert conv[-1][1] == total and all(a[1] < b[1] for a, b in zip(conv, conv[1:]))
     assert [c for c in calls if c[0] == "verify"] == [("verify", 0, 1), ("verify", 1, 1)]
+
+
+def _cancelling_rnn(path):
+    """A stacked relu RNN whose first W_ih rows sum to zero: on inputs with a large common offset the
+    input products cancel, and two float32 evaluations (numpy's, torch's) differ by ~1e-4 relative."""
+    m = torch_rnn("RNN", 13, 8, seed=7, num_layers=2, nonlinearity="relu")
+    sd = {f"rnn.{k}": v for k, v in m.state_dict().items()}
+    w = sd["rnn.weight_ih_l0"]
+    sd["rnn.weight_ih_l0"] = w - w.mean(dim=1, keepdim=True)
+    torch.save(sd, path)
+    return (30000 + np.random.default_rng(1).standard_normal((2, 5, 13))).astype(np.float32)
+
+
+@pytest.mark.parametrize("ext", ["npz", "pt"])
+def test_given_inputs_where_float32_disagrees_take_the_float64_rule(ext, tmp_path):
+    """Verification on the user's inputs (``verify_inputs``): torch's float32 output misses the float32
+    agreement with the numpy source side, so the layer is judged by the float64 rule (the streamed route
+    reads its slabs again for it) and passes; on the random batch the float32 agreement decides. A file
+    with two hidden units swapped still fails on the same inputs."""
+    x = _cancelling_rnn(tmp_path / "src.pt")
+    rep = api.convert(tmp_path / "src.pt", tmp_path / f"a.{ext}", verify_inputs={"rnn": x}).verification
+    (c,) = rep.layers
+    assert c.ok and c.reference == "float64" and (rep.batch, rep.steps) == (3, 8)
+    assert c.max_abs_err > 1e-5 * max(1.0, c.max_abs_ref)  # what the float32 agreement would have refused
+    again = api.verify(tmp_path / "src.pt", tmp_path / f"a.{ext}", inputs={"rnn": x})
+    assert again.layers[0].reference == "float64" and again.ok
+    plain = api.verify(tmp_path / "src.pt", tmp_path / f"a.{ext}")
+    assert plain.ok and plain.layers[0].reference == "float32"
+    if ext == "pt":
+        sd = torch.load(tmp_path / "a.pt", weights_only=True)
+        sd["rnn.weight_hh_l1"] = sd["rnn.weight_hh_l1"][[1, 0, *range(2, 8)]]
+        torch.save(sd, tmp_path / "a.pt")
+        bad = api.verify(tmp_path / "src.pt", tmp_path / "a.pt", inputs={"rnn": x})
+        assert not bad.ok and bad.layers[0].reference == "float64"
+
+
+def test_bad_verification_inputs_exit_3_without_traceback(tmp_path, capsys):
+    _cancelling_rnn(tmp_path / "src.pt")
+    np.savez(tmp_path / "wrong_name.npz", rnn2=np.zeros((1, 2, 13), np.float32))
+    np.savez(tmp_path / "wrong_shape.npz", rnn=np.zeros((1, 2, 12), np.float32))
+    np.savez(tmp_path / "ints.npz", rnn=np.zeros((1, 2, 13), np.int32))
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    for name, says in (("wrong_name", "name no recurrent layer: rnn2"), ("wrong_shape", "expected (batch, steps, 13)"),
+                       ("ints", "not floating point"), ("junk", "not a readable .npz")):
+        assert main([str(tmp_path / "src.pt"), str(tmp_path / "o.npz"), "--inputs", str(tmp_path / f"{name}.npz")]) == 3
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err, err
+        assert not (tmp_path / "o.npz").exists()

@@ -34,17 +34,11 @@ def _block(m: np.ndarray, j: int, H: int, cudnn: bool, dt) -> np.ndarray:
     return np.asarray(s, dtype=dt)
 
 
-def _block_t(m: np.ndarray, j: int, H: int, cudnn: bool, dt) -> np.ndarray:
-    """``K_g.T`` of :func:`_block`, C-contiguous ``(H, in)`` in ``dt``: the products are then computed as
-    ``(K_g.T @ x.T).T``, which BLAS does 3-4x faster than ``x @ K_g`` for a few rows ``x`` (no packing of
-    the big matrix). The turn is copied in tiles of 16 source rows, cast on the way (one pass)."""
-    s = m[:, j * H:(j + 1) * H]
-    if cudnn:
-        return np.ascontiguousarray(s).reshape(H, m.shape[0]).astype(dt, copy=False)
-    out = np.empty((H, m.shape[0]), dt)
-    for i in range(0, m.shape[0], 16):
-        out[:, i:i + 16] = s[i:i + 16].T
-    return out
+def _block_t(m: np.ndarray, j: int, H: int, dt) -> np.ndarray:
+    """The cuDNN matrix of gate ``j`` of a CuDNN layer's kernel ``(in, G*H)``: the slice's bytes are cuDNN's
+    row-major ``(H, in)`` matrix ``M`` applied as ``M x`` (tf_keras ``cudnn_recurrent.py``), returned
+    C-contiguous in ``dt`` for the products ``M @ x.T``."""
+    return np.ascontiguousarray(m[:, j * H:(j + 1) * H]).reshape(H, m.shape[0]).astype(dt, copy=False)
 
 
 def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.ndarray],
@@ -80,32 +74,33 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     sig = ACT["sigmoid"] if cud else ACT[s.gate_activation]
     act = ACT["tanh"] if cud else ACT[s.activation]
     B, T, _ = xs[0].shape
-    # float64 (and float32 for kernels of HOIST_BYTES or more): the input part ``x_t @ K_g`` does not
-    # depend on the state and is computed for all steps at once, one gate block at a time (each block
-    # dropped after its products: no float64 copy of the whole kernel), and every product uses the
-    # turned blocks of _block_t, turned once for all hoisted dtypes. Smaller float32 layers keep Keras'
-    # own step-by-step products. (float16 tensors are widened to float32 once: numpy's float16 casts are
-    # slow, float32 -> float64 fast.)
+    # float64 (and float32 for kernels of HOIST_BYTES or more): the input part ``x_t @ K`` does not depend
+    # on the state and is computed for all steps at once, and every product reads the stored matrices by
+    # row blocks (reference.left_products; cast per block, no float64 copy of a whole kernel) for all
+    # hoisted dtypes at once; cuDNN layers' per-gate matrices are turned once (_block_t). Smaller float32
+    # layers keep Keras' own step-by-step products. (float16 tensors are widened to float32 once: numpy's
+    # float16 casts are slow, float32 -> float64 fast.)
     hoisted = [d for d in range(n) if dts[d] == np.float64 or kern.nbytes >= HOIST_BYTES]
     XK: list = [None] * n
     K: list = [None] * n
     R: list = [None] * n
     RT = None
     if hoisted:
-        # the plain kernel is read once, by blocks; the recurrent one is turned from a widened scratch copy
+        # the plain kernel is read once, by blocks; the recurrent one from a widened scratch copy (float16)
         kw, rw = (widened(kern) if cud else kern), widened(rec, reuse=True)
         if cud:  # each gate slice holds cuDNN's (H, in) matrix: turned per gate
             for d in hoisted:
                 XK[d] = {}
             for j, g in enumerate(order):
-                outs = products(_block_t(kw, j, H, cud, kw.dtype), [xs[d].reshape(B * T, -1).T for d in hoisted])
+                outs = products(_block_t(kw, j, H, kw.dtype), [xs[d].reshape(B * T, -1).T for d in hoisted])
                 for d, o in zip(hoisted, outs):
                     XK[d][g] = o.T.reshape(B, T, H)
         else:  # x @ K for all gates and steps at once, straight from the stored kernel (no turned copy)
             outs = left_products([xs[d].reshape(B * T, -1) for d in hoisted], kw)
             for d, o in zip(hoisted, outs):
                 XK[d] = {g: o[:, j * H:(j + 1) * H].reshape(B, T, H) for j, g in enumerate(order)}
-        RT = {g: _block_t(rw, j, H, cud, rw.dtype) for j, g in enumerate(order)}
+        if cud:  # cuDNN's per-gate (H, H) matrices: each turned once, then read once per step
+            RT = {g: _block_t(rw, j, H, rw.dtype) for j, g in enumerate(order)}
     for d in range(n):
         if d not in hoisted:
             K[d] = {g: _block(kern, j, H, cud, dts[d]) for j, g in enumerate(order)}
@@ -114,15 +109,29 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     def xK(d: int, g: str, t: int) -> np.ndarray:
         return XK[d][g][:, t] if XK[d] is not None else xs[d][:, t] @ K[d][g]
 
-    def hR(vs: list[np.ndarray], g: str) -> list[np.ndarray]:
-        """``v @ R_g`` for each dtype's ``v``; the hoisted ones share one read of the turned block."""
+    col = {g: slice(j * H, (j + 1) * H) for j, g in enumerate(order)}
+
+    def hR(vs: list[np.ndarray], gs: str) -> list[dict[str, np.ndarray]]:
+        """``{g: v @ R_g for g in gs}`` for each dtype's ``v``. The hoisted dtypes share one read of the
+        recurrent kernel: straight from the stored ``(H, G*H)`` matrix, all gates of ``gs`` at once when they
+        sit side by side (plain Keras), else the turned cuDNN blocks. A state of zeros (the first step) gives
+        zeros without reading the kernel: ``0 * w`` is exactly 0 for the finite weights readers admit."""
         res: list = [None] * n
-        if hoisted:
-            for d, o in zip(hoisted, products(RT[g], [vs[d].T for d in hoisted])):
-                res[d] = o.T
+        if fresh:
+            return [{g: np.zeros((B, H), dts[d]) for g in gs} for d in range(n)]
+        if hoisted and cud:
+            for g in gs:
+                for d, o in zip(hoisted, products(RT[g], [vs[d].T for d in hoisted])):
+                    res[d] = res[d] or {}
+                    res[d][g] = o.T
+        elif hoisted:
+            idx = sorted(order.index(g) for g in gs)
+            base = idx[0] * H  # the columns from the first to the last gate of ``gs``
+            for d, o in zip(hoisted, left_products([vs[d] for d in hoisted], rw[:, base:(idx[-1] + 1) * H])):
+                res[d] = {g: o[:, col[g].start - base:col[g].stop - base] for g in gs}
         for d in range(n):
             if res[d] is None:
-                res[d] = vs[d] @ R[d][g]
+                res[d] = {g: vs[d] @ R[d][g] for g in gs}
         return res
 
     h = [np.zeros((B, H), dt) for dt in dts]
@@ -130,26 +139,26 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     ys = [np.zeros((B, T, H), dt) for dt in dts]
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for n_step, t in enumerate(steps):
+        fresh = n_step == 0
         if cell is Cell.LSTM:
-            hr = {g: hR(h, g) for g in "ifgo"}
+            hr = hR(h, "ifgo")
             for d in range(n):
-                pre = {g: xK(d, g, t) + BI[d][g] + hr[g][d] + BR[d][g] for g in "ifgo"}
+                pre = {g: xK(d, g, t) + BI[d][g] + hr[d][g] + BR[d][g] for g in "ifgo"}
                 c[d] = sig(pre["f"]) * c[d] + sig(pre["i"]) * act(pre["g"])
                 h[d] = sig(pre["o"]) * act(c[d])
         elif cell is Cell.GRU:
-            hz, hr_ = hR(h, "z"), hR(h, "r")
-            z = [sig(xK(d, "z", t) + BI[d]["z"] + hz[d] + BR[d]["z"]) for d in range(n)]
-            r = [sig(xK(d, "r", t) + BI[d]["r"] + hr_[d] + BR[d]["r"]) for d in range(n)]
+            hg = hR(h, "".join(order) if s.reset_after else "".join(g for g in order if g != "n"))
+            z = [sig(xK(d, "z", t) + BI[d]["z"] + hg[d]["z"] + BR[d]["z"]) for d in range(n)]
+            r = [sig(xK(d, "r", t) + BI[d]["r"] + hg[d]["r"] + BR[d]["r"]) for d in range(n)]
             if s.reset_after:
-                hn = hR(h, "n")
-                hh = [act(xK(d, "n", t) + BI[d]["n"] + r[d] * (hn[d] + BR[d]["n"])) for d in range(n)]
+                hh = [act(xK(d, "n", t) + BI[d]["n"] + r[d] * (hg[d]["n"] + BR[d]["n"])) for d in range(n)]
             else:
                 hn = hR([r[d] * h[d] for d in range(n)], "n")
-                hh = [act(xK(d, "n", t) + BI[d]["n"] + hn[d]) for d in range(n)]
+                hh = [act(xK(d, "n", t) + BI[d]["n"] + hn[d]["n"]) for d in range(n)]
             h = [z[d] * h[d] + (1 - z[d]) * hh[d] for d in range(n)]
         else:
             hh_ = hR(h, "h")
-            h = [act(xK(d, "h", t) + BI[d]["h"] + hh_[d] + BR[d]["h"]) for d in range(n)]
+            h = [act(xK(d, "h", t) + BI[d]["h"] + hh_[d]["h"] + BR[d]["h"]) for d in range(n)]
         for d in range(n):
             ys[d][:, n_step if reverse and not layer.bidirectional else t] = h[d]
     return ys

@@ -330,18 +330,6 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarr
     return fwd(layer, x, dtype)
 
 
-def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
-    """:func:`source_forward` of each input of ``xs`` in its own dtype; Keras layers in lockstep
-    (:func:`rnnconvert.formats.keras_math.source_forward_multi`)."""
-    if layer.source.get("class_name") in CELL_SCOPES:
-        from .tf1_math import source_forward as fwd
-
-        return [fwd(layer, x, x.dtype) for x in xs]
-    from .keras_math import source_forward_multi as multi
-
-    return multi(layer, xs)
-
-
 def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
     ckpt = Checkpoint(format="tf_checkpoint", meta={**meta, "kind": "tf1_name"})
     cells = _cell_vars(shapes)
