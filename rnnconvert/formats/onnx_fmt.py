@@ -333,9 +333,14 @@ def _session(path: str | Path):
         return _SESSION[key]
     _SESSION.clear()
     model = onnx.load(str(path), load_external_data=False)
+    opts = ort.SessionOptions()
+    # No pre-packing: the LSTM/GRU kernels otherwise re-lay every weight matrix for their GEMMs when the
+    # session is built (8 s and a private copy of the weights for the 3 GB benchmark model); without it
+    # they read the memory-mapped external data as it is, at the same outputs (docs/performance.md).
+    opts.add_session_config_entry("session.disable_prepacking", "1")
     if not any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer):
         # onnxruntime reads the file (and its external data) itself: no in-memory copies of the weights
-        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     else:
         # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
         # run a float32 copy; the verification tolerance already allows for float32 evaluation.
@@ -345,7 +350,7 @@ def _session(path: str | Path):
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
         for v in list(model.graph.input) + list(model.graph.output):
             v.type.tensor_type.elem_type = TensorProto.FLOAT
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     _SESSION[key] = sess
     return sess
 

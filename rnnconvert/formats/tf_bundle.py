@@ -332,6 +332,23 @@ class BundleReader:
         fits = (out is not None and out.shape == tuple(e.shape) and out.dtype == dt and out.flags.c_contiguous)
         return self._read(key, e, dt, out if fits else np.empty(e.shape, dt))
 
+    def mapped(self, key: str) -> np.ndarray | None:
+        """Variable ``key`` as a read-only memory map of its bytes in the ``.data`` shard, when it is a plain
+        (unpartitioned) numeric entry of at least :data:`.filerows.DIRECT_MIN_BYTES` bytes lying inside its shard;
+        else ``None``. Its crc32c is not checked: verification uses this to read again, in place, the bytes
+        the conversion has just read through :meth:`rows` and checked."""
+        e = self.entries[key]
+        dt = _dtype(e.dtype)
+        if e.slices or dt.kind not in "fiu" or e.size < filerows.DIRECT_MIN_BYTES or e.size != _count(e.shape, key) * dt.itemsize:
+            return None
+        path = self.shard_path(e.shard)
+        try:
+            if e.offset + e.size > os.path.getsize(path):
+                return None
+            return np.memmap(path, dtype=dt, mode="r", offset=e.offset, shape=tuple(e.shape))
+        except (OSError, ValueError):
+            return None
+
     def rows(self, key: str):
         """Variable ``key`` as a source of row blocks (:class:`RowSource`, read front to back by
         ``keras_h5._rows``: one layer's kernel turned block by block, never held whole) when it is a plain

@@ -304,10 +304,15 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
 
 def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
     """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
-    :class:`rnnconvert.formats.keras_h5.LazyRaw`; into ``out`` when the bundle reader can); NaN/Inf refused
-    as in :func:`read`."""
+    :class:`rnnconvert.formats.keras_h5.LazyRaw`): large plain tensors memory-mapped
+    (:meth:`.tf_bundle.BundleReader.mapped`), others read into ``out`` when the bundle reader can, NaN/Inf
+    refused as in :func:`read`."""
     pre = prefix_of(path)
     rd = _bundle(pre, path)
+    if rd is not None:
+        got = rd.mapped(key)  # large tensors: read in place from the page cache (checked by the conversion)
+        if got is not None:
+            return got
     if rd is None:
         rd = require("tensorflow", "tensorflow").train.load_checkpoint(pre)
     arr = _tensor(rd, key, path, out=out if isinstance(rd, tf_bundle.BundleReader) else None)
