@@ -6,6 +6,7 @@ first write; the .pt and ONNX writers that use it stay byte-identical to torch.s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -79,3 +80,42 @@ def test_verified_conversions_write_through_the_page_cache(tmp_path, monkeypatch
     probe.close()
     assert made[0] is False and made[1] is made[2]  # the unverified one as O_DIRECT as this file system allows
     assert (tmp_path / "v.pt").read_bytes() == (tmp_path / "n.pt").read_bytes()
+
+
+@pytest.mark.parametrize("mode", ["direct", "refused_at_open", "refused_at_write", "page_cache"])
+def test_scattered_pieces_in_any_order_make_the_same_bytes(mode, tmp_path, monkeypatch):
+    """ScatterWriter (safetensors): pieces of a file written in shuffled order, across block boundaries,
+    give exactly the file, whichever way each block went out; at most a few staging buffers stay alive."""
+    rng = np.random.default_rng(2)
+    want = rng.integers(0, 256, 4096 * 9 + 123, dtype=np.uint8).tobytes()
+    cuts = sorted(set([0, len(want)] + list(rng.integers(0, len(want), 30))))
+    pieces = [(a, want[a:b]) for a, b in zip(cuts, cuts[1:])]
+    rng.shuffle(pieces)
+    if mode == "refused_at_open":
+        monkeypatch.setattr(directio.os, "O_DIRECT", 0, raising=False)
+    path = tmp_path / "out.bin"
+    with directio.through_page_cache() if mode == "page_cache" else contextlib.nullcontext():
+        w = directio.ScatterWriter(path, len(want), block=4096)
+    if mode == "refused_at_write" and w.direct:
+        real = os.pwrite
+
+        def pwrite(fd, data, offset):
+            if fd == w.dfd:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real(fd, data, offset)
+        monkeypatch.setattr(directio.os, "pwrite", pwrite)
+    for pos, data in pieces:
+        w.pwrite(data, pos)
+    assert not w.filling  # every block complete, and sent
+    w.close()
+    assert path.read_bytes() == want
+    assert w.direct == (mode == "direct" and bool(getattr(os, "O_DIRECT", 0)) and w.direct)
+
+
+def test_scatter_writer_refuses_missing_and_stray_bytes(tmp_path):
+    w = directio.ScatterWriter(tmp_path / "a.bin", 10000, block=4096)
+    with pytest.raises(ValueError, match="do not fit"):
+        w.pwrite(b"x" * 10, 9995)
+    w.pwrite(b"y" * 9000, 0)
+    with pytest.raises(ValueError, match="1000 bytes were never written"):
+        w.close()

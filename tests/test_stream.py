@@ -23,7 +23,7 @@ import pytest
 from rnnconvert import api, registry
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError, UnsupportedError
-from rnnconvert.formats import npz_fmt, safetensors_fmt, torch_pt, torch_zip
+from rnnconvert.formats import directio, npz_fmt, safetensors_fmt, torch_pt, torch_zip
 from rnnconvert.model import Checkpoint, DirectionParams, is_placeholder, placeholder
 from rnnconvert.verify import verify as eager_verify
 
@@ -229,6 +229,16 @@ def test_safetensors_bytes_equal_the_library_pt(tmp_path):
 
 
 def _check_safetensors_bytes(ckpt: Checkpoint, tmp: Path) -> None:
+    """Our streamed writer against the library's bytes, with 512-byte blocks (small files: most blocks go
+    O_DIRECT where the file system allows it, out of file order) and with the default ones."""
+    for block in (512, None):
+        with pytest.MonkeyPatch.context() as mp:
+            if block:
+                mp.setattr(directio.ScatterWriter, "BLOCK", block)
+            _check_safetensors_bytes_once(ckpt, tmp)
+
+
+def _check_safetensors_bytes_once(ckpt: Checkpoint, tmp: Path) -> None:
     want = tmp / "lib.safetensors"
     st_numpy.save_file({k: np.ascontiguousarray(v) for k, v in torch_pt.state_dict(ckpt).items()}, str(want),
                        metadata=safetensors_fmt.METADATA)

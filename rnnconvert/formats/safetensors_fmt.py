@@ -11,7 +11,6 @@ header length, JSON header, raw little-endian data) cannot hold code.
 from __future__ import annotations
 
 import json
-import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 from .. import registry
 from ..errors import FormatError, require
 from ..model import Checkpoint
-from . import pt_writer, torch_pt
+from . import directio, pt_writer, torch_pt
 
 ROUTE = "torch (safetensors tensors)"
 
@@ -103,18 +102,17 @@ def header(specs: dict[str, tuple[np.dtype, tuple[int, ...]]], metadata: dict[st
     return struct.pack("<Q", len(js)) + js, offsets
 
 
-def _pwrite(fd: int, arr: np.ndarray, pos: int) -> None:
-    """Write ``arr``'s bytes (little-endian, C order) at file position ``pos`` (no copy when they already are)."""
+def _bytes(arr: np.ndarray) -> memoryview:
+    """``arr``'s bytes, little-endian, C order (no copy when they already are)."""
     a = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
-    mv = memoryview(a.reshape(-1)).cast("B") if a.size else memoryview(b"")
-    while mv:
-        n = os.pwrite(fd, mv[:1 << 30], pos)
-        mv, pos = mv[n:], pos + n
+    return memoryview(a.reshape(-1)).cast("B") if a.size else memoryview(b"")
 
 
 class StreamWriter:
     """Writes a safetensors file one slab at a time (:func:`open_stream`): the header is computed from
-    the skeleton's shapes, each slab's tensors are ``pwrite`` at their offsets as they arrive."""
+    the skeleton's shapes, each slab's tensors are written at their offsets as they arrive, around the page
+    cache where allowed (:class:`.directio.ScatterWriter`: the library's order, by dtype then name, is not
+    the order of the slabs)."""
 
     def __init__(self, ckpt: Checkpoint, path: str | Path) -> None:
         self.ckpt = ckpt
@@ -133,10 +131,9 @@ class StreamWriter:
         head, self.offsets = header(specs)
         self.specs, self.base = specs, len(head)
         end = self.base + max([e for _, e in self.offsets.values()], default=0)
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.out = directio.ScatterWriter(path, end)
         try:
-            os.ftruncate(self.fd, end)
-            _pwrite(self.fd, np.frombuffer(head, np.uint8), 0)
+            self.out.pwrite(head, 0)
             for key, arr in ckpt.tensors.items():
                 self._put(key, np.asarray(arr))
         except BaseException:
@@ -147,7 +144,7 @@ class StreamWriter:
         if (arr.dtype.newbyteorder("="), tuple(arr.shape)) != (np.dtype(self.specs[key][0]).newbyteorder("="),
                                                                self.specs[key][1]):
             raise FormatError(f"tensor '{key}': {arr.dtype} {arr.shape} arrived for {self.specs[key]}")
-        _pwrite(self.fd, arr, self.base + self.offsets[key][0])
+        self.out.pwrite(_bytes(arr), self.base + self.offsets[key][0])
 
     def write_slab(self, i: int, k: int, dirs: list) -> None:
         """Write stacked layer ``k`` of ``layers[i]`` (its directions ``dirs``, canonical arrays)."""
@@ -159,15 +156,12 @@ class StreamWriter:
         """Finish the file; one line per layer names its ``torch.nn`` module."""
         if self.pending:
             raise FormatError(f"safetensors stream closed with {len(self.pending)} slab(s) not written")
-        os.close(self.fd)
-        self.fd = -1
+        self.out.close()
         return [torch_pt.describe_module(layer) for layer in self.ckpt.layers]
 
     def abort(self) -> None:
         """Release the file (the caller deletes it)."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.out.abort()
 
 
 def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> StreamWriter:
