@@ -66,7 +66,8 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
 
 def _checked_loader(ckpt: Checkpoint, loader, where: str, fmt: str):
     """``loader`` with :func:`load`'s rules applied to every slab it reads: low-level errors become
-    FormatError, NaN/Inf is refused."""
+    FormatError, NaN/Inf is refused. A memory-mapped source's pages are then given back array by array
+    (``ckpt.release_array``), so that a writer holds one tensor's pages at a time, not the slab's."""
     def checked(i: int, k: int):
         try:
             dirs = loader(i, k)
@@ -79,17 +80,18 @@ def _checked_loader(ckpt: Checkpoint, loader, where: str, fmt: str):
         view = layer.one_slab(k, dirs)
         if layer.num_layers > 1:  # messages name the stacked layer
             view.name = f"{layer.name}[{k}]"
-        check_finite(Checkpoint(layers=[view]), where)
+        check_finite(Checkpoint(layers=[view]), where, ckpt.release_array)
         return dirs
     return checked
 
 
-def check_finite(ckpt: Checkpoint, where: str) -> None:
+def check_finite(ckpt: Checkpoint, where: str, checked: Callable[[Any], None] | None = None) -> None:
     """Refuse NaN/Inf in any recurrent parameter or carried tensor, naming the first one found.
 
     Every reader goes through :func:`load`, so the rule is the same for every format: a
     non-finite weight means a damaged (or diverged) checkpoint, and converting it exactly would
-    only move the damage. Raises :class:`FormatError`.
+    only move the damage. ``checked(a)``, when given, is called on each recurrent parameter once it
+    passed (a lazy reader's ``release_array``). Raises :class:`FormatError`.
     """
     import numpy as np
 
@@ -105,6 +107,8 @@ def check_finite(ckpt: Checkpoint, where: str) -> None:
                     if not all_finite(a):
                         raise FormatError(f"{where}: layer '{layer.name}' (layer {k}, direction {d}) {name} "
                                           f"contains NaN or Inf values; the checkpoint is damaged")
+                    if checked is not None:
+                        checked(a)
     for name, arr in ckpt.tensors.items():
         if not all_finite(np.asarray(arr)):
             raise FormatError(f"{where}: tensor '{name}' contains NaN or Inf values; the checkpoint is damaged")

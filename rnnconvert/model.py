@@ -262,6 +262,9 @@ class Checkpoint:
             :func:`placeholder` arrays. ``None`` for an eagerly read checkpoint.
         release: optional, with ``loader``: ``release(i, k)`` gives back what the reader holds for a
             slab once it is written (e.g. the pages of a memory-mapped source).
+        release_array: optional, with ``loader``: ``release_array(a)`` gives back what the reader holds for
+            one array of a loaded slab (the pages of a memory-mapped source that lie inside it), for a
+            writer done with it before the rest of its slab; ``a`` stays readable (read again from the file).
     """
 
     layers: list[RNNLayer] = field(default_factory=list)
@@ -270,6 +273,7 @@ class Checkpoint:
     meta: dict[str, Any] = field(default_factory=dict)
     loader: Callable[[int, int], list[DirectionParams]] | None = None
     release: Callable[[int, int], None] | None = None
+    release_array: Callable[[Any], None] | None = None
 
     @property
     def lazy(self) -> bool:
@@ -301,7 +305,7 @@ class Checkpoint:
         if self.loader is not None:
             for i, layer in enumerate(self.layers):
                 layer.params = [self.slab(i, k) for k in range(layer.num_layers)]
-            self.loader = self.release = None
+            self.loader = self.release = self.release_array = None
         return self
 
     def layer(self, name: str) -> RNNLayer:

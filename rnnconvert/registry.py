@@ -189,8 +189,9 @@ def for_output(path: str | Path, to: str | None = None) -> Format:
 def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
     """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
     ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does.
-    ``on_slab(i, k, dirs)``, when given, runs after each slab is handed to the writer, before it is released
-    (the source side of a streamed verification). ``progress(done, total)``: parameter bytes written.
+    ``on_slab(i, k, dirs)``, when given, runs on each slab before it is released (the source side of a
+    streamed verification): before the writer has it, as a writer may release each array it has written
+    (``ckpt.release_array``: the peak is then one tensor of a memory-mapped source, not one slab). ``progress(done, total)``: parameter bytes written.
 
     A writer whose ``WRITE_BEHIND`` attribute is true (its ``write_slab`` spends its time in code that
     releases the GIL: CRC-32 and ``write``) writes slab ``n`` in a background thread while slab ``n + 1`` is
@@ -204,9 +205,9 @@ def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
     done = 0
     try:
         for i, k, dirs in slabs(ckpt):
-            writer.write_slab(i, k, dirs)
-            if on_slab is not None:
+            if on_slab is not None:  # first: the writer may give back each array's pages once written
                 on_slab(i, k, dirs)
+            writer.write_slab(i, k, dirs)
             done += slab_bytes(dirs)
             del dirs  # before the next slab is read (and this one released by slabs): one slab alive at a time
             if progress is not None:

@@ -487,3 +487,30 @@ def test_bad_verification_inputs_exit_3_without_traceback(tmp_path, capsys):
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err, err
         assert not (tmp_path / "o.npz").exists()
+
+
+def test_mapped_source_pages_go_back_array_by_array(tmp_path, monkeypatch):
+    """A lazily read .pt (a memory map) hands each recurrent array's pages back once it passed the finite
+    check and again once the streamed writer has written it (``ckpt.release_array``): the peak is one
+    tensor's pages, not a slab's (docs/performance.md, session 4). The file is still exactly torch's tensors."""
+    m = torch_rnn("LSTM", 5, 4, seed=3, num_layers=3, bidirectional=True)
+    sd = {f"rnn.{k}": v for k, v in m.state_dict().items()}
+    torch.save(sd, tmp_path / "src.pt")
+    events: list = []
+    real_release, real_put = torch_zip.Archive.release_array, safetensors_fmt.StreamWriter._put
+
+    def release(self, a):
+        events.append(("release", a.shape))
+        real_release(self, a)
+
+    def put(self, key, arr):
+        events.append(("put", arr.shape))
+        real_put(self, key, arr)
+    monkeypatch.setattr(torch_zip.Archive, "release_array", release)
+    monkeypatch.setattr(safetensors_fmt.StreamWriter, "_put", put)
+    api.convert(tmp_path / "src.pt", tmp_path / "a.safetensors", verify=None)
+    assert [e for e, _ in events].count("release") == 2 * len(sd)
+    for n, (what, shape) in enumerate(events):
+        if what == "put":  # released after its check, before the writer had it, and right after
+            assert ("release", shape) in events[:n] and events[n + 1] == ("release", shape)
+    _assert_same(st_numpy.load_file(str(tmp_path / "a.safetensors")), {k: v.numpy() for k, v in sd.items()})

@@ -82,6 +82,8 @@ class StreamWriter:
         for d, p in enumerate(dirs):
             for f, arr in p.arrays().items():
                 _member(self.zf, f"layers/{i}/l{k}/d{d}/{f}", arr)
+                if self.ckpt.release_array is not None:  # written: its pages of a mapped source go now
+                    self.ckpt.release_array(arr)
 
     def close(self) -> list[str]:
         if self.next != len(self.order):

@@ -411,5 +411,5 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, **
     def release(i: int, k: int) -> None:
         arch.release([found[n] for names in keys[i][k] for n in names if n is not None])
 
-    ckpt.loader, ckpt.release = loader, release
+    ckpt.loader, ckpt.release, ckpt.release_array = loader, release, arch.release_array
     return ckpt if lazy else ckpt.materialize()

@@ -218,6 +218,21 @@ class Archive:
             return base[t.offset:t.offset + n].reshape(t.shape)  # a writable (copy-on-write) view, no copy
         return np.ascontiguousarray(view, dtype=t.dtype)  # strided or big-endian: a native copy
 
+    def release_array(self, a: np.ndarray) -> None:
+        """Drop the mapped pages that lie wholly inside array ``a``'s memory, when ``a`` is a view of this
+        archive's map (``MADV_DONTNEED``; ``a`` stays valid: its pages are read again from the file if used)."""
+        if self._mm is None or not hasattr(mmap, "MADV_DONTNEED") or not a.size:
+            return
+        base = np.frombuffer(self._mm, np.uint8).ctypes.data
+        lo = a.ctypes.data - base
+        hi = lo + a.nbytes
+        if lo < 0 or hi > self.size or not a.flags.c_contiguous:
+            return
+        page = mmap.PAGESIZE
+        lo, hi = -(-lo // page) * page, hi // page * page  # pages wholly inside: neighbours keep theirs
+        if hi > lo:
+            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
     def release(self, tensors: list[LazyTensor]) -> None:
         """Drop the mapped pages of ``tensors`` from this process (``MADV_DONTNEED``; the file is unchanged,
         a later read maps them again)."""
