@@ -78,9 +78,9 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int = 256) -> list[np.nd
     cache, into reused buffers for the dtypes of ``vs`` (:class:`_Blocks`). The products stay ``(W @ v)``
     with ``v`` of a few columns: W keeps its row-major form and BLAS streams it without packing (3-4x
     faster than ``v.T @ W.T`` on multi-MB matrices). A product of a few columns is bound by reading
-    ``w``; the float64 and float32 passes of verification share that read (one ``(8192, 2048)`` float32
-    matrix and 3 columns: 17 ms of CPU for both dtypes against 23 ms as two separate passes,
-    docs/performance.md). Each result is the same as ``w.astype(dt) @ v`` up to the order of BLAS's sums.
+    ``w``; products in several dtypes share that read (one ``(8192, 2048)`` float32 matrix and 3 columns:
+    17 ms of CPU for float64 and float32 together against 23 ms as two passes; verification now computes
+    float32 alone and float64 only when needed, docs/performance.md session 4). Each result is the same as ``w.astype(dt) @ v`` up to the order of BLAS's sums.
     """
     outs = [np.empty((w.shape[0], v.shape[1]), v.dtype) for v in vs]
     for i, get in _Blocks(w, rows):
@@ -128,7 +128,7 @@ def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
 
 def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool) -> list[np.ndarray]:
     """Run one direction (params ``p``) over each input of ``xs`` (``(B, T, I_k)``, one per dtype, each
-    computed in its own dtype: float64 and float32 for verification) in lockstep, so that every product
+    computed in its own dtype) in lockstep, so that every product
     reads the weights once for all dtypes (:func:`products`); returns the ``(B, T, out)`` outputs in input
     time order, one per input."""
     dts = [x.dtype for x in xs]
@@ -208,7 +208,7 @@ def forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
 
 
 def forward_multi(layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
-    """:func:`forward` of each input of ``xs`` in its own dtype (verification: float64 and float32), all in
+    """:func:`forward` of each input of ``xs`` in its own dtype, all in
     lockstep so that each weight matrix is read once per product for all of them (:func:`products`)."""
     ys = list(xs)
     for k in range(layer.num_layers):

@@ -19,7 +19,10 @@ Rule, in two stages (:func:`agreement`, then :func:`layer_check`):
    loses 5e-4 relative precision in float32, whichever framework runs it); for well-conditioned layers
    it is ~1e-7 and the first term dominates.
 
-The report says which rule decided (:attr:`LayerCheck.reference`). The float64 pass costs about 3x the
+A layer that passes stage 1 passes stage 2 too: ``max|y - y64| <= max|y - y32| + max|y32 - y64|`` and
+``max(1, max|y32|) <= max(1, max|y64|) + max|y32 - y64|`` (with ``first <= 1``). So the two stages accept
+exactly what the float64 rule alone accepts; stage 1 only skips the float64 pass where its verdict is
+known. The report says which rule decided (:attr:`LayerCheck.reference`). The float64 pass costs about 3x the
 float32 one (each weight block cast, and twice the bytes), which is why it runs only when needed: for
 a multi-GB checkpoint the float32 source side is a few passes over the weights at memory speed
 (docs/performance.md, session 4).
@@ -158,8 +161,8 @@ def _own_equations(src_module, layer: RNNLayer) -> bool:
 @contextmanager
 def _raw_held(layer: RNNLayer, pool: dict | None = None):
     """Within the block, ``layer.source['raw']`` holds plain dicts: lazily re-read tensors (Keras HDF5
-    :class:`~rnnconvert.formats.keras_h5.LazyRaw`) are read from the file once for the float64 and the
-    float32 passes of the source side, then dropped again (one layer's file tensors at a time). With a
+    :class:`~rnnconvert.formats.keras_h5.LazyRaw`) are read from the file (large plain tensors as
+    read-only memory maps) for one pass of the source side, then dropped again (one layer's file tensors at a time). With a
     ``pool`` (a dict the caller keeps across layers), they are read into the previous layer's arrays of
     the same shape (no fresh multi-MB allocations; see ``LazyRaw.read``)."""
     raw = layer.source.get("raw")

@@ -171,8 +171,7 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarr
 
 
 def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
-    """:func:`source_forward` of each input of ``xs`` in its own dtype (verification: float64 and float32),
-    in lockstep: each raw tensor is turned once and read once per product for all of them."""
+    """:func:`source_forward` of each input of ``xs`` in its own dtype, in lockstep: each raw tensor is turned once and read once per product for all of them."""
     raws = layer.source["raw"]
     kind = layer.source["class_name"]
     if layer.bidirectional:
