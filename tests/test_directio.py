@@ -22,20 +22,27 @@ def _chunks(seed: int) -> list[bytes]:
     return [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
 
 
+def _refuse_direct_writes(w, monkeypatch) -> None:
+    """Make every write through ``w``'s O_DIRECT descriptor fail as a file system that refuses it does."""
+    if not w.direct:
+        return
+    real = os.pwrite
+
+    def pwrite(fd, data, offset):
+        if fd == w.dfd:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, data, offset)
+    monkeypatch.setattr(directio.os, "pwrite", pwrite)
+
+
 @pytest.mark.parametrize("mode", ["direct", "refused_at_open", "refused_at_write"])
 def test_bytes_are_what_was_written(mode, tmp_path, monkeypatch):
     path = tmp_path / "out.bin"
     if mode == "refused_at_open":
         monkeypatch.setattr(directio.os, "O_DIRECT", 0, raising=False)
     w = directio.DirectWriter(path, block=4096)
-    if mode == "refused_at_write" and w.direct:
-        real = os.pwrite
-
-        def pwrite(fd, data, offset):
-            if fd == w.dfd:
-                raise OSError(errno.EINVAL, "Invalid argument")
-            return real(fd, data, offset)
-        monkeypatch.setattr(directio.os, "pwrite", pwrite)
+    if mode == "refused_at_write":
+        _refuse_direct_writes(w, monkeypatch)
     chunks = _chunks(1)
     with w:
         for c in chunks:
@@ -96,14 +103,8 @@ def test_scattered_pieces_in_any_order_make_the_same_bytes(mode, tmp_path, monke
     path = tmp_path / "out.bin"
     with directio.through_page_cache() if mode == "page_cache" else contextlib.nullcontext():
         w = directio.ScatterWriter(path, len(want), block=4096)
-    if mode == "refused_at_write" and w.direct:
-        real = os.pwrite
-
-        def pwrite(fd, data, offset):
-            if fd == w.dfd:
-                raise OSError(errno.EINVAL, "Invalid argument")
-            return real(fd, data, offset)
-        monkeypatch.setattr(directio.os, "pwrite", pwrite)
+    if mode == "refused_at_write":
+        _refuse_direct_writes(w, monkeypatch)
     for pos, data in pieces:
         w.pwrite(data, pos)
     assert not w.filling  # every block complete, and sent

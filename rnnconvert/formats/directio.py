@@ -59,6 +59,22 @@ def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
         done += os.pwrite(fd, data[done:done + (1 << 30)], pos + done)
 
 
+def _put(owner, data: memoryview, pos: int, direct: bool) -> None:
+    """Write all of ``data`` at ``pos`` through ``owner.dfd`` (``O_DIRECT``) when ``direct`` and it is open,
+    else through ``owner.fd``. A file system that refuses ``O_DIRECT`` writes (``EINVAL``/``EOPNOTSUPP``)
+    gets ``owner.dfd`` closed and the same bytes written buffered; other errors are raised."""
+    if direct and owner.dfd >= 0:
+        try:
+            _pwrite_all(owner.dfd, data, pos)
+            return
+        except OSError as exc:
+            if exc.errno not in (22, 95):
+                raise
+            os.close(owner.dfd)
+            owner.dfd = -1
+    _pwrite_all(owner.fd, data, pos)
+
+
 class DirectWriter:
     """A write-only binary file at ``path`` (truncated), with ``write``, ``tell``, ``flush``, ``fileno``, ``close``.
 
@@ -107,18 +123,7 @@ class DirectWriter:
         """Write the first ``size`` staged bytes at ``pos`` (``O_DIRECT`` when possible and ``direct``: a
         whole block), then restage."""
         with self.view[:size] as out:
-            done = 0
-            while done < size:
-                if direct and self.dfd >= 0:
-                    try:
-                        done += os.pwrite(self.dfd, out[done:], self.pos + done)
-                        continue
-                    except OSError as exc:
-                        if exc.errno not in (22, 95):  # EINVAL/EOPNOTSUPP: this file system refuses O_DIRECT
-                            raise
-                        os.close(self.dfd)
-                        self.dfd = -1
-                done += os.pwrite(self.fd, out[done:], self.pos + done)
+            _put(self, out, self.pos, direct)
         self.pos += size
         self.fill = 0
 
@@ -209,17 +214,7 @@ class ScatterWriter:
         buf, _ = self.filling.pop(b)
         n = min(self.block, self.size - b * self.block)
         with memoryview(buf)[:n] as out:
-            if n == self.block and self.dfd >= 0:
-                try:
-                    _pwrite_all(self.dfd, out, b * self.block)
-                except OSError as exc:
-                    if exc.errno not in (22, 95):  # EINVAL/EOPNOTSUPP: this file system refuses O_DIRECT
-                        raise
-                    os.close(self.dfd)
-                    self.dfd = -1
-                    _pwrite_all(self.fd, out, b * self.block)
-            else:
-                _pwrite_all(self.fd, out, b * self.block)
+            _put(self, out, b * self.block, n == self.block)
         if len(self.spare) < 4:
             self.spare.append(buf)
         else:
