@@ -1,4 +1,4 @@
-"""Shared test helpers: paths to fixtures and to the third-party files in ../shared/realworld."""
+"""Shared test helpers: paths to fixtures and to the third-party files in fixtures/realworld."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-REALWORLD = ROOT.parent / "shared" / "realworld"
+REALWORLD = FIXTURES / "realworld"
+#: Unlicensed third-party files that are not redistributed here (fixtures/realworld/README.md): only
+#: where the shared collection sits beside the checkout.
+SHARED_REALWORLD = ROOT.parent / "shared" / "realworld"
 
 
 def manifest(family: str) -> list[dict]:
@@ -26,9 +29,18 @@ def manifest(family: str) -> list[dict]:
 
 @pytest.fixture
 def realworld():
-    if not REALWORLD.exists():
-        pytest.skip(f"{REALWORLD} is not present (it lives beside the checkout)")
+    """The third-party checkpoints kept in the repository (``fixtures/realworld``)."""
     return REALWORLD
+
+
+@pytest.fixture
+def dinornn():
+    """The DinoRNN TF2 object checkpoint: it has no license, so it is not in the repository; the tests
+    that use it run where ``../shared/realworld`` sits beside the checkout and skip elsewhere."""
+    d = SHARED_REALWORLD / "dinornn-gru-tf2-checkpoint"
+    if not d.exists():
+        pytest.skip(f"{d} is not present (unlicensed, not redistributed; see fixtures/realworld/README.md)")
+    return d
 
 
 def gate_distinct(rng, rows: int, cols: int, gates: int, scale: float = 0.5):

@@ -26,8 +26,8 @@ def test_textgenrnn_pt_through_cudnn_both_routes(realworld, tmp_path, dtype):
 
 @pytest.mark.cuda
 @needs_cuda
-def test_dinornn_tf2_checkpoint_through_cudnn(realworld, tmp_path):
-    src = realworld / "dinornn-gru-tf2-checkpoint" / "ckpt_100"
+def test_dinornn_tf2_checkpoint_through_cudnn(dinornn, tmp_path):
+    src = dinornn / "ckpt_100"
     dst = tmp_path / "g.pt"
     rnnconvert.convert(src, dst)
     assert rnnconvert.verify(src, dst, device="cuda").ok

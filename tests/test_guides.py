@@ -4,7 +4,7 @@ One mechanism for every guide, in a fresh scratch directory per guide:
 
 * ``<!-- guide-files: PATH ... -->`` (paths relative to the repository root) names the input files the
   guide expects in its working directory; they are copied there (the guide is skipped when one is
-  absent, e.g. ``../shared/realworld`` beside the checkout).
+  absent).
 * ```` ```console ```` blocks: each ``$ rnnconvert ARGS`` line runs the CLI in-process
   (``rnnconvert.cli.main``); it must exit 0, or the code a trailing ``# exit N`` comment states.
 * ```` ```python ```` blocks run in order, in one namespace per guide (a later block sees the

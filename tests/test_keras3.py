@@ -365,10 +365,10 @@ def test_textgenrnn_via_pt_to_keras3(tmp_path, realworld, k3):
                                    ora[f"{layer}__out"], atol=1e-5, rtol=0)
 
 
-def test_dinornn_via_pt_to_keras3(tmp_path, realworld, k3):
+def test_dinornn_via_pt_to_keras3(tmp_path, dinornn, k3):
     """Real TF2 GRU checkpoint -> .pt -> .keras: Keras 3 still reproduces the oracle."""
     pytest.importorskip("torch")
-    d = realworld / "dinornn-gru-tf2-checkpoint"
+    d = dinornn
     ora = np.load(d / "oracle_out.npz", allow_pickle=False)
     rnnconvert.convert(d, tmp_path / "dino.pt")
     rnnconvert.convert(tmp_path / "dino.pt", tmp_path / "dino.keras")

@@ -1,4 +1,4 @@
-"""ONNX writer/reader against onnxruntime, torch and the third-party oracles in ../shared/realworld."""
+"""ONNX writer/reader against onnxruntime, torch and the third-party oracles in fixtures/realworld."""
 
 from __future__ import annotations
 
@@ -357,9 +357,9 @@ def _dino_matches(path, o):
         assert np.abs(y - o[f"p{k}_gru__out"]).max() <= 2e-5, k
 
 
-def test_dinornn_tf2_checkpoint_reproduces_oracle(realworld, tmp_path):
+def test_dinornn_tf2_checkpoint_reproduces_oracle(dinornn, tmp_path):
     """DinoRNN TF2 object checkpoint -> .onnx, and -> .pt -> .onnx: onnxruntime matches the oracle."""
-    d = realworld / "dinornn-gru-tf2-checkpoint"
+    d = dinornn
     o = np.load(d / "oracle_out.npz", allow_pickle=False)
     assert api.convert(d, tmp_path / "d.onnx").verification.ok
     _dino_matches(tmp_path / "d.onnx", o)

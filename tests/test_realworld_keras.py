@@ -1,4 +1,4 @@
-"""Third-party Keras files (../shared/realworld) against their own code's outputs."""
+"""Third-party Keras files (fixtures/realworld) against their own code's outputs."""
 
 from __future__ import annotations
 

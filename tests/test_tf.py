@@ -119,11 +119,11 @@ def test_not_a_checkpoint(tmp_path):
         api.load(tmp_path, format="tf_checkpoint")
 
 
-def test_realworld_dinornn_gru_to_pt(realworld, tmp_path):
+def test_realworld_dinornn_gru_to_pt(dinornn, tmp_path):
     """The DinoRNN TF2 checkpoint converts to .pt and torch reproduces the oracle's GRU outputs."""
     import torch  # noqa: PLC0415
 
-    d = realworld / "dinornn-gru-tf2-checkpoint"
+    d = dinornn
     api.convert(d, tmp_path / "dino.pt")
     sd = torch.load(tmp_path / "dino.pt", weights_only=True)
     gru = torch.nn.GRU(64, 256, batch_first=True)

@@ -64,9 +64,9 @@ def test_every_fixture_key_equals_tensorflow(tf, pre):
         assert any(e.slices for e in BundleReader(pre).entries.values())
 
 
-def test_realworld_checkpoints_equal_tensorflow(tf, realworld):
-    """Third-party TF checkpoints in ../shared/realworld (DinoRNN, a TF2 checkpoint saved by its author)."""
-    found = sorted(realworld.rglob("*.index"))
+def test_realworld_checkpoints_equal_tensorflow(tf, dinornn):
+    """Third-party TF checkpoints (DinoRNN, a TF2 checkpoint saved by its author)."""
+    found = sorted(dinornn.rglob("*.index"))
     assert found
     for idx in found:
         pre = str(idx)[: -len(".index")]
