@@ -389,7 +389,9 @@ class StreamedVerification:
         if self._back is None:
             self._back = read(dst_path)
         back = self._back.layer(layer.name).one_slab(k)
-        back = back.with_semantics(**{f: getattr(layer.semantics, f) for f in layer.semantics.__dataclass_fields__})
+        # the file's own semantics (a TF1 writer folds forget_bias into b_f), but for the run-time clips a
+        # checkpoint does not store (as the TF1 target does: rnnconvert.formats.tf1_writer.target_forward)
+        back = back.with_semantics(cell_clip=layer.semantics.cell_clip, proj_clip=layer.semantics.proj_clip)
         got = [reference.step(back, p, xf, s[0], s[1]) for p, s in zip(back.params[0], states)]
         return got, f"one step by the numpy reference on the arrays read back ({why})"
 

@@ -498,7 +498,8 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
         if layer.name == name:
             last = model.get_layer(names[k])
             subs = [last.forward_layer, last.backward_layer] if layer.bidirectional else [last]
-            return [keras_h5_write.cell_step(sub, x, st, layer.dtype) for sub, st in zip(subs, states)]
+            return [keras_h5_write.cell_step(sub, x, st, layer.dtype, keras3().ops.convert_to_tensor)
+                    for sub, st in zip(subs, states)]
     raise KeyError(name)
 
 

@@ -588,12 +588,17 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
     raise AssertionError("unreachable")
 
 
-def cell_step(sub, x: np.ndarray, state: tuple, dtype) -> tuple[np.ndarray, np.ndarray | None]:
+def cell_step(sub, x: np.ndarray, state: tuple, dtype, to_tensor=None) -> tuple[np.ndarray, np.ndarray | None]:
     """One step of a Keras recurrent layer ``sub`` (tf_keras or Keras 3) through its own cell: ``sub.cell(x,
     [h0(, c0)])`` on ``x`` ``(N, I)``, states ``state = (h0 (N, out), c0 (N, H) or None)``; returns
-    ``(h1, c1 or None)`` float64. The cell is what the layer's loop calls at every time step."""
-    init = [np.asarray(state[0], dtype)] + ([] if state[1] is None else [np.asarray(state[1], dtype)])
-    _, new = sub.cell(np.asarray(x, dtype), init)
+    ``(h1, c1 or None)`` float64. The cell is what the layer's loop calls at every time step.
+    ``to_tensor``: the framework's tensor constructor (default ``tf.convert_to_tensor``)."""
+    if to_tensor is None:
+        import tensorflow as tf
+
+        to_tensor = tf.convert_to_tensor
+    init = [to_tensor(np.asarray(state[0], dtype))] + ([] if state[1] is None else [to_tensor(np.asarray(state[1], dtype))])
+    _, new = sub.cell(to_tensor(np.asarray(x, dtype)), init)
     new = list(new) if isinstance(new, (list, tuple)) else [new]
     h1 = np.asarray(new[0], np.float64)
     return h1, (np.asarray(new[1], np.float64) if state[1] is not None else None)
