@@ -352,17 +352,22 @@ def _lin(w: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return val.T, abs_products(w, np.abs(vt)).T
 
 
+act_error_ = act_error
+
+
 def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
-               u: float) -> tuple[np.ndarray, np.ndarray | None]:
+               u: float, u_acc: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Bounds ``(dh, dc)`` (float64, shapes of ``h1``, ``c1``) of ``|h1' - h1|``, ``|c1' - c1|`` elementwise, where
     ``h1, c1`` is the exact step of :func:`step` from ``x, h0, c0`` and ``h1', c1'`` the same step computed by
     any implementation in floating point of unit roundoff ``u`` (float32: ``2**-24``) that holds the same
     weights and states (or rounds them once to its precision), sums in any order and evaluates its
     activations within :data:`ACT_ULPS` ulps. Forward error analysis, term by term:
 
-    * a pre-activation ``z = W_ih x + b_ih + W_hh h + b_hh (+ p c)`` of ``n`` terms: ``|dz| <= gamma_{n+4} *
-      (|W_ih||x| + |b_ih| + |W_hh||h| + |b_hh| (+ |p||c|))`` (:func:`_gamma`; the 4 covers rounding the
-      weights, ``x``, ``h`` once each and the added biases);
+    * a pre-activation ``z = W_ih x + b_ih + W_hh h + b_hh (+ p c)`` of ``n`` terms: ``|dz| <= (gamma_n(u_acc)
+      + 4 u) * (|W_ih||x| + |b_ih| + |W_hh||h| + |b_hh| (+ |p||c|))`` (:func:`_gamma`): the sums accumulated
+      at unit roundoff ``u_acc`` (default ``u``; float32 for float16 storage, as torch's CPU half GEMMs and
+      cuDNN's float compute type accumulate), and ``4 u`` for rounding the weights, ``x``, ``h`` and the
+      result to the storage precision once each;
     * an activation: :func:`act_error`;
     * a product ``a b`` of perturbed factors: ``|a| db + |b| da + da db + u |a b|``; a sum of two: the sum
       of the bounds plus ``u`` times the magnitudes; cell and projection clips are 1-Lipschitz;
@@ -374,6 +379,14 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
     relative, is far below the bound).
     """
     f64 = np.float64
+    ua = u if u_acc is None else u_acc
+
+    def acc(n: int) -> float:
+        return _gamma(n, ua) + 4.0 * u
+
+    def act_error(name, z, dz, _u):  # evaluated at u_acc, then rounded to the storage precision
+        return act_error_(name, z, dz, ua) + u * (1.0 + np.abs(ACT[name](z)))
+
     s, cell, H = layer.semantics, layer.cell, layer.hidden_size
     x, h0 = np.asarray(x, f64), np.asarray(h0, f64)
     I, out = x.shape[1], h0.shape[1]
@@ -396,7 +409,7 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
             a[:, sl["i"]] += np.abs(pe[0] * c0)
             a[:, sl["f"]] += np.abs(pe[1] * c0)
             n += 1
-        dz = _gamma(n + 4, u) * a
+        dz = acc(n) * a
         zi, zf, zg = z[:, sl["i"]], z[:, sl["f"]] + s.forget_bias, z[:, sl["g"]]
         i, f, g = ACT[gact](zi), ACT[gact](zf), ACT[act](zg)
         di, df, dg = (act_error(gact, zi, dz[:, sl["i"]], u), act_error(gact, zf, dz[:, sl["f"]], u),
@@ -408,18 +421,18 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         zo, dzo = z[:, sl["o"]], dz[:, sl["o"]]
         if p.peep is not None:
             zo = zo + pe[2] * c1
-            dzo = _gamma(n + 4, u) * (a[:, sl["o"]] + np.abs(pe[2] * c1)) + np.abs(pe[2]) * dc
+            dzo = acc(n) * (a[:, sl["o"]] + np.abs(pe[2] * c1)) + np.abs(pe[2]) * dc
         o, do = ACT[gact](zo), act_error(gact, zo, dzo, u)
         ac, dac = ACT[act](c1), act_error(act, c1, dc, u)
         hp = o * ac
         dh = np.abs(ac) * do + np.abs(o) * dac + do * dac + u * np.abs(hp)
         if p.w_hr is not None:
             _, ahp = _lin(p.w_hr, hp)
-            dh = abs_products(p.w_hr, np.ascontiguousarray(dh.T)).T + _gamma(H + 2, u) * ahp
+            dh = abs_products(p.w_hr, np.ascontiguousarray(dh.T)).T + acc(H + 2) * ahp
         return dh, dc
     if cell is Cell.GRU:
         r_sl, z_sl, n_sl = (gate_slice(cell, g, H) for g in "rzn")
-        dzg = _gamma(I + out + 6, u)
+        dzg = acc(I + out + 2)
         zr = zx[:, r_sl] + b_ih[r_sl] + zh[:, r_sl] + b_hh[r_sl]
         zz = zx[:, z_sl] + b_ih[z_sl] + zh[:, z_sl] + b_hh[z_sl]
         ar = ax[:, r_sl] + np.abs(b_ih[r_sl]) + ah[:, r_sl] + np.abs(b_hh[r_sl])
@@ -428,9 +441,9 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         zg, dzz = ACT[gact](zz), act_error(gact, zz, dzg * az, u)
         if s.reset_after:
             hn = zh[:, n_sl] + b_hh[n_sl]
-            dhn = _gamma(out + 3, u) * (ah[:, n_sl] + np.abs(b_hh[n_sl]))
+            dhn = acc(out + 1) * (ah[:, n_sl] + np.abs(b_hh[n_sl]))
             npre = zx[:, n_sl] + b_ih[n_sl] + r * hn
-            dn_pre = (_gamma(I + 5, u) * (ax[:, n_sl] + np.abs(b_ih[n_sl]) + np.abs(r * hn))
+            dn_pre = (acc(I + 2) * (ax[:, n_sl] + np.abs(b_ih[n_sl]) + np.abs(r * hn))
                       + np.abs(hn) * dr + np.abs(r) * dhn + dr * dhn)
         else:
             rh = r * h0
@@ -438,7 +451,7 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
             w_hn = p.w_hh[n_sl]
             whrh, awhrh = _lin(w_hn, rh)
             npre = zx[:, n_sl] + b_ih[n_sl] + whrh + b_hh[n_sl]
-            dn_pre = (_gamma(I + out + 6, u) * (ax[:, n_sl] + np.abs(b_ih[n_sl]) + awhrh + np.abs(b_hh[n_sl]))
+            dn_pre = (acc(I + out + 2) * (ax[:, n_sl] + np.abs(b_ih[n_sl]) + awhrh + np.abs(b_hh[n_sl]))
                       + abs_products(w_hn, np.ascontiguousarray(drh.T)).T)
         nn, dn = ACT[act](npre), act_error(act, npre, dn_pre, u)
         ah0, an, az_ = np.abs(h0), np.abs(nn), np.abs(zg)
@@ -446,4 +459,4 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         return dh, None
     z = zx + b_ih + zh + b_hh
     a = ax + np.abs(b_ih) + ah + np.abs(b_hh)
-    return act_error(act, z, _gamma(I + out + 6, u) * a, u), None
+    return act_error(act, z, acc(I + out + 2) * a, u), None
