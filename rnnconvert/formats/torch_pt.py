@@ -226,23 +226,24 @@ def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
     return run_module(one, sd, x)
 
 
-def run_step(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, states: list) -> list:
+def run_step(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, states: list, device: str = "cpu") -> list:
     """One step of every direction of the one-layer ``layer`` (a slab, :meth:`RNNLayer.one_slab`) in its
     ``torch.nn`` module loaded from ``sd``: ``x`` ``(N, I)`` is fed as ``N`` sequences of length 1, each
     direction starting from its own ``states[d] = (h0 (N, out), c0 (N, H) or None)`` (torch ``h0``/``c0``,
-    ``(D, N, .)``). Returns ``[(h1, c1 or None)]`` per direction, float64. Verification's one-step check."""
+    ``(D, N, .)``). Returns ``[(h1, c1 or None)]`` per direction, float64. Verification's one-step check.
+    ``device='cuda'``: the module runs on the GPU (cuDNN)."""
     torch = require("torch", "torch")
-    mod = build_module(layer, sd)
+    mod = build_module(layer, sd).to(device)
     dt = next(mod.parameters()).dtype
-    h0 = torch.from_numpy(np.stack([np.asarray(s[0]) for s in states])).to(dt).contiguous()
+    h0 = torch.from_numpy(np.stack([np.asarray(s[0]) for s in states])).to(device, dt).contiguous()
     with torch.no_grad():
-        xt = torch.from_numpy(np.asarray(x)[:, None, :]).to(dt)
+        xt = torch.from_numpy(np.asarray(x)[:, None, :]).to(device, dt)
         if layer.cell is Cell.LSTM:
-            c0 = torch.from_numpy(np.stack([np.asarray(s[1]) for s in states])).to(dt).contiguous()
+            c0 = torch.from_numpy(np.stack([np.asarray(s[1]) for s in states])).to(device, dt).contiguous()
             _, (hn, cn) = mod(xt, (h0, c0))
-            return [(hn[d].double().numpy(), cn[d].double().numpy()) for d in range(len(states))]
+            return [(hn[d].double().cpu().numpy(), cn[d].double().cpu().numpy()) for d in range(len(states))]
         _, hn = mod(xt, h0)
-        return [(hn[d].double().numpy(), None) for d in range(len(states))]
+        return [(hn[d].double().cpu().numpy(), None) for d in range(len(states))]
 
 
 def slab_state(layer: RNNLayer, k: int, get) -> tuple[RNNLayer, dict[str, Any]]:
@@ -261,13 +262,13 @@ def slab_state(layer: RNNLayer, k: int, get) -> tuple[RNNLayer, dict[str, Any]]:
     return one, sd
 
 
-def step_canonical(layer: RNNLayer, k: int, x: np.ndarray, states: list) -> list:
+def step_canonical(layer: RNNLayer, k: int, x: np.ndarray, states: list, device: str = "cpu") -> list:
     """:func:`run_step` of stacked layer ``k`` of ``layer`` from its canonical parameters (read back from a
     written file by rnnconvert's reader: npz, cuDNN buffers), in ``torch.nn``."""
     torch = require("torch", "torch")
     one = layer.one_slab(k)
     sd = {key: torch.from_numpy(np.ascontiguousarray(v)) for key, v in state_dict(Checkpoint(layers=[one])).items()}
-    return run_step(one, sd, x, states)
+    return run_step(one, sd, x, states, device)
 
 
 def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
