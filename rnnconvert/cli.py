@@ -105,7 +105,8 @@ def convert(
     if cudnn and (to or (None if src.is_dir() else api.registry.for_output(dst).name)) not in ("keras_h5", None):
         raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
-                  read_opts=_read_opts(gate_activation, read_opt, name_map), write_opts={"cudnn": True} if cudnn else None)
+                  read_opts=_read_opts(gate_activation, read_opt, name_map),
+                  write_opts={"cudnn": True} if cudnn else None)
     if src.is_dir() and not _is_checkpoint_dir(src):
         if inputs is not None:
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
@@ -286,7 +287,8 @@ def verify(
 
     if device not in ("cpu", "cuda") or dtype not in ("float32", "float16"):
         raise typer.BadParameter("--device is cpu or cuda; --dtype is float32 or float16")
-    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt, name_map), device=device, dtype=dtype,
+    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt, name_map),
+                     device=device, dtype=dtype,
                      inputs=None if inputs is None else api.load_inputs(inputs))
     if as_json:
         out = rep.to_dict()

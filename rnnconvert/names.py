@@ -141,8 +141,9 @@ class NameMap:
     Attributes:
         rules: ``(pattern, role)`` pairs. ``pattern`` is a glob over tensor names (``*`` any text, ``?``
             one character); ``role`` is ``[LAYER.]ROLE[_l<k>][_reverse]`` with ``ROLE`` one of
-            :data:`ROLES`, or ``other`` (not a recurrent weight: carried along as it is). Without ``LAYER`` the layer is named by the text the pattern's wildcards
-            matched (joined with ``.``), or ``rnn`` when it has none. The first matching rule wins;
+            :data:`ROLES`, or ``other`` (not a recurrent weight: carried along as it is). Without ``LAYER``
+            the layer is named by the text the pattern's wildcards matched (joined with ``.``), or ``rnn``
+            when it has none. The first matching rule wins;
             tensors no rule matches go through the name table.
         gate_order: the stored gate order in canonical letters (LSTM ``i f g o`` -- ``c``/``j`` accepted
             for ``g``; GRU ``r z n`` -- ``u`` for ``z``, ``h`` for ``n``), e.g. ``ifog``; ``None``: the family's.
@@ -403,6 +404,7 @@ def recognise(tensors: Mapping[str, np.ndarray], where: str, fmt: str, *, map: A
     """
     nm = parse_map(map)
     slots: dict[str, dict[int, dict[bool, dict[str, _Hit]]]] = {}
+    clash: dict[str, str] = {}  # layer -> why it cannot be read (strict=False)
     for name in tensors:
         hit = None
         if nm is not None:
@@ -421,10 +423,13 @@ def recognise(tensors: Mapping[str, np.ndarray], where: str, fmt: str, *, map: A
         slot = slots.setdefault(hit.layer, {}).setdefault(hit.k, {}).setdefault(hit.rev, {})
         if hit.role in slot:
             other = slot[hit.role]
-            raise FormatError(f"{where}: ambiguous names: '{other.name}' (rule {other.rule}) and '{hit.name}' (rule "
-                              f"{hit.rule}) both read as {hit.role} of layer '{hit.layer}'"
-                              f"{f' l{hit.k}' if hit.k else ''}{' reverse' if hit.rev else ''}; "
-                              "say which is which with --map PATTERN=ROLE")
+            msg = (f"ambiguous names: '{other.name}' (rule {other.rule}) and '{hit.name}' (rule {hit.rule}) both "
+                   f"read as {hit.role} of layer '{hit.layer}'{f' l{hit.k}' if hit.k else ''}"
+                   f"{' reverse' if hit.rev else ''}; say which is which with --map PATTERN=ROLE")
+            if strict:
+                raise FormatError(f"{where}: {msg}")
+            clash.setdefault(hit.layer, msg)
+            continue
         slot[hit.role] = hit
     ckpt = Checkpoint(format=fmt, meta={"path": where, "recognised": []})
     used: set[str] = set()
@@ -438,10 +443,14 @@ def recognise(tensors: Mapping[str, np.ndarray], where: str, fmt: str, *, map: A
                                   f"forward layer; it has {', '.join(have)}")
             continue  # not a recurrent layer (a Dense W/b, an embedding kernel): carried along
         try:
+            if lname in clash:
+                raise FormatError(f"{where}: {clash[lname]}")
             layer = _build(lname, layers, tensors, where, fmt, nm, nonlinearity)
         except FormatError as exc:
             if strict:
-                raise
+                some = next(h.name for ks in layers.values() for d in ks.values() for h in d.values())
+                raise FormatError(f"{exc} (if '{lname}' is no recurrent layer, mark its tensors with --map "
+                                  f"'{some}=other')") from exc
             ckpt.meta["recognised"].append(f"{lname}: not read as a recurrent layer: "
                                            f"{str(exc).removeprefix(where + ': ')}")
             continue
@@ -550,7 +559,8 @@ def _build(lname: str, layers: dict, tensors: Mapping[str, np.ndarray], where: s
     sem = Semantics(gate_activation=(nm.gate_activation if nm and nm.gate_activation else "sigmoid"),
                     activation=(nm.activation if nm and nm.activation else act), reset_after=reset_after)
     rules = sorted({h.rule for h in hits})
-    line = (f"{lname}: {cell.value} H={H}{f' P={proj}' if proj else ''}, {nl} layer(s){', bidirectional' if bidi else ''}"
+    line = (f"{lname}: {cell.value} H={H}{f' P={proj}' if proj else ''}, {nl} layer(s)"
+            f"{', bidirectional' if bidi else ''}"
             f" -- names {', '.join(rules)} ({'family ' + family if family else 'no family'}); "
             f"orientation {orientation} ({orient_how}); gate order {' '.join(order)} ({order_how})"
             + (f"; reset_after {reset_after} ({ra_how})" if cell is Cell.GRU else "")

@@ -232,3 +232,21 @@ def test_gen_field_is_the_producer():
     man = json.loads((FIXTURES / "manifest.json").read_text())["field"]
     assert {e["file"] for e in man} == {f"field/{p.name}" for p in FIELD.iterdir() if ".oracle." not in p.name}
     assert (ROOT / "fixtures" / "gen_field.py").exists()
+
+
+def test_attention_weights_beside_rnns(tmp_path):
+    """Bahdanau-style W/U (square) beside the RNNs: refused as ambiguous when the table must read the
+    file, with the way out (``=other``); carried along untouched beside torch.nn keys."""
+    rnn = torch.nn.RNN(4, 4)
+    att = {"attn_W": rnn.weight_ih_l0.detach().numpy(), "attn_U": rnn.weight_hh_l0.detach().numpy()}
+    p = _renamed(tmp_path, {}, att)
+    with pytest.raises(FormatError, match="attn_.*=other"):
+        api.load(p)
+    ckpt = api.load(p, map=["attn_*=other"])
+    assert [layer.name for layer in ckpt.layers] == ["encoder", "decoder"] and set(att) <= set(ckpt.tensors)
+    lstm = torch.nn.LSTM(3, 4)
+    sd = {**lstm.state_dict(), "attn.W": torch.from_numpy(att["attn_W"]), "attn.U": torch.from_numpy(att["attn_U"])}
+    torch.save(sd, tmp_path / "with_attn.pt")
+    ckpt = api.load(tmp_path / "with_attn.pt")
+    assert [layer.name for layer in ckpt.layers] == ["rnn"] and {"attn.W", "attn.U"} <= set(ckpt.tensors)
+    assert any(line.startswith("attn: not read") for line in ckpt.meta["recognised"])
