@@ -277,6 +277,12 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
     if hasattr(out_mod, "check"):  # on a lazy skeleton: refusals look at structure only
         rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
+    for layer in ckpt.layers:  # read by the foreign-name table: the reading itself is an assumption
+        how = layer.source.get("recognised") if isinstance(layer.source, dict) else None
+        if how:
+            rep.notes.append(f"{layer.name}: read by its tensor names ({how['line'].split(' -- ', 1)[1]}); "
+                             "verification checks the written file against this reading, not the reading "
+                             "itself: inconclusive about the names (docs/foreign-names.md)")
     if not dst_p.parent.exists():
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
     tmp = _temp_beside(dst_p)

@@ -191,6 +191,8 @@ class NameMap:
 
     def role_of(self, name: str) -> tuple[str, str, int | None, bool] | None:
         """``(layer, role, k, reverse)`` of the first rule whose pattern matches ``name``, else ``None``."""
+        if len(name) > MAX_NAME:
+            return None
         for pat, spec in self.rules:
             m = _glob(pat).fullmatch(name)
             if m is None:
@@ -324,8 +326,14 @@ class _Hit:
     family: str | None
 
 
+MAX_NAME = 1024
+
+
 def classify(name: str) -> _Hit | None:
-    """Where the name table puts tensor ``name``: ``_Hit(layer, role, k, reverse, rule, family)`` or ``None``."""
+    """Where the name table puts tensor ``name``: ``_Hit(layer, role, k, reverse, rule, family)`` or ``None``
+    (also for names longer than :data:`MAX_NAME`, which no framework writes: the matching stays linear)."""
+    if len(name) > MAX_NAME:
+        return None
     base = re.sub(r":\d+$", "", name)
     m = _ALIAS_RE.match(base)
     if m is None:
@@ -523,11 +531,11 @@ def _build(lname: str, layers: dict, tensors: Mapping[str, np.ndarray], where: s
         bias_shapes = {h.role: tensors[h.name].shape for h in first.values()}
         if nm and nm.reset_after is not None:
             reset_after, ra_how = nm.reset_after, "--map reset_after"
-        elif family == "torch":
-            reset_after, ra_how = True, "torch family (PyTorch's GRU)"
-        elif family == "keras" and "bias" in bias_shapes:
+        elif family is not None and FAMILIES[family].reset_after == "true":
+            reset_after, ra_how = True, f"{family} family"
+        elif family is not None and FAMILIES[family].reset_after == "from_bias" and "bias" in bias_shapes:
             reset_after = len(bias_shapes["bias"]) == 2
-            ra_how = f"Keras bias shape {tuple(bias_shapes['bias'])}"
+            ra_how = f"{family} family, bias shape {tuple(bias_shapes['bias'])}"
         else:
             raise FormatError(f"{where}: layer '{lname}': the names do not tell this GRU's reset variant; "
                               "say it with --map reset_after=true|false (true: r * (W_hn h + b_hn), PyTorch; "

@@ -250,3 +250,8 @@ def test_attention_weights_beside_rnns(tmp_path):
     ckpt = api.load(tmp_path / "with_attn.pt")
     assert [layer.name for layer in ckpt.layers] == ["rnn"] and {"attn.W", "attn.U"} <= set(ckpt.tensors)
     assert any(line.startswith("attn: not read") for line in ckpt.meta["recognised"])
+
+
+def test_report_says_the_reading_is_not_verified(tmp_path):
+    rep = api.convert(FIELD / "handwritten.pt", tmp_path / "a.pt", map=["gate_order=ifog"])
+    assert any("cell: read by its tensor names" in n and "inconclusive" in n and "i f o g" in n for n in rep.notes)
