@@ -255,3 +255,18 @@ def test_attention_weights_beside_rnns(tmp_path):
 def test_report_says_the_reading_is_not_verified(tmp_path):
     rep = api.convert(FIELD / "handwritten.pt", tmp_path / "a.pt", map=["gate_order=ifog"])
     assert any("cell: read by its tensor names" in n and "inconclusive" in n and "i f o g" in n for n in rep.notes)
+
+
+def test_projection_under_abbreviated_names(tmp_path):
+    """nn.LSTM(proj_size=3) saved by numpy as w_ih_l0/w_hh_l0/w_hr_l0/...: torch runs the original module
+    (the oracle) and the converted .pt on the same inputs."""
+    torch.manual_seed(3)
+    lstm = torch.nn.LSTM(4, 6, proj_size=3, batch_first=True)
+    p = tmp_path / "proj.npz"
+    np.savez(p, **{f"lm_{k.replace('weight_', 'w_').replace('bias_', 'b_')}": v.numpy()
+                   for k, v in lstm.state_dict().items()})
+    api.convert(p, tmp_path / "out.pt")
+    x = np.random.default_rng(3).standard_normal((2, 5, 4)).astype(np.float32)
+    with torch.no_grad():
+        want = lstm(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(_run_pt(tmp_path / "out.pt", "lm", x), want, atol=ATOL, rtol=0)
