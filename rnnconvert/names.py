@@ -428,6 +428,8 @@ def recognise(tensors: Mapping[str, np.ndarray], where: str, fmt: str, *, map: A
                 continue
         if hit is None or hit.role == "other":
             continue
+        if getattr(getattr(tensors[name], "dtype", None), "kind", "") != "f":  # a step counter, a vocabulary
+            continue
         slot = slots.setdefault(hit.layer, {}).setdefault(hit.k, {}).setdefault(hit.rev, {})
         if hit.role in slot:
             other = slot[hit.role]
@@ -558,7 +560,7 @@ def _build(lname: str, layers: dict, tensors: Mapping[str, np.ndarray], where: s
             arr = {role: tensors[h.name] for role, h in slot.items()}
             names_used[tag] = {role: h.name for role, h in slot.items()}
             try:
-                row.append(_direction(arr, cell, conv, gh, H, where, lname))
+                row.append(_direction(arr, cell, conv, gh))
             except ValueError as exc:
                 raise FormatError(f"{where}: layer '{lname}' {tag}: {exc}") from exc
             has_bias = has_bias or any(r in arr for r in ("b_ih", "b_hh", "bias"))
@@ -576,7 +578,7 @@ def _build(lname: str, layers: dict, tensors: Mapping[str, np.ndarray], where: s
     try:
         return RNNLayer(name=lname, cell=cell, input_size=params[0][0].w_ih.shape[1], hidden_size=H,
                         num_layers=nl, bidirectional=bidi, proj_size=proj, bias=has_bias, semantics=sem,
-                        params=params, source={"format": fmt, "class_name": f"foreign names ({family or 'map'})",
+                        params=params, source={"format": fmt, "class_name": f"foreign names ({family or 'no family'})",
                                                "recognised": {"line": line, "family": family, "rules": rules,
                                                               "orientation": orientation, "gate_order": order,
                                                               "tensors": names_used}})
@@ -584,8 +586,9 @@ def _build(lname: str, layers: dict, tensors: Mapping[str, np.ndarray], where: s
         raise FormatError(f"{where}: layer '{lname}': {exc}") from exc
 
 
-def _direction(arr: dict[str, np.ndarray], cell: Cell, conv: gates.Convention, gh: int, H: int,
-               where: str, lname: str) -> DirectionParams:
+def _direction(arr: dict[str, np.ndarray], cell: Cell, conv: gates.Convention, gh: int) -> DirectionParams:
+    """Canonical parameters of one direction from its arrays by role, stored under ``conv`` (only
+    transposes and block permutations: bit-exact). Raises ``ValueError`` on a shape that does not fit."""
     def mat(role: str) -> np.ndarray:
         m = np.asarray(arr[role])
         if m.ndim != 2:

@@ -218,10 +218,14 @@ def test_hdf5_with_own_names(tmp_path):
         np.testing.assert_allclose(_run_pt(dst, name, orc[f"{name}__in"]), orc[f"{name}__out"], atol=ATOL, rtol=0)
 
 
-def test_cli_inspect_and_map(tmp_path):
+def test_cli_inspect_and_map(tmp_path, capsys):
     from rnnconvert.cli import main
 
     assert main(["inspect", str(FIELD / "multi_rnn.npz"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [r.split(":")[0] for r in info["recognised"]] == ["encoder", "decoder"]
+    assert main(["inspect", str(FIELD / "handwritten.pt"), "--map", "gate_order=ifog"]) == 0
+    assert "recognised cell: LSTM H=6" in capsys.readouterr().out
     assert main([str(FIELD / "handwritten.pt"), str(tmp_path / "a.pt")]) == 3
     assert not (tmp_path / "a.pt").exists()
     assert main([str(FIELD / "handwritten.pt"), str(tmp_path / "a.pt"), "--map", "gate_order=ifog"]) == 0
@@ -270,3 +274,16 @@ def test_projection_under_abbreviated_names(tmp_path):
     with torch.no_grad():
         want = lstm(torch.from_numpy(x))[0].numpy()
     np.testing.assert_allclose(_run_pt(tmp_path / "out.pt", "lm", x), want, atol=ATOL, rtol=0)
+
+
+def test_peepholes_by_role(tmp_path):
+    """TF1's peephole names (w_i_diag, w_f_diag, w_o_diag) land in the canonical peep rows p_i, p_f, p_o."""
+    rng = np.random.default_rng(5)
+    t = {"c/kernel": rng.random((3, 8), np.float32), "c/recurrent_kernel": rng.random((2, 8), np.float32),
+         "c/bias": rng.random(8, np.float32), "c/w_f_diag": np.full(2, 2.0, np.float32),
+         "c/w_i_diag": np.full(2, 1.0, np.float32), "c/w_o_diag": np.full(2, 3.0, np.float32)}
+    layer = names.recognise(t, "f", "npz").layer("c")
+    assert layer.params[0][0].peep.tolist() == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
+    t.pop("c/w_o_diag")
+    with pytest.raises(FormatError, match="peep_o"):
+        names.recognise(t, "f", "npz")
