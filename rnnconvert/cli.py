@@ -30,7 +30,7 @@ def _console(stderr: bool = False):
 
 def _is_checkpoint_dir(src: Path) -> bool:
     """A directory that is ONE TensorFlow checkpoint/SavedModel (not a batch of files)."""
-    from .formats.tf_checkpoint import prefix_of
+    from .formats.tf.tf_checkpoint import prefix_of
 
     return prefix_of(src) is not None
 
@@ -51,7 +51,7 @@ def _read_opts(gate_activation: Optional[str], extra: Optional[list[str]] = None
                name_map: Optional[list[str]] = None) -> dict:
     out = {"gate_activation": gate_activation} if gate_activation else {}
     if name_map:
-        out["map"] = list(name_map)  # read by rnnconvert.names.parse_map (docs/foreign-names.md)
+        out["map"] = list(name_map)  # read by rnnconvert.core.names.parse_map (docs/foreign-names.md)
     for item in extra or []:
         key, sep, val = item.partition("=")
         if not sep or not key:
@@ -135,7 +135,7 @@ def convert(
 
 
 def _rule(c) -> str:
-    """How a layer was judged (rnnconvert.verify: float32 agreement, or the float64 rule)."""
+    """How a layer was judged (rnnconvert.engine.verify: float32 agreement, or the float64 rule)."""
     return f"tolerance {c.tolerance:.1e}, {'float32 agreement' if c.reference == 'float32' else 'float64 rule'}"
 
 
@@ -293,7 +293,7 @@ def verify(
     if as_json:
         out = rep.to_dict()
         if device == "cuda":
-            from .cudnn_check import versions
+            from .gpu.cudnn_check import versions
 
             out["versions"] = versions()
         typer.echo(json.dumps(out, indent=2))
@@ -309,7 +309,7 @@ def verify(
 @app.command()
 def formats(as_json: JsonOpt = False) -> None:
     """List the formats rnnconvert reads and writes."""
-    from . import registry
+    from .engine import registry
 
     rows = [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
              "description": f.description} for f in registry.FORMATS]

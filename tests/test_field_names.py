@@ -1,4 +1,4 @@
-"""Files from the field (issue 15): tensors under their owner's own names (rnnconvert/names.py) and deep
+"""Files from the field (issue 15): tensors under their owner's own names (rnnconvert/core/names.py) and deep
 TorchScript archives, made by the real frameworks (fixtures/gen_field.py).
 
 Oracle: the framework that made each file ran the original modules on fixed inputs (``field/*.oracle.npz``:
@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT
-from rnnconvert import api, names
+from rnnconvert import api
+from rnnconvert.core import names
 from rnnconvert.errors import FormatError, UnsupportedError
 
 FIELD = FIXTURES / "field"
@@ -61,7 +62,7 @@ def test_npz_with_own_names_several_rnns(tmp_path):
 
 def test_npz_to_onnx_runs_in_onnxruntime(tmp_path):
     pytest.importorskip("onnxruntime")
-    from rnnconvert.formats import onnx_fmt
+    from rnnconvert.formats.onnx import onnx_fmt
 
     dst = tmp_path / "out.onnx"
     api.convert(FIELD / "multi_rnn.npz", dst)
@@ -75,7 +76,7 @@ def test_npz_to_onnx_runs_in_onnxruntime(tmp_path):
 def test_keras_names_in_safetensors(tmp_path):
     """tf_keras variable names (kernel in_out, gates i f c o / z r h, GRU bias (3H,) or (2, 3H))."""
     pytest.importorskip("onnxruntime")
-    from rnnconvert.formats import onnx_fmt
+    from rnnconvert.formats.onnx import onnx_fmt
 
     src = FIELD / "keras_names.safetensors"
     dst = tmp_path / "out.onnx"
