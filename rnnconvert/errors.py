@@ -51,7 +51,7 @@ class VerificationError(RNNConvertError):
 
 class InconclusiveError(RNNConvertError):
     """Verification passed its tolerances, but a tolerance was too loose to tell a broken file from a
-    correct one (:attr:`rnnconvert.verify.LayerCheck.reason`); the output was not kept unless
+    correct one (:attr:`rnnconvert.engine.verify.LayerCheck.reason`); the output was not kept unless
     ``accept_inconclusive`` (``--accept-inconclusive``)."""
 
     exit_code = 9
