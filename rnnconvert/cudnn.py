@@ -101,40 +101,86 @@ class Region:
         return int(np.prod(self.shape))
 
 
-def layout(spec: Spec) -> list[Region]:
-    """The regions of the cuDNN buffer of ``spec``, in buffer order (a pure function).
-
-    Per pseudo-layer: matrices of ids ``0 .. 2G-1`` (``(H, in_k)`` for the ``G`` input ids, ``(H, P or H)``
-    for the ``G`` recurrent ids), then the projection ``(P, H)`` (id 8, LSTM with ``proj_size``), then
-    biases ``(H,)`` of ids ``0 .. 2G-1``. Single pseudo-layer: established; multi-layer/bidirectional
-    order and the projection position: inferred (module docstring).
-
-    Raises:
-        ValueError: non-positive sizes, or a projection on a non-LSTM cell / ``proj_size >= hidden_size``.
-    """
+def _check(spec: Spec) -> tuple[Cell, int, int]:
     cell, H, P = Cell(spec.cell), spec.hidden_size, spec.proj_size
     if min(spec.input_size, H, spec.num_layers) < 1 or P < 0:
         raise ValueError(f"invalid cuDNN spec {spec}")
     if P and (cell is not Cell.LSTM or P >= H):
         raise ValueError(f"proj_size={P} needs an LSTM with proj_size < hidden_size ({spec})")
-    G = cell.gates
+    return cell, H, P
+
+
+def _matrices(spec: Spec, p: int) -> list[tuple[int, tuple[int, int]]]:
+    """``(linLayerID, shape)`` of the matrices of pseudo-layer ``p``, in buffer order."""
+    cell, H, P = Cell(spec.cell), spec.hidden_size, spec.proj_size
+    G, k = cell.gates, p // spec.dirs
+    out = [(lid, (H, spec.layer_input_size(k))) for lid in range(G)]
+    out += [(lid, (H, P or H)) for lid in range(G, 2 * G)]
+    if P:
+        out.append((PROJECTION_ID, (P, H)))
+    return out
+
+
+def layout(spec: Spec) -> list[Region]:
+    """The regions of the cuDNN buffer of ``spec``, in buffer order (a pure function).
+
+    First the matrices of every pseudo-layer ``p = layer * dirs + direction`` in turn: ids ``0 .. G-1``
+    (``(H, in_k)``, applied to the layer input), ids ``G .. 2G-1`` (``(H, P or H)``, recurrent), then the
+    projection ``(P, H)`` (id 8, LSTM with ``proj_size``); after the matrices of ALL pseudo-layers, the
+    biases ``(H,)`` of every pseudo-layer in turn, ids ``0 .. 2G-1``. No padding. Sources and strength
+    of each part: module docstring and ``docs/cudnn-layout.md``.
+
+    Raises:
+        ValueError: non-positive sizes, or a projection on a non-LSTM cell / ``proj_size >= hidden_size``.
+    """
+    cell, H, _ = _check(spec)
+    G, n = cell.gates, spec.num_layers * spec.dirs
     regions: list[Region] = []
     off = 0
-    for k in range(spec.num_layers):
-        for d in range(spec.dirs):
-            p = k * spec.dirs + d
-            shapes = [(H, spec.layer_input_size(k))] * G + [(H, P or H)] * G
-            ids = list(range(2 * G))
-            if P:
-                shapes.append((P, H))
-                ids.append(PROJECTION_ID)
-            for lid, shp in zip(ids, shapes):
-                regions.append(Region(p, lid, "matrix", off, shp))
-                off += shp[0] * shp[1]
-            for lid in range(2 * G):
-                regions.append(Region(p, lid, "bias", off, (H,)))
-                off += H
+    for p in range(n):
+        for lid, shp in _matrices(spec, p):
+            regions.append(Region(p, lid, "matrix", off, shp))
+            off += shp[0] * shp[1]
+    for p in range(n):
+        for lid in range(2 * G):
+            regions.append(Region(p, lid, "bias", off, (H,)))
+            off += H
     return regions
+
+
+def layout_v1(spec: Spec) -> list[Region]:
+    """The WRONG layout rnnconvert used before ``.cudnn.npz`` spec version 2: each pseudo-layer in
+    turn as one block, its matrices then its biases. Kept only to read version-1 ``.cudnn.npz`` files
+    written with it (:func:`from_layout_v1`); it equals :func:`layout` for one pseudo-layer."""
+    cell, H, _ = _check(spec)
+    regions: list[Region] = []
+    off = 0
+    for p in range(spec.num_layers * spec.dirs):
+        for lid, shp in _matrices(spec, p):
+            regions.append(Region(p, lid, "matrix", off, shp))
+            off += shp[0] * shp[1]
+        for lid in range(2 * cell.gates):
+            regions.append(Region(p, lid, "bias", off, (H,)))
+            off += H
+    return regions
+
+
+def from_layout_v1(buffer: np.ndarray, spec: Spec) -> np.ndarray:
+    """A buffer written in :func:`layout_v1` moved into :func:`layout` (a permutation, bit-exact).
+
+    Raises:
+        FormatError: the buffer is not 1-D or has the wrong number of elements.
+    """
+    buf = np.asarray(buffer)
+    n = param_count(spec)
+    if buf.ndim != 1 or buf.size != n:
+        raise FormatError(f"cuDNN buffer of shape {buf.shape}; {spec} needs ({n},)")
+    where = {(r.pseudo_layer, r.kind, r.linear_layer_id): r for r in layout_v1(spec)}
+    out = np.empty_like(buf)
+    for r in layout(spec):
+        old = where[(r.pseudo_layer, r.kind, r.linear_layer_id)]
+        out[r.offset:r.offset + r.size] = buf[old.offset:old.offset + old.size]
+    return out
 
 
 def param_count(spec: Spec) -> int:
