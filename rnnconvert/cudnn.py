@@ -4,7 +4,7 @@ Numpy only. Everything here follows from ONE pure function, :func:`layout`, whic
 :class:`Spec` into the list of :class:`Region` records of the buffer; :func:`pack` and
 :func:`unpack` use nothing else.
 
-The layout, and how sure we are of each part (``/work/shared/LAYOUTS.md`` §11):
+The layout, and how sure we are of each part (details and sources: ``docs/cudnn-layout.md``):
 
 * linLayerID meaning [documented: cuDNN ``cudnnGetRNNLinLayerMatrixParams`` doc, LAYOUTS §11.1]:
   LSTM 0-3 = W_i, W_f, W_g, W_o applied to the layer input, 4-7 = R_i, R_f, R_g, R_o applied to
@@ -12,18 +12,26 @@ The layout, and how sure we are of each part (``/work/shared/LAYOUTS.md`` §11):
   3-5 = R_r, R_z, R_n; RNN_TANH/RNN_RELU 0 = W, 1 = R. Every id except 8 has a bias
   (``b_ih`` for input ids, ``b_hh`` for recurrent ids); the buffer always holds two bias sets
   (``CUDNN_RNN_DOUBLE_BIAS``, what PyTorch and TF use; LAYOUTS §10).
-* Element order inside a matrix region [inferred from five code bases, LAYOUTS §11.4]: row-major
-  ``(H, in)`` (``W x`` orientation); the projection region is ``(P, H)``.
-* ESTABLISHED, single pseudo-layer (one layer, one direction) [LAYOUTS §11.3, §11.5; the packing
-  that tf_keras ``gpu_lstm``/``gpu_gru`` and ``CuDNNLSTM``/``CuDNNGRU`` hand to cuDNN, reproduced
-  by ``tests/test_cudnn.py`` with tf_keras' own ``canonical_to_params``]: all matrices in
-  linLayerID order, then all biases in linLayerID order, no padding.
-* INFERRED, not verified on a GPU yet (LAYOUTS §11.3, §17.1; see ``docs/cudnn-layout.md``):
-  (a) several pseudo-layers are stored one after the other, pseudo-layer-major, pseudo-layer
-  ``p = layer * dirs + direction`` (forward before backward), each block laid out like the single
-  pseudo-layer case; (b) the LSTM projection matrix (linLayerID 8) sits right after the recurrent
-  matrices (ids 4-7) and before the biases of its pseudo-layer. The tests marked ``cuda`` and
-  ``bench/gpu_check.py`` compare this against the offsets real cuDNN reports.
+* Element order inside a matrix region: row-major ``(H, in)`` (``W x`` orientation); the projection
+  region is ``(P, H)`` [five code bases, LAYOUTS §11.4; and the oracles below, bit for bit].
+* Where the regions sit [third-party oracles in the test suite, ``tests/test_cudnn_oracles.py``]:
+  first the matrices of every pseudo-layer ``p = layer * dirs + direction`` (forward before backward) in
+  turn -- input ids ``0..G-1``, recurrent ids ``G..2G-1``, then the projection (id 8) -- and after the
+  matrices of ALL pseudo-layers the biases of every pseudo-layer in turn, ids ``0..2G-1``; no padding.
+  Oracles: JAX ``jax.experimental.rnn`` (``unpack_lstm_weights``/``lstm_ref``, LSTM, 1-3 layers, uni- and
+  bidirectional) and MXNet 1.9.1's fused ``RNN`` operator on CPU (LSTM, GRU, RNN_TANH, RNN_RELU, 1-3
+  layers, uni-/bidirectional, LSTM projection with 1-3 layers): :func:`pack` equals their buffers and
+  :func:`unpack` their own unpacking, bit for bit. Both hand the same buffer unchanged to cuDNN on a GPU
+  and test it there against host code (JAX ``tests/experimental_rnn_test.py`` ``test_lstm``: cuDNN vs
+  ``lstm_ref``, 1 and 4 layers, uni-/bidirectional; MXNet ``tests/python/gpu/test_gluon_gpu.py``
+  ``test_layer_bidirectional[_proj]``: fused cuDNN layer vs unfused cells): strongly supported, not
+  measured on a GPU here. The projection position rests on MXNet alone (cuDNN v7 API,
+  ``cudnnSetRNNProjectionLayers``; its GPU test has one bidirectional layer, so with more than one layer
+  it is MXNet's code, CPU operator included, not a GPU measurement). Single pseudo-layer: also tf_keras' ``canonical_to_params``
+  (``tests/test_cudnn.py``). Where a GPU is present, :func:`rnnconvert.cudnn_check.check_layout`
+  compares :func:`layout` with the offsets cuDNN itself reports.
+* Until ``.cudnn.npz`` spec version 2, rnnconvert stored each pseudo-layer as one block (its matrices,
+  then its biases): :func:`layout_v1`, kept only to read version-1 files (:func:`from_layout_v1`).
 
 Gate order of the blocks is the canonical one (LSTM i f g o, GRU r z n): the ``"cudnn"`` entries
 of :data:`rnnconvert.gates.TABLE`.
