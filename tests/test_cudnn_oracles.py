@@ -316,3 +316,21 @@ def test_live_oracle(fw, env, tmp_path):
         _assert_same_params(ours, _their_layer(z, spec))
         assert np.array_equal(cudnn.pack(_their_layer(z, spec)), z["buffer"])
         assert np.abs(reference.forward(ours, z["x"]) - z["y"]).max() <= TOL, c["case"]
+
+
+def test_basic_rnn_cell_companions_need_the_scope_to_tell_tanh_from_relu():
+    """CudnnRNNTanh and CudnnRNNRelu save the same ``basic_rnn_cell`` names: the scope decides; an unnamed
+    scope is refused, not read as tanh."""
+    from rnnconvert.formats import tf_checkpoint
+
+    e = next(e for e in COMPANIONS if e["spec"]["cell"] == "RNN_RELU" and e["spec"]["bidirectional"])
+    companion = tf_checkpoint.read(FIXTURES / e["file"]).layers[0]
+    assert companion.cell is Cell.RNN_RELU and companion.semantics.activation == "relu"
+    buf = _oracle(e)["buffer"]
+    assert tf_checkpoint._check_opaque("x", companion, buf, Cell.RNN_TANH).semantics.activation == "tanh"
+    with pytest.raises(FormatError, match="basic_rnn_cell.*cudnn_rnn_tanh or cudnn_rnn_relu"):
+        tf_checkpoint._check_opaque("x", companion, buf, None)
+    e = next(e for e in COMPANIONS if e["spec"]["cell"] == "LSTM" and e["spec"]["bidirectional"])
+    with pytest.raises(FormatError, match="in a GRU scope but its canonical variables are LSTM"):
+        tf_checkpoint._check_opaque("x", tf_checkpoint.read(FIXTURES / e["file"]).layers[0], _oracle(e)["buffer"],
+                                    Cell.GRU)
