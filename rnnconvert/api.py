@@ -16,15 +16,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import registry
+from .engine import registry
 from .errors import FormatError, OutputExistsError, RNNConvertError
-from .finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
-from .model import Checkpoint
-from .verify import StreamedVerification, VerifyReport, verify as _verify
+from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
+from .core.model import Checkpoint
+from .engine.verify import StreamedVerification, VerifyReport, verify as _verify
 
 
 def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = False, **opts: Any) -> Checkpoint:
-    """Read ``path`` into the canonical :class:`~rnnconvert.model.Checkpoint`.
+    """Read ``path`` into the canonical :class:`~rnnconvert.core.model.Checkpoint`.
 
     Args:
         path: the source file (or directory, for directory formats).
@@ -95,7 +95,7 @@ def check_finite(ckpt: Checkpoint, where: str, checked: Callable[[Any], None] | 
     """
     import numpy as np
 
-    from .model import is_placeholder
+    from .core.model import is_placeholder
 
     for layer in ckpt.layers:
         for k, dirs in enumerate(layer.params):
@@ -230,7 +230,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             verify: str | None = "reference", force: bool = False, seed: int = 0,
             read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None,
             progress: Callable[[str, float, float], None] | None = None,
-            verify_inputs: dict[str, Any] | None = None) -> ConversionReport:
+            verify_inputs: dict[str, Any] | None = None, map: Any = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -247,6 +247,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             verified (the target side). The CLI draws its progress bar from it.
         verify_inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on
             instead of the random batch (:func:`load_inputs` reads them from an ``.npz``).
+        map: how to read tensors under their owner's own names (``.npz``, ``.safetensors``, ``.pt``,
+            TorchScript, non-Keras HDF5): a dict ``{"tensors": {PATTERN: ROLE}, "gate_order": ...,
+            "orientation": ..., ...}``, a ``.json``/``.toml`` path, or a list of ``PATTERN=ROLE`` /
+            ``gate_order=ifog`` items (:func:`rnnconvert.core.names.parse_map`, docs/foreign-names.md). A reader
+            option, like ``read_opts={"map": ...}``.
 
     Returns:
         a :class:`ConversionReport`.
@@ -256,6 +261,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         On any error ``dst`` is left as it was (absent or with its previous content).
     """
     src_p, dst_p = Path(src), Path(dst)
+    if map is not None:
+        read_opts = {**(read_opts or {}), "map": map}
     out_fmt = registry.for_output(dst_p, to)
     if dst_p.exists() and not force:
         raise OutputExistsError(f"{dst_p} exists; pass --force to overwrite it")
@@ -270,12 +277,18 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
     if hasattr(out_mod, "check"):  # on a lazy skeleton: refusals look at structure only
         rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
+    for layer in ckpt.layers:  # read by the foreign-name table: the reading itself is an assumption
+        how = layer.source.get("recognised") if isinstance(layer.source, dict) else None
+        if how:
+            rep.notes.append(f"{layer.name}: read by its tensor names ({how['line'].split(' -- ', 1)[1]}); "
+                             "verification checks the written file against this reading, not the reading "
+                             "itself: inconclusive about the names (docs/foreign-names.md)")
     if not dst_p.parent.exists():
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
     tmp = _temp_beside(dst_p)
-    from .formats import directio
+    from .io import directio
 
-    # a verified output is read back at once: written through the page cache (formats/directio.py)
+    # a verified output is read back at once: written through the page cache (io/directio.py)
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
     try:
         with cache:
@@ -317,7 +330,7 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
                      inputs: dict[str, Any] | None = None) -> VerifyReport:
     """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
     side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
-    from .stream import slabs
+    from .engine.stream import slabs
 
     check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs)
     for i, k, dirs in slabs(ckpt):  # each slab released by slabs when the next is asked for
@@ -329,25 +342,28 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
-           inputs: dict[str, Any] | None = None) -> VerifyReport:
-    """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify`).
+           inputs: dict[str, Any] | None = None, map: Any = None) -> VerifyReport:
+    """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.engine.verify`).
 
     Args:
+        map: how to read ``src``'s own tensor names (see :func:`convert`).
         inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on instead of
             the random batch (:func:`load_inputs`).
         device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
-            both routes of :mod:`rnnconvert.cuda_target` (``dst`` must be a readable format).
+            both routes of :mod:`rnnconvert.gpu.cuda_target` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
 
     Raises:
         FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
-        buffer layout differs from :func:`rnnconvert.cudnn.layout`); a failed comparison is reported, not raised.
+        buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed comparison is reported, not raised.
     """
+    if map is not None:
+        read_opts = {**(read_opts or {}), "map": map}
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
     if device == "cuda":
-        from .cuda_target import ROUTES, CudaTarget, require_cuda
+        from .gpu.cuda_target import ROUTES, CudaTarget, require_cuda
 
         require_cuda()
         if not hasattr(out_mod, "read"):
@@ -398,12 +414,17 @@ def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> dict[str, Any]:
-    """Describe a file: format, recurrent layers (kinds, sizes, semantics) and other tensors' shapes."""
+    """Describe a file: format, recurrent layers (kinds, sizes, semantics) and other tensors' shapes;
+    ``recognised``: for tensors read by their owner's own names (:mod:`rnnconvert.core.names`), one line per
+    layer saying which name rules, orientation and gate order were used. ``**opts``: reader options,
+    e.g. ``map=`` (see :func:`convert`)."""
     ckpt = load(path, format, **opts)
     return {
         "path": str(path),
         "format": ckpt.format,
-        "meta": {k: v for k, v in ckpt.meta.items() if k != "path"},
+        "meta": {k: v for k, v in ckpt.meta.items() if k not in ("path", "recognised")},
+        # foreign names (rnnconvert.core.names): per layer, which rules, orientation and gate order were used
+        "recognised": list(ckpt.meta.get("recognised") or []),
         "layers": [layer.describe() for layer in ckpt.layers],
         "tensors": {k: list(v.shape) for k, v in ckpt.tensors.items()},
     }
@@ -415,7 +436,7 @@ def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str,
     Raises:
         UnsupportedError: a layer PyTorch cannot express.
     """
-    from .formats import torch_pt
+    from .formats.torch import torch_pt
 
     ckpt = src if isinstance(src, Checkpoint) else load(src, **opts)
     return torch_pt.modules(ckpt)

@@ -30,10 +30,12 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, manifest
-from rnnconvert import api, cudnn, reference
+from rnnconvert import api
+from rnnconvert.core import cudnn, reference
+from rnnconvert.core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from rnnconvert.errors import FormatError
-from rnnconvert.formats import cudnn_npz, onnx_fmt
-from rnnconvert.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from rnnconvert.formats.onnx import onnx_fmt
+from rnnconvert.formats.storage import cudnn_npz
 
 ENTRIES = manifest("cudnn")
 ORACLES = [e for e in ENTRIES if e["kind"] == "oracle"]
@@ -270,7 +272,7 @@ def test_cli_lone_opaque_to_pt(tmp_path):
 def test_companions_that_disagree_are_refused(tmp_path):
     """Mutation: a companion checkpoint whose opaque_kernel has two pseudo-layers' bias regions swapped
     (everything else equal) is refused as disagreeing, naming where."""
-    from rnnconvert.formats import tf_checkpoint
+    from rnnconvert.formats.tf import tf_checkpoint
 
     e = next(e for e in COMPANIONS if e["spec"]["cell"] == "LSTM" and e["spec"]["num_layers"] == 2
              and e["spec"]["bidirectional"])
@@ -321,7 +323,7 @@ def test_live_oracle(fw, env, tmp_path):
 def test_basic_rnn_cell_companions_need_the_scope_to_tell_tanh_from_relu():
     """CudnnRNNTanh and CudnnRNNRelu save the same ``basic_rnn_cell`` names: the scope decides; an unnamed
     scope is refused, not read as tanh."""
-    from rnnconvert.formats import tf_checkpoint
+    from rnnconvert.formats.tf import tf_checkpoint
 
     e = next(e for e in COMPANIONS if e["spec"]["cell"] == "RNN_RELU" and e["spec"]["bidirectional"])
     companion = tf_checkpoint.read(FIXTURES / e["file"]).layers[0]
