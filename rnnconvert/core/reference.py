@@ -71,7 +71,14 @@ class _Blocks:
         return get
 
 
-def products(w: np.ndarray, vs: list[np.ndarray], rows: int = 256) -> list[np.ndarray]:
+#: rows of a weight matrix per block in :func:`products` and :func:`abs_products`: a float64 block of a
+#: ``K = 2048`` matrix is then 1 MiB, which stays in cache between its cast and its product. With 256 rows
+#: (4 MiB) a float32+float64 pass over an ``(8192, 2048)`` ``W_hh`` with 3 columns took ~1 s of wall time on
+#: the 2-core test machine against ~0.1 s with 64 (docs/performance.md, "one-step verification cost").
+BLOCK_ROWS = 64
+
+
+def products(w: np.ndarray, vs: list[np.ndarray], rows: int = BLOCK_ROWS) -> list[np.ndarray]:
     """``[w @ v for v in vs]``, each computed in ``v``'s dtype, reading ``w`` from memory once for all of them.
 
     ``w`` ``(M, K)`` (float16, float32 or float64) is taken ``rows`` rows at a time and cast, while still in
@@ -127,7 +134,8 @@ def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
 
 
 def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool,
-               init: tuple | None = None, record: dict | None = None) -> list[np.ndarray]:
+               init: tuple | None = None, record: dict | None = None,
+               hh0: np.ndarray | None = None) -> list[np.ndarray]:
     """Run one direction (params ``p``) over each input of ``xs`` (``(B, T, I_k)``, one per dtype, each
     computed in its own dtype) in lockstep, so that every product
     reads the weights once for all dtypes (:func:`products`); returns the ``(B, T, out)`` outputs in input
@@ -136,7 +144,9 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     ``init``: ``(h0, c0)`` initial states ``(B, out)``, ``(B, H)`` (``c0`` None for GRU/RNN) instead of zeros.
     ``record``: a dict that receives, for the first input of ``xs``, ``'h'`` ``(B, T, out)`` and ``'c'``
     ``(B, T, H)`` (LSTM) -- the state *before* each step, in input time order -- and ``'c_last'`` the final
-    cell state (the trajectory that :func:`rnnconvert.engine.verify` takes its one-step checks from)."""
+    cell state (the trajectory that :func:`rnnconvert.engine.verify` takes its one-step checks from).
+    ``hh0``: ``h0 @ W_hh.T`` ``(B, G*H)`` of the one input (with ``init``), already computed in its dtype, used
+    for the first step instead of reading ``W_hh`` again (:func:`step_with_bound`)."""
     dts = [x.dtype for x in xs]
     cast = lambda a: [None if a is None else np.asarray(a, dtype=dt) for dt in dts]  # noqa: E731
     b_ih, b_hh, w_hr, peep = map(cast, (p.b_ih, p.b_hh, p.w_hr, p.peep))
@@ -147,6 +157,8 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
         step, zeros without reading it (``0 * w`` is exactly 0 for the finite weights readers admit)."""
         if fresh:
             return [np.zeros((v.shape[0], w_hh[rows].shape[0]), v.dtype) for v in vs]
+        if given and rows == slice(None):
+            return [hh0]
         return [o.T for o in products(w_hh[rows], [v.T for v in vs])]
 
     s = layer.semantics
@@ -170,6 +182,7 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for n_step, t in enumerate(steps):
         fresh = n_step == 0 and init is None
+        given = n_step == 0 and hh0 is not None
         if record is not None:
             record["h"][:, t] = h[0]
             if cell is Cell.LSTM:
@@ -272,23 +285,34 @@ def trajectory(layer: RNNLayer, dirs: list[DirectionParams], x: np.ndarray) -> t
     its output ``(B, T, dirs*out)`` in input time order (:func:`forward_slab`) and, per direction, the state
     before every step (``{'h': (B, T, out), 'c': (B, T, H) or None}``, input time order): the points the
     one-step comparison of :mod:`rnnconvert.engine.verify` starts the target from."""
+    ys, recs = trajectory_multi(layer, dirs, [x])
+    return ys[0], recs
+
+
+def trajectory_multi(layer: RNNLayer, dirs: list[DirectionParams],
+                     xs: list[np.ndarray]) -> tuple[list[np.ndarray], list[dict]]:
+    """:func:`trajectory` of ``xs[0]`` and, in lockstep, :func:`forward_slab` of the other inputs of ``xs`` (each
+    in its own dtype, :func:`forward_slab_multi`), so that each product reads the weights once for all of
+    them. Returns the outputs, one per input, and the states of ``xs[0]``'s run. The run of ``xs[0]`` is the
+    same computation, operation for operation, as ``forward_slab_multi(layer, dirs, xs)[0]`` (both are
+    :func:`_direction` over the same inputs): verification takes its float32 sequence from it."""
     recs = [{} for _ in dirs]
     if layer.bidirectional:
-        fw = _direction(layer, dirs[0], [x], False, record=recs[0])[0]
-        bw = _direction(layer, dirs[1], [x], True, record=recs[1])[0]
-        return np.concatenate([fw, bw], axis=-1), recs
-    y = _direction(layer, dirs[0], [x], layer.semantics.go_backwards, record=recs[0])[0]
-    return y, recs
+        fw = _direction(layer, dirs[0], xs, False, record=recs[0])
+        bw = _direction(layer, dirs[1], xs, True, record=recs[1])
+        return [np.concatenate([a, b], axis=-1) for a, b in zip(fw, bw)], recs
+    return _direction(layer, dirs[0], xs, layer.semantics.go_backwards, record=recs[0]), recs
 
 
 def step(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
-         dtype=np.float64) -> tuple[np.ndarray, np.ndarray | None]:
+         dtype=np.float64, hh: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """One step of one direction for ``N`` independent rows: input ``x`` ``(N, I_k)``, states ``h0`` ``(N, out)``,
     ``c0`` ``(N, H)`` (LSTM; else None). Returns ``(h1, c1)`` in ``dtype`` (``c1`` None but for LSTM). The
-    equations of :func:`forward` (module docstring), time direction irrelevant for one step."""
+    equations of :func:`forward` (module docstring), time direction irrelevant for one step. ``hh``: the
+    product ``h0 @ W_hh.T`` ``(N, G*H)`` in ``dtype`` when the caller has it (:func:`step_with_bound`)."""
     rec: dict = {}
     y = _direction(layer, p, [np.asarray(x, dtype)[:, None, :]], False,
-                   init=(h0, c0), record=rec)[0]
+                   init=(h0, c0), record=rec, hh0=hh)[0]
     return y[:, 0], rec["c_last"]
 
 
@@ -336,7 +360,7 @@ def act_error(name: str, z: np.ndarray, dz: np.ndarray, u: float) -> np.ndarray:
     return slope * dz + ACT_ULPS * u * (1.0 + np.abs(ACT[name](z)))
 
 
-def abs_products(w: np.ndarray, v: np.ndarray, rows: int = 256) -> np.ndarray:
+def abs_products(w: np.ndarray, v: np.ndarray, rows: int = BLOCK_ROWS) -> np.ndarray:
     """``|w| @ v`` in float64 for ``w`` ``(M, K)`` and ``v`` ``(K, N)`` (``v >= 0``), ``rows`` rows of ``w``
     at a time (no full-size copy of ``|w|``)."""
     out = np.empty((w.shape[0], v.shape[1]), np.float64)
@@ -345,18 +369,36 @@ def abs_products(w: np.ndarray, v: np.ndarray, rows: int = 256) -> np.ndarray:
     return out
 
 
-def _lin(w: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(v @ w.T, |v| @ |w|.T)`` in float64, ``v`` ``(N, K)``, ``w`` ``(M, K)``: value and magnitude."""
-    vt = np.ascontiguousarray(v.T)
-    (val,) = products(w, [vt])
-    return val.T, abs_products(w, np.abs(vt)).T
+def _lin(w: np.ndarray, v: np.ndarray, rows: int = BLOCK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """``(v @ w.T, |v| @ |w|.T)`` in float64, ``v`` ``(N, K)``, ``w`` ``(M, K)``: value and magnitude, in one
+    pass over ``w``: each block of rows cast to float64 once (:class:`_Blocks`), multiplied by ``v``, then
+    made absolute in its buffer and multiplied by ``|v|`` (the value is the same as ``products(w, [v.T])``)."""
+    vt = np.ascontiguousarray(np.asarray(v, np.float64).T)
+    avt = np.abs(vt)
+    val = np.empty((w.shape[0], vt.shape[1]), np.float64)
+    mag = np.empty_like(val)
+    own = w.dtype == np.float64  # then the block is a view of ``w`` itself: never made absolute in place
+    for i, get in _Blocks(w, rows):
+        b = get(np.float64)
+        val[i:i + rows] = b @ vt
+        mag[i:i + rows] = (np.abs(b) if own else np.abs(b, out=b)) @ avt
+    return val.T, mag.T
 
 
 act_error_ = act_error
 
 
+def step_with_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
+                    u: float, u_acc: float | None = None) -> tuple[tuple, tuple]:
+    """``(step(layer, p, x, h0, c0), step_bound(layer, p, x, h0, c0, u, u_acc))`` (float64), reading ``W_hh`` once
+    for both: one pass (:func:`_lin`) gives ``h0 @ W_hh.T`` (the exact step's product, and the bound's
+    pre-activation) and ``|h0| @ |W_hh|.T`` (the bound's magnitude)."""
+    lin = _lin(p.w_hh, h0)
+    return step(layer, p, x, h0, c0, hh=lin[0]), step_bound(layer, p, x, h0, c0, u, u_acc, hh=lin)
+
+
 def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
-               u: float, u_acc: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+               u: float, u_acc: float | None = None, hh: tuple | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Bounds ``(dh, dc)`` (float64, shapes of ``h1``, ``c1``) of ``|h1' - h1|``, ``|c1' - c1|`` elementwise, where
     ``h1, c1`` is the exact step of :func:`step` from ``x, h0, c0`` and ``h1', c1'`` the same step computed by
     any implementation in floating point of unit roundoff ``u`` (float32: ``2**-24``) that holds the same
@@ -376,7 +418,8 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
       4 u (|n| + |h| + |z| (|h| + |n|))``.
 
     The magnitudes are those of the exact step, computed here in float64 (its own error, ``~1e-16``
-    relative, is far below the bound).
+    relative, is far below the bound). ``hh``: ``_lin(p.w_hh, h0)`` when the caller has it
+    (:func:`step_with_bound`).
     """
     f64 = np.float64
     ua = u if u_acc is None else u_acc
@@ -395,7 +438,7 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
     b_hh = zero if p.b_hh is None else np.asarray(p.b_hh, f64)
     gact, act = s.gate_activation, s.activation
     zx, ax = _lin(p.w_ih, x)
-    zh, ah = _lin(p.w_hh, h0)
+    zh, ah = _lin(p.w_hh, h0) if hh is None else hh
     if cell is Cell.LSTM:
         c0 = np.asarray(c0, f64)
         sl = {g: gate_slice(cell, g, H) for g in "ifgo"}

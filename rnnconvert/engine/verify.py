@@ -346,24 +346,37 @@ class StreamedVerification:
         one = layer.one_slab(k, dirs)
         u = unit_roundoff(layer, self.target_dtype)
         xin = self.x[i] if k == 0 else self.traj[i]
-        y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32))
+        xs = self._seq_x(i)
+        own = _own_equations(self.src_module, layer)
+        # The short sequence's batch is the whole batch (steps <= SEQ_STEPS) and the numpy reference runs it:
+        # its float32 run IS the trajectory (same inputs, weights, dtype and code), so it is computed once,
+        # in lockstep with the float64 run (one read of each weight matrix per step for both).
+        shared = not own and xs.shape[1] == xin.shape[1]
+        if shared:
+            x64 = xs.astype(np.float64) if k == 0 else self.y64[i]
+            (y, y64), recs = reference.trajectory_multi(one, dirs, [np.asarray(xin, np.float32), x64])
+        else:
+            y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32))
         B, T, I = xin.shape
         xf = np.ascontiguousarray(xin.reshape(B * T, I), dtype=np.float32)
         entries = []
         for p, rec in zip(dirs, recs):
             h0 = rec["h"].reshape(B * T, -1)
             c0 = None if rec["c"] is None else rec["c"].reshape(B * T, -1)
-            exact = reference.step(one, p, xf, h0, c0)
-            entries.append(((h0, c0), exact, reference.step_bound(one, p, xf, h0, c0, u, U_ACC)))
+            exact, bound = reference.step_with_bound(one, p, xf, h0, c0, u, U_ACC)
+            entries.append(((h0, c0), exact, bound))
         self.slabs[i][k] = (xf, entries)
         self.traj[i] = y if k < layer.num_layers - 1 else None
-        xs = self._seq_x(i)
         last = k == layer.num_layers - 1
-        if _own_equations(self.src_module, layer):  # from the file's tensors (not ``dirs``): once, at the end
+        if own:  # from the file's tensors (not ``dirs``): once, at the end
             if last:
                 with _raw_held(layer, self.pool):
                     self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
                                                                                  xs.astype(np.float64)])
+        elif shared:
+            self.y32[i], self.y64[i] = y, y64
+            if last:
+                self.y32[i], self.y64[i] = (reference.finish(layer, a) for a in (self.y32[i], self.y64[i]))
         else:
             prev = [xs.astype(np.float32), xs.astype(np.float64)] if k == 0 else [self.y32[i], self.y64[i]]
             self.y32[i], self.y64[i] = reference.forward_slab_multi(layer, dirs, prev)
