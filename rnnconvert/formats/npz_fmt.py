@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import budget
 from ..errors import FormatError, require
 from ..model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
@@ -134,6 +135,7 @@ def _check_members(p: Path) -> None:
         infos = zf.infolist()
         if len(infos) > MAX_MEMBERS:
             raise FormatError(f"{p}: {len(infos)} members; an rnnconvert .npz has far fewer")
+        budget.zip_members(p, infos)  # duplicate names, deflate ratio (docs/security.md "Resource budget")
         for info in infos:
             if not info.filename.endswith(".npy"):
                 continue

@@ -238,18 +238,14 @@ WRAPPERS = ("state_dict", "model_state_dict", "model_state", "model", "net", "ne
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # pickled torch magic number
 
 
-def _flatten(obj: Any, prefix: str = "", depth: int = 0) -> dict[str, np.ndarray]:
-    """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped)."""
+def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndarray]:
+    """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped); each
+    container walked once, within the ``pickle_nodes`` limit (:func:`rnnconvert.budget.leaves`)."""
     torch = require("torch", "torch")
-    if depth > 32:
-        raise FormatError("containers nested deeper than 32 levels")
-    if isinstance(obj, torch.Tensor):
-        return {prefix: obj.detach().cpu().numpy()}
-    out: dict[str, np.ndarray] = {}
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1))
-    return out
+    from .. import budget
+
+    found = budget.leaves(obj, lambda o: isinstance(o, torch.Tensor), where, "pickle")
+    return {k: v.detach().cpu().numpy() for k, v in found.items()}
 
 
 def unwrap(obj: Any) -> Any:
@@ -391,11 +387,11 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, **
         return ckpt
     try:
         arch = torch_zip.Archive(p)
-        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load())))
+        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load()), p))
     except torch_zip.Declined:
-        return group_state_dict(strip_module_prefix(_flatten(unwrap(load_state(p)))), str(p), "pt", nonlinearity)
+        return group_state_dict(strip_module_prefix(_flatten(unwrap(load_state(p)), p)), str(p), "pt", nonlinearity)
     except FormatError as exc:
-        raise FormatError(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
+        raise type(exc)(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
     # stand-ins of the right shape/dtype holding no memory (NaN placeholders for float tensors)
     stub = {k: placeholder(t.shape, t.dtype) if t.dtype.kind in "fc" else
             np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in found.items()}

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import budget
 from ..errors import FormatError
 from . import torch_zip
 
@@ -64,7 +65,9 @@ class _Unpickler(torch_zip.Unpickler):
                           "(it reads tensors only and never runs code from a file)")
 
 
-def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
+def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0, count: Any = None) -> None:
+    count = count or budget.Counter("data.pkl", "pickle_nodes", "objects visited in the TorchScript module tree")
+    count.tick()
     if depth > 64:
         raise FormatError("modules nested deeper than 64 levels")
     if isinstance(obj, torch_zip.LazyTensor):
@@ -72,10 +75,10 @@ def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
     elif isinstance(obj, _Module):
         for k, v in obj.attrs.items():
             if not str(k).startswith("_"):  # skip _flat_weights and other private copies
-                _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
+                _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1, count)
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
+            _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1, count)
 
 
 def read_tensors(path: Path) -> dict[str, np.ndarray]:
@@ -91,6 +94,6 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
         _walk(arch.load(_Unpickler), "", lazy)
         return {k: np.array(arch.array(t), copy=True) for k, t in lazy.items()}
     except FormatError as exc:
-        raise FormatError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
+        raise type(exc)(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
     except torch_zip.Declined as exc:
         raise FormatError(f"{path}: not a readable TorchScript archive: {exc}") from exc
