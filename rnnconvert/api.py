@@ -317,7 +317,8 @@ _ENV_ERRNO = {"ENOSPC": "no space left on the device", "EDQUOT": "disk quota exc
               "EFBIG": "file too large for the file system", "EIO": "input/output error"}
 #: The same causes as C libraries (libhdf5, TensorFlow) spell them inside their own exception messages.
 _ENV_TEXT = {"No space left on device": "no space left on the device", "Disk quota exceeded": "disk quota exceeded",
-             "Read-only file system": "read-only file system", "Permission denied": "permission denied"}
+             "Read-only file system": "read-only file system", "Permission denied": "permission denied",
+             "File too large": "file too large for the file system"}
 
 
 def output_error(exc: BaseException, dst: Path) -> "OutputError | None":

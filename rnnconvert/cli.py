@@ -338,8 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     from . import signals
 
     signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/signals.py)
+    # TensorFlow's C++ log lines (CUDA probing, a failed write's own report) are not for the user: errors
+    # reach them as rnnconvert's one line (RNNCONVERT_DEBUG=1 or a TF_CPP_MIN_LOG_LEVEL of one's own shows them)
+    if not os.environ.get("RNNCONVERT_DEBUG"):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         rc = app(args=args, prog_name="rnnconvert", standalone_mode=False)
+        if signals.received is not None:  # typer turned the interruption into a plain 130
+            raise signals.Interrupted(signals.received)
         if isinstance(rc, int) and rc:
             return rc
     except RNNConvertError as exc:

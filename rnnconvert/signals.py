@@ -25,17 +25,25 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+#: The signal that interrupted this process, once one did (typer turns any KeyboardInterrupt into a
+#: plain exit code 130: the CLI reads the real one here).
+received: int | None = None
+
+
 def _raise(signum: int, _frame) -> None:
+    global received
+    received = signum
     for s in SIGNALS:  # a second signal during cleanup must not interrupt the cleanup
         signal.signal(s, signal.SIG_IGN)
     raise Interrupted(signum)
 
 
 def install() -> None:
-    """Make SIGTERM and SIGHUP raise :class:`Interrupted` (main thread only; ignored signals stay ignored)."""
-    for s in SIGNALS:
+    """Make SIGTERM, SIGHUP (and SIGINT, to record it) raise :class:`Interrupted` (main thread only;
+    ignored signals stay ignored)."""
+    for s in SIGNALS + (signal.SIGINT,):
         try:
-            if signal.getsignal(s) == signal.SIG_DFL:
+            if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
                 signal.signal(s, _raise)
         except (ValueError, OSError):  # not the main thread
             pass
@@ -43,4 +51,4 @@ def install() -> None:
 
 def exit_code(exc: BaseException) -> int:
     """128 + the signal number of an interruption (SIGINT for a plain ``KeyboardInterrupt``)."""
-    return 128 + getattr(exc, "signum", signal.SIGINT)
+    return 128 + getattr(exc, "signum", received or signal.SIGINT)
