@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import registry
+from .engine import registry
 from .errors import FormatError, RNNConvertError
 
 
@@ -108,7 +108,7 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
                 on_done(r)
     else:
         # spawn, not fork: a forked child of a process holding torch/TF thread pools can deadlock.
-        from . import signals
+        from .io import signals
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=signals.install) as pool:

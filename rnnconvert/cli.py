@@ -40,7 +40,7 @@ def _shown(text: object) -> str:
 
 def _is_checkpoint_dir(src: Path) -> bool:
     """A directory that is ONE TensorFlow checkpoint/SavedModel (not a batch of files)."""
-    from .formats.tf_checkpoint import prefix_of
+    from .formats.tf.tf_checkpoint import prefix_of
 
     return prefix_of(src) is not None
 
@@ -144,7 +144,7 @@ def _report(rep, as_json: bool) -> None:
 
 
 def _rule(c) -> str:
-    """How a layer was judged (rnnconvert.verify: float32 agreement, or the float64 rule)."""
+    """How a layer was judged (rnnconvert.engine.verify: float32 agreement, or the float64 rule)."""
     return f"tolerance {c.tolerance:.1e}, {'float32 agreement' if c.reference == 'float32' else 'float64 rule'}"
 
 
@@ -300,7 +300,7 @@ def verify(
     if as_json:
         out = rep.to_dict()
         if device == "cuda":
-            from .cudnn_check import versions
+            from .gpu.cudnn_check import versions
 
             out["versions"] = versions()
         typer.echo(json.dumps(out, indent=2))
@@ -316,7 +316,7 @@ def verify(
 @app.command()
 def formats(as_json: JsonOpt = False) -> None:
     """List the formats rnnconvert reads and writes."""
-    from . import registry
+    from .engine import registry
 
     rows = [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
              "description": f.description} for f in registry.FORMATS]
@@ -335,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         args.insert(0, "convert")
-    from . import signals
+    from .io import signals
 
-    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/signals.py)
+    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/io/signals.py)
     # TensorFlow's C++ log lines (CUDA probing, a failed write's own report) are not for the user: errors
     # reach them as rnnconvert's one line (RNNCONVERT_DEBUG=1 or a TF_CPP_MIN_LOG_LEVEL of one's own shows them)
     if not os.environ.get("RNNCONVERT_DEBUG"):

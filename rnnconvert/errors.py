@@ -17,7 +17,7 @@ Exit codes (documented in ``docs/cli.md``):
 6     :class:`OutputExistsError` -- the output exists and ``--force`` was not given
 7     :class:`DependencyError` -- an optional framework needed for this format is not installed
 8     batch conversion: at least one file was not converted (the summary says which)
-9     :class:`BudgetError` -- the file asks for more than the resource budget (``rnnconvert.budget``)
+9     :class:`BudgetError` -- the file asks for more than the resource budget (``rnnconvert.io.budget``)
 10    :class:`OutputError` -- the output could not be written (no space left, read-only file system,
       permission denied); nothing was left behind
 129   SIGHUP, 130 SIGINT (Ctrl-C), 143 SIGTERM: interrupted; temporaries removed, DST as it was
@@ -58,7 +58,7 @@ class OutputExistsError(RNNConvertError):
 
 
 class BudgetError(FormatError):
-    """The file declares more work or memory than the resource budget allows (:mod:`rnnconvert.budget`);
+    """The file declares more work or memory than the resource budget allows (:mod:`rnnconvert.io.budget`);
     the message names the limit and the environment variable that raises it."""
 
     exit_code = 9

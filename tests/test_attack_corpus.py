@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rnnconvert import api, budget
+from rnnconvert import api
+from rnnconvert.io import budget
 from rnnconvert.errors import BudgetError, FormatError, OutputExistsError, printable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,7 +308,7 @@ def test_checkpoint_state_file_is_not_followed_outside_its_folder(tmp_path):
     shutil.copytree(TF / "bidi_lstm", outside)
     for target in ("../outside/ckpt", str(outside / "ckpt")):
         folder = gen.tf_checkpoint_escape(tmp_path / "ck", target)
-        from rnnconvert.formats.tf_checkpoint import prefix_of
+        from rnnconvert.formats.tf.tf_checkpoint import prefix_of
 
         assert prefix_of(folder) == str(folder / "ckpt")
         with pytest.raises(FormatError):
