@@ -63,6 +63,9 @@ BOMBS = [
     ("pt_stride0.pt", gen.pt_stride0, 9, "RNNCONVERT_MAX_EXPANSION"),
     ("h5_gzip_bomb.h5", gen.h5_gzip_bomb, 9, "RNNCONVERT_MAX_EXPANSION"),
     ("h5_gzip_bomb_1e12.h5", lambda p: gen.h5_gzip_bomb(p, 10**12), 9, "RNNCONVERT_MAX_EXPANSION"),
+    ("h5_gzip_written.h5", gen.h5_gzip_written, 9, "RNNCONVERT_MAX_EXPANSION"),
+    ("keras3_gzip_bomb.weights.h5", gen.keras3_gzip_bomb, 9, "RNNCONVERT_MAX_EXPANSION"),
+    ("keras3_gzip_bomb.keras", gen.keras3_gzip_bomb, 9, "RNNCONVERT_MAX_EXPANSION"),
     ("h5_many_layer_names.h5", lambda p: gen.h5_many_layer_names(p, 150_000), 9, "RNNCONVERT_MAX_NAMES"),
     ("npz_bomb.npz", lambda p: gen.npz_bomb(p, 100_000_000), 9, "RNNCONVERT_MAX_EXPANSION"),
 ]

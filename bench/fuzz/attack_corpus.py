@@ -82,6 +82,51 @@ def h5_gzip_bomb(path: Path, elements: int = 400_000_000, weights_only: bool = T
     return path
 
 
+def h5_gzip_written(path: Path, rows: int = 40_000) -> Path:
+    """A Keras 2 weights file whose LSTM kernel ``(rows, 400)`` float32 is *written*: zeros but for one
+    value per row, gzip (a few hundred to one: the shape of a real 18 MB file that inflates to 2 GB, where
+    every chunk is stored, scaled down to 64 MB declared)."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f.attrs["layer_names"] = [b"lstm"]
+        f.attrs["keras_version"] = b"2.15.0"
+        g = f.create_group("lstm")
+        g.attrs["weight_names"] = [b"lstm/kernel:0", b"lstm/recurrent_kernel:0", b"lstm/bias:0"]
+        ds = g.create_dataset("lstm/kernel:0", shape=(rows, 400), dtype="f4", compression="gzip",
+                              compression_opts=4, chunks=(4096, 400))
+        block = np.zeros((4096, 400), "f4")
+        block[:, 0] = np.arange(4096, dtype="f4") / 4096
+        for r in range(0, rows, 4096):
+            n = min(4096, rows - r)
+            ds[r:r + n] = block[:n]
+        g.create_dataset("lstm/recurrent_kernel:0", data=np.zeros((100, 400), "f4"))
+        g.create_dataset("lstm/bias:0", data=np.zeros(400, "f4"))
+    return path
+
+
+def keras3_gzip_bomb(path: Path, elements: int = 400_000_000) -> Path:
+    """A Keras 3 store (``.weights.h5``, or a ``.keras`` zip around it when ``path`` ends so) whose LSTM
+    kernel (``layers/lstm/cell/vars/0``) is a gzip dataset of ``elements`` never-written zeros."""
+    import h5py
+
+    store = path if path.suffix == ".h5" else path.with_suffix(".weights.h5")
+    with h5py.File(store, "w") as f:
+        v = f.create_group("layers/lstm/cell/vars")
+        v.create_dataset("0", shape=(elements // 400, 400), dtype="f4", compression="gzip", chunks=(1024, 400))
+        v.create_dataset("1", data=np.zeros((100, 400), "f4"))
+        v.create_dataset("2", data=np.zeros(400, "f4"))
+    if store != path:
+        cfg = {"class_name": "Sequential", "config": {"name": "s", "layers": [
+            {"class_name": "LSTM", "config": {"name": "lstm", "units": 100}}]}}
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("metadata.json", json.dumps({"keras_version": "3.5.0"}))
+            zf.writestr("config.json", json.dumps(cfg))
+            zf.write(store, "model.weights.h5")
+        store.unlink()
+    return path
+
+
 def h5_many_layer_names(path: Path, count: int = 1_000_000) -> Path:
     """A Keras 2 weights file whose ``layer_names`` lists ``count`` names (stored in a dataset-sized
     attribute; no groups behind them)."""
@@ -218,6 +263,9 @@ FAMILIES = {
     "pt_stride0.pt": pt_stride0,
     "pt_duplicate_pickle.pt": pt_duplicate_pickle,
     "h5_gzip_bomb.h5": h5_gzip_bomb,
+    "h5_gzip_written.h5": h5_gzip_written,
+    "keras3_gzip_bomb.weights.h5": keras3_gzip_bomb,
+    "keras3_gzip_bomb.keras": keras3_gzip_bomb,
     "h5_many_layer_names.h5": h5_many_layer_names,
     "h5_markup_name.h5": h5_markup_name,
     "npz_bomb.npz": npz_bomb,

@@ -10,7 +10,7 @@ checkpoint the project has seen far inside them.
 =====================  ==============================  ==========  =============================================
 limit                  environment variable            default     what it bounds
 =====================  ==============================  ==========  =============================================
-``expansion``          ``RNNCONVERT_MAX_EXPANSION``    200         declared bytes per stored byte of a compressed
+``expansion``          ``RNNCONVERT_MAX_EXPANSION``    50          declared bytes per stored byte of a compressed
                                                                    (HDF5 gzip/lzf, zip deflate) or strided
                                                                    (stride 0, overlapping) tensor, above 1 MiB
 ``pickle_nodes``       ``RNNCONVERT_MAX_PICKLE_NODES`` 1000000     containers and tensor names visited while
@@ -46,7 +46,7 @@ class Limit:
 
 
 LIMITS = {lim.name: lim for lim in (
-    Limit("expansion", "RNNCONVERT_MAX_EXPANSION", 200, "expansion ratio (declared bytes per stored byte)"),
+    Limit("expansion", "RNNCONVERT_MAX_EXPANSION", 50, "expansion ratio (declared bytes per stored byte)"),
     Limit("pickle_nodes", "RNNCONVERT_MAX_PICKLE_NODES", 1_000_000, "pickle walk (containers and tensor names)"),
     Limit("names", "RNNCONVERT_MAX_NAMES", 100_000, "name count"),
     Limit("graph_nodes", "RNNCONVERT_MAX_GRAPH_NODES", 1_000_000, "graph node count"),
