@@ -61,6 +61,7 @@ BOMBS = [
     ("pt_billion_laughs_no_tensors.pt", lambda p: gen.pt_billion_laughs(p, 31, tensor_leaves=False), 3,
      "no recurrent module"),
     ("pt_stride0.pt", gen.pt_stride0, 9, "RNNCONVERT_MAX_EXPANSION"),
+    ("pt_stride0_bf16.pt", lambda p: gen.pt_stride0(p, bfloat16=True), 9, "RNNCONVERT_MAX_EXPANSION"),
     ("h5_gzip_bomb.h5", gen.h5_gzip_bomb, 9, "RNNCONVERT_MAX_EXPANSION"),
     ("h5_gzip_bomb_1e12.h5", lambda p: gen.h5_gzip_bomb(p, 10**12), 9, "RNNCONVERT_MAX_EXPANSION"),
     ("h5_gzip_written.h5", gen.h5_gzip_written, 9, "RNNCONVERT_MAX_EXPANSION"),

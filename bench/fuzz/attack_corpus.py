@@ -35,11 +35,12 @@ def pt_billion_laughs(path: Path, levels: int = 30, tensor_leaves: bool = True) 
     return path
 
 
-def pt_stride0(path: Path, numel: int = 800_000_000) -> Path:
-    """A state dict whose tensor has stride 0: one stored float presented as ``numel`` (3.2 GB)."""
+def pt_stride0(path: Path, numel: int = 800_000_000, bfloat16: bool = False) -> Path:
+    """A state dict whose tensor has stride 0: one stored float presented as ``numel`` (3.2 GB). With
+    ``bfloat16`` the restricted reader declines the storage type, so the ``torch.load`` route reads it."""
     import torch
 
-    torch.save({"big": torch.zeros(1).expand(numel)}, path)
+    torch.save({"big": torch.zeros(1, dtype=torch.bfloat16 if bfloat16 else torch.float32).expand(numel)}, path)
     return path
 
 

@@ -246,6 +246,12 @@ def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndar
     from ...io import budget
 
     found = budget.leaves(obj, lambda o: isinstance(o, torch.Tensor), where, "pickle")
+    for k, v in found.items():  # stride 0 / overlapping strides: more elements than the storage holds
+        try:
+            stored = v.untyped_storage().nbytes()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (meta, sparse): no data
+            stored = 0
+        budget.check_expansion(where, v.numel() * v.element_size(), stored, f"tensor '{k}' of shape {tuple(v.shape)}")
     return {k: v.detach().cpu().numpy() for k, v in found.items()}
 
 
