@@ -41,6 +41,8 @@ def _raise(signum: int, _frame) -> None:
 def install() -> None:
     """Make SIGTERM, SIGHUP (and SIGINT, to record it) raise :class:`Interrupted` (main thread only;
     ignored signals stay ignored)."""
+    global received
+    received = None
     for s in SIGNALS + (signal.SIGINT,):
         try:
             if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
