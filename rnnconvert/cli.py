@@ -284,7 +284,7 @@ def inspect(
         t.add_row(*[_shown(lay.get(c, "-")) for c in cols])
     con.print(t)
     for line in info.get("recognised") or []:
-        con.print(f"recognised {line}")
+        con.print(f"recognised {_shown(line)}")
     if info["tensors"]:
         con.print(_shown("other tensors: " + ", ".join(f"{k} {tuple(v)}" for k, v in info["tensors"].items())))
 
