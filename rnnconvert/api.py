@@ -405,7 +405,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         force: overwrite an existing ``dst``.
         progress: ``progress(stage, done, total)``, called as work advances: stage ``'convert'`` with
             parameter bytes written (streaming conversions, after each slab), ``'verify'`` with layers
-            verified (the target side). The CLI draws its progress bar from it.
+            verified (the target side), ``'done'`` (1, 1) once DST is in place. The CLI draws its progress bar from it.
         verify_inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on
             instead of the random batch (:func:`load_inputs` reads them from an ``.npz``).
         map: how to read tensors under their owner's own names (``.npz``, ``.safetensors``, ``.pt``,
@@ -467,6 +467,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         if rep.verification is not None:
             rep.verification.raise_if_failed()
         _commit(tmp, dst_p, force)
+        if progress is not None:  # DST is in place: whatever the caller does with this, it succeeded
+            try:
+                progress("done", 1, 1)
+            except Exception:  # noqa: BLE001
+                pass
     except RNNConvertError:
         raise
     except Exception as exc:  # a full disk, a read-only file system: one line (exit 10), not a trace

@@ -122,8 +122,17 @@ def convert(
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
         raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, kwargs))
     with _progress(quiet, f"converting {src.name}") as bar:
-        rep = api.convert(src, dst, to=to, progress=bar.update,
-                          verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
+        try:
+            rep = api.convert(src, dst, to=to, progress=bar.update,
+                              verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
+        except KeyboardInterrupt:
+            if not (bar.stage and bar.stage[0] == "done"):
+                raise
+            from .io import signals  # interrupted after DST was put in place: that is a success
+
+            signals.received = None
+            print(f"rnnconvert: {_shown(dst)} was written; interrupted before the report", file=sys.stderr)
+            return
     try:  # DST is in place: whatever happens while reporting, the conversion succeeded (exit 0)
         _report(rep, as_json)
     except Exception as exc:  # noqa: BLE001 - e.g. a closed stdout
@@ -195,7 +204,7 @@ class _Bar:
     def update(self, stage: str, done: float, total: float) -> None:
         """``api.convert``'s progress callback."""
         self.stage = (stage, done, total)
-        if self.prog is None:
+        if self.prog is None or stage == "done":
             return
         if stage == "verify":  # layers, not bytes
             self.prog.update(self.task, description="verifying", completed=done, total=total,

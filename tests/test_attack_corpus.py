@@ -327,3 +327,18 @@ def test_verify_reads_dst_as_untrusted(tmp_path):
         assert r.returncode == 3 and ("outside the file" in r.stderr or "Keras" in r.stderr), r.stderr
         one_line(r.stderr)
         dst.unlink()
+
+
+def test_interruption_after_dst_is_in_place_is_a_success(monkeypatch, capsys, tmp_path):
+    from rnnconvert import cli as cli_mod
+
+    def convert_then_interrupted(src, dst, progress=None, **_k):
+        Path(dst).write_bytes(b"complete")
+        progress("done", 1, 1)  # what api.convert reports right after the commit
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "convert", convert_then_interrupted)
+    assert cli_mod.main([str(KERAS / "lstm.h5"), str(tmp_path / "o.npz"), "-q"]) == 0
+    assert "was written; interrupted before the report" in capsys.readouterr().err
+    monkeypatch.setattr(api, "convert", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert cli_mod.main([str(KERAS / "lstm.h5"), str(tmp_path / "p.npz"), "-q"]) == 130
