@@ -16,10 +16,12 @@ Exit codes (documented in ``docs/cli.md``):
 5     :class:`VerificationError` -- the written result does not compute the source's function
 6     :class:`OutputExistsError` -- the output exists and ``--force`` was not given
 7     :class:`DependencyError` -- an optional framework needed for this format is not installed
-8     batch conversion: at least one file was not converted (the summary says which)
-9     :class:`BudgetError` -- the file asks for more than the resource budget (``rnnconvert.io.budget``)
+8     (CLI only) a directory SRC: at least one file was not converted
+9     :class:`InconclusiveError` -- verification could not decide (its tolerance was too loose to tell a
+      broken file from a correct one); no output kept unless ``--accept-inconclusive``
 10    :class:`OutputError` -- the output could not be written (no space left, read-only file system,
       permission denied); nothing was left behind
+11    :class:`BudgetError` -- the file asks for more than the resource budget (``rnnconvert.io.budget``)
 129   SIGHUP, 130 SIGINT (Ctrl-C), 143 SIGTERM: interrupted; temporaries removed, DST as it was
 ====  =====================================================================
 """
@@ -51,6 +53,14 @@ class VerificationError(RNNConvertError):
     exit_code = 5
 
 
+class InconclusiveError(RNNConvertError):
+    """Verification passed its tolerances, but a tolerance was too loose to tell a broken file from a
+    correct one (:attr:`rnnconvert.engine.verify.LayerCheck.reason`); the output was not kept unless
+    ``accept_inconclusive`` (``--accept-inconclusive``)."""
+
+    exit_code = 9
+
+
 class OutputExistsError(RNNConvertError):
     """The destination exists and overwriting was not asked for (``--force``)."""
 
@@ -61,7 +71,7 @@ class BudgetError(FormatError):
     """The file declares more work or memory than the resource budget allows (:mod:`rnnconvert.io.budget`);
     the message names the limit and the environment variable that raises it."""
 
-    exit_code = 9
+    exit_code = 11
 
 
 class OutputError(RNNConvertError):

@@ -61,18 +61,18 @@ def one_line(err: str) -> str:
 # ------------------------------------------------------------------------------------ resource budget
 
 BOMBS = [
-    ("pt_billion_laughs.pt", lambda p: gen.pt_billion_laughs(p, 30), 9, "RNNCONVERT_MAX_PICKLE_NODES"),
+    ("pt_billion_laughs.pt", lambda p: gen.pt_billion_laughs(p, 30), 11, "RNNCONVERT_MAX_PICKLE_NODES"),
     ("pt_billion_laughs_no_tensors.pt", lambda p: gen.pt_billion_laughs(p, 31, tensor_leaves=False), 3,
      "no "),  # walked once, nothing found: "no recurrent ..." (the wording belongs to the name rules)
-    ("pt_stride0.pt", gen.pt_stride0, 9, "RNNCONVERT_MAX_EXPANSION"),
-    ("pt_stride0_bf16.pt", lambda p: gen.pt_stride0(p, bfloat16=True), 9, "RNNCONVERT_MAX_EXPANSION"),
-    ("h5_gzip_bomb.h5", gen.h5_gzip_bomb, 9, "RNNCONVERT_MAX_EXPANSION"),
-    ("h5_gzip_bomb_1e12.h5", lambda p: gen.h5_gzip_bomb(p, 10**12), 9, "RNNCONVERT_MAX_EXPANSION"),
-    ("h5_gzip_written.h5", gen.h5_gzip_written, 9, "RNNCONVERT_MAX_EXPANSION"),
-    ("keras3_gzip_bomb.weights.h5", gen.keras3_gzip_bomb, 9, "RNNCONVERT_MAX_EXPANSION"),
-    ("keras3_gzip_bomb.keras", gen.keras3_gzip_bomb, 9, "RNNCONVERT_MAX_EXPANSION"),
-    ("h5_many_layer_names.h5", lambda p: gen.h5_many_layer_names(p, 150_000), 9, "RNNCONVERT_MAX_NAMES"),
-    ("npz_bomb.npz", lambda p: gen.npz_bomb(p, 100_000_000), 9, "RNNCONVERT_MAX_EXPANSION"),
+    ("pt_stride0.pt", gen.pt_stride0, 11, "RNNCONVERT_MAX_EXPANSION"),
+    ("pt_stride0_bf16.pt", lambda p: gen.pt_stride0(p, bfloat16=True), 11, "RNNCONVERT_MAX_EXPANSION"),
+    ("h5_gzip_bomb.h5", gen.h5_gzip_bomb, 11, "RNNCONVERT_MAX_EXPANSION"),
+    ("h5_gzip_bomb_1e12.h5", lambda p: gen.h5_gzip_bomb(p, 10**12), 11, "RNNCONVERT_MAX_EXPANSION"),
+    ("h5_gzip_written.h5", gen.h5_gzip_written, 11, "RNNCONVERT_MAX_EXPANSION"),
+    ("keras3_gzip_bomb.weights.h5", gen.keras3_gzip_bomb, 11, "RNNCONVERT_MAX_EXPANSION"),
+    ("keras3_gzip_bomb.keras", gen.keras3_gzip_bomb, 11, "RNNCONVERT_MAX_EXPANSION"),
+    ("h5_many_layer_names.h5", lambda p: gen.h5_many_layer_names(p, 150_000), 11, "RNNCONVERT_MAX_NAMES"),
+    ("npz_bomb.npz", lambda p: gen.npz_bomb(p, 100_000_000), 11, "RNNCONVERT_MAX_EXPANSION"),
 ]
 
 

@@ -4,7 +4,7 @@ A few kilobytes of file can declare gigabytes (a compressed dataset, a tensor wi
 whose dicts share children: "billion laughs") or millions of names and nodes. Every reader checks what
 it is about to do against the limits below *before* allocating or walking, and refuses with one line
 naming the limit and the environment variable that raises it (:class:`~rnnconvert.errors.BudgetError`,
-exit code 9). The defaults (documented in ``docs/security.md``, "Resource budget") leave every real
+exit code 11). The defaults (documented in ``docs/security.md``, "Resource budget") leave every real
 checkpoint the project has seen far inside them.
 
 =====================  ==============================  ==========  =============================================
