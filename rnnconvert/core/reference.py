@@ -86,8 +86,8 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int = BLOCK_ROWS) -> lis
     with ``v`` of a few columns: W keeps its row-major form and BLAS streams it without packing (3-4x
     faster than ``v.T @ W.T`` on multi-MB matrices). A product of a few columns is bound by reading
     ``w``; products in several dtypes share that read (one ``(8192, 2048)`` float32 matrix and 3 columns:
-    17 ms of CPU for float64 and float32 together against 23 ms as two passes; verification now computes
-    float32 alone and float64 only when needed, docs/performance.md session 4). Each result is the same as ``w.astype(dt) @ v`` up to the order of BLAS's sums.
+    17 ms of CPU for float64 and float32 together against 23 ms as two passes, docs/performance.md
+    session 4; block size: :data:`BLOCK_ROWS`). Each result is the same as ``w.astype(dt) @ v`` up to the order of BLAS's sums.
     """
     outs = [np.empty((w.shape[0], v.shape[1]), v.dtype) for v in vs]
     for i, get in _Blocks(w, rows):

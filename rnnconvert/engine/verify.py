@@ -310,7 +310,9 @@ class StreamedVerification:
       results from every state and their bounds (:func:`rnnconvert.core.reference.step_bound`), and the short
       sequence in float32 and float64 (the numpy reference chained over slabs; a layer the source format
       runs with its own equations, ``source_forward`` on ``layer.source['raw']``, at its last slab;
-      ``mode='framework'``: the source framework). Nothing of the source is read again later.
+      ``mode='framework'``: the source framework). When the short sequence is the whole batch and the numpy
+      reference runs it, its float32 run is the trajectory itself, computed once in lockstep with the float64
+      run (:func:`rnnconvert.core.reference.trajectory_multi`). Nothing of the source is read again later.
     * :meth:`target_side` after the writer closed: the target framework on the written file, per layer,
       per slab (``target_forward_slab``) for stacked layers when the format offers it, and one step per
       slab (``target_step``).

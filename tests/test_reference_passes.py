@@ -1,0 +1,61 @@
+"""Issue #18: the shared passes of verification's source side compute what the separate ones do.
+
+A guard for a refactor, not a convention test: the equations' oracles are the framework tests
+(test_verify_mutations.py, test_stream.py). Here: ``trajectory_multi``'s float32 run is operation for
+operation ``trajectory`` (bit-identical), its float64 run is ``forward_slab``; ``step_with_bound`` (one pass
+over ``W_hh``) equals ``step`` and ``step_bound`` up to float64 rounding, and leaves float64 weights untouched
+(its in-place ``|block|`` must never write into the caller's matrix).
+"""
+
+import numpy as np
+import pytest
+
+from rnnconvert.core import reference
+from rnnconvert.core.model import Cell, DirectionParams, RNNLayer
+
+
+def _layer(cell, dtype, bidirectional=True, I=5, H=70):
+    if cell == "GRU reset_before":
+        return _layer(Cell.GRU, dtype, bidirectional, I, H).with_semantics(reset_after=False)
+    rng = np.random.default_rng(7)
+    G = cell.gates
+
+    def dp():
+        return DirectionParams(*(rng.standard_normal(s).astype(dtype) * 0.3
+                                 for s in ((G * H, I), (G * H, H), (G * H,), (G * H,))))
+    return RNNLayer("l", cell, I, H, bidirectional=bidirectional,
+                    params=[[dp() for _ in range(2 if bidirectional else 1)]])
+
+
+@pytest.mark.parametrize("cell", [Cell.LSTM, Cell.GRU, "GRU reset_before", Cell.RNN_TANH])
+def test_trajectory_multi_is_trajectory_and_forward(cell):
+    layer = _layer(cell, np.float32)
+    x = np.random.default_rng(1).standard_normal((3, 6, 5)).astype(np.float32)
+    dirs = layer.params[0]
+    y, recs = reference.trajectory(layer, dirs, x)
+    (y32, y64), recs2 = reference.trajectory_multi(layer, dirs, [x, x.astype(np.float64)])
+    assert y32.dtype == np.float32 and np.array_equal(y32, y)
+    for a, b in zip(recs, recs2):
+        assert np.array_equal(a["h"], b["h"])
+    ref = reference.forward_slab(layer, dirs, x)
+    assert np.allclose(y64, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("cell", [Cell.LSTM, Cell.GRU, "GRU reset_before", Cell.RNN_TANH])
+def test_step_with_bound_is_step_and_bound(cell, dtype):
+    layer = _layer(cell, dtype, bidirectional=False)
+    p = layer.params[0][0]
+    before = p.w_hh.copy()
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((9, 5)).astype(np.float32)
+    h0 = rng.standard_normal((9, 70)).astype(np.float32)
+    c0 = rng.standard_normal((9, 70)).astype(np.float32) if cell is Cell.LSTM else None
+    u = reference.unit_roundoff(np.float32)
+    (h1, c1), (dh, dc) = reference.step_with_bound(layer, p, x, h0, c0, u)
+    assert np.array_equal(p.w_hh, before)
+    eh, ec = reference.step(layer, p, x, h0, c0)
+    bh, bc = reference.step_bound(layer, p, x, h0, c0, u)
+    assert np.allclose(h1, eh, rtol=1e-12, atol=1e-12) and np.allclose(dh, bh, rtol=1e-9, atol=0)
+    if cell is Cell.LSTM:
+        assert np.allclose(c1, ec, rtol=1e-12, atol=1e-12) and np.allclose(dc, bc, rtol=1e-9, atol=0)
