@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, manifest
+from conftest import FIXTURES, assert_within_float32_spread, manifest
 from rnnconvert import api, cudnn, registry, reference
 from rnnconvert.errors import FormatError, UnsupportedError
 
@@ -152,17 +152,15 @@ def test_source_side_equations_match_tf(entry):
 
 def test_realworld_mycroft_frozen_graph(realworld, tmp_path):
     """The Mycroft frozen GraphDef: GRU read from Const nodes, activations from the graph's ops; the Keras
-    equations on its tensors in float32 reproduce TF running that graph exactly; refused into .pt."""
-    from rnnconvert.formats import keras_math  # noqa: PLC0415
+    equations on its tensors reproduce TF running that graph; refused into .pt."""
 
     d = realworld / "mycroft-precise-gru"
     layer = api.load(d / "hey-mycroft.pb").layer("net")
     s = layer.semantics
     assert (layer.cell.value, s.gate_activation, s.activation, s.reset_after) == ("GRU", "hard_sigmoid", "linear", False)
     oracle = np.load(d / "oracle_out.npz", allow_pickle=False)
-    assert np.array_equal(keras_math.source_forward(layer, oracle["net__in"], np.float32)[:, -1], oracle["net__out"])
-    y64 = reference.forward(layer, oracle["net__in"])[:, -1]  # ill-conditioned layer: see test_realworld_keras
-    assert np.abs(y64 - oracle["net__out"]).max() <= 1e-3 * np.abs(oracle["net__out"]).max()
+    # ill-conditioned layer: bound measured on this CPU as verification does (see test_realworld_keras)
+    assert_within_float32_spread(layer, oracle["net__in"], oracle["net__out"], last_step=True, what="the oracle")
     with pytest.raises(UnsupportedError, match="'net'.*hard_sigmoid.*reset_after"):
         api.convert(d / "hey-mycroft.pb", tmp_path / "m.pt")
     assert list(tmp_path.iterdir()) == []
