@@ -212,7 +212,8 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
     fmt = registry.for_output(dst, format)
     mod = fmt.load()
     if dst.exists() and not force:
-        raise OutputExistsError(f"{dst} exists; pass --force (force=True) to overwrite it")
+        raise OutputExistsError(f"{dst} exists; pass force=True to overwrite it",
+                                cli=f"{dst} exists; pass --force to overwrite it")
     if not hasattr(mod, "write"):
         raise FormatError(f"rnnconvert can read {fmt.name} but not write it")
     if hasattr(mod, "check"):
@@ -258,7 +259,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     src_p, dst_p = Path(src), Path(dst)
     out_fmt = registry.for_output(dst_p, to)
     if dst_p.exists() and not force:
-        raise OutputExistsError(f"{dst_p} exists; pass --force to overwrite it")
+        raise OutputExistsError(f"{dst_p} exists; pass force=True to overwrite it",
+                                cli=f"{dst_p} exists; pass --force to overwrite it")
     if dst_p.resolve() == src_p.resolve():
         raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
@@ -351,7 +353,8 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
 
         require_cuda()
         if not hasattr(out_mod, "read"):
-            raise FormatError(f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
+            raise FormatError(f"device='cuda' reads {dst} back, and rnnconvert cannot read {out_fmt.name}",
+                              cli=f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
         targets = [CudaTarget(out_mod, r, dtype) for r in ROUTES]
     elif device == "cpu":
         if not hasattr(out_mod, "target_forward"):

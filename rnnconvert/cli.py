@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     except RNNConvertError as exc:
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
-        print(f"rnnconvert: error: {exc}", file=sys.stderr)
+        print(f"rnnconvert: error: {exc.cli_message()}", file=sys.stderr)
         return exc.exit_code
     except SystemExit as exc:
         return int(exc.code or 0)

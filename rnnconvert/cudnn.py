@@ -4,7 +4,7 @@ Numpy only. Everything here follows from ONE pure function, :func:`layout`, whic
 :class:`Spec` into the list of :class:`Region` records of the buffer; :func:`pack` and
 :func:`unpack` use nothing else.
 
-The layout, and how sure we are of each part (``/work/shared/LAYOUTS.md`` §11):
+The layout, and how sure we are of each part (``docs/LAYOUTS.md`` §11):
 
 * linLayerID meaning [documented: cuDNN ``cudnnGetRNNLinLayerMatrixParams`` doc, LAYOUTS §11.1]:
   LSTM 0-3 = W_i, W_f, W_g, W_o applied to the layer input, 4-7 = R_i, R_f, R_g, R_o applied to

@@ -136,8 +136,9 @@ def detect(path: str | Path) -> Format:
             return f
     f = _by_extension(p)
     if f is None:
-        raise FormatError(f"{p}: unrecognised file format; name it with --from "
-                          f"({', '.join(x.name for x in FORMATS)})")
+        names = ", ".join(x.name for x in FORMATS)
+        raise FormatError(f"{p}: unrecognised file format; name it with format=... ({names})",
+                          cli=f"{p}: unrecognised file format; name it with --from ({names})")
     return f
 
 
@@ -181,8 +182,9 @@ def for_output(path: str | Path, to: str | None = None) -> Format:
         return get(to)
     f = _by_extension(Path(path))
     if f is None:
-        raise FormatError(f"{path}: cannot tell the output format from the extension; pass --to "
-                          f"({', '.join(x.name for x in FORMATS)})")
+        names = ", ".join(x.name for x in FORMATS)
+        raise FormatError(f"{path}: cannot tell the output format from the extension; pass to=... ({names})",
+                          cli=f"{path}: cannot tell the output format from the extension; pass --to ({names})")
     return f
 
 
