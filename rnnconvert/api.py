@@ -32,9 +32,11 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
         lazy: ask for a lazy checkpoint (:attr:`Checkpoint.loader`: parameters read one slab at a time,
             placeholders until then) when the format's reader can do it (module attribute ``LAZY``);
             otherwise, or when false, everything is read now. Loaded slabs are checked for NaN/Inf too.
-        **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files).
+        **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files);
+            :func:`rnnconvert.registry.read_options` lists each format's.
 
     Raises:
+        OptionError: an option this format's reader does not know (the valid ones are named).
         FormatError: also for NaN/Inf weights (every format, naming the tensor) and, as a last line
             of defence, for any other exception a reader lets through (kept as ``__cause__``),
             ``MemoryError`` and ``RecursionError`` included (docs/security.md).
@@ -44,6 +46,7 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     mod = fmt.load()
     if not hasattr(mod, "read"):
         raise FormatError(f"rnnconvert can write {fmt.name} but not read it")
+    registry.check_read_options(fmt, opts)
     if lazy and getattr(mod, "LAZY", False):
         opts = {**opts, "lazy": True}
     try:
@@ -398,6 +401,16 @@ def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
         if a.dtype.kind != "f":
             raise FormatError(f"{path}: verification input '{k}' is {a.dtype}, not floating point")
     return got
+
+
+def formats() -> list[dict[str, Any]]:
+    """The formats rnnconvert knows, in detection order: for each a dict with ``name`` (the name
+    ``format=``/``to=`` take), ``extensions``, ``read`` and ``write`` (bools: what rnnconvert can do
+    with it), ``read_options`` (the reader options it accepts) and ``description``. Also reachable as
+    ``rnnconvert.formats()``."""
+    return [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
+             "read_options": list(registry.read_options(f)), "description": f.description}
+            for f in registry.FORMATS]
 
 
 def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> dict[str, Any]:

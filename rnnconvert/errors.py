@@ -10,7 +10,7 @@ Exit codes (documented in ``docs/cli.md``):
 ====  =====================================================================
 0     success
 1     unexpected internal error (a bug: please report it)
-2     usage error (bad command-line arguments; typer's own code)
+2     usage error (bad command-line arguments; typer's own code), :class:`OptionError` -- an unknown option
 3     :class:`FormatError` -- the input file is unreadable, malformed or of an unknown format
 4     :class:`UnsupportedError` -- the target cannot express the source faithfully (refused)
 5     :class:`VerificationError` -- the written result does not compute the source's function
@@ -62,6 +62,12 @@ class OutputExistsError(RNNConvertError):
     """The destination exists and overwriting was not asked for (``force=True``, CLI ``--force``)."""
 
     exit_code = 6
+
+
+class OptionError(RNNConvertError):
+    """An option the operation does not know (e.g. a reader option another format has); a usage error."""
+
+    exit_code = 2
 
 
 class DependencyError(RNNConvertError):

@@ -290,3 +290,45 @@ class _Behind:
             self.thread.join()
             self.writer.abort()
             raise
+
+
+# ------------------------------------------------------------------------------------- reader options
+#: Formats whose reader hands its ``**opts`` on to another format's reader, whose options it therefore
+#: accepts too (``tf_graph.read`` -> TF1-cell options of ``tf_checkpoint.read``; ``tf2_writer.read`` is
+#: ``tf_checkpoint.read``).
+READ_OPTIONS_OF = {"tf_graph": "tf_checkpoint", "tf2_checkpoint": "tf_checkpoint"}
+#: Reader parameters that are not user options (set by :func:`rnnconvert.api.load` itself).
+_NOT_OPTIONS = {"path", "lazy"}
+
+
+def read_options(fmt: Format) -> tuple[str, ...]:
+    """The option names ``fmt``'s reader accepts: the keyword parameters of its ``read`` (the reader
+    declares them; ``**_`` catch-alls are not options), plus those of :data:`READ_OPTIONS_OF`."""
+    import inspect
+
+    names: list[str] = []
+    for f in (fmt, get(READ_OPTIONS_OF[fmt.name]) if fmt.name in READ_OPTIONS_OF else None):
+        read = getattr(f.load(), "read", None) if f is not None else None
+        if read is None:
+            continue
+        for p in inspect.signature(read).parameters.values():
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in _NOT_OPTIONS \
+                    and p.name not in names:
+                names.append(p.name)
+    return tuple(names)
+
+
+def check_read_options(fmt: Format, opts: dict) -> None:
+    """Refuse reader options ``fmt`` does not know (a typo such as ``forget_bais`` must not pass silently).
+
+    Raises:
+        OptionError: naming the unknown keys and the valid ones for ``fmt``.
+    """
+    from .errors import OptionError
+
+    valid = read_options(fmt)
+    unknown = [k for k, v in opts.items() if k not in valid and v is not None]
+    if unknown:
+        listed = ", ".join(valid) if valid else "none"
+        raise OptionError(f"unknown reader option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                          f"for {fmt.name} files; valid: {listed}")

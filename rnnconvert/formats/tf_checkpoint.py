@@ -273,6 +273,8 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     for k in keys:
         groups[k.split("/")[0]].append(k)
     kr = _Reader(str(path), "2.4.0", gate_activation)
+    # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
+    kr.ckpt.meta.pop("keras_version", None)
     kr.lazy_load = lazy_get  # the Keras tensors are re-read for verification, not kept beside the canonical copy
     kr.ckpt.format = "tf_checkpoint"
     kr.ckpt.meta.update(meta, kind="tf2_object")
