@@ -14,7 +14,7 @@ from . import formats  # noqa: F401 -- the package, callable: rnnconvert.formats
 from .api import ConversionReport, convert, inspect, load, load_inputs, save, torch_modules, verify
 from .errors import (DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError,
                      UnsupportedError, VerificationError)
-from .model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
 """Batch conversion of a directory tree: parallel over files, one bad file never stops the others.
 
 Used by ``rnnconvert SRC_DIR DST_DIR --to FORMAT [-j N] [--skip-existing]``. Each source file whose format
-is recognised (by content, then extension: :func:`rnnconvert.registry.detect`) is converted to
+is recognised (by content, then extension: :func:`rnnconvert.engine.registry.detect`) is converted to
 ``DST_DIR/<relative path>`` with the target format's first extension; a file no reader recognises (a
 ``notes.txt``, a ``vocab.json`` beside the model) is listed as skipped, not failed. The result of every
 file is collected as a :class:`FileResult`.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import registry
+from .engine import registry
 from .errors import FormatError, RNNConvertError
 
 

@@ -83,7 +83,7 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     inputs up to 36, outputs up to 66) two float32 evaluations of the same equations differ by up to
     ~5e-4 relative, and by how much depends on the order of operations, which the CPU's BLAS kernels
     choose (tf_keras missed a 1e-5 bound by 3.4e-2 on another CPU). So the bound is measured here, on
-    this CPU, as verification measures it (``rnnconvert.verify.layer_check``, stage 2 of its rule):
+    this CPU, as verification measures it (``rnnconvert.engine.verify.layer_check``, stage 2 of its rule):
     ``1e-5 * max(1, max|y64|) + 2 * max|y64 - y32|``, with ``y64`` the numpy reference
     (:func:`rnnconvert.reference.forward`) in float64 and ``y32`` the float32 evaluation farther from
     it of the two verification may use: the numpy reference in float32, and for a layer read from a
@@ -95,9 +95,9 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     ``last_step``: ``y`` is the last step only (a layer with ``return_sequences=False``)."""
     import numpy as np
 
-    from rnnconvert import reference
-    from rnnconvert.formats import keras_math
-    from rnnconvert.verify import layer_check
+    from rnnconvert.core import reference
+    from rnnconvert.formats.keras import keras_math
+    from rnnconvert.engine.verify import layer_check
 
     y64 = reference.forward(layer, np.asarray(x, np.float64))
     y32s = [reference.forward(layer, np.asarray(x, np.float32), np.float32)]

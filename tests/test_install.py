@@ -77,7 +77,7 @@ def test_plain_install_converts(tmp_path):
     buf = io.BytesIO()
     torch.save({k: v.clone() for k, v in sd.items()}, buf)
     assert (tmp_path / "m.pt").read_bytes() == buf.getvalue()
-    from rnnconvert.formats import safetensors_fmt
+    from rnnconvert.formats.storage import safetensors_fmt
 
     st.save_file({k: v.numpy() for k, v in sd.items()}, str(tmp_path / "lib.safetensors"),
                  metadata=safetensors_fmt.METADATA)
@@ -92,7 +92,7 @@ def test_plain_install_converts(tmp_path):
 def test_safetensors_read_without_the_library(tmp_path):
     """rnnconvert's own safetensors reader (plain install) against the library's, on a file the library wrote."""
     st = pytest.importorskip("safetensors.numpy")
-    from rnnconvert.formats import safetensors_fmt
+    from rnnconvert.formats.storage import safetensors_fmt
 
     rng = np.random.default_rng(5)
     d = {"a.weight_ih_l0": rng.standard_normal((8, 3)).astype(np.float32), "n": np.arange(4, dtype=np.int64),

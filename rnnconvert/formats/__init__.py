@@ -1,4 +1,4 @@
-"""The format modules (one per file format; :mod:`rnnconvert.registry` lists them).
+"""The format modules (one per file format, in family folders; :mod:`rnnconvert.engine.registry` lists them).
 
 The package is also callable: ``rnnconvert.formats()`` is :func:`rnnconvert.api.formats` (the formats
 rnnconvert reads and writes), since this package's name is the natural name of that function.
