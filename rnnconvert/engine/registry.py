@@ -297,6 +297,9 @@ class _Behind:
 #: accepts too (``tf_graph.read`` -> TF1-cell options of ``tf_checkpoint.read``; ``tf2_writer.read`` is
 #: ``tf_checkpoint.read``).
 READ_OPTIONS_OF = {"tf_graph": "tf_checkpoint", "tf2_checkpoint": "tf_checkpoint"}
+#: Options a reader takes through its ``**opts`` catch-all: ``keras_h5`` (plain HDF5) and ``npz`` (no
+#: rnnconvert schema) hand them to the foreign-name table (``core.names.fallback``: ``map``, ``nonlinearity``).
+READ_OPTIONS_EXTRA = {"keras_h5": ("map", "nonlinearity"), "npz": ("map", "nonlinearity")}
 #: Reader parameters that are not user options (set by :func:`rnnconvert.api.load` itself).
 _NOT_OPTIONS = {"path", "lazy"}
 
@@ -315,6 +318,7 @@ def read_options(fmt: Format) -> tuple[str, ...]:
             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in _NOT_OPTIONS \
                     and p.name not in names:
                 names.append(p.name)
+    names += [n for n in READ_OPTIONS_EXTRA.get(fmt.name, ()) if n not in names]
     return tuple(names)
 
 
