@@ -344,10 +344,9 @@ def verify(
 @app.command()
 def formats(as_json: JsonOpt = False) -> None:
     """List the formats rnnconvert reads and writes."""
-    from .engine import registry
+    from . import api
 
-    rows = [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
-             "description": f.description} for f in registry.FORMATS]
+    rows = api.formats()  # with each format's read_options
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

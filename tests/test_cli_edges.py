@@ -86,6 +86,12 @@ def test_formats_lists_read_options():
     assert callable(rnnconvert.load_inputs) and "load_inputs" in rnnconvert.__all__
 
 
+def test_formats_command_json_has_read_options(capsys):
+    assert main(["formats", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows == {f["name"]: f for f in rnnconvert.formats()}
+
+
 # ---------------------------------------------------------------------------------------------- batch
 def test_batch_skips_unrecognised_files_and_resumes(tmp_path, capsys):
     src, dst = tmp_path / "models", tmp_path / "out"
