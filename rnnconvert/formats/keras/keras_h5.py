@@ -949,6 +949,6 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
 
 
 # The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
-from .keras_h5_write import (ROUTE, STREAM, check, open_stream, refusals, target_forward,  # noqa: E402,F401
+from .keras_h5_write import (ENGINE, ROUTE, STREAM, check, open_stream, refusals, target_forward, target_step,  # noqa: E402,F401
                               target_forward_slab, write)
 from .keras_math import source_forward  # noqa: E402,F401  (verification: Keras equations on the file's tensors)

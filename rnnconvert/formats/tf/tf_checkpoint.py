@@ -476,5 +476,5 @@ def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
 
 
 # Writing (a TF1 checkpoint directory): see :mod:`.tf1_writer`.
-from .tf1_writer import check, refusals, target_forward, write  # noqa: E402,F401
+from .tf1_writer import ENGINE, ROUTE, check, refusals, target_forward, write  # noqa: E402,F401
 from .tf_framework import framework_forward  # noqa: E402,F401
