@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +14,23 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .engine import registry
+from .engine import commit, registry
 from .errors import FormatError, OutputExistsError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
+from .engine.refusal import Refused
+from .engine.stream import stream_write
 from .engine.verify import StreamedVerification, VerifyReport, verify as _verify
+
+
+@contextlib.contextmanager
+def _way_out():
+    """Within the block, a writer's :class:`Refused` gets its way out (the other formats that express the
+    layer, :func:`rnnconvert.engine.registry.complete`) before it propagates."""
+    try:
+        yield
+    except Refused as exc:
+        raise registry.complete(exc)
 
 
 def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = False, **opts: Any) -> Checkpoint:
@@ -42,9 +52,10 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     """
     fmt = registry.get(format) if format else registry.detect(path)
     mod = fmt.load()
-    if not hasattr(mod, "read"):
+    if mod.read is None:
         raise FormatError(f"rnnconvert can write {fmt.name} but not read it")
-    if lazy and getattr(mod, "LAZY", False):
+    mod.check_options("read", opts)
+    if lazy and mod.lazy:
         opts = {**opts, "lazy": True}
     try:
         ckpt = mod.read(Path(path), **opts)
@@ -127,79 +138,6 @@ class ConversionReport:
     verification: VerifyReport | None = None
 
 
-STALE_TEMP_SECONDS = 3600
-
-
-def _temp_beside(dst: Path) -> Path:
-    """A new ``.<name>.*.rnnconvert-tmp`` beside ``dst``; temporaries of the same name older than an hour
-    (left by a killed run: nothing else removes them) are deleted first."""
-    import glob
-    import time
-
-    for old in dst.parent.glob(f".{glob.escape(dst.name)}.*.rnnconvert-tmp"):
-        try:
-            if time.time() - old.stat().st_mtime > STALE_TEMP_SECONDS:
-                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
-        except OSError:
-            pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".rnnconvert-tmp", dir=dst.parent)
-    os.close(fd)
-    return Path(tmp)
-
-
-def _umask() -> int:
-    """The process umask (read from ``/proc/self/status`` where there is one, without changing it)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def _set_mode(tmp: Path, dst: Path) -> None:
-    """Give the output the permissions ``cp`` would: those of the file it replaces, else the umask's
-    default (``mkstemp`` creates 0600)."""
-    import stat
-
-    try:
-        mode = stat.S_IMODE(dst.stat().st_mode) if dst.exists() and dst.is_dir() == tmp.is_dir() else (
-            (0o777 if tmp.is_dir() else 0o666) & ~_umask())
-        os.chmod(tmp, mode)
-    except OSError:  # a filesystem without permissions: nothing to keep
-        pass
-
-
-def _commit(tmp: Path, dst: Path) -> None:
-    """Move the finished temporary output into place, with the permissions of :func:`_set_mode`.
-    Directory outputs (TF checkpoints) replace an existing ``dst`` only when it is a directory
-    rnnconvert could have written (it has a ``checkpoint`` file) or a file."""
-    _set_mode(tmp, dst)
-    if tmp.is_dir():
-        if dst.is_dir():
-            if not (dst / "checkpoint").is_file():
-                raise OutputExistsError(f"{dst} is a directory that does not hold a TF checkpoint; "
-                                        "not replacing it")
-            shutil.rmtree(dst)
-        elif dst.exists():
-            dst.unlink()
-        os.replace(tmp, dst)
-        return
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, dst)
-
-
-def _discard(tmp: Path) -> None:
-    if tmp.is_dir():
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.unlink(missing_ok=True)
-
-
 def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *, force: bool = False,
          **opts: Any) -> list[str]:
     """Write ``ckpt`` to ``path`` atomically (temporary file beside it, then rename).
@@ -211,18 +149,16 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
     dst = Path(path)
     fmt = registry.for_output(dst, format)
     mod = fmt.load()
-    if dst.exists() and not force:
-        raise OutputExistsError(f"{dst} exists; pass --force (force=True) to overwrite it")
-    if not hasattr(mod, "write"):
+    commit.check_output(dst, force)
+    if mod.write is None:
         raise FormatError(f"rnnconvert can read {fmt.name} but not write it")
-    if hasattr(mod, "check"):
-        mod.check(ckpt, **opts)
-    tmp = _temp_beside(dst)
-    try:
-        lines = mod.write(ckpt, tmp, **opts)
-        _commit(tmp, dst)
-    finally:
-        _discard(tmp)
+    mod.check_options("write", opts)
+    with commit.staged(dst) as tmp:
+        with _way_out():
+            if mod.check is not None:
+                mod.check(ckpt, **opts)
+            lines = mod.write(ckpt, tmp, **opts)
+        commit.commit(tmp, dst)
     return lines
 
 
@@ -257,28 +193,24 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     """
     src_p, dst_p = Path(src), Path(dst)
     out_fmt = registry.for_output(dst_p, to)
-    if dst_p.exists() and not force:
-        raise OutputExistsError(f"{dst_p} exists; pass --force to overwrite it")
-    if dst_p.resolve() == src_p.resolve():
-        raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
+    commit.check_output(dst_p, force, src_p)
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
-    stream = bool(getattr(in_mod, "LAZY", False) and getattr(out_mod, "STREAM", False))
-    ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
-    if not hasattr(out_mod, "write"):
+    stream = in_mod.lazy and out_mod.stream
+    if out_mod.write is None:
         raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
+    out_mod.check_options("write", write_opts or {})
+    ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
-    if hasattr(out_mod, "check"):  # on a lazy skeleton: refusals look at structure only
-        rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
-    if not dst_p.parent.exists():
-        raise FormatError(f"{dst_p.parent}: output directory does not exist")
-    tmp = _temp_beside(dst_p)
+    if out_mod.check is not None:  # on a lazy skeleton: refusals look at structure only
+        with _way_out():
+            rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
     from .io import directio
 
     # a verified output is read back at once: written through the page cache (io/directio.py)
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
-    try:
-        with cache:
+    with commit.staged(dst_p) as tmp:
+        with cache, _way_out():
             if stream:
                 rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
                                                                   src_p, seed, write_opts or {}, progress,
@@ -290,9 +222,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                                                inputs=verify_inputs)
         if rep.verification is not None:
             rep.verification.raise_if_failed()
-        _commit(tmp, dst_p)
-    finally:
-        _discard(tmp)
+        commit.commit(tmp, dst_p)
     return rep
 
 
@@ -305,7 +235,7 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
     check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs)
              if verify else None)
     writer = out_mod.open_stream(ckpt, tmp, **write_opts)
-    modules = list(registry.stream_write(
+    modules = list(stream_write(
         writer, ckpt, on_slab=check.source_slab if check else None, progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
     if check is None:
         return modules, None
@@ -350,17 +280,17 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         from .gpu.cuda_target import ROUTES, CudaTarget, require_cuda
 
         require_cuda()
-        if not hasattr(out_mod, "read"):
+        if out_mod.read is None:
             raise FormatError(f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
         targets = [CudaTarget(out_mod, r, dtype) for r in ROUTES]
     elif device == "cpu":
-        if not hasattr(out_mod, "target_forward"):
+        if out_mod.target_forward is None:
             raise FormatError(f"rnnconvert cannot run {out_fmt.name} files for verification")
         targets = [out_mod]
     else:
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
     in_mod = in_fmt.load()
-    lazy = device == "cpu" and bool(getattr(in_mod, "LAZY", False))
+    lazy = device == "cpu" and in_mod.lazy
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:
         if lazy:  # one slab of the source at a time, as a streamed conversion verifies

@@ -93,8 +93,7 @@ def convert(
 
     if verify not in ("reference", "framework"):
         raise typer.BadParameter("--verify must be 'reference' or 'framework'")
-    if cudnn and (to or (None if src.is_dir() else api.registry.for_output(dst).name)) not in ("keras_h5", None):
-        raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
+    # --cudnn is a keras_h5 writer option: any other writer refuses it, naming the options it takes
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
                   read_opts=_read_opts(gate_activation, read_opt), write_opts={"cudnn": True} if cudnn else None)
     if src.is_dir() and not _is_checkpoint_dir(src):

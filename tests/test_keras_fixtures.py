@@ -16,7 +16,7 @@ import pytest
 import rnnconvert
 from rnnconvert.core import reference
 from rnnconvert.errors import UnsupportedError
-from rnnconvert.formats.keras import keras_h5, keras_math
+from rnnconvert.formats.keras import keras_h5, keras_math, keras_tf
 from rnnconvert.formats.torch import torch_pt
 
 from conftest import FIXTURES, manifest
@@ -76,7 +76,7 @@ def test_framework_forward_matches_tf_keras(entry):
     ckpt, o = loaded(entry)
     for layer in ckpt.layers:
         x, y = o[f"{layer.name}__in"], o[f"{layer.name}__out"]
-        got = keras_h5.framework_forward(FIXTURES / entry["file"], ckpt, layer.name, x)
+        got = keras_tf.framework_forward(FIXTURES / entry["file"], ckpt, layer.name, x)
         close(reference.merge(got, merge_mode(entry, layer.name)), y)
 
 
@@ -184,7 +184,7 @@ def test_framework_forward_on_real_files(realworld, rel, names):
     o = np.load(path.parent / "oracle_out.npz", allow_pickle=False)
     ckpt = rnnconvert.load(path)
     for name in names:
-        y = keras_h5.framework_forward(path, ckpt, name, o[f"{name}__in"])
+        y = keras_tf.framework_forward(path, ckpt, name, o[f"{name}__in"])
         ref = o[f"{name}__out"]
         close(y[:, -1] if ref.ndim == 2 else y, ref)
 

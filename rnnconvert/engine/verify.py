@@ -155,7 +155,7 @@ def _batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict |
 
 def _own_equations(src_module, layer: RNNLayer) -> bool:
     """Whether the source format can run ``layer`` from its own stored tensors (``source_forward``)."""
-    return getattr(src_module, "source_forward", None) is not None and layer.source.get("raw") is not None
+    return src_module.source_forward is not None and layer.source.get("raw") is not None
 
 
 @contextmanager
@@ -237,14 +237,14 @@ def _route(src_module, layer: RNNLayer) -> str:
 
 
 def _framework(src_module, src_path, src_ckpt: Checkpoint, layer: RNNLayer, x: np.ndarray):
-    fw = getattr(src_module, "framework_forward", None)
+    fw = src_module.framework_forward
     if fw is None:
-        raise VerificationError(f"--verify framework is not available for {src_module.__name__}")
+        raise VerificationError(f"--verify framework is not available for {src_module.name}")
     return fw(src_path, src_ckpt, layer.name, x), "source framework"
 
 
 def _target_route(dst_module) -> str:
-    return getattr(dst_module, "ROUTE", dst_module.__name__.rsplit(".", 1)[-1])
+    return dst_module.route
 
 
 def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str = "reference",
@@ -292,7 +292,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
                 check = layer_check(layer, y, y64, y32, route, target_route, first_tol)
             rep.layers.append(check)
     finally:
-        release = getattr(dst_module, "release", None)  # a cached target session (onnxruntime)
+        release = dst_module.release  # a cached target session (onnxruntime)
         if release is not None:
             release()
         reference.release_scratch()
@@ -370,7 +370,7 @@ class StreamedVerification:
         ``progress(done, total)``: layers verified so far."""
         t0 = time.perf_counter()
         target_route = _target_route(dst_module)
-        by_slab = getattr(dst_module, "target_forward_slab", None)
+        by_slab = dst_module.target_forward_slab
         self.pool.clear()  # the source side is done: its buffers go before the target framework runs
         if progress is not None:
             progress(0, len(self.ckpt.layers))
@@ -394,7 +394,7 @@ class StreamedVerification:
                 if progress is not None:
                     progress(i + 1, len(self.ckpt.layers))
         finally:
-            release = getattr(dst_module, "release", None)
+            release = dst_module.release
             if release is not None:
                 release()
             reference.release_scratch()

@@ -43,15 +43,10 @@ from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...core.transforms import fold_forget_bias
 from ...io import directio
 from . import pt_zip
+from .naming import describe_module, is_cell
 
 #: (state-dict key, direction, field) of one slab; field is a DirectionParams attribute.
 Plan = list[tuple[str, int, str]]
-
-
-def is_cell(layer: RNNLayer) -> bool:
-    """Read from an ``nn.LSTMCell/GRUCell/RNNCell``: written back with its suffix-less keys."""
-    return str(layer.source.get("class_name", "")).endswith("Cell") and layer.source.get("format") in (
-        "pt", "safetensors") and layer.num_layers == 1 and not layer.bidirectional and not layer.proj_size
 
 
 def slab_plan(layer: RNNLayer, k: int) -> Plan:
@@ -201,8 +196,6 @@ class PtStream:
 
     def close(self) -> list[str]:
         """Write the carried tensors and the zip's end; returns one line per layer naming its module."""
-        from .torch_pt import describe_module
-
         for key, arr in self.ckpt.tensors.items():
             self._put(key, np.asarray(arr))
         if self.next != len(self.plan):
