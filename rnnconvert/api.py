@@ -40,7 +40,7 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
         path: the source file (or directory, for directory formats).
         format: a registry name (``'keras_h5'``, ``'pt'``, ...) or ``None`` to detect by content.
         lazy: ask for a lazy checkpoint (:attr:`Checkpoint.loader`: parameters read one slab at a time,
-            placeholders until then) when the format's reader can do it (module attribute ``LAZY``);
+            placeholders until then) when the format's reader can do it (``FormatSpec.lazy``);
             otherwise, or when false, everything is read now. Loaded slabs are checked for NaN/Inf too.
         **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files).
 

@@ -38,7 +38,7 @@ def slabs(ckpt: Checkpoint) -> Iterator[tuple[int, int, list[DirectionParams]]]:
 
 def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
     """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
-    ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does.
+    ``writer`` in order and close it; ``abort()`` on any error. What a streaming writer's ``write`` does.
     ``on_slab(i, k, dirs)``, when given, runs on each slab before it is released (the source side of a
     streamed verification): before the writer has it, as a writer may release each array it has written
     (``ckpt.release_array``: the peak is then one tensor of a memory-mapped source, not one slab). ``progress(done, total)``: parameter bytes written.
