@@ -362,7 +362,7 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """Refuse what Keras 3 cannot express; return notes.
 
     Raises:
-        UnsupportedError: naming the layer, the features and the way out (:func:`rnnconvert.engine.registry.refuse`).
+        UnsupportedError: naming the layer, the features and the way out (:func:`rnnconvert.engine.refusal.refuse`).
     """
     for layer in ckpt.layers:
         refusal.refuse(layer, refusals(layer), "keras3", "a Keras 3 layer")

@@ -8,7 +8,9 @@ from ...engine.protocol import FormatSpec
 from . import keras3, keras_h5, keras_h5_write, keras_math, keras_tf
 
 KERAS_H5 = FormatSpec(
-    "keras_h5", sniff=keras_h5.sniff, read=keras_h5.read, read_options=("gate_activation",), lazy=True,
+    "keras_h5", sniff=keras_h5.sniff, read=keras_h5.read, lazy=True,
+    # map, nonlinearity: a plain (not Keras) HDF5 file read by its tensor names (rnnconvert.core.names)
+    read_options=("gate_activation", "map", "nonlinearity"),
     refusals=keras_h5_write.refusals, check=keras_h5_write.check, write=keras_h5_write.write,
     write_options=("cudnn",), open_stream=keras_h5_write.open_stream,
     source_forward=keras_math.source_forward, framework_forward=keras_tf.framework_forward,

@@ -8,7 +8,8 @@ from ...engine.protocol import FormatSpec
 from . import cudnn_npz, npz_fmt, safetensors_fmt
 
 SAFETENSORS = FormatSpec(
-    "safetensors", sniff=safetensors_fmt.sniff, read=safetensors_fmt.read, read_options=("nonlinearity",),
+    "safetensors", sniff=safetensors_fmt.sniff, read=safetensors_fmt.read,
+    read_options=("nonlinearity", "map"),  # map: tensors under their owner's own names (rnnconvert.core.names)
     check=safetensors_fmt.check, write=safetensors_fmt.write, open_stream=safetensors_fmt.open_stream,
     target_forward=safetensors_fmt.target_forward, target_forward_slab=safetensors_fmt.target_forward_slab,
     route=safetensors_fmt.ROUTE)
@@ -18,5 +19,6 @@ CUDNN_NPZ = FormatSpec(
     write=cudnn_npz.write, target_forward=cudnn_npz.target_forward, route="cudnn_npz")
 
 NPZ = FormatSpec(
-    "npz", sniff=npz_fmt.sniff, read=npz_fmt.read, write=npz_fmt.write, open_stream=npz_fmt.open_stream,
+    "npz", sniff=npz_fmt.sniff, read=npz_fmt.read, read_options=("nonlinearity", "map"),
+    write=npz_fmt.write, open_stream=npz_fmt.open_stream,
     target_forward=npz_fmt.target_forward, target_forward_slab=npz_fmt.target_forward_slab, route=npz_fmt.ROUTE)

@@ -145,7 +145,7 @@ class PtStream:
             names = [name for name, _, _ in rec.head] + [name for name, _ in rec.data]
             self.tail = pt_zip.torch_tail(torch, names, align) if crc is True and fast_zip else None
             if self.tail is not None:  # our zip writer: torch's bytes, zlib's CRC-32
-                # its time is zlib.crc32 and write(), which release the GIL: registry.stream_write may run
+                # its time is zlib.crc32 and write(), which release the GIL: stream.stream_write may run
                 # it one slab behind the reading, in a thread (two slabs in memory; the goal of a .pt is
                 # the file size)
                 self.WRITE_BEHIND = True

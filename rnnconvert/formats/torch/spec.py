@@ -7,7 +7,7 @@ from ...engine.protocol import FormatSpec
 from . import torch_pt
 
 PT = FormatSpec(
-    "pt", sniff=torch_pt.sniff, read=torch_pt.read, read_options=("nonlinearity",), lazy=True,
+    "pt", sniff=torch_pt.sniff, read=torch_pt.read, read_options=("nonlinearity", "map"), lazy=True,
     refusals=torch_pt.refusals, check=torch_pt.check, write=torch_pt.write, open_stream=torch_pt.open_stream,
     target_forward=torch_pt.target_forward, target_forward_slab=torch_pt.target_forward_slab,
     route=torch_pt.ROUTE)
