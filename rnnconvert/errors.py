@@ -34,6 +34,12 @@ class FormatError(RNNConvertError):
     exit_code = 3
 
 
+class OptionError(FormatError):
+    """A reader or writer option the format does not take (a usage error: the message names the valid ones)."""
+
+    exit_code = 2
+
+
 class UnsupportedError(RNNConvertError):
     """The source uses a feature the target format cannot express; nothing was written."""
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import FormatError
+from ..errors import OptionError
 
 
 class SlabWriter(Protocol):
@@ -81,10 +81,11 @@ class FormatSpec:
 
     def check_options(self, role: str, opts: dict[str, Any]) -> None:
         """Refuse an option the reader (``role='read'``) or writer (``'write'``) does not take: one line
-        naming it and the valid ones. Raises :class:`FormatError`."""
+        naming it and the valid ones. Raises :class:`~rnnconvert.errors.OptionError` (a FormatError; CLI
+        exit code 2)."""
         valid = self.read_options if role == "read" else self.write_options
         unknown = sorted(set(opts) - set(valid))
         if unknown:
             what = "reader" if role == "read" else "writer"
-            raise FormatError(f"the {self.name} {what} takes no option {', '.join(repr(u) for u in unknown)}; "
+            raise OptionError(f"the {self.name} {what} takes no option {', '.join(repr(u) for u in unknown)}; "
                               f"valid: {', '.join(valid) if valid else 'none'}")
