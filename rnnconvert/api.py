@@ -166,7 +166,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             verify: str | None = "reference", force: bool = False, seed: int = 0,
             read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None,
             progress: Callable[[str, float, float], None] | None = None,
-            verify_inputs: dict[str, Any] | None = None, map: Any = None) -> ConversionReport:
+            verify_inputs: dict[str, Any] | None = None, map: Any = None,
+            accept_inconclusive: bool = False) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -188,12 +189,14 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             "orientation": ..., ...}``, a ``.json``/``.toml`` path, or a list of ``PATTERN=ROLE`` /
             ``gate_order=ifog`` items (:func:`rnnconvert.core.names.parse_map`, docs/foreign-names.md). A reader
             option, like ``read_opts={"map": ...}``.
+        accept_inconclusive: keep the output when verification is inconclusive (a tolerance too loose to
+            decide, :mod:`rnnconvert.engine.verify`); by default that raises :class:`InconclusiveError`.
 
     Returns:
         a :class:`ConversionReport`.
 
     Raises:
-        OutputExistsError, FormatError, UnsupportedError, VerificationError, DependencyError.
+        OutputExistsError, FormatError, UnsupportedError, VerificationError, InconclusiveError, DependencyError.
         On any error ``dst`` is left as it was (absent or with its previous content).
     """
     src_p, dst_p = Path(src), Path(dst)
@@ -234,7 +237,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                     rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed,
                                                inputs=verify_inputs)
         if rep.verification is not None:
-            rep.verification.raise_if_failed()
+            rep.verification.raise_if_failed(accept_inconclusive)
         commit.commit(tmp, dst_p)
     return rep
 
@@ -285,7 +288,8 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
 
     Raises:
         FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
-        buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed comparison is reported, not raised.
+        buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed or inconclusive comparison is
+        reported (:attr:`VerifyReport.verdict`), not raised.
     """
     if map is not None:
         read_opts = {**(read_opts or {}), "map": map}
@@ -312,7 +316,8 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         if lazy:  # one slab of the source at a time, as a streamed conversion verifies
             return _verify_streamed(ckpt, in_mod, Path(src), Path(dst), out_mod, mode, seed, inputs)
         reps = [_verify(ckpt, in_mod, Path(dst), t, mode=mode, src_path=Path(src), seed=seed,
-                        first_tol=1e-2 if dtype == "float16" else None, inputs=inputs) for t in targets]
+                        first_tol=1e-2 if dtype == "float16" else None, inputs=inputs,
+                        target_dtype=np.float16 if dtype == "float16" else None) for t in targets]
         rep = reps[0]
         for other in reps[1:]:
             rep.layers += other.layers

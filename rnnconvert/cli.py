@@ -71,6 +71,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 InputsOpt = Annotated[Optional[Path], typer.Option(
     "--inputs", help="Verify on these inputs instead of a random batch: an .npz of float (batch, steps, "
                      "input_size) arrays keyed by layer name.", show_default=False)]
+AcceptOpt = Annotated[bool, typer.Option(
+    "--accept-inconclusive", help="Keep the output (convert) or exit 0 (verify) when verification cannot decide "
+                                  "(exit 9 otherwise).")]
 ReadOpt = Annotated[Optional[list[str]], typer.Option(
     "--read-opt", help="Reader option KEY=VALUE, repeatable (TensorFlow: forget_bias=0, cell_clip=3, "
                        "num_layers=2, hidden_size=256, bidirectional=true, activation=linear).")]
@@ -94,6 +97,7 @@ def convert(
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     inputs: InputsOpt = None,
+    accept_inconclusive: AcceptOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
@@ -105,7 +109,7 @@ def convert(
     # --cudnn is a keras_h5 writer option: any other writer refuses it, naming the options it takes
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
                   read_opts=_read_opts(gate_activation, read_opt, name_map),
-                  write_opts={"cudnn": True} if cudnn else None)
+                  write_opts={"cudnn": True} if cudnn else None, accept_inconclusive=accept_inconclusive)
     if src.is_dir() and not _is_checkpoint_dir(src):
         if inputs is not None:
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
@@ -127,15 +131,18 @@ def convert(
         con.print(f"  note: {note}")
     if rep.verification:
         for c in rep.verification.layers:
-            con.print(f"  verified {c.name}: max abs error {c.max_abs_err:.2e} ({_rule(c)}, "
-                      f"{c.source_route} vs {c.target_route})")
+            con.print(f"  {'verified' if c.ok else c.verdict} {c.name}: {_rule(c)}; {c.source_route} vs "
+                      f"{c.target_route}" + ("" if c.ok else f" ({c.reason})"))
     else:
         con.print("  not verified (--no-verify)")
 
 
 def _rule(c) -> str:
-    """How a layer was judged (rnnconvert.engine.verify: float32 agreement, or the float64 rule)."""
-    return f"tolerance {c.tolerance:.1e}, {'float32 agreement' if c.reference == 'float32' else 'float64 rule'}"
+    """How a layer was judged (rnnconvert.engine.verify): the one-step comparison (largest error, and its ratio to
+    the elementwise bound) and the short full-sequence one."""
+    step = (f"one step: max abs error {c.step_err:.2e}, {c.step_ratio:.2g} of its bound, {c.steps_checked} steps; "
+            if c.steps_checked else "")
+    return f"{step}sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})"
 
 
 class _Bar:
@@ -278,9 +285,11 @@ def verify(
     = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float16 (cuDNN route).")] = "float32",
     inputs: InputsOpt = None,
+    accept_inconclusive: AcceptOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check that DST computes what SRC computes, on a random batch (or --inputs); exit 5 if not."""
+    """Check that DST computes what SRC computes, on a random batch (or --inputs); exit 5 if not, 9 when
+    the check cannot decide."""
     from . import api
     from .errors import VerificationError
 
@@ -299,10 +308,16 @@ def verify(
     else:
         con = _console()
         for c in rep.layers:
-            con.print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_err:.2e} "
-                      f"({_rule(c)}, {c.source_route} vs {c.target_route})")
-    if not rep.ok:
+            tag = {"ok": "ok  ", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}[c.verdict]
+            con.print(f"{tag} {c.name}: {_rule(c)}; {c.source_route} vs {c.target_route}"
+                      + ("" if c.ok else f" ({c.reason})"))
+    if rep.failed:
         raise VerificationError(f"{dst} does not compute what {src} computes")
+    if rep.inconclusive and not accept_inconclusive:
+        from .errors import InconclusiveError
+
+        raise InconclusiveError(f"verification of {dst} against {src} is inconclusive (see above; "
+                                f"--accept-inconclusive to accept)")
 
 
 @app.command()

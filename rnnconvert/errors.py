@@ -16,6 +16,9 @@ Exit codes (documented in ``docs/cli.md``):
 5     :class:`VerificationError` -- the written result does not compute the source's function
 6     :class:`OutputExistsError` -- the output exists and ``--force`` was not given
 7     :class:`DependencyError` -- an optional framework needed for this format is not installed
+8     (CLI only) a directory SRC: at least one file was not converted
+9     :class:`InconclusiveError` -- verification could not decide (its tolerance was too loose to tell a
+      broken file from a correct one); no output kept unless ``--accept-inconclusive``
 ====  =====================================================================
 """
 
@@ -50,6 +53,14 @@ class VerificationError(RNNConvertError):
     """Source and result disagree beyond the tolerance; the output file was not kept."""
 
     exit_code = 5
+
+
+class InconclusiveError(RNNConvertError):
+    """Verification passed its tolerances, but a tolerance was too loose to tell a broken file from a
+    correct one (:attr:`rnnconvert.engine.verify.LayerCheck.reason`); the output was not kept unless
+    ``accept_inconclusive`` (``--accept-inconclusive``)."""
+
+    exit_code = 9
 
 
 class OutputExistsError(RNNConvertError):

@@ -20,8 +20,11 @@ Roles (each a group of fields):
 * **runtimes** (verification) -- ``source_forward(layer, x, dtype)`` (the source's own equations on the
   file's tensors), ``framework_forward(path, ckpt, layer_name, x)`` (the source framework itself),
   ``target_forward(path, ckpt, layer_name, x)`` and ``target_forward_slab(path, ckpt, layer_name, k, x)``
-  (the written file in its framework), ``release()`` (drop a cached session), ``route`` (the words the
-  report uses for the target side).
+  (the written file in its framework), ``source_forward_multi(layer, xs)`` (several batches at once),
+  ``target_step(path, ckpt, layer_name, k, x, states) -> [(h1, c1 or None)]`` (one step of stacked layer
+  ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.engine.verify`),
+  ``release()`` (drop a cached session), ``route`` (the words the report uses for the target side) and
+  ``engine`` (the distribution whose version the report gives, e.g. ``'torch'``).
 """
 
 from __future__ import annotations
@@ -69,10 +72,13 @@ class FormatSpec:
     # runtimes (verification)
     source_forward: Callable[..., Any] | None = None
     framework_forward: Callable[..., Any] | None = None
+    source_forward_multi: Callable[..., Any] | None = None
     target_forward: Callable[..., Any] | None = None
     target_forward_slab: Callable[..., Any] | None = None
+    target_step: Callable[..., Any] | None = None
     release: Callable[[], None] | None = None
     route: str = ""
+    engine: str = ""
 
     @property
     def stream(self) -> bool:

@@ -53,10 +53,21 @@ class CudaTarget:
         self.dst_module, self.way, self.dtype = dst_module, route, dtype
         # the runtime fields of a FormatSpec (rnnconvert.engine.protocol) that verification uses
         self.route = f"cuDNN {'nn module' if route == 'module' else 'packed buffer'} ({dtype})"
+        self.engine = "torch"
         self.name = f"cuda_{route}"
         self.target_forward_slab = None
         self.release = None
         self._ckpt: Checkpoint | None = None
+
+    def target_step(self, path: Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+        """Verification's one-step check on the GPU: stacked layer ``k`` of the file's weights (cast to
+        ``dtype``) in a ``torch.nn`` module on CUDA (cuDNN), one step from each state; both routes (the
+        packed-buffer route's full sequences are checked by :meth:`target_forward`)."""
+        from ..formats.torch import torch_pt
+
+        if self._ckpt is None:
+            self._ckpt = self.dst_module.read(path)
+        return torch_pt.step_canonical(_cast(self._ckpt.layer(name), self.dtype), k, x, states, device="cuda")
 
     def target_forward(self, path: Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
         from ..core import cudnn

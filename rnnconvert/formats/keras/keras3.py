@@ -48,6 +48,8 @@ from ...core.transforms import fold_forget_bias
 from . import keras_h5, keras_h5_write
 
 ROUTE = "keras 3"
+#: the distribution whose version verification reports for the target side
+ENGINE = "keras"
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_MEMBER_BYTES = 1 << 34  # 16 GiB: no real RNN checkpoint is larger
 MAX_RATIO = 200  # uncompressed / compressed per member (HDF5 weights barely compress)
@@ -470,6 +472,36 @@ def _repack(src: str, dst: str | Path) -> None:
             out = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
             out.compress_type, out.external_attr = info.compress_type, info.external_attr
             zout.writestr(out, data)
+
+
+def _load(path: str | Path, ckpt: Checkpoint):
+    """The written Keras 3 file as a Keras 3 model: ``.keras`` by ``keras.saving.load_model`` (safe mode),
+    ``.weights.h5`` by ``load_weights`` into the model :func:`build` makes."""
+    k = keras3()
+    with open(path, "rb") as fh:
+        is_zip = fh.read(4) == ZIP_MAGIC
+    with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
+        local = os.path.join(tmp, "model.keras" if is_zip else "model.weights.h5")
+        shutil.copyfile(path, local)
+        if is_zip:
+            return k.saving.load_model(local, compile=False, safe_mode=True)
+        model = build(ckpt, with_weights=False)
+        model.load_weights(local)
+        return model
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: stacked layer ``k`` of layer ``name`` of the written file, loaded in
+    Keras 3, one step through its cell from each state (Bidirectional: each direction's layer from its own
+    states); ``[(h1, c1 or None)]`` per direction, float64."""
+    model = _load(path, ckpt)
+    for layer, _, names in keras_h5_write.plan(ckpt):
+        if layer.name == name:
+            last = model.get_layer(names[k])
+            subs = [last.forward_layer, last.backward_layer] if layer.bidirectional else [last]
+            return [keras_h5_write.cell_step(sub, x, st, layer.dtype, keras3().ops.convert_to_tensor)
+                    for sub, st in zip(subs, states)]
+    raise KeyError(name)
 
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:

@@ -15,9 +15,9 @@ KERAS_H5 = FormatSpec(
     write_options=("cudnn",), open_stream=keras_h5_write.open_stream,
     source_forward=keras_math.source_forward, framework_forward=keras_tf.framework_forward,
     target_forward=keras_h5_write.target_forward, target_forward_slab=keras_h5_write.target_forward_slab,
-    route=keras_h5_write.ROUTE)
+    target_step=keras_h5_write.target_step, route=keras_h5_write.ROUTE, engine=keras_h5_write.ENGINE)
 
 KERAS3 = FormatSpec(
     "keras3", sniff=keras3.sniff, read=keras3.read, read_options=("gate_activation",),
     refusals=keras3.refusals, check=keras3.check, write=keras3.write, write_options=("weights_only",),
-    target_forward=keras3.target_forward, route=keras3.ROUTE)
+    target_forward=keras3.target_forward, target_step=keras3.target_step, route=keras3.ROUTE, engine=keras3.ENGINE)

@@ -24,6 +24,8 @@ from ...io import directio
 from ..torch import naming, pt_writer, torch_pt
 
 ROUTE = "torch (safetensors tensors)"
+#: the distribution whose version verification reports for the target side
+ENGINE = "torch"
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -242,3 +244,12 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
     torch = require("torch", "torch")
     m = mapped(path, f"{name}.")
     return torch_pt.run_slab(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]), x)
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: stacked layer ``k`` of layer ``name``, its memory-mapped tensors
+    loaded into a one-layer ``torch.nn`` module (:func:`rnnconvert.formats.torch.torch_pt.run_step`)."""
+    torch = require("torch", "torch")
+    m = mapped(path, f"{name}.")
+    one, sd = torch_pt.slab_state(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]))
+    return torch_pt.run_step(one, sd, x, states)

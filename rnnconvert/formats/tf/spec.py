@@ -17,12 +17,13 @@ TF_CHECKPOINT = FormatSpec(
     "tf_checkpoint", sniff=tf_checkpoint.sniff, read=tf_checkpoint.read, read_options=CHECKPOINT_OPTIONS,
     lazy=True, refusals=tf1_writer.refusals, check=tf1_writer.check, write=tf1_writer.write,
     source_forward=tf_checkpoint.source_forward, framework_forward=tf_framework.framework_forward,
-    target_forward=tf1_writer.target_forward, route="tf_checkpoint")
+    target_forward=tf1_writer.target_forward, route=tf1_writer.ROUTE, engine=tf1_writer.ENGINE)
 
 #: no sniffer: a TF2 object checkpoint is detected (and read) as ``tf_checkpoint``
 TF2_CHECKPOINT = FormatSpec(
     "tf2_checkpoint", read=tf_checkpoint.read, read_options=CHECKPOINT_OPTIONS,
     refusals=tf2_writer.refusals, check=tf2_writer.check, write=tf2_writer.write,
-    target_forward=tf2_writer.target_forward, route="tf2_writer")
+    target_forward=tf2_writer.target_forward, target_step=tf2_writer.target_step, route=tf2_writer.ROUTE,
+    engine=tf2_writer.ENGINE)
 
 TF_GRAPH = FormatSpec("tf_graph", read=tf_graph.read, read_options=("activation",) + CHECKPOINT_OPTIONS)

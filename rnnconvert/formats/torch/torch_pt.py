@@ -29,6 +29,8 @@ from .naming import describe_module, module_args  # noqa: F401  (part of this mo
 
 ZIP_MAGIC = b"PK\x03\x04"
 ROUTE = "torch"
+#: the distribution whose version verification reports for the target side
+ENGINE = "torch"
 _ACT = {Cell.LSTM: "tanh", Cell.GRU: "tanh", Cell.RNN_TANH: "tanh", Cell.RNN_RELU: "relu"}
 
 
@@ -191,6 +193,59 @@ def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
         except KeyError:
             raise FormatError(f"the written file has no tensor '{key}'") from None
     return run_module(one, sd, x)
+
+
+def run_step(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, states: list, device: str = "cpu") -> list:
+    """One step of every direction of the one-layer ``layer`` (a slab, :meth:`RNNLayer.one_slab`) in its
+    ``torch.nn`` module loaded from ``sd``: ``x`` ``(N, I)`` is fed as ``N`` sequences of length 1, each
+    direction starting from its own ``states[d] = (h0 (N, out), c0 (N, H) or None)`` (torch ``h0``/``c0``,
+    ``(D, N, .)``). Returns ``[(h1, c1 or None)]`` per direction, float64. Verification's one-step check.
+    ``device='cuda'``: the module runs on the GPU (cuDNN)."""
+    torch = require("torch", "torch")
+    mod = build_module(layer, sd).to(device)
+    dt = next(mod.parameters()).dtype
+    h0 = torch.from_numpy(np.stack([np.asarray(s[0]) for s in states])).to(device, dt).contiguous()
+    with torch.no_grad():
+        xt = torch.from_numpy(np.asarray(x)[:, None, :]).to(device, dt)
+        if layer.cell is Cell.LSTM:
+            c0 = torch.from_numpy(np.stack([np.asarray(s[1]) for s in states])).to(device, dt).contiguous()
+            _, (hn, cn) = mod(xt, (h0, c0))
+            return [(hn[d].double().cpu().numpy(), cn[d].double().cpu().numpy()) for d in range(len(states))]
+        _, hn = mod(xt, h0)
+        return [(hn[d].double().cpu().numpy(), None) for d in range(len(states))]
+
+
+def slab_state(layer: RNNLayer, k: int, get) -> tuple[RNNLayer, dict[str, Any]]:
+    """Stacked layer ``k`` of ``layer`` as a one-layer layer and its ``torch.nn`` tensors, taken with
+    ``get(key)`` (``key`` in the full layer's naming) and renamed to the one-layer module's.
+
+    Raises:
+        FormatError: a tensor of the slab is missing from the file."""
+    one = layer.one_slab(k)
+    sd = {}
+    for (key, _, _), (new, _, _) in zip(pt_writer.slab_plan(layer, k), pt_writer.slab_plan(one, 0)):
+        try:
+            sd[new] = get(key)
+        except KeyError:
+            raise FormatError(f"the written file has no tensor '{key}'") from None
+    return one, sd
+
+
+def step_canonical(layer: RNNLayer, k: int, x: np.ndarray, states: list, device: str = "cpu") -> list:
+    """:func:`run_step` of stacked layer ``k`` of ``layer`` from its canonical parameters (read back from a
+    written file by rnnconvert's reader: npz, cuDNN buffers), in ``torch.nn``."""
+    torch = require("torch", "torch")
+    one = layer.one_slab(k)
+    sd = {key: torch.from_numpy(np.ascontiguousarray(v)) for key, v in state_dict(Checkpoint(layers=[one])).items()}
+    return run_step(one, sd, x, states, device)
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: stacked layer ``k`` of layer ``name`` of the written file, loaded by
+    ``torch.load`` into a one-layer ``torch.nn`` module, one step from each of the given states
+    (:func:`run_step`)."""
+    one, sd = slab_state(ckpt.layer(name), k, load_state(path).__getitem__)
+    return run_step(one, sd, x, states)
 
 
 def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
