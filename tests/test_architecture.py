@@ -138,3 +138,27 @@ def test_the_checker_sees_a_cycle_and_a_private_import(tmp_path):
     """The checks above can fail: a made-up pair of modules importing each other is a cycle."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_undefined_global_name():
+    """Every global name a module uses is defined or imported in it (symtable): what a merge or a rename
+    leaves behind (a function still calling a renamed ``_name``) fails here, not on the one input that
+    reaches that line."""
+    import builtins
+    import symtable
+
+    bad = []
+    for mod, path in _modules().items():
+        top = symtable.symtable(path.read_text(), str(path), "exec")
+        defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+        defined |= set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__"}
+
+        def walk(t):
+            for s in t.get_symbols():
+                if (s.is_global() or (t is top and s.is_referenced())) and s.get_name() not in defined:
+                    bad.append(f"{mod}: {t.get_name()} uses undefined {s.get_name()}")
+            for c in t.get_children():
+                walk(c)
+
+        walk(top)
+    assert not bad, "\n".join(bad)

@@ -378,7 +378,7 @@ def read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip
         opaque = next((k for k in shapes if k == f"{base}/opaque_kernel"), None)
         if opaque:
             used_opaque.add(opaque)
-            layer = _check_opaque(path, layer, get(opaque), _CUDNN_SCOPES.get(base.split("/")[-1]))
+            layer = _check_opaque(path, layer, get(opaque), CUDNN_SCOPES.get(base.split("/")[-1]))
             wrong = {k: v for k, v in opts.items() if v is not None and getattr(layer, k) != v}
             lone = [k for k in shapes if k.endswith("/opaque_kernel") and k[: -len("/opaque_kernel")] not in layers]
             if wrong and not lone:  # the spec options are for lone buffers; here the companions decide
