@@ -334,6 +334,9 @@ def _read_zip(p: Path, z: zipfile.ZipFile, gate_activation: str | None) -> Check
                 if "metadata.json" in z.namelist() else {}
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise FormatError(f"{p}: config.json / metadata.json is not valid JSON ({exc})") from exc
+        if not isinstance(config, dict) or not isinstance(meta, dict):
+            raise FormatError(f"{p}: config.json / metadata.json is a JSON {type(config).__name__ if not isinstance(config, dict) else type(meta).__name__}, "
+                              "not an object; not a Keras 3 model archive")
         if "model.weights.h5" not in z.namelist():
             raise FormatError(f"{p}: archive without model.weights.h5 (npz or sharded weights are not supported)")
         winfo = _safe_member(z, "model.weights.h5", p)

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ...io import budget
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
@@ -138,6 +139,7 @@ def check_members(p: Path) -> None:
         infos = zf.infolist()
         if len(infos) > MAX_MEMBERS:
             raise FormatError(f"{p}: {len(infos)} members; an rnnconvert .npz has far fewer")
+        budget.zip_members(p, infos)  # duplicate names, deflate ratio (docs/security.md "Resource budget")
         for info in infos:
             if not info.filename.endswith(".npy"):
                 continue

@@ -262,18 +262,20 @@ WRAPPERS = ("state_dict", "model_state_dict", "model_state", "model", "net", "ne
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # pickled torch magic number
 
 
-def _flatten(obj: Any, prefix: str = "", depth: int = 0) -> dict[str, np.ndarray]:
-    """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped)."""
+def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndarray]:
+    """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped); each
+    container walked once, within the ``pickle_nodes`` limit (:func:`rnnconvert.io.budget.leaves`)."""
     torch = require("torch", "torch")
-    if depth > 32:
-        raise FormatError("containers nested deeper than 32 levels")
-    if isinstance(obj, torch.Tensor):
-        return {prefix: obj.detach().cpu().numpy()}
-    out: dict[str, np.ndarray] = {}
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1))
-    return out
+    from ...io import budget
+
+    found = budget.leaves(obj, lambda o: isinstance(o, torch.Tensor), where, "pickle")
+    for k, v in found.items():  # stride 0 / overlapping strides: more elements than the storage holds
+        try:
+            stored = v.untyped_storage().nbytes()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (meta, sparse): no data
+            stored = 0
+        budget.check_expansion(where, v.numel() * v.element_size(), stored, f"tensor '{k}' of shape {tuple(v.shape)}")
+    return {k: v.detach().cpu().numpy() for k, v in found.items()}
 
 
 def unwrap(obj: Any) -> Any:
@@ -439,14 +441,14 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
         return ckpt
     try:
         arch = torch_zip.Archive(p)
-        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load())))
+        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load()), p))
     except torch_zip.Declined:
-        sd = strip_module_prefix(_flatten(unwrap(load_state(p))))
+        sd = strip_module_prefix(_flatten(unwrap(load_state(p)), p))
         if map is not None or not has_torch_names(sd):
             return _foreign(sd, str(p), nonlinearity, map)
         return names.add_rest(group_state_dict(sd, str(p), "pt", nonlinearity), str(p), "pt", nonlinearity)
     except FormatError as exc:
-        raise FormatError(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
+        raise type(exc)(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
     if map is not None or not has_torch_names(found):
         return _foreign({k: arch.array(t) for k, t in found.items()}, str(p), nonlinearity, map)
     # stand-ins of the right shape/dtype holding no memory (NaN placeholders for float tensors)
