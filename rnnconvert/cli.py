@@ -137,8 +137,7 @@ def convert(
         raise typer.BadParameter("--skip-existing and --force contradict each other; give one")
     if skip_existing and not src.is_dir():
         raise typer.BadParameter("--skip-existing applies to a directory SRC (batch conversion)")
-    if cudnn and (to or (None if src.is_dir() else api.registry.for_output(dst).name)) not in ("keras_h5", None):
-        raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
+    # --cudnn is a keras_h5 writer option: any other writer refuses it, naming the options it takes
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
                   read_opts=_read_opts(gate_activation, read_opt, name_map),
                   write_opts={"cudnn": True} if cudnn else None, accept_inconclusive=accept_inconclusive)

@@ -53,6 +53,13 @@ class FormatError(RNNConvertError):
     exit_code = 3
 
 
+class OptionError(FormatError):
+    """An option the operation does not know: a reader or writer option the format does not take (the
+    message names the valid ones), e.g. one another format has; a usage error."""
+
+    exit_code = 2
+
+
 class UnsupportedError(RNNConvertError):
     """The source uses a feature the target format cannot express; nothing was written."""
 
@@ -77,12 +84,6 @@ class OutputExistsError(RNNConvertError):
     """The destination exists and overwriting was not asked for (``force=True``, CLI ``--force``)."""
 
     exit_code = 6
-
-
-class OptionError(RNNConvertError):
-    """An option the operation does not know (e.g. a reader option another format has); a usage error."""
-
-    exit_code = 2
 
 
 class BudgetError(FormatError):

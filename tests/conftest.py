@@ -112,3 +112,52 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     assert err <= tol, (f"{what} of '{layer.name}' differs from the float64 reference by {err:.3g}, "
                         f"more than verification's bound {tol:.3g}")
     return err, tol
+
+
+#: Tests marked ``slow`` in one place (``pytest -m "not slow"`` is the quick inner loop; README
+#: "Development"): those that took 3 s or more in a full run (`pytest --durations=100`), mostly building
+#: tf_keras / Keras 3 models or running many conversions. A new slow test may also carry
+#: ``@pytest.mark.slow`` itself.
+SLOW = (
+    "tests/test_kill.py::test_sigkill_at_random_moments_leaves_dst_intact",
+    "tests/test_keras3.py::test_keras2_model_to_keras3_and_back",
+    "tests/test_keras3.py::test_go_backwards_merge_sum_and_dtypes",
+    "tests/test_keras3.py::test_malformed_config_never_crashes",
+    "tests/test_keras3.py::test_tf_keras_written_keras_archive",
+    "tests/test_keras3.py::test_textgenrnn_cudnnlstm_to_keras3",
+    "tests/test_keras3.py::test_pytorch_to_keras3",
+    "tests/test_keras3.py::test_outputs_are_byte_stable",
+    "tests/test_keras3.py::test_keras3_hard_sigmoid_is_read_as_keras3",
+    "tests/test_matrix.py::test_support_matrix_is_current_and_consistent",
+    "tests/test_any_to_any.py::test_pair[[]*-keras_h5[]]",
+    "tests/test_any_to_any.py::test_pair[[]*-keras3[]]",
+    "tests/test_any_to_any.py::test_pair[[]*-tf2_checkpoint[]]",
+    "tests/test_any_to_any.py::test_two_hops_equal_one*",
+    "tests/test_keras_stream.py::test_stream_file_is_what_model_save_writes*",
+    "tests/test_keras_stream.py::test_stream_written_file_runs_in_tf_keras*",
+    "tests/test_keras_stream.py::test_template_subprocess_equals_in_process",
+    "tests/test_keras_stream.py::test_target_forward_slab_chains_to_target_forward",
+    "tests/test_keras_stream.py::test_one_slab_alive_and_nothing_left_on_failure",
+    "tests/test_keras_stream.py::test_target_side_sees_a_damaged_layer*",
+    "tests/test_keras_h5_write.py::test_torch_to_keras2_h5*",
+    "tests/test_keras_h5_write.py::test_textgenrnn_to_keras2_h5_both_forms",
+    "tests/test_keras_h5_write.py::test_keras2_roundtrip_cudnn_and_reset_before",
+    "tests/test_stream.py::test_every_lazy_reader_into_every_stream_writer[[]*-keras_h5[]]",
+    "tests/test_guides.py::test_guide_runs*",
+    "tests/test_tf_bundle.py::test_every_flipped_byte_is_refused_or_harmless*",
+    "tests/test_tf_bundle.py::test_no_tensorflow_import_on_the_pure_path",
+    "tests/test_tf.py::test_framework_forward_equals_oracle",
+    "tests/test_pt_zip.py::test_more_than_65535_records",
+    "tests/test_pt_zip.py::test_every_fixture_written_as_pt_is_torch_save",
+    "tests/test_cli.py::test_batch_directory",
+    "tests/test_bad_inputs.py::test_tensorflow_abort_is_contained_to_one_line",
+    "tests/test_bad_inputs.py::test_output_bytes_are_deterministic*",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    from fnmatch import fnmatchcase
+
+    for item in items:
+        if any(fnmatchcase(item.nodeid, pat) for pat in SLOW):
+            item.add_marker(pytest.mark.slow)

@@ -16,7 +16,7 @@ import pytest
 import rnnconvert
 from rnnconvert.core import reference
 from rnnconvert.errors import UnsupportedError
-from rnnconvert.formats.keras import keras_h5, keras_math
+from rnnconvert.formats.keras import keras_h5, keras_math, keras_tf
 from rnnconvert.formats.torch import torch_pt
 
 from conftest import FIXTURES, assert_within_float32_spread, manifest
@@ -76,7 +76,7 @@ def test_framework_forward_matches_tf_keras(entry):
     ckpt, o = loaded(entry)
     for layer in ckpt.layers:
         x, y = o[f"{layer.name}__in"], o[f"{layer.name}__out"]
-        got = keras_h5.framework_forward(FIXTURES / entry["file"], ckpt, layer.name, x)
+        got = keras_tf.framework_forward(FIXTURES / entry["file"], ckpt, layer.name, x)
         close(reference.merge(got, merge_mode(entry, layer.name)), y)
 
 
@@ -186,7 +186,7 @@ def test_framework_forward_on_real_files(realworld, rel, names):
     ckpt = rnnconvert.load(path)
     for name in names:
         x = o[f"{name}__in"]
-        y = keras_h5.framework_forward(path, ckpt, name, x)
+        y = keras_tf.framework_forward(path, ckpt, name, x)
         ref = o[f"{name}__out"]
         # bound: the float32/float64 spread of this layer on these inputs, measured on this CPU as
         # verification does (the Mycroft GRU is ill-conditioned: a fixed 1e-5 * max|ref| missed by 3.4e-2

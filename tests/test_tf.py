@@ -245,7 +245,7 @@ def test_verify_framework_runs_tensorflow_on_the_source(entry, tmp_path):
 
 def test_framework_forward_equals_oracle():
     """The framework route itself reproduces the fixture outputs TF computed when the fixture was made."""
-    from rnnconvert.formats.tf import tf_checkpoint  # noqa: PLC0415
+    from rnnconvert.formats.tf import tf_checkpoint, tf_framework  # noqa: PLC0415
 
     for e in ENTRIES:
         if "shards" in e["file"]:
@@ -255,7 +255,7 @@ def test_framework_forward_equals_oracle():
         for layer in ckpt.layers:
             if layer.source.get("class_name") in ("cudnn_compatible_lstm_cell", "cudnn_compatible_gru_cell"):
                 continue
-            y = tf_checkpoint.framework_forward(FIXTURES / e["file"], ckpt, layer.name, _x(oracle, layer.name))
+            y = tf_framework.framework_forward(FIXTURES / e["file"], ckpt, layer.name, _x(oracle, layer.name))
             np.testing.assert_allclose(y, oracle[f"{layer.name}__out"], atol=1e-6, err_msg=e["file"])
 
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from ...engine import registry
+from ...engine import stream
 from ...errors import FormatError, require
 from ...core.model import Checkpoint
 from ...io import directio
-from ..torch import pt_writer, torch_pt
+from ..torch import naming, pt_writer, torch_pt
 
 ROUTE = "torch (safetensors tensors)"
 #: the distribution whose version verification reports for the target side
@@ -222,7 +222,7 @@ class StreamWriter:
         if self.pending:
             raise FormatError(f"safetensors stream closed with {len(self.pending)} slab(s) not written")
         self.out.close()
-        return [torch_pt.describe_module(layer) for layer in self.ckpt.layers]
+        return [naming.describe_module(layer) for layer in self.ckpt.layers]
 
     def abort(self) -> None:
         """Release the file (the caller deletes it)."""
@@ -244,7 +244,7 @@ def write(ckpt: Checkpoint, path: str | Path, **opts: Any) -> list[str]:
     Raises:
         UnsupportedError: see :func:`check`.
     """
-    return registry.stream_write(open_stream(ckpt, path, **opts), ckpt)
+    return stream.stream_write(open_stream(ckpt, path, **opts), ckpt)
 
 
 _NP_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64}

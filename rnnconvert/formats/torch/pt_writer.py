@@ -41,6 +41,7 @@ from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...core.transforms import fold_forget_bias
 from ...io import directio
 from . import pt_pickle, pt_zip
+from .naming import describe_module, is_cell
 
 #: torch's storage alignment (``torch.serialization._get_storage_alignment()``, default 64) and its
 #: ``version`` record for format version 3 (``caffe2/serialize/versions.h`` ``kProducedFileFormatVersion``
@@ -50,12 +51,6 @@ VERSION_RECORD = b"3\n"
 
 #: (state-dict key, direction, field) of one slab; field is a DirectionParams attribute.
 Plan = list[tuple[str, int, str]]
-
-
-def is_cell(layer: RNNLayer) -> bool:
-    """Read from an ``nn.LSTMCell/GRUCell/RNNCell``: written back with its suffix-less keys."""
-    return str(layer.source.get("class_name", "")).endswith("Cell") and layer.source.get("format") in (
-        "pt", "safetensors") and layer.num_layers == 1 and not layer.bidirectional and not layer.proj_size
 
 
 def slab_plan(layer: RNNLayer, k: int) -> Plan:
@@ -157,7 +152,7 @@ class PtStream:
         tail = [("version", VERSION_RECORD)]
         names = [n for n, _ in head] + [f"data/{i}" for i in range(len(self.plan))] + [n for n, _ in tail]
         self.tail = pt_zip.Tail(tail, pt_pickle.serialization_id_names(names))
-        # zlib.crc32 and write() release the GIL: registry.stream_write may run the writing one slab
+        # zlib.crc32 and write() release the GIL: stream.stream_write may run the writing one slab
         # behind the reading, in a thread (two slabs in memory; the goal of a .pt is the file size)
         self.WRITE_BEHIND = True
         self.fh = directio.DirectWriter(self.path)  # around the page cache where allowed
@@ -221,8 +216,6 @@ class PtStream:
 
     def close(self) -> list[str]:
         """Write the carried tensors and the zip's end; returns one line per layer naming its module."""
-        from .torch_pt import describe_module
-
         for key, arr in self.ckpt.tensors.items():
             self._put(key, np.asarray(arr))
         if self.next != len(self.plan):
