@@ -22,7 +22,19 @@ from .io import budget
 from .errors import FormatError, OutputError, OutputExistsError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
+from .engine.refusal import Refused
+from .engine.stream import stream_write
 from .engine.verify import StreamedVerification, VerifyReport, verify as _verify
+
+
+@contextlib.contextmanager
+def _way_out():
+    """Within the block, a writer's :class:`Refused` gets its way out (the other formats that express the
+    layer, :func:`rnnconvert.engine.registry.complete`) before it propagates."""
+    try:
+        yield
+    except Refused as exc:
+        raise registry.complete(exc)
 
 
 def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = False, **opts: Any) -> Checkpoint:
@@ -32,11 +44,13 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
         path: the source file (or directory, for directory formats).
         format: a registry name (``'keras_h5'``, ``'pt'``, ...) or ``None`` to detect by content.
         lazy: ask for a lazy checkpoint (:attr:`Checkpoint.loader`: parameters read one slab at a time,
-            placeholders until then) when the format's reader can do it (module attribute ``LAZY``);
+            placeholders until then) when the format's reader can do it (``FormatSpec.lazy``);
             otherwise, or when false, everything is read now. Loaded slabs are checked for NaN/Inf too.
-        **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files).
+        **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files);
+            :func:`rnnconvert.engine.registry.read_options` lists each format's.
 
     Raises:
+        OptionError: an option this format's reader does not know (the valid ones are named).
         FormatError: also for NaN/Inf weights (every format, naming the tensor) and, as a last line
             of defence, for any other exception a reader lets through (kept as ``__cause__``),
             ``MemoryError`` and ``RecursionError`` included (docs/security.md).
@@ -45,9 +59,10 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     budget.regular_source(path)  # a FIFO or /dev/zero: refused before anything reads it
     fmt = registry.get(format) if format else registry.detect(path)
     mod = fmt.load()
-    if not hasattr(mod, "read"):
+    if mod.read is None:
         raise FormatError(f"rnnconvert can write {fmt.name} but not read it")
-    if lazy and getattr(mod, "LAZY", False):
+    mod.check_options("read", opts)
+    if lazy and mod.lazy:
         opts = {**opts, "lazy": True}
     try:
         ckpt = mod.read(Path(path), **opts)
@@ -228,14 +243,17 @@ def check_destination(dst: Path, force: bool) -> None:
     if stat.S_ISDIR(mode):
         foreign = sorted(e.name for e in os.scandir(dst) if not _OWN_TF_ENTRY.match(e.name))
         if foreign:
-            raise OutputExistsError(f"{dst} is a directory holding files rnnconvert did not write (e.g. "
-                                    f"'{foreign[0]}'); refused whatever --force says")
+            what = (f"{dst} is a directory holding files rnnconvert did not write (e.g. '{foreign[0]}'); "
+                    "refused whatever ")
+            raise OutputExistsError(what + "force=True says", cli=what + "--force says")
     elif not stat.S_ISREG(mode):
         kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
                 else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "special")
-        raise OutputExistsError(f"{dst} is {kind}, not a regular file; refused whatever --force says")
+        what = f"{dst} is {kind}, not a regular file; refused whatever "
+        raise OutputExistsError(what + "force=True says", cli=what + "--force says")
     if not force:
-        raise OutputExistsError(f"{dst} exists; pass --force (force=True) to overwrite it")
+        raise OutputExistsError(f"{dst} exists; pass force=True to overwrite it",
+                                cli=f"{dst} exists; pass --force to overwrite it")
 
 
 def _rename_noreplace(src: Path, dst: Path) -> bool:
@@ -364,15 +382,18 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
     fmt = registry.for_output(dst, format)
     mod = fmt.load()
     check_destination(dst, force)
-    if not hasattr(mod, "write"):
+    if mod.write is None:
         raise FormatError(f"rnnconvert can read {fmt.name} but not write it")
+    mod.check_options("write", opts)
     unique_names(ckpt, fmt.name)
-    if hasattr(mod, "check"):
-        mod.check(ckpt, **opts)
+    if mod.check is not None:
+        with _way_out():
+            mod.check(ckpt, **opts)
     tmp = None
     try:
         tmp = _temp_beside(dst)
-        lines = mod.write(ckpt, tmp, **opts)
+        with _way_out():
+            lines = mod.write(ckpt, tmp, **opts)
         _commit(tmp, dst, force)
     except RNNConvertError:
         raise
@@ -434,14 +455,16 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     budget.regular_source(src_p)
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
-    stream = bool(getattr(in_mod, "LAZY", False) and getattr(out_mod, "STREAM", False))
-    ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
-    if not hasattr(out_mod, "write"):
+    stream = in_mod.lazy and out_mod.stream
+    if out_mod.write is None:
         raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
+    out_mod.check_options("write", write_opts or {})
+    ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
     unique_names(ckpt, out_fmt.name)
-    if hasattr(out_mod, "check"):  # on a lazy skeleton: refusals look at structure only
-        rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
+    if out_mod.check is not None:  # on a lazy skeleton: refusals look at structure only
+        with _way_out():
+            rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
     for layer in ckpt.layers:  # read by the foreign-name table: the reading itself is an assumption
         how = layer.source.get("recognised") if isinstance(layer.source, dict) else None
         if how:
@@ -457,7 +480,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     tmp = None
     try:
         tmp = _temp_beside(dst_p)
-        with cache:
+        with cache, _way_out():
             if stream:
                 rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
                                                                   src_p, seed, write_opts or {}, progress,
@@ -497,7 +520,7 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
     check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs)
              if verify else None)
     writer = out_mod.open_stream(ckpt, tmp, **write_opts)
-    modules = list(registry.stream_write(
+    modules = list(stream_write(
         writer, ckpt, on_slab=check.source_slab if check else None, progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
     if check is None:
         return modules, None
@@ -544,23 +567,24 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
-    if hasattr(out_mod, "read"):  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
-        load(dst, out_fmt.name, lazy=bool(getattr(out_mod, "LAZY", False)))  # sees it before a framework does
+    if out_mod.read is not None:  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
+        load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
     if device == "cuda":
         from .gpu.cuda_target import ROUTES, CudaTarget, require_cuda
 
         require_cuda()
-        if not hasattr(out_mod, "read"):
-            raise FormatError(f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
+        if out_mod.read is None:
+            raise FormatError(f"device='cuda' reads {dst} back, and rnnconvert cannot read {out_fmt.name}",
+                              cli=f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
         targets = [CudaTarget(out_mod, r, dtype) for r in ROUTES]
     elif device == "cpu":
-        if not hasattr(out_mod, "target_forward"):
+        if out_mod.target_forward is None:
             raise FormatError(f"rnnconvert cannot run {out_fmt.name} files for verification")
         targets = [out_mod]
     else:
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
     in_mod = in_fmt.load()
-    lazy = device == "cpu" and bool(getattr(in_mod, "LAZY", False))
+    lazy = device == "cpu" and in_mod.lazy
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:
         if lazy:  # one slab of the source at a time, as a streamed conversion verifies
@@ -596,6 +620,16 @@ def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
         if a.dtype.kind != "f":
             raise FormatError(f"{path}: verification input '{k}' is {a.dtype}, not floating point")
     return got
+
+
+def formats() -> list[dict[str, Any]]:
+    """The formats rnnconvert knows, in detection order: for each a dict with ``name`` (the name
+    ``format=``/``to=`` take), ``extensions``, ``read`` and ``write`` (bools: what rnnconvert can do
+    with it), ``read_options`` (the reader options it accepts) and ``description``. Also reachable as
+    ``rnnconvert.formats()``."""
+    return [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
+             "read_options": list(registry.read_options(f)), "description": f.description}
+            for f in registry.FORMATS]
 
 
 def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> dict[str, Any]:

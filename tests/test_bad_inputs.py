@@ -151,12 +151,12 @@ def test_torchscript_looking_archive_payload_never_runs(tmp_path, capsys):
 # ------------------------------------------------------------------------------ last line of defence
 @pytest.mark.parametrize("exc", [ZeroDivisionError("boom"), MemoryError(), RecursionError("deep")])
 def test_api_load_translates_leaked_errors(monkeypatch, exc):
-    from rnnconvert.formats.storage import npz_fmt
+    from rnnconvert.engine import registry
 
     def bad_read(*_a, **_k):
         raise exc
 
-    monkeypatch.setattr(npz_fmt, "read", bad_read)
+    monkeypatch.setattr(registry.get("npz").load(), "read", bad_read)
     with pytest.raises(FormatError) as info:
         api.load(BAD / "npz_truncated.npz", "npz")
     assert info.value.__cause__ is exc and "\n" not in str(info.value)

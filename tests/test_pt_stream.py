@@ -121,7 +121,7 @@ def test_entries_need_only_shapes():
 
 
 def test_write_behind_holds_two_slabs_and_hands_back_writer_errors(tmp_path, monkeypatch):
-    """The .pt writer runs one slab behind the reading, in a thread (registry.stream_write, WRITE_BEHIND):
+    """The .pt writer runs one slab behind the reading, in a thread (engine.stream.stream_write, WRITE_BEHIND):
     slab n + 2 is never read before slab n is written (two slabs alive at most), the file is still
     torch.save's bytes, and an error raised in the writer thread reaches the caller with no output left."""
     import threading

@@ -293,7 +293,7 @@ def test_streamed_conversions_verified_and_bit_exact(kind, kw, tmp_path, monkeyp
     x = np.random.default_rng(31).standard_normal((2, 6, 5)).astype(np.float32)
     want = _run(m, x)
     opened = []
-    for fmt in (safetensors_fmt, npz_fmt, torch_pt):
+    for fmt in (registry.get(n).load() for n in ("safetensors", "npz", "pt")):
         monkeypatch.setattr(fmt, "open_stream", lambda *a, _o=fmt.open_stream, **k: opened.append(1) or _o(*a, **k))
     for ext in ("safetensors", "npz", "pt"):
         out = tmp_path / f"a.{ext}"
@@ -317,9 +317,11 @@ def test_streamed_report_reads_like_the_eager_one(large, tmp_path, monkeypatch):
         monkeypatch.setattr(verify_mod, "LARGE_BYTES", 0)
     m = torch_rnn("LSTM", 5, 4, seed=40, num_layers=3, bidirectional=True)
     torch.save({f"rnn.{k}": v for k, v in m.state_dict().items()}, tmp_path / "src.pt")
-    for ext, fmt in (("safetensors", safetensors_fmt), ("npz", npz_fmt), ("pt", torch_pt)):
+    for ext, name in (("safetensors", "safetensors"), ("npz", "npz"), ("pt", "pt")):
+        fmt = registry.get(name).load()
         rep = api.convert(tmp_path / "src.pt", tmp_path / f"a.{ext}", seed=3).verification
-        eager = eager_verify(api.load(tmp_path / "src.pt"), torch_pt, tmp_path / f"a.{ext}", fmt, seed=3)
+        eager = eager_verify(api.load(tmp_path / "src.pt"), registry.get("pt").load(), tmp_path / f"a.{ext}", fmt,
+                             seed=3)
         strip = lambda r: {**r.to_dict(), "seconds": 0}  # noqa: E731
         assert strip(rep) == strip(eager), ext
         assert rep.ok and (rep.batch, rep.steps) == ((6, 4) if large else (3, 8))
@@ -354,7 +356,7 @@ def test_nan_in_slab_5_of_8_fails_and_leaves_nothing(ext, tmp_path, monkeypatch)
     with pytest.raises(FormatError, match=r"'rnn\[4\]'.* w_hh contains NaN"):
         api.convert(tmp_path / "nan.pt", out)
     # slabs 1-4 were streamed out before slab 5 was read; the .pt writer writes one slab behind the reading
-    # (registry.stream_write, WRITE_BEHIND), so slab 4 may still have been on its way when slab 5 failed
+    # (engine.stream.stream_write, WRITE_BEHIND), so slab 4 may still have been on its way when slab 5 failed
     assert written == [0, 1, 2, 3] or (ext == "pt" and written == [0, 1, 2])
     assert list(out.parent.iterdir()) == []
 
@@ -384,34 +386,41 @@ def _canonical(ckpt: Checkpoint) -> dict[str, np.ndarray]:
     return {f"{n}/{f}": a for n, p in enumerate(dirs) for f, a in p.arrays().items()}
 
 
-def test_every_lazy_reader_into_every_stream_writer(tmp_path, monkeypatch):
-    """Generic on the LAZY/STREAM flags: each pair streams (open_stream is called), verification passes
-    (the target framework on the written file), and the written parameters read back bit-exact."""
+_LAZY = [f.name for f in registry.FORMATS if f.load().lazy and f.name in ("pt", "keras_h5", "tf_checkpoint")]
+_STREAM = [f.name for f in registry.FORMATS if f.load().stream and f.extensions]
+
+
+def test_lazy_and_stream_formats_are_the_expected_ones():
+    assert set(_LAZY) == {"pt", "keras_h5", "tf_checkpoint"} and {"npz", "safetensors", "pt"} <= set(_STREAM)
+
+
+@pytest.mark.parametrize("writer", _STREAM)
+@pytest.mark.parametrize("reader", _LAZY)
+def test_every_lazy_reader_into_every_stream_writer(reader, writer, tmp_path, monkeypatch):
+    """Generic on the registry's lazy/stream flags, one case per (lazy reader, stream writer) pair: the
+    pair streams (open_stream is called), verification passes (the target framework on the written
+    file), and the written parameters read back bit-exact."""
     sources = _stream_sources(tmp_path)
-    lazy = [f for f in registry.FORMATS if getattr(f.load(), "LAZY", False) and f.name in sources]
-    stream = [f for f in registry.FORMATS if getattr(f.load(), "STREAM", False) and f.extensions]
-    assert {"pt", "keras_h5", "tf_checkpoint"} <= {f.name for f in lazy} and {"npz", "safetensors", "pt"} <= {f.name for f in stream}
-    for w in stream:
-        opened = []
-        monkeypatch.setattr(w.load(), "open_stream", lambda *a, _o=w.load().open_stream, **k: opened.append(1) or _o(*a, **k))
-        for r in lazy:
-            for src in sources[r.name]:
-                out = tmp_path / f"out{w.extensions[0]}"
-                rep = api.convert(src, out, force=True)
-                assert rep.verification.ok and len(rep.verification.layers) == len(api.load(src).layers)
-                assert len(opened) == 1, (r.name, w.name)
-                opened.clear()
-                want, got = _canonical(api.load(src)), _canonical(api.load(out))
-                assert want.keys() == got.keys()
-                for key, a in want.items():
-                    assert got[key].dtype == a.dtype, (src.name, w.name, key)
-                    if key.endswith("/b_hh"):
-                        continue
-                    if key.endswith("/b_ih"):  # a single-bias target holds b_ih + b_hh: one float rounding
-                        ws, gs = a + want[key[:-4] + "b_hh"], got[key] + got[key[:-4] + "b_hh"]
-                        assert np.all(np.abs(gs - ws) <= np.spacing(np.abs(ws))), (src.name, w.name, key)
-                    else:  # weights: permutations and transposes, bit-exact
-                        assert np.array_equal(got[key], a), (src.name, w.name, key)
+    w = registry.get(writer)
+    opened = []
+    monkeypatch.setattr(w.load(), "open_stream", lambda *a, _o=w.load().open_stream, **k: opened.append(1) or _o(*a, **k))
+    for src in sources[reader]:
+        out = tmp_path / f"out{w.extensions[0]}"
+        rep = api.convert(src, out, force=True)
+        assert rep.verification.ok and len(rep.verification.layers) == len(api.load(src).layers)
+        assert len(opened) == 1, (reader, writer)
+        opened.clear()
+        want, got = _canonical(api.load(src)), _canonical(api.load(out))
+        assert want.keys() == got.keys()
+        for key, a in want.items():
+            assert got[key].dtype == a.dtype, (src.name, writer, key)
+            if key.endswith("/b_hh"):
+                continue
+            if key.endswith("/b_ih"):  # a single-bias target holds b_ih + b_hh: one float rounding
+                ws, gs = a + want[key[:-4] + "b_hh"], got[key] + got[key[:-4] + "b_hh"]
+                assert np.all(np.abs(gs - ws) <= np.spacing(np.abs(ws))), (src.name, writer, key)
+            else:  # weights: permutations and transposes, bit-exact
+                assert np.array_equal(got[key], a), (src.name, writer, key)
 
 
 def test_api_verify_of_a_lazy_source_reads_like_convert(tmp_path):

@@ -25,13 +25,14 @@ import numpy as np
 
 from . import registry
 from ..errors import UnsupportedError
+from .refusal import Refused
 from ..core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ..core.transforms import fold_forget_bias
 
 I, H, P = 3, 4, 2
 
 
-def _layer(name: str, cell: Cell, *, two_bias: bool = True, proj: int = 0, peep: bool = False,
+def gate_distinct_layer(name: str, cell: Cell, *, two_bias: bool = True, proj: int = 0, peep: bool = False,
            layers: int = 1, bidi: bool = False, bias: bool = True, **sem) -> RNNLayer:
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     G = cell.gates
@@ -58,27 +59,27 @@ def _layer(name: str, cell: Cell, *, two_bias: bool = True, proj: int = 0, peep:
 
 #: (row label, source formats that produce it, layer)
 PROFILES = [
-    ("LSTM, one bias (Keras LSTM)", "keras_h5", _layer("k-lstm", Cell.LSTM, two_bias=False)),
-    ("LSTM, two biases (CuDNNLSTM, PyTorch, ONNX, cuDNN)", "keras_h5 pt onnx", _layer("t-lstm", Cell.LSTM)),
-    ("LSTM, 2 layers, bidirectional, two biases", "pt onnx", _layer("t-lstm2", Cell.LSTM, layers=2, bidi=True)),
-    ("LSTM without bias", "keras_h5 pt", _layer("nb-lstm", Cell.LSTM, bias=False)),
+    ("LSTM, one bias (Keras LSTM)", "keras_h5", gate_distinct_layer("k-lstm", Cell.LSTM, two_bias=False)),
+    ("LSTM, two biases (CuDNNLSTM, PyTorch, ONNX, cuDNN)", "keras_h5 pt onnx", gate_distinct_layer("t-lstm", Cell.LSTM)),
+    ("LSTM, 2 layers, bidirectional, two biases", "pt onnx", gate_distinct_layer("t-lstm2", Cell.LSTM, layers=2, bidi=True)),
+    ("LSTM without bias", "keras_h5 pt", gate_distinct_layer("nb-lstm", Cell.LSTM, bias=False)),
     ("LSTM, hard_sigmoid gates (Keras <= 2.2.5)", "keras_h5 onnx",
-     _layer("hs-lstm", Cell.LSTM, two_bias=False, gate_activation="hard_sigmoid")),
-    ("LSTM, projection (PyTorch proj_size, TF1 num_proj)", "pt", _layer("p-lstm", Cell.LSTM, proj=P)),
-    ("LSTM, peepholes (TF1, ONNX P)", "onnx", _layer("pp-lstm", Cell.LSTM, peep=True, two_bias=False)),
-    ("LSTM, forget_bias=1 at run time (TF1 cells)", "tf", _layer("fb-lstm", Cell.LSTM, two_bias=False, forget_bias=1.0)),
-    ("LSTM, cell_clip (TF1)", "tf", _layer("cc-lstm", Cell.LSTM, two_bias=False, cell_clip=3.0)),
-    ("LSTM, go_backwards (Keras)", "keras_h5", _layer("gb-lstm", Cell.LSTM, two_bias=False, go_backwards=True)),
-    ("GRU, reset after (PyTorch, cuDNN, Keras reset_after=True)", "keras_h5 pt onnx", _layer("ra-gru", Cell.GRU)),
+     gate_distinct_layer("hs-lstm", Cell.LSTM, two_bias=False, gate_activation="hard_sigmoid")),
+    ("LSTM, projection (PyTorch proj_size, TF1 num_proj)", "pt", gate_distinct_layer("p-lstm", Cell.LSTM, proj=P)),
+    ("LSTM, peepholes (TF1, ONNX P)", "onnx", gate_distinct_layer("pp-lstm", Cell.LSTM, peep=True, two_bias=False)),
+    ("LSTM, forget_bias=1 at run time (TF1 cells)", "tf", gate_distinct_layer("fb-lstm", Cell.LSTM, two_bias=False, forget_bias=1.0)),
+    ("LSTM, cell_clip (TF1)", "tf", gate_distinct_layer("cc-lstm", Cell.LSTM, two_bias=False, cell_clip=3.0)),
+    ("LSTM, go_backwards (Keras)", "keras_h5", gate_distinct_layer("gb-lstm", Cell.LSTM, two_bias=False, go_backwards=True)),
+    ("GRU, reset after (PyTorch, cuDNN, Keras reset_after=True)", "keras_h5 pt onnx", gate_distinct_layer("ra-gru", Cell.GRU)),
     ("GRU, reset before (Keras reset_after=False, TF1 GRUCell)", "keras_h5 onnx",
-     _layer("rb-gru", Cell.GRU, two_bias=False, reset_after=False)),
+     gate_distinct_layer("rb-gru", Cell.GRU, two_bias=False, reset_after=False)),
     ("GRU, hard_sigmoid, linear, reset before (Mycroft)", "keras_h5 onnx",
-     _layer("my-gru", Cell.GRU, two_bias=False, reset_after=False, gate_activation="hard_sigmoid",
+     gate_distinct_layer("my-gru", Cell.GRU, two_bias=False, reset_after=False, gate_activation="hard_sigmoid",
             activation="linear")),
-    ("RNN tanh, one bias (Keras SimpleRNN)", "keras_h5", _layer("k-rnn", Cell.RNN_TANH, two_bias=False)),
-    ("RNN relu, two biases (PyTorch)", "pt onnx", _layer("t-rnn", Cell.RNN_RELU, activation="relu")),
+    ("RNN tanh, one bias (Keras SimpleRNN)", "keras_h5", gate_distinct_layer("k-rnn", Cell.RNN_TANH, two_bias=False)),
+    ("RNN relu, two biases (PyTorch)", "pt onnx", gate_distinct_layer("t-rnn", Cell.RNN_RELU, activation="relu")),
     ("RNN, linear activation (Keras SimpleRNN)", "keras_h5 onnx",
-     _layer("l-rnn", Cell.RNN_TANH, two_bias=False, activation="linear")),
+     gate_distinct_layer("l-rnn", Cell.RNN_TANH, two_bias=False, activation="linear")),
 ]
 
 
@@ -91,14 +92,14 @@ def classify(layer: RNNLayer, fmt: registry.Format, tmp: Path) -> tuple[str, str
     mod = fmt.load()
     ckpt = Checkpoint(layers=[layer], format="matrix")
     try:
-        if hasattr(mod, "check"):
+        if mod.check is not None:
             mod.check(ckpt)
         path = tmp / f"m{fmt.extensions[0] if fmt.extensions else ''}"  # no extension: a directory format
         mod.write(ckpt, path)
     except UnsupportedError as exc:
-        msg = str(exc)
+        msg = str(registry.complete(exc) if isinstance(exc, Refused) else exc)
         return "X", msg.split(": ", 1)[-1]
-    if not hasattr(mod, "read"):
+    if mod.read is None:
         return "W", ""
     return compare_layers(layer, mod.read(path).layers), ""
 

@@ -1,32 +1,12 @@
 """The format registry: one :class:`Format` record per file format, and format detection.
 
-A format module (``rnnconvert/formats/<name>.py``) offers the same small verbs, each optional:
+Each record names a format's CLI name, file name endings, description and where its declared
+capabilities live: a :class:`~rnnconvert.engine.protocol.FormatSpec` in its family's ``spec.py``
+(``rnnconvert/formats/<family>/spec.py``), loaded on first use so that ``import rnnconvert`` stays light.
+The engine uses a format only through that record (docs/architecture.md).
 
-* ``sniff(head: bytes, path: Path) -> bool`` -- recognise a file by its first bytes (and layout).
-* ``read(path, **opts) -> Checkpoint`` -- read into the canonical model.
-* ``check(ckpt, **opts) -> list[str]`` -- raise :class:`~rnnconvert.errors.UnsupportedError` if the
-  target cannot express ``ckpt`` exactly; returns notes (e.g. "a merge_mode='sum' post-op is needed").
-* ``write(ckpt, path, **opts) -> list[str]`` -- write ``ckpt`` to ``path`` (a temporary path; the
-  caller renames it into place), returns one line per layer saying how to load it.
-* ``target_forward(path, ckpt, layer_name, x) -> np.ndarray`` -- run a layer of a written file
-  through the target framework, for verification.
-* ``target_forward_slab(path, ckpt, layer_name, k, x) -> np.ndarray`` -- the same for stacked layer ``k``
-  alone (``x`` is its input): verification of a streamed conversion reads one slab at a time.
-* ``target_step(path, ckpt, layer_name, k, x, states) -> [(h1, c1 or None)]`` -- one step of stacked
-  layer ``k`` of a written file in the target framework, from each of ``N`` given states
-  (``x`` ``(N, I_k)``; ``states[d] = (h0 (N, out), c0 (N, H) or None)`` per direction): verification's
-  one-step comparison (:mod:`rnnconvert.engine.verify`; without it, the numpy reference on the arrays
-  ``read`` back, and the report says so).
-* ``ROUTE`` / ``ENGINE``: the target side's engine as the report names it, and the distribution whose
-  version it reports.
-
-Streaming (docs/performance.md "Streaming conversion"): a reader module with ``LAZY = True`` accepts
-``read(path, lazy=True)`` (placeholders + ``Checkpoint.loader``); a writer module with ``STREAM = True``
-offers ``open_stream(ckpt, path, **opts)`` returning an object with ``write_slab(i, k, dirs)`` (called
-once per slab, ``i`` then ``k`` ascending), ``close() -> list[str]`` and ``abort()``; its ``write`` is
-:func:`stream_write`.
-
-Formats appear here only once they are implemented; a duplicate name is refused at import.
+Detection (:func:`detect`) runs every sniffer: a file two sniffers claim is an error naming both and
+``--from``; a duplicate name is refused at import.
 """
 
 from __future__ import annotations
@@ -34,56 +14,63 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 from ..errors import FormatError
+from .protocol import FormatSpec
+from .refusal import Refused
 
 
 @dataclass(frozen=True)
 class Format:
-    """A file format: its CLI name, module, file name endings, and what rnnconvert can do with it."""
+    """A file format: its CLI name, where its :class:`FormatSpec` lives (``"module:NAME"``), file name
+    endings, and a description."""
 
     name: str
-    module: str
+    spec: str
     extensions: tuple[str, ...]
     description: str
 
-    def load(self) -> ModuleType:
-        return importlib.import_module(self.module)
+    def load(self) -> FormatSpec:
+        """The format's declared record (its family's modules are imported on first use)."""
+        module, _, attr = self.spec.partition(":")
+        spec = getattr(importlib.import_module(module), attr)  # the one place a record is looked up by name
+        if not isinstance(spec, FormatSpec) or spec.name != self.name:
+            raise RuntimeError(f"{self.spec} is not the FormatSpec of {self.name!r}")
+        return spec
 
     @property
     def can_read(self) -> bool:
-        return hasattr(self.load(), "read")
+        return self.load().read is not None
 
     @property
     def can_write(self) -> bool:
-        return hasattr(self.load(), "write")
+        return self.load().write is not None
 
 
 FORMATS: tuple[Format, ...] = (
-    Format("keras_h5", "rnnconvert.formats.keras.keras_h5", (".h5", ".hdf5", ".net"),
+    Format("keras_h5", "rnnconvert.formats.keras.spec:KERAS_H5", (".h5", ".hdf5", ".net"),
            "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
-    # after keras_h5, whose sniff declines HDF5 files without model_weights/layer_names (Keras 3 stores)
-    Format("keras3", "rnnconvert.formats.keras.keras3", (".keras", ".weights.h5"),
+    # keras_h5's sniff declines HDF5 files without model_weights/layer_names (Keras 3 stores)
+    Format("keras3", "rnnconvert.formats.keras.spec:KERAS3", (".keras", ".weights.h5"),
            "Keras 3 .keras archive or .weights.h5 (vars/0..2 under class-name paths)"),
-    Format("pt", "rnnconvert.formats.torch.torch_pt", (".pt", ".pth"),
+    Format("pt", "rnnconvert.formats.torch.spec:PT", (".pt", ".pth"),
            "PyTorch state dict, training checkpoint or TorchScript archive (weights only)"),
-    Format("tf_checkpoint", "rnnconvert.formats.tf.tf_checkpoint", (),
+    Format("tf_checkpoint", "rnnconvert.formats.tf.spec:TF_CHECKPOINT", (),
            "TensorFlow checkpoint: TF1 name-based (cells, cuDNN opaque_kernel) or TF2 object-based "
            "(tf.keras save_weights); give the prefix, the .index file or the directory"),
-    Format("tf2_checkpoint", "rnnconvert.formats.tf.tf2_writer", (),
+    Format("tf2_checkpoint", "rnnconvert.formats.tf.spec:TF2_CHECKPOINT", (),
            "TF2 object checkpoint of tf_keras layers (layer_with_weights-N), written as a directory; "
            "read like tf_checkpoint"),
-    Format("tf_graph", "rnnconvert.formats.tf.tf_graph", (".pb",),
+    Format("tf_graph", "rnnconvert.formats.tf.spec:TF_GRAPH", (".pb",),
            "TensorFlow 1 frozen GraphDef (weights as Const nodes)"),
-    Format("onnx", "rnnconvert.formats.onnx.onnx_fmt", (".onnx",),
+    Format("onnx", "rnnconvert.formats.onnx.spec:ONNX", (".onnx",),
            "ONNX model with LSTM/GRU/RNN nodes (onnxruntime runs it)"),
-    Format("safetensors", "rnnconvert.formats.storage.safetensors_fmt", (".safetensors",),
+    Format("safetensors", "rnnconvert.formats.storage.spec:SAFETENSORS", (".safetensors",),
            "safetensors with PyTorch state-dict key names"),
-    # before npz: both are zips of .npy members; cudnn_npz's sniff looks for its spec member
-    Format("cudnn_npz", "rnnconvert.formats.storage.cudnn_npz", (".cudnn.npz",),
+    # both are zips of .npy members: cudnn_npz's sniff looks for its spec member, npz's for its schema member
+    Format("cudnn_npz", "rnnconvert.formats.storage.spec:CUDNN_NPZ", (".cudnn.npz",),
            "raw cuDNN parameter buffers (one per layer) + JSON spec, in one .npz"),
-    Format("npz", "rnnconvert.formats.storage.npz_fmt", (".npz",),
+    Format("npz", "rnnconvert.formats.storage.spec:NPZ", (".npz",),
            "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)"),
 )
 
@@ -112,19 +99,45 @@ def _by_extension(path: Path) -> Format | None:
     return best[1] if best else None
 
 
+def _sniffed(head: bytes, p: Path) -> list[Format]:
+    """Every format whose sniffer claims ``p`` (``head``: its first 64 bytes, ``b""`` for no file)."""
+    out = []
+    for f in FORMATS:
+        sniff = f.load().sniff
+        if sniff is None:
+            continue
+        try:
+            hit = sniff(head, p)
+        except Exception:  # a damaged file must not crash detection; the reader reports it properly
+            hit = False
+        if hit:
+            out.append(f)
+    return out
+
+
+def _one(p: Path, found: list[Format]) -> Format:
+    if len(found) > 1:
+        raise FormatError(f"{p}: ambiguous file format, it looks like {' and '.join(f.name for f in found)}; "
+                          f"name it with --from {found[0].name} (or --from {found[1].name})")
+    return found[0]
+
+
 def detect(path: str | Path) -> Format:
     """Detect the format of an existing file by content (magic bytes), falling back to its extension.
 
+    Every format's sniffer runs; formats' sniffers are written to exclude each other, so two claims are
+    an error, never a guess.
+
     Raises:
-        FormatError: the path does not exist, is unreadable, or matches no known format.
+        FormatError: the path does not exist, is unreadable, matches no known format, or matches more
+        than one (the message names them and ``--from``).
     """
     p = Path(path)
     if not p.exists():
         # a checkpoint prefix (``ckpt-1`` beside ``ckpt-1.index``) names no file itself
-        for f in FORMATS:
-            sniff = getattr(f.load(), "sniff", None)
-            if sniff is not None and sniff(b"", p):
-                return f
+        found = _sniffed(b"", p)
+        if found:
+            return _one(p, found)
         raise FormatError(f"{p}: no such file or directory")
     head = b""
     if p.is_file():
@@ -133,18 +146,14 @@ def detect(path: str | Path) -> Format:
                 head = fh.read(64)
         except OSError as exc:
             raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
-    for f in FORMATS:
-        sniff = getattr(f.load(), "sniff", None)
-        try:
-            hit = sniff is not None and sniff(head, p)
-        except Exception:  # a damaged file must not crash detection; the reader reports it properly
-            hit = False
-        if hit:
-            return f
+    found = _sniffed(head, p)
+    if found:
+        return _one(p, found)
     f = _by_extension(p)
     if f is None:
-        raise FormatError(f"{p}: unrecognised file format; name it with --from "
-                          f"({', '.join(x.name for x in FORMATS)})")
+        names = ", ".join(x.name for x in FORMATS)
+        raise FormatError(f"{p}: unrecognised file format; name it with format=... ({names})",
+                          cli=f"{p}: unrecognised file format; name it with --from ({names})")
     return f
 
 
@@ -158,7 +167,7 @@ def way_out(layer, exclude: str) -> str:
     for f in FORMATS:
         if f.name in (exclude, "npz", "safetensors"):
             continue
-        ref = getattr(f.load(), "refusals", None)
+        ref = f.load().refusals
         if ref is not None and not ref(layer):
             ok.append(f.extensions[0] if f.extensions else f"--to {f.name}")
     if not ok:
@@ -166,16 +175,13 @@ def way_out(layer, exclude: str) -> str:
     return f"Convert to {' or '.join(ok)} instead, which {'expresses' if len(ok) == 1 else 'express'} it exactly"
 
 
-def refuse(layer, why: list[str], fmt: str, target: str) -> None:
-    """Raise :class:`~rnnconvert.errors.UnsupportedError` when ``why`` (a writer's ``refusals(layer)``) is
-    not empty: one line naming the layer, the target (``"PyTorch nn.GRU"``), every blocking feature and
-    the way out (:func:`way_out`). Every writer refuses through here."""
-    if why:
-        from ..errors import UnsupportedError
-
-        cls = layer.source.get("class_name") if isinstance(layer.source, dict) else None
-        raise UnsupportedError(f"layer '{layer.name}'{f' ({cls})' if cls else ''} cannot be written as {target}: "
-                               f"{'; '.join(why)}. {way_out(layer, fmt)}")
+def complete(exc: Refused) -> Refused:
+    """Give a writer's :class:`~rnnconvert.engine.refusal.Refused` its way out (:func:`way_out`) and return
+    it, for the caller to raise. The engine calls this wherever a writer's ``check``/``write`` runs; the
+    writer itself never looks at the registry (no import cycle)."""
+    if exc.way_out is None:
+        exc.way_out = way_out(exc.layer, exc.fmt)
+    return exc
 
 
 def for_output(path: str | Path, to: str | None = None) -> Format:
@@ -188,110 +194,14 @@ def for_output(path: str | Path, to: str | None = None) -> Format:
         return get(to)
     f = _by_extension(Path(path))
     if f is None:
-        raise FormatError(f"{path}: cannot tell the output format from the extension; pass --to "
-                          f"({', '.join(x.name for x in FORMATS)})")
+        names = ", ".join(x.name for x in FORMATS)
+        raise FormatError(f"{path}: cannot tell the output format from the extension; pass to=... ({names})",
+                          cli=f"{path}: cannot tell the output format from the extension; pass --to ({names})")
     return f
 
 
-def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
-    """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
-    ``writer`` in order and close it; ``abort()`` on any error. What a ``STREAM`` module's ``write`` does.
-    ``on_slab(i, k, dirs)``, when given, runs on each slab before it is released (the source side of a
-    streamed verification): before the writer has it, as a writer may release each array it has written
-    (``ckpt.release_array``: the peak is then one tensor of a memory-mapped source, not one slab). ``progress(done, total)``: parameter bytes written.
-
-    A writer whose ``WRITE_BEHIND`` attribute is true (its ``write_slab`` spends its time in code that
-    releases the GIL: CRC-32 and ``write``) writes slab ``n`` in a background thread while slab ``n + 1`` is
-    read: two slabs in memory instead of one, for writers whose memory goal is the file size, not the
-    layer (:class:`_Behind`, docs/performance.md)."""
-    from .stream import order, slab_bytes, slabs
-
-    total = sum(slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt))
-    if getattr(writer, "WRITE_BEHIND", False):
-        return _Behind(writer, ckpt, total).run(on_slab, progress)
-    done = 0
-    try:
-        for i, k, dirs in slabs(ckpt):
-            if on_slab is not None:  # first: the writer may give back each array's pages once written
-                on_slab(i, k, dirs)
-            writer.write_slab(i, k, dirs)
-            done += slab_bytes(dirs)
-            del dirs  # before the next slab is read (and this one released by slabs): one slab alive at a time
-            if progress is not None:
-                progress(done, total)
-        return writer.close()
-    except BaseException:
-        writer.abort()
-        raise
-
-
-class _Behind:
-    """:func:`stream_write` with the writing in one background thread, one slab behind the reading.
-
-    At most two slabs are alive: the main thread may read slab ``n + 1`` only once slab ``n - 1`` is
-    written (a semaphore of two slots, given back by the writer thread after each slab, which then also
-    releases that slab through ``ckpt.release``). A writer error stops the reading at the next slab and is
-    raised in the caller's thread; any error ends in ``writer.abort()`` after the thread has stopped."""
-
-    def __init__(self, writer, ckpt, total: int) -> None:
-        import queue
-        import threading
-
-        self.writer, self.ckpt, self.total = writer, ckpt, total
-        self.slots = threading.Semaphore(2)
-        self.todo: queue.Queue = queue.Queue()
-        self.error: BaseException | None = None
-        self.written = 0
-        self.thread = threading.Thread(target=self._work, name="rnnconvert-writer", daemon=True)
-
-    def _work(self) -> None:
-        from .stream import slab_bytes
-
-        while True:
-            item = self.todo.get()
-            if item is None:
-                return
-            i, k, dirs = item
-            try:
-                if self.error is None:
-                    self.writer.write_slab(i, k, dirs)
-                    self.written += slab_bytes(dirs)
-            except BaseException as exc:  # handed to the main thread
-                self.error = exc
-            finally:
-                del dirs, item
-                if self.ckpt.release is not None:
-                    self.ckpt.release(i, k)
-                self.slots.release()
-
-    def _check(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def run(self, on_slab, progress) -> list[str]:
-        from .stream import order
-
-        self.thread.start()
-        try:
-            for i, k in order(self.ckpt):
-                self.slots.acquire()
-                self._check()
-                if progress is not None:
-                    progress(self.written, self.total)
-                dirs = self.ckpt.slab(i, k)
-                self.todo.put((i, k, dirs))
-                if on_slab is not None:
-                    on_slab(i, k, dirs)
-                del dirs
-            self.todo.put(None)
-            self.thread.join()
-            self._check()
-            if progress is not None:
-                progress(self.written, self.total)
-            return self.writer.close()
-        except BaseException:
-            self.error = self.error or RuntimeError("stopped")  # the thread skips what is still queued
-            self.todo.put(None)
-            self.thread.join()
-            self.writer.abort()
-            raise
+def read_options(fmt: Format) -> tuple[str, ...]:
+    """The option names ``fmt``'s reader accepts (its :attr:`FormatSpec.read_options
+    <rnnconvert.engine.protocol.FormatSpec.read_options>`; anything else is refused by
+    :meth:`FormatSpec.check_options <rnnconvert.engine.protocol.FormatSpec.check_options>`)."""
+    return tuple(fmt.load().read_options)

@@ -34,3 +34,101 @@ def slabs(ckpt: Checkpoint) -> Iterator[tuple[int, int, list[DirectionParams]]]:
         yield i, k, ckpt.slab(i, k)
         if ckpt.release is not None:
             ckpt.release(i, k)
+
+
+def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
+    """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
+    ``writer`` in order and close it; ``abort()`` on any error. What a streaming writer's ``write`` does.
+    ``on_slab(i, k, dirs)``, when given, runs on each slab before it is released (the source side of a
+    streamed verification): before the writer has it, as a writer may release each array it has written
+    (``ckpt.release_array``: the peak is then one tensor of a memory-mapped source, not one slab). ``progress(done, total)``: parameter bytes written.
+
+    A writer whose ``WRITE_BEHIND`` attribute is true (its ``write_slab`` spends its time in code that
+    releases the GIL: CRC-32 and ``write``) writes slab ``n`` in a background thread while slab ``n + 1`` is
+    read: two slabs in memory instead of one, for writers whose memory goal is the file size, not the
+    layer (:class:`_Behind`, docs/performance.md)."""
+    total = sum(slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt))
+    if getattr(writer, "WRITE_BEHIND", False):
+        return _Behind(writer, ckpt, total).run(on_slab, progress)
+    done = 0
+    try:
+        for i, k, dirs in slabs(ckpt):
+            if on_slab is not None:  # first: the writer may give back each array's pages once written
+                on_slab(i, k, dirs)
+            writer.write_slab(i, k, dirs)
+            done += slab_bytes(dirs)
+            del dirs  # before the next slab is read (and this one released by slabs): one slab alive at a time
+            if progress is not None:
+                progress(done, total)
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+class _Behind:
+    """:func:`stream_write` with the writing in one background thread, one slab behind the reading.
+
+    At most two slabs are alive: the main thread may read slab ``n + 1`` only once slab ``n - 1`` is
+    written (a semaphore of two slots, given back by the writer thread after each slab, which then also
+    releases that slab through ``ckpt.release``). A writer error stops the reading at the next slab and is
+    raised in the caller's thread; any error ends in ``writer.abort()`` after the thread has stopped."""
+
+    def __init__(self, writer, ckpt, total: int) -> None:
+        import queue
+        import threading
+
+        self.writer, self.ckpt, self.total = writer, ckpt, total
+        self.slots = threading.Semaphore(2)
+        self.todo: queue.Queue = queue.Queue()
+        self.error: BaseException | None = None
+        self.written = 0
+        self.thread = threading.Thread(target=self._work, name="rnnconvert-writer", daemon=True)
+
+    def _work(self) -> None:
+        while True:
+            item = self.todo.get()
+            if item is None:
+                return
+            i, k, dirs = item
+            try:
+                if self.error is None:
+                    self.writer.write_slab(i, k, dirs)
+                    self.written += slab_bytes(dirs)
+            except BaseException as exc:  # handed to the main thread
+                self.error = exc
+            finally:
+                del dirs, item
+                if self.ckpt.release is not None:
+                    self.ckpt.release(i, k)
+                self.slots.release()
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def run(self, on_slab, progress) -> list[str]:
+        self.thread.start()
+        try:
+            for i, k in order(self.ckpt):
+                self.slots.acquire()
+                self._check()
+                if progress is not None:
+                    progress(self.written, self.total)
+                dirs = self.ckpt.slab(i, k)
+                self.todo.put((i, k, dirs))
+                if on_slab is not None:
+                    on_slab(i, k, dirs)
+                del dirs
+            self.todo.put(None)
+            self.thread.join()
+            self._check()
+            if progress is not None:
+                progress(self.written, self.total)
+            return self.writer.close()
+        except BaseException:
+            self.error = self.error or RuntimeError("stopped")  # the thread skips what is still queued
+            self.todo.put(None)
+            self.thread.join()
+            self.writer.abort()
+            raise

@@ -207,7 +207,7 @@ def _batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict |
 
 def _own_equations(src_module, layer: RNNLayer) -> bool:
     """Whether the source format can run ``layer`` from its own stored tensors (``source_forward``)."""
-    return getattr(src_module, "source_forward", None) is not None and layer.source.get("raw") is not None
+    return src_module.source_forward is not None and layer.source.get("raw") is not None
 
 
 @contextmanager
@@ -242,7 +242,7 @@ def _source(src_module, layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarra
     each computed in its own dtype): the source format's own equations on its stored tensors
     (``source_forward``), else the numpy reference on the canonical parameters."""
     if _own_equations(src_module, layer):
-        multi = getattr(src_module, "source_forward_multi", None)
+        multi = src_module.source_forward_multi
         if multi is not None:
             return multi(layer, xs)
         return [src_module.source_forward(layer, x, x.dtype) for x in xs]
@@ -273,17 +273,17 @@ def _route(src_module, layer: RNNLayer, mode: str) -> str:
 
 
 def _framework(src_module, src_path, src_ckpt: Checkpoint, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
-    fw = getattr(src_module, "framework_forward", None)
+    fw = src_module.framework_forward
     if fw is None:
-        raise VerificationError(f"--verify framework is not available for {src_module.__name__}")
+        raise VerificationError(f"--verify framework is not available for {src_module.name}")
     return fw(src_path, src_ckpt, layer.name, x)
 
 
 def _engine(dst_module) -> str:
-    """The target side's engine with its version: ``ROUTE`` of the format module, and the version of its
-    ``ENGINE`` distribution when installed (``'torch 2.13.0'``)."""
-    route = getattr(dst_module, "ROUTE", dst_module.__name__.rsplit(".", 1)[-1])
-    dist = getattr(dst_module, "ENGINE", None)
+    """The target side's engine with its version: ``route`` of the format's record, and the version of its
+    ``engine`` distribution when installed (``'torch 2.13.0'``)."""
+    route = dst_module.route
+    dist = dst_module.engine
     if dist:
         from importlib import metadata
 
@@ -394,14 +394,14 @@ class StreamedVerification:
         """The target's one step of slab ``k`` from ``states``; ``(results, note)``: ``note`` names a
         fallback (the numpy reference on the arrays read back from the written file, when the target's
         framework is not installed or the format has no ``target_step``)."""
-        fn = getattr(dst_module, "target_step", None)
+        fn = dst_module.target_step
         why = "no one-step runner for this format"
         if fn is not None:
             try:
                 return fn(dst_path, self.ckpt, layer.name, k, xf, states), ""
             except DependencyError as exc:
                 why = f"its framework is not installed ({exc})"
-        read = getattr(dst_module, "read", None)
+        read = dst_module.read
         if read is None:
             return None, why
         if self._back is None:
@@ -447,7 +447,7 @@ class StreamedVerification:
 
     def _sequence_target(self, i: int, dst_path, dst_module) -> np.ndarray:
         layer, xs = self.ckpt.layers[i], self._seq_x(i)
-        by_slab = getattr(dst_module, "target_forward_slab", None)
+        by_slab = dst_module.target_forward_slab
         if by_slab is not None and layer.num_layers > 1:
             y = xs
             for k in range(layer.num_layers):
@@ -512,7 +512,7 @@ class StreamedVerification:
                 if progress is not None:
                     progress(i + 1, len(self.ckpt.layers))
         finally:
-            release = getattr(dst_module, "release", None)  # a cached target session (onnxruntime)
+            release = dst_module.release  # a cached target session (onnxruntime)
             if release is not None:
                 release()
             reference.release_scratch()

@@ -31,8 +31,9 @@ def require_cuda() -> None:
     from . import cudnn_check
 
     if not cudnn_check.cuda_available():
-        raise DependencyError("--device cuda needs an NVIDIA GPU with cuDNN visible to torch "
-                              "(torch.cuda.is_available() is False here); run this check on a GPU machine")
+        why = ("needs an NVIDIA GPU with cuDNN visible to torch (torch.cuda.is_available() is False here); run this "
+               "check on a GPU machine")
+        raise DependencyError(f"device='cuda' {why}", cli=f"--device cuda {why}")
 
 
 def _cast(layer: RNNLayer, dtype: str) -> RNNLayer:
@@ -50,10 +51,13 @@ class CudaTarget:
     def __init__(self, dst_module, route: str, dtype: str = "float32"):
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}")
-        self.dst_module, self.route, self.dtype = dst_module, route, dtype
-        self.ROUTE = f"cuDNN {'nn module' if route == 'module' else 'packed buffer'} ({dtype})"
-        self.ENGINE = "torch"
-        self.__name__ = f"cuda_{route}"
+        self.dst_module, self.way, self.dtype = dst_module, route, dtype
+        # the runtime fields of a FormatSpec (rnnconvert.engine.protocol) that verification uses
+        self.route = f"cuDNN {'nn module' if route == 'module' else 'packed buffer'} ({dtype})"
+        self.engine = "torch"
+        self.name = f"cuda_{route}"
+        self.target_forward_slab = None
+        self.release = None
         self._ckpt: Checkpoint | None = None
 
     def target_step(self, path: Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
@@ -74,5 +78,5 @@ class CudaTarget:
             self._ckpt = self.dst_module.read(path)
         layer = _cast(self._ckpt.layer(name), self.dtype)
         cudnn_check.check_layout(cudnn.Spec.of(layer), getattr(__import__("torch"), self.dtype))
-        run = cudnn_check.forward_module if self.route == "module" else cudnn_check.forward_buffer
+        run = cudnn_check.forward_module if self.way == "module" else cudnn_check.forward_buffer
         return np.asarray(run(layer, x), dtype=np.float64)

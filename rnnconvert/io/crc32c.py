@@ -8,7 +8,7 @@ linear map "feed one 32-bit word of zeros", lane ``i`` accumulates ``a = G(a) ^ 
 (``G = F^L``, tabulated on the two 16-bit halves of the state), and the lanes are folded with one more
 Horner pass of ``F``; a CRC is affine over GF(2), so the initial value ``0xFFFFFFFF`` enters as
 ``F^N(0xFFFFFFFF)``. That makes about 6 numpy operations per 4 bytes (a few hundred MB/s on one core),
-which is why :data:`FAST` says whether a C implementation is in use.
+which is why :func:`fast` says whether a C implementation is in use.
 
 Check value (RFC 3720 B.4 / the CRC catalogue): ``value(b"123456789") == 0xE3069283``.
 """
@@ -39,9 +39,18 @@ def _c_impl():
     return lambda crc, data: google_crc32c.extend(crc, bytes(data))
 
 
-_C = _c_impl()
-#: True when a C implementation (``google_crc32c`` or ``crc32c``) is used; else numpy (slower).
-FAST = _C is not None
+_UNSET = object()
+#: The C implementation, looked for on first use (importing ``crc32c`` costs ~0.3 s, and format detection
+#: imports this module for every file); None: numpy.
+_C = _UNSET
+
+
+def fast() -> bool:
+    """True when a C implementation (``google_crc32c`` or ``crc32c``) is used; else numpy (slower)."""
+    global _C
+    if _C is _UNSET:
+        _C = _c_impl()
+    return _C is not None
 
 
 def _byte_table() -> np.ndarray:
@@ -163,7 +172,7 @@ def _extend_raw(state: int, data: memoryview) -> int:
 def extend(crc: int, data) -> int:
     """The CRC-32C of ``previous + data`` given ``crc``, the CRC-32C of ``previous`` (0 for none)."""
     mv = memoryview(data).cast("B")
-    if _C is not None:
+    if fast():
         return _C(crc, mv)
     return _extend_raw(crc ^ 0xFFFFFFFF, mv) ^ 0xFFFFFFFF
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ...io import guard
-from ...engine import registry
+from ...engine import refusal
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Checkpoint, Cell, RNNLayer
 from ...core.transforms import fold_forget_bias
@@ -137,12 +137,12 @@ def _vars(group) -> list[np.ndarray]:
         return []
     v = group["vars"]
     keys = sorted((k for k in v.keys() if k.isdigit()), key=int)
-    return [keras_h5._read_dataset(v[k], f"{group.name}/vars/{k}") for k in keys]
+    return [keras_h5.read_dataset(v[k], f"{group.name}/vars/{k}") for k in keys]
 
 
 def _user_name(group, fallback: str) -> str:
     if "vars" in group:
-        n = keras_h5._attr_str(group["vars"], "name")
+        n = keras_h5.attr_str(group["vars"], "name")
         if n:
             return n
     return fallback
@@ -216,23 +216,23 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
             base = ("kernel", "recurrent_kernel", "bias")
             names = ([f"{name}/forward_rnn/{b}" for b in base[: len(fw)]]
                      + [f"{name}/backward_rnn/{b}" for b in base[: len(bw)]])
-            rd.entry(keras_h5._Entry(name, names, fw + bw, cfg if cls == "Bidirectional" else None,
+            rd.entry(keras_h5.LayerEntry(name, names, fw + bw, cfg if cls == "Bidirectional" else None,
                                      "Bidirectional"), prefix)
         elif "cell" in g:
             cls = cls if cls in _STUB else _expect(cls, None, rd.path, name)
             w = _vars(g["cell"])
             names = [f"{name}/{_STUB.get(cls, 'cell')}/{b}" for b in ("kernel", "recurrent_kernel", "bias")][: len(w)]
-            rd.entry(keras_h5._Entry(name, names, w, cfg if cls else None, cls), prefix)
+            rd.entry(keras_h5.LayerEntry(name, names, w, cfg if cls else None, cls), prefix)
         else:
             w = _vars(g)
             if "layer" in g and not w:  # TimeDistributed
                 w = _vars(g["layer"])
-                inner = keras_h5._rec((cfg or {}).get("layer"))
+                inner = keras_h5.as_record((cfg or {}).get("layer"))
                 cls = inner["class_name"] or cls
             if not w:
                 continue
             base = {"Dense": ["kernel", "bias"], "Embedding": ["embeddings"]}.get(cls, [f"var{i}" for i in range(len(w))])
-            rd.other(keras_h5._Entry(name, base[: len(w)], w), f"{prefix}{name}", cls)
+            rd.other(keras_h5.LayerEntry(name, base[: len(w)], w), f"{prefix}{name}", cls)
 
 
 def _expect(cls: str | None, want: str | None, path: str, name: str) -> None:
@@ -251,7 +251,7 @@ def _read_store(path: Path, h5path: str, config: dict | None, gate_activation: s
     args = (str(path), h5path, config, gate_activation, keras_version)
     if Path(h5path).stat().st_size <= keras_h5.FULL_ISOLATION_MAX:
         return guard.isolated(_read_store_in, args, h5path, "HDF5")
-    guard.isolated(keras_h5._probe_path, (h5path,), h5path, "HDF5")
+    guard.isolated(keras_h5.probe_path, (h5path,), h5path, "HDF5")
     return _read_store_in(*args)
 
 
@@ -265,8 +265,8 @@ def _read_store_in(path: str, h5path: str, config: dict | None, gate_activation:
         raise FormatError(f"{path}: not a readable HDF5 weights store ({exc})") from exc
     with f:
         try:
-            keras_h5._check_links(f)
-            rd = keras_h5._Reader(str(path), keras_version or "3.0.0", gate_activation)
+            keras_h5.check_links(f)
+            rd = keras_h5.Interpreter(str(path), keras_version or "3.0.0", gate_activation)
             _walk(rd, f, _layer_configs(config), "")
         except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:  # damaged store
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
@@ -367,10 +367,10 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """Refuse what Keras 3 cannot express; return notes.
 
     Raises:
-        UnsupportedError: naming the layer, the features and the way out (:func:`rnnconvert.engine.registry.refuse`).
+        UnsupportedError: naming the layer, the features and the way out (:func:`rnnconvert.engine.refusal.refuse`).
     """
     for layer in ckpt.layers:
-        registry.refuse(layer, refusals(layer), "keras3", "a Keras 3 layer")
+        refusal.refuse(layer, refusals(layer), "keras3", "a Keras 3 layer")
     notes = []
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors are not written; only the recurrent layers are")
@@ -414,7 +414,7 @@ def build(ckpt: Checkpoint, *, with_weights: bool = True):
             lay = _make_layer(k, layer, nm)
             h = lay(h)
             if with_weights:
-                lay.set_weights([w for p in layer.params[kk] for w in keras_h5_write._weights(layer, p, False)])
+                lay.set_weights([w for p in layer.params[kk] for w in keras_h5_write.keras_weights(layer, p, False)])
         inputs.append(inp)
         outputs.extend(h if isinstance(h, (list, tuple)) else [h])
     return k.Model(inputs, outputs, name="rnnconvert")
@@ -444,7 +444,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
             _repack(out, path)
     how = ("build the model (see docs/keras3.md) and model.load_weights(path)" if wo
            else "keras.saving.load_model(path)")
-    return [f"{layer.name}: Keras 3 {keras_h5_write._CLASS[layer.cell]} layer(s) {', '.join(names)} "
+    return [f"{layer.name}: Keras 3 {keras_h5_write.KERAS_CLASS[layer.cell]} layer(s) {', '.join(names)} "
             f"(input '{in_name}', return_sequences=True); {how}"
             for layer, in_name, names in keras_h5_write.plan(ckpt)]
 

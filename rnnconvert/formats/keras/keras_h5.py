@@ -1,6 +1,6 @@
 """Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader (writer: :mod:`.keras_h5_write`).
 
-Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
+Dialects read (``docs/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
 
 * full-model files (root ``@model_config`` + group ``model_weights``) and weights-only files
   (``@layer_names`` at the root); ``layer_names0, layer_names1 ...`` chunked attributes;
@@ -56,7 +56,7 @@ _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tan
 # HDF5 access, hardened
 # --------------------------------------------------------------------------------------------
 
-def _check_links(f) -> None:
+def check_links(f) -> None:
     """Refuse soft/external links and external or virtual datasets (they reach outside the file)."""
     import h5py
 
@@ -84,7 +84,7 @@ def _check_links(f) -> None:
         raise FormatError(f"refusing HDF5 file with links outside the file: {bad[0]}")
 
 
-def _attr_list(group, name: str) -> list[str]:
+def attr_list(group, name: str) -> list[str]:
     """Read a Keras string-list attribute, joining chunked ``name0, name1 ...`` attributes; at most the
     ``names`` limit of :mod:`rnnconvert.io.budget` (checked from the attribute's shape before it is read).
 
@@ -117,7 +117,7 @@ def _attr_len(group, name: str) -> int:
     return n
 
 
-def _attr_str(obj, name: str) -> str | None:
+def attr_str(obj, name: str) -> str | None:
     v = obj.attrs.get(name)
     if v is None:
         return None
@@ -143,7 +143,7 @@ def _dataset_meta(ds, where: str) -> np.ndarray:
     return placeholder(ds.shape, ds.dtype)
 
 
-def _read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
+def read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
     """Read a dataset fully (into ``out`` when its shape and dtype fit) after :func:`_dataset_meta`'s
     checks; NaN/Inf refused."""
     _dataset_meta(ds, where)
@@ -164,7 +164,7 @@ def _read_concat(path: str, locations: tuple[str, ...], out: np.ndarray | None =
     import h5py
 
     with h5py.File(path, "r") as f:
-        return np.concatenate([_read_dataset(f[loc], f"{path}: {loc}") for loc in locations], axis=-1)
+        return np.concatenate([read_dataset(f[loc], f"{path}: {loc}") for loc in locations], axis=-1)
 
 
 class LazyRaw(Mapping):
@@ -201,7 +201,7 @@ class LazyRaw(Mapping):
                 # conversion's reader refused them in these very bytes, and a non-finite value would fail
                 # the comparison anyway.
                 return np.memmap(self.path, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
-            return _read_dataset(ds, f"{self.path}: {loc}", out)
+            return read_dataset(ds, f"{self.path}: {loc}", out)
 
     def __iter__(self):
         return iter(self.locations)
@@ -215,7 +215,7 @@ class LazyRaw(Mapping):
 # --------------------------------------------------------------------------------------------
 
 @dataclass
-class _Entry:
+class LayerEntry:
     """One layer's weights and config as found in the file, before interpretation."""
 
     name: str
@@ -223,7 +223,7 @@ class _Entry:
     weights: list[np.ndarray]
     config: dict[str, Any] | None = None
     class_name: str | None = None
-    children: list["_Entry"] = field(default_factory=list)
+    children: list["LayerEntry"] = field(default_factory=list)
     locations: list[str] | None = None  # the HDF5 dataset path of each weight, for LazyRaw
 
 
@@ -294,7 +294,7 @@ def default_reset_after(keras_version: str | None) -> bool | None:
 # Interpretation
 # --------------------------------------------------------------------------------------------
 
-class _Reader:
+class Interpreter:
     def __init__(self, path: str, keras_version: str | None, gate_activation: str | None):
         self.path = path
         self.keras_version = keras_version
@@ -304,12 +304,12 @@ class _Reader:
         self.file = None  # the open h5py.File while a lazy skeleton is read (other layers' values)
         self.specs: dict[int, tuple[_DirSpec, dict[str, Any]]] = {}  # id(placeholder params) -> how to load
 
-    def value(self, e: _Entry, j: int) -> np.ndarray:
+    def value(self, e: LayerEntry, j: int) -> np.ndarray:
         """Weight ``j`` of ``e`` as an array (read now when the entry holds placeholders)."""
         w = e.weights[j]
         if is_placeholder(w) and e.locations is not None:
             if self.file is not None:
-                return _read_dataset(self.file[e.locations[j]], f"{self.path}: {e.locations[j]}")
+                return read_dataset(self.file[e.locations[j]], f"{self.path}: {e.locations[j]}")
             if self.lazy_load is not None:  # another container (TF2 checkpoints): read through its loader
                 return self.lazy_load(self.path, e.locations[j])
         return w
@@ -319,7 +319,7 @@ class _Reader:
         return [[self.specs[id(dp)] for dp in layer.params[0]] for layer in self.ckpt.layers]
 
     # -- dispatch ---------------------------------------------------------------------------
-    def entry(self, e: _Entry, prefix: str) -> None:
+    def entry(self, e: LayerEntry, prefix: str) -> None:
         name = f"{prefix}{e.name}"
         cls = e.class_name
         cfg = e.config if isinstance(e.config, dict) else {}
@@ -330,8 +330,8 @@ class _Reader:
             self.bidirectional(e, name)
             return
         if cls == "TimeDistributed":
-            inner = _rec(cfg.get("layer"))
-            self.entry(_Entry(e.name, e.names, e.weights, inner["config"], inner["class_name"],
+            inner = as_record(cfg.get("layer"))
+            self.entry(LayerEntry(e.name, e.names, e.weights, inner["config"], inner["class_name"],
                               locations=e.locations), prefix)
             return
         if cls == "RNN":  # keras.layers.RNN(cell): the cell's config plus the wrapper's direction/outputs
@@ -342,7 +342,7 @@ class _Reader:
                                        f"(supported cells: {', '.join(_CELL_KIND)})")
             merged = {**(cell.get("config") or {}),
                       **{k: cfg[k] for k in ("return_sequences", "go_backwards") if k in cfg}}
-            self.ckpt.layers.append(self.rnn(_Entry(e.name, e.names, e.weights, merged, kind, locations=e.locations),
+            self.ckpt.layers.append(self.rnn(LayerEntry(e.name, e.names, e.weights, merged, kind, locations=e.locations),
                                              name, kind))
             return
         kind = self._rnn_kind(e, cls)
@@ -352,15 +352,15 @@ class _Reader:
         self.other(e, name, cls)
 
     @staticmethod
-    def _looks_nested(e: _Entry) -> bool:
+    def _looks_nested(e: LayerEntry) -> bool:
         firsts = {n.split("/")[0] for n in e.names if "/" in n}
-        return len(firsts) > 1 and not _Reader._looks_bidirectional(e)
+        return len(firsts) > 1 and not Interpreter._looks_bidirectional(e)
 
     @staticmethod
-    def _looks_bidirectional(e: _Entry) -> bool:
+    def _looks_bidirectional(e: LayerEntry) -> bool:
         return any("forward_" in n for n in e.names) and any("backward_" in n for n in e.names)
 
-    def _rnn_kind(self, e: _Entry, cls: str | None) -> str | None:
+    def _rnn_kind(self, e: LayerEntry, cls: str | None) -> str | None:
         if cls is not None:
             cls = {"LSTMV1": "LSTM", "GRUV1": "GRU"}.get(cls, cls)
             return cls if cls in RNN_CLASSES else None
@@ -386,29 +386,29 @@ class _Reader:
         return "SimpleRNN" if g == 1 else None
 
     # -- containers -------------------------------------------------------------------------
-    def nested(self, e: _Entry, name: str) -> None:
+    def nested(self, e: LayerEntry, name: str) -> None:
         inner_cfgs = _index_configs(e.config and {"config": e.config})
         groups: dict[str, list[int]] = {}
         for i, n in enumerate(e.names):
             groups.setdefault(n.split("/")[0] if "/" in n else n, []).append(i)
         for sub, idx in groups.items():
             rec = inner_cfgs.get(sub, {})
-            child = _Entry(sub, [e.names[i].split("/", 1)[-1] for i in idx], [e.weights[i] for i in idx],
+            child = LayerEntry(sub, [e.names[i].split("/", 1)[-1] for i in idx], [e.weights[i] for i in idx],
                            rec.get("config"), rec.get("class_name"),
                            locations=None if e.locations is None else [e.locations[i] for i in idx])
             self.entry(child, f"{name}.")
 
-    def bidirectional(self, e: _Entry, name: str) -> None:
+    def bidirectional(self, e: LayerEntry, name: str) -> None:
         cfg = e.config if isinstance(e.config, dict) else {}
-        inner = _rec(cfg.get("layer"))
+        inner = as_record(cfg.get("layer"))
         half = len(e.weights) // 2
         if half * 2 != len(e.weights) or half == 0:
             raise FormatError(f"{self.path}: Bidirectional layer '{name}' has {len(e.weights)} weights, not an even split")
         loc = e.locations
-        fw = _Entry(name, e.names[:half], e.weights[:half], inner["config"], inner["class_name"],
+        fw = LayerEntry(name, e.names[:half], e.weights[:half], inner["config"], inner["class_name"],
                     locations=None if loc is None else loc[:half])
-        bw_cfg = _rec(cfg.get("backward_layer")) if cfg.get("backward_layer") else inner
-        bw = _Entry(name, e.names[half:], e.weights[half:], bw_cfg["config"], bw_cfg["class_name"],
+        bw_cfg = as_record(cfg.get("backward_layer")) if cfg.get("backward_layer") else inner
+        bw = LayerEntry(name, e.names[half:], e.weights[half:], bw_cfg["config"], bw_cfg["class_name"],
                     locations=None if loc is None else loc[half:])
         kind_f = self._rnn_kind(fw, fw.class_name)
         kind_b = self._rnn_kind(bw, bw.class_name)
@@ -433,7 +433,7 @@ class _Reader:
         self.ckpt.layers.append(layer)
 
     # -- RNN layers -------------------------------------------------------------------------
-    def rnn(self, e: _Entry, name: str, kind: str) -> RNNLayer:
+    def rnn(self, e: LayerEntry, name: str, kind: str) -> RNNLayer:
         cfg = e.config if isinstance(e.config, dict) else {}
         w = e.weights
         try:
@@ -456,9 +456,10 @@ class _Reader:
         else:
             gate = default_gate_activation(self.keras_version)
             if gate is None:
-                raise UnsupportedError(
-                    f"layer '{name}': this weights-only file (keras_version {self.keras_version!r}) does not say "
-                    "whether its gates use sigmoid or hard_sigmoid; pass --gate-activation sigmoid|hard_sigmoid")
+                what = (f"layer '{name}': this weights-only file (keras_version {self.keras_version!r}) does not "
+                        "say whether its gates use sigmoid or hard_sigmoid; pass ")
+                raise UnsupportedError(what + "gate_activation='sigmoid' or 'hard_sigmoid'",
+                                       cli=what + "--gate-activation sigmoid|hard_sigmoid")
         if self.gate_override and kind != "SimpleRNN":
             gate = self.gate_override
         for what, a in (("activation", act), ("recurrent_activation", gate)):
@@ -477,7 +478,7 @@ class _Reader:
         return Semantics(gate_activation=gate, activation=act, reset_after=reset_after,
                          go_backwards=bool(cfg.get("go_backwards", False)))
 
-    def _rnn(self, e: _Entry, name: str, kind: str, cfg: dict, w: list[np.ndarray]) -> RNNLayer:
+    def _rnn(self, e: LayerEntry, name: str, kind: str, cfg: dict, w: list[np.ndarray]) -> RNNLayer:
         sem = self._semantics(name, kind, cfg)
         raw: dict[str, np.ndarray]
         keras1 = kind in ("LSTM", "GRU") and len(w) in (12, 9)  # Keras 1, consume_less='cpu'/'mem'
@@ -531,7 +532,7 @@ class _Reader:
                 srcs = dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations or []))
             self.specs[id(dp)] = (spec, srcs)
         else:
-            dp = _convert(spec, raw, f"{self.path}: layer '{name}'")
+            dp = convert_direction(spec, raw, f"{self.path}: layer '{name}'")
         if e.locations is not None and (fam != "keras1" or self.file is not None):
             # the file's tensors are re-read when needed (verification), never held beside the canonical copy
             if fam == "keras1":
@@ -546,10 +547,10 @@ class _Reader:
             source={"format": "keras_h5", "class_name": kind, "family": fam, "raw": [raw], "config": cfg or None},
         )
 
-    def other(self, e: _Entry, name: str, cls: str | None) -> None:
+    def other(self, e: LayerEntry, name: str, cls: str | None) -> None:
         bases = [_base(n) for n in e.names]
         t = self.ckpt.tensors
-        e = _Entry(e.name, e.names, [self.value(e, j) for j in range(len(e.weights))], e.config, e.class_name,
+        e = LayerEntry(e.name, e.names, [self.value(e, j) for j in range(len(e.weights))], e.config, e.class_name,
                    locations=e.locations)
         keras1_dense = (len(e.weights) == 2 and e.weights[0].ndim == 2 and e.weights[1].ndim == 1
                         and re.search(r"(^|_)W$", bases[0]) and re.search(r"(^|_)b$", bases[1]))  # dense_1_W, dense_1_b
@@ -566,7 +567,7 @@ class _Reader:
             t[f"{name}.{b}"] = arr
 
 
-def _rec(x: Any) -> dict[str, Any]:
+def as_record(x: Any) -> dict[str, Any]:
     """A ``{'class_name', 'config'}`` layer record with wrong-typed parts (crafted configs) set to ``None``."""
     x = x if isinstance(x, dict) else {}
     cls = x.get("class_name")
@@ -729,7 +730,7 @@ def _vector(src: Any, where: str) -> np.ndarray:
     return arr
 
 
-def _convert(spec: _DirSpec, raw: Mapping[str, Any], where: str) -> DirectionParams:
+def convert_direction(spec: _DirSpec, raw: Mapping[str, Any], where: str) -> DirectionParams:
     """One direction's Keras tensors (``kernel``, ``recurrent_kernel``, optional ``bias``: arrays or HDF5
     datasets) -> canonical :class:`DirectionParams`; only permutations, turns and copies (bit-exact)."""
     cell, conv, H = spec.cell, spec.conv, spec.hidden
@@ -821,7 +822,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
 
     Isolation (:mod:`rnnconvert.io.guard`): an eager read of a file up to :data:`FULL_ISOLATION_MAX` runs
     wholly in the forked child. Otherwise (a large file, or ``lazy=True``) the child first walks every
-    object header, attribute and chunk index (:func:`_probe_path`: where libhdf5's loops live), and this
+    object header, attribute and chunk index (:func:`probe_path`: where libhdf5's loops live), and this
     process then reads the metadata again and the data (the loader: contiguous extents the probe has seen
     described, or chunks whose index it has walked).
     """
@@ -837,7 +838,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
         return guard.isolated(_read_path, (str(path), gate_activation, False), path, "HDF5")
     # A large file would travel back through a pipe (a second copy of every weight), and a lazy
     # checkpoint's loader runs here: the child probes, this process reads.
-    guard.isolated(_probe_path, (str(path),), path, "HDF5")
+    guard.isolated(probe_path, (str(path),), path, "HDF5")
     return _read_path(str(path), gate_activation, lazy)
 
 
@@ -845,17 +846,17 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
 FULL_ISOLATION_MAX = 64 << 20
 
 
-def _probe_path(path: str) -> None:
+def probe_path(path: str) -> None:
     """Open ``path`` and touch every group, dataset header, attribute and chunk index (runs in the
     isolated child)."""
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
-            _check_links(f)
+            check_links(f)
             for g in (f, f.get("model_weights")):  # name lists bounded here, within the deadline
                 if isinstance(g, h5py.Group):
-                    _attr_list(g, "layer_names")
+                    attr_list(g, "layer_names")
 
             def touch(_name, obj):
                 for key in obj.attrs:
@@ -910,24 +911,24 @@ def _loader(path: str, specs: list[list[tuple[_DirSpec, dict[str, Any]]]]):
                     raw: dict[str, Any] = {}
                     for key, loc in srcs.items():
                         if isinstance(loc, tuple):  # Keras 1 per-gate tensors (small by nature): read, joined
-                            raw[key] = np.concatenate([_read_dataset(f[x], f"{path}: {x}") for x in loc], axis=-1)
+                            raw[key] = np.concatenate([read_dataset(f[x], f"{path}: {x}") for x in loc], axis=-1)
                         else:
                             _dataset_meta(f[loc], f"{path}: {loc}")
                             raw[key] = f[loc]
-                    out.append(_convert(spec, raw, f"{path}: {srcs.get('kernel')!s}".rsplit("/", 1)[0]))
+                    out.append(convert_direction(spec, raw, f"{path}: {srcs.get('kernel')!s}".rsplit("/", 1)[0]))
                 return out
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
             raise _damaged(path, exc) from exc
     return load
 
 
-def _read_file(f, path: str, gate_activation: str | None) -> "_Reader":
+def _read_file(f, path: str, gate_activation: str | None) -> "Interpreter":
     """The body of :func:`read` on an open ``h5py.File``: metadata (dataset shapes and dtypes, as
     placeholders), configs and the non-recurrent tensors; h5py errors are translated by the caller."""
-    _check_links(f)
+    check_links(f)
     if "model_weights" in f:
         g = f["model_weights"]
-        cfg_s = _attr_str(f, "model_config")
+        cfg_s = attr_str(f, "model_config")
         try:
             config = json.loads(cfg_s) if cfg_s else None
         except json.JSONDecodeError as exc:
@@ -937,18 +938,18 @@ def _read_file(f, path: str, gate_activation: str | None) -> "_Reader":
     else:
         raise FormatError(f"{path}: HDF5 file without Keras 'model_weights' group or 'layer_names' "
                           "attribute; is it a Keras 3 .weights.h5 or another HDF5 file?")
-    keras_version = _attr_str(g, "keras_version") or _attr_str(f, "keras_version")
-    rd = _Reader(path, keras_version, gate_activation)
+    keras_version = attr_str(g, "keras_version") or attr_str(f, "keras_version")
+    rd = Interpreter(path, keras_version, gate_activation)
     rd.file = f
     if isinstance(config, dict) and config.get("class_name") in ("Sequential", "Model", "Functional"):
         cfgs = _index_configs(config)
     else:
         cfgs = {}
-    for lname in _attr_list(g, "layer_names"):
+    for lname in attr_list(g, "layer_names"):
         if lname not in g:
             raise FormatError(f"{path}: layer '{lname}' is listed in layer_names but has no group")
         grp = g[lname]
-        wnames = _attr_list(grp, "weight_names")
+        wnames = attr_list(grp, "weight_names")
         if not wnames:
             continue
         weights, locations = [], []
@@ -958,23 +959,8 @@ def _read_file(f, path: str, gate_activation: str | None) -> "_Reader":
             weights.append(_dataset_meta(grp[wn], f"{path}: {lname}/{wn}"))
             locations.append(grp[wn].name)
         rec = cfgs.get(lname, {})
-        rd.entry(_Entry(lname, wnames, weights, rec.get("config"), rec.get("class_name"), locations=locations), "")
+        rd.entry(LayerEntry(lname, wnames, weights, rec.get("config"), rec.get("class_name"), locations=locations), "")
     rd.file = None
     if not rd.ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU) found")
     return rd
-
-
-def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x: np.ndarray) -> np.ndarray:
-    """Run layer ``layer_name`` in tf_keras on CPU (``--verify framework``); see
-    :func:`rnnconvert.formats.keras.keras_tf.framework_forward` (float64 ``(batch, time, dirs * H)``, directions
-    concatenated, merge mode not applied). Raises DependencyError without tf_keras."""
-    from .keras_tf import framework_forward as run
-
-    return run(src_path, ckpt, layer_name, x)
-
-
-# The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
-from .keras_h5_write import (ENGINE, ROUTE, STREAM, check, open_stream, refusals, target_forward, target_step,  # noqa: E402,F401
-                              target_forward_slab, write)
-from .keras_math import source_forward  # noqa: E402,F401  (verification: Keras equations on the file's tensors)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ...core import gates
-from ...engine import registry
+from ...engine import refusal, stream
 from ...errors import UnsupportedError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...core.transforms import fold_forget_bias, summed_bias
@@ -49,7 +49,7 @@ ROUTE = "tf_keras"
 #: the distribution whose version verification reports for the target side
 ENGINE = "tf_keras"
 _K2_ACTS = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
-_CLASS = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "SimpleRNN", Cell.RNN_RELU: "SimpleRNN"}
+KERAS_CLASS = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "SimpleRNN", Cell.RNN_RELU: "SimpleRNN"}
 
 
 def tf_keras():
@@ -117,11 +117,11 @@ def check(ckpt: Checkpoint, *, cudnn: bool = False, **_: Any) -> list[str]:
     """
     for layer in ckpt.layers:
         why = refusals(layer, cudnn)
-        form = "CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU") if cudnn else _CLASS[layer.cell]
+        form = "CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU") if cudnn else KERAS_CLASS[layer.cell]
         if why and cudnn and not refusals(layer):
-            raise UnsupportedError(f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. "
-                                   "Write the plain Keras form (without --cudnn) instead")
-        registry.refuse(layer, why, "keras_h5", f"Keras 2 {form}")
+            what = f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. Write the plain Keras form "
+            raise UnsupportedError(what + "(without the cudnn write option) instead", cli=what + "(without --cudnn) instead")
+        refusal.refuse(layer, why, "keras_h5", f"Keras 2 {form}")
     notes = []
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors (e.g. {next(iter(ckpt.tensors))}) are not "
@@ -129,7 +129,7 @@ def check(ckpt: Checkpoint, *, cudnn: bool = False, **_: Any) -> list[str]:
     return notes
 
 
-def _weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.ndarray]:
+def keras_weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.ndarray]:
     """Keras weights ``[kernel, recurrent_kernel(, bias)]`` of one direction of one stacked layer."""
     cell, H, G = layer.cell, layer.hidden_size, layer.cell.gates
     if cudnn:
@@ -199,7 +199,7 @@ def build(ckpt: Checkpoint, *, cudnn: bool = False, with_weights: bool = True, t
             lay = _make_layer(k, layer, nm, cudnn, twin)
             h = lay(h)
             if with_weights:
-                lay.set_weights([w for p in layer.params[kk] for w in _weights(layer, p, cudnn)])
+                lay.set_weights([w for p in layer.params[kk] for w in keras_weights(layer, p, cudnn)])
         inputs.append(inp)
         outputs.extend(h if isinstance(h, (list, tuple)) else [h])
     return k.Model(inputs, outputs, name="rnnconvert")
@@ -208,7 +208,7 @@ def build(ckpt: Checkpoint, *, cudnn: bool = False, with_weights: bool = True, t
 def _lines(ckpt: Checkpoint, cudnn: bool) -> list[str]:
     lines = []
     for layer, in_name, names in plan(ckpt):
-        form = ("CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU")) if cudnn else _CLASS[layer.cell]
+        form = ("CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU")) if cudnn else KERAS_CLASS[layer.cell]
         lines.append(f"{layer.name}: tf_keras {form} layer(s) {', '.join(names)} (input '{in_name}', "
                      "return_sequences=True); tf_keras.models.load_model(path)")
     return lines
@@ -223,7 +223,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_: Any) 
         UnsupportedError: see :func:`check`.
     """
     check(ckpt, cudnn=cudnn)
-    return registry.stream_write(open_stream(ckpt, path, cudnn=cudnn), ckpt)
+    return stream.stream_write(open_stream(ckpt, path, cudnn=cudnn), ckpt)
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,7 +370,7 @@ def _materialized(ckpt: Checkpoint) -> Checkpoint:
 
 
 def _weight_shapes(layer: RNNLayer, k: int, cudnn: bool) -> list[tuple[tuple[int, ...], Any]]:
-    """Shapes and dtypes of :func:`_weights` for stacked layer ``k`` of ``layer`` (one direction)."""
+    """Shapes and dtypes of :func:`keras_weights` for stacked layer ``k`` of ``layer`` (one direction)."""
     G, H = layer.cell.gates, layer.hidden_size
     p = layer.params[k][0]
     out = [((layer.layer_input_size(k), G * H), p.w_ih.dtype), ((H, G * H), p.w_hh.dtype)]
@@ -490,7 +490,7 @@ class KerasH5Stream:
 
 
 def _bias(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> np.ndarray:
-    """The Keras bias of one direction (see :func:`_weights`)."""
+    """The Keras bias of one direction (see :func:`keras_weights`)."""
     cell = layer.cell
     if cudnn:
         conv = gates.convention("keras_cudnn", cell)
@@ -637,7 +637,7 @@ def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):
 
     import h5py
 
-    from .keras_h5 import _attr_list
+    from .keras_h5 import attr_list
 
     k = tf_keras()
     from tf_keras.src.saving.legacy import hdf5_format
@@ -657,7 +657,7 @@ def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):
                 klayer = k.layers.deserialize({"class_name": rec["class_name"], "config": _zero_init(rec["config"])})
             klayer.build((None, None, layer.layer_input_size(kk)))
             values = hdf5_format.preprocess_weights_for_loading(
-                klayer, [np.asarray(g[nm][w]) for w in _attr_list(g[nm], "weight_names")],
+                klayer, [np.asarray(g[nm][w]) for w in attr_list(g[nm], "weight_names")],
                 original_keras_version=version, original_backend=backend)
             variables = hdf5_format._legacy_weights(klayer)  # the order load_weights assigns in
             if len(variables) != len(values):

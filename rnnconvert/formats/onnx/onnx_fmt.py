@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...core import gates
-from ...engine import registry
+from ...engine import refusal
 from ...io import directio
 from ...errors import FormatError, OutputExistsError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
@@ -88,7 +88,7 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """
     notes = []
     for layer in ckpt.layers:
-        registry.refuse(layer, refusals(layer), "onnx", f"ONNX {_OP[layer.cell]}")
+        refusal.refuse(layer, refusals(layer), "onnx", f"ONNX {_OP[layer.cell]}")
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': '{layer.name}__out' holds both "
                          "directions concatenated; apply the merge to it")

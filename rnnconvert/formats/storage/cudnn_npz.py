@@ -61,10 +61,10 @@ def refusals(layer) -> list[str]:
 
 def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """Raises UnsupportedError for layers cuDNN cannot run (see :func:`rnnconvert.core.cudnn.pack`)."""
-    from ...engine import registry
+    from ...engine import refusal
 
     for layer in ckpt.layers:
-        registry.refuse(layer, refusals(layer), "cudnn_npz", "a cuDNN buffer")
+        refusal.refuse(layer, refusals(layer), "cudnn_npz", "a cuDNN buffer")
     notes = []
     for layer in ckpt.layers:
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
@@ -101,18 +101,18 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     """Read a ``.cudnn.npz`` written by :func:`write` (or by hand with the same spec).
 
     Every ``.npy`` header is checked against its member's size before numpy allocates (as for
-    ``.npz``, :func:`rnnconvert.formats.storage.npz_fmt._check_members`); damaged zip members (bad CRC,
+    ``.npz``, :func:`rnnconvert.formats.storage.npz_fmt.check_members`); damaged zip members (bad CRC,
     bad local headers, zlib errors) are refused.
 
     Raises:
         FormatError: no or malformed spec, a buffer missing, damaged or of the wrong length (the
             spec's sizes disagree with the buffer: both counts are named).
     """
-    from .npz_fmt import _check_members
+    from .npz_fmt import check_members
 
     p = Path(path)
     try:
-        _check_members(p)
+        check_members(p)
         with np.load(str(p), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except FormatError:

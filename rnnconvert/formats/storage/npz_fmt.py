@@ -120,15 +120,15 @@ def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> StreamWriter:
 
 def write(ckpt: Checkpoint, path: str | Path, **opts: Any) -> list[str]:
     """Write ``ckpt`` in schema 1 (module docstring). Nothing is refused: the schema holds every layer."""
-    from ...engine import registry
+    from ...engine import stream
 
-    return registry.stream_write(open_stream(ckpt, path, **opts), ckpt)
+    return stream.stream_write(open_stream(ckpt, path, **opts), ckpt)
 
 
 MAX_MEMBERS = 4096
 
 
-def _check_members(p: Path) -> None:
+def check_members(p: Path) -> None:
     """Refuse, before numpy allocates anything, members whose ``.npy`` header declares more bytes
     than the member holds (a forged shape), and archives with absurd member counts.
 
@@ -172,7 +172,7 @@ def _read(p: Path, only: str | None = None, slab: int | None = None, foreign: di
     (verification of one layer of a multi-GB archive) and the checkpoint holds that layer only; with
     ``slab`` too, only its stacked layer ``slab``, as a one-layer :class:`RNNLayer`."""
     try:
-        _check_members(p)
+        check_members(p)
         with np.load(p, allow_pickle=False) as z:
             keep = None
             if only is not None and META in z.files:

@@ -26,9 +26,9 @@ REFUSED = {"layer_norm_basic_lstm_cell": "layer normalisation inside the cell",
            "ugrnn_cell": "UGRNN update rule", "glstm_cell": "grouped LSTM (GLSTMCell)",
            "conv1d_lstm_cell": "convolutional kernels", "conv2d_lstm_cell": "convolutional kernels",
            "conv_lstm_cell": "convolutional kernels"}
-_CUDNN_SCOPES = {"cudnn_lstm": Cell.LSTM, "cudnn_gru": Cell.GRU, "cudnn_rnn_tanh": Cell.RNN_TANH,
+CUDNN_SCOPES = {"cudnn_lstm": Cell.LSTM, "cudnn_gru": Cell.GRU, "cudnn_rnn_tanh": Cell.RNN_TANH,
                  "cudnn_rnn_relu": Cell.RNN_RELU}
-_CELL_RE = re.compile(r"^(?P<prefix>.*?)(?:^|/)(?P<cell>" + "|".join(CELL_SCOPES) + r")/(?P<var>.+)$")
+CELL_RE = re.compile(r"^(?P<prefix>.*?)(?:^|/)(?P<cell>" + "|".join(CELL_SCOPES) + r")/(?P<var>.+)$")
 
 
 #: old names -> current: pre-1.0 ``weights``/``biases`` (checkpoint_convert.py), GRUBlockCell (V1) ``w_ru``,
@@ -37,7 +37,7 @@ _RENAME = (("weights", "kernel"), ("biases", "bias"), ("w_ru", "gates/kernel"), 
            ("w_c", "candidate/kernel"), ("b_c", "candidate/bias"))
 
 
-def _cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]]:
+def cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]]:
     """``{(scope, cell): {var: key}}`` for every recognised TF1 cell.
 
     A variable stored in shards ``<var>/part_0``, ``<var>/part_1``, ... (separate keys: Const nodes of a
@@ -54,7 +54,7 @@ def _cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]
             if bad in parts:
                 raise UnsupportedError(f"variable '{key}': {bad} ({why}) is not supported by rnnconvert; "
                                        "no target format expresses it")
-        m = _CELL_RE.match(key)
+        m = CELL_RE.match(key)
         if not m:
             continue
         var = m.group("var")
@@ -84,7 +84,7 @@ def _cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]
 
 
 def getter(get):
-    """``get`` extended to shard tuples from :func:`_cell_vars`: the shards concatenated along axis 0."""
+    """``get`` extended to shard tuples from :func:`cell_vars`: the shards concatenated along axis 0."""
     def get_any(key):
         if isinstance(key, tuple):
             return np.concatenate([np.asarray(get(k)) for k in key], axis=0)
@@ -152,7 +152,7 @@ def _rnn(v, get, name) -> tuple[DirectionParams, int, int, int]:
                            np.zeros(H, bias.dtype)), I, H, 0
 
 
-def _cell(cellname: str, v: dict[str, str], get, name: str):
+def read_cell(cellname: str, v: dict[str, str], get, name: str):
     try:
         if "lstm" in cellname:
             return Cell.LSTM, _lstm(v, get, name)
@@ -163,7 +163,7 @@ def _cell(cellname: str, v: dict[str, str], get, name: str):
         raise FormatError(f"cell '{name}' ({cellname}) lacks variable {exc}; has {sorted(v)}") from exc
 
 
-def _structure(prefix: str, cname: str) -> tuple[str, int, int]:
+def cell_structure(prefix: str, cname: str) -> tuple[str, int, int]:
     """``(base scope, stacked layer k, direction d)`` of a cell found under ``prefix`` (LAYOUTS §8.5).
 
     Raises:
@@ -189,7 +189,7 @@ def _structure(prefix: str, cname: str) -> tuple[str, int, int]:
     return "/".join(parts) or cname, k or 0, d or 0
 
 
-def _cell_sem(cname: str, cell: Cell, forget_bias, cell_clip, proj_clip) -> Semantics:
+def cell_semantics(cname: str, cell: Cell, forget_bias, cell_clip, proj_clip) -> Semantics:
     fb = CELL_SCOPES[cname] if forget_bias is None else forget_bias
     lstm = cell is Cell.LSTM
     return Semantics(reset_after=cname == "cudnn_compatible_gru_cell" if cell is Cell.GRU else True,

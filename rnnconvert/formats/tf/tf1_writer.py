@@ -51,13 +51,10 @@ def refusals(layer: RNNLayer) -> list[str]:
 
 
 def _cell_for(layer: RNNLayer) -> str:
-    from ...engine import registry
+    from ...engine import refusal
 
     s = layer.semantics
-    why = refusals(layer)
-    if why:
-        raise UnsupportedError(f"layer '{layer.name}' cannot be written as a TF1 checkpoint: {'; '.join(why)}. "
-                               f"{registry.way_out(layer, 'tf_checkpoint')}")
+    refusal.refuse(layer, refusals(layer), "tf_checkpoint", "a TF1 checkpoint")
     peep = layer.params[0][0].peep is not None
     if layer.cell is Cell.LSTM:
         plain = not (peep or layer.proj_size or s.cell_clip is not None or s.proj_clip is not None)

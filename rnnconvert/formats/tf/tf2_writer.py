@@ -48,10 +48,10 @@ def refusals(layer: RNNLayer) -> list[str]:
 
 def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """Raises UnsupportedError for layers tf_keras cannot express; notes what is not written."""
-    from ...engine import registry
+    from ...engine import refusal
 
     for layer in ckpt.layers:
-        registry.refuse(layer, refusals(layer), "tf2_checkpoint", "tf_keras layers")
+        refusal.refuse(layer, refusals(layer), "tf2_checkpoint", "tf_keras layers")
     return [f"{len(ckpt.tensors)} non-recurrent tensors are not written"] if ckpt.tensors else []
 
 
@@ -168,10 +168,3 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     for lay in by_name[name]:
         y = lay(y)
     return np.asarray(y, np.float64)
-
-
-def read(path: str | Path, **opts: Any) -> Checkpoint:
-    """Same as :func:`rnnconvert.formats.tf.tf_checkpoint.read`."""
-    from .tf_checkpoint import read as _read
-
-    return _read(path, **opts)

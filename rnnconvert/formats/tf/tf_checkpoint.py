@@ -1,6 +1,6 @@
 """TensorFlow checkpoints (``<prefix>.index`` + ``<prefix>.data-*``): reader.
 
-Two kinds, told apart by their keys (``../shared/LAYOUTS.md`` §§7-9):
+Two kinds, told apart by their keys (``docs/LAYOUTS.md`` §§7-9):
 
 * **TF2 object-based** (tf.keras / tf_keras ``save_weights`` without ``.h5``, ``tf.train.Checkpoint``):
   keys ``layer_with_weights-N/[forward_layer/|backward_layer/]cell/{kernel,recurrent_kernel,bias}
@@ -57,7 +57,7 @@ from ...core.finite import all_finite
 from ...core.model import Cell, Checkpoint, RNNLayer, placeholder
 from . import tf_bundle
 from .tf1_cells import (  # noqa: F401
-    _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure, getter)
+    CELL_RE, CUDNN_SCOPES, CELL_SCOPES, REFUSED, read_cell, cell_semantics, cell_vars, cell_structure, getter)
 
 ATTR = "/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -216,7 +216,7 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
             names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
         meta_of = None if dtypes is None else (lambda key: placeholder(shapes[key], dtypes[key]))
         return _read_tf2(path, names, get, gate_activation, meta, meta_of, getattr(rd, "rows", None))
-    return _read_tf1(path, shapes, get, meta, forget_bias=forget_bias, opts=dict(
+    return read_tf1(path, shapes, get, meta, forget_bias=forget_bias, opts=dict(
         num_layers=num_layers, hidden_size=hidden_size, bidirectional=bidirectional),
         cell_clip=cell_clip, proj_clip=proj_clip)
 
@@ -239,7 +239,7 @@ def _tensor(rd, key: str, path, raw: bool = False, out=None):
 # TF2 object-based
 # ------------------------------------------------------------------------------------------------
 
-def _natural(s: str):
+def natural_key(s: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
@@ -269,9 +269,9 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     placeholder of the variable's shape and dtype) the Keras interpreter of :mod:`.keras_h5` builds the
     structure from placeholders, and ``ckpt.loader(i, 0)`` reads layer ``i``'s tensors (``rows_of(key)``:
     kernels as row-block sources, :class:`.tf_bundle.RowSource`, turned block by block as HDF5 datasets
-    are; else ``get``) and converts them as the eager reader does (``keras_h5._convert``); other tensors
+    are; else ``get``) and converts them as the eager reader does (``keras_h5.convert_direction``); other tensors
     (Dense) are read now."""
-    from ..keras.keras_h5 import _convert, _Entry, _Reader
+    from ..keras.keras_h5 import convert_direction, LayerEntry, Interpreter
 
     by_path = {n: k for k, n in names.items()}
     keys = sorted(n for n in by_path if n.split("/")[0].startswith("layer"))
@@ -279,17 +279,19 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     groups: dict[str, list[str]] = defaultdict(list)
     for k in keys:
         groups[k.split("/")[0]].append(k)
-    kr = _Reader(str(path), "2.4.0", gate_activation)
+    kr = Interpreter(str(path), "2.4.0", gate_activation)
+    # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
+    kr.ckpt.meta.pop("keras_version", None)
     kr.lazy_load = lazy_get  # the Keras tensors are re-read for verification, not kept beside the canonical copy
     kr.ckpt.format = "tf_checkpoint"
     kr.ckpt.meta.update(meta, kind="tf2_object")
-    for top in sorted(groups, key=_natural):
+    for top in sorted(groups, key=natural_key):
         names = sorted(groups[top], key=lambda k: (
             0 if "/forward_layer/" in k else 1 if "/backward_layer/" in k else 0,
-            _natural(k.rsplit("/", 1)[0]), rank.get(k.rsplit("/", 1)[-1], 3)))
+            natural_key(k.rsplit("/", 1)[0]), rank.get(k.rsplit("/", 1)[-1], 3)))
         rel = [k.split("/", 1)[1] if "/" in k else k for k in names]
         read = meta_of or get
-        kr.entry(_Entry(top, rel, [read(by_path[k]) for k in names], locations=[by_path[k] for k in names]), "")
+        kr.entry(LayerEntry(top, rel, [read(by_path[k]) for k in names], locations=[by_path[k] for k in names]), "")
     if not kr.ckpt.layers:
         raise FormatError(f"{path}: TF2 object checkpoint without a recurrent layer (LSTM, GRU, SimpleRNN, "
                           "CuDNNLSTM, CuDNNGRU)")
@@ -302,7 +304,7 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
             if k != 0:
                 raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
             read = rows_of or get
-            return [_convert(spec, {key: read(loc) for key, loc in srcs.items()}, f"{path}: {srcs.get('kernel')}")
+            return [convert_direction(spec, {key: read(loc) for key, loc in srcs.items()}, f"{path}: {srcs.get('kernel')}")
                     for spec, srcs in specs[i]]
 
         kr.ckpt.loader = loader
@@ -342,26 +344,26 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarr
     return fwd(layer, x, dtype)
 
 
-def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
+def read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
     ckpt = Checkpoint(format="tf_checkpoint", meta={**meta, "kind": "tf1_name"})
-    cells = _cell_vars(shapes)
+    cells = cell_vars(shapes)
     get = getter(get)  # sharded variables: part_N keys concatenated along axis 0
     # group cells into layers: base scope -> {(k, d): (cellname, vars)}
     layers: dict[str, dict[tuple[int, int], tuple[str, dict]]] = defaultdict(dict)
     for (prefix, cname), v in cells.items():
-        base, k, d = _structure(prefix, cname)
+        base, k, d = cell_structure(prefix, cname)
         layers[base][(k, d)] = (cname, v)
     used_opaque = set()
-    for base in sorted(layers, key=_natural):
+    for base in sorted(layers, key=natural_key):
         found = layers[base]
         dirs = 2 if any(d for _, d in found) else 1
         nl = 1 + max(k for k, _ in found)
         built = {}
         for (k, d), (cname, v) in found.items():
-            built[(k, d)] = (cname, *_cell(cname, v, get, f"{base}/cell_{k}/{'bw' if d else 'fw'}"))
+            built[(k, d)] = (cname, *read_cell(cname, v, get, f"{base}/cell_{k}/{'bw' if d else 'fw'}"))
         kinds = {(c, cell) for c, cell, _ in built.values()}
         cname, cell, _ = next(iter(built.values()))
-        sem = _cell_sem(cname, cell, forget_bias, cell_clip, proj_clip)
+        sem = cell_semantics(cname, cell, forget_bias, cell_clip, proj_clip)
         src = {"format": "tf_checkpoint", "class_name": cname, "scope": base}
         try:
             if len(kinds) != 1 or len(found) != nl * dirs:
@@ -376,14 +378,14 @@ def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_cli
             for (k, d), (cn, cl, (dp, I, H, P)) in sorted(built.items()):
                 raw = [{n: get(key) for n, key in found[(k, d)][1].items()}]
                 ckpt.layers.append(RNNLayer(f"{base}.cell_{k}{'.bw' if d else ''}", cl, I, H, proj_size=P,
-                                            semantics=_cell_sem(cn, cl, forget_bias, cell_clip, proj_clip),
+                                            semantics=cell_semantics(cn, cl, forget_bias, cell_clip, proj_clip),
                                             params=[[dp]], source={**src, "class_name": cn, "raw": raw,
                                                                    "keys": [dict(found[(k, d)][1])]}))
             continue
         opaque = next((k for k in shapes if k == f"{base}/opaque_kernel"), None)
         if opaque:
             used_opaque.add(opaque)
-            layer = _check_opaque(path, layer, get(opaque), _CUDNN_SCOPES.get(base.split("/")[-1]))
+            layer = _check_opaque(path, layer, get(opaque), CUDNN_SCOPES.get(base.split("/")[-1]))
             wrong = {k: v for k, v in opts.items() if v is not None and getattr(layer, k) != v}
             lone = [k for k in shapes if k.endswith("/opaque_kernel") and k[: -len("/opaque_kernel")] not in layers]
             if wrong and not lone:  # the spec options are for lone buffers; here the companions decide
@@ -462,21 +464,17 @@ def _check_opaque(path, companion: RNNLayer, buf: np.ndarray, scope_cell: Cell |
 
 def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
     scope = key.rsplit("/", 1)[0]
-    cell = _CUDNN_SCOPES.get(scope.split("/")[-1])
+    cell = CUDNN_SCOPES.get(scope.split("/")[-1])
     if cell is None:
         raise FormatError(f"{path}: '{key}': cannot tell the cell kind from scope '{scope}' "
-                          f"(expected one of {', '.join(_CUDNN_SCOPES)})")
+                          f"(expected one of {', '.join(CUDNN_SCOPES)})")
     cands = cudnn.candidate_specs(buf.size, cell, **{k: v for k, v in opts.items() if v is not None})
     if len(cands) != 1:
         listed = "; ".join(f"num_layers={s.num_layers} hidden_size={s.hidden_size} "
                            f"bidirectional={s.bidirectional} input_size={s.input_size}" for s in cands[:8])
-        raise FormatError(f"{path}: '{key}' ({buf.size} elements) fits {len(cands)} cuDNN specs"
-                          f"{': ' + listed if cands else ''}; give num_layers, hidden_size, bidirectional "
-                          "(CLI: --read-opt hidden_size=N ...)")
+        what = (f"{path}: '{key}' ({buf.size} elements) fits {len(cands)} cuDNN specs"
+                f"{': ' + listed if cands else ''}; give ")
+        raise FormatError(what + "the read options num_layers, hidden_size, bidirectional",
+                          cli=what + "--read-opt num_layers=N, hidden_size=N, bidirectional=true|false")
     return cudnn.unpack(buf.reshape(-1), cands[0], name=scope,
                         source={"format": "tf_checkpoint", "class_name": f"opaque {cell.value}", "opaque": True})
-
-
-# Writing (a TF1 checkpoint directory): see :mod:`.tf1_writer`.
-from .tf1_writer import ENGINE, ROUTE, check, refusals, target_forward, write  # noqa: E402,F401
-from .tf_framework import framework_forward  # noqa: E402,F401

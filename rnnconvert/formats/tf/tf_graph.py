@@ -109,13 +109,13 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
         UnsupportedError: an activation or cell rnnconvert cannot represent.
     """
     from . import tf_checkpoint as tfc
-    from ..keras.keras_h5 import _Entry, _Reader
+    from ..keras.keras_h5 import LayerEntry, Interpreter
 
     path = Path(path)
     tf, consts, ops = _consts(path)
     meta = {"path": str(path), "tensorflow": tf.__version__, "kind": "tf1_frozen_graph"}
-    if any(tfc._CELL_RE.match(k) for k in consts):
-        ck = tfc._read_tf1(path, consts, consts.__getitem__, meta, forget_bias=opts.get("forget_bias"),
+    if any(tfc.CELL_RE.match(k) for k in consts):
+        ck = tfc.read_tf1(path, consts, consts.__getitem__, meta, forget_bias=opts.get("forget_bias"),
                            opts={k: opts.get(k) for k in ("num_layers", "hidden_size", "bidirectional")},
                            cell_clip=opts.get("cell_clip"), proj_clip=opts.get("proj_clip"))
         ck.format = "tf_graph"
@@ -125,10 +125,12 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
         if "/" in k and k.rsplit("/", 1)[1] in _WEIGHT_NAMES:
             groups[k.split("/")[0]].append(k)
     rank = {n: i for i, n in enumerate(_WEIGHT_NAMES)}
-    kr = _Reader(str(path), "2.4.0", gate_activation)
+    kr = Interpreter(str(path), "2.4.0", gate_activation)
+    # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
+    kr.ckpt.meta.pop("keras_version", None)
     kr.ckpt.format = "tf_graph"
     kr.ckpt.meta.update(meta)
-    for top in sorted(groups, key=tfc._natural):
+    for top in sorted(groups, key=tfc.natural_key):
         names = sorted(groups[top], key=lambda k: ("backward_" in k, k.rsplit("/", 1)[0], rank[k.rsplit("/", 1)[1]]))
         cfg = _activations(ops[top])
         if activation:
@@ -137,7 +139,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
             cfg["recurrent_activation"] = gate_activation
         rel = [k.split("/", 1)[1] for k in names]
         has_rnn = any(n.endswith("recurrent_kernel") for n in rel)
-        kr.entry(_Entry(top, rel, [consts[k] for k in names], cfg if has_rnn else None), "")
+        kr.entry(LayerEntry(top, rel, [consts[k] for k in names], cfg if has_rnn else None), "")
     if not kr.ckpt.layers:
         raise FormatError(f"{path}: no recurrent weights among the graph's Const nodes (a frozen graph keeps "
                           "them as Const; for a SavedModel read its variables/variables checkpoint)")

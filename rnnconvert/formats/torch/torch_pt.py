@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 
 from ...core import gates
-from ...engine import registry
+from ...engine import refusal, stream
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder, placeholder
-from . import pt_writer
+from . import naming, pt_writer
+from .naming import describe_module, module_args  # noqa: F401  (part of this module's API)
 
 ZIP_MAGIC = b"PK\x03\x04"
 ROUTE = "torch"
 #: the distribution whose version verification reports for the target side
 ENGINE = "torch"
-_MODULE = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_RELU: "RNN"}
 _ACT = {Cell.LSTM: "tanh", Cell.GRU: "tanh", Cell.RNN_TANH: "tanh", Cell.RNN_RELU: "relu"}
 
 
@@ -67,43 +67,11 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """
     notes = []
     for layer in ckpt.layers:
-        registry.refuse(layer, refusals(layer), "pt", f"PyTorch nn.{_MODULE[layer.cell]}")
+        refusal.refuse(layer, refusals(layer), "pt", f"PyTorch nn.{naming.MODULE[layer.cell]}")
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
-            notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': nn.{_MODULE[layer.cell]} "
+            notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': nn.{naming.MODULE[layer.cell]} "
                          "returns both directions concatenated; apply the merge to its output")
     return notes
-
-
-def module_args(layer: RNNLayer) -> dict[str, Any]:
-    """Constructor arguments of the ``torch.nn`` module that loads ``layer`` (``batch_first=True``)."""
-    args: dict[str, Any] = {"input_size": layer.input_size, "hidden_size": layer.hidden_size}
-    if layer.num_layers != 1:
-        args["num_layers"] = layer.num_layers
-    if layer.cell is Cell.RNN_RELU:
-        args["nonlinearity"] = "relu"
-    if not layer.bias:
-        args["bias"] = False
-    if layer.bidirectional:
-        args["bidirectional"] = True
-    if layer.proj_size:
-        args["proj_size"] = layer.proj_size
-    args["batch_first"] = True
-    return args
-
-
-def describe_module(layer: RNNLayer) -> str:
-    """``"rnn_1: nn.LSTM(input_size=100, hidden_size=128, batch_first=True)"`` (``nn.LSTMCell(...)`` for cells)."""
-    if _is_cell(layer):
-        args = {k: v for k, v in module_args(layer).items() if k != "batch_first"}
-        a = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in args.items())
-        return f"{layer.name}: nn.{_MODULE[layer.cell]}Cell({a})"
-    a = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in module_args(layer).items())
-    return f"{layer.name}: nn.{_MODULE[layer.cell]}({a})"
-
-
-def _is_cell(layer: RNNLayer) -> bool:
-    """Read from an ``nn.LSTMCell/GRUCell/RNNCell``: written back with its suffix-less keys."""
-    return pt_writer.is_cell(layer)
 
 
 def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
@@ -137,7 +105,7 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
         UnsupportedError: see :func:`check`.
     """
     check(ckpt)
-    return registry.stream_write(open_stream(ckpt, path), ckpt)
+    return stream.stream_write(open_stream(ckpt, path), ckpt)
 
 
 def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
@@ -148,11 +116,11 @@ def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
     no copy); the tensors may then be read-only file mappings, so the module must not be trained.
     ``assign=False`` (default): a normal module with its own parameters, copied from ``sd``."""
     torch = require("torch", "torch")
-    cls = getattr(torch.nn, _MODULE[layer.cell])
+    cls = getattr(torch.nn, naming.MODULE[layer.cell])
     mod = cls(**module_args(layer), device="meta") if assign else cls(**module_args(layer))
     prefix = layer.name + "."
     sub = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
-    if _is_cell(layer):  # nn.LSTMCell keys load into the equivalent one-layer nn.LSTM
+    if naming.is_cell(layer):  # nn.LSTMCell keys load into the equivalent one-layer nn.LSTM
         sub = {f"{k}_l0": v for k, v in sub.items()}
     first = next(iter(sub.values()))
     mod = mod.to(first.dtype)
@@ -188,8 +156,26 @@ def load_state(path: str | Path) -> dict[str, Any]:
     try:
         return torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, ...)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FormatError(f"{path}: not loadable as a PyTorch file with weights_only=True: {first}") from exc
+        raise FormatError(f"{path}: not loadable as a PyTorch file with weights_only=True: {load_failure(exc)}") from exc
+
+
+def load_failure(exc: BaseException) -> str:
+    """What ``torch.load(weights_only=True)`` found wrong, in one line, without torch's advice to reload
+    with ``weights_only=False`` or to allow-list globals (which would run the file's code): the
+    ``WeightsUnpickler error:`` reason when torch gives one (``torch/serialization.py``), else the
+    exception's first line that does not give such advice, else its type."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    m = re.search(r"WeightsUnpickler error:\s*(.+)", text, re.S)
+    if m:
+        reason = next((ln.strip() for ln in m.group(1).splitlines() if ln.strip()), "")
+        reason = re.split(r"\.\s+Please use|\s+Please use", reason)[0].rstrip(".")
+        if reason:
+            return f"{reason} (refused: rnnconvert never runs code from a file)"
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not re.search(r"weights_only|trust|safe_globals|arbitrary code|add_safe_globals", line, re.I):
+            return line[:300]
+    return type(exc).__name__
 
 
 def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
@@ -418,7 +404,7 @@ def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
                 rkeys.append([n if v is not None else None for n, v in zip(names, a)])
             params.append(row)
             lkeys.append(rkeys)
-        cls = f"nn.{_MODULE[cell]}" + ("Cell" if is_cell else "")
+        cls = f"nn.{naming.MODULE[cell]}" + ("Cell" if is_cell else "")
         try:
             ckpt.layers.append(RNNLayer(
                 name=prefix or "rnn", cell=cell, input_size=params[0][0].w_ih.shape[1], hidden_size=H,

@@ -1,0 +1,164 @@
+"""The package's structure, checked from its source (ast, nothing imported): no import cycle between
+rnnconvert modules and no ``_underscore`` name imported from another module (docs/architecture.md).
+
+Every import counts, also those inside functions: a lazy import still ties the two modules together."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "rnnconvert"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = p
+    return out
+
+
+def _imports(mod: str, path: Path, known: set[str]) -> list[tuple[str, str | None, int]]:
+    """``(imported module, imported name or None, line)`` for every rnnconvert import in ``path``."""
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out = []
+    local: dict[str, str] = {}  # names bound to rnnconvert modules
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "rnnconvert":
+                    out.append((a.name, None, node.lineno))
+                    if a.asname:
+                        local[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "rnnconvert":
+                continue
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                if sub in known:  # ``from pkg import module``
+                    out.append((sub, None, node.lineno))
+                    local[a.asname or a.name] = sub
+                else:
+                    out.append((target, a.name, node.lineno))
+    for node in ast.walk(tree):  # ``module._name`` on an imported rnnconvert module is a private import too
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in local
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            out.append((local[node.value.id], node.attr, node.lineno))
+    return out
+
+
+def _graph() -> tuple[dict[str, set[str]], list[str]]:
+    mods = _modules()
+    known = set(mods)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    private = []
+    for mod, path in mods.items():
+        for target, name, line in _imports(mod, path, known):
+            if target in known and target != mod:
+                # importing a package runs its __init__ only; a package's own modules are not its edges
+                graph[mod].add(target)
+            if name and name.startswith("_") and not name.startswith("__") and target != mod:
+                private.append(f"{path.relative_to(PKG.parent)}:{line} imports {name} from {target}")
+    return graph, private
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    cycles = _cycles(_graph()[0])
+    assert not cycles, "import cycles between rnnconvert modules: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_private_name_imported_across_modules():
+    private = _graph()[1]
+    assert not private, "private names imported across modules:\n" + "\n".join(private)
+
+
+def test_formats_do_not_import_the_registry_or_the_orchestration():
+    """A format module is loaded by the registry; it may use core/, io/ and the engine's leaf helpers
+    (protocol, refusal, stream), never the registry, verification, api or cli."""
+    graph = _graph()[0]
+    banned = {"rnnconvert.engine.registry", "rnnconvert.engine.verify", "rnnconvert.engine.matrix",
+              "rnnconvert.api", "rnnconvert.cli", "rnnconvert.batch"}
+    bad = [f"{m} imports {t}" for m, ts in graph.items() if m.startswith("rnnconvert.formats.")
+           for t in ts if t in banned]
+    assert not bad, "\n".join(bad)
+
+
+def test_core_is_numpy_only():
+    """core/ (the model, gate tables, transforms, cuDNN layout, reference equations) imports nothing of
+    the engine, io, formats or gpu."""
+    graph = _graph()[0]
+    bad = [f"{m} imports {t}" for m, ts in graph.items() if m.startswith("rnnconvert.core.")
+           for t in ts if not (t.startswith("rnnconvert.core") or t == "rnnconvert.errors")]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_a_cycle_and_a_private_import(tmp_path):
+    """The checks above can fail: a made-up pair of modules importing each other is a cycle."""
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_undefined_global_name():
+    """Every global name a module uses is defined or imported in it (symtable): what a merge or a rename
+    leaves behind (a function still calling a renamed ``_name``) fails here, not on the one input that
+    reaches that line."""
+    import builtins
+    import symtable
+
+    bad = []
+    for mod, path in _modules().items():
+        top = symtable.symtable(path.read_text(), str(path), "exec")
+        defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+        defined |= set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__"}
+
+        def walk(t):
+            for s in t.get_symbols():
+                if (s.is_global() or (t is top and s.is_referenced())) and s.get_name() not in defined:
+                    bad.append(f"{mod}: {t.get_name()} uses undefined {s.get_name()}")
+            for c in t.get_children():
+                walk(c)
+
+        walk(top)
+    assert not bad, "\n".join(bad)
