@@ -71,14 +71,20 @@ class _Blocks:
         return get
 
 
-#: rows of a weight matrix per block in :func:`products` and :func:`abs_products`: a float64 block of a
-#: ``K = 2048`` matrix is then 1 MiB, which stays in cache between its cast and its product. With 256 rows
+#: bytes of one float64 block of rows in :func:`products`, :func:`abs_products`, :func:`_lin` (:func:`block_rows`):
+#: 1 MiB stays in cache between a block's cast and its product. With 256 rows of a ``K = 2048`` matrix
 #: (4 MiB) a float32+float64 pass over an ``(8192, 2048)`` ``W_hh`` with 3 columns took ~1 s of wall time on
-#: the 2-core test machine against ~0.1 s with 64 (docs/performance.md, "one-step verification cost").
-BLOCK_ROWS = 64
+#: the 2-core test machine against ~0.1 s with 64 rows (docs/performance.md, "one-step verification cost").
+BLOCK_BYTES = 1 << 20
 
 
-def products(w: np.ndarray, vs: list[np.ndarray], rows: int = BLOCK_ROWS) -> list[np.ndarray]:
+def block_rows(w: np.ndarray) -> int:
+    """Rows per block for ``w`` ``(M, K)``: :data:`BLOCK_BYTES` of float64, at least 64 (small matrices: one
+    or a few blocks, so that Python's per-block overhead stays small on long sequences)."""
+    return max(64, BLOCK_BYTES // (8 * max(1, w.shape[1])))
+
+
+def products(w: np.ndarray, vs: list[np.ndarray], rows: int | None = None) -> list[np.ndarray]:
     """``[w @ v for v in vs]``, each computed in ``v``'s dtype, reading ``w`` from memory once for all of them.
 
     ``w`` ``(M, K)`` (float16, float32 or float64) is taken ``rows`` rows at a time and cast, while still in
@@ -87,8 +93,9 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int = BLOCK_ROWS) -> lis
     faster than ``v.T @ W.T`` on multi-MB matrices). A product of a few columns is bound by reading
     ``w``; products in several dtypes share that read (one ``(8192, 2048)`` float32 matrix and 3 columns:
     17 ms of CPU for float64 and float32 together against 23 ms as two passes, docs/performance.md
-    session 4; block size: :data:`BLOCK_ROWS`). Each result is the same as ``w.astype(dt) @ v`` up to the order of BLAS's sums.
+    session 4; block size: :func:`block_rows`). Each result is the same as ``w.astype(dt) @ v`` up to the order of BLAS's sums.
     """
+    rows = rows or block_rows(w)
     outs = [np.empty((w.shape[0], v.shape[1]), v.dtype) for v in vs]
     for i, get in _Blocks(w, rows):
         for v, o in zip(vs, outs):
@@ -360,19 +367,21 @@ def act_error(name: str, z: np.ndarray, dz: np.ndarray, u: float) -> np.ndarray:
     return slope * dz + ACT_ULPS * u * (1.0 + np.abs(ACT[name](z)))
 
 
-def abs_products(w: np.ndarray, v: np.ndarray, rows: int = BLOCK_ROWS) -> np.ndarray:
+def abs_products(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> np.ndarray:
     """``|w| @ v`` in float64 for ``w`` ``(M, K)`` and ``v`` ``(K, N)`` (``v >= 0``), ``rows`` rows of ``w``
     at a time (no full-size copy of ``|w|``)."""
+    rows = rows or block_rows(w)
     out = np.empty((w.shape[0], v.shape[1]), np.float64)
     for i, get in _Blocks(w, rows):
         out[i:i + rows] = np.abs(get(np.float64)) @ v
     return out
 
 
-def _lin(w: np.ndarray, v: np.ndarray, rows: int = BLOCK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+def _lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(v @ w.T, |v| @ |w|.T)`` in float64, ``v`` ``(N, K)``, ``w`` ``(M, K)``: value and magnitude, in one
     pass over ``w``: each block of rows cast to float64 once (:class:`_Blocks`), multiplied by ``v``, then
     made absolute in its buffer and multiplied by ``|v|`` (the value is the same as ``products(w, [v.T])``)."""
+    rows = rows or block_rows(w)
     vt = np.ascontiguousarray(np.asarray(v, np.float64).T)
     avt = np.abs(vt)
     val = np.empty((w.shape[0], vt.shape[1]), np.float64)
