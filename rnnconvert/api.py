@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import registry
-from .errors import FormatError, OutputExistsError, RNNConvertError
+from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
 from .finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .model import Checkpoint
 from .verify import StreamedVerification, VerifyReport, verify as _verify
@@ -286,8 +286,17 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             else:
                 rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
                 if verify:
+                    whole = getattr(out_mod, "verify_whole", None)  # Keras 2 models written whole (#17)
+                    names = {layer.name for layer in ckpt.layers}
+                    model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
                     rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed,
-                                               inputs=verify_inputs)
+                                               inputs={k: v for k, v in (verify_inputs or {}).items()
+                                                       if k not in model_in} or None)
+                    if whole:
+                        try:
+                            rep.verification.layers += whole(ckpt, src_p, tmp, inputs=model_in or None, seed=seed)
+                        except DependencyError as exc:
+                            rep.notes.append(f"whole-model check inconclusive (not run): {exc}")
         if rep.verification is not None:
             rep.verification.raise_if_failed()
         _commit(tmp, dst_p)
@@ -392,8 +401,8 @@ def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise FormatError(f"{path}: not a readable .npz of verification inputs: {exc}") from exc
     for k, a in got.items():
-        if a.dtype.kind != "f":
-            raise FormatError(f"{path}: verification input '{k}' is {a.dtype}, not floating point")
+        if a.dtype.kind not in "fiu":  # integer: token ids for a whole Keras model's Embedding input
+            raise FormatError(f"{path}: verification input '{k}' is {a.dtype}, not floating point or integer")
     return got
 
 

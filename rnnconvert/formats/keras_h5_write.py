@@ -152,6 +152,10 @@ def _weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.ndarra
     return out
 
 
+#: public name of :func:`_weights` (the Keras layout of one direction), used by the Keras 3 writers
+keras_weights = _weights
+
+
 def _make_layer(k, layer: RNNLayer, name: str, cudnn: bool, twin: bool = False, zeros: bool = False):
     s, H = layer.semantics, layer.hidden_size
     dtype = str(layer.dtype)
