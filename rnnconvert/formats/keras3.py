@@ -386,7 +386,7 @@ RESCALE_NOTE = ("Keras-2 hard_sigmoid clip(0.2x+0.5) written as Keras 3's hard_s
                 "weights scaled by 1.2 (one float32 rounding per weight): rescaled, not bit-exact")
 
 
-def check(ckpt: Checkpoint, **_: Any) -> list[str]:
+def check(ckpt: Checkpoint, *, recurrent_only: bool = False, **_: Any) -> list[str]:
     """Refuse what Keras 3 cannot express; return notes. A checkpoint read from a Keras 2 full-model HDF5
     file is written whole (:mod:`.keras_whole`): its whole config is translated (and refused by layer name)
     here already.
@@ -398,14 +398,18 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
 
     for layer in ckpt.layers:
         registry.refuse(layer, refusals(layer), "keras3", "a Keras 3 layer")
-    full = keras_whole.read_full_model(ckpt)
+    if recurrent_only:
+        ckpt.meta["keras3_layout"] = "recurrent"  # read back by target_forward / verify_whole
+    full = None if recurrent_only else keras_whole.read_full_model(ckpt)
     if full is not None:
         tr = keras_whole.translate(full)
         notes = [f"whole model written: every layer of {Path(full.path).name}, chained as in the source"] + tr.notes
         notes += [f"{p}: {RESCALE_NOTE}" for p in keras_whole.rescaled_layers(tr)]
         return notes
     notes = []
-    if ckpt.format == "keras_h5":
+    if recurrent_only:
+        notes.append("recurrent_only: only the recurrent layers are written, each with its own input")
+    elif ckpt.format == "keras_h5":
         notes.append("weights-only Keras file: it holds no architecture (no chaining, no classes or activations "
                      "of the other layers), so only the recurrent layers are written")
     if ckpt.tensors:
@@ -465,17 +469,23 @@ def _weights_only(path: Path, weights_only: bool | None) -> bool:
     return weights_only if weights_only is not None else ".weights.h5" in Path(path).name.lower()
 
 
-def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = None, **_: Any) -> list[str]:
+def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = None, recurrent_only: bool = False,
+          **_: Any) -> list[str]:
     """Write ``ckpt`` as a Keras 3 ``.keras`` archive (default) or ``.weights.h5`` (``weights_only=True``,
     or when the file name contains ``.weights.h5``).
+
+    A checkpoint read from a Keras 1/2 full-model HDF5 file is written whole (every layer, chained as in the
+    source: :mod:`.keras_whole`); ``recurrent_only=True`` (CLI ``--recurrent-only``) writes only its
+    recurrent layers, each with its own input, as for every other source (e.g. a model with a custom layer
+    that the whole-model translation refuses).
 
     Raises:
         UnsupportedError: see :func:`check`.
     """
     from . import keras_whole
 
-    check(ckpt)
-    full = keras_whole.read_full_model(ckpt)
+    check(ckpt, recurrent_only=recurrent_only)
+    full = _whole_model(ckpt, None)
     if full is not None:
         model, tr, lines = keras_whole.build(full, ckpt)
         rescaled = keras_whole.rescaled_layers(tr)
@@ -490,7 +500,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
             shutil.copyfile(out, path)
         else:
             model.save(out)
-            _repack(out, path, rescaled)
+            _repack(out, path, rescaled, "whole" if full is not None else "recurrent")
     if lines is not None:
         how = ("model.load_weights(path) into the same architecture built in Keras 3" if wo
                else "keras.saving.load_model(path)")
@@ -510,11 +520,38 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     or the output is a ``.weights.h5``. Returns :class:`rnnconvert.verify.LayerCheck` entries."""
     from . import keras_whole
 
-    full = keras_whole.read_full_model(ckpt)
     with open(dst_path, "rb") as fh:
-        if full is None or fh.read(4) != ZIP_MAGIC:
+        if fh.read(4) != ZIP_MAGIC:
             return []
+    full = _whole_model(ckpt, dst_path)
+    if full is None:
+        return []
     return keras_whole.verify_model(str(src_path), str(dst_path), full, inputs=inputs, seed=seed)
+
+
+def _whole_model(ckpt: Checkpoint, written: str | Path | None):
+    """The Keras 2 full model (:func:`.keras_whole.read_full_model`) when ``ckpt`` is written (or, for
+    ``written``, was written) whole: not with ``recurrent_only``, and a written ``.keras`` whose
+    ``metadata.json`` says ``rnnconvert_layout: recurrent`` (or, from before the key, whose model is named
+    ``rnnconvert``) holds the recurrent layers only."""
+    from . import keras_whole
+
+    if ckpt.meta.get("keras3_layout") == "recurrent":
+        return None
+    if written is not None:
+        with open(written, "rb") as fh:
+            is_zip = fh.read(4) == ZIP_MAGIC
+        if is_zip:
+            with zipfile.ZipFile(written) as z:
+                names = z.namelist()
+                meta = json.loads(z.read("metadata.json")) if "metadata.json" in names else {}
+                layout = meta.get("rnnconvert_layout") if isinstance(meta, dict) else None
+                if layout is None and "config.json" in names:
+                    cfg = json.loads(z.read("config.json"))
+                    layout = "recurrent" if (cfg.get("config") or {}).get("name") == "rnnconvert" else None
+            if layout == "recurrent":
+                return None
+    return keras_whole.read_full_model(ckpt)
 
 
 def _renumber(obj: Any, ids: dict[int, int]) -> Any:
@@ -528,7 +565,7 @@ def _renumber(obj: Any, ids: dict[int, int]) -> Any:
     return obj
 
 
-def _repack(src: str, dst: str | Path, rescaled: list[str] | None = None) -> None:
+def _repack(src: str, dst: str | Path, rescaled: list[str] | None = None, layout: str | None = None) -> None:
     """Copy the archive Keras wrote with fixed member timestamps, no ``date_saved`` in ``metadata.json``
     and renumbered ``shared_object_id``s, so that the same input gives the same bytes. ``rescaled``: the
     layers whose weights were scaled for Keras-2 hard_sigmoid, recorded in ``metadata.json`` as
@@ -539,6 +576,8 @@ def _repack(src: str, dst: str | Path, rescaled: list[str] | None = None) -> Non
             if info.filename == "metadata.json":
                 meta = json.loads(data)
                 meta.pop("date_saved", None)
+                if layout:
+                    meta["rnnconvert_layout"] = layout
                 if rescaled:
                     meta["rnnconvert_rescaled"] = {"layers": rescaled, "note": RESCALE_NOTE}
                 data = json.dumps(meta).encode()
@@ -582,7 +621,7 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     k = keras3()
     with open(path, "rb") as fh:
         is_zip = fh.read(4) == ZIP_MAGIC
-    full = keras_whole.read_full_model(ckpt)
+    full = _whole_model(ckpt, path)
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         local = os.path.join(tmp, "model.keras" if is_zip else "model.weights.h5")
         shutil.copyfile(path, local)

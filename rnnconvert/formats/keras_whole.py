@@ -71,6 +71,8 @@ def _read_in(path: str) -> FullModel | None:
             raise FormatError(f"{path}: model_config is not valid JSON ({exc})") from exc
         g = f["model_weights"]
         version = keras_h5._attr_str(g, "keras_version") or keras_h5._attr_str(f, "keras_version")
+        if (version or "").startswith("3"):  # Keras 3's own legacy .h5: its config is Keras 3's already
+            return None
         full = FullModel(path, config, version)
         for lname in keras_h5._attr_list(g, "layer_names"):
             if lname not in g:
@@ -82,8 +84,9 @@ def _read_in(path: str) -> FullModel | None:
 
 
 def read_full_model(ckpt: Checkpoint) -> FullModel | None:
-    """The full model behind ``ckpt`` when it was read from a Keras 2 full-model HDF5 file, else ``None``
-    (weights-only files, other formats). Read in the isolated child (:func:`rnnconvert.guard.isolated`).
+    """The full model behind ``ckpt`` when it was read from a Keras 1/2 full-model HDF5 file, else ``None``
+    (weights-only files, Keras 3's own legacy ``.h5``, other formats). Read in the isolated child
+    (:func:`rnnconvert.guard.isolated`).
 
     Raises:
         FormatError: a damaged file (the same checks as :mod:`.keras_h5`).
