@@ -116,8 +116,13 @@ def test_keras3_hard_sigmoid_is_read_as_keras3(tmp_path, k3):
     assert rep.verification.ok
     x = rng.standard_normal((2, 5, 3)).astype(np.float32)
     np.testing.assert_allclose(_run3(k3, out, ["hs"], x), k3.ops.convert_to_numpy(m(x)), atol=1e-6, rtol=0)
-    with pytest.raises(UnsupportedError):
-        rnnconvert.convert(src, tmp_path / "hs.h5")  # Keras 2 has no x/6 hard_sigmoid
+    # Keras 2 has no x/6 hard_sigmoid: its 0.2x one on gate weights scaled by 5/6 (issue #17); oracle tf_keras
+    rep = rnnconvert.convert(src, tmp_path / "hs.h5")
+    assert rep.verification.ok and any("5/6" in n and "not bit-exact" in n for n in rep.notes)
+    k2 = pytest.importorskip("tf_keras")
+    old = k2.models.load_model(tmp_path / "hs.h5", compile=False)
+    assert old.get_layer("hs").get_config()["recurrent_activation"] == "hard_sigmoid"
+    np.testing.assert_allclose(old.get_layer("hs")(x).numpy(), k3.ops.convert_to_numpy(m(x)), atol=2e-5, rtol=0)
     legacy = tmp_path / "hs_legacy.h5"  # Keras 3's own legacy HDF5 (keras_version 3.x): same meaning
     m.save(legacy)
     assert rnnconvert.load(legacy).layers[0].semantics.gate_activation == "hard_sigmoid_k3"
