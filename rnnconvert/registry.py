@@ -151,9 +151,12 @@ def way_out(layer, exclude: str) -> str:
     for f in FORMATS:
         if f.name in (exclude, "npz", "safetensors"):
             continue
-        ref = getattr(f.load(), "refusals", None)
+        mod = f.load()
+        ref = getattr(mod, "refusals", None)
         if ref is not None and not ref(layer):
-            ok.append(f.extensions[0] if f.extensions else f"--to {f.name}")
+            ext = f.extensions[0] if f.extensions else f"--to {f.name}"
+            rescaled = getattr(mod, "rescale_plan", None)  # a redefined hard_sigmoid met by scaled weights
+            ok.append(f"{ext} (hard_sigmoid rescaled, not bit-exact)" if rescaled and rescaled(layer) else ext)
     if not ok:
         return "No format rnnconvert writes computes this exactly; keep the source checkpoint"
     return f"Convert to {' or '.join(ok)} instead, which {'expresses' if len(ok) == 1 else 'express'} it exactly"
