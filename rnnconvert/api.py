@@ -290,8 +290,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                     names = {layer.name for layer in ckpt.layers}
                     model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
                     rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed,
-                                               inputs={k: v for k, v in (verify_inputs or {}).items()
-                                                       if k not in model_in} or None)
+                                               inputs=_float_inputs({k: v for k, v in (verify_inputs or {}).items()
+                                                                     if k not in model_in}) or None)
                     if whole:
                         try:
                             rep.verification.layers += whole(ckpt, src_p, tmp, inputs=model_in or None, seed=seed)
@@ -369,6 +369,7 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     else:
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
     in_mod = in_fmt.load()
+    inputs = _float_inputs(inputs)
     lazy = device == "cpu" and bool(getattr(in_mod, "LAZY", False))
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:
@@ -386,6 +387,15 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     except Exception as exc:  # the target framework rejected the file: it does not match the source
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+
+
+def _float_inputs(inputs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``inputs`` after checking that every per-layer input is floating point (integer arrays are token ids
+    for a whole Keras model's inputs only). Raises FormatError."""
+    for k, a in (inputs or {}).items():
+        if np.asarray(a).dtype.kind != "f":
+            raise FormatError(f"verification input '{k}' is {np.asarray(a).dtype}, not floating point")
+    return inputs
 
 
 def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
