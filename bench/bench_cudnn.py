@@ -4,10 +4,10 @@
 
 A 2-layer bidirectional LSTM (H=1024, T=500, batch 64 by default) with gate-distinct random weights:
 
-* ``numpy reference``: :func:`rnnconvert.reference.forward` in float64 (the verification oracle) and float32;
+* ``numpy reference``: :func:`rnnconvert.core.reference.forward` in float64 (the verification oracle) and float32;
 * ``torch CPU``: ``nn.LSTM`` on the CPU (oneDNN);
 * ``cuDNN module``: ``nn.LSTM`` on CUDA (TF32 off), after one warm-up call, synchronised;
-* ``cuDNN packed buffer``: our :func:`rnnconvert.cudnn.pack` buffer through ``torch._cudnn_rnn``.
+* ``cuDNN packed buffer``: our :func:`rnnconvert.core.cudnn.pack` buffer through ``torch._cudnn_rnn``.
 
 Rows that need a GPU are reported as "no GPU" on a machine without one. Prints a markdown table (median of
 ``--repeat`` runs; the numpy rows run once when they take more than 20 s).
@@ -25,8 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rnnconvert import cudnn_check, reference  # noqa: E402
-from rnnconvert.model import Cell, DirectionParams, RNNLayer  # noqa: E402
+from rnnconvert.gpu import cudnn_check
+from rnnconvert.core import reference  # noqa: E402
+from rnnconvert.core.model import Cell, DirectionParams, RNNLayer  # noqa: E402
 
 
 def make_layer(I: int, H: int, layers: int, seed: int = 0) -> RNNLayer:

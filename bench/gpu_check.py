@@ -4,7 +4,7 @@
 
 On a machine without CUDA it prints a report saying so and exits 0. Checks (see docs/gpu-validation.md):
 1. region offsets from ``torch._cudnn_rnn_flatten_weight`` (via ``flatten_parameters``) against
-   ``rnnconvert.cudnn.layout`` for a grid of specs (float32 and float16);
+   ``rnnconvert.core.cudnn.layout`` for a grid of specs (float32 and float16);
 2. cuDNN forward of ``nn.LSTM/GRU/RNN`` loaded from ``unpack(pack(layer))`` against ``reference.forward``;
 3. cuDNN forward of our packed buffer handed to ``torch._cudnn_rnn`` against ``reference.forward``.
 """
@@ -20,7 +20,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from rnnconvert import cudnn_check, reference  # noqa: E402
+from rnnconvert.gpu import cudnn_check
+from rnnconvert.core import reference  # noqa: E402
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ Heavy frameworks (torch, tensorflow, onnx) are imported only inside the formats 
 from .api import ConversionReport, convert, inspect, load, save, torch_modules, verify
 from .errors import (DependencyError, FormatError, OutputExistsError, RNNConvertError, UnsupportedError,
                      VerificationError)
-from .model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
 __version__ = "0.1.0"
 

@@ -16,15 +16,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import registry
+from .engine import registry
 from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
-from .finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
-from .model import Checkpoint
-from .verify import StreamedVerification, VerifyReport, verify as _verify
+from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
+from .core.model import Checkpoint
+from .engine.verify import StreamedVerification, VerifyReport, verify as _verify
 
 
 def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = False, **opts: Any) -> Checkpoint:
-    """Read ``path`` into the canonical :class:`~rnnconvert.model.Checkpoint`.
+    """Read ``path`` into the canonical :class:`~rnnconvert.core.model.Checkpoint`.
 
     Args:
         path: the source file (or directory, for directory formats).
@@ -95,7 +95,7 @@ def check_finite(ckpt: Checkpoint, where: str, checked: Callable[[Any], None] | 
     """
     import numpy as np
 
-    from .model import is_placeholder
+    from .core.model import is_placeholder
 
     for layer in ckpt.layers:
         for k, dirs in enumerate(layer.params):
@@ -273,9 +273,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     if not dst_p.parent.exists():
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
     tmp = _temp_beside(dst_p)
-    from .formats import directio
+    from .io import directio
 
-    # a verified output is read back at once: written through the page cache (formats/directio.py)
+    # a verified output is read back at once: written through the page cache (io/directio.py)
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
     try:
         with cache:
@@ -326,7 +326,7 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
                      inputs: dict[str, Any] | None = None) -> VerifyReport:
     """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
     side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
-    from .stream import slabs
+    from .engine.stream import slabs
 
     check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs)
     for i, k, dirs in slabs(ckpt):  # each slab released by slabs when the next is asked for
@@ -339,24 +339,24 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
            inputs: dict[str, Any] | None = None) -> VerifyReport:
-    """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify`).
+    """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.engine.verify`).
 
     Args:
         inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on instead of
             the random batch (:func:`load_inputs`).
         device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
-            both routes of :mod:`rnnconvert.cuda_target` (``dst`` must be a readable format).
+            both routes of :mod:`rnnconvert.gpu.cuda_target` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
 
     Raises:
         FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
-        buffer layout differs from :func:`rnnconvert.cudnn.layout`); a failed comparison is reported, not raised.
+        buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed comparison is reported, not raised.
     """
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
     if device == "cuda":
-        from .cuda_target import ROUTES, CudaTarget, require_cuda
+        from .gpu.cuda_target import ROUTES, CudaTarget, require_cuda
 
         require_cuda()
         if not hasattr(out_mod, "read"):
@@ -434,7 +434,7 @@ def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str,
     Raises:
         UnsupportedError: a layer PyTorch cannot express.
     """
-    from .formats import torch_pt
+    from .formats.torch import torch_pt
 
     ckpt = src if isinstance(src, Checkpoint) else load(src, **opts)
     return torch_pt.modules(ckpt)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import registry
+from .engine import registry
 from .errors import FormatError, RNNConvertError
 
 

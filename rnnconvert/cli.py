@@ -30,7 +30,7 @@ def _console(stderr: bool = False):
 
 def _is_checkpoint_dir(src: Path) -> bool:
     """A directory that is ONE TensorFlow checkpoint/SavedModel (not a batch of files)."""
-    from .formats.tf_checkpoint import prefix_of
+    from .formats.tf.tf_checkpoint import prefix_of
 
     return prefix_of(src) is not None
 
@@ -130,7 +130,7 @@ def convert(
 
 
 def _rule(c) -> str:
-    """How a layer was judged (rnnconvert.verify: float32 agreement, or the float64 rule)."""
+    """How a layer was judged (rnnconvert.engine.verify: float32 agreement, or the float64 rule)."""
     return f"tolerance {c.tolerance:.1e}, {'float32 agreement' if c.reference == 'float32' else 'float64 rule'}"
 
 
@@ -283,7 +283,7 @@ def verify(
     if as_json:
         out = rep.to_dict()
         if device == "cuda":
-            from .cudnn_check import versions
+            from .gpu.cudnn_check import versions
 
             out["versions"] = versions()
         typer.echo(json.dumps(out, indent=2))
@@ -299,7 +299,7 @@ def verify(
 @app.command()
 def formats(as_json: JsonOpt = False) -> None:
     """List the formats rnnconvert reads and writes."""
-    from . import registry
+    from .engine import registry
 
     rows = [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
              "description": f.description} for f in registry.FORMATS]

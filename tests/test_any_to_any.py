@@ -13,8 +13,8 @@ import itertools
 import pytest
 
 import rnnconvert
-from rnnconvert import registry
-from rnnconvert.matrix import compare_layers
+from rnnconvert.engine import registry
+from rnnconvert.engine.matrix import compare_layers
 
 from conftest import torch_rnn
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rnnconvert import api, guard
+from rnnconvert import api
+from rnnconvert.io import guard
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError
 
@@ -150,7 +151,7 @@ def test_torchscript_looking_archive_payload_never_runs(tmp_path, capsys):
 # ------------------------------------------------------------------------------ last line of defence
 @pytest.mark.parametrize("exc", [ZeroDivisionError("boom"), MemoryError(), RecursionError("deep")])
 def test_api_load_translates_leaked_errors(monkeypatch, exc):
-    from rnnconvert.formats import npz_fmt
+    from rnnconvert.formats.storage import npz_fmt
 
     def bad_read(*_a, **_k):
         raise exc
@@ -182,7 +183,7 @@ def _segfault_self():
 def test_fuzz_found_libhdf5_loop_is_refused(tmp_path, monkeypatch, capsys, full_read):
     """A mutated Keras file found by bench/fuzz on which libhdf5 loops forever holding the GIL; small files
     are read wholly in the isolated child, large ones only probed there (as if this one were large)."""
-    from rnnconvert.formats import keras_h5
+    from rnnconvert.formats.keras import keras_h5
 
     if not full_read:
         monkeypatch.setattr(keras_h5, "FULL_ISOLATION_MAX", 0)

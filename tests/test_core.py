@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import rnnconvert
-from rnnconvert import reference
-from rnnconvert.gates import CANONICAL, reorder
-from rnnconvert.model import Cell
+from rnnconvert.core import reference
+from rnnconvert.core.gates import CANONICAL, reorder
+from rnnconvert.core.model import Cell
 
 from conftest import torch_rnn
 
@@ -98,7 +98,7 @@ def test_large_kernels_take_the_tiled_transpose_bit_exactly(family, cell):
     """Kernels above 65536 elements go through the tiled copy of gates.contiguous (issue 7): the canonical
     matrix must equal, bit for bit, the file's gate blocks picked by hand (Keras: column block j of the
     (in, G*H) kernel, transposed), with odd sizes so that the last tile is partial."""
-    from rnnconvert import gates
+    from rnnconvert.core import gates
 
     G, H, I = cell.gates, 67, 401
     conv = gates.convention(family, cell)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import rnnconvert
-from rnnconvert.cudnn_check import cuda_available
+from rnnconvert.gpu.cudnn_check import cuda_available
 
 needs_cuda = pytest.mark.skipif(not cuda_available(),
                                 reason="needs torch.cuda.is_available() with cuDNN (no NVIDIA GPU here)")

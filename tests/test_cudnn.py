@@ -7,9 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from rnnconvert import cudnn, cudnn_check, gates, reference
+from rnnconvert.core import cudnn, gates, reference
+from rnnconvert.gpu import cudnn_check
 from rnnconvert.errors import FormatError, UnsupportedError
-from rnnconvert.model import Cell, DirectionParams, RNNLayer, Semantics
+from rnnconvert.core.model import Cell, DirectionParams, RNNLayer, Semantics
 
 CELLS = [Cell.LSTM, Cell.GRU, Cell.RNN_TANH, Cell.RNN_RELU]
 GRID = [cudnn.Spec(c, i, h, nl, bi, p)

@@ -1,4 +1,4 @@
-"""formats/directio.py: large outputs written with O_DIRECT in whole aligned blocks, the tail buffered.
+"""io/directio.py: large outputs written with O_DIRECT in whole aligned blocks, the tail buffered.
 
 The bytes must be exactly what was written, whether O_DIRECT is used, refused at open, or refused at the
 first write; the .pt and ONNX writers that use it stay byte-identical to torch.save / the embedded model
@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from rnnconvert.formats import directio
+from rnnconvert.io import directio
 
 
 def _chunks(seed: int) -> list[bytes]:

@@ -1,4 +1,4 @@
-"""rnnconvert.finite.all_finite (the one NaN/Inf test of every reader) against numpy's ``np.isfinite(a).all()``
+"""rnnconvert.core.finite.all_finite (the one NaN/Inf test of every reader) against numpy's ``np.isfinite(a).all()``
 as the oracle: special values (NaN with any payload, +-Inf, largest finite, subnormals, -0.0) in float16/32/64,
 in any memory layout and byte order, across block boundaries."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rnnconvert import api
-from rnnconvert.finite import all_finite
+from rnnconvert.core.finite import all_finite
 
 DTYPES = [np.float16, np.float32, np.float64]
 

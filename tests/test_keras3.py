@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import rnnconvert
-from rnnconvert import registry
+from rnnconvert.engine import registry
 from rnnconvert.errors import FormatError, UnsupportedError
 
 
@@ -295,8 +295,8 @@ def test_reset_before_gru_with_recurrent_bias(tmp_path, k2, k3):
     """A reset-before GRU with a non-zero recurrent bias b_hh (TF1 / ONNX linear_before_reset=0 style:
     b_hn outside r) goes to Keras GRU(reset_after=False) with the summed bias; tf_keras and Keras 3 agree
     with the reference equations."""
-    from rnnconvert import reference
-    from rnnconvert.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+    from rnnconvert.core import reference
+    from rnnconvert.core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
     rng = np.random.default_rng(11)
     H, I = 4, 3

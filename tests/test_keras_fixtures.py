@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import rnnconvert
-from rnnconvert import reference
+from rnnconvert.core import reference
 from rnnconvert.errors import UnsupportedError
-from rnnconvert.formats import keras_h5, keras_math, torch_pt
+from rnnconvert.formats.keras import keras_h5, keras_math
+from rnnconvert.formats.torch import torch_pt
 
 from conftest import FIXTURES, manifest
 
@@ -200,7 +201,7 @@ def test_weights_only_gru_without_bias_and_ambiguous_version_is_refused(tmp_path
 
 
 def _keras_to_torch(cls: str, w: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """torch tensors restated from LAYOUTS.md facts, directly on the file's tensors (not via rnnconvert.gates).
+    """torch tensors restated from LAYOUTS.md facts, directly on the file's tensors (not via rnnconvert.core.gates).
 
     Keras kernels ``(in, G*H)`` applied as ``x @ K``: LSTM columns i,f,c,o (§3.1), GRU z,r,h (§3.2);
     CuDNN slices hold cuDNN's row-major ``(H, in)`` bytes (§4.2-4.3), bias ``[input..., recurrent...]``

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import rnnconvert
-from rnnconvert import api, gates
+from rnnconvert import api
+from rnnconvert.core import gates
 from rnnconvert.errors import FormatError
-from rnnconvert.formats import keras_h5, keras_h5_write
-from rnnconvert.model import Cell, is_placeholder
+from rnnconvert.formats.keras import keras_h5, keras_h5_write
+from rnnconvert.core.model import Cell, is_placeholder
 
 from conftest import FIXTURES, torch_rnn
 
@@ -27,9 +28,9 @@ H5_FIXTURES = sorted(p.name for p in (FIXTURES / "keras").glob("*.h5"))
 def rows_mode(monkeypatch, mode: str) -> list:
     """How ``keras_h5._rows`` gets its row blocks: ``rows`` (read into a buffer of exactly the stored rows),
     ``padded_rows`` (long rows padded), ``direct`` (every plain 2-D dataset read from the file by
-    formats/filerows.py instead of h5py, into padded rows). Returns the list of direct readers made (the
+    io/filerows.py instead of h5py, into padded rows). Returns the list of direct readers made (the
     test asserts the mode was really taken)."""
-    from rnnconvert.formats import filerows
+    from rnnconvert.io import filerows
 
     monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 1 << 30 if mode == "rows" else 0)
     monkeypatch.setattr(filerows, "DIRECT_MIN_BYTES", 0 if mode == "direct" else 1 << 60)
@@ -55,7 +56,7 @@ def k2():
 # ------------------------------------------------------------------------------------------ reader
 def _independent(layer, d: int):
     """Canonical w_ih, w_hh of direction ``d`` from the file's whole tensors by the whole-array
-    permutations of :mod:`rnnconvert.gates` (not the row-block path under test)."""
+    permutations of :mod:`rnnconvert.core.gates` (not the row-block path under test)."""
     raw = layer.source["raw"][d]
     cell, H = layer.cell, layer.hidden_size
     fam = layer.source["family"]
@@ -77,7 +78,7 @@ def _independent(layer, d: int):
 def test_lazy_skeleton_and_loader(name, mode, monkeypatch):
     """``lazy=True``: placeholders only until ``loader(i, 0)``; what it loads (in many row blocks, read into a
     buffer whose rows are exactly the stored rows, or padded as long rows are, or read from the file by
-    formats/filerows.py) equals the whole-tensor permutation of the file's datasets bit for bit, and the eager read."""
+    io/filerows.py) equals the whole-tensor permutation of the file's datasets bit for bit, and the eager read."""
     monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)  # 16-row blocks: every kernel takes several
     made = rows_mode(monkeypatch, mode)
     path = FIXTURES / "keras" / name

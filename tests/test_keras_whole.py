@@ -241,7 +241,7 @@ MUTATIONS = {
 
 @pytest.mark.parametrize("what", list(MUTATIONS))
 def test_whole_model_check_catches(what, converted, k3, tmp_path):
-    from rnnconvert.formats import keras_whole
+    from rnnconvert.formats.keras import keras_whole
 
     stem, how = MUTATIONS[what]
     good = converted[stem][0]

@@ -6,9 +6,9 @@ from conftest import ROOT
 
 
 def test_support_matrix_is_current_and_consistent():
-    from rnnconvert.matrix import render
+    from rnnconvert.engine.matrix import render
 
     text = render()
     assert "MISMATCH" not in text, "a writer/reader pair changed a tensor: see the MISMATCH cell"
     doc = (ROOT / "docs" / "formats.md").read_text()
-    assert doc == text, "docs/formats.md is stale: run `python -m rnnconvert.matrix > docs/formats.md`"
+    assert doc == text, "docs/formats.md is stale: run `python -m rnnconvert.engine.matrix > docs/formats.md`"

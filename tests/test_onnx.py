@@ -8,10 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from rnnconvert import api, reference
+from rnnconvert import api
+from rnnconvert.core import reference
 from rnnconvert.errors import FormatError, OutputExistsError, UnsupportedError
-from rnnconvert.formats import onnx_fmt, torch_pt
-from rnnconvert.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from rnnconvert.formats.onnx import onnx_fmt
+from rnnconvert.formats.torch import torch_pt
+from rnnconvert.core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -193,9 +195,9 @@ def test_deterministic_bytes(tmp_path):
 @pytest.mark.parametrize("cell", [Cell.LSTM, Cell.GRU])
 def test_external_data_is_the_embedded_model(cell, tmp_path, monkeypatch):
     """External data is written piece by piece (each direction's gate row blocks in ONNX order, float16
-    widened piece by piece; to the device in 4 KiB O_DIRECT blocks here, formats/directio.py): the same
+    widened piece by piece; to the device in 4 KiB O_DIRECT blocks here, io/directio.py): the same
     tensors as the embedded model, and onnxruntime computes the same."""
-    from rnnconvert.formats import directio
+    from rnnconvert.io import directio
 
     monkeypatch.setattr(directio, "BLOCK", 4096)
     layer = _layer(cell, bidi=True, I=30, H=20)

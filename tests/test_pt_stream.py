@@ -1,4 +1,4 @@
-"""The slab-by-slab ``.pt`` writer (rnnconvert/formats/pt_writer.py) against ``torch.save`` itself.
+"""The slab-by-slab ``.pt`` writer (rnnconvert/formats/torch/pt_writer.py) against ``torch.save`` itself.
 
 Oracle: ``torch.save`` of the same state dict (torch tensors) into an open file. The streamed file must
 be the same bytes, load with ``torch.load(weights_only=True)`` (with and without ``mmap``), pass zip's
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import rnnconvert
-from rnnconvert.formats import pt_writer, torch_pt
-from rnnconvert.model import Checkpoint, DirectionParams, placeholder
+from rnnconvert.formats.torch import pt_writer, torch_pt
+from rnnconvert.core.model import Checkpoint, DirectionParams, placeholder
 
 from conftest import FIXTURES, torch_rnn
 
@@ -54,9 +54,9 @@ def lazy_copy(ckpt: Checkpoint) -> Checkpoint:
 @pytest.mark.parametrize("block", [None, 4096], ids=["default_block", "direct_io_4k"])
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_streamed_pt_is_torch_save_byte_for_byte(src, block, tmp_path, monkeypatch):
-    """(``direct_io_4k``: the output goes to the device in 4 KiB O_DIRECT blocks, formats/directio.py.)"""
+    """(``direct_io_4k``: the output goes to the device in 4 KiB O_DIRECT blocks, io/directio.py.)"""
     if block:
-        from rnnconvert.formats import directio
+        from rnnconvert.io import directio
 
         monkeypatch.setattr(directio, "BLOCK", block)
     ckpt = rnnconvert.load(src)

@@ -1,4 +1,4 @@
-"""Our ``.pt`` zip writer (rnnconvert/formats/pt_zip.py) against torch's own bytes.
+"""Our ``.pt`` zip writer (rnnconvert/formats/torch/pt_zip.py) against torch's own bytes.
 
 Oracle: ``torch.save(state_dict, fileobj)`` of the same arrays (``torch.from_numpy``), and
 ``torch._C.PyTorchFileWriter`` itself for the container alone. Every file must be the same bytes, pass
@@ -18,8 +18,8 @@ import pytest
 
 import rnnconvert
 from rnnconvert.errors import UnsupportedError
-from rnnconvert.formats import pt_writer, pt_zip, torch_pt
-from rnnconvert.model import Checkpoint
+from rnnconvert.formats.torch import pt_writer, pt_zip, torch_pt
+from rnnconvert.core.model import Checkpoint
 
 from conftest import FIXTURES
 

@@ -66,8 +66,8 @@ def test_mycroft_reference_matches_frozen_graph_oracle(realworld):
     float64 evaluations of the same equations differ by up to 3e-2. The Keras equations on the Keras
     tensors in float32, in Keras' order of operations, match the oracle bit for bit; the canonical
     float64 reference matches within 1e-3 relative."""
-    from rnnconvert import reference
-    from rnnconvert.formats import keras_math
+    from rnnconvert.core import reference
+    from rnnconvert.formats.keras import keras_math
 
     d = realworld / "mycroft-precise-gru"
     layer = rnnconvert.load(d / "hey-mycroft.net").layer("net")

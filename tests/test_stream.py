@@ -20,12 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rnnconvert import api, registry
+from rnnconvert import api
+from rnnconvert.engine import registry
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError, UnsupportedError
-from rnnconvert.formats import directio, npz_fmt, safetensors_fmt, torch_pt, torch_zip
-from rnnconvert.model import Checkpoint, DirectionParams, is_placeholder, placeholder
-from rnnconvert.verify import verify as eager_verify
+from rnnconvert.io import directio
+from rnnconvert.formats.storage import npz_fmt, safetensors_fmt
+from rnnconvert.formats.torch import torch_pt, torch_zip
+from rnnconvert.core.model import Checkpoint, DirectionParams, is_placeholder, placeholder
+from rnnconvert.engine.verify import verify as eager_verify
 
 from conftest import FIXTURES, torch_rnn
 
@@ -307,7 +310,7 @@ def test_streamed_conversions_verified_and_bit_exact(kind, kw, tmp_path, monkeyp
 def test_streamed_report_reads_like_the_eager_one(large, tmp_path, monkeypatch):
     """Streamed and eager verification give the same report; with the sample of large checkpoints (6 x 4
     steps, forced here by lowering verify.LARGE_BYTES) too, and torch agrees within tolerance."""
-    verify_mod = importlib.import_module("rnnconvert.verify")  # the package exports a function of that name
+    verify_mod = importlib.import_module("rnnconvert.engine.verify")  # the package exports a function of that name
 
     if large:
         monkeypatch.setattr(verify_mod, "LARGE_BYTES", 0)

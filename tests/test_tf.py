@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, manifest
-from rnnconvert import api, cudnn, registry, reference
+from rnnconvert import api
+from rnnconvert.core import cudnn, reference
+from rnnconvert.engine import registry
 from rnnconvert.errors import FormatError, UnsupportedError
 
 ENTRIES = manifest("tf")
@@ -139,7 +141,7 @@ def test_realworld_dinornn_gru_to_pt(dinornn, tmp_path):
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_source_side_equations_match_tf(entry):
     """The verification source side (TF1/Keras equations on the stored tensors) reproduces TF too."""
-    from rnnconvert.formats import tf_checkpoint  # noqa: PLC0415
+    from rnnconvert.formats.tf import tf_checkpoint  # noqa: PLC0415
 
     ckpt = api.load(FIXTURES / entry["file"], **entry.get("read_opts", {}))
     oracle = np.load(FIXTURES / entry["oracle"], allow_pickle=False)
@@ -153,7 +155,7 @@ def test_source_side_equations_match_tf(entry):
 def test_realworld_mycroft_frozen_graph(realworld, tmp_path):
     """The Mycroft frozen GraphDef: GRU read from Const nodes, activations from the graph's ops; the Keras
     equations on its tensors in float32 reproduce TF running that graph exactly; refused into .pt."""
-    from rnnconvert.formats import keras_math  # noqa: PLC0415
+    from rnnconvert.formats.keras import keras_math  # noqa: PLC0415
 
     d = realworld / "mycroft-precise-gru"
     layer = api.load(d / "hey-mycroft.pb").layer("net")
@@ -245,7 +247,7 @@ def test_verify_framework_runs_tensorflow_on_the_source(entry, tmp_path):
 
 def test_framework_forward_equals_oracle():
     """The framework route itself reproduces the fixture outputs TF computed when the fixture was made."""
-    from rnnconvert.formats import tf_checkpoint  # noqa: PLC0415
+    from rnnconvert.formats.tf import tf_checkpoint  # noqa: PLC0415
 
     for e in ENTRIES:
         if "shards" in e["file"]:

@@ -1,4 +1,4 @@
-"""rnnconvert's own TensorFlow bundle reader (rnnconvert/formats/tf_bundle.py) against TensorFlow's
+"""rnnconvert's own TensorFlow bundle reader (rnnconvert/formats/tf/tf_bundle.py) against TensorFlow's
 (``tf.train.load_checkpoint``) as the oracle: every key of every TF fixture bit-equal, the object graph as
 TF's protobuf classes decode it, TF-written checkpoints of every plain dtype, strings, several shards and
 tensors large enough for the lane-parallel crc32c; damaged copies refused with FormatError, never a crash."""
@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, ROOT, manifest
 
-from rnnconvert import api, crc32c
+from rnnconvert import api
+from rnnconvert.io import crc32c
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError
-from rnnconvert.formats import tf_bundle, tf_checkpoint, tf_table
-from rnnconvert.formats.tf_bundle import BundleReader, BundleUnsupported
+from rnnconvert.formats.tf import tf_bundle, tf_checkpoint, tf_table
+from rnnconvert.formats.tf.tf_bundle import BundleReader, BundleUnsupported
 
 PREFIXES = sorted(str(p)[: -len(".index")] for p in (FIXTURES / "tf").rglob("*.index"))
 
@@ -359,7 +360,7 @@ def test_lazy_kernel_rows_checked_and_equal_to_tensorflow(tmp_path, monkeypatch,
     padded as ``keras_h5._rows`` pads long ones, by a scatter read, also when the reads come back short):
     the streamed conversion equals the eager read of TensorFlow itself, and a flipped byte in a kernel is
     found by the block-wise crc32c before any of it is written."""
-    from rnnconvert.formats import keras_h5
+    from rnnconvert.formats.keras import keras_h5
 
     tf = pytest.importorskip("tensorflow")
     monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)  # several blocks per kernel

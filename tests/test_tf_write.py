@@ -111,7 +111,7 @@ def test_bidirectional_gru_and_lstm_peepholes_round_trip(tmp_path):
     src, x, want = _torch_source(tmp_path, "g", torch.nn.GRU(3, 4, num_layers=2, bidirectional=True,
                                                                  batch_first=True), seed=3)
     api.convert(src, tmp_path / "g_out", to="tf_checkpoint")
-    from rnnconvert import reference  # noqa: PLC0415
+    from rnnconvert.core import reference  # noqa: PLC0415
 
     back = api.load(tmp_path / "g_out").layer("g")
     assert back.bidirectional and back.num_layers == 2 and back.source["class_name"] == "cudnn_compatible_gru_cell"

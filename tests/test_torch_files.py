@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rnnconvert import api, registry
+from rnnconvert import api
+from rnnconvert.engine import registry
 from rnnconvert.errors import FormatError
-from rnnconvert.formats import onnx_fmt, torch_pt
+from rnnconvert.formats.onnx import onnx_fmt
+from rnnconvert.formats.torch import torch_pt
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")

@@ -1,0 +1,285 @@
+"""The cuDNN parameter buffer ("opaque params", "weight space"): its layout, pack and unpack.
+
+Numpy only. Everything here follows from ONE pure function, :func:`layout`, which turns a
+:class:`Spec` into the list of :class:`Region` records of the buffer; :func:`pack` and
+:func:`unpack` use nothing else.
+
+The layout, and how sure we are of each part (``/work/shared/LAYOUTS.md`` §11):
+
+* linLayerID meaning [documented: cuDNN ``cudnnGetRNNLinLayerMatrixParams`` doc, LAYOUTS §11.1]:
+  LSTM 0-3 = W_i, W_f, W_g, W_o applied to the layer input, 4-7 = R_i, R_f, R_g, R_o applied to
+  the recurrent input, 8 = projection matrix (``proj_size > 0``); GRU 0-2 = W_r, W_z, W_n,
+  3-5 = R_r, R_z, R_n; RNN_TANH/RNN_RELU 0 = W, 1 = R. Every id except 8 has a bias
+  (``b_ih`` for input ids, ``b_hh`` for recurrent ids); the buffer always holds two bias sets
+  (``CUDNN_RNN_DOUBLE_BIAS``, what PyTorch and TF use; LAYOUTS §10).
+* Element order inside a matrix region [inferred from five code bases, LAYOUTS §11.4]: row-major
+  ``(H, in)`` (``W x`` orientation); the projection region is ``(P, H)``.
+* ESTABLISHED, single pseudo-layer (one layer, one direction) [LAYOUTS §11.3, §11.5; the packing
+  that tf_keras ``gpu_lstm``/``gpu_gru`` and ``CuDNNLSTM``/``CuDNNGRU`` hand to cuDNN, reproduced
+  by ``tests/test_cudnn.py`` with tf_keras' own ``canonical_to_params``]: all matrices in
+  linLayerID order, then all biases in linLayerID order, no padding.
+* INFERRED, not verified on a GPU yet (LAYOUTS §11.3, §17.1; see ``docs/cudnn-layout.md``):
+  (a) several pseudo-layers are stored one after the other, pseudo-layer-major, pseudo-layer
+  ``p = layer * dirs + direction`` (forward before backward), each block laid out like the single
+  pseudo-layer case; (b) the LSTM projection matrix (linLayerID 8) sits right after the recurrent
+  matrices (ids 4-7) and before the biases of its pseudo-layer. The tests marked ``cuda`` and
+  ``bench/gpu_check.py`` compare this against the offsets real cuDNN reports.
+
+Gate order of the blocks is the canonical one (LSTM i f g o, GRU r z n): the ``"cudnn"`` entries
+of :data:`rnnconvert.core.gates.TABLE`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from . import gates
+from ..errors import FormatError, UnsupportedError
+from .model import Cell, DirectionParams, RNNLayer, Semantics
+from .transforms import fold_forget_bias
+
+#: linLayerID of the LSTM recurrent projection matrix (cuDNN ``cudnnSetRNNProjectionLayers``).
+PROJECTION_ID = 8
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What decides the buffer layout.
+
+    Attributes:
+        cell: :class:`~rnnconvert.core.model.Cell` (LSTM, GRU, RNN_TANH, RNN_RELU).
+        input_size, hidden_size: ``I`` and ``H``.
+        num_layers: stacked physical layers.
+        bidirectional: two directions per layer.
+        proj_size: LSTM projection width ``P`` (0 = none).
+    """
+
+    cell: Cell
+    input_size: int
+    hidden_size: int
+    num_layers: int = 1
+    bidirectional: bool = False
+    proj_size: int = 0
+
+    @property
+    def dirs(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    def layer_input_size(self, k: int) -> int:
+        return self.input_size if k == 0 else (self.proj_size or self.hidden_size) * self.dirs
+
+    @classmethod
+    def of(cls, layer: RNNLayer) -> "Spec":
+        """The spec of a canonical layer."""
+        return cls(layer.cell, layer.input_size, layer.hidden_size, layer.num_layers, layer.bidirectional,
+                   layer.proj_size)
+
+
+@dataclass(frozen=True)
+class Region:
+    """One region of the buffer.
+
+    Attributes:
+        pseudo_layer: ``layer * dirs + direction``.
+        linear_layer_id: cuDNN linLayerID (see module docstring).
+        kind: ``'matrix'`` or ``'bias'``.
+        offset: start, in elements (not bytes) from the start of the buffer.
+        shape: ``(rows, cols)`` for a matrix (row-major), ``(H,)`` for a bias.
+    """
+
+    pseudo_layer: int
+    linear_layer_id: int
+    kind: str
+    offset: int
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+def layout(spec: Spec) -> list[Region]:
+    """The regions of the cuDNN buffer of ``spec``, in buffer order (a pure function).
+
+    Per pseudo-layer: matrices of ids ``0 .. 2G-1`` (``(H, in_k)`` for the ``G`` input ids, ``(H, P or H)``
+    for the ``G`` recurrent ids), then the projection ``(P, H)`` (id 8, LSTM with ``proj_size``), then
+    biases ``(H,)`` of ids ``0 .. 2G-1``. Single pseudo-layer: established; multi-layer/bidirectional
+    order and the projection position: inferred (module docstring).
+
+    Raises:
+        ValueError: non-positive sizes, or a projection on a non-LSTM cell / ``proj_size >= hidden_size``.
+    """
+    cell, H, P = Cell(spec.cell), spec.hidden_size, spec.proj_size
+    if min(spec.input_size, H, spec.num_layers) < 1 or P < 0:
+        raise ValueError(f"invalid cuDNN spec {spec}")
+    if P and (cell is not Cell.LSTM or P >= H):
+        raise ValueError(f"proj_size={P} needs an LSTM with proj_size < hidden_size ({spec})")
+    G = cell.gates
+    regions: list[Region] = []
+    off = 0
+    for k in range(spec.num_layers):
+        for d in range(spec.dirs):
+            p = k * spec.dirs + d
+            shapes = [(H, spec.layer_input_size(k))] * G + [(H, P or H)] * G
+            ids = list(range(2 * G))
+            if P:
+                shapes.append((P, H))
+                ids.append(PROJECTION_ID)
+            for lid, shp in zip(ids, shapes):
+                regions.append(Region(p, lid, "matrix", off, shp))
+                off += shp[0] * shp[1]
+            for lid in range(2 * G):
+                regions.append(Region(p, lid, "bias", off, (H,)))
+                off += H
+    return regions
+
+
+def param_count(spec: Spec) -> int:
+    """Number of elements of the buffer of ``spec``."""
+    last = layout(spec)[-1]
+    return last.offset + last.size
+
+
+def refusals(layer: RNNLayer) -> list[str]:
+    """What the cuDNN equations (LAYOUTS.md §10) cannot compute about ``layer``; empty when they can.
+
+    ``torch.nn.LSTM/GRU/RNN`` compute the same equations (on the CPU too), so the PyTorch-family
+    writers refuse through this one list as well."""
+    s, why = layer.semantics, []
+    want_act = "relu" if layer.cell is Cell.RNN_RELU else "tanh"
+    if layer.cell in (Cell.LSTM, Cell.GRU) and s.gate_activation != "sigmoid":
+        why.append(f"recurrent_activation={s.gate_activation} (cuDNN/torch gates are sigmoid only)")
+    if s.activation != want_act:
+        why.append(f"activation={s.activation} (cuDNN/torch {layer.cell.value} uses {want_act})")
+    if layer.cell is Cell.GRU and not s.reset_after:
+        why.append("reset_after=False (cuDNN/torch GRU applies the reset gate after the recurrent matmul)")
+    if any(p.peep is not None for dirs in layer.params for p in dirs):
+        why.append("peephole connections")
+    if s.cell_clip is not None or s.proj_clip is not None:
+        why.append("TF1 cell_clip/proj_clip")
+    if s.go_backwards and not layer.bidirectional:
+        why.append("go_backwards=True (reverse the sequence yourself and convert the layer without it)")
+    return why
+
+
+def pack(layer: RNNLayer) -> np.ndarray:
+    """The 1-D cuDNN buffer of ``layer`` (dtype of the layer), laid out by :func:`layout`.
+
+    A run-time ``forget_bias`` is folded into ``b_ih`` of the forget gate first (one rounding);
+    everything else is a bit-exact copy. ``bias=False`` layers give zero bias regions (as PyTorch does).
+
+    Raises:
+        UnsupportedError: the layer computes something cuDNN cannot (peepholes, clipping, other
+            activations, GRU reset-before, lone ``go_backwards``), naming the layer and the feature.
+    """
+    why = refusals(layer)
+    if why:
+        raise UnsupportedError(f"layer '{layer.name}' cannot be packed into a cuDNN buffer: {'; '.join(why)}. "
+                               "Convert to .onnx instead")
+    layer = fold_forget_bias(layer)
+    spec = Spec.of(layer)
+    conv = gates.convention("cudnn", layer.cell)
+    G, H = layer.cell.gates, layer.hidden_size
+    out = np.zeros(param_count(spec), dtype=layer.dtype)
+    for r in layout(spec):
+        k, d = divmod(r.pseudo_layer, spec.dirs)
+        p = layer.params[k][d]
+        out[r.offset:r.offset + r.size] = _source(p, conv, layer.cell, r, G, H).reshape(-1)
+    return out
+
+
+def _source(p: DirectionParams, conv: gates.Convention, cell: Cell, r: Region, G: int, H: int) -> np.ndarray:
+    """The canonical array slice that region ``r`` holds."""
+    if r.linear_layer_id == PROJECTION_ID and r.kind == "matrix" and cell is Cell.LSTM:
+        return p.w_hr
+    src = {("matrix", 0): p.w_ih, ("matrix", 1): p.w_hh, ("bias", 0): p.b_ih, ("bias", 1): p.b_hh}
+    full = gates.from_canonical(src[(r.kind, r.linear_layer_id // G)], conv, cell) if r.kind == "matrix" \
+        else gates.vec_from_canonical(src[(r.kind, r.linear_layer_id // G)], conv, cell)
+    j = r.linear_layer_id % G
+    return full[j * H:(j + 1) * H]
+
+
+def unpack(buffer: np.ndarray, spec: Spec, *, name: str = "cudnn", bias: bool = True,
+           semantics: Semantics | None = None, source: dict | None = None) -> RNNLayer:
+    """Read a 1-D cuDNN buffer laid out by :func:`layout` back into a canonical :class:`RNNLayer`.
+
+    Args:
+        buffer: 1-D array of exactly :func:`param_count` elements (any float dtype, kept).
+        spec: the layout's :class:`Spec`.
+        name, bias, semantics, source: copied into the layer (semantics default: cuDNN's,
+            with ``activation='relu'`` for RNN_RELU).
+
+    Bit-exact (copies only). Raises:
+        FormatError: the buffer is not 1-D or its length differs from the spec's, giving both.
+    """
+    buf = np.asarray(buffer)
+    if buf.ndim != 1:
+        raise FormatError(f"cuDNN buffer '{name}' must be 1-D, got shape {buf.shape}")
+    n = param_count(spec)
+    if buf.size != n:
+        raise FormatError(f"cuDNN buffer '{name}' has {buf.size} elements; {spec} needs {n}")
+    cell = Cell(spec.cell)
+    conv = gates.convention("cudnn", cell)
+    G = cell.gates
+    parts: dict[tuple[int, str, int], np.ndarray] = {}
+    for r in layout(spec):
+        parts[(r.pseudo_layer, r.kind, r.linear_layer_id)] = buf[r.offset:r.offset + r.size].reshape(r.shape)
+    params = []
+    for k in range(spec.num_layers):
+        row = []
+        for d in range(spec.dirs):
+            pl = k * spec.dirs + d
+
+            def cat(kind: str, ids: Iterable[int]) -> np.ndarray:
+                return np.concatenate([parts[(pl, kind, i)] for i in ids], axis=0)
+
+            row.append(DirectionParams(
+                w_ih=gates.to_canonical(cat("matrix", range(G)), conv, cell),
+                w_hh=gates.to_canonical(cat("matrix", range(G, 2 * G)), conv, cell),
+                b_ih=gates.vec_to_canonical(cat("bias", range(G)), conv, cell),
+                b_hh=gates.vec_to_canonical(cat("bias", range(G, 2 * G)), conv, cell),
+                w_hr=parts[(pl, "matrix", PROJECTION_ID)].copy() if spec.proj_size else None,
+            ))
+        params.append(row)
+    sem = semantics or Semantics(activation="relu" if cell is Cell.RNN_RELU else "tanh")
+    return RNNLayer(name=name, cell=cell, input_size=spec.input_size, hidden_size=spec.hidden_size,
+                    num_layers=spec.num_layers, bidirectional=spec.bidirectional, proj_size=spec.proj_size,
+                    bias=bias, semantics=sem, params=params, source=dict(source or {"format": "cudnn"}))
+
+
+def candidate_specs(size: int, cell: Cell, *, input_size: int | None = None, hidden_size: int | None = None,
+                    num_layers: int | None = None, bidirectional: bool | None = None,
+                    max_layers: int = 8, max_hidden: int = 8192, max_input: int = 1 << 16) -> list[Spec]:
+    """Every spec without projection whose buffer has ``size`` elements, given what is known.
+
+    Unknown sizes are searched (hidden up to ``max_hidden``, layers up to ``max_layers``); ``input_size``
+    is solved from the size. Used to read ``opaque_kernel`` variables whose spec is not recorded.
+    """
+    cell = Cell(cell)
+    G = cell.gates
+    out = []
+    hs = [hidden_size] if hidden_size else range(1, max_hidden + 1)
+    ls = [num_layers] if num_layers else range(1, max_layers + 1)
+    bs = [bidirectional] if bidirectional is not None else [False, True]
+    for H in hs:
+        for L in ls:
+            for bi in bs:
+                dirs = 2 if bi else 1
+                # per pseudo-layer: G*H*(in + H) + 2*G*H; layers >= 1 have in = dirs*H
+                rest = (L - 1) * dirs * (G * H * (dirs * H + H) + 2 * G * H)
+                first = size - rest
+                if first <= 0 or first % dirs:
+                    continue
+                per = first // dirs - G * H * H - 2 * G * H
+                if per <= 0 or per % (G * H):
+                    continue
+                I = per // (G * H)
+                if (input_size and I != input_size) or I > max_input:
+                    continue
+                spec = Spec(cell, I, H, L, bi)
+                if param_count(spec) == size:
+                    out.append(spec)
+    return out

@@ -1,0 +1,181 @@
+"""Keras equations on Keras tensors: the source side of verification for Keras files.
+
+Deliberately independent of the conversion code: it never calls :mod:`rnnconvert.core.gates`'
+permutations or the canonical parameters; it slices the tensors exactly as they sit in the file
+and applies the equations of the Keras source (tf_keras ``layers/rnn/lstm.py``, ``gru.py``,
+``simple_rnn.py``; CuDNN layers: the cuDNN equations on slices whose bytes are cuDNN's
+``(H, in)`` row-major matrices, tf_keras ``cudnn_lstm.py``/``cudnn_gru.py``). It only reads the
+gate *letters* of each format from the table in :mod:`rnnconvert.core.gates`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...core.gates import convention
+from ...core.model import Cell, RNNLayer
+from ...core.reference import ACT, left_products, products, widened
+
+
+#: Kernels of at least this many bytes are evaluated with the input products of all steps hoisted
+#: into one product per gate (one pass over the kernel instead of one per step) in float32 too.
+#: Smaller layers keep Keras' step-by-step order in float32, which reproduces a Keras 2 graph bit for
+#: bit (tests/test_realworld_keras.py); for large ones float32 serves only the tolerance's measure of
+#: rounding spread, where the order of a sum does not matter.
+HOIST_BYTES = 4 << 20
+
+
+def _block(m: np.ndarray, j: int, H: int, cudnn: bool, dt) -> np.ndarray:
+    """Gate block ``j`` of a Keras kernel ``(in, G*H)`` as the ``(in, H)`` matrix ``K_g`` of ``x @ K_g``
+    (a view for plain layers: Keras' own products, step by step)."""
+    s = m[:, j * H:(j + 1) * H]
+    if cudnn:  # the slice's bytes are cuDNN's (H, in) matrix applied as M x, i.e. x @ M.T
+        return np.ascontiguousarray(s).reshape(H, m.shape[0]).astype(dt, copy=False).T
+    return np.asarray(s, dtype=dt)
+
+
+def _block_t(m: np.ndarray, j: int, H: int, dt) -> np.ndarray:
+    """The cuDNN matrix of gate ``j`` of a CuDNN layer's kernel ``(in, G*H)``: the slice's bytes are cuDNN's
+    row-major ``(H, in)`` matrix ``M`` applied as ``M x`` (tf_keras ``cudnn_recurrent.py``), returned
+    C-contiguous in ``dt`` for the products ``M @ x.T``."""
+    return np.ascontiguousarray(m[:, j * H:(j + 1) * H]).reshape(H, m.shape[0]).astype(dt, copy=False)
+
+
+def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.ndarray],
+               reverse: bool) -> list[np.ndarray]:
+    """One direction on each input of ``xs`` (one per dtype, each computed in its own dtype), in lockstep:
+    the products of all hoisted dtypes read each turned weight block once (:func:`rnnconvert.core.reference.products`)."""
+    s = layer.semantics
+    fam = "keras_cudnn" if kind.startswith("CuDNN") else layer.source.get("family", "keras")
+    if fam == "keras1":
+        fam_conv = convention("keras1", cell)
+    else:
+        fam_conv = convention("keras_cudnn" if fam == "keras_cudnn" else "keras", cell)
+    order = fam_conv.gate_order
+    H = layer.hidden_size
+    G = cell.gates
+    cud = fam == "keras_cudnn"
+    kern = np.asarray(raw["kernel"])
+    rec = np.asarray(raw["recurrent_kernel"])
+    b = raw.get("bias")
+    dts = [x.dtype for x in xs]
+    n = len(xs)
+    zero = np.zeros(G * H)
+    if b is None:
+        bi, br = zero, zero
+    elif b.ndim == 2:
+        bi, br = np.asarray(b[0]), np.asarray(b[1])
+    elif b.shape[0] == 2 * G * H:
+        bi, br = np.asarray(b[: G * H]), np.asarray(b[G * H:])
+    else:
+        bi, br = np.asarray(b), zero
+    BI = [{g: np.asarray(bi[j * H:(j + 1) * H], dtype=dt) for j, g in enumerate(order)} for dt in dts]
+    BR = [{g: np.asarray(br[j * H:(j + 1) * H], dtype=dt) for j, g in enumerate(order)} for dt in dts]
+    sig = ACT["sigmoid"] if cud else ACT[s.gate_activation]
+    act = ACT["tanh"] if cud else ACT[s.activation]
+    B, T, _ = xs[0].shape
+    # float64 (and float32 for kernels of HOIST_BYTES or more): the input part ``x_t @ K`` does not depend
+    # on the state and is computed for all steps at once, and every product reads the stored matrices by
+    # row blocks (reference.left_products; cast per block, no float64 copy of a whole kernel) for all
+    # hoisted dtypes at once; cuDNN layers' per-gate matrices are turned once (_block_t). Smaller float32
+    # layers keep Keras' own step-by-step products. (float16 tensors are widened to float32 once: numpy's
+    # float16 casts are slow, float32 -> float64 fast.)
+    hoisted = [d for d in range(n) if dts[d] == np.float64 or kern.nbytes >= HOIST_BYTES]
+    XK: list = [None] * n
+    K: list = [None] * n
+    R: list = [None] * n
+    RT = None
+    if hoisted:
+        # the plain kernel is read once, by blocks; the recurrent one from a widened scratch copy (float16)
+        kw, rw = (widened(kern) if cud else kern), widened(rec, reuse=True)
+        if cud:  # each gate slice holds cuDNN's (H, in) matrix: turned per gate
+            for d in hoisted:
+                XK[d] = {}
+            for j, g in enumerate(order):
+                outs = products(_block_t(kw, j, H, kw.dtype), [xs[d].reshape(B * T, -1).T for d in hoisted])
+                for d, o in zip(hoisted, outs):
+                    XK[d][g] = o.T.reshape(B, T, H)
+        else:  # x @ K for all gates and steps at once, straight from the stored kernel (no turned copy)
+            outs = left_products([xs[d].reshape(B * T, -1) for d in hoisted], kw)
+            for d, o in zip(hoisted, outs):
+                XK[d] = {g: o[:, j * H:(j + 1) * H].reshape(B, T, H) for j, g in enumerate(order)}
+        if cud:  # cuDNN's per-gate (H, H) matrices: each turned once, then read once per step
+            RT = {g: _block_t(rw, j, H, rw.dtype) for j, g in enumerate(order)}
+    for d in range(n):
+        if d not in hoisted:
+            K[d] = {g: _block(kern, j, H, cud, dts[d]) for j, g in enumerate(order)}
+            R[d] = {g: _block(rec, j, H, cud, dts[d]) for j, g in enumerate(order)}
+
+    def xK(d: int, g: str, t: int) -> np.ndarray:
+        return XK[d][g][:, t] if XK[d] is not None else xs[d][:, t] @ K[d][g]
+
+    col = {g: slice(j * H, (j + 1) * H) for j, g in enumerate(order)}
+
+    def hR(vs: list[np.ndarray], gs: str) -> list[dict[str, np.ndarray]]:
+        """``{g: v @ R_g for g in gs}`` for each dtype's ``v``. The hoisted dtypes share one read of the
+        recurrent kernel: straight from the stored ``(H, G*H)`` matrix, all gates of ``gs`` at once when they
+        sit side by side (plain Keras), else the turned cuDNN blocks. A state of zeros (the first step) gives
+        zeros without reading the kernel: ``0 * w`` is exactly 0 for the finite weights readers admit."""
+        res: list = [None] * n
+        if fresh:
+            return [{g: np.zeros((B, H), dts[d]) for g in gs} for d in range(n)]
+        if hoisted and cud:
+            for g in gs:
+                for d, o in zip(hoisted, products(RT[g], [vs[d].T for d in hoisted])):
+                    res[d] = res[d] or {}
+                    res[d][g] = o.T
+        elif hoisted:
+            idx = sorted(order.index(g) for g in gs)
+            base = idx[0] * H  # the columns from the first to the last gate of ``gs``
+            for d, o in zip(hoisted, left_products([vs[d] for d in hoisted], rw[:, base:(idx[-1] + 1) * H])):
+                res[d] = {g: o[:, col[g].start - base:col[g].stop - base] for g in gs}
+        for d in range(n):
+            if res[d] is None:
+                res[d] = {g: vs[d] @ R[d][g] for g in gs}
+        return res
+
+    h = [np.zeros((B, H), dt) for dt in dts]
+    c = [np.zeros((B, H), dt) for dt in dts]
+    ys = [np.zeros((B, T, H), dt) for dt in dts]
+    steps = range(T - 1, -1, -1) if reverse else range(T)
+    for n_step, t in enumerate(steps):
+        fresh = n_step == 0
+        if cell is Cell.LSTM:
+            hr = hR(h, "ifgo")
+            for d in range(n):
+                pre = {g: xK(d, g, t) + BI[d][g] + hr[d][g] + BR[d][g] for g in "ifgo"}
+                c[d] = sig(pre["f"]) * c[d] + sig(pre["i"]) * act(pre["g"])
+                h[d] = sig(pre["o"]) * act(c[d])
+        elif cell is Cell.GRU:
+            hg = hR(h, "".join(order) if s.reset_after else "".join(g for g in order if g != "n"))
+            z = [sig(xK(d, "z", t) + BI[d]["z"] + hg[d]["z"] + BR[d]["z"]) for d in range(n)]
+            r = [sig(xK(d, "r", t) + BI[d]["r"] + hg[d]["r"] + BR[d]["r"]) for d in range(n)]
+            if s.reset_after:
+                hh = [act(xK(d, "n", t) + BI[d]["n"] + r[d] * (hg[d]["n"] + BR[d]["n"])) for d in range(n)]
+            else:
+                hn = hR([r[d] * h[d] for d in range(n)], "n")
+                hh = [act(xK(d, "n", t) + BI[d]["n"] + hn[d]["n"]) for d in range(n)]
+            h = [z[d] * h[d] + (1 - z[d]) * hh[d] for d in range(n)]
+        else:
+            hh_ = hR(h, "h")
+            h = [act(xK(d, "h", t) + BI[d]["h"] + hh_[d]["h"] + BR[d]["h"]) for d in range(n)]
+        for d in range(n):
+            ys[d][:, n_step if reverse and not layer.bidirectional else t] = h[d]
+    return ys
+
+
+def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """Run a Keras-file layer from its raw Keras tensors; same output convention as
+    :func:`rnnconvert.core.reference.forward` (directions concatenated, merge not applied)."""
+    return source_forward_multi(layer, [np.asarray(x, dtype=dtype)])[0]
+
+
+def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """:func:`source_forward` of each input of ``xs`` in its own dtype, in lockstep: each raw tensor is turned once and read once per product for all of them."""
+    raws = layer.source["raw"]
+    kind = layer.source["class_name"]
+    if layer.bidirectional:
+        fw = _direction(kind, layer.cell, raws[0], layer, xs, False)
+        bw = _direction(kind, layer.cell, raws[1], layer, xs, True)
+        return [np.concatenate([a, b], axis=-1) for a, b in zip(fw, bw)]
+    return _direction(kind, layer.cell, raws[0], layer, xs, layer.semantics.go_backwards)

@@ -1,0 +1,271 @@
+"""Reading ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes into the canonical model (the ``onnx`` format's ``read``).
+
+Layout facts: see :mod:`rnnconvert.formats.onnx.onnx_fmt` and LAYOUTS.md §13. ``activation_alpha`` /
+``activation_beta`` hold values only for the activations that take them, consumed in order (how
+onnxruntime reads them, ``rnn_helpers.cc``; checked against onnxruntime 1.31 by the test suite).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import gates
+from ...errors import FormatError, UnsupportedError, require
+from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+
+META_KEY = "rnnconvert"
+# ONNX activation -> default (alpha, beta) per the ONNX activation ops; absent = takes none.
+_DEFAULTS = {"affine": (1.0, 0.0), "hardsigmoid": (0.2, 0.5), "leakyrelu": (0.01, None), "thresholdedrelu": (1.0, None),
+             "scaledtanh": (None, None), "elu": (1.0, None)}
+_TAKES = {"affine": (True, True), "hardsigmoid": (True, True), "leakyrelu": (True, False),
+          "thresholdedrelu": (True, False), "scaledtanh": (True, True), "elu": (True, False)}
+
+
+def _all_tensors(graph):
+    """Initializers and tensor attributes of every node, subgraphs included."""
+    yield from graph.initializer
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _all_tensors(a.g)
+            for sub in a.graphs:
+                yield from _all_tensors(sub)
+
+
+def _load(path: Path):
+    """``onnx.load`` without external data, then external data loaded tensor by tensor, each checked to
+    live inside the model's folder (symlinks resolved) before it is opened."""
+    onnx = require("onnx", "onnx")
+    from onnx import external_data_helper as ext
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError and friends
+        raise FormatError(f"{path}: not an ONNX model: {exc}") from exc
+    base = path.resolve().parent
+    for t in _all_tensors(model.graph):
+        if not ext.uses_external_data(t):
+            continue
+        loc = {e.key: e.value for e in t.external_data}.get("location", "")
+        target = (base / loc).resolve()
+        if Path(loc).is_absolute() or base not in target.parents:
+            raise FormatError(f"{path}: tensor '{t.name}' points to external data '{loc}' outside the model's "
+                              "folder; refused (copy the data file beside the model)")
+        if not target.is_file():
+            raise FormatError(f"{path}: external data file '{loc}' of tensor '{t.name}' is missing")
+        try:
+            ext.load_external_data_for_tensor(t, str(base))
+        except Exception as exc:
+            raise FormatError(f"{path}: cannot load external data of '{t.name}': {exc}") from exc
+    return model
+
+
+def _consts(graph, numpy_helper) -> dict[str, np.ndarray]:
+    """Initializers and Constant outputs, followed through Identity nodes."""
+    vals = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for _ in range(len(graph.node) + 1):
+        grew = False
+        for n in graph.node:
+            if n.op_type == "Constant" and n.output[0] not in vals:
+                for a in n.attribute:
+                    if a.name == "value":
+                        vals[n.output[0]] = numpy_helper.to_array(a.t)
+                        grew = True
+            elif n.op_type == "Identity" and n.input[0] in vals and n.output[0] not in vals:
+                vals[n.output[0]] = vals[n.input[0]]
+                grew = True
+        if not grew:
+            break
+    return vals
+
+
+def _activation_names(node, op: str, ndir: int, where: str) -> tuple[str, str]:
+    """(gate_activation, activation) in our names from the node's attributes; refuses what we cannot name."""
+    from onnx import helper
+
+    at = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    per = {"LSTM": 3, "GRU": 2, "RNN": 1}[op]
+    default = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}[op]
+    acts = [a.decode("utf-8", "replace") if isinstance(a, bytes) else a for a in at.get("activations", [])] or default * ndir
+    if len(acts) != per * ndir:
+        raise FormatError(f"{where}: {len(acts)} activations for {ndir} direction(s) of {op}")
+    alphas, betas = list(at.get("activation_alpha", [])), list(at.get("activation_beta", []))
+    named = []
+    for a in acts:
+        low = a.lower()
+        al = be = None
+        if low in _TAKES:
+            ta, tb = _TAKES[low]
+            al = alphas.pop(0) if ta and alphas else _DEFAULTS[low][0]
+            be = betas.pop(0) if tb and betas else _DEFAULTS[low][1]
+        close = lambda u, v: u is not None and abs(u - v) <= 1e-6  # noqa: E731  (float32-stored attributes)
+        if low in ("sigmoid", "tanh", "relu", "softsign"):
+            named.append(low)
+        elif low == "affine" and close(al, 1.0) and close(be, 0.0):
+            named.append("linear")
+        elif low == "hardsigmoid" and close(al, 0.2) and close(be, 0.5):
+            named.append("hard_sigmoid")
+        elif low == "hardsigmoid" and close(al, 1 / 6) and close(be, 0.5):
+            named.append("hard_sigmoid_k3")
+        else:
+            raise UnsupportedError(f"{where}: activation {a}(alpha={al}, beta={be}) has no rnnconvert equivalent; "
+                                   "only Sigmoid, Tanh, Relu, Softsign, Affine(1,0), HardSigmoid(0.2,0.5) and "
+                                   "HardSigmoid(1/6,0.5) are read")
+    if acts[:per] != acts[per:] and ndir == 2 and named[:per] != named[per:]:
+        raise UnsupportedError(f"{where}: forward and reverse directions use different activations")
+    if op == "LSTM" and named[1] != named[2]:
+        raise UnsupportedError(f"{where}: LSTM g and h activations differ ({named[1]}, {named[2]})")
+    return (named[0], named[1]) if op != "RNN" else ("sigmoid", named[0])
+
+
+def _node_layer(node, vals: dict, path: Path, name: str) -> RNNLayer:
+    from onnx import helper
+
+    op = node.op_type
+    where = f"{path}: node '{name}' ({op})"
+    at = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    direction = at.get("direction", b"forward")
+    direction = direction.decode("utf-8", "replace") if isinstance(direction, bytes) else direction
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise FormatError(f"{where}: direction {direction!r:.40} is not forward, reverse or bidirectional")
+    if at.get("clip") is not None:
+        raise UnsupportedError(f"{where}: 'clip' clips the activations' inputs; no other format computes that")
+    if at.get("input_forget", 0):
+        raise UnsupportedError(f"{where}: input_forget=1 couples the input and forget gates; no other format computes that")
+    ins = list(node.input) + [""] * 8
+
+    def get(i: int, what: str, required: bool = False):
+        nm = ins[i]
+        if not nm:
+            if required:
+                raise FormatError(f"{where}: input {what} is missing")
+            return None
+        if nm not in vals:
+            raise UnsupportedError(f"{where}: {what} '{nm}' is computed at run time, not stored in the file "
+                                   "(only initializers, Constant and Identity are followed)")
+        return vals[nm]
+
+    W, R, B = get(1, "W", True), get(2, "R", True), get(3, "B")
+    for i, what in ((5, "initial_h"), (6, "initial_c")):
+        v = get(i, what) if ins[i] and ins[i] in vals else None
+        if v is not None and np.any(v):
+            raise UnsupportedError(f"{where}: a stored non-zero {what}; rnnconvert layers start from zero state")
+    P = get(7, "P") if op == "LSTM" else None
+    ndir = 2 if direction == "bidirectional" else 1
+    H = at.get("hidden_size")
+    H = R.shape[-1] if H is None else H
+    if not isinstance(H, (int, np.integer)) or H <= 0:
+        raise FormatError(f"{where}: hidden_size {H!r:.40} is not a positive integer")
+    H = int(H)
+    gate_act, act = _activation_names(node, op, ndir, where)
+    cell = {"LSTM": Cell.LSTM, "GRU": Cell.GRU}.get(op) or (Cell.RNN_RELU if act == "relu" else Cell.RNN_TANH)
+    G = cell.gates
+    if W.ndim != 3 or W.shape[:2] != (ndir, G * H) or R.shape != (ndir, G * H, H):
+        raise FormatError(f"{where}: W {W.shape} / R {R.shape} do not fit hidden_size={H}, {ndir} direction(s)")
+    cv = gates.convention("onnx", cell)
+    row = []
+    for d in range(ndir):
+        zeros = np.zeros(G * H, W.dtype)
+        b_ih = zeros if B is None else gates.vec_to_canonical(B[d, :G * H], cv, cell)
+        b_hh = zeros.copy() if B is None else gates.vec_to_canonical(B[d, G * H:], cv, cell)
+        peep = None
+        if P is not None:
+            pi, po, pf = np.split(P[d], 3)
+            peep = np.ascontiguousarray(np.stack([pi, pf, po]))
+        row.append(DirectionParams(gates.to_canonical(W[d], cv, cell), gates.to_canonical(R[d], cv, cell),
+                                   b_ih, b_hh, peep=peep))
+    sem = Semantics(gate_activation=gate_act, activation=act, reset_after=bool(at.get("linear_before_reset", 0)),
+                    go_backwards=direction == "reverse")
+    try:
+        return RNNLayer(name=name, cell=cell, input_size=W.shape[2], hidden_size=H, bidirectional=ndir == 2,
+                        bias=B is not None, semantics=sem, params=[row],
+                        source={"format": "onnx", "class_name": op, "layout": int(at.get("layout", 0))})
+    except ValueError as exc:
+        raise FormatError(f"{path}: {exc}") from exc
+
+
+def _records(text: str | None, by_node: dict[str, RNNLayer]) -> list[dict]:
+    """rnnconvert's layer records, when present and consistent with the nodes found (else none: one layer per node)."""
+    if not text:
+        return []
+    try:
+        recs = json.loads(text)["layers"]
+        seen: set[str] = set()
+        for rec in recs:
+            if not (isinstance(rec, dict) and isinstance(rec.get("name"), str) and isinstance(rec.get("nodes"), list)
+                    and rec["nodes"] and isinstance(rec.get("merge_mode", "concat"), str)):
+                return []
+            parts = [by_node[nm] for nm in rec["nodes"]]
+            a = parts[0]
+            if seen & set(rec["nodes"]) or any((p.cell, p.hidden_size, p.bidirectional, p.bias, p.semantics) !=
+                                               (a.cell, a.hidden_size, a.bidirectional, a.bias, a.semantics) for p in parts):
+                return []
+            seen |= set(rec["nodes"])
+        return recs
+    except (ValueError, KeyError, TypeError, IndexError):
+        return []
+
+
+def read(path: str | Path, **_: Any) -> Checkpoint:
+    """Read every ``LSTM``/``GRU``/``RNN`` node of an ONNX model (one layer per node, or per rnnconvert record).
+
+    W, R, B, P come from initializers (also through ``Constant`` and ``Identity``). External data is
+    loaded only from inside the model's folder.
+
+    Raises:
+        FormatError: not an ONNX model, malformed weights, external data outside the folder.
+        UnsupportedError: ``clip``, ``input_forget``, activations other than Sigmoid/Tanh/Relu/Softsign/
+            Affine(1,0)/HardSigmoid(0.2,0.5)/HardSigmoid(1/6,0.5), weights computed at run time,
+            quantized ``com.microsoft`` RNN nodes.
+    """
+    require("onnx", "onnx")
+    from onnx import numpy_helper
+
+    path = Path(path)
+    model = _load(path)
+    g = model.graph
+    for n in g.node:
+        quantized = n.domain not in ("", "ai.onnx") and any(k in n.op_type.upper() for k in ("LSTM", "GRU", "RNN"))
+        if quantized:
+            raise UnsupportedError(f"{path}: node '{n.name}' is {n.domain}:{n.op_type}, a quantized recurrent op; "
+                                   "dequantizing would change the weights, so it is refused (export the float model)")
+    try:
+        vals = _consts(g, numpy_helper)
+    except (ValueError, TypeError, IndexError) as exc:  # raw_data that does not fit dims, bad dtypes
+        raise FormatError(f"{path}: a stored tensor does not match its declared shape or type ({exc})") from exc
+    rnn = [n for n in g.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]
+    if not rnn:
+        raise FormatError(f"{path}: no LSTM, GRU or RNN node in this ONNX model")
+    singles = []
+    for i, n in enumerate(rnn):
+        name = n.name or f"{n.op_type}_{i}"
+        if any(l.name == name for l in singles):  # node names need not be unique in ONNX
+            name = f"{name}_{i}"
+        singles.append(_node_layer(n, vals, path, name))
+    by_node = {l.name: l for l in singles}
+    meta = {p.key: p.value for p in model.metadata_props}
+    ckpt = Checkpoint(format="onnx", meta={"path": str(path), "producer": model.producer_name,
+                                           "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)})
+    for rec in _records(meta.get(META_KEY), by_node):
+        parts = [by_node.pop(nm) for nm in rec["nodes"]]
+        first = parts[0]
+        sem = replace(first.semantics, merge_mode=rec.get("merge_mode", "concat"))
+        src = dict(first.source, class_name=rec.get("source_class") or first.source["class_name"])
+        try:
+            ckpt.layers.append(RNNLayer(
+                name=rec["name"], cell=first.cell, input_size=first.input_size, hidden_size=first.hidden_size,
+                num_layers=len(parts), bidirectional=first.bidirectional, bias=first.bias, semantics=sem,
+                params=[p.params[0] for p in parts], return_sequences=bool(rec.get("return_sequences", True)),
+                source=src))
+        except ValueError as exc:
+            raise FormatError(f"{path}: layer record '{rec['name']:.60}': {exc}") from exc
+    ckpt.layers += [l for l in singles if l.name in by_node]
+    return ckpt

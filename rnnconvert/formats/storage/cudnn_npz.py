@@ -1,0 +1,160 @@
+"""Raw cuDNN parameter buffers (``.cudnn.npz``): writer and reader.
+
+One numpy ``.npz`` (written with ``np.savez``, read with ``allow_pickle=False``) holding, for every
+recurrent layer, its 1-D cuDNN buffer under the layer's name (laid out by
+:func:`rnnconvert.core.cudnn.layout`; see ``docs/cudnn-layout.md`` for what is established and what is
+inferred), plus ``__cudnn_spec__``: a JSON string
+
+    {"format": "rnnconvert-cudnn-buffer", "version": 1,
+     "layers": [{"name", "cell" (LSTM|GRU|RNN_TANH|RNN_RELU), "input_size", "hidden_size",
+                 "num_layers", "bidirectional", "proj_size", "bias", "dtype", "elements"}]}
+
+so that a C++/CUDA program can hand each buffer to ``cudnnRNNForward`` as its weight space (double
+bias mode, ``CUDNN_LINEAR_INPUT``, pseudo-layer-major) and ``load`` reads it back. A run-time
+``forget_bias`` is folded into the forget-gate input bias. Layers cuDNN cannot express (peepholes,
+clipping, non-cuDNN activations, GRU reset-before) are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import cudnn
+from ...errors import FormatError
+from ...core.model import Cell, Checkpoint
+
+SPEC_KEY = "__cudnn_spec__"
+MAGIC = "rnnconvert-cudnn-buffer"
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A zip (npz) with a ``__cudnn_spec__.npy`` member."""
+    if not head.startswith(b"PK\x03\x04"):
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            return f"{SPEC_KEY}.npy" in z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def refusals(layer) -> list[str]:
+    """What a cuDNN buffer cannot express about ``layer`` (empty when it can)."""
+    return cudnn.refusals(layer)
+
+
+def check(ckpt: Checkpoint, **_: Any) -> list[str]:
+    """Raises UnsupportedError for layers cuDNN cannot run (see :func:`rnnconvert.core.cudnn.pack`)."""
+    from ...engine import registry
+
+    for layer in ckpt.layers:
+        registry.refuse(layer, refusals(layer), "cudnn_npz", "a cuDNN buffer")
+    notes = []
+    for layer in ckpt.layers:
+        if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
+            notes.append(f"{layer.name}: merge_mode='{layer.semantics.merge_mode}' must be applied to cuDNN's output")
+    if ckpt.tensors:
+        notes.append(f"{len(ckpt.tensors)} non-recurrent tensors are not written into a cuDNN buffer file")
+    return notes
+
+
+def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
+    """Write every layer's packed buffer and the JSON spec; one line per layer describing its buffer."""
+    check(ckpt)
+    arrays, spec, lines = {}, [], []
+    for layer in ckpt.layers:
+        if layer.name == SPEC_KEY or layer.name in arrays:
+            raise FormatError(f"layer name '{layer.name}' cannot be used twice or as '{SPEC_KEY}'")
+        buf = cudnn.pack(layer)
+        arrays[layer.name] = buf
+        s = cudnn.Spec.of(layer)
+        spec.append({"name": layer.name, "cell": layer.cell.value, "input_size": s.input_size,
+                     "hidden_size": s.hidden_size, "num_layers": s.num_layers, "bidirectional": s.bidirectional,
+                     "proj_size": s.proj_size, "bias": layer.bias, "dtype": str(buf.dtype), "elements": int(buf.size)})
+        lines.append(f"{layer.name}: cuDNN {layer.cell.value} buffer, {buf.size} x {buf.dtype} "
+                     f"(I={s.input_size}, H={s.hidden_size}, layers={s.num_layers}, "
+                     f"{'bidirectional' if s.bidirectional else 'unidirectional'}"
+                     f"{f', P={s.proj_size}' if s.proj_size else ''})")
+    doc = json.dumps({"format": MAGIC, "version": 1, "layers": spec})
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays, **{SPEC_KEY: np.array(doc)})
+    return lines
+
+
+def read(path: str | Path, **_: Any) -> Checkpoint:
+    """Read a ``.cudnn.npz`` written by :func:`write` (or by hand with the same spec).
+
+    Every ``.npy`` header is checked against its member's size before numpy allocates (as for
+    ``.npz``, :func:`rnnconvert.formats.storage.npz_fmt._check_members`); damaged zip members (bad CRC,
+    bad local headers, zlib errors) are refused.
+
+    Raises:
+        FormatError: no or malformed spec, a buffer missing, damaged or of the wrong length (the
+            spec's sizes disagree with the buffer: both counts are named).
+    """
+    from .npz_fmt import _check_members
+
+    p = Path(path)
+    try:
+        _check_members(p)
+        with np.load(str(p), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except FormatError:
+        raise
+    except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
+            zlib.error, UnicodeDecodeError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise FormatError(f"{p}: not a readable .npz without pickle ({type(exc).__name__}: {first})") from exc
+    if SPEC_KEY not in arrays:
+        raise FormatError(f"{p}: no '{SPEC_KEY}' entry; not an rnnconvert cuDNN buffer file")
+    try:
+        doc = json.loads(str(arrays[SPEC_KEY]))
+        if not isinstance(doc, dict) or doc.get("format") != MAGIC or not isinstance(doc.get("layers"), list):
+            raise ValueError(f"expected {{'format': '{MAGIC}', 'layers': [...]}}")
+        recs = doc["layers"]
+    except (ValueError, RecursionError) as exc:
+        raise FormatError(f"{p}: malformed '{SPEC_KEY}' ({str(exc)[:160]})") from exc
+    ckpt = Checkpoint(format="cudnn_npz", meta={"path": str(p)})
+    for i, r in enumerate(recs):
+        try:
+            spec = cudnn.Spec(Cell(r["cell"]), int(r["input_size"]), int(r["hidden_size"]),
+                              int(r.get("num_layers", 1)), bool(r.get("bidirectional", False)),
+                              int(r.get("proj_size", 0)))
+            name = r["name"]
+            if not isinstance(name, str) or min(spec.input_size, spec.hidden_size, spec.num_layers) < 1 \
+                    or spec.proj_size < 0:
+                raise ValueError("sizes must be positive and the name a string")
+        except (KeyError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+            raise FormatError(f"{p}: layer record {i} of '{SPEC_KEY}' is incomplete or invalid ({exc})") from exc
+        if name not in arrays or name == SPEC_KEY:
+            raise FormatError(f"{p}: the spec names layer '{name}' but the file has no such buffer")
+        buf = arrays[name]
+        if buf.dtype.kind != "f":
+            raise FormatError(f"{p}: buffer '{name}' has dtype {buf.dtype}; a cuDNN weight space is float")
+        if spec.num_layers > buf.size:  # every layer holds weights: bounds the layout walk below
+            raise FormatError(f"{p}: the spec of '{name}' declares {spec.num_layers} layers for {buf.size} elements")
+        try:
+            ckpt.layers.append(cudnn.unpack(buf, spec, name=name, bias=bool(r.get("bias", True)),
+                                            source={"format": "cudnn_npz", "class_name": f"cuDNN {spec.cell.value}"}))
+        except FormatError as exc:  # the spec's sizes disagree with the buffer's length
+            raise FormatError(f"{p}: {exc}") from exc
+    return ckpt
+
+
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Verification: unpack the written buffer and run it through ``torch.nn`` on CPU (float64 result)."""
+    from ..torch import torch_pt
+
+    back = read(path)
+    mods = torch_pt.modules(Checkpoint(layers=[back.layer(name)]))
+    import torch
+
+    with torch.no_grad():
+        y = mods[name](torch.from_numpy(np.asarray(x)).to(next(mods[name].parameters()).dtype))[0]
+    return y.double().numpy()

@@ -1,0 +1,246 @@
+"""``.npz`` archives in rnnconvert's canonical schema (version 1): writer, reader, verification.
+
+Members (all plain numeric arrays, read with ``np.load(allow_pickle=False)``):
+
+* ``layers/{i}/l{k}/d{d}/{field}`` for recurrent layer ``i`` (file order), stacked layer ``k``,
+  direction ``d`` (0 forward, 1 backward), ``field`` one of ``w_ih (G*H, I_k)``, ``w_hh (G*H, H or P)``,
+  ``b_ih (G*H,)``, ``b_hh (G*H,)``, ``w_hr (P, H)`` (projection only), ``peep (3, H)`` (rows
+  ``p_i, p_f, p_o``; peepholes only) -- the canonical arrays of :mod:`rnnconvert.core.model`, gate order
+  LSTM ``i, f, g, o``, GRU ``r, z, n`` (cuDNN/PyTorch order), ``W x`` orientation. A layer without bias
+  has zero ``b_ih``/``b_hh`` and ``"bias": false``.
+* ``tensors/{key}`` for each non-recurrent tensor carried along (PyTorch naming).
+* ``__rnnconvert__``: a 0-d unicode array holding JSON ``{"schema": 1, "layers": [{"name", "cell"
+  (LSTM|GRU|RNN_TANH|RNN_RELU), "input_size", "hidden_size", "num_layers", "bidirectional",
+  "proj_size", "bias", "return_sequences", "source_class", "semantics": {gate_activation, activation,
+  reset_after, forget_bias, cell_clip, proj_clip, go_backwards, merge_mode}}]}`` (the fields of
+  :class:`rnnconvert.core.model.Semantics`: every semantics a source can have is kept, so any layer is
+  written without loss). Arrays keep their dtype; every array is stored as written (bit-exact).
+
+Written with fixed zip timestamps, members in a fixed order: identical input gives identical bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+import zlib
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import FormatError, require
+from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+
+SCHEMA = 1
+META = "__rnnconvert__"
+ROUTE = "torch (re-read arrays) or numpy reference"
+_FIELDS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr", "peep")
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A zip whose members include ``__rnnconvert__.npy``."""
+    if not head.startswith(b"PK\x03\x04"):
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            return f"{META}.npy" in z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
+        return False
+
+
+def _member(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
+    """Stream one ``.npy`` member into the archive (numpy writes it in chunks: no in-memory copy of
+    the array, which matters for GB-sized checkpoints)."""
+    arr = np.asanyarray(arr)
+    info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    info.external_attr = 0o644 << 16
+    with zf.open(info, "w", force_zip64=arr.nbytes > (1 << 31) - (1 << 20)) as fh:
+        np.lib.format.write_array(fh, arr, allow_pickle=False)
+
+
+#: The writer streams (one slab at a time; docs/performance.md "Streaming conversion").
+STREAM = True
+
+
+class StreamWriter:
+    """Writes the archive one slab at a time (:func:`open_stream`): members ``layers/{i}/l{k}/d{d}/*`` in
+    slab order as slabs arrive, then ``tensors/*`` and ``__rnnconvert__`` on :meth:`close` -- the member
+    order of the whole-checkpoint writer, so the bytes do not depend on how the source was read."""
+
+    def __init__(self, ckpt: Checkpoint, path: str | Path) -> None:
+        self.ckpt, self.next = ckpt, 0
+        self.order = [(i, k) for i, layer in enumerate(ckpt.layers) for k in range(layer.num_layers)]
+        self.zf = zipfile.ZipFile(path, "w")
+
+    def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
+        if self.next >= len(self.order) or self.order[self.next] != (i, k):
+            raise FormatError(f"npz stream: slab ({i}, {k}) out of order")
+        self.next += 1
+        for d, p in enumerate(dirs):
+            for f, arr in p.arrays().items():
+                _member(self.zf, f"layers/{i}/l{k}/d{d}/{f}", arr)
+                if self.ckpt.release_array is not None:  # written: its pages of a mapped source go now
+                    self.ckpt.release_array(arr)
+
+    def close(self) -> list[str]:
+        if self.next != len(self.order):
+            raise FormatError(f"npz stream closed with {len(self.order) - self.next} slab(s) not written")
+        meta = {"schema": SCHEMA, "layers": [{
+            "name": layer.name, "cell": layer.cell.value, "input_size": layer.input_size,
+            "hidden_size": layer.hidden_size, "num_layers": layer.num_layers,
+            "bidirectional": layer.bidirectional, "proj_size": layer.proj_size, "bias": layer.bias,
+            "return_sequences": layer.return_sequences, "source_class": layer.source.get("class_name"),
+            "semantics": asdict(layer.semantics)} for layer in self.ckpt.layers]}
+        for key, arr in self.ckpt.tensors.items():
+            _member(self.zf, f"tensors/{key}", arr)
+        _member(self.zf, META, np.array(json.dumps(meta, sort_keys=True)))
+        self.zf.close()
+        return [f"{l.name}: npz members layers/{i}/l*/d*/* (canonical gate order, see docs/pytorch.md)"
+                for i, l in enumerate(self.ckpt.layers)]
+
+    def abort(self) -> None:
+        try:
+            self.zf.close()
+        except Exception:  # noqa: BLE001 -- the half-written file is deleted by the caller anyway
+            pass
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> StreamWriter:
+    """Start writing ``ckpt`` (a lazy skeleton is enough) in schema 1; nothing is refused."""
+    return StreamWriter(ckpt, path)
+
+
+def write(ckpt: Checkpoint, path: str | Path, **opts: Any) -> list[str]:
+    """Write ``ckpt`` in schema 1 (module docstring). Nothing is refused: the schema holds every layer."""
+    from ...engine import registry
+
+    return registry.stream_write(open_stream(ckpt, path, **opts), ckpt)
+
+
+MAX_MEMBERS = 4096
+
+
+def _check_members(p: Path) -> None:
+    """Refuse, before numpy allocates anything, members whose ``.npy`` header declares more bytes
+    than the member holds (a forged shape), and archives with absurd member counts.
+
+    Raises:
+        FormatError; zip/zlib errors pass through to :func:`read`, which translates them.
+    """
+    with zipfile.ZipFile(p) as zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_MEMBERS:
+            raise FormatError(f"{p}: {len(infos)} members; an rnnconvert .npz has far fewer")
+        for info in infos:
+            if not info.filename.endswith(".npy"):
+                continue
+            with zf.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                else:
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+                need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if need > info.file_size:
+                    raise FormatError(f"{p}: member '{info.filename}' declares shape {shape} ({need} bytes) "
+                                      f"but holds {info.file_size} bytes")
+
+
+def read(path: str | Path, **_: Any) -> Checkpoint:
+    """Read a schema-1 archive (``np.load(allow_pickle=False)``: object arrays are refused).
+
+    Raises:
+        FormatError: not an rnnconvert npz, an unknown schema, missing members or inconsistent shapes.
+    """
+    return _read(Path(path))
+
+
+def _read(p: Path, only: str | None = None, slab: int | None = None) -> Checkpoint:
+    """:func:`read`; with ``only``, the members of recurrent layer ``only`` alone are decompressed/read
+    (verification of one layer of a multi-GB archive) and the checkpoint holds that layer only; with
+    ``slab`` too, only its stacked layer ``slab``, as a one-layer :class:`RNNLayer`."""
+    try:
+        _check_members(p)
+        with np.load(p, allow_pickle=False) as z:
+            keep = None
+            if only is not None and META in z.files:
+                m = json.loads(str(z[META]))
+                recs = m.get("layers", []) if isinstance(m, dict) else []
+                keep = [f"layers/{i}/" + ("" if slab is None else f"l{slab}/")
+                        for i, r in enumerate(recs) if isinstance(r, dict) and r.get("name") == only]
+            arrays = {k: z[k] for k in z.files if keep is None or k == META or k.startswith(tuple(keep))}
+    except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
+            zlib.error) as exc:
+        raise FormatError(f"{p}: not readable as .npz without pickle: {exc}") from exc
+    if META not in arrays:
+        raise FormatError(f"{p}: no '{META}' member; not an rnnconvert .npz (schema in docs/pytorch.md)")
+    try:
+        meta = json.loads(str(arrays[META]))
+    except ValueError as exc:
+        raise FormatError(f"{p}: '{META}' is not JSON") from exc
+    if meta.get("schema") != SCHEMA:
+        raise FormatError(f"{p}: npz schema {meta.get('schema')!r}; this rnnconvert reads schema {SCHEMA}")
+    ckpt = Checkpoint(format="npz", meta={"path": str(p)})
+    known = {f.name for f in fields(Semantics)}
+    for i, rec in enumerate(meta["layers"]):
+        if only is not None and (not isinstance(rec, dict) or rec.get("name") != only):
+            continue
+        try:
+            params = []
+            for k in range(rec["num_layers"]) if slab is None else [slab]:
+                row = []
+                for d in range(2 if rec["bidirectional"] else 1):
+                    pre = f"layers/{i}/l{k}/d{d}/"
+                    row.append(DirectionParams(**{f: arrays.get(pre + f) for f in _FIELDS}))
+                    if row[-1].w_ih is None or row[-1].w_hh is None or row[-1].b_ih is None:
+                        raise FormatError(f"{p}: member {pre}w_ih, w_hh or b_ih is missing")
+                params.append(row)
+            sem = Semantics(**{k: v for k, v in rec.get("semantics", {}).items() if k in known})
+            n_in, n_layers = rec["input_size"], rec["num_layers"]
+            if slab is not None:  # stacked layer `slab` alone: its input is the previous one's output
+                if not 0 <= slab < n_layers:
+                    raise FormatError(f"{p}: layer '{only}' has no stacked layer {slab}")
+                n_in = n_in if slab == 0 else (rec.get("proj_size") or rec["hidden_size"]) * len(params[0])
+                n_layers = 1
+            ckpt.layers.append(RNNLayer(
+                name=rec["name"], cell=Cell(rec["cell"]), input_size=n_in,
+                hidden_size=rec["hidden_size"], num_layers=n_layers, bidirectional=rec["bidirectional"],
+                proj_size=rec.get("proj_size", 0), bias=rec.get("bias", True), semantics=sem, params=params,
+                return_sequences=rec.get("return_sequences", True),
+                source={"format": "npz", "class_name": rec.get("source_class")}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"{p}: layer record {i}: {exc}") from exc
+    ckpt.tensors = {k[len("tensors/"):]: v for k, v in arrays.items() if k.startswith("tensors/")}
+    return ckpt
+
+
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Re-read ``path`` and run layer ``name``: in ``torch.nn`` when torch can express it, else with the
+    numpy reference on the re-read arrays -- then this is a re-read check (the archive round-trips the
+    canonical model), not an independent framework. float64 ``(B, T, dirs*H)``."""
+    return _run(_read(Path(path), only=name).layer(name), x)
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """:func:`target_forward` for stacked layer ``k`` of layer ``name`` alone (only its members are read);
+    ``x`` is its input. The output is in input time order (:func:`rnnconvert.core.reference.forward_slab`)."""
+    layer = _read(Path(path), only=name, slab=k).layer(name)
+    if layer.semantics.go_backwards and not layer.bidirectional:
+        from ...core import reference
+
+        return reference.forward_slab(layer, layer.params[0], x)  # forward() would flip the time axis
+    return _run(layer, x)
+
+
+def _run(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
+    from ...core import reference
+    from ..torch import torch_pt
+
+    if torch_pt.refusals(layer):
+        return reference.forward(layer, x)
+    torch = require("torch", "torch")
+    sd = torch_pt.state_dict(Checkpoint(layers=[layer]))
+    return torch_pt.run_module(layer, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, x)

@@ -1,0 +1,235 @@
+"""safetensors files (``.safetensors``) with PyTorch's key names: writer, reader, torch verification.
+
+The tensors and key names are exactly those of :func:`rnnconvert.formats.torch.torch_pt.state_dict`
+(``<layer>.weight_ih_l{k}[_reverse]`` ``(G*H, in)``, gates LSTM i,f,g,o / GRU r,z,n; LAYOUTS.md §12),
+so ``model.load_state_dict(safetensors.torch.load_file(path))`` loads them into ``nn.LSTM/GRU/RNN``.
+Reading needs no torch (``safetensors.numpy``); the key grouping is shared with the ``.pt`` reader
+(:func:`rnnconvert.formats.torch.torch_pt.group_state_dict`). The file format itself (8-byte little-endian
+header length, JSON header, raw little-endian data) cannot hold code.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...engine import registry
+from ...errors import FormatError, require
+from ...core.model import Checkpoint
+from ...io import directio
+from ..torch import pt_writer, torch_pt
+
+ROUTE = "torch (safetensors tensors)"
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """8-byte little-endian header length followed by a JSON object (the safetensors layout)."""
+    if len(head) < 10 or head[8:9] != b"{":
+        return False
+    n = struct.unpack("<Q", head[:8])[0]
+    try:
+        return 2 <= n <= path.stat().st_size - 8
+    except OSError:
+        return False
+
+
+def _load(path: Path) -> dict[str, np.ndarray]:
+    st = require("safetensors.numpy", "torch")
+    try:
+        return st.load_file(str(path))
+    except Exception as exc:  # safetensors raises SafetensorError and others
+        raise FormatError(f"{path}: not a readable safetensors file: {exc}") from exc
+
+
+def read(path: str | Path, *, nonlinearity: str = "tanh", **_: Any) -> Checkpoint:
+    """Read PyTorch-named tensors (``nn.LSTM/GRU/RNN`` and ``nn.*Cell`` keys, any prefix, ``module.`` stripped).
+
+    Raises:
+        FormatError: unreadable file, no recurrent keys, inconsistent shapes.
+    """
+    p = Path(path)
+    sd = torch_pt.strip_module_prefix(_load(p))
+    return torch_pt.group_state_dict(sd, str(p), "safetensors", nonlinearity)
+
+
+def check(ckpt: Checkpoint, **opts: Any) -> list[str]:
+    """What ``torch.nn`` cannot express is refused here too (see :func:`rnnconvert.formats.torch.torch_pt.check`)."""
+    return torch_pt.check(ckpt, **opts)
+
+
+#: The writer streams (one slab at a time; docs/performance.md "Streaming conversion").
+STREAM = True
+#: Header metadata. One key only: safetensors serialises ``__metadata__`` from a hash map, so the library
+#: writes several keys in a different order from run to run; with one the bytes are deterministic.
+METADATA = {"format": "pt"}
+#: numpy dtype -> (safetensors dtype, rank). The rank is the position of the dtype in the safetensors
+#: crate's ``Dtype`` enum: ``safetensors::tensor::prepare`` sorts tensors by descending dtype, then by
+#: name (``safetensors/src/tensor.rs``; checked against ``safetensors.numpy.save`` in tests).
+DTYPES = {np.dtype(np.bool_): ("BOOL", 0), np.dtype(np.uint8): ("U8", 1), np.dtype(np.int8): ("I8", 2),
+          np.dtype(np.int16): ("I16", 3), np.dtype(np.uint16): ("U16", 4), np.dtype(np.float16): ("F16", 5),
+          np.dtype(np.int32): ("I32", 7), np.dtype(np.uint32): ("U32", 8), np.dtype(np.float32): ("F32", 9),
+          np.dtype(np.float64): ("F64", 10), np.dtype(np.int64): ("I64", 11), np.dtype(np.uint64): ("U64", 12)}
+
+
+def header(specs: dict[str, tuple[np.dtype, tuple[int, ...]]], metadata: dict[str, str] | None = METADATA
+           ) -> tuple[bytes, dict[str, tuple[int, int]]]:
+    """The bytes before the data (8-byte little-endian length, JSON header padded with spaces to a multiple
+    of 8) and each tensor's ``(begin, end)`` in the data section, for tensors ``name -> (dtype, shape)``:
+    the layout ``safetensors.serialize_file`` writes (``safetensors/src/tensor.rs`` ``prepare``: order by
+    descending dtype then name, compact JSON, ``__metadata__`` first), computed without the data.
+
+    Raises:
+        FormatError: a dtype safetensors cannot store.
+    """
+    for name, (dt, _) in specs.items():
+        if np.dtype(dt).newbyteorder("=") not in DTYPES:
+            raise FormatError(f"tensor '{name}' has dtype {np.dtype(dt)}, which safetensors cannot store")
+    order = sorted(specs, key=lambda n: (-DTYPES[np.dtype(specs[n][0]).newbyteorder("=")][1], n))
+    head: dict[str, Any] = {"__metadata__": metadata} if metadata is not None else {}
+    offsets, pos = {}, 0
+    for name in order:
+        dt, shape = specs[name]
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        offsets[name] = (pos, pos + n)
+        head[name] = {"dtype": DTYPES[np.dtype(dt).newbyteorder("=")][0], "shape": [int(d) for d in shape],
+                      "data_offsets": [pos, pos + n]}
+        pos += n
+    js = json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode()
+    js += b" " * (-len(js) % 8)
+    return struct.pack("<Q", len(js)) + js, offsets
+
+
+def _bytes(arr: np.ndarray) -> memoryview:
+    """``arr``'s bytes, little-endian, C order (no copy when they already are)."""
+    a = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    return memoryview(a.reshape(-1)).cast("B") if a.size else memoryview(b"")
+
+
+class StreamWriter:
+    """Writes a safetensors file one slab at a time (:func:`open_stream`): the header is computed from
+    the skeleton's shapes, each slab's tensors are written at their offsets as they arrive, around the page
+    cache where allowed (:class:`.directio.ScatterWriter`: the library's order, by dtype then name, is not
+    the order of the slabs)."""
+
+    def __init__(self, ckpt: Checkpoint, path: str | Path) -> None:
+        self.ckpt = ckpt
+        specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        self.pending: set[tuple[int, int]] = set()
+        for i, layer in enumerate(ckpt.layers):
+            for k, dirs in enumerate(layer.params):
+                self.pending.add((i, k))
+                for key, d, f in pt_writer.slab_plan(layer, k):
+                    a = getattr(dirs[d], f)
+                    specs[key] = (a.dtype, tuple(a.shape))  # torch's layout is the canonical one: same shapes
+        for key, arr in ckpt.tensors.items():
+            if key in specs:
+                raise FormatError(f"tensor name '{key}' is used twice")
+            specs[key] = (np.asarray(arr).dtype, tuple(np.shape(arr)))
+        head, self.offsets = header(specs)
+        self.specs, self.base = specs, len(head)
+        end = self.base + max([e for _, e in self.offsets.values()], default=0)
+        self.out = directio.ScatterWriter(path, end)
+        try:
+            self.out.pwrite(head, 0)
+            for key, arr in ckpt.tensors.items():
+                self._put(key, np.asarray(arr))
+        except BaseException:
+            self.abort()
+            raise
+
+    def _put(self, key: str, arr: np.ndarray) -> None:
+        if (arr.dtype.newbyteorder("="), tuple(arr.shape)) != (np.dtype(self.specs[key][0]).newbyteorder("="),
+                                                               self.specs[key][1]):
+            raise FormatError(f"tensor '{key}': {arr.dtype} {arr.shape} arrived for {self.specs[key]}")
+        self.out.pwrite(_bytes(arr), self.base + self.offsets[key][0])
+
+    def write_slab(self, i: int, k: int, dirs: list) -> None:
+        """Write stacked layer ``k`` of ``layers[i]`` (its directions ``dirs``, canonical arrays)."""
+        for key, arr in pt_writer.slab_items(self.ckpt.layers[i], k, dirs):
+            self._put(key, arr)
+            if self.ckpt.release_array is not None:  # written: its pages of a mapped source go now
+                self.ckpt.release_array(arr)
+        self.pending.discard((i, k))
+
+    def close(self) -> list[str]:
+        """Finish the file; one line per layer names its ``torch.nn`` module."""
+        if self.pending:
+            raise FormatError(f"safetensors stream closed with {len(self.pending)} slab(s) not written")
+        self.out.close()
+        return [torch_pt.describe_module(layer) for layer in self.ckpt.layers]
+
+    def abort(self) -> None:
+        """Release the file (the caller deletes it)."""
+        self.out.abort()
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> StreamWriter:
+    """Start writing ``ckpt`` (a lazy skeleton is enough: shapes, names, carried tensors) to ``path``.
+
+    The bytes equal ``safetensors.numpy.save_file(torch_pt.state_dict(ckpt), path, metadata=METADATA)``
+    (tested). Raises: UnsupportedError (see :func:`check`)."""
+    check(ckpt)
+    return StreamWriter(ckpt, path)
+
+
+def write(ckpt: Checkpoint, path: str | Path, **opts: Any) -> list[str]:
+    """Write the PyTorch state dict of ``ckpt`` as safetensors; one line per layer names its ``torch.nn`` module.
+
+    Raises:
+        UnsupportedError: see :func:`check`.
+    """
+    return registry.stream_write(open_stream(ckpt, path, **opts), ckpt)
+
+
+_NP_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64}
+
+
+def mapped(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
+    """The float tensors of a safetensors file whose names start with ``prefix``, as copy-on-write memory
+    maps of the file (nothing is read until used; no copy of a multi-GB file). Used for verification of
+    a file rnnconvert just wrote; the header is still checked (offsets inside the file, sizes = shapes).
+
+    Raises:
+        FormatError: a malformed header or a tensor outside the data section.
+    """
+    p = Path(path)
+    size = p.stat().st_size
+    with open(p, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        if n > size - 8:
+            raise FormatError(f"{p}: safetensors header of {n} bytes in a {size}-byte file")
+        header = json.loads(fh.read(n))
+    base, data_len = 8 + n, size - 8 - n
+    mm = np.memmap(p, dtype=np.uint8, mode="c", offset=base, shape=(data_len,)) if data_len else None
+    out = {}
+    for key, rec in header.items():
+        if key == "__metadata__" or not key.startswith(prefix):
+            continue
+        dt = _NP_DTYPES.get(rec.get("dtype"))
+        b, e = rec["data_offsets"]
+        shape = tuple(int(d) for d in rec["shape"])
+        if dt is None or not 0 <= b <= e <= data_len or e - b != int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize:
+            raise FormatError(f"{p}: tensor '{key}' has a bad header record {rec}")
+        out[key] = mm[b:e].view(dt).reshape(shape)
+    return out
+
+
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Load the file's tensors into the ``torch.nn`` module of layer ``name`` and run it; float64 ``(B, T, dirs*H)``.
+
+    The tensors are memory maps of the written file (:func:`mapped`), only those of layer ``name``."""
+    torch = require("torch", "torch")
+    sd = {k: torch.from_numpy(v) for k, v in mapped(path, f"{name}.").items()}
+    return torch_pt.run_module(ckpt.layer(name), sd, x)
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """Stacked layer ``k`` of layer ``name`` alone, loaded from the file's memory-mapped tensors into a
+    one-layer ``torch.nn`` module (:func:`rnnconvert.formats.torch.torch_pt.run_slab`); ``x`` is its input."""
+    torch = require("torch", "torch")
+    m = mapped(path, f"{name}.")
+    return torch_pt.run_slab(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]), x)

@@ -1,0 +1,77 @@
+"""TF1 cell equations on the TF1 tensors as stored: the source side of verification for TF1 checkpoints.
+
+Independent of the conversion code: it never uses the canonical parameters or the permutations of
+:mod:`rnnconvert.core.gates`, only the gate *letters* of the ``tf1``/``tf1_gates`` table entries. It
+applies TF's ``[x, h] @ kernel + bias`` forms (tf_keras ``layers/rnn/legacy_cells.py`` =
+TF1 ``rnn_cell_impl.py``; LAYOUTS §8.1-8.4, §9.3):
+
+* LSTMCell/BasicLSTMCell/LSTMBlockCell/CudnnCompatibleLSTMCell: ``i, j, f, o`` columns;
+  ``c = σ(f + forget_bias + p_f c) c + σ(i + p_i c) tanh(j)``; clip; ``m = σ(o + p_o c) tanh(c)``;
+  ``m = m @ projection`` then ``proj_clip``.
+* GRUCell: ``r, u = σ([x, h] @ gates/kernel + gates/bias)``; ``c = tanh([x, r h] @ candidate/kernel + b)``;
+  ``h = u h + (1 - u) c``. CudnnCompatibleGRUCell: ``c = tanh(x W_i + b_i + r (h W_h + b_h))``.
+* BasicRNNCell: ``h = act([x, h] @ kernel + bias)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...core.gates import convention
+from ...core.model import Cell, RNNLayer
+from ...core.reference import ACT
+
+sig = ACT["sigmoid"]
+
+
+def _cols(m: np.ndarray, order: str, H: int) -> dict[str, np.ndarray]:
+    return {g: m[..., j * H:(j + 1) * H] for j, g in enumerate(order)}
+
+
+def _run(cname: str, raw: dict, layer: RNNLayer, x: np.ndarray, reverse: bool, dt) -> np.ndarray:
+    s, H = layer.semantics, layer.hidden_size
+    act = ACT[s.activation]
+    v = {k: np.asarray(a, dt) for k, a in raw.items()}
+    B, T, _ = x.shape
+    h = np.zeros((B, layer.output_size), dt)
+    c = np.zeros((B, H), dt)
+    out = np.zeros((B, T, layer.output_size), dt)
+    for t in (range(T - 1, -1, -1) if reverse else range(T)):
+        xt = x[:, t]
+        if "lstm" in cname:
+            z = _cols(np.concatenate([xt, h], 1) @ v["kernel"] + v["bias"], convention("tf1", Cell.LSTM).gate_order, H)
+            pi, pf, po = (v.get(f"w_{g}_diag", 0.0) for g in "ifo")
+            c = sig(z["f"] + s.forget_bias + pf * c) * c + sig(z["i"] + pi * c) * act(z["g"])
+            if s.cell_clip is not None:
+                c = np.clip(c, -s.cell_clip, s.cell_clip)
+            h = sig(z["o"] + po * c) * act(c)
+            if "projection/kernel" in v:
+                h = h @ v["projection/kernel"]
+                if s.proj_clip is not None:
+                    h = np.clip(h, -s.proj_clip, s.proj_clip)
+        elif "gru" in cname:
+            g = _cols(sig(np.concatenate([xt, h], 1) @ v["gates/kernel"] + v["gates/bias"]),
+                      convention("tf1_gates", Cell.GRU).gate_order, H)
+            r, u = g["r"], g["z"]
+            if cname.startswith("cudnn"):
+                cand = act(xt @ v["candidate/input_projection/kernel"] + v["candidate/input_projection/bias"]
+                           + r * (h @ v["candidate/hidden_projection/kernel"] + v["candidate/hidden_projection/bias"]))
+            else:
+                cand = act(np.concatenate([xt, r * h], 1) @ v["candidate/kernel"] + v["candidate/bias"])
+            h = u * h + (1.0 - u) * cand
+        else:
+            h = act(np.concatenate([xt, h], 1) @ v["kernel"] + v["bias"])
+        out[:, t] = h
+    return out
+
+
+def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """Run a TF1-checkpoint layer from its stored TF1 tensors (``layer.source['raw']``, one dict per
+    pseudo-layer); output convention of :func:`rnnconvert.core.reference.forward`."""
+    raws, cname = layer.source["raw"], layer.source["class_name"]
+    y = np.asarray(x, dtype=dtype)
+    for k in range(layer.num_layers):
+        outs = [_run(cname, raws[k * layer.num_directions + d], layer, y, d == 1, dtype)
+                for d in range(layer.num_directions)]
+        y = np.concatenate(outs, axis=-1)
+    return y

@@ -1,0 +1,455 @@
+"""TensorFlow checkpoints (``<prefix>.index`` + ``<prefix>.data-*``): reader.
+
+Two kinds, told apart by their keys (``../shared/LAYOUTS.md`` §§7-9):
+
+* **TF2 object-based** (tf.keras / tf_keras ``save_weights`` without ``.h5``, ``tf.train.Checkpoint``):
+  keys ``layer_with_weights-N/[forward_layer/|backward_layer/]cell/{kernel,recurrent_kernel,bias}
+  /.ATTRIBUTES/VARIABLE_VALUE`` (CuDNNLSTM/CuDNNGRU without ``cell/``). The Keras layer kind is
+  decided from the shapes exactly as for weights-only HDF5 files (recurrent width ``G*H``; bias
+  ``(4H,)`` LSTM, ``(8H,)`` CuDNNLSTM, ``(3H,)`` GRU reset_after=False, ``(2, 3H)`` GRU
+  reset_after=True, ``(6H,)`` CuDNNGRU) by :mod:`rnnconvert.formats.keras.keras_h5`'s interpreter; gate
+  orders from :data:`rnnconvert.core.gates.TABLE` ``keras*`` entries. Object checkpoints carry no layer
+  config: activations are the TF2 defaults (sigmoid gates, tanh) unless ``gate_activation`` is given
+  (TF 1.x tf.keras defaulted to hard_sigmoid). Optimizer slots are skipped; Dense/Embedding tensors
+  are carried along in PyTorch naming.
+* **TF1 name-based** (``tf.compat.v1.train.Saver``): cells found by their scope (LAYOUTS §8.5):
+  ``lstm_cell``, ``basic_lstm_cell`` (LSTMCell/BasicLSTMCell/LSTMBlockCell: ``kernel (I+Hr, 4H)``
+  columns i, j, f, o = ``("tf1", LSTM)``; rows ``[:I]`` input, ``[I:]`` recurrent; ``bias (4H,)``;
+  peepholes ``w_{i,f,o}_diag (H,)``; ``projection/kernel (H, P)``), ``gru_cell`` (GRUCell:
+  ``gates/kernel (I+H, 2H)`` columns r, u = ``("tf1_gates", GRU)``, ``candidate/kernel (I+H, H)``;
+  reset before the matmul), ``cudnn_compatible_lstm_cell`` (forget_bias 0),
+  ``cudnn_compatible_gru_cell`` (``candidate/{input,hidden}_projection``; reset after),
+  ``basic_rnn_cell``; old ``weights``/``biases`` names too. ``multi_rnn_cell/cell_N`` stacks become one
+  layer with ``num_layers`` when the sizes chain; ``bidirectional_rnn/{fw,bw}`` pairs one
+  bidirectional layer. ``forget_bias`` (never stored) is each cell's default -- 1.0 for
+  LSTMCell/BasicLSTMCell/LSTMBlockCell, 0 for CudnnCompatibleLSTMCell -- or the ``forget_bias`` option.
+  ``tf.contrib.cudnn_rnn`` ``opaque_kernel`` buffers are unpacked with :func:`rnnconvert.core.cudnn.unpack`
+  (spec from the companion canonical variables, else from ``num_layers``/``hidden_size``/
+  ``bidirectional`` options and the size). Slow contrib cells are refused by name.
+
+Two readers. :class:`rnnconvert.formats.tf.tf_bundle.BundleReader` (pure Python and numpy) reads every V2
+bundle of plain dtypes (partitioned variables and several shards included) -- the common case -- and
+TensorFlow is then not imported at all; it runs in this process, without the forked child, because no
+C++ code runs: a damaged file can only raise FormatError from our own checks. A bundle it declines
+(:class:`~.tf_bundle.BundleUnsupported`: big-endian, compressed index blocks, other dtypes) is read by
+TensorFlow (imported only then). TensorFlow's C++ reader aborts the whole process on some forged
+``.index`` files, so that read runs in a forked child under a deadline (:func:`rnnconvert.io.guard.isolated`),
+as HDF5 reads do; for checkpoints over 64 MiB the child only opens the checkpoint and lists its variables
+(where the aborts are), then this process reads the tensors. ``RNNCONVERT_TF_READER=tensorflow`` forces
+the TensorFlow path (to compare the two).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import cudnn
+from ...io import guard
+from ...errors import FormatError, RNNConvertError, require
+from ...core.finite import all_finite
+from ...core.model import Checkpoint, RNNLayer, placeholder
+from . import tf_bundle
+from .tf1_cells import (  # noqa: F401
+    _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure, getter)
+
+ATTR = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def prefix_of(path: str | Path) -> str | None:
+    """The checkpoint prefix for a prefix, a ``.index`` file, or a directory holding ``checkpoint``."""
+    p = Path(path)
+    if p.is_dir() and (p / "variables" / "variables.index").is_file():  # a SavedModel directory
+        return str(p / "variables" / "variables")
+    if p.is_dir():
+        ck = p / "checkpoint"
+        if not ck.is_file():
+            return None
+        m = re.search(r'^model_checkpoint_path:\s*"(.*)"', ck.read_text(errors="replace"), re.M)
+        if not m:
+            return None
+        q = Path(m.group(1))
+        q = q if q.is_absolute() else p / q
+        if not Path(str(q) + ".index").is_file():  # an absolute path written elsewhere: look beside the file
+            q = p / q.name
+        return str(q)
+    s = str(p)
+    if s.endswith(".index"):
+        return s[: -len(".index")]
+    return s if Path(s + ".index").is_file() else None
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A ``.index`` file, a directory with a ``checkpoint`` file, or a prefix whose ``.index`` exists."""
+    try:
+        pre = prefix_of(path)
+    except OSError:
+        return False
+    return pre is not None and Path(pre + ".index").is_file()
+
+
+#: TF2 object checkpoints read by the bundle reader can be read lazily (one Keras layer at a time).
+LAZY = True
+
+
+def read(path: str | Path, *, forget_bias: float | None = None, gate_activation: str | None = None,
+         num_layers: int | None = None, hidden_size: int | None = None, bidirectional: bool | None = None,
+         cell_clip: float | None = None, proj_clip: float | None = None, lazy: bool = False,
+         **_: Any) -> Checkpoint:
+    """Read a TF1 name-based or TF2 object-based checkpoint.
+
+    Args:
+        path: the prefix (``ckpt-1``), the ``.index`` file, or the directory with a ``checkpoint`` file.
+        forget_bias: TF1 LSTM cells: override the run-time forget bias (default per cell, see module).
+        gate_activation: TF2 Keras layers: ``'sigmoid'`` (default) or ``'hard_sigmoid'``.
+        num_layers, hidden_size, bidirectional: spec of a cuDNN ``opaque_kernel`` without companions.
+        cell_clip, proj_clip: TF1 LSTMCell clipping used at training time (not stored in checkpoints).
+        lazy: a TF2 object checkpoint read by :mod:`.tf_bundle` comes back as the structure with
+            placeholder parameters and a loader that reads one Keras layer's tensors when asked
+            (streaming conversion, :class:`~rnnconvert.core.model.Checkpoint`); other checkpoints are read
+            eagerly either way.
+
+    Returns:
+        a :class:`Checkpoint` in canonical form (dtype as stored).
+
+    Raises:
+        FormatError: unreadable checkpoint (damaged ``.index``, ``.data`` shorter than the index says or
+            failing its checksums: :mod:`.tf_bundle`), unexpected shapes, NaN/Inf, ambiguous opaque buffer
+            size; on the TensorFlow path also its reader crashing (SIGABRT on forged ``.index`` shapes) or
+            running past the deadline.
+        UnsupportedError: a cell rnnconvert refuses (named, with the reason).
+    """
+    pre = prefix_of(path)
+    if pre is None:
+        raise FormatError(f"{path}: not a TensorFlow checkpoint (no .index file or 'checkpoint' file)")
+    args = (path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
+    rd = _bundle(pre, path)
+    if rd is not None:  # no TensorFlow, no child process: only our own checks run on the file
+        ckpt = _interpret(rd, rd.get_variable_to_shape_map(), {"reader": "rnnconvert.tf_bundle"}, *args,
+                          dtypes=rd.get_variable_to_dtype_map())
+        return ckpt if lazy else ckpt.materialize()
+    require("tensorflow", "tensorflow")  # imported before the fork: the child does not import it again
+    index = Path(pre + ".index")
+    stem = index.name[: -len(".index")] + ".data-"
+    size = sum(f.stat().st_size for f in index.parent.iterdir() if f.name.startswith(stem) and f.is_file())
+    if size <= FULL_ISOLATION_MAX:
+        return guard.isolated(_read_prefix, args, index, "TensorFlow checkpoint")
+    guard.isolated(_probe_prefix, (path, pre), index, "TensorFlow checkpoint")  # large: metadata in the child
+    return _read_prefix(*args)
+
+
+def _bundle(pre: str, path) -> tf_bundle.BundleReader | None:
+    """The pure reader of the bundle at ``pre``, or None where it declines (then TensorFlow reads it).
+
+    Raises:
+        FormatError: the bundle is damaged (from :class:`~.tf_bundle.BundleReader`)."""
+    if os.environ.get("RNNCONVERT_TF_READER", "auto") == "tensorflow":
+        return None
+    try:
+        return tf_bundle.BundleReader(pre, path)
+    except tf_bundle.BundleUnsupported:
+        return None
+
+
+#: Checkpoints whose ``.data`` files hold up to this many bytes are read wholly in the isolated child.
+FULL_ISOLATION_MAX = 64 << 20
+
+
+def _open(path, pre: str):
+    """``tf.train.load_checkpoint(pre)`` and its variable-to-shape map; TF errors become FormatError.
+
+    TensorFlow's C++ reader aborts the process (a failed ``CHECK``: SIGABRT) on an ``.index`` whose
+    entries declare negative or overflowing shapes (``tests/data/bad/tfck_index_*``), which is why
+    :func:`read` runs this in a child process (:mod:`rnnconvert.io.guard`)."""
+    import tensorflow as tf
+
+    try:
+        rd = tf.train.load_checkpoint(pre)
+        return rd, rd.get_variable_to_shape_map(), rd.get_variable_to_dtype_map()
+    except Exception as exc:  # tf raises several kinds
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise FormatError(f"{path}: cannot read TensorFlow checkpoint ({type(exc).__name__}: {first})") from exc
+
+
+def _probe_prefix(path, pre: str) -> None:
+    """Open the checkpoint and list its variables, shapes and dtypes (runs in the isolated child)."""
+    _open(path, pre)
+
+
+def _read_prefix(path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional,
+                 cell_clip, proj_clip) -> Checkpoint:
+    """The TensorFlow path of :func:`read` (runs in the isolated child for all but large checkpoints)."""
+    import tensorflow as tf
+
+    rd, shapes, _ = _open(path, pre)
+    return _interpret(rd, shapes, {"reader": "tensorflow", "tensorflow": tf.__version__}, path, pre, forget_bias,
+                      gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
+
+
+def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional,
+               cell_clip, proj_clip, dtypes=None) -> Checkpoint:
+    """Layers from a reader with ``get_tensor(key)`` (either reader) and its variable-to-shape map. With
+    ``dtypes`` (numpy dtypes by key: the bundle reader) a TF2 object checkpoint's recurrent tensors are
+    placeholders and the checkpoint gets a loader (:func:`_read_tf2`)."""
+    def get(key: str) -> np.ndarray:
+        arr = _tensor(rd, key, path)
+        if arr.dtype.kind == "f" and not all_finite(arr):
+            raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
+        return arr
+
+    meta = {"path": str(path), "prefix": pre, **info}
+    if any(k.endswith(ATTR) for k in shapes):
+        names = {k: k[: -len(ATTR)] for k in shapes if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k}
+        if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
+            paths = _object_paths(_tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
+            names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
+        meta_of = None if dtypes is None else (lambda key: placeholder(shapes[key], dtypes[key]))
+        return _read_tf2(path, names, get, gate_activation, meta, meta_of, getattr(rd, "rows", None))
+    return _read_tf1(path, shapes, get, meta, forget_bias=forget_bias, opts=dict(
+        num_layers=num_layers, hidden_size=hidden_size, bidirectional=bidirectional),
+        cell_clip=cell_clip, proj_clip=proj_clip)
+
+
+def _tensor(rd, key: str, path, raw: bool = False, out=None):
+    """``rd.get_tensor(key)`` (into ``out``: the bundle reader only); a damaged ``.data`` file (checksum mismatch: ``OpError``; shorter than the
+    index says: ``IndexError``, both found by bench/fuzz) raises FormatError naming the variable."""
+    try:
+        value = rd.get_tensor(key) if out is None else rd.get_tensor(key, out)
+        return value if raw else np.asarray(value)
+    except RNNConvertError:  # the pure reader's own FormatError names file and variable already
+        raise
+    except Exception as exc:  # tf.errors.OpError, IndexError, ValueError ...
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise FormatError(f"{path}: cannot read variable '{key}' of the TensorFlow checkpoint; the .data file is "
+                          f"damaged or shorter than its .index says ({type(exc).__name__}: {first})") from exc
+
+
+# ------------------------------------------------------------------------------------------------
+# TF2 object-based
+# ------------------------------------------------------------------------------------------------
+
+def _natural(s: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+def _object_paths(blob: bytes, where="") -> dict[str, str]:
+    """Checkpoint key -> the shortest ``layer_with_weights-N/...`` object path reaching it, from the
+    serialized ``TrackableObjectGraph`` (SavedModel ``variables/`` keys are ``variables/<k>/...``; LAYOUTS §7)."""
+    nodes = tf_bundle.object_graph(blob, where)  # our own protobuf decoding: no TensorFlow needed
+    best: dict[str, str] = {}
+    seen, queue = {0}, [(0, "")] if nodes else []
+    while queue:
+        i, path = queue.pop(0)
+        children, attributes = nodes[i]
+        for name, _, key in attributes:
+            if name == "VARIABLE_VALUE" and path.startswith("layer_with_weights-"):
+                if key not in best or len(path) < len(best[key]):
+                    best[key] = path
+        for node_id, local in children:
+            if node_id not in seen and 0 <= node_id < len(nodes) and not local.startswith(
+                    ("keras_api", "variables", "trainable_", "non_trainable_", "signatures")):
+                seen.add(node_id)
+                queue.append((node_id, f"{path}/{local}" if path else local))
+    return best
+
+
+def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=None, rows_of=None) -> Checkpoint:
+    """``names``: checkpoint key -> object path (``layer_with_weights-N/...``). With ``meta_of(key)`` (a
+    placeholder of the variable's shape and dtype) the Keras interpreter of :mod:`.keras_h5` builds the
+    structure from placeholders, and ``ckpt.loader(i, 0)`` reads layer ``i``'s tensors (``rows_of(key)``:
+    kernels as row-block sources, :class:`.tf_bundle.RowSource`, turned block by block as HDF5 datasets
+    are; else ``get``) and converts them as the eager reader does (``keras_h5._convert``); other tensors
+    (Dense) are read now."""
+    from ..keras.keras_h5 import _convert, _Entry, _Reader
+
+    by_path = {n: k for k, n in names.items()}
+    keys = sorted(n for n in by_path if n.split("/")[0].startswith("layer"))
+    rank = {"kernel": 0, "recurrent_kernel": 1, "bias": 2}
+    groups: dict[str, list[str]] = defaultdict(list)
+    for k in keys:
+        groups[k.split("/")[0]].append(k)
+    kr = _Reader(str(path), "2.4.0", gate_activation)
+    kr.lazy_load = lazy_get  # the Keras tensors are re-read for verification, not kept beside the canonical copy
+    kr.ckpt.format = "tf_checkpoint"
+    kr.ckpt.meta.update(meta, kind="tf2_object")
+    for top in sorted(groups, key=_natural):
+        names = sorted(groups[top], key=lambda k: (
+            0 if "/forward_layer/" in k else 1 if "/backward_layer/" in k else 0,
+            _natural(k.rsplit("/", 1)[0]), rank.get(k.rsplit("/", 1)[-1], 3)))
+        rel = [k.split("/", 1)[1] if "/" in k else k for k in names]
+        read = meta_of or get
+        kr.entry(_Entry(top, rel, [read(by_path[k]) for k in names], locations=[by_path[k] for k in names]), "")
+    if not kr.ckpt.layers:
+        raise FormatError(f"{path}: TF2 object checkpoint without a recurrent layer (LSTM, GRU, SimpleRNN, "
+                          "CuDNNLSTM, CuDNNGRU)")
+    for lay in kr.ckpt.layers:
+        lay.source["format"] = "tf_checkpoint"
+    if meta_of is not None:
+        specs = kr.layer_specs()
+
+        def loader(i: int, k: int):
+            if k != 0:
+                raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
+            read = rows_of or get
+            return [_convert(spec, {key: read(loc) for key, loc in srcs.items()}, f"{path}: {srcs.get('kernel')}")
+                    for spec, srcs in specs[i]]
+
+        kr.ckpt.loader = loader
+    return kr.ckpt
+
+
+def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
+    :class:`rnnconvert.formats.keras.keras_h5.LazyRaw`): large plain tensors memory-mapped
+    (:meth:`.tf_bundle.BundleReader.mapped`), others read into ``out`` when the bundle reader can, NaN/Inf
+    refused as in :func:`read`."""
+    pre = prefix_of(path)
+    rd = _bundle(pre, path)
+    if rd is not None:
+        got = rd.mapped(key)  # large tensors: read in place from the page cache (checked by the conversion)
+        if got is not None:
+            return got
+    if rd is None:
+        rd = require("tensorflow", "tensorflow").train.load_checkpoint(pre)
+    arr = _tensor(rd, key, path, out=out if isinstance(rd, tf_bundle.BundleReader) else None)
+    if arr.dtype.kind == "f" and not all_finite(arr):
+        raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
+    return arr
+
+
+# ------------------------------------------------------------------------------------------------
+# TF1 name-based
+# ------------------------------------------------------------------------------------------------
+
+def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """The source side of verification, from the tensors as stored: TF1 cell equations
+    (:mod:`.tf1_math`) for TF1 cells, Keras equations (:mod:`.keras_math`) for TF2 Keras layers."""
+    if layer.source.get("class_name") in CELL_SCOPES:
+        from .tf1_math import source_forward as fwd
+    else:
+        from ..keras.keras_math import source_forward as fwd
+    return fwd(layer, x, dtype)
+
+
+def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
+    ckpt = Checkpoint(format="tf_checkpoint", meta={**meta, "kind": "tf1_name"})
+    cells = _cell_vars(shapes)
+    get = getter(get)  # sharded variables: part_N keys concatenated along axis 0
+    # group cells into layers: base scope -> {(k, d): (cellname, vars)}
+    layers: dict[str, dict[tuple[int, int], tuple[str, dict]]] = defaultdict(dict)
+    for (prefix, cname), v in cells.items():
+        base, k, d = _structure(prefix, cname)
+        layers[base][(k, d)] = (cname, v)
+    used_opaque = set()
+    for base in sorted(layers, key=_natural):
+        found = layers[base]
+        dirs = 2 if any(d for _, d in found) else 1
+        nl = 1 + max(k for k, _ in found)
+        built = {}
+        for (k, d), (cname, v) in found.items():
+            built[(k, d)] = (cname, *_cell(cname, v, get, f"{base}/cell_{k}/{'bw' if d else 'fw'}"))
+        kinds = {(c, cell) for c, cell, _ in built.values()}
+        cname, cell, _ = next(iter(built.values()))
+        sem = _cell_sem(cname, cell, forget_bias, cell_clip, proj_clip)
+        src = {"format": "tf_checkpoint", "class_name": cname, "scope": base}
+        try:
+            if len(kinds) != 1 or len(found) != nl * dirs:
+                raise ValueError("cells differ")
+            params = [[built[(k, d)][2][0] for d in range(dirs)] for k in range(nl)]
+            _, I, H, P = built[(0, 0)][2]
+            raw = [{n: get(key) for n, key in found[(k, d)][1].items()} for k in range(nl) for d in range(dirs)]
+            keys = [dict(found[(k, d)][1]) for k in range(nl) for d in range(dirs)]
+            layer = RNNLayer(base, cell, I, H, nl, dirs == 2, P, semantics=sem, params=params,
+                             source={**src, "raw": raw, "keys": keys})
+        except ValueError:  # sizes do not chain: one layer per cell
+            for (k, d), (cn, cl, (dp, I, H, P)) in sorted(built.items()):
+                raw = [{n: get(key) for n, key in found[(k, d)][1].items()}]
+                ckpt.layers.append(RNNLayer(f"{base}.cell_{k}{'.bw' if d else ''}", cl, I, H, proj_size=P,
+                                            semantics=_cell_sem(cn, cl, forget_bias, cell_clip, proj_clip),
+                                            params=[[dp]], source={**src, "class_name": cn, "raw": raw,
+                                                                   "keys": [dict(found[(k, d)][1])]}))
+            continue
+        opaque = next((k for k in shapes if k == f"{base}/opaque_kernel"), None)
+        if opaque:
+            used_opaque.add(opaque)
+            layer = _check_opaque(path, layer, get(opaque))
+            wrong = {k: v for k, v in opts.items() if v is not None and getattr(layer, k) != v}
+            lone = [k for k in shapes if k.endswith("/opaque_kernel") and k[: -len("/opaque_kernel")] not in layers]
+            if wrong and not lone:  # the spec options are for lone buffers; here the companions decide
+                raise FormatError(f"{path}: {', '.join(f'{k}={v}' for k, v in wrong.items())} given, but the canonical "
+                                  f"variables of '{base}' say " + ", ".join(f"{k}={getattr(layer, k)}" for k in wrong))
+            _opaque_slots(ckpt, shapes, get, opaque, layer)
+        ckpt.layers.append(layer)
+    for key in sorted(shapes):
+        if key.endswith("/opaque_kernel") and key not in used_opaque:
+            ckpt.layers.append(_opaque_alone(path, key, get(key), opts))
+            _opaque_slots(ckpt, shapes, get, key, ckpt.layers[-1])
+    if not ckpt.layers:
+        raise FormatError(f"{path}: no recurrent cell variables found (looked for "
+                          f"{', '.join(CELL_SCOPES)} scopes and opaque_kernel)")
+    return ckpt
+
+
+#: TF1 optimizer slot suffixes of a variable -> the suffix rnnconvert gives the carried tensors.
+SLOTS = {"Adam": "adam_m", "Adam_1": "adam_v", "Momentum": "momentum", "RMSProp": "rms", "RMSProp_1": "rms_momentum"}
+
+
+def _opaque_slots(ckpt: Checkpoint, shapes, get, opaque: str, layer: RNNLayer) -> None:
+    """Optimizer slots of an ``opaque_kernel`` (same layout as the kernel) carried as tensors named
+    ``<layer>.<torch parameter>.<slot>`` (e.g. ``cudnn_lstm.weight_ih_l0.adam_m``), canonical orientation."""
+    spec = cudnn.Spec.of(layer)
+    for suffix, slot in SLOTS.items():
+        key = f"{opaque}/{suffix}"
+        if key not in shapes:
+            continue
+        s = cudnn.unpack(np.asarray(get(key)).reshape(-1), spec, name=layer.name)
+        for k, dirs in enumerate(s.params):
+            for d, p in enumerate(dirs):
+                sfx = f"_l{k}{'_reverse' if d else ''}"
+                for field, torch_name in (("w_ih", "weight_ih"), ("w_hh", "weight_hh"), ("b_ih", "bias_ih"),
+                                          ("b_hh", "bias_hh"), ("w_hr", "weight_hr")):
+                    arr = getattr(p, field)
+                    if arr is not None:
+                        ckpt.tensors[f"{layer.name}.{torch_name}{sfx}.{slot}"] = arr
+
+
+def _check_opaque(path, companion: RNNLayer, buf: np.ndarray) -> RNNLayer:
+    """Unpack an opaque buffer with the companion's spec; refuse if the two disagree."""
+    spec = cudnn.Spec.of(companion)
+    if buf.size != cudnn.param_count(spec):
+        raise FormatError(f"{path}: opaque_kernel of '{companion.name}' has {buf.size} elements, its canonical "
+                          f"variables need {cudnn.param_count(spec)}")
+    lay = cudnn.unpack(buf, spec, name=companion.name, source={**companion.source, "opaque": True})
+    for a, b in zip(lay.params, companion.params):
+        for pa, pb in zip(a, b):
+            if not (np.array_equal(pa.w_ih, pb.w_ih) and np.array_equal(pa.w_hh, pb.w_hh)):
+                raise FormatError(f"{path}: opaque_kernel of '{companion.name}' disagrees with its canonical "
+                                  "variables (cuDNN layout differs); read with the canonical variables only")
+    return lay
+
+
+def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
+    scope = key.rsplit("/", 1)[0]
+    cell = _CUDNN_SCOPES.get(scope.split("/")[-1])
+    if cell is None:
+        raise FormatError(f"{path}: '{key}': cannot tell the cell kind from scope '{scope}' "
+                          f"(expected one of {', '.join(_CUDNN_SCOPES)})")
+    cands = cudnn.candidate_specs(buf.size, cell, **{k: v for k, v in opts.items() if v is not None})
+    if len(cands) != 1:
+        listed = "; ".join(f"num_layers={s.num_layers} hidden_size={s.hidden_size} "
+                           f"bidirectional={s.bidirectional} input_size={s.input_size}" for s in cands[:8])
+        raise FormatError(f"{path}: '{key}' ({buf.size} elements) fits {len(cands)} cuDNN specs"
+                          f"{': ' + listed if cands else ''}; give num_layers, hidden_size, bidirectional "
+                          "(CLI: --read-opt hidden_size=N ...)")
+    return cudnn.unpack(buf.reshape(-1), cands[0], name=scope,
+                        source={"format": "tf_checkpoint", "class_name": f"opaque {cell.value}", "opaque": True})
+
+
+# Writing (a TF1 checkpoint directory): see :mod:`.tf1_writer`.
+from .tf1_writer import check, refusals, target_forward, write  # noqa: E402,F401
+from .tf_framework import framework_forward  # noqa: E402,F401

@@ -1,0 +1,254 @@
+"""The ``.pt`` writer, one slab at a time: the bytes of ``torch.save(state_dict, fileobj)``, streamed.
+
+``torch.save`` needs every tensor in memory at once. This writer produces the same file while holding
+one slab (stacked layer ``k`` of a layer, all directions) of parameters:
+
+1. the pickle ``archive/data.pkl`` and the small records (``.format_version``, ``.storage_alignment``,
+   ``byteorder``) are made by ``torch.serialization._save`` itself, run on stand-in tensors from
+   ``torch.empty`` (address space only, never touched: no memory) of the final shapes and dtypes --
+   so the pickle is torch's own, with storage keys ``0..N-1`` in state-dict order;
+2. the zip container is written by :class:`rnnconvert.formats.torch.pt_zip.ZipWriter`, our Python rebuild
+   of torch's zip writer ``torch._C.PyTorchFileWriter`` (what ``torch.save`` writes with: 64-byte
+   aligned records, CRC-32 of each, ``version`` and ``.data/serialization_id`` at the end, zip64 end
+   records): the same bytes, each slab's tensors written as ``data/<key>`` records straight from the
+   arrays' memory in 1 MiB chunks (CRC-32 by :func:`zlib.crc32`) as the slab arrives. Layout facts and
+   their sources: the :mod:`~rnnconvert.formats.torch.pt_zip` docstring.
+
+Layout facts: ``torch/serialization.py`` (``_save``: record order ``data.pkl``, ``.format_version``,
+``.storage_alignment``, ``byteorder``, ``data/<key>`` in key order; ``_open_zipfile_writer_buffer``: an
+open file object gives the root folder ``archive``). The result is byte-identical to ``torch.save`` of
+the materialized state dict (``torch.from_numpy`` of each array) into an open file, zip64 included
+(``tests/test_pt_stream.py``, ``tests/test_pt_zip.py``; the ``serialization_id`` is derived from the
+records, so it matches too).
+
+Fallbacks, same bytes: when :func:`pt_zip.torch_tail` finds that this torch's writer lays files out
+otherwise than :mod:`~rnnconvert.formats.torch.pt_zip` (checked once per file on an archive of the same
+record names without data), or CRC-32 is switched off (``torch.serialization.set_crc32_options``),
+torch's ``PyTorchFileWriter`` writes the zip; when this torch lacks the private pieces (``_save``,
+``PyTorchFileWriter``), :func:`open_stream` collects the tensors and calls ``torch.save`` at
+:meth:`PtStream.close`.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import gates
+from ...errors import FormatError, require
+from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
+from ...core.transforms import fold_forget_bias
+from ...io import directio
+from . import pt_zip
+
+#: (state-dict key, direction, field) of one slab; field is a DirectionParams attribute.
+Plan = list[tuple[str, int, str]]
+
+
+def is_cell(layer: RNNLayer) -> bool:
+    """Read from an ``nn.LSTMCell/GRUCell/RNNCell``: written back with its suffix-less keys."""
+    return str(layer.source.get("class_name", "")).endswith("Cell") and layer.source.get("format") in (
+        "pt", "safetensors") and layer.num_layers == 1 and not layer.bidirectional and not layer.proj_size
+
+
+def slab_plan(layer: RNNLayer, k: int) -> Plan:
+    """The state-dict keys of slab ``k`` of ``layer`` in ``torch.nn`` naming and order
+    (``weight_ih, weight_hh, bias_ih, bias_hh, weight_hr`` per direction; ``torch/nn/modules/rnn.py``)."""
+    out: Plan = []
+    for d in range(layer.num_directions):
+        sfx = "" if is_cell(layer) else f"_l{k}" + ("_reverse" if d else "")
+        out += [(f"{layer.name}.weight_ih{sfx}", d, "w_ih"), (f"{layer.name}.weight_hh{sfx}", d, "w_hh")]
+        if layer.bias:
+            out += [(f"{layer.name}.bias_ih{sfx}", d, "b_ih"), (f"{layer.name}.bias_hh{sfx}", d, "b_hh")]
+        if layer.proj_size:
+            out.append((f"{layer.name}.weight_hr{sfx}", d, "w_hr"))
+    return out
+
+
+def slab_items(layer: RNNLayer, k: int, dirs: list[DirectionParams]) -> list[tuple[str, np.ndarray]]:
+    """The state-dict entries of slab ``k`` (loaded ``dirs``): torch's gate order is the canonical one
+    (``gates.TABLE[('torch', cell)]``), so each array is the canonical one made C-contiguous; a TF1
+    ``forget_bias`` is folded into ``b_ih`` (one rounding)."""
+    one = fold_forget_bias(layer.one_slab(k, dirs))
+    cv = gates.convention("torch", layer.cell)
+    out = []
+    for key, d, fld in slab_plan(layer, k):
+        arr = getattr(one.params[0][d], fld)
+        if fld in ("w_ih", "w_hh"):
+            arr = gates.from_canonical(arr, cv, layer.cell)
+        elif fld in ("b_ih", "b_hh"):
+            arr = gates.vec_from_canonical(arr, cv, layer.cell)
+        else:
+            arr = np.ascontiguousarray(arr)
+        out.append((key, arr))
+    return out
+
+
+def entries(ckpt: Checkpoint) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """Every state-dict key with its shape and dtype, in write order, from shapes alone (a lazy
+    checkpoint's placeholders suffice: torch's orientation is the canonical ``(G*H, in)``)."""
+    assert all(gates.convention("torch", c).orientation != "in_out" for c in Cell)
+    out = []
+    for layer in ckpt.layers:
+        for k in range(layer.num_layers):
+            for key, d, fld in slab_plan(layer, k):
+                arr = getattr(layer.params[k][d], fld)
+                out.append((key, tuple(arr.shape), np.dtype(arr.dtype)))
+    seen = {key for key, _, _ in out}
+    for key, arr in ckpt.tensors.items():
+        if key in seen:
+            raise FormatError(f"tensor name '{key}' is used twice")
+        out.append((key, tuple(np.shape(arr)), np.asarray(arr).dtype))
+    return out
+
+
+class _Recorder:
+    """Stands in for the zip writer while ``torch.serialization._save`` runs: keeps the small records,
+    and the names and sizes of the data records (their stand-in storages are never read)."""
+
+    def __init__(self) -> None:
+        self.head: list[tuple[str, Any, int]] = []
+        self.data: list[tuple[str, int]] = []
+
+    def write_record(self, name: str, data: Any, nbytes: int) -> None:
+        if name.startswith("data/"):
+            self.data.append((name, int(nbytes)))
+        else:
+            self.head.append((name, data, nbytes))
+
+    def write_record_metadata(self, name: str, nbytes: int) -> None:  # torch's skip_data mode
+        self.data.append((name, int(nbytes)))
+
+
+class PtStream:
+    """A ``.pt`` being written slab by slab (see the module docstring); made by :func:`open_stream`."""
+
+    def __init__(self, ckpt: Checkpoint, path: str | Path, fast_zip: bool = True) -> None:
+        """``fast_zip=False``: write the zip with torch's ``PyTorchFileWriter`` (same bytes, slower)."""
+        torch = require("torch", "torch")
+        self.torch, self.ckpt, self.path = torch, ckpt, Path(path)
+        self.plan = entries(ckpt)
+        self.next = 0  # index into self.plan of the next tensor to write
+        ser = torch.serialization
+        self.zw: Any = None
+        self.tail: pt_zip.Tail | None = None
+        self.held: dict[str, Any] = {}
+        self.WRITE_BEHIND = False
+        if hasattr(ser, "_save") and hasattr(torch._C, "PyTorchFileWriter"):
+            stand_in = {key: _stand_in(torch, shape, dt) for key, shape, dt in self.plan}
+            rec = _Recorder()
+            ser._save(stand_in, rec, pickle, 2, False)
+            del stand_in
+            if [n for n, _ in rec.data] != [f"data/{i}" for i in range(len(self.plan))]:
+                raise FormatError("torch.save laid out the storages differently than expected; please report")
+            self.sizes = [n for _, n in rec.data]
+            crc = ser.get_crc32_options() if hasattr(ser, "get_crc32_options") else True
+            align = ser._get_storage_alignment() if hasattr(ser, "_get_storage_alignment") else 64
+            names = [name for name, _, _ in rec.head] + [name for name, _ in rec.data]
+            self.tail = pt_zip.torch_tail(torch, names, align) if crc is True and fast_zip else None
+            if self.tail is not None:  # our zip writer: torch's bytes, zlib's CRC-32
+                # its time is zlib.crc32 and write(), which release the GIL: registry.stream_write may run
+                # it one slab behind the reading, in a thread (two slabs in memory; the goal of a .pt is
+                # the file size)
+                self.WRITE_BEHIND = True
+                self.fh = directio.DirectWriter(self.path)  # around the page cache where allowed
+                self.zw = pt_zip.ZipWriter(self.fh, align)
+                for name, data, _ in rec.head:
+                    self.zw.write_record(name, data)
+            else:
+                self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
+                self.zw = torch._C.PyTorchFileWriter(self.fh, crc, align)
+                for name, data, nbytes in rec.head:
+                    self.zw.write_record(name, data, nbytes)
+        else:  # collected and handed to torch.save at close()
+            self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
+
+    def _put(self, key: str, arr: np.ndarray) -> None:
+        want_key, shape, dt = self.plan[self.next]
+        if key != want_key or tuple(arr.shape) != shape or arr.dtype != dt:
+            raise FormatError(f"internal: tensor '{key}' {arr.shape} arrived where '{want_key}' {shape} was "
+                              "expected; please report")
+        if self.zw is None:
+            self.held[key] = arr
+        else:
+            arr = np.ascontiguousarray(arr)
+            if arr.nbytes != self.sizes[self.next]:
+                raise FormatError(f"internal: tensor '{key}' has {arr.nbytes} bytes, torch expects "
+                                  f"{self.sizes[self.next]}; please report")
+            if self.tail is not None:
+                self.zw.write_record(f"data/{self.next}", arr)
+            else:
+                self.zw.write_record(f"data/{self.next}", self._storage(arr), arr.nbytes)
+        self.next += 1
+
+    def _storage(self, arr: np.ndarray):
+        """The bytes of ``arr`` as a torch storage sharing its memory (no copy); ``b""`` when empty."""
+        if not arr.nbytes:
+            return b""
+        import warnings
+
+        with warnings.catch_warnings():  # a read-only array (a file mapping) is only read here
+            warnings.simplefilter("ignore", UserWarning)
+            return self.torch.from_numpy(arr).untyped_storage()
+
+    def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
+        """Write slab ``k`` of ``ckpt.layers[i]`` (calls come in order ``i`` ascending, ``k`` ascending)."""
+        for key, arr in slab_items(self.ckpt.layers[i], k, dirs):
+            self._put(key, arr)
+
+    def close(self) -> list[str]:
+        """Write the carried tensors and the zip's end; returns one line per layer naming its module."""
+        from .torch_pt import describe_module
+
+        for key, arr in self.ckpt.tensors.items():
+            self._put(key, np.asarray(arr))
+        if self.next != len(self.plan):
+            raise FormatError(f"internal: {len(self.plan) - self.next} tensors were never written; please report")
+        if self.zw is None:
+            torch = require("torch", "torch")
+            torch.save({k: torch.from_numpy(np.require(v, requirements="C")) for k, v in self.held.items()}, self.fh)
+            self.held.clear()
+        elif self.tail is not None:
+            self.tail.write(self.zw)
+            self.zw = None
+        else:
+            self.zw.write_end_of_file()
+            self.zw = None
+        self.fh.flush()
+        self.fh.close()
+        return [describe_module(layer) for layer in self.ckpt.layers]
+
+    def abort(self) -> None:
+        """Stop writing; the caller deletes the partial file."""
+        self.zw = None
+        self.held.clear()
+        self.fh.close()
+
+
+def _stand_in(torch, shape: tuple[int, ...], dt: np.dtype):
+    """A tensor of ``shape``/``dt`` with no memory behind it, pickled as ``torch.from_numpy`` of the
+    real array would be: ``torch.empty`` (C strides), but for an empty array numpy's strides (all 0),
+    which ``from_numpy`` keeps."""
+    if 0 in shape:
+        return torch.from_numpy(np.empty(shape, dtype=dt))
+    return torch.empty(shape, dtype=_torch_dtype(torch, dt))
+
+
+def _torch_dtype(torch, dt: np.dtype):
+    try:
+        return torch.from_numpy(np.empty(0, dtype=dt)).dtype
+    except TypeError as exc:
+        raise FormatError(f"PyTorch has no dtype for numpy {dt}") from exc
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> PtStream:
+    """Start writing ``ckpt`` (its structure; parameters may be placeholders) to ``path``.
+
+    Raises:
+        DependencyError: torch is not installed.
+        FormatError: two tensors with one name, a dtype torch lacks.
+    """
+    return PtStream(ckpt, path)

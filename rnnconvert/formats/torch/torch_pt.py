@@ -1,0 +1,416 @@
+"""PyTorch state dicts (``.pt``, ``.pth``): writer, basic reader, and the torch side of verification.
+
+Keys follow ``torch.nn.LSTM/GRU/RNN`` (``torch/nn/modules/rnn.py``): for stacked layer ``k`` and
+direction suffix ``''`` / ``'_reverse'``:
+
+* ``<layer>.weight_ih_l{k}{sfx}`` ``(G*H, in_k)``, ``<layer>.weight_hh_l{k}{sfx}`` ``(G*H, H or P)``,
+* ``<layer>.bias_ih_l{k}{sfx}``, ``<layer>.bias_hh_l{k}{sfx}`` ``(G*H,)`` (absent when ``bias=False``),
+* ``<layer>.weight_hr_l{k}{sfx}`` ``(P, H)`` with ``proj_size``;
+
+gates LSTM i, f, g, o; GRU r, z, n (the canonical order: a copy, bit-exact). Files are written as a
+plain ``dict[str, Tensor]`` that ``torch.load(path, weights_only=True)`` reads and
+``load_state_dict(strict=True)`` accepts into ``nn.LSTM(..., batch_first=True)`` of matching size.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import gates
+from ...engine import registry
+from ...errors import FormatError, require
+from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder, placeholder
+from . import pt_writer
+
+ZIP_MAGIC = b"PK\x03\x04"
+ROUTE = "torch"
+_MODULE = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_RELU: "RNN"}
+_ACT = {Cell.LSTM: "tanh", Cell.GRU: "tanh", Cell.RNN_TANH: "tanh", Cell.RNN_RELU: "relu"}
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A zip whose member names look like ``torch.save`` / ``torch.jit.save`` output (``<archive>/data.pkl``),
+    or a legacy (non-zip) ``torch.save`` file, which starts with the pickled magic number
+    ``0x1950a86a20f9469cfc6c`` (``torch/serialization.py`` ``MAGIC_NUMBER``)."""
+    if head.startswith(LEGACY_MAGIC):
+        return True
+    if not head.startswith(ZIP_MAGIC):
+        return False
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith("/data.pkl") or n == "data.pkl" for n in z.namelist()[:64])
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
+        return False
+
+
+def refusals(layer: RNNLayer) -> list[str]:
+    """What torch.nn cannot express about ``layer`` (empty when it can): exactly what the cuDNN
+    equations cannot (:func:`rnnconvert.core.cudnn.refusals`), which torch.nn computes on every device."""
+    from ...core import cudnn
+
+    return cudnn.refusals(layer)
+
+
+def check(ckpt: Checkpoint, **_: Any) -> list[str]:
+    """Refuse layers torch.nn cannot express; return notes for what needs care outside the module.
+
+    Raises:
+        UnsupportedError: one line naming the layer, every blocking feature, and the way out.
+    """
+    notes = []
+    for layer in ckpt.layers:
+        registry.refuse(layer, refusals(layer), "pt", f"PyTorch nn.{_MODULE[layer.cell]}")
+        if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
+            notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': nn.{_MODULE[layer.cell]} "
+                         "returns both directions concatenated; apply the merge to its output")
+    return notes
+
+
+def module_args(layer: RNNLayer) -> dict[str, Any]:
+    """Constructor arguments of the ``torch.nn`` module that loads ``layer`` (``batch_first=True``)."""
+    args: dict[str, Any] = {"input_size": layer.input_size, "hidden_size": layer.hidden_size}
+    if layer.num_layers != 1:
+        args["num_layers"] = layer.num_layers
+    if layer.cell is Cell.RNN_RELU:
+        args["nonlinearity"] = "relu"
+    if not layer.bias:
+        args["bias"] = False
+    if layer.bidirectional:
+        args["bidirectional"] = True
+    if layer.proj_size:
+        args["proj_size"] = layer.proj_size
+    args["batch_first"] = True
+    return args
+
+
+def describe_module(layer: RNNLayer) -> str:
+    """``"rnn_1: nn.LSTM(input_size=100, hidden_size=128, batch_first=True)"`` (``nn.LSTMCell(...)`` for cells)."""
+    if _is_cell(layer):
+        args = {k: v for k, v in module_args(layer).items() if k != "batch_first"}
+        a = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in args.items())
+        return f"{layer.name}: nn.{_MODULE[layer.cell]}Cell({a})"
+    a = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in module_args(layer).items())
+    return f"{layer.name}: nn.{_MODULE[layer.cell]}({a})"
+
+
+def _is_cell(layer: RNNLayer) -> bool:
+    """Read from an ``nn.LSTMCell/GRUCell/RNNCell``: written back with its suffix-less keys."""
+    return pt_writer.is_cell(layer)
+
+
+def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
+    """The numpy state dict of ``ckpt`` (RNN layers in torch naming, then the carried tensors)."""
+    out: dict[str, np.ndarray] = {}
+    for i, layer in enumerate(ckpt.layers):
+        for k in range(layer.num_layers):
+            out.update(pt_writer.slab_items(layer, k, ckpt.slab(i, k)))
+    for key, arr in ckpt.tensors.items():
+        if key in out:
+            raise FormatError(f"tensor name '{key}' is used twice")
+        out[key] = arr
+    return out
+
+
+#: this writer takes one slab at a time (:mod:`rnnconvert.formats.torch.pt_writer`).
+STREAM = True
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, **opts: Any):
+    """Start a slab-by-slab ``.pt`` (:class:`rnnconvert.formats.torch.pt_writer.PtStream`)."""
+    return pt_writer.open_stream(ckpt, path, **opts)
+
+
+def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
+    """Write ``ckpt`` as a ``torch.save`` dict of tensors, byte for byte what ``torch.save(state_dict,
+    open(path, 'wb'))`` writes (root folder ``archive``), one slab at a time; returns one line per layer
+    naming its module.
+
+    Raises:
+        UnsupportedError: see :func:`check`.
+    """
+    check(ckpt)
+    return registry.stream_write(open_stream(ckpt, path), ckpt)
+
+
+def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
+    """A ``torch.nn`` module for ``layer`` loaded (strict) from the tensors ``sd`` under ``<layer>.``.
+
+    ``assign=True`` (verification): the module is built on the meta device and takes the tensors of
+    ``sd`` themselves (``load_state_dict(assign=True)``: no random initialisation of GB-sized parameters,
+    no copy); the tensors may then be read-only file mappings, so the module must not be trained.
+    ``assign=False`` (default): a normal module with its own parameters, copied from ``sd``."""
+    torch = require("torch", "torch")
+    cls = getattr(torch.nn, _MODULE[layer.cell])
+    mod = cls(**module_args(layer), device="meta") if assign else cls(**module_args(layer))
+    prefix = layer.name + "."
+    sub = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
+    if _is_cell(layer):  # nn.LSTMCell keys load into the equivalent one-layer nn.LSTM
+        sub = {f"{k}_l0": v for k, v in sub.items()}
+    first = next(iter(sub.values()))
+    mod = mod.to(first.dtype)
+    mod.load_state_dict(sub, strict=True, assign=assign)
+    return mod.eval()
+
+
+def modules(ckpt: Checkpoint) -> dict[str, Any]:
+    """Ready ``torch.nn`` modules for every layer of ``ckpt``, by layer name (eval mode, batch_first).
+
+    Raises:
+        UnsupportedError: a layer torch cannot express (see :func:`check`).
+    """
+    torch = require("torch", "torch")
+    check(ckpt)
+    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict(ckpt).items()}
+    return {layer.name: build_module(layer, sd) for layer in ckpt.layers}
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    """``torch.load(path, weights_only=True, map_location='cpu')``; never unpickles code.
+
+    Zip-format files (every ``torch.save`` since 1.6) are loaded with ``mmap=True``: tensors map the
+    file's pages instead of being copied into memory, so a layer that is never touched (verification of
+    one layer of a multi-GB file) is never read. Legacy (non-zip) files are read whole.
+
+    Raises:
+        FormatError: the file cannot be loaded with ``weights_only=True`` (the reason is given).
+    """
+    torch = require("torch", "torch")
+    with open(path, "rb") as fh:
+        is_zip = fh.read(4) == ZIP_MAGIC
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
+    except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FormatError(f"{path}: not loadable as a PyTorch file with weights_only=True: {first}") from exc
+
+
+def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """Build the ``torch.nn`` module of ``layer`` from torch tensors ``sd`` and run it on ``x``; float64 result."""
+    torch = require("torch", "torch")
+    # Large layers: build on the meta device and take the tensors as they are (no random init of GBs).
+    # Small ones: a normal module (the meta machinery costs a 0.3 s import, more than the whole check).
+    big = layer.params[0][0].w_ih.size + layer.params[0][0].w_hh.size > (1 << 22)
+    mod = build_module(layer, sd, assign=big)
+    dtype = next(mod.parameters()).dtype
+    with torch.no_grad():
+        y, _ = mod(torch.from_numpy(np.asarray(x)).to(dtype))
+    return y.double().numpy()
+
+
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Run layer ``name`` of the written file ``path`` in torch on ``x`` ``(B, T, I)``; float64 result."""
+    return run_module(ckpt.layer(name), load_state(path), x)
+
+
+def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
+    """Run stacked layer ``k`` of ``layer`` alone, as a one-layer ``torch.nn`` module loaded from the
+    tensors ``get(key)`` (torch tensors, ``key`` in the full layer's naming ``<layer>.weight_ih_l{k}...``),
+    on its input ``x`` ``(B, T, I_k)``; float64 ``(B, T, dirs*H)``. Verification of one slab at a time.
+
+    Raises:
+        FormatError: a tensor of the slab is missing from the file."""
+    one = layer.one_slab(k)
+    sd = {}
+    for (key, _, _), (new, _, _) in zip(pt_writer.slab_plan(layer, k), pt_writer.slab_plan(one, 0)):
+        try:
+            sd[new] = get(key)
+        except KeyError:
+            raise FormatError(f"the written file has no tensor '{key}'") from None
+    return run_module(one, sd, x)
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """Stacked layer ``k`` of layer ``name`` of the written file alone, in torch (``torch.load`` with
+    ``mmap=True``: only the slab's pages are read; they are unmapped when this returns)."""
+    sd = load_state(path)
+    return run_slab(ckpt.layer(name), k, sd.__getitem__, x)
+
+
+#: ``<prefix>.weight_ih_l{k}[_reverse]`` (nn.LSTM/GRU/RNN) or ``<prefix>.weight_ih`` (nn.LSTMCell/GRUCell/RNNCell).
+_KEY = re.compile(r"^(?:(?P<prefix>.*)\.)?weight_ih(?:_l(?P<k>\d+)(?P<rev>_reverse)?)?$")
+#: Keys under which training scripts commonly nest the state dict (checked in this order).
+WRAPPERS = ("state_dict", "model_state_dict", "model_state", "model", "net", "network", "module", "weights")
+LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # pickled torch magic number
+
+
+def _flatten(obj: Any, prefix: str = "", depth: int = 0) -> dict[str, np.ndarray]:
+    """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped)."""
+    torch = require("torch", "torch")
+    if depth > 32:
+        raise FormatError("containers nested deeper than 32 levels")
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj.detach().cpu().numpy()}
+    out: dict[str, np.ndarray] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1))
+    return out
+
+
+def unwrap(obj: Any) -> Any:
+    """The state dict inside a training checkpoint: ``obj[w]`` for the first wrapper key ``w`` in
+    :data:`WRAPPERS` that holds a dict, when ``obj`` itself has no recurrent keys at its top level."""
+    if isinstance(obj, dict) and not any(isinstance(k, str) and _KEY.match(k) for k in obj):
+        for w in WRAPPERS:
+            if isinstance(obj.get(w), dict):
+                return unwrap(obj[w])
+    return obj
+
+
+def strip_module_prefix(sd: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Drop the ``module.`` prefix that ``DataParallel``/``DistributedDataParallel`` add to every key."""
+    if sd and all(k.startswith("module.") for k in sd):
+        return {k[len("module."):]: v for k, v in sd.items()}
+    return sd
+
+
+def group_state_dict(sd: dict[str, np.ndarray], where: str, fmt: str = "pt", nonlinearity: str = "tanh") -> Checkpoint:
+    """Group a flat state dict of numpy arrays (PyTorch key names) into recurrent layers.
+
+    Used by the ``.pt`` and ``.safetensors`` readers. ``nn.LSTM/GRU/RNN`` keys (``weight_ih_l{k}``,
+    ``_reverse``, ``weight_hr``) and cell keys (``weight_ih`` without suffix, ``nn.LSTMCell`` etc.) are
+    recognised; ``nonlinearity`` tells the activation of ``nn.RNN``/``nn.RNNCell`` (not stored).
+    Gate orders: :data:`rnnconvert.core.gates.TABLE` ``("torch", cell)`` (a copy: bit-exact). Values of ``sd``
+    may be :func:`~rnnconvert.core.model.placeholder` arrays (a lazy reader): they are kept as they are.
+
+    Raises:
+        FormatError: no recurrent keys, or inconsistent shapes.
+    """
+    return _group(sd, where, fmt, nonlinearity)[0]
+
+
+def _direction(a: list, layer_cell: Cell, gh: int) -> DirectionParams:
+    """Canonical params of one direction from its ``weight_ih, weight_hh, bias_ih, bias_hh, weight_hr``
+    (``None`` for absent ones; missing biases are zeros). Placeholders pass through as they are."""
+    conv = gates.convention("torch", layer_cell)
+    canon = lambda m, f: m if is_placeholder(m) else f(m, conv, layer_cell)  # noqa: E731
+    zeros = np.zeros(gh, dtype=a[0].dtype)
+    return DirectionParams(
+        canon(a[0], gates.to_canonical), canon(a[1], gates.to_canonical),
+        zeros if a[2] is None else canon(a[2], gates.vec_to_canonical),
+        zeros.copy() if a[3] is None else canon(a[3], gates.vec_to_canonical), a[4])
+
+
+def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
+    """:func:`group_state_dict`, plus the key names of every slab: ``keys[i][k][d]`` lists the five keys
+    (``None`` when absent) that :func:`_direction` takes, for a lazy reader's loader."""
+    groups: dict[str, set[tuple[int, bool]]] = {}
+    cells: set[str] = set()
+    for key in sd:
+        m = _KEY.match(key)
+        if m:
+            prefix = m.group("prefix") or ""
+            if m.group("k") is None:
+                cells.add(prefix)
+            groups.setdefault(prefix, set()).add((int(m.group("k") or 0), bool(m.group("rev"))))
+    if not groups:
+        raise FormatError(f"{where}: no recurrent module (keys '*.weight_ih_l0' or '*.weight_ih') in this file")
+    ckpt = Checkpoint(format=fmt, meta={"path": where})
+    used: set[str] = set()
+    keys: list = []
+    for prefix, found in groups.items():
+        pre = f"{prefix}." if prefix else ""
+        is_cell = prefix in cells
+        nl = 1 + max(k for k, _ in found)
+        bidi = any(r for _, r in found)
+        s0 = "" if is_cell else "_l0"
+        w_hh0, w_hr0 = sd.get(f"{pre}weight_hh{s0}"), sd.get(f"{pre}weight_hr{s0}")
+        if w_hh0 is None:
+            raise FormatError(f"{where}: '{pre}weight_ih{s0}' has no matching weight_hh{s0}")
+        H = w_hr0.shape[1] if w_hr0 is not None else w_hh0.shape[1]
+        G = w_hh0.shape[0] // H if H else 0
+        cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN_RELU if nonlinearity == "relu" else Cell.RNN_TANH}.get(G)
+        if cell is None or G * H != w_hh0.shape[0]:
+            raise FormatError(f"{where}: '{pre}weight_hh{s0}' of shape {tuple(w_hh0.shape)} fits no LSTM/GRU/RNN")
+        has_bias = f"{pre}bias_ih{s0}" in sd
+        params, lkeys = [], []
+        for k in range(nl):
+            row, rkeys = [], []
+            for rev in ([False, True] if bidi else [False]):
+                sfx = "" if is_cell else f"_l{k}" + ("_reverse" if rev else "")
+                names = [f"{pre}{n}{sfx}" for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")]
+                a = [sd.get(n) for n in names]
+                if a[0] is None or a[1] is None:
+                    raise FormatError(f"{where}: missing {names[0]} or {names[1]}")
+                used.update(n for n, v in zip(names, a) if v is not None)
+                try:
+                    row.append(_direction(a, cell, G * H))
+                except ValueError as exc:  # a weight whose rows do not split into the gates
+                    raise FormatError(f"{where}: '{names[0]}': {exc}") from exc
+                rkeys.append([n if v is not None else None for n, v in zip(names, a)])
+            params.append(row)
+            lkeys.append(rkeys)
+        cls = f"nn.{_MODULE[cell]}" + ("Cell" if is_cell else "")
+        try:
+            ckpt.layers.append(RNNLayer(
+                name=prefix or "rnn", cell=cell, input_size=params[0][0].w_ih.shape[1], hidden_size=H,
+                num_layers=nl, bidirectional=bidi, proj_size=0 if w_hr0 is None else w_hr0.shape[0],
+                bias=has_bias, semantics=Semantics(activation=_ACT[cell]), params=params,
+                source={"format": fmt, "class_name": cls}))
+        except ValueError as exc:
+            raise FormatError(f"{where}: {exc}") from exc
+        keys.append(lkeys)
+    for key, v in sd.items():
+        if key not in used:
+            ckpt.tensors[key] = v
+    return ckpt, keys
+
+
+#: The reader can return a lazy checkpoint (docs/performance.md "Streaming conversion").
+LAZY = True
+
+
+def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, **_: Any) -> Checkpoint:
+    """Read a PyTorch file: a state dict of ``nn.LSTM/GRU/RNN`` or ``nn.*Cell`` modules (any prefix), a
+    training checkpoint wrapping one (:data:`WRAPPERS`, ``module.`` prefix stripped), a legacy
+    (non-zip) ``torch.save`` file, or a TorchScript archive (tensors read by the restricted reader of
+    :mod:`rnnconvert.formats.torch.torchscript`, no code run). CUDA storages are mapped to the CPU.
+
+    ``torch.save`` zip files are read without torch by the allow-list unpickler of
+    :mod:`rnnconvert.formats.torch.torch_zip` (tensors are views of a memory map of the file); what it
+    declines (legacy files, bfloat16, other globals, ...) is loaded with ``torch.load(weights_only=True)``.
+    ``lazy=True`` (zip files read by the restricted reader): the recurrent parameters are placeholders
+    read one slab at a time by ``ckpt.loader``, ``ckpt.release`` drops a slab's mapped pages.
+
+    ``nonlinearity`` (``'tanh'``/``'relu'``) tells an ``nn.RNN``'s activation, which the file does not store.
+
+    Raises:
+        FormatError: not loadable with ``weights_only=True``, no recurrent keys, or inconsistent shapes.
+    """
+    from . import torch_zip, torchscript
+
+    p = Path(path)
+    if torchscript.is_torchscript(p):
+        ckpt = group_state_dict(strip_module_prefix(torchscript.read_tensors(p)), str(p), "pt", nonlinearity)
+        ckpt.meta["container"] = "TorchScript"
+        return ckpt
+    try:
+        arch = torch_zip.Archive(p)
+        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load())))
+    except torch_zip.Declined:
+        return group_state_dict(strip_module_prefix(_flatten(unwrap(load_state(p)))), str(p), "pt", nonlinearity)
+    except FormatError as exc:
+        raise FormatError(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
+    # stand-ins of the right shape/dtype holding no memory (NaN placeholders for float tensors)
+    stub = {k: placeholder(t.shape, t.dtype) if t.dtype.kind in "fc" else
+            np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in found.items()}
+    ckpt, keys = _group(stub, str(p), "pt", nonlinearity)
+    ckpt.tensors = {k: arch.array(found[k]) for k in ckpt.tensors}
+
+    def loader(i: int, k: int) -> list[DirectionParams]:
+        layer = ckpt.layers[i]
+        gh = layer.cell.gates * layer.hidden_size
+        return [_direction([None if n is None else arch.array(found[n]) for n in names], layer.cell, gh)
+                for names in keys[i][k]]
+
+    def release(i: int, k: int) -> None:
+        arch.release([found[n] for names in keys[i][k] for n in names if n is not None])
+
+    ckpt.loader, ckpt.release, ckpt.release_array = loader, release, arch.release_array
+    return ckpt if lazy else ckpt.materialize()

@@ -1,0 +1,96 @@
+"""Read the tensors of a TorchScript archive (``torch.jit.save``) without running anything from the file.
+
+``torch.load(weights_only=True)`` refuses TorchScript archives, and ``torch.jit.load`` compiles the
+archive's ``code/`` and may run its ``__setstate__`` methods. This module instead unpickles
+``<archive>/data.pkl`` with a restricted :class:`pickle.Unpickler` that resolves only an allow-list of
+names (every other global is refused):
+
+* ``__torch__.*`` module classes -> an inert record of the attributes the pickle stores;
+* ``torch._utils._rebuild_tensor_v2`` and ``torch.<Type>Storage`` -> numpy arrays read from
+  ``<archive>/data/<key>`` (little-endian unless ``<archive>/byteorder`` says ``big``), by the
+  restricted reader shared with plain ``torch.save`` files (:mod:`rnnconvert.formats.torch.torch_zip`);
+* ``collections.OrderedDict``, ``torch.jit._pickle.restore_type_tag`` / ``build_*list`` -> plain values.
+
+Layout facts from inspecting ``torch.jit.save`` output of torch 2.13 (``pickletools.dis`` of
+``data.pkl``): modules are ``NEWOBJ`` of ``__torch__.<qualified class>`` followed by ``BUILD`` with a
+dict of attributes, tensors are ``_rebuild_tensor_v2(persistent('storage', <Type>Storage, key,
+location, numel), offset, size, stride, requires_grad, hooks)``.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import FormatError
+from . import torch_zip
+
+
+class _Module:
+    """An inert stand-in for a scripted module: keeps the attributes of the pickle's ``BUILD``."""
+
+    def __init__(self, *_: Any) -> None:
+        self.attrs: dict[str, Any] = {}
+
+    def __setstate__(self, state: Any) -> None:
+        self.attrs = state if isinstance(state, dict) else {}
+
+
+def is_torchscript(path: Path) -> bool:
+    """A zip with ``<archive>/code/`` members and a ``data.pkl`` (what ``torch.jit.save`` writes)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
+        return False
+    return any("/code/" in n for n in names) and any(n.endswith("/data.pkl") for n in names)
+
+
+class _Unpickler(torch_zip.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module.startswith("__torch__"):
+            return _Module
+        if module == "torch.jit._pickle" and name == "restore_type_tag":
+            return lambda value, _tag: value
+        if module == "torch.jit._pickle" and name.startswith("build_") and name.endswith("list"):
+            return lambda value: value
+        return super().find_class(module, name)
+
+    def refuse(self, module: str, name: str):
+        raise FormatError(f"TorchScript archive refers to '{module}.{name}', which rnnconvert does not resolve "
+                          "(it reads tensors only and never runs code from a file)")
+
+
+def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
+    if depth > 64:
+        raise FormatError("modules nested deeper than 64 levels")
+    if isinstance(obj, torch_zip.LazyTensor):
+        out[prefix] = obj
+    elif isinstance(obj, _Module):
+        for k, v in obj.attrs.items():
+            if not str(k).startswith("_"):  # skip _flat_weights and other private copies
+                _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
+
+
+def read_tensors(path: Path) -> dict[str, np.ndarray]:
+    """Public (non-underscore) tensor attributes of the scripted module tree, keyed like a state dict
+    (copies: the archive is closed when this returns).
+
+    Raises:
+        FormatError: not a TorchScript archive, or it refers to names outside the allow-list.
+    """
+    try:
+        arch = torch_zip.Archive(Path(path))
+        lazy: dict[str, Any] = {}
+        _walk(arch.load(_Unpickler), "", lazy)
+        return {k: np.array(arch.array(t), copy=True) for k, t in lazy.items()}
+    except FormatError as exc:
+        raise FormatError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
+    except torch_zip.Declined as exc:
+        raise FormatError(f"{path}: not a readable TorchScript archive: {exc}") from exc
