@@ -298,5 +298,14 @@ def test_mycroft_gru_whole_against_keras_2_1_4_graph(tmp_path, realworld, k3):
     ora = np.load(d / "oracle_out.npz")
     m = k3.saving.load_model(dst, compile=False)
     _close(k3.ops.convert_to_numpy(m(ora["x"])), ora["model_out"], "mycroft model output")
+    # the model output is a saturated sigmoid on these inputs: the GRU's own output is the stronger check,
+    # within 2e-5 of its scale plus twice its measured float32/float64 spread (linear activation: ill-conditioned)
+    from rnnconvert.core import reference
+
+    h = k3.ops.convert_to_numpy(k3.Model(m.inputs, m.get_layer("net").output)(ora["x"]))
+    h64 = reference.forward(rnnconvert.load(d / "hey-mycroft.net").layer("net"), ora["x"].astype(np.float64))[:, -1]
+    want = ora["net__out"].astype(np.float64)
+    spread = np.abs(h64 - want).max()
+    assert np.abs(h - want).max() <= TOL * max(1.0, np.abs(want).max()) + 2 * spread
     cfg = m.get_layer("net").get_config()
     assert (cfg["reset_after"], cfg["activation"], cfg["recurrent_activation"]) == (False, "linear", "hard_sigmoid")

@@ -110,7 +110,8 @@ def classify(layer: RNNLayer, fmt: registry.Format, tmp: Path) -> tuple[str, str
 def _hard_sigmoid_rescaled(layer: RNNLayer, back: RNNLayer) -> RNNLayer | None:
     """When ``back`` reads a Keras-2 ``hard_sigmoid`` of ``layer`` as Keras 3's (or the reverse): ``layer``
     with the gate rows that feed it scaled as the writers scale them (1.2, :data:`.keras_config.
-    HARD_SIGMOID_SCALE`; 5/6, :data:`.keras_h5_write.K3_TO_K2_SCALE`; taken from the format modules) and ``back``'s activation names."""
+    HARD_SIGMOID_SCALE`; 5/6, :data:`.keras_h5_write.K3_TO_K2_SCALE`; taken from the format modules) and
+    ``back``'s activation names."""
     pairs = {("hard_sigmoid", "hard_sigmoid_k3"): registry.get("keras3").load().HARD_SIGMOID_SCALE,
              ("hard_sigmoid_k3", "hard_sigmoid"): registry.get("keras_h5").load().K3_TO_K2_SCALE}
     s, t = layer.semantics, back.semantics

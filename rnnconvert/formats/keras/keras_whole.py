@@ -19,7 +19,10 @@ with CuDNN layers is rebuilt with tf_keras' own CPU equivalents ``LSTM`` / ``GRU
 and the file loaded into it by tf_keras' legacy loader, which converts the CuDNN weights), Keras 3 runs
 the written ``.keras`` (``keras.saving.load_model``), both on the same inputs: every top-level layer's
 output and the model outputs are compared, relative to the reference's scale:
-``max|y3 - y2| <= TOL * max(1, max|y2|)``, ``TOL = 2e-5`` (issue #17).
+``max|y3 - y2| <= TOL * max(1, max|y2|)``, ``TOL = 2e-5`` (issue #17). An output that misses it is judged
+again with ``+ 2 * max|y3 - y3_64|`` added, ``y3_64`` the written model run in float64 (the second stage of
+:mod:`rnnconvert.engine.verify`): an ill-conditioned layer (the Mycroft GRU: linear activation, outputs up
+to 66) drifts by up to 5e-4 relative between two float32 evaluations, whichever framework runs them.
 """
 
 from __future__ import annotations
@@ -346,6 +349,28 @@ def tf_keras_model(tfm, name: str):
     return tf_keras.Model(tfm.inputs, tfm.get_layer(name).output)
 
 
+def _as_float64(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if obj.get("class_name") in ("DTypePolicy", "Policy") and (obj.get("config") or {}).get("name") == "float32":
+            return "float64"
+        return {k: ("float64" if k == "dtype" and v == "float32" else _as_float64(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_as_float64(v) for v in obj]
+    return obj
+
+
+def _float64_twin(k, model):
+    """The written Keras 3 model rebuilt in float64 with its (float32) weights widened exactly, or ``None``
+    when Keras cannot rebuild it: it measures how far two float32 evaluations may drift apart on this batch
+    (``2 * max|y32 - y64|``), the second stage of the rule of :mod:`rnnconvert.engine.verify`."""
+    try:
+        twin = type(model).from_config(_as_float64(model.get_config()))
+        twin.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])
+        return twin
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None = None,
                  seed: int = 0) -> list:
     """Compare the source model (tf_keras, file as stored) with the written ``.keras`` (Keras 3
@@ -415,6 +440,25 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
         err = float(np.max(np.abs(a - b), initial=0.0))
         checks.append(LayerCheck(name, err, TOL * max(1.0, ref), ref, "tf_keras (whole model)",
                                  "keras 3 load_model", "float32"))
+    failed = [i for i, c in enumerate(checks) if not c.ok and np.isfinite(c.max_abs_err)]
+    twin = _float64_twin(k, new) if failed else None
+    if twin is not None:  # stage 2 (the rule of rnnconvert.engine.verify): allow for the layer's conditioning
+        args64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y64 = twin(args64, training=False)
+            y64 = y64 if isinstance(y64, (list, tuple)) else [y64]
+            for i in failed:
+                c, (_, _, b) = checks[i], pairs[i]
+                if c.name.startswith("model output"):
+                    z = y64[int(c.name.rsplit(" ", 1)[1])]
+                else:
+                    n = c.name.split(":", 1)[1]
+                    z = k.Model(twin.inputs, twin.get_layer(n).output)(args64, training=False)
+                spread = float(np.max(np.abs(np.asarray(k.ops.convert_to_numpy(z), np.float64)
+                                             - np.asarray(k.ops.convert_to_numpy(b), np.float64)), initial=0.0))
+                checks[i] = LayerCheck(c.name, c.max_abs_err, c.tolerance + 2 * spread, c.max_abs_ref, c.source_route,
+                                       c.target_route, "float64")
     if len(y2) != len(y3):
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
                                  "keras 3 load_model", "float32"))
