@@ -263,6 +263,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
+    if not hasattr(out_mod, "verify_whole"):  # integer inputs are for whole Keras models only
+        _float_inputs(verify_inputs)
     stream = bool(getattr(in_mod, "LAZY", False) and getattr(out_mod, "STREAM", False))
     ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
     if not hasattr(out_mod, "write"):

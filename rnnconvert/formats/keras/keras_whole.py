@@ -132,7 +132,10 @@ def translate(full: FullModel) -> keras_config.Translation:
     """:func:`.keras_config.translate` with Keras 3's accepted keywords."""
     from .keras3 import keras3
 
-    return keras_config.translate(full.config, _accepted(keras3()))
+    try:
+        return keras_config.translate(full.config, _accepted(keras3()))
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:  # a malformed model_config
+        raise FormatError(f"{full.path}: malformed model_config ({type(exc).__name__}: {str(exc)[:160]})") from exc
 
 
 def _scaled(w: np.ndarray, cols: np.ndarray | None) -> np.ndarray:
