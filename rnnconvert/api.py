@@ -230,7 +230,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             verify: str | None = "reference", force: bool = False, seed: int = 0,
             read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None,
             progress: Callable[[str, float, float], None] | None = None,
-            verify_inputs: dict[str, Any] | None = None) -> ConversionReport:
+            verify_inputs: dict[str, Any] | None = None, map: Any = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -247,6 +247,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             verified (the target side). The CLI draws its progress bar from it.
         verify_inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on
             instead of the random batch (:func:`load_inputs` reads them from an ``.npz``).
+        map: how to read tensors under their owner's own names (``.npz``, ``.safetensors``, ``.pt``,
+            TorchScript, non-Keras HDF5): a dict ``{"tensors": {PATTERN: ROLE}, "gate_order": ...,
+            "orientation": ..., ...}``, a ``.json``/``.toml`` path, or a list of ``PATTERN=ROLE`` /
+            ``gate_order=ifog`` items (:func:`rnnconvert.core.names.parse_map`, docs/foreign-names.md). A reader
+            option, like ``read_opts={"map": ...}``.
 
     Returns:
         a :class:`ConversionReport`.
@@ -256,6 +261,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         On any error ``dst`` is left as it was (absent or with its previous content).
     """
     src_p, dst_p = Path(src), Path(dst)
+    if map is not None:
+        read_opts = {**(read_opts or {}), "map": map}
     out_fmt = registry.for_output(dst_p, to)
     if dst_p.exists() and not force:
         raise OutputExistsError(f"{dst_p} exists; pass --force to overwrite it")
@@ -272,6 +279,12 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
     if hasattr(out_mod, "check"):  # on a lazy skeleton: refusals look at structure only
         rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
+    for layer in ckpt.layers:  # read by the foreign-name table: the reading itself is an assumption
+        how = layer.source.get("recognised") if isinstance(layer.source, dict) else None
+        if how:
+            rep.notes.append(f"{layer.name}: read by its tensor names ({how['line'].split(' -- ', 1)[1]}); "
+                             "verification checks the written file against this reading, not the reading "
+                             "itself: inconclusive about the names (docs/foreign-names.md)")
     if not dst_p.parent.exists():
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
     tmp = _temp_beside(dst_p)
@@ -340,10 +353,11 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
-           inputs: dict[str, Any] | None = None) -> VerifyReport:
+           inputs: dict[str, Any] | None = None, map: Any = None) -> VerifyReport:
     """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.engine.verify`).
 
     Args:
+        map: how to read ``src``'s own tensor names (see :func:`convert`).
         inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on instead of
             the random batch (:func:`load_inputs`).
         device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
@@ -354,6 +368,8 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
         buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed comparison is reported, not raised.
     """
+    if map is not None:
+        read_opts = {**(read_opts or {}), "map": map}
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
@@ -419,12 +435,17 @@ def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> dict[str, Any]:
-    """Describe a file: format, recurrent layers (kinds, sizes, semantics) and other tensors' shapes."""
+    """Describe a file: format, recurrent layers (kinds, sizes, semantics) and other tensors' shapes;
+    ``recognised``: for tensors read by their owner's own names (:mod:`rnnconvert.core.names`), one line per
+    layer saying which name rules, orientation and gate order were used. ``**opts``: reader options,
+    e.g. ``map=`` (see :func:`convert`)."""
     ckpt = load(path, format, **opts)
     return {
         "path": str(path),
         "format": ckpt.format,
-        "meta": {k: v for k, v in ckpt.meta.items() if k != "path"},
+        "meta": {k: v for k, v in ckpt.meta.items() if k not in ("path", "recognised")},
+        # foreign names (rnnconvert.core.names): per layer, which rules, orientation and gate order were used
+        "recognised": list(ckpt.meta.get("recognised") or []),
         "layers": [layer.describe() for layer in ckpt.layers],
         "tensors": {k: list(v.shape) for k, v in ckpt.tensors.items()},
     }

@@ -47,8 +47,11 @@ def _value(text: str):
     return text
 
 
-def _read_opts(gate_activation: Optional[str], extra: Optional[list[str]] = None) -> dict:
+def _read_opts(gate_activation: Optional[str], extra: Optional[list[str]] = None,
+               name_map: Optional[list[str]] = None) -> dict:
     out = {"gate_activation": gate_activation} if gate_activation else {}
+    if name_map:
+        out["map"] = list(name_map)  # read by rnnconvert.core.names.parse_map (docs/foreign-names.md)
     for item in extra or []:
         key, sep, val = item.partition("=")
         if not sep or not key:
@@ -57,6 +60,11 @@ def _read_opts(gate_activation: Optional[str], extra: Optional[list[str]] = None
     return out
 
 
+MapOpt = Annotated[Optional[list[str]], typer.Option(
+    "--map", help="How to read tensors under their owner's own names (.npz, .safetensors, .pt, TorchScript, "
+                  "HDF5): PATTERN=ROLE (e.g. 'enc_*_x=w_ih'), gate_order=ifog, orientation=in_out, cell=GRU, "
+                  "reset_after=false, or a .json/.toml map file; repeatable (docs/foreign-names.md).",
+    show_default=False)]
 GateOpt = Annotated[Optional[str], typer.Option(
     "--gate-activation", help="Gate activation of a Keras weights-only file that cannot tell (sigmoid, hard_sigmoid).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -80,6 +88,7 @@ def convert(
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing DST.")] = False,
     gate_activation: GateOpt = None,
     read_opt: ReadOpt = None,
+    name_map: MapOpt = None,
     cudnn: Annotated[bool, typer.Option("--cudnn", help="Keras 2 .h5 output: write CuDNNLSTM/CuDNNGRU layers "
                                         "(GPU-only in Keras 2) instead of LSTM/GRU.")] = False,
     recurrent_only: Annotated[bool, typer.Option(
@@ -99,7 +108,7 @@ def convert(
     if cudnn and (to or (None if src.is_dir() else api.registry.for_output(dst).name)) not in ("keras_h5", None):
         raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
-                  read_opts=_read_opts(gate_activation, read_opt),
+                  read_opts=_read_opts(gate_activation, read_opt, name_map),
                   write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {})}
                   or None)
     if src.is_dir() and not _is_checkpoint_dir(src):
@@ -233,12 +242,13 @@ def inspect(
     src_format: Annotated[Optional[str], typer.Option("--from", help="Source format name (default: detect).")] = None,
     gate_activation: GateOpt = None,
     read_opt: ReadOpt = None,
+    name_map: MapOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the recurrent layers of SRC: kinds, sizes, semantics; and its other tensors."""
     from . import api
 
-    info = api.inspect(src, src_format, **_read_opts(gate_activation, read_opt))
+    info = api.inspect(src, src_format, **_read_opts(gate_activation, read_opt, name_map))
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -255,6 +265,8 @@ def inspect(
     for lay in info["layers"]:
         t.add_row(*[str(lay.get(c, "-")) for c in cols])
     con.print(t)
+    for line in info.get("recognised") or []:
+        con.print(f"recognised {line}")
     if info["tensors"]:
         con.print("other tensors: " + ", ".join(f"{k} {tuple(v)}" for k, v in info["tensors"].items()))
 
@@ -266,6 +278,7 @@ def verify(
     mode: Annotated[str, typer.Option("--verify", help="reference (numpy, default) or framework.")] = "reference",
     gate_activation: GateOpt = None,
     read_opt: ReadOpt = None,
+    name_map: MapOpt = None,
     device: Annotated[str, typer.Option("--device", help="cpu (DST's own framework) or cuda (cuDNN, two routes).")]
     = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float16 (cuDNN route).")] = "float32",
@@ -278,7 +291,8 @@ def verify(
 
     if device not in ("cpu", "cuda") or dtype not in ("float32", "float16"):
         raise typer.BadParameter("--device is cpu or cuda; --dtype is float32 or float16")
-    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt), device=device, dtype=dtype,
+    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt, name_map),
+                     device=device, dtype=dtype,
                      inputs=None if inputs is None else api.load_inputs(inputs))
     if as_json:
         out = rep.to_dict()

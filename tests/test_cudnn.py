@@ -1,4 +1,7 @@
-"""The cuDNN buffer layout: tf_keras' own packing (CPU), round trips, and real cuDNN (tests marked cuda)."""
+"""The cuDNN buffer layout: tf_keras' own packing (CPU), round trips, and real cuDNN (tests marked cuda).
+
+The third-party oracles of the multi-pseudo-layer layout (JAX, MXNet) are in ``tests/test_cudnn_oracles.py``.
+"""
 
 from __future__ import annotations
 
@@ -112,6 +115,28 @@ def test_layout_tiles_buffer(spec):
         off += r.size
     per = 2 * spec.cell.gates * 2 + (1 if spec.proj_size else 0)
     assert len(regs) == per * spec.num_layers * spec.dirs
+
+
+@pytest.mark.parametrize("spec", GRID, ids=str)
+def test_all_matrices_before_all_biases_and_v1_permutation(spec):
+    """layout(): every matrix region before every bias region, pseudo-layers in order within each section;
+    layout_v1 (old, per pseudo-layer blocks) equals it for one pseudo-layer; from_layout_v1 is a permutation."""
+    regs = cudnn.layout(spec)
+    kinds = [r.kind for r in regs]
+    assert kinds == sorted(kinds, key=lambda k: k == "bias")
+    for kind in ("matrix", "bias"):
+        ps = [r.pseudo_layer for r in regs if r.kind == kind]
+        assert ps == sorted(ps)
+    old = cudnn.layout_v1(spec)
+    if spec.num_layers * spec.dirs == 1:
+        assert old == regs
+    buf = np.arange(cudnn.param_count(spec), dtype=np.float64)
+    moved = cudnn.from_layout_v1(buf, spec)
+    assert sorted(moved) == list(buf)
+    where = {(r.pseudo_layer, r.kind, r.linear_layer_id): r for r in old}
+    for r in regs:
+        o = where[(r.pseudo_layer, r.kind, r.linear_layer_id)]
+        assert np.array_equal(moved[r.offset:r.offset + r.size], buf[o.offset:o.offset + o.size])
 
 
 @pytest.mark.parametrize("spec", GRID, ids=str)

@@ -4,7 +4,7 @@ Numpy only. Everything here follows from ONE pure function, :func:`layout`, whic
 :class:`Spec` into the list of :class:`Region` records of the buffer; :func:`pack` and
 :func:`unpack` use nothing else.
 
-The layout, and how sure we are of each part (``/work/shared/LAYOUTS.md`` §11):
+The layout, and how sure we are of each part (details and sources: ``docs/cudnn-layout.md``):
 
 * linLayerID meaning [documented: cuDNN ``cudnnGetRNNLinLayerMatrixParams`` doc, LAYOUTS §11.1]:
   LSTM 0-3 = W_i, W_f, W_g, W_o applied to the layer input, 4-7 = R_i, R_f, R_g, R_o applied to
@@ -12,18 +12,26 @@ The layout, and how sure we are of each part (``/work/shared/LAYOUTS.md`` §11):
   3-5 = R_r, R_z, R_n; RNN_TANH/RNN_RELU 0 = W, 1 = R. Every id except 8 has a bias
   (``b_ih`` for input ids, ``b_hh`` for recurrent ids); the buffer always holds two bias sets
   (``CUDNN_RNN_DOUBLE_BIAS``, what PyTorch and TF use; LAYOUTS §10).
-* Element order inside a matrix region [inferred from five code bases, LAYOUTS §11.4]: row-major
-  ``(H, in)`` (``W x`` orientation); the projection region is ``(P, H)``.
-* ESTABLISHED, single pseudo-layer (one layer, one direction) [LAYOUTS §11.3, §11.5; the packing
-  that tf_keras ``gpu_lstm``/``gpu_gru`` and ``CuDNNLSTM``/``CuDNNGRU`` hand to cuDNN, reproduced
-  by ``tests/test_cudnn.py`` with tf_keras' own ``canonical_to_params``]: all matrices in
-  linLayerID order, then all biases in linLayerID order, no padding.
-* INFERRED, not verified on a GPU yet (LAYOUTS §11.3, §17.1; see ``docs/cudnn-layout.md``):
-  (a) several pseudo-layers are stored one after the other, pseudo-layer-major, pseudo-layer
-  ``p = layer * dirs + direction`` (forward before backward), each block laid out like the single
-  pseudo-layer case; (b) the LSTM projection matrix (linLayerID 8) sits right after the recurrent
-  matrices (ids 4-7) and before the biases of its pseudo-layer. The tests marked ``cuda`` and
-  ``bench/gpu_check.py`` compare this against the offsets real cuDNN reports.
+* Element order inside a matrix region: row-major ``(H, in)`` (``W x`` orientation); the projection
+  region is ``(P, H)`` [five code bases, LAYOUTS §11.4; and the oracles below, bit for bit].
+* Where the regions sit [third-party oracles in the test suite, ``tests/test_cudnn_oracles.py``]:
+  first the matrices of every pseudo-layer ``p = layer * dirs + direction`` (forward before backward) in
+  turn -- input ids ``0..G-1``, recurrent ids ``G..2G-1``, then the projection (id 8) -- and after the
+  matrices of ALL pseudo-layers the biases of every pseudo-layer in turn, ids ``0..2G-1``; no padding.
+  Oracles: JAX ``jax.experimental.rnn`` (``unpack_lstm_weights``/``lstm_ref``, LSTM, 1-3 layers, uni- and
+  bidirectional) and MXNet 1.9.1's fused ``RNN`` operator on CPU (LSTM, GRU, RNN_TANH, RNN_RELU, 1-3
+  layers, uni-/bidirectional, LSTM projection with 1-3 layers): :func:`pack` equals their buffers and
+  :func:`unpack` their own unpacking, bit for bit. Both hand the same buffer unchanged to cuDNN on a GPU
+  and test it there against host code (JAX ``tests/experimental_rnn_test.py`` ``test_lstm``: cuDNN vs
+  ``lstm_ref``, 1 and 4 layers, uni-/bidirectional; MXNet ``tests/python/gpu/test_gluon_gpu.py``
+  ``test_layer_bidirectional[_proj]``: fused cuDNN layer vs unfused cells): strongly supported, not
+  measured on a GPU here. The projection position rests on MXNet alone (cuDNN v7 API,
+  ``cudnnSetRNNProjectionLayers``; its GPU test has one bidirectional layer, so with more than one layer
+  it is MXNet's code, CPU operator included, not a GPU measurement). Single pseudo-layer: also
+  tf_keras' ``canonical_to_params`` (``tests/test_cudnn.py``). Where a GPU is present,
+  :func:`rnnconvert.gpu.cudnn_check.check_layout` compares :func:`layout` with the offsets cuDNN reports.
+* Until ``.cudnn.npz`` spec version 2, rnnconvert stored each pseudo-layer as one block (its matrices,
+  then its biases): :func:`layout_v1`, kept only to read version-1 files (:func:`from_layout_v1`).
 
 Gate order of the blocks is the canonical one (LSTM i f g o, GRU r z n): the ``"cudnn"`` entries
 of :data:`rnnconvert.core.gates.TABLE`.
@@ -101,40 +109,86 @@ class Region:
         return int(np.prod(self.shape))
 
 
-def layout(spec: Spec) -> list[Region]:
-    """The regions of the cuDNN buffer of ``spec``, in buffer order (a pure function).
-
-    Per pseudo-layer: matrices of ids ``0 .. 2G-1`` (``(H, in_k)`` for the ``G`` input ids, ``(H, P or H)``
-    for the ``G`` recurrent ids), then the projection ``(P, H)`` (id 8, LSTM with ``proj_size``), then
-    biases ``(H,)`` of ids ``0 .. 2G-1``. Single pseudo-layer: established; multi-layer/bidirectional
-    order and the projection position: inferred (module docstring).
-
-    Raises:
-        ValueError: non-positive sizes, or a projection on a non-LSTM cell / ``proj_size >= hidden_size``.
-    """
+def _check(spec: Spec) -> tuple[Cell, int, int]:
     cell, H, P = Cell(spec.cell), spec.hidden_size, spec.proj_size
     if min(spec.input_size, H, spec.num_layers) < 1 or P < 0:
         raise ValueError(f"invalid cuDNN spec {spec}")
     if P and (cell is not Cell.LSTM or P >= H):
         raise ValueError(f"proj_size={P} needs an LSTM with proj_size < hidden_size ({spec})")
-    G = cell.gates
+    return cell, H, P
+
+
+def _matrices(spec: Spec, p: int) -> list[tuple[int, tuple[int, int]]]:
+    """``(linLayerID, shape)`` of the matrices of pseudo-layer ``p``, in buffer order."""
+    cell, H, P = Cell(spec.cell), spec.hidden_size, spec.proj_size
+    G, k = cell.gates, p // spec.dirs
+    out = [(lid, (H, spec.layer_input_size(k))) for lid in range(G)]
+    out += [(lid, (H, P or H)) for lid in range(G, 2 * G)]
+    if P:
+        out.append((PROJECTION_ID, (P, H)))
+    return out
+
+
+def layout(spec: Spec) -> list[Region]:
+    """The regions of the cuDNN buffer of ``spec``, in buffer order (a pure function).
+
+    First the matrices of every pseudo-layer ``p = layer * dirs + direction`` in turn: ids ``0 .. G-1``
+    (``(H, in_k)``, applied to the layer input), ids ``G .. 2G-1`` (``(H, P or H)``, recurrent), then the
+    projection ``(P, H)`` (id 8, LSTM with ``proj_size``); after the matrices of ALL pseudo-layers, the
+    biases ``(H,)`` of every pseudo-layer in turn, ids ``0 .. 2G-1``. No padding. Sources and strength
+    of each part: module docstring and ``docs/cudnn-layout.md``.
+
+    Raises:
+        ValueError: non-positive sizes, or a projection on a non-LSTM cell / ``proj_size >= hidden_size``.
+    """
+    cell, H, _ = _check(spec)
+    G, n = cell.gates, spec.num_layers * spec.dirs
     regions: list[Region] = []
     off = 0
-    for k in range(spec.num_layers):
-        for d in range(spec.dirs):
-            p = k * spec.dirs + d
-            shapes = [(H, spec.layer_input_size(k))] * G + [(H, P or H)] * G
-            ids = list(range(2 * G))
-            if P:
-                shapes.append((P, H))
-                ids.append(PROJECTION_ID)
-            for lid, shp in zip(ids, shapes):
-                regions.append(Region(p, lid, "matrix", off, shp))
-                off += shp[0] * shp[1]
-            for lid in range(2 * G):
-                regions.append(Region(p, lid, "bias", off, (H,)))
-                off += H
+    for p in range(n):
+        for lid, shp in _matrices(spec, p):
+            regions.append(Region(p, lid, "matrix", off, shp))
+            off += shp[0] * shp[1]
+    for p in range(n):
+        for lid in range(2 * G):
+            regions.append(Region(p, lid, "bias", off, (H,)))
+            off += H
     return regions
+
+
+def layout_v1(spec: Spec) -> list[Region]:
+    """The WRONG layout rnnconvert used before ``.cudnn.npz`` spec version 2: each pseudo-layer in
+    turn as one block, its matrices then its biases. Kept only to read version-1 ``.cudnn.npz`` files
+    written with it (:func:`from_layout_v1`); it equals :func:`layout` for one pseudo-layer."""
+    cell, H, _ = _check(spec)
+    regions: list[Region] = []
+    off = 0
+    for p in range(spec.num_layers * spec.dirs):
+        for lid, shp in _matrices(spec, p):
+            regions.append(Region(p, lid, "matrix", off, shp))
+            off += shp[0] * shp[1]
+        for lid in range(2 * cell.gates):
+            regions.append(Region(p, lid, "bias", off, (H,)))
+            off += H
+    return regions
+
+
+def from_layout_v1(buffer: np.ndarray, spec: Spec) -> np.ndarray:
+    """A buffer written in :func:`layout_v1` moved into :func:`layout` (a permutation, bit-exact).
+
+    Raises:
+        FormatError: the buffer is not 1-D or has the wrong number of elements.
+    """
+    buf = np.asarray(buffer)
+    n = param_count(spec)
+    if buf.ndim != 1 or buf.size != n:
+        raise FormatError(f"cuDNN buffer of shape {buf.shape}; {spec} needs ({n},)")
+    where = {(r.pseudo_layer, r.kind, r.linear_layer_id): r for r in layout_v1(spec)}
+    out = np.empty_like(buf)
+    for r in layout(spec):
+        old = where[(r.pseudo_layer, r.kind, r.linear_layer_id)]
+        out[r.offset:r.offset + r.size] = buf[old.offset:old.offset + old.size]
+    return out
 
 
 def param_count(spec: Spec) -> int:

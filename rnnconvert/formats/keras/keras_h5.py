@@ -804,6 +804,11 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
     d = hdf5_dialect(path) if Path(path).exists() else ""
     if d.startswith("damaged:"):
         raise FormatError(d[len("damaged:"):])
+    if d == "other":  # not Keras: the owner's own dataset names (rnnconvert.core.names, docs/foreign-names.md)
+        from ...core import names
+        from ..storage.hdf5_plain import read_tensors
+
+        return names.fallback(read_tensors(path), str(path), "keras_h5", _)
     if not lazy and Path(path).stat().st_size <= FULL_ISOLATION_MAX:
         return guard.isolated(_read_path, (str(path), gate_activation, False), path, "HDF5")
     # A large file would travel back through a pipe (a second copy of every weight), and a lazy

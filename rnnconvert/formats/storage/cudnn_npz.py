@@ -5,12 +5,20 @@ recurrent layer, its 1-D cuDNN buffer under the layer's name (laid out by
 :func:`rnnconvert.core.cudnn.layout`; see ``docs/cudnn-layout.md`` for what is established and what is
 inferred), plus ``__cudnn_spec__``: a JSON string
 
-    {"format": "rnnconvert-cudnn-buffer", "version": 1,
+    {"format": "rnnconvert-cudnn-buffer", "version": 2,
      "layers": [{"name", "cell" (LSTM|GRU|RNN_TANH|RNN_RELU), "input_size", "hidden_size",
                  "num_layers", "bidirectional", "proj_size", "bias", "dtype", "elements"}]}
 
 so that a C++/CUDA program can hand each buffer to ``cudnnRNNForward`` as its weight space (double
-bias mode, ``CUDNN_LINEAR_INPUT``, pseudo-layer-major) and ``load`` reads it back. A run-time
+bias mode, ``CUDNN_LINEAR_INPUT``; the matrices of all pseudo-layers, then the biases of all
+pseudo-layers) and ``load`` reads it back.
+
+Versions: ``2`` (written since the layout fix) uses :func:`rnnconvert.core.cudnn.layout`. ``1`` files were
+written with the old, wrong layout (each pseudo-layer's matrices then its biases,
+:func:`rnnconvert.core.cudnn.layout_v1`); the two agree for one pseudo-layer, and a version-1 buffer of
+several pseudo-layers is read with the old layout it was written in (its layer's ``source`` says
+``"layout": "v1"``). A spec without ``version`` is read only where the versions agree (one
+pseudo-layer); otherwise it is refused. A run-time
 ``forget_bias`` is folded into the forget-gate input bias. Layers cuDNN cannot express (peepholes,
 clipping, non-cuDNN activations, GRU reset-before) are refused.
 """
@@ -31,6 +39,8 @@ from ...core.model import Cell, Checkpoint
 
 SPEC_KEY = "__cudnn_spec__"
 MAGIC = "rnnconvert-cudnn-buffer"
+#: Spec version written; 1 = the old per-pseudo-layer layout (read, never written).
+VERSION = 2
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -81,7 +91,7 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
                      f"(I={s.input_size}, H={s.hidden_size}, layers={s.num_layers}, "
                      f"{'bidirectional' if s.bidirectional else 'unidirectional'}"
                      f"{f', P={s.proj_size}' if s.proj_size else ''})")
-    doc = json.dumps({"format": MAGIC, "version": 1, "layers": spec})
+    doc = json.dumps({"format": MAGIC, "version": VERSION, "layers": spec})
     with open(path, "wb") as fh:
         np.savez(fh, **arrays, **{SPEC_KEY: np.array(doc)})
     return lines
@@ -118,9 +128,12 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
         if not isinstance(doc, dict) or doc.get("format") != MAGIC or not isinstance(doc.get("layers"), list):
             raise ValueError(f"expected {{'format': '{MAGIC}', 'layers': [...]}}")
         recs = doc["layers"]
+        version = doc.get("version")
+        if version not in (1, 2, None) or isinstance(version, bool):
+            raise ValueError(f"version {str(version)[:20]} is not 1 or 2")
     except (ValueError, RecursionError) as exc:
         raise FormatError(f"{p}: malformed '{SPEC_KEY}' ({str(exc)[:160]})") from exc
-    ckpt = Checkpoint(format="cudnn_npz", meta={"path": str(p)})
+    ckpt = Checkpoint(format="cudnn_npz", meta={"path": str(p), "spec_version": version})
     for i, r in enumerate(recs):
         try:
             spec = cudnn.Spec(Cell(r["cell"]), int(r["input_size"]), int(r["hidden_size"]),
@@ -139,9 +152,17 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
             raise FormatError(f"{p}: buffer '{name}' has dtype {buf.dtype}; a cuDNN weight space is float")
         if spec.num_layers > buf.size:  # every layer holds weights: bounds the layout walk below
             raise FormatError(f"{p}: the spec of '{name}' declares {spec.num_layers} layers for {buf.size} elements")
+        source = {"format": "cudnn_npz", "class_name": f"cuDNN {spec.cell.value}"}
         try:
-            ckpt.layers.append(cudnn.unpack(buf, spec, name=name, bias=bool(r.get("bias", True)),
-                                            source={"format": "cudnn_npz", "class_name": f"cuDNN {spec.cell.value}"}))
+            if spec.num_layers * spec.dirs > 1 and version != VERSION:
+                if version is None:
+                    raise FormatError(f"'{SPEC_KEY}' has no version and buffer '{name}' has "
+                                      f"{spec.num_layers * spec.dirs} pseudo-layers, whose layout differs between "
+                                      "versions 1 and 2; add \"version\": 2 (all matrices, then all biases) or 1 "
+                                      "(each pseudo-layer's matrices then its biases; docs/cudnn-layout.md)")
+                buf = cudnn.from_layout_v1(buf, spec)
+                source["layout"] = "v1"
+            ckpt.layers.append(cudnn.unpack(buf, spec, name=name, bias=bool(r.get("bias", True)), source=source))
         except FormatError as exc:  # the spec's sizes disagree with the buffer's length
             raise FormatError(f"{p}: {exc}") from exc
     return ckpt

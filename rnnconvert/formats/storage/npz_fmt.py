@@ -149,16 +149,19 @@ def _check_members(p: Path) -> None:
                                       f"but holds {info.file_size} bytes")
 
 
-def read(path: str | Path, **_: Any) -> Checkpoint:
-    """Read a schema-1 archive (``np.load(allow_pickle=False)``: object arrays are refused).
+def read(path: str | Path, **opts: Any) -> Checkpoint:
+    """Read a schema-1 archive (``np.load(allow_pickle=False)``: object arrays are refused). An ``.npz``
+    without the ``__rnnconvert__`` member (a project's own ``np.savez`` of its weights) is read by the
+    foreign-name table (:mod:`rnnconvert.core.names`; reader options ``map`` and ``nonlinearity``).
 
     Raises:
-        FormatError: not an rnnconvert npz, an unknown schema, missing members or inconsistent shapes.
+        FormatError: not a readable npz, an unknown schema, missing members, inconsistent shapes, or
+            (foreign names) no recognised recurrent weights or an ambiguity.
     """
-    return _read(Path(path))
+    return _read(Path(path), foreign=opts)
 
 
-def _read(p: Path, only: str | None = None, slab: int | None = None) -> Checkpoint:
+def _read(p: Path, only: str | None = None, slab: int | None = None, foreign: dict | None = None) -> Checkpoint:
     """:func:`read`; with ``only``, the members of recurrent layer ``only`` alone are decompressed/read
     (verification of one layer of a multi-GB archive) and the checkpoint holds that layer only; with
     ``slab`` too, only its stacked layer ``slab``, as a one-layer :class:`RNNLayer`."""
@@ -175,6 +178,10 @@ def _read(p: Path, only: str | None = None, slab: int | None = None) -> Checkpoi
     except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
             zlib.error) as exc:
         raise FormatError(f"{p}: not readable as .npz without pickle: {exc}") from exc
+    if META not in arrays and foreign is not None:
+        from ...core import names
+
+        return names.fallback(arrays, str(p), "npz", foreign)
     if META not in arrays:
         raise FormatError(f"{p}: no '{META}' member; not an rnnconvert .npz (schema in docs/pytorch.md)")
     try:

@@ -45,15 +45,24 @@ def _load(path: Path) -> dict[str, np.ndarray]:
         raise FormatError(f"{path}: not a readable safetensors file: {exc}") from exc
 
 
-def read(path: str | Path, *, nonlinearity: str = "tanh", **_: Any) -> Checkpoint:
-    """Read PyTorch-named tensors (``nn.LSTM/GRU/RNN`` and ``nn.*Cell`` keys, any prefix, ``module.`` stripped).
+def read(path: str | Path, *, nonlinearity: str = "tanh", map: Any = None, **_: Any) -> Checkpoint:
+    """Read PyTorch-named tensors (``nn.LSTM/GRU/RNN`` and ``nn.*Cell`` keys, any prefix, ``module.`` stripped);
+    a file without such keys, or read with a name ``map``, goes through the foreign-name table
+    (:mod:`rnnconvert.core.names`, docs/foreign-names.md).
 
     Raises:
-        FormatError: unreadable file, no recurrent keys, inconsistent shapes.
+        FormatError: unreadable file, no recurrent keys, inconsistent shapes, ambiguous foreign names.
     """
     p = Path(path)
     sd = torch_pt.strip_module_prefix(_load(p))
-    return torch_pt.group_state_dict(sd, str(p), "safetensors", nonlinearity)
+    if map is not None or not torch_pt.has_torch_names(sd):
+        from ...core import names
+
+        return names.fallback(sd, str(p), "safetensors", {"map": map, "nonlinearity": nonlinearity})
+    from ...core import names
+
+    ckpt = torch_pt.group_state_dict(sd, str(p), "safetensors", nonlinearity)
+    return names.add_rest(ckpt, str(p), "safetensors", nonlinearity)  # hand-written cells beside them
 
 
 def check(ckpt: Checkpoint, **opts: Any) -> list[str]:

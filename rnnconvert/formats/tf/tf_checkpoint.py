@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from ...core import cudnn
 from ...io import guard
 from ...errors import FormatError, RNNConvertError, require
 from ...core.finite import all_finite
-from ...core.model import Checkpoint, RNNLayer, placeholder
+from ...core.model import Cell, Checkpoint, RNNLayer, placeholder
 from . import tf_bundle
 from .tf1_cells import (  # noqa: F401
     _CELL_RE, _CUDNN_SCOPES, CELL_SCOPES, REFUSED, _cell, _cell_sem, _cell_vars, _structure, getter)
@@ -377,7 +378,7 @@ def _read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_cli
         opaque = next((k for k in shapes if k == f"{base}/opaque_kernel"), None)
         if opaque:
             used_opaque.add(opaque)
-            layer = _check_opaque(path, layer, get(opaque))
+            layer = _check_opaque(path, layer, get(opaque), _CUDNN_SCOPES.get(base.split("/")[-1]))
             wrong = {k: v for k, v in opts.items() if v is not None and getattr(layer, k) != v}
             lone = [k for k in shapes if k.endswith("/opaque_kernel") and k[: -len("/opaque_kernel")] not in layers]
             if wrong and not lone:  # the spec options are for lone buffers; here the companions decide
@@ -418,18 +419,39 @@ def _opaque_slots(ckpt: Checkpoint, shapes, get, opaque: str, layer: RNNLayer) -
                         ckpt.tensors[f"{layer.name}.{torch_name}{sfx}.{slot}"] = arr
 
 
-def _check_opaque(path, companion: RNNLayer, buf: np.ndarray) -> RNNLayer:
-    """Unpack an opaque buffer with the companion's spec; refuse if the two disagree."""
-    spec = cudnn.Spec.of(companion)
+def _check_opaque(path, companion: RNNLayer, buf: np.ndarray, scope_cell: Cell | None = None) -> RNNLayer:
+    """Unpack an opaque buffer with the companion's spec; refuse if the two disagree.
+
+    The companions are what TF's saveable wrote from the same buffer (LAYOUTS §9.3): the matrices must be
+    equal bit for bit, and the bias sums ``b_ih + b_hh`` of every gate too (the LSTM and RNN saveables store
+    ``b_W + b_R``; the GRU one the r/z sums and the two n biases). The cell kind comes from the companions;
+    ``basic_rnn_cell`` companions (saved alike by CudnnRNNTanh and CudnnRNNRelu) take tanh or relu from the
+    layer scope (``cudnn_rnn_tanh``/``cudnn_rnn_relu``), ``scope_cell``.
+    """
+    cell = companion.cell
+    if companion.source.get("class_name") == "basic_rnn_cell":
+        if scope_cell not in (Cell.RNN_TANH, Cell.RNN_RELU):
+            raise FormatError(f"{path}: '{companion.name}/opaque_kernel' sits beside basic_rnn_cell variables, which "
+                              "CudnnRNNTanh and CudnnRNNRelu save alike, and the scope does not say which (expected "
+                              "it to end in cudnn_rnn_tanh or cudnn_rnn_relu)")
+        cell = scope_cell
+    elif scope_cell is not None and scope_cell is not cell:
+        raise FormatError(f"{path}: opaque_kernel of '{companion.name}' is in a {scope_cell.value} scope but its "
+                          f"canonical variables are {cell.value}")
+    spec = replace(cudnn.Spec.of(companion), cell=cell)
     if buf.size != cudnn.param_count(spec):
         raise FormatError(f"{path}: opaque_kernel of '{companion.name}' has {buf.size} elements, its canonical "
                           f"variables need {cudnn.param_count(spec)}")
-    lay = cudnn.unpack(buf, spec, name=companion.name, source={**companion.source, "opaque": True})
-    for a, b in zip(lay.params, companion.params):
-        for pa, pb in zip(a, b):
-            if not (np.array_equal(pa.w_ih, pb.w_ih) and np.array_equal(pa.w_hh, pb.w_hh)):
+    lay = cudnn.unpack(np.asarray(buf).reshape(-1), spec, name=companion.name,
+                       source={**companion.source, "opaque": True})
+    for k, (a, b) in enumerate(zip(lay.params, companion.params)):
+        for d, (pa, pb) in enumerate(zip(a, b)):
+            same = np.array_equal(pa.w_ih, pb.w_ih) and np.array_equal(pa.w_hh, pb.w_hh) and \
+                np.array_equal(pa.b_ih + pa.b_hh, pb.b_ih + pb.b_hh)
+            if not same:
                 raise FormatError(f"{path}: opaque_kernel of '{companion.name}' disagrees with its canonical "
-                                  "variables (cuDNN layout differs); read with the canonical variables only")
+                                  f"variables (layer {k}, {'backward' if d else 'forward'} direction); read with the "
+                                  "canonical variables only")
     return lay
 
 

@@ -263,6 +263,21 @@ def unwrap(obj: Any) -> Any:
     return obj
 
 
+def has_torch_names(sd: dict[str, Any]) -> bool:
+    """Whether any key of ``sd`` is a ``torch.nn`` recurrent key (``*.weight_ih_l{k}`` or ``*.weight_ih``);
+    readers send files without one to the foreign-name table (:mod:`rnnconvert.core.names`)."""
+    return any(isinstance(k, str) and _KEY.match(k) for k in sd)
+
+
+def _foreign(sd: dict[str, Any], where: str, nonlinearity: str, map: Any, container: str | None = None) -> Checkpoint:
+    from ...core import names
+
+    ckpt = names.fallback(sd, where, "pt", {"map": map, "nonlinearity": nonlinearity})
+    if container:
+        ckpt.meta["container"] = container
+    return ckpt
+
+
 def strip_module_prefix(sd: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Drop the ``module.`` prefix that ``DataParallel``/``DistributedDataParallel`` add to every key."""
     if sd and all(k.startswith("module.") for k in sd):
@@ -366,7 +381,8 @@ def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
 LAZY = True
 
 
-def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, **_: Any) -> Checkpoint:
+def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, map: Any = None,
+         **_: Any) -> Checkpoint:
     """Read a PyTorch file: a state dict of ``nn.LSTM/GRU/RNN`` or ``nn.*Cell`` modules (any prefix), a
     training checkpoint wrapping one (:data:`WRAPPERS`, ``module.`` prefix stripped), a legacy
     (non-zip) ``torch.save`` file, or a TorchScript archive (tensors read by the restricted reader of
@@ -380,23 +396,36 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, **
 
     ``nonlinearity`` (``'tanh'``/``'relu'``) tells an ``nn.RNN``'s activation, which the file does not store.
 
+    A file without ``torch.nn`` recurrent keys, or read with a name ``map``, goes through the foreign-name
+    table (:mod:`rnnconvert.core.names`, docs/foreign-names.md; read eagerly): user cells with their own
+    parameter names, TorchScript archives of hand-written RNNs.
+
     Raises:
         FormatError: not loadable with ``weights_only=True``, no recurrent keys, or inconsistent shapes.
     """
+    from ...core import names
     from . import torch_zip, torchscript
 
     p = Path(path)
     if torchscript.is_torchscript(p):
-        ckpt = group_state_dict(strip_module_prefix(torchscript.read_tensors(p)), str(p), "pt", nonlinearity)
+        sd = strip_module_prefix(torchscript.read_tensors(p))
+        if map is not None or not has_torch_names(sd):
+            return _foreign(sd, str(p), nonlinearity, map, "TorchScript")
+        ckpt = names.add_rest(group_state_dict(sd, str(p), "pt", nonlinearity), str(p), "pt", nonlinearity)
         ckpt.meta["container"] = "TorchScript"
         return ckpt
     try:
         arch = torch_zip.Archive(p)
         found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load())))
     except torch_zip.Declined:
-        return group_state_dict(strip_module_prefix(_flatten(unwrap(load_state(p)))), str(p), "pt", nonlinearity)
+        sd = strip_module_prefix(_flatten(unwrap(load_state(p))))
+        if map is not None or not has_torch_names(sd):
+            return _foreign(sd, str(p), nonlinearity, map)
+        return names.add_rest(group_state_dict(sd, str(p), "pt", nonlinearity), str(p), "pt", nonlinearity)
     except FormatError as exc:
         raise FormatError(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
+    if map is not None or not has_torch_names(found):
+        return _foreign({k: arch.array(t) for k, t in found.items()}, str(p), nonlinearity, map)
     # stand-ins of the right shape/dtype holding no memory (NaN placeholders for float tensors)
     stub = {k: placeholder(t.shape, t.dtype) if t.dtype.kind in "fc" else
             np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in found.items()}
@@ -413,4 +442,6 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, **
         arch.release([found[n] for names in keys[i][k] for n in names if n is not None])
 
     ckpt.loader, ckpt.release, ckpt.release_array = loader, release, arch.release_array
+    if names.candidates(ckpt.tensors):  # hand-written cells beside torch.nn modules: read eagerly
+        names.add_rest(ckpt.materialize(), str(p), "pt", nonlinearity)
     return ckpt if lazy else ckpt.materialize()

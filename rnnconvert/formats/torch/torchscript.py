@@ -36,7 +36,9 @@ class _Module:
         self.attrs: dict[str, Any] = {}
 
     def __setstate__(self, state: Any) -> None:
-        self.attrs = state if isinstance(state, dict) else {}
+        # a dict of attributes (scripted modules); a class with its own __getstate__ may store a tuple/list
+        self.attrs = state if isinstance(state, dict) else dict(enumerate(state)) if isinstance(state, (tuple, list)) \
+            else {}
 
 
 def is_torchscript(path: Path) -> bool:
@@ -65,22 +67,44 @@ class _Unpickler(torch_zip.Unpickler):
 
 
 def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
+    """Every tensor under ``obj`` at any depth (modules, dicts, lists, tuples), keyed by its attribute path."""
     if depth > 64:
         raise FormatError("modules nested deeper than 64 levels")
     if isinstance(obj, torch_zip.LazyTensor):
         out[prefix] = obj
-    elif isinstance(obj, _Module):
-        for k, v in obj.attrs.items():
-            if not str(k).startswith("_"):  # skip _flat_weights and other private copies
-                _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
+        return
+    items = obj.attrs.items() if isinstance(obj, _Module) else obj.items() if isinstance(obj, dict) else \
+        enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for k, v in items:
+        _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
+
+
+def _public(found: dict[str, Any]) -> dict[str, Any]:
+    """Drop the private copies of tensors (``nn.LSTM._flat_weights.0``, any path with a ``_``-named part)
+    that are also reachable under a public name; a tensor reachable only under private names (a user's
+    ``self._cell``) stays."""
+    def private(name: str) -> bool:
+        return any(part.startswith("_") for part in name.split("."))
+
+    def ident(t: torch_zip.LazyTensor) -> tuple:
+        return (t.storage.key, t.offset, t.shape, t.stride)
+
+    public = {ident(t) for n, t in found.items() if not private(n)}
+    seen: set = set()
+    out = {}
+    for n, t in found.items():
+        if private(n) and (ident(t) in public or ident(t) in seen):
+            continue
+        seen.add(ident(t))
+        out[n] = t
+    return out
 
 
 def read_tensors(path: Path) -> dict[str, np.ndarray]:
-    """Public (non-underscore) tensor attributes of the scripted module tree, keyed like a state dict
-    (copies: the archive is closed when this returns).
+    """Every tensor of the scripted module tree at any depth, keyed like a state dict (``a.b.0.weight``;
+    private copies of public tensors dropped, :func:`_public`), as copies: the archive is closed when
+    this returns. Which of them are recurrent weights is decided by name and shape afterwards
+    (PyTorch's keys, else :mod:`rnnconvert.core.names`).
 
     Raises:
         FormatError: not a TorchScript archive, or it refers to names outside the allow-list.
@@ -89,7 +113,7 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
         arch = torch_zip.Archive(Path(path))
         lazy: dict[str, Any] = {}
         _walk(arch.load(_Unpickler), "", lazy)
-        return {k: np.array(arch.array(t), copy=True) for k, t in lazy.items()}
+        return {k: np.array(arch.array(t), copy=True) for k, t in _public(lazy).items()}
     except FormatError as exc:
         raise FormatError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
     except torch_zip.Declined as exc:
