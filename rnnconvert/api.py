@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -17,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .engine import registry
-from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
+from .io import budget
+from .errors import DependencyError, FormatError, OutputError, OutputExistsError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
 from .engine.verify import StreamedVerification, VerifyReport, verify as _verify
@@ -40,6 +42,7 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
             ``MemoryError`` and ``RecursionError`` included (docs/security.md).
         UnsupportedError, DependencyError.
     """
+    budget.regular_source(path)  # a FIFO or /dev/zero: refused before anything reads it
     fmt = registry.get(format) if format else registry.detect(path)
     mod = fmt.load()
     if not hasattr(mod, "read"):
@@ -127,6 +130,26 @@ class ConversionReport:
     verification: VerifyReport | None = None
 
 
+def unique_names(ckpt: Checkpoint, target: str) -> None:
+    """Refuse two layers, or a layer and a carried tensor, that would take the same name in the output
+    (a writer would fail half-way or one would overwrite the other); naming both.
+
+    Raises:
+        UnsupportedError."""
+    from .errors import UnsupportedError
+
+    seen: dict[str, str] = {}
+    for layer in ckpt.layers:
+        if layer.name in seen:
+            raise UnsupportedError(f"layers '{layer.name}' and '{seen[layer.name]}' would both be written as "
+                                   f"'{layer.name}' in {target}; refused (rename one in the source)")
+        seen[layer.name] = layer.name
+    for key in ckpt.tensors:
+        if key in seen:
+            raise UnsupportedError(f"tensor '{key}' and layer '{seen[key]}' would both be written as '{key}' in "
+                                   f"{target}; refused (rename one in the source)")
+
+
 STALE_TEMP_SECONDS = 3600
 
 
@@ -173,24 +196,153 @@ def _set_mode(tmp: Path, dst: Path) -> None:
         pass
 
 
-def _commit(tmp: Path, dst: Path) -> None:
-    """Move the finished temporary output into place, with the permissions of :func:`_set_mode`.
-    Directory outputs (TF checkpoints) replace an existing ``dst`` only when it is a directory
-    rnnconvert could have written (it has a ``checkpoint`` file) or a file."""
-    _set_mode(tmp, dst)
-    if tmp.is_dir():
-        if dst.is_dir():
-            if not (dst / "checkpoint").is_file():
-                raise OutputExistsError(f"{dst} is a directory that does not hold a TF checkpoint; "
-                                        "not replacing it")
-            shutil.rmtree(dst)
-        elif dst.exists():
-            dst.unlink()
-        os.replace(tmp, dst)
+#: The entries of a TF checkpoint folder rnnconvert writes (formats/tf1_writer.py, tf2_writer.py): the only
+#: ones ``--force`` replaces.
+_OWN_TF_ENTRY = re.compile(r"^(checkpoint|ckpt(-\d+)?\.(index|data-\d{5}-of-\d{5}))$")
+
+
+def check_destination(dst: Path, force: bool) -> None:
+    """Refuse a DST that is neither a new path nor a regular file (or, for a directory format, a folder
+    holding only a TF checkpoint rnnconvert writes), whatever ``force`` says: a dangling symlink would be
+    replaced by the output, a device or FIFO turned into a regular file, a foreign folder emptied. An
+    existing DST without ``force`` is refused too.
+
+    Raises:
+        OutputExistsError (exit 6), naming DST and what it is.
+    """
+    import stat
+
+    try:
+        st = os.lstat(dst)
+    except FileNotFoundError:
         return
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
+    except OSError as exc:
+        raise OutputExistsError(f"{dst}: cannot be examined ({exc.strerror}); refused") from exc
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(dst)
+        except OSError:
+            raise OutputExistsError(f"{dst} is a dangling symbolic link; refused (remove it or choose another "
+                                    "output path)") from None
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        foreign = sorted(e.name for e in os.scandir(dst) if not _OWN_TF_ENTRY.match(e.name))
+        if foreign:
+            raise OutputExistsError(f"{dst} is a directory holding files rnnconvert did not write (e.g. "
+                                    f"'{foreign[0]}'); refused whatever --force says")
+    elif not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+                else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "special")
+        raise OutputExistsError(f"{dst} is {kind}, not a regular file; refused whatever --force says")
+    if not force:
+        raise OutputExistsError(f"{dst} exists; pass --force (force=True) to overwrite it")
+
+
+def _rename_noreplace(src: Path, dst: Path) -> bool:
+    """``renameat2(src, dst, RENAME_NOREPLACE)`` (Linux 3.15+): True when done, False when the system or
+    file system cannot; ``FileExistsError`` when ``dst`` exists."""
+    import ctypes
+    import errno
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, noreplace = -100, 1
+    if fn(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), noreplace) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        raise FileExistsError(err, os.strerror(err), str(dst))
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(dst))
+
+
+def _commit(tmp: Path, dst: Path, force: bool = True) -> None:
+    """Move the finished temporary output into place, with the permissions of :func:`_set_mode`.
+
+    Without ``force`` DST is never replaced, even by a file that appeared while converting (another
+    conversion to the same new path): the output is linked into place (``os.link``, or
+    ``renameat2(RENAME_NOREPLACE)`` for folders and file systems without hard links), which fails if DST
+    exists. With ``force`` DST is checked again (:func:`check_destination`) and replaced atomically;
+    directory outputs (TF checkpoints) replace only a folder holding what rnnconvert writes.
+
+    Raises:
+        OutputExistsError: DST exists (without ``force``) or is not replaceable.
+    """
+    _set_mode(tmp, dst)
+    if not tmp.is_dir():
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+    if not force:
+        try:
+            if tmp.is_dir() or not _link(tmp, dst):
+                if not _rename_noreplace(tmp, dst):
+                    check_destination(dst, False)  # last resort: a small window remains
+                    os.rename(tmp, dst)
+        except FileExistsError:
+            raise OutputExistsError(f"{dst} appeared while converting (another process wrote it); "
+                                    "not replaced, the result was discarded") from None
+        return
+    check_destination(dst, True)
+    if tmp.is_dir():
+        if dst.is_dir() and not dst.is_symlink():
+            shutil.rmtree(dst)
+        elif os.path.lexists(dst):
+            dst.unlink()
     os.replace(tmp, dst)
+
+
+def _link(tmp: Path, dst: Path) -> bool:
+    """``os.link(tmp, dst)`` then remove ``tmp``: True when done, False when the file system has no hard
+    links; ``FileExistsError`` when ``dst`` exists."""
+    import errno
+
+    try:
+        os.link(tmp, dst)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS):
+            return False
+        raise
+    tmp.unlink()
+    return True
+
+
+#: Causes of an OSError that are the environment's, not a bug or the file's (errno -> short cause).
+_ENV_ERRNO = {"ENOSPC": "no space left on the device", "EDQUOT": "disk quota exceeded",
+              "EROFS": "read-only file system", "EACCES": "permission denied", "EPERM": "operation not permitted",
+              "EFBIG": "file too large for the file system", "EIO": "input/output error"}
+#: The same causes as C libraries (libhdf5, TensorFlow) spell them inside their own exception messages.
+_ENV_TEXT = {"No space left on device": "no space left on the device", "Disk quota exceeded": "disk quota exceeded",
+             "Read-only file system": "read-only file system", "Permission denied": "permission denied",
+             "File too large": "file too large for the file system"}
+
+
+def output_error(exc: BaseException, dst: Path) -> "OutputError | None":
+    """The :class:`~rnnconvert.errors.OutputError` (exit 10) for an exception raised while writing ``dst``
+    when its cause is the environment (full disk, read-only file system, permissions), also when a C
+    library (h5py, TensorFlow) wrapped it in its own exception; ``None`` otherwise."""
+    import errno
+
+    from .errors import OutputError
+
+    cause = None
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, OSError) and e.errno is not None:
+            cause = _ENV_ERRNO.get(errno.errorcode.get(e.errno, ""))
+            if cause:
+                break
+    if cause is None:
+        text = str(exc)
+        cause = next((c for t, c in _ENV_TEXT.items() if t in text), None)
+    if cause is None:
+        return None
+    where = dst.parent if dst.parent != Path("") else Path(".")
+    return OutputError(f"{dst}: cannot write the output: {cause} (on {where}); nothing was left behind")
 
 
 def _discard(tmp: Path) -> None:
@@ -211,18 +363,27 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
     dst = Path(path)
     fmt = registry.for_output(dst, format)
     mod = fmt.load()
-    if dst.exists() and not force:
-        raise OutputExistsError(f"{dst} exists; pass --force (force=True) to overwrite it")
+    check_destination(dst, force)
     if not hasattr(mod, "write"):
         raise FormatError(f"rnnconvert can read {fmt.name} but not write it")
+    unique_names(ckpt, fmt.name)
     if hasattr(mod, "check"):
         mod.check(ckpt, **opts)
-    tmp = _temp_beside(dst)
+    tmp = None
     try:
+        tmp = _temp_beside(dst)
         lines = mod.write(ckpt, tmp, **opts)
-        _commit(tmp, dst)
+        _commit(tmp, dst, force)
+    except RNNConvertError:
+        raise
+    except Exception as exc:
+        env = output_error(exc, dst)
+        if env is None:
+            raise
+        raise env from exc
     finally:
-        _discard(tmp)
+        if tmp is not None:
+            _discard(tmp)
     return lines
 
 
@@ -230,7 +391,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             verify: str | None = "reference", force: bool = False, seed: int = 0,
             read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None,
             progress: Callable[[str, float, float], None] | None = None,
-            verify_inputs: dict[str, Any] | None = None, map: Any = None) -> ConversionReport:
+            verify_inputs: dict[str, Any] | None = None, map: Any = None,
+            accept_inconclusive: bool = False) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -244,7 +406,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         force: overwrite an existing ``dst``.
         progress: ``progress(stage, done, total)``, called as work advances: stage ``'convert'`` with
             parameter bytes written (streaming conversions, after each slab), ``'verify'`` with layers
-            verified (the target side). The CLI draws its progress bar from it.
+            verified (the target side), ``'done'`` (1, 1) once DST is in place. The CLI draws its progress bar from it.
         verify_inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on
             instead of the random batch (:func:`load_inputs` reads them from an ``.npz``).
         map: how to read tensors under their owner's own names (``.npz``, ``.safetensors``, ``.pt``,
@@ -252,22 +414,24 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             "orientation": ..., ...}``, a ``.json``/``.toml`` path, or a list of ``PATTERN=ROLE`` /
             ``gate_order=ifog`` items (:func:`rnnconvert.core.names.parse_map`, docs/foreign-names.md). A reader
             option, like ``read_opts={"map": ...}``.
+        accept_inconclusive: keep the output when verification is inconclusive (a tolerance too loose to
+            decide, :mod:`rnnconvert.engine.verify`); by default that raises :class:`InconclusiveError`.
 
     Returns:
         a :class:`ConversionReport`.
 
     Raises:
-        OutputExistsError, FormatError, UnsupportedError, VerificationError, DependencyError.
+        OutputExistsError, FormatError, UnsupportedError, VerificationError, InconclusiveError, DependencyError.
         On any error ``dst`` is left as it was (absent or with its previous content).
     """
     src_p, dst_p = Path(src), Path(dst)
     if map is not None:
         read_opts = {**(read_opts or {}), "map": map}
     out_fmt = registry.for_output(dst_p, to)
-    if dst_p.exists() and not force:
-        raise OutputExistsError(f"{dst_p} exists; pass --force to overwrite it")
+    check_destination(dst_p, force)
     if dst_p.resolve() == src_p.resolve():
         raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
+    budget.regular_source(src_p)
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
     if not hasattr(out_mod, "verify_whole"):  # integer inputs are for whole Keras models only
@@ -277,6 +441,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     if not hasattr(out_mod, "write"):
         raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
+    unique_names(ckpt, out_fmt.name)
     if hasattr(out_mod, "check"):  # on a lazy skeleton: refusals look at structure only
         rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
     for layer in ckpt.layers:  # read by the foreign-name table: the reading itself is an assumption
@@ -287,12 +452,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                              "itself: inconclusive about the names (docs/foreign-names.md)")
     if not dst_p.parent.exists():
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
-    tmp = _temp_beside(dst_p)
     from .io import directio
 
     # a verified output is read back at once: written through the page cache (io/directio.py)
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
+    tmp = None
     try:
+        tmp = _temp_beside(dst_p)
         with cache:
             if stream:
                 rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
@@ -313,10 +479,23 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                         except DependencyError as exc:
                             rep.notes.append(f"whole-model check inconclusive (not run): {exc}")
         if rep.verification is not None:
-            rep.verification.raise_if_failed()
-        _commit(tmp, dst_p)
+            rep.verification.raise_if_failed(accept_inconclusive)
+        _commit(tmp, dst_p, force)
+        if progress is not None:  # DST is in place: whatever the caller does with this, it succeeded
+            try:
+                progress("done", 1, 1)
+            except Exception:  # noqa: BLE001
+                pass
+    except RNNConvertError:
+        raise
+    except Exception as exc:  # a full disk, a read-only file system: one line (exit 10), not a trace
+        env = output_error(exc, dst_p)
+        if env is None:
+            raise
+        raise env from exc
     finally:
-        _discard(tmp)
+        if tmp is not None:
+            _discard(tmp)
     return rep
 
 
@@ -366,13 +545,18 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
 
     Raises:
         FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
-        buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed comparison is reported, not raised.
+        buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed or inconclusive comparison is
+        reported (:attr:`VerifyReport.verdict`), not raised.
     """
+    budget.regular_source(src)
+    budget.regular_source(dst)
     if map is not None:
         read_opts = {**(read_opts or {}), "map": map}
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
+    if hasattr(out_mod, "read"):  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
+        load(dst, out_fmt.name, lazy=bool(getattr(out_mod, "LAZY", False)))  # sees it before a framework does
     if device == "cuda":
         from .gpu.cuda_target import ROUTES, CudaTarget, require_cuda
 
@@ -394,7 +578,8 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         if lazy:  # one slab of the source at a time, as a streamed conversion verifies
             return _verify_streamed(ckpt, in_mod, Path(src), Path(dst), out_mod, mode, seed, inputs)
         reps = [_verify(ckpt, in_mod, Path(dst), t, mode=mode, src_path=Path(src), seed=seed,
-                        first_tol=1e-2 if dtype == "float16" else None, inputs=inputs) for t in targets]
+                        first_tol=1e-2 if dtype == "float16" else None, inputs=inputs,
+                        target_dtype=np.float16 if dtype == "float16" else None) for t in targets]
         rep = reps[0]
         for other in reps[1:]:
             rep.layers += other.layers
@@ -438,8 +623,11 @@ def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> 
     """Describe a file: format, recurrent layers (kinds, sizes, semantics) and other tensors' shapes;
     ``recognised``: for tensors read by their owner's own names (:mod:`rnnconvert.core.names`), one line per
     layer saying which name rules, orientation and gate order were used. ``**opts``: reader options,
-    e.g. ``map=`` (see :func:`convert`)."""
-    ckpt = load(path, format, **opts)
+    e.g. ``map=`` (see :func:`convert`).
+
+    The recurrent parameters are not read where the format's reader is lazy (only shapes and dtypes are
+    needed): every format's dataset/tensor headers are still checked against the resource budget."""
+    ckpt = load(path, format, lazy=True, **opts)
     return {
         "path": str(path),
         "format": ckpt.format,

@@ -71,7 +71,9 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
         **kwargs: passed to :func:`rnnconvert.api.convert` (``verify``, ``force``, ...).
 
     Returns:
-        one :class:`FileResult` per candidate file, in source order.
+        one :class:`FileResult` per candidate file, in source order. Files whose output names collide
+        (``model.h5`` and ``model.pt`` both to ``model.onnx``) are not converted: each is ``failed``
+        (exit code 6) naming the others, decided before anything is converted.
 
     Raises:
         FormatError: ``src_dir`` is not a directory, or ``to`` is unknown.
@@ -87,6 +89,18 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
         work.append((str(p), str(dst_dir / rel.parent / (rel.name.split(".")[0] + ext))))
     kwargs = {**kwargs, "to": to}
     results: dict[str, FileResult] = {}
+    by_dst: dict[str, list[str]] = {}
+    for s, d in work:
+        by_dst.setdefault(d, []).append(s)
+    for d, srcs in by_dst.items():  # two sources, one output name: neither converted (none would survive)
+        if len(srcs) > 1:
+            for s in srcs:
+                others = ", ".join(Path(o).name for o in srcs if o != s)
+                results[s] = r = FileResult(s, d, "failed", f"{Path(s).name} and {others} would both be written "
+                                            f"to {d}; not converted (rename one of them)", 6)
+                if on_done:
+                    on_done(r)
+    work_all, work = work, [(s, d) for s, d in work if s not in results]
     if jobs <= 1:
         for s, d in work:
             results[s] = r = _one(s, d, kwargs)
@@ -94,11 +108,21 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
                 on_done(r)
     else:
         # spawn, not fork: a forked child of a process holding torch/TF thread pools can deadlock.
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        from .io import signals
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=signals.install) as pool:
             futs = [pool.submit(_one, s, d, kwargs) for s, d in work]
-            for fut in as_completed(futs):
-                r = fut.result()
-                results[r.src] = r
-                if on_done:
-                    on_done(r)
-    return [results[s] for s, _ in work]
+            try:
+                for fut in as_completed(futs):
+                    r = fut.result()
+                    results[r.src] = r
+                    if on_done:
+                        on_done(r)
+            except BaseException:  # interrupted: the workers clean up as this process does (SIGTERM)
+                for fut in futs:
+                    fut.cancel()
+                for child in multiprocessing.active_children():
+                    child.terminate()
+                raise
+    return [results[s] for s, _ in work_all]

@@ -25,7 +25,17 @@ COMMANDS = {"convert", "inspect", "verify", "formats"}
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    # markup and emoji off: names come from files (a layer called '[bold]' is data); the lines printed
+    # through it pass :func:`_shown` first (control characters made visible)
+    return Console(stderr=stderr, highlight=False, markup=False, emoji=False, soft_wrap=True,
+                   width=None if sys.stdout.isatty() else 160)
+
+
+def _shown(text: object) -> str:
+    """A string from a file (a name, a message) as one terminal line (:func:`rnnconvert.errors.printable`)."""
+    from .errors import printable
+
+    return printable(text)
 
 
 def _is_checkpoint_dir(src: Path) -> bool:
@@ -71,6 +81,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 InputsOpt = Annotated[Optional[Path], typer.Option(
     "--inputs", help="Verify on these inputs instead of a random batch: an .npz of float (batch, steps, "
                      "input_size) arrays keyed by layer name.", show_default=False)]
+AcceptOpt = Annotated[bool, typer.Option(
+    "--accept-inconclusive", help="Keep the output (convert) or exit 0 (verify) when verification cannot decide "
+                                  "(exit 9 otherwise).")]
 ReadOpt = Annotated[Optional[list[str]], typer.Option(
     "--read-opt", help="Reader option KEY=VALUE, repeatable (TensorFlow: forget_bias=0, cell_clip=3, "
                        "num_layers=2, hidden_size=256, bidirectional=true, activation=linear).")]
@@ -97,6 +110,7 @@ def convert(
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     inputs: InputsOpt = None,
+    accept_inconclusive: AcceptOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
@@ -110,14 +124,32 @@ def convert(
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
                   read_opts=_read_opts(gate_activation, read_opt, name_map),
                   write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {})}
-                  or None)
+                  or None, accept_inconclusive=accept_inconclusive)
     if src.is_dir() and not _is_checkpoint_dir(src):
         if inputs is not None:
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
         raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, kwargs))
     with _progress(quiet, f"converting {src.name}") as bar:
-        rep = api.convert(src, dst, to=to, progress=bar.update,
-                          verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
+        try:
+            rep = api.convert(src, dst, to=to, progress=bar.update,
+                              verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
+        except KeyboardInterrupt:
+            if not (bar.stage and bar.stage[0] == "done"):
+                raise
+            from .io import signals  # interrupted after DST was put in place: that is a success
+
+            signals.received = None
+            print(f"rnnconvert: {_shown(dst)} was written; interrupted before the report", file=sys.stderr)
+            return
+    try:  # DST is in place: whatever happens while reporting, the conversion succeeded (exit 0)
+        _report(rep, as_json)
+    except Exception as exc:  # noqa: BLE001 - e.g. a closed stdout
+        print(f"rnnconvert: warning: {_shown(rep.dst)} was written; the report could not be printed "
+              f"({type(exc).__name__}: {_shown(exc)})", file=sys.stderr)
+
+
+def _report(rep, as_json: bool) -> None:
+    """Print what :func:`rnnconvert.api.convert` did (after DST was put in place)."""
     if as_json:
         out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
                "modules": rep.modules, "notes": rep.notes,
@@ -125,22 +157,25 @@ def convert(
         typer.echo(json.dumps(out, indent=2))
         return
     con = _console()
-    con.print(f"{rep.src} ({rep.src_format}) -> {rep.dst} ({rep.dst_format})")
+    con.print(_shown(f"{rep.src} ({rep.src_format}) -> {rep.dst} ({rep.dst_format})"))
     for line in rep.modules:
-        con.print(f"  {line}")
+        con.print(f"  {_shown(line)}")
     for note in rep.notes:
-        con.print(f"  note: {note}")
+        con.print(f"  note: {_shown(note)}")
     if rep.verification:
         for c in rep.verification.layers:
-            con.print(f"  verified {c.name}: max abs error {c.max_abs_err:.2e} ({_rule(c)}, "
-                      f"{c.source_route} vs {c.target_route})")
+            con.print(f"  {'verified' if c.ok else c.verdict} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs "
+                      f"{c.target_route}" + ("" if c.ok else f" ({_shown(c.reason)})"))
     else:
         con.print("  not verified (--no-verify)")
 
 
 def _rule(c) -> str:
-    """How a layer was judged (rnnconvert.engine.verify: float32 agreement, or the float64 rule)."""
-    return f"tolerance {c.tolerance:.1e}, {'float32 agreement' if c.reference == 'float32' else 'float64 rule'}"
+    """How a layer was judged (rnnconvert.engine.verify): the one-step comparison (largest error, and its ratio to
+    the elementwise bound) and the short full-sequence one."""
+    step = (f"one step: max abs error {c.step_err:.2e}, {c.step_ratio:.2g} of its bound, {c.steps_checked} steps; "
+            if c.steps_checked else "")
+    return f"{step}sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})"
 
 
 class _Bar:
@@ -169,6 +204,9 @@ class _Bar:
 
         self.prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
                              TimeElapsedColumn(), console=_console(stderr=True), transient=True)
+        from rich.markup import escape
+
+        self.what = escape(_shown(self.what))  # the description column reads markup
         self.task = self.prog.add_task(self.what, total=None, detail="reading")
         self.prog.start()
         if self.stage:
@@ -177,7 +215,7 @@ class _Bar:
     def update(self, stage: str, done: float, total: float) -> None:
         """``api.convert``'s progress callback."""
         self.stage = (stage, done, total)
-        if self.prog is None:
+        if self.prog is None or stage == "done":
             return
         if stage == "verify":  # layers, not bytes
             self.prog.update(self.task, description="verifying", completed=done, total=total,
@@ -225,11 +263,11 @@ def _batch(src: Path, dst: Path, to: Optional[str], jobs: int, quiet: bool, as_j
     else:
         from rich.table import Table
 
-        t = Table(title=f"{src} -> {dst} ({to})")
+        t = Table(title=_shown(f"{src} -> {dst} ({to})"))
         for c in ("file", "status", "detail"):
             t.add_column(c)
         for r in results:
-            t.add_row(str(Path(r.src).relative_to(src)), r.status, r.message)
+            t.add_row(_shown(Path(r.src).relative_to(src)), r.status, _shown(r.message))
         _console().print(t)
         n_ok = sum(r.status == "converted" for r in results)
         _console().print(f"{n_ok} of {len(results)} converted")
@@ -256,19 +294,19 @@ def inspect(
 
     con = _console()
     meta = ", ".join(f"{k} {v}" for k, v in info["meta"].items() if v is not None)
-    t = Table(title=f"{info['path']} ({info['format']}{', ' + meta if meta else ''})")
+    t = Table(title=_shown(f"{info['path']} ({info['format']}{', ' + meta if meta else ''})"))
     cols = {"name": "layer", "cell": "cell", "source_class": "source", "input_size": "I", "hidden_size": "H",
             "num_layers": "layers", "bidirectional": "bidi", "gate_activation": "gates", "activation": "act",
             "reset_after": "reset_after", "bias": "bias", "dtype": "dtype"}
     for head in cols.values():
         t.add_column(head, no_wrap=True)
     for lay in info["layers"]:
-        t.add_row(*[str(lay.get(c, "-")) for c in cols])
+        t.add_row(*[_shown(lay.get(c, "-")) for c in cols])
     con.print(t)
     for line in info.get("recognised") or []:
-        con.print(f"recognised {line}")
+        con.print(f"recognised {_shown(line)}")
     if info["tensors"]:
-        con.print("other tensors: " + ", ".join(f"{k} {tuple(v)}" for k, v in info["tensors"].items()))
+        con.print(_shown("other tensors: " + ", ".join(f"{k} {tuple(v)}" for k, v in info["tensors"].items())))
 
 
 @app.command()
@@ -283,9 +321,11 @@ def verify(
     = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float16 (cuDNN route).")] = "float32",
     inputs: InputsOpt = None,
+    accept_inconclusive: AcceptOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check that DST computes what SRC computes, on a random batch (or --inputs); exit 5 if not."""
+    """Check that DST computes what SRC computes, on a random batch (or --inputs); exit 5 if not, 9 when
+    the check cannot decide."""
     from . import api
     from .errors import VerificationError
 
@@ -304,10 +344,16 @@ def verify(
     else:
         con = _console()
         for c in rep.layers:
-            con.print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: max abs error {c.max_abs_err:.2e} "
-                      f"({_rule(c)}, {c.source_route} vs {c.target_route})")
-    if not rep.ok:
+            tag = {"ok": "ok  ", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}[c.verdict]
+            con.print(f"{tag} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs {c.target_route}"
+                      + ("" if c.ok else f" ({_shown(c.reason)})"))
+    if rep.failed:
         raise VerificationError(f"{dst} does not compute what {src} computes")
+    if rep.inconclusive and not accept_inconclusive:
+        from .errors import InconclusiveError
+
+        raise InconclusiveError(f"verification of {dst} against {src} is inconclusive (see above; "
+                                f"--accept-inconclusive to accept)")
 
 
 @app.command()
@@ -332,20 +378,29 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         args.insert(0, "convert")
+    from .io import signals
+
+    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/io/signals.py)
+    # TensorFlow's C++ log lines (CUDA probing, a failed write's own report) are not for the user: errors
+    # reach them as rnnconvert's one line (RNNCONVERT_DEBUG=1 or a TF_CPP_MIN_LOG_LEVEL of one's own shows them)
+    if not os.environ.get("RNNCONVERT_DEBUG"):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         rc = app(args=args, prog_name="rnnconvert", standalone_mode=False)
+        if signals.received is not None:  # typer turned the interruption into a plain 130
+            raise signals.Interrupted(signals.received)
         if isinstance(rc, int) and rc:
             return rc
     except RNNConvertError as exc:
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
-        print(f"rnnconvert: error: {exc}", file=sys.stderr)
+        print(f"rnnconvert: error: {_shown(exc)}", file=sys.stderr)
         return exc.exit_code
     except SystemExit as exc:
         return int(exc.code or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("rnnconvert: interrupted; no output was written", file=sys.stderr)
-        return 130
+        return signals.exit_code(exc)
     except Exception as exc:  # click usage errors and genuine bugs
         # Usage errors come from the click that typer bundles (typer._click, private): match by behaviour.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
@@ -356,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
-        print(f"rnnconvert: internal error: {type(exc).__name__}: {exc} (set RNNCONVERT_DEBUG=1 for a traceback; "
+        print(f"rnnconvert: internal error: {type(exc).__name__}: {_shown(exc)} (set RNNCONVERT_DEBUG=1 for a traceback; "
               "please report it)", file=sys.stderr)
         return 1
     return 0

@@ -16,6 +16,13 @@ Exit codes (documented in ``docs/cli.md``):
 5     :class:`VerificationError` -- the written result does not compute the source's function
 6     :class:`OutputExistsError` -- the output exists and ``--force`` was not given
 7     :class:`DependencyError` -- an optional framework needed for this format is not installed
+8     (CLI only) a directory SRC: at least one file was not converted
+9     :class:`InconclusiveError` -- verification could not decide (its tolerance was too loose to tell a
+      broken file from a correct one); no output kept unless ``--accept-inconclusive``
+10    :class:`OutputError` -- the output could not be written (no space left, read-only file system,
+      permission denied); nothing was left behind
+11    :class:`BudgetError` -- the file asks for more than the resource budget (``rnnconvert.io.budget``)
+129   SIGHUP, 130 SIGINT (Ctrl-C), 143 SIGTERM: interrupted; temporaries removed, DST as it was
 ====  =====================================================================
 """
 
@@ -46,10 +53,32 @@ class VerificationError(RNNConvertError):
     exit_code = 5
 
 
+class InconclusiveError(RNNConvertError):
+    """Verification passed its tolerances, but a tolerance was too loose to tell a broken file from a
+    correct one (:attr:`rnnconvert.engine.verify.LayerCheck.reason`); the output was not kept unless
+    ``accept_inconclusive`` (``--accept-inconclusive``)."""
+
+    exit_code = 9
+
+
 class OutputExistsError(RNNConvertError):
     """The destination exists and overwriting was not asked for (``--force``)."""
 
     exit_code = 6
+
+
+class BudgetError(FormatError):
+    """The file declares more work or memory than the resource budget allows (:mod:`rnnconvert.io.budget`);
+    the message names the limit and the environment variable that raises it."""
+
+    exit_code = 11
+
+
+class OutputError(RNNConvertError):
+    """The environment refused the output (no space left, read-only file system, permission denied):
+    the message names the path and the cause; temporaries were removed, DST was left as it was."""
+
+    exit_code = 10
 
 
 class DependencyError(RNNConvertError):
@@ -69,3 +98,22 @@ def require(module: str, extra: str):
             f"this format needs the Python package '{module}': "
             f"pip install 'rnnconvert[{extra}]' -c constraints.txt"
         ) from exc
+
+
+def printable(text: object) -> str:
+    """``text`` made safe for one terminal line: control characters (newlines, escape sequences, DEL,
+    C1 controls) shown as ``\\n``, ``\\x1b``...; names read from a file are data, never layout or markup
+    (the CLI's rich console runs with markup off; this keeps the rest out)."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ch in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
+        else:
+            o = ord(ch)
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)

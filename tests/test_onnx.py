@@ -29,12 +29,14 @@ def _run(path, name, x):
 def test_mycroft_gru_reproduces_oracle(realworld, tmp_path):
     src = realworld / "mycroft-precise-gru" / "hey-mycroft.net"
     rep = api.convert(src, tmp_path / "m.onnx")
-    assert rep.verification.ok and rep.verification.layers[0].reference == "float32"
+    assert rep.verification.ok and rep.verification.layers[0].steps_checked == 24
     o = np.load(realworld / "mycroft-precise-gru" / "oracle_out.npz")
-    # on its own inputs (values up to 36) the layer is ill-conditioned: onnxruntime and the numpy Keras
-    # equations, both float32, differ by ~4e-2, so the float64 rule decides, and passes
+    # on its own inputs (values up to 36) the layer is ill-conditioned as a sequence (onnxruntime and
+    # the numpy Keras equations, both float32, part by ~4e-2 over 29 steps), but each step from the same
+    # state agrees within its float32 bound: the one-step comparison decides, honestly, and passes
     rep = api.verify(src, tmp_path / "m.onnx", inputs={"net": o["net__in"]})
-    assert rep.ok and rep.layers[0].reference == "float64" and rep.layers[0].max_abs_err > 1e-3
+    (c,) = rep.layers
+    assert rep.ok and c.steps_checked == 3 * 29 and c.step_ratio <= 1.0 and c.seq_err <= c.seq_tol
     y = _run(tmp_path / "m.onnx", "net", o["net__in"])[:, -1]
     node = onnx.load(str(tmp_path / "m.onnx")).graph.node
     gru = next(n for n in node if n.op_type == "GRU")

@@ -126,11 +126,17 @@ def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
     return out
 
 
-def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool) -> list[np.ndarray]:
+def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool,
+               init: tuple | None = None, record: dict | None = None) -> list[np.ndarray]:
     """Run one direction (params ``p``) over each input of ``xs`` (``(B, T, I_k)``, one per dtype, each
     computed in its own dtype) in lockstep, so that every product
     reads the weights once for all dtypes (:func:`products`); returns the ``(B, T, out)`` outputs in input
-    time order, one per input."""
+    time order, one per input.
+
+    ``init``: ``(h0, c0)`` initial states ``(B, out)``, ``(B, H)`` (``c0`` None for GRU/RNN) instead of zeros.
+    ``record``: a dict that receives, for the first input of ``xs``, ``'h'`` ``(B, T, out)`` and ``'c'``
+    ``(B, T, H)`` (LSTM) -- the state *before* each step, in input time order -- and ``'c_last'`` the final
+    cell state (the trajectory that :func:`rnnconvert.engine.verify` takes its one-step checks from)."""
     dts = [x.dtype for x in xs]
     cast = lambda a: [None if a is None else np.asarray(a, dtype=dt) for dt in dts]  # noqa: E731
     b_ih, b_hh, w_hr, peep = map(cast, (p.b_ih, p.b_hh, p.w_hr, p.peep))
@@ -150,13 +156,24 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     n = len(xs)
     h = [np.zeros((B, layer.output_size), dt) for dt in dts]
     c = [np.zeros((B, H), dt) for dt in dts]
+    if init is not None:
+        h = [np.array(init[0], dtype=dt) for dt in dts]
+        if init[1] is not None:
+            c = [np.array(init[1], dtype=dt) for dt in dts]
+    if record is not None:
+        record["h"] = np.zeros((B, T, layer.output_size), dts[0])
+        record["c"] = np.zeros((B, T, H), dts[0]) if cell is Cell.LSTM else None
     out = [np.zeros((B, T, layer.output_size), dt) for dt in dts]
     xin = [o.T.reshape(B, T, -1) + b_ih[d]
            for d, o in enumerate(products(w_ih, [x.reshape(B * T, -1).T for x in xs]))]  # (B, T, G*H)
     sl = {g: gate_slice(cell, g, H) for g in CANONICAL[cell]}
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for n_step, t in enumerate(steps):
-        fresh = n_step == 0
+        fresh = n_step == 0 and init is None
+        if record is not None:
+            record["h"][:, t] = h[0]
+            if cell is Cell.LSTM:
+                record["c"][:, t] = c[0]
         if cell is Cell.LSTM:
             hh_all = hw(h)
             for d in range(n):
@@ -192,6 +209,8 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
             h = [act(xin[d][:, t] + a + b_hh[d]) for d, a in enumerate(hw(h))]
         for d in range(n):
             out[d][:, t] = h[d]
+    if record is not None:
+        record["c_last"] = c[0] if cell is Cell.LSTM else None
     return out
 
 
@@ -243,3 +262,201 @@ def merge(y: np.ndarray, mode: str | None) -> np.ndarray:
         return y
     a, b = np.split(y, 2, axis=-1)
     return {"sum": a + b, "mul": a * b, "ave": (a + b) / 2.0}[mode]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One step from given states, and a bound on its floating-point error (rnnconvert.engine.verify's step rule).
+
+def trajectory(layer: RNNLayer, dirs: list[DirectionParams], x: np.ndarray) -> tuple[np.ndarray, list[dict]]:
+    """Stacked layer ``k`` (params ``dirs``) on its input ``x`` ``(B, T, I_k)``, computed in ``x``'s dtype:
+    its output ``(B, T, dirs*out)`` in input time order (:func:`forward_slab`) and, per direction, the state
+    before every step (``{'h': (B, T, out), 'c': (B, T, H) or None}``, input time order): the points the
+    one-step comparison of :mod:`rnnconvert.engine.verify` starts the target from."""
+    recs = [{} for _ in dirs]
+    if layer.bidirectional:
+        fw = _direction(layer, dirs[0], [x], False, record=recs[0])[0]
+        bw = _direction(layer, dirs[1], [x], True, record=recs[1])[0]
+        return np.concatenate([fw, bw], axis=-1), recs
+    y = _direction(layer, dirs[0], [x], layer.semantics.go_backwards, record=recs[0])[0]
+    return y, recs
+
+
+def step(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
+         dtype=np.float64) -> tuple[np.ndarray, np.ndarray | None]:
+    """One step of one direction for ``N`` independent rows: input ``x`` ``(N, I_k)``, states ``h0`` ``(N, out)``,
+    ``c0`` ``(N, H)`` (LSTM; else None). Returns ``(h1, c1)`` in ``dtype`` (``c1`` None but for LSTM). The
+    equations of :func:`forward` (module docstring), time direction irrelevant for one step."""
+    rec: dict = {}
+    y = _direction(layer, p, [np.asarray(x, dtype)[:, None, :]], False,
+                   init=(h0, c0), record=rec)[0]
+    return y[:, 0], rec["c_last"]
+
+
+def unit_roundoff(dtype) -> float:
+    """``u = 2**-p`` of a float dtype of ``p`` significand bits (float32: 2**-24, float16: 2**-11)."""
+    return float(np.finfo(dtype).eps) / 2.0
+
+
+def _gamma(n: int, u: float) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)``: ``|fl(sum of n terms) - sum| <= gamma_n * sum|terms|`` for
+    sums and dot products in any order of evaluation (Higham, *Accuracy and Stability of Numerical
+    Algorithms*, 2nd ed., eq. 3.5 and section 4.2)."""
+    return n * u / (1.0 - n * u)
+
+
+#: ``(max |act'|, max |act''|)`` of the smooth activations: sigmoid ``1/4, 0.0962``; tanh ``1, 0.7699``
+#: (``4/(3 sqrt 3)``); softsign ``1, 2``.
+_SMOOTH = {"sigmoid": (0.25, 0.0963), "tanh": (1.0, 0.7699), "softsign": (1.0, 2.0)}
+#: slopes of the piecewise-linear activations (Lipschitz constants)
+_LIPSCHITZ = {"hard_sigmoid": 0.2, "hard_sigmoid_k3": 1.0 / 6.0, "relu": 1.0, "linear": 1.0}
+#: what a framework's own float activation may add: this many units of roundoff of ``1 + |act(z)|``
+#: (vectorised exp/tanh approximations of oneDNN, MLAS, Eigen are within a few ulps; 16 leaves room)
+ACT_ULPS = 16.0
+
+
+def _slope(name: str, z: np.ndarray) -> np.ndarray:
+    if name == "sigmoid":
+        s = _sigmoid(z)
+        return s * (1.0 - s)
+    if name == "tanh":
+        return 1.0 - np.tanh(z) ** 2
+    return 1.0 / (1.0 + np.abs(z)) ** 2  # softsign
+
+
+def act_error(name: str, z: np.ndarray, dz: np.ndarray, u: float) -> np.ndarray:
+    """Bound of ``|fl(act(z + e)) - act(z)|`` for ``|e| <= dz``: by the mean value theorem the slope's
+    largest value on ``[z - dz, z + dz]`` times ``dz`` (for smooth activations the slope at ``z`` plus
+    ``max|act''| * dz``, capped by ``max|act'|``; piecewise-linear ones their Lipschitz constant), plus the
+    evaluation's own rounding ``ACT_ULPS * u * (1 + |act(z)|)``."""
+    if name in _SMOOTH:
+        top, curv = _SMOOTH[name]
+        slope = np.minimum(top, _slope(name, z) + curv * dz)
+    else:
+        slope = _LIPSCHITZ[name]
+    return slope * dz + ACT_ULPS * u * (1.0 + np.abs(ACT[name](z)))
+
+
+def abs_products(w: np.ndarray, v: np.ndarray, rows: int = 256) -> np.ndarray:
+    """``|w| @ v`` in float64 for ``w`` ``(M, K)`` and ``v`` ``(K, N)`` (``v >= 0``), ``rows`` rows of ``w``
+    at a time (no full-size copy of ``|w|``)."""
+    out = np.empty((w.shape[0], v.shape[1]), np.float64)
+    for i, get in _Blocks(w, rows):
+        out[i:i + rows] = np.abs(get(np.float64)) @ v
+    return out
+
+
+def _lin(w: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(v @ w.T, |v| @ |w|.T)`` in float64, ``v`` ``(N, K)``, ``w`` ``(M, K)``: value and magnitude."""
+    vt = np.ascontiguousarray(v.T)
+    (val,) = products(w, [vt])
+    return val.T, abs_products(w, np.abs(vt)).T
+
+
+act_error_ = act_error
+
+
+def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
+               u: float, u_acc: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Bounds ``(dh, dc)`` (float64, shapes of ``h1``, ``c1``) of ``|h1' - h1|``, ``|c1' - c1|`` elementwise, where
+    ``h1, c1`` is the exact step of :func:`step` from ``x, h0, c0`` and ``h1', c1'`` the same step computed by
+    any implementation in floating point of unit roundoff ``u`` (float32: ``2**-24``) that holds the same
+    weights and states (or rounds them once to its precision), sums in any order and evaluates its
+    activations within :data:`ACT_ULPS` ulps. Forward error analysis, term by term:
+
+    * a pre-activation ``z = W_ih x + b_ih + W_hh h + b_hh (+ p c)`` of ``n`` terms: ``|dz| <= (gamma_n(u_acc)
+      + 4 u) * (|W_ih||x| + |b_ih| + |W_hh||h| + |b_hh| (+ |p||c|))`` (:func:`_gamma`): the sums accumulated
+      at unit roundoff ``u_acc`` (default ``u``; float32 for float16 storage, as torch's CPU half GEMMs and
+      cuDNN's float compute type accumulate), and ``4 u`` for rounding the weights, ``x``, ``h`` and the
+      result to the storage precision once each;
+    * an activation: :func:`act_error`;
+    * a product ``a b`` of perturbed factors: ``|a| db + |b| da + da db + u |a b|``; a sum of two: the sum
+      of the bounds plus ``u`` times the magnitudes; cell and projection clips are 1-Lipschitz;
+    * GRU's update ``h' = (1 - z) n + z h``, in either algebraic form frameworks use
+      (``n + z (h - n)``: PyTorch; ``z h + (1 - z) n``: Keras): ``(|h| + |n|) dz + (1 + |z|) dn + dz dn +
+      4 u (|n| + |h| + |z| (|h| + |n|))``.
+
+    The magnitudes are those of the exact step, computed here in float64 (its own error, ``~1e-16``
+    relative, is far below the bound).
+    """
+    f64 = np.float64
+    ua = u if u_acc is None else u_acc
+
+    def acc(n: int) -> float:
+        return _gamma(n, ua) + 4.0 * u
+
+    def act_error(name, z, dz, _u):  # evaluated at u_acc, then rounded to the storage precision
+        return act_error_(name, z, dz, ua) + u * (1.0 + np.abs(ACT[name](z)))
+
+    s, cell, H = layer.semantics, layer.cell, layer.hidden_size
+    x, h0 = np.asarray(x, f64), np.asarray(h0, f64)
+    I, out = x.shape[1], h0.shape[1]
+    zero = np.zeros(p.w_ih.shape[0], f64)
+    b_ih = zero if p.b_ih is None else np.asarray(p.b_ih, f64)
+    b_hh = zero if p.b_hh is None else np.asarray(p.b_hh, f64)
+    gact, act = s.gate_activation, s.activation
+    zx, ax = _lin(p.w_ih, x)
+    zh, ah = _lin(p.w_hh, h0)
+    if cell is Cell.LSTM:
+        c0 = np.asarray(c0, f64)
+        sl = {g: gate_slice(cell, g, H) for g in "ifgo"}
+        z = zx + b_ih + zh + b_hh
+        a = ax + np.abs(b_ih) + ah + np.abs(b_hh)
+        n = I + out + 5  # both biases and the forget bias
+        if p.peep is not None:
+            pe = np.asarray(p.peep, f64)
+            z[:, sl["i"]] += pe[0] * c0
+            z[:, sl["f"]] += pe[1] * c0
+            a[:, sl["i"]] += np.abs(pe[0] * c0)
+            a[:, sl["f"]] += np.abs(pe[1] * c0)
+            n += 1
+        dz = acc(n) * a
+        zi, zf, zg = z[:, sl["i"]], z[:, sl["f"]] + s.forget_bias, z[:, sl["g"]]
+        i, f, g = ACT[gact](zi), ACT[gact](zf), ACT[act](zg)
+        di, df, dg = (act_error(gact, zi, dz[:, sl["i"]], u), act_error(gact, zf, dz[:, sl["f"]], u),
+                      act_error(act, zg, dz[:, sl["g"]], u))
+        c1 = f * c0 + i * g
+        dc = np.abs(c0) * df + np.abs(g) * di + np.abs(i) * dg + di * dg + 3.0 * u * (np.abs(f * c0) + np.abs(i * g))
+        if s.cell_clip is not None:
+            c1 = np.clip(c1, -s.cell_clip, s.cell_clip)
+        zo, dzo = z[:, sl["o"]], dz[:, sl["o"]]
+        if p.peep is not None:
+            zo = zo + pe[2] * c1
+            dzo = acc(n) * (a[:, sl["o"]] + np.abs(pe[2] * c1)) + np.abs(pe[2]) * dc
+        o, do = ACT[gact](zo), act_error(gact, zo, dzo, u)
+        ac, dac = ACT[act](c1), act_error(act, c1, dc, u)
+        hp = o * ac
+        dh = np.abs(ac) * do + np.abs(o) * dac + do * dac + u * np.abs(hp)
+        if p.w_hr is not None:
+            _, ahp = _lin(p.w_hr, hp)
+            dh = abs_products(p.w_hr, np.ascontiguousarray(dh.T)).T + acc(H + 2) * ahp
+        return dh, dc
+    if cell is Cell.GRU:
+        r_sl, z_sl, n_sl = (gate_slice(cell, g, H) for g in "rzn")
+        dzg = acc(I + out + 2)
+        zr = zx[:, r_sl] + b_ih[r_sl] + zh[:, r_sl] + b_hh[r_sl]
+        zz = zx[:, z_sl] + b_ih[z_sl] + zh[:, z_sl] + b_hh[z_sl]
+        ar = ax[:, r_sl] + np.abs(b_ih[r_sl]) + ah[:, r_sl] + np.abs(b_hh[r_sl])
+        az = ax[:, z_sl] + np.abs(b_ih[z_sl]) + ah[:, z_sl] + np.abs(b_hh[z_sl])
+        r, dr = ACT[gact](zr), act_error(gact, zr, dzg * ar, u)
+        zg, dzz = ACT[gact](zz), act_error(gact, zz, dzg * az, u)
+        if s.reset_after:
+            hn = zh[:, n_sl] + b_hh[n_sl]
+            dhn = acc(out + 1) * (ah[:, n_sl] + np.abs(b_hh[n_sl]))
+            npre = zx[:, n_sl] + b_ih[n_sl] + r * hn
+            dn_pre = (acc(I + 2) * (ax[:, n_sl] + np.abs(b_ih[n_sl]) + np.abs(r * hn))
+                      + np.abs(hn) * dr + np.abs(r) * dhn + dr * dhn)
+        else:
+            rh = r * h0
+            drh = np.abs(h0) * dr + u * np.abs(rh)
+            w_hn = p.w_hh[n_sl]
+            whrh, awhrh = _lin(w_hn, rh)
+            npre = zx[:, n_sl] + b_ih[n_sl] + whrh + b_hh[n_sl]
+            dn_pre = (acc(I + out + 2) * (ax[:, n_sl] + np.abs(b_ih[n_sl]) + awhrh + np.abs(b_hh[n_sl]))
+                      + abs_products(w_hn, np.ascontiguousarray(drh.T)).T)
+        nn, dn = ACT[act](npre), act_error(act, npre, dn_pre, u)
+        ah0, an, az_ = np.abs(h0), np.abs(nn), np.abs(zg)
+        dh = (ah0 + an) * dzz + (1.0 + az_) * dn + dzz * dn + 4.0 * u * (an + ah0 + az_ * (ah0 + an))
+        return dh, None
+    z = zx + b_ih + zh + b_hh
+    a = ax + np.abs(b_ih) + ah + np.abs(b_hh)
+    return act_error(act, z, acc(I + out + 2) * a, u), None

@@ -12,6 +12,13 @@ A format module (``rnnconvert/formats/<name>.py``) offers the same small verbs, 
   through the target framework, for verification.
 * ``target_forward_slab(path, ckpt, layer_name, k, x) -> np.ndarray`` -- the same for stacked layer ``k``
   alone (``x`` is its input): verification of a streamed conversion reads one slab at a time.
+* ``target_step(path, ckpt, layer_name, k, x, states) -> [(h1, c1 or None)]`` -- one step of stacked
+  layer ``k`` of a written file in the target framework, from each of ``N`` given states
+  (``x`` ``(N, I_k)``; ``states[d] = (h0 (N, out), c0 (N, H) or None)`` per direction): verification's
+  one-step comparison (:mod:`rnnconvert.engine.verify`; without it, the numpy reference on the arrays
+  ``read`` back, and the report says so).
+* ``ROUTE`` / ``ENGINE``: the target side's engine as the report names it, and the distribution whose
+  version it reports.
 
 Streaming (docs/performance.md "Streaming conversion"): a reader module with ``LAZY = True`` accepts
 ``read(path, lazy=True)`` (placeholders + ``Checkpoint.loader``); a writer module with ``STREAM = True``

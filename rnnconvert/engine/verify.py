@@ -1,41 +1,40 @@
 """Check that a written file computes the same function as its source.
 
-Source side: the source format's own equations on its own tensors when the format module offers
-``source_forward`` (Keras: :mod:`rnnconvert.formats.keras.keras_math`), else the canonical numpy
-reference (:mod:`rnnconvert.core.reference`); with ``mode='framework'`` the source framework itself
-(``framework_forward``, e.g. tf_keras). Target side: the target framework running the written file
-(``target_forward`` of the target format module: torch, onnxruntime, ...).
+Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" has the rule and its proof):
 
-Rule, in two stages (:func:`agreement`, then :func:`layer_check`):
+1. **One step from the source's own states** (the decisive check, any sequence length). The source runs
+   along its own trajectory (the canonical numpy reference, :func:`rnnconvert.core.reference.trajectory`, in
+   float32, the weights' precision), which gives the state ``h_{t-1}`` (and ``c_{t-1}``) before every step
+   ``t`` of every sequence, stacked layer and direction. The *target framework* then computes one step
+   from each of those ``B*T`` (input, state) pairs, all in one batched call: sequences of length 1 with
+   initial states (torch ``h0, c0``; onnxruntime ``initial_h``/``initial_c``; Keras ``initial_state`` /
+   the layer's cell; ``target_step`` of the target format module). The same steps are computed exactly
+   (float64, :func:`rnnconvert.core.reference.step`), and each element of ``h_t`` (and ``c_t``) must agree
+   within :func:`rnnconvert.core.reference.step_bound`: a forward error bound of one step evaluated in
+   float32 (unit roundoff ``u``; float16 ``u`` for float16 weights or ``--dtype float16``), a few
+   roundings of the step's own magnitudes. Errors cannot compound: each step starts from exactly the
+   same numbers on both sides, so the tolerance does not grow with the sequence length.
+2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch) for what one step
+   cannot show: direction and ``go_backwards``, the order of stacked layers and directions, the link of
+   the written file to the *source's own equations* (``source_forward`` of Keras and TF1 files, or the
+   source framework with ``mode='framework'``). Tolerance ``first * max(1, max|y64|) + 2 * max|y64 - y32|``
+   (source side in float64 and float32; ``first = 1e-5``, ``1e-2`` for float16).
 
-1. The source side is computed in float32, the precision the weights are stored in (float16 weights
-   widened exactly). The layer passes when the target agrees with it within
-   ``first * max(1, max|y32|)``, ``first = 1e-5`` (``1e-2`` for float16 weights, which frameworks may
-   run in float16). Two float32 computations of the same function differ by ~1e-7 relative on a
-   well-conditioned layer; a layout slip (swapped gates, a transposed matrix, a dropped bias) by O(1).
-2. Only a layer that misses that bound is computed again in float64 and judged against it with
-   ``atol = first * max(1, max|y64|) + 2 * max|y64 - y32|``. The second term measures how
-   ill-conditioned the layer is on this batch (a GRU with ``activation='linear'`` and inputs of size 30
-   loses 5e-4 relative precision in float32, whichever framework runs it); for well-conditioned layers
-   it is ~1e-7 and the first term dominates.
+Verdicts (:attr:`LayerCheck.verdict`): ``'fail'`` when either comparison exceeds its tolerance;
+``'inconclusive'`` when it passes but a tolerance is too loose to tell a broken file from a correct one:
+above :func:`fraction` of the output's own scale (``max|y|``; at most 1 for sigmoid/tanh cells), which an
+ill-conditioned layer on long or large inputs can reach; ``'ok'`` otherwise. An inconclusive layer is
+never reported as ok: the CLI exits with :class:`~rnnconvert.errors.InconclusiveError`'s code and a
+conversion keeps no output unless ``accept_inconclusive`` (``--accept-inconclusive``).
 
-A layer that passes stage 1 passes stage 2 too: ``max|y - y64| <= max|y - y32| + max|y32 - y64|`` and
-``max(1, max|y32|) <= max(1, max|y64|) + max|y32 - y64|`` (with ``first <= 1``). So the two stages accept
-exactly what the float64 rule alone accepts; stage 1 only skips the float64 pass where its verdict is
-known. The report says which rule decided (:attr:`LayerCheck.reference`). The float64 pass costs about 3x the
-float32 one (each weight block cast, and twice the bytes), which is why it runs only when needed: for
-a multi-GB checkpoint the float32 source side is a few passes over the weights at memory speed
-(docs/performance.md, session 4).
+Engines: the report names both (:attr:`LayerCheck.source_route`, :attr:`LayerCheck.target_route`). A
+target format whose framework is not installed (or that has no ``target_step``) falls back to the numpy
+reference on the arrays read back from the written file, and the route says so.
 
-Cost (multi-GB checkpoints): the source side reads each layer's stored tensors once (lazily re-read
-tensors are held for that layer only); the input projections ``x_t W`` of all steps are one product;
-the first step's recurrent product (a zero state) is not computed. Target sessions that load the whole
-written file (onnxruntime) are built once per verification (``release`` verb).
-
-Streamed conversions (:func:`rnnconvert.api.convert` with a ``LAZY`` reader and a ``STREAM`` writer) use
-:class:`StreamedVerification`: the same batch, routes, tolerance and report, with the source side run
-slab by slab while each slab is in memory and the target side reading the written file back one layer
-(or one slab, ``target_forward_slab``) at a time; :func:`layer_check` is the comparison of both paths.
+Streamed and eager conversions share :class:`StreamedVerification`: the source side runs slab by slab
+while each slab of parameters is in memory (trajectory, exact steps and their bounds, the short sequence
+in float32 and float64: the source is never read twice); the target side reads the written file back one
+layer or slab at a time. Memory: the kept states are ``B*T*(I + 3*dirs*H)`` numbers per slab.
 """
 
 from __future__ import annotations
@@ -48,13 +47,34 @@ from typing import Any
 import numpy as np
 
 from ..core import reference
-from ..errors import FormatError, VerificationError
 from ..core.model import Checkpoint, RNNLayer
+from ..errors import DependencyError, FormatError, InconclusiveError, VerificationError
+
+#: unit roundoff of the accumulation assumed by the one-step bound: float32's (float16 weights are stored
+#: and rounded in float16 but summed in float32 by torch's CPU kernels and cuDNN's float compute type)
+U_ACC = 2.0 ** -24
+#: the full-sequence comparison uses the first this-many steps of each layer's batch
+SEQ_STEPS = 8
+
+
+def fraction(u: float) -> float:
+    """The largest tolerance, as a fraction of the output's scale, at which a comparison still decides:
+    ``max(1e-2, 64 u)`` (float32: 1e-2; float16 targets: 3.1e-2). A layout slip (a swapped gate block, a
+    reversed direction, a dropped bias) moves outputs by a sizeable part of their scale; a tolerance above
+    this could hide it. (The one-step bound is elementwise: where the largest element reaches this, most
+    are far smaller, and the mutation tests measure what it still detects.)"""
+    return max(1e-2, 64.0 * u)
 
 
 @dataclass
 class LayerCheck:
-    """The comparison of one layer: max abs error of target vs source, and the tolerance used."""
+    """The comparison of one layer.
+
+    ``step_err``/``step_tol``: the largest abs difference of the one-step comparison (``h_t`` and ``c_t``)
+    and the largest element of its bound; ``step_ratio``: ``max(err / bound)`` over elements (passes when
+    ``<= 1``). ``seq_err``/``seq_tol``: the short full-sequence comparison. ``max_abs_err``/``tolerance``:
+    the comparison closer to failing of the two (for one-line reports). ``verdict``: ``'ok'``, ``'fail'``
+    or ``'inconclusive'``; ``reason`` says why when not ok."""
 
     name: str
     max_abs_err: float
@@ -62,12 +82,24 @@ class LayerCheck:
     max_abs_ref: float
     source_route: str
     target_route: str
-    #: which rule decided: ``'float32'`` (agreement with the float32 source side) or ``'float64'``
-    reference: str = "float64"
+    #: which comparison the headline numbers come from: ``'step'`` or ``'sequence'``
+    reference: str = "step"
+    verdict: str = "ok"
+    reason: str = ""
+    step_err: float = 0.0
+    step_tol: float = 0.0
+    step_ratio: float = 0.0
+    seq_err: float = 0.0
+    seq_tol: float = 0.0
+    steps_checked: int = 0
 
     @property
     def ok(self) -> bool:
-        return bool(self.max_abs_err <= self.tolerance)
+        return self.verdict == "ok"
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
 
 
 @dataclass
@@ -84,21 +116,41 @@ class VerifyReport:
     def ok(self) -> bool:
         return all(c.ok for c in self.layers)
 
+    @property
+    def failed(self) -> bool:
+        return any(c.failed for c in self.layers)
+
+    @property
+    def inconclusive(self) -> bool:
+        return not self.failed and any(c.verdict == "inconclusive" for c in self.layers)
+
+    @property
+    def verdict(self) -> str:
+        return "fail" if self.failed else "inconclusive" if self.inconclusive else "ok"
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for c, lc in zip(d["layers"], self.layers):
             c["ok"] = lc.ok
         d["ok"] = self.ok
+        d["verdict"] = self.verdict
         return d
 
-    def raise_if_failed(self) -> None:
-        """Raise :class:`VerificationError` naming the worst layer when any layer is out of tolerance."""
-        bad = [c for c in self.layers if not c.ok]
+    def raise_if_failed(self, accept_inconclusive: bool = False) -> None:
+        """Raise :class:`VerificationError` naming the worst layer when a layer failed, and
+        :class:`InconclusiveError` when a layer is inconclusive (unless ``accept_inconclusive``)."""
+        bad = [c for c in self.layers if c.failed]
         if bad:
-            c = max(bad, key=lambda c: c.max_abs_err / max(c.tolerance, 1e-30))
+            c = max(bad, key=lambda c: c.max_abs_err / max(c.tolerance, 1e-300))
             raise VerificationError(
-                f"verification failed: layer '{c.name}' differs by {c.max_abs_err:.3g} "
-                f"(tolerance {c.tolerance:.3g}); the output was not written. Please report this with the file")
+                f"verification failed: layer '{c.name}': {c.reason}; the output was not written. "
+                f"Please report this with the file")
+        unsure = [c for c in self.layers if c.verdict == "inconclusive"]
+        if unsure and not accept_inconclusive:
+            c = unsure[0]
+            raise InconclusiveError(
+                f"verification inconclusive: layer '{c.name}': {c.reason}; the output was not written "
+                f"(--accept-inconclusive keeps it; a shorter or smaller-range --inputs may decide)")
 
 
 #: The verification batch ``(sequences, steps)``: 3 random sequences of 8 steps ...
@@ -185,218 +237,309 @@ def _raw_held(layer: RNNLayer, pool: dict | None = None):
         layer.source["raw"] = raw
 
 
-def _source(src_module, layer: RNNLayer, x: np.ndarray, dtype) -> np.ndarray:
-    """The source side of ``layer`` on ``x``, computed in ``dtype`` (float32 first, float64 when
-    :func:`agreement` is not met): the source format's own equations on its stored tensors when it has
-    them (``source_forward``), else the numpy reference on the canonical parameters."""
-    xd = np.asarray(x, dtype=dtype)
+def _source(src_module, layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """The source side of the sequence comparison for ``layer`` on each input of ``xs`` (float32 and float64,
+    each computed in its own dtype): the source format's own equations on its stored tensors
+    (``source_forward``), else the numpy reference on the canonical parameters."""
     if _own_equations(src_module, layer):
-        return src_module.source_forward(layer, xd, dtype)
-    return reference.forward(layer, xd, dtype)
+        multi = getattr(src_module, "source_forward_multi", None)
+        if multi is not None:
+            return multi(layer, xs)
+        return [src_module.source_forward(layer, x, x.dtype) for x in xs]
+    return reference.forward_multi(layer, xs)
 
 
 def _first(layer: RNNLayer, first_tol: float | None) -> float:
     return first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
 
 
-def agreement(layer: RNNLayer, y: np.ndarray, y32: np.ndarray, route: str, target_route: str,
-              first_tol: float | None = None) -> LayerCheck:
-    """Stage 1 of the rule (module docstring): the target's ``y`` against the float32 source side ``y32``,
-    within ``first * max(1, max|y32|)``.
-
-    Raises:
-        VerificationError: the output shapes differ.
-    """
-    if y.shape != y32.shape:
-        raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
-                                f"differs from the source's {y32.shape}")
-    y32 = np.asarray(y32, np.float64)
-    ref = float(np.abs(y32).max())
-    return LayerCheck(layer.name, float(np.abs(y - y32).max()), _first(layer, first_tol) * max(1.0, ref), ref,
-                      route, target_route, "float32")
+def unit_roundoff(layer: RNNLayer, target_dtype=None) -> float:
+    """``u`` of the step bound: float16's ``2**-11`` for float16 weights or a float16 target run, else
+    float32's ``2**-24`` (float64 files are run in float32 by onnxruntime; float32 covers them)."""
+    f16 = layer.dtype == np.float16 or (target_dtype is not None and np.dtype(target_dtype) == np.float16)
+    return reference.unit_roundoff(np.float16 if f16 else np.float32)
 
 
-def layer_check(layer: RNNLayer, y: np.ndarray, y64: np.ndarray, y32: np.ndarray, route: str, target_route: str,
-                first_tol: float | None = None) -> LayerCheck:
-    """Stage 2 of the rule (module docstring): the target's output ``y`` against the source side's float64
-    ``y64`` (or the source framework's output), with float32 ``y32`` measuring the layer's conditioning.
-
-    Raises:
-        VerificationError: the output shapes differ.
-    """
-    if y.shape != y64.shape:
-        raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
-                                f"differs from the source's {y64.shape}")
-    scale = float(max(1.0, np.abs(y64).max()))
-    tol = _first(layer, first_tol) * scale + 2.0 * float(np.abs(y64 - y32).max())
-    return LayerCheck(layer.name, float(np.abs(y - y64).max()), tol, float(np.abs(y64).max()), route, target_route)
+def sequence_tolerance(y64: np.ndarray, y32: np.ndarray, first: float) -> float:
+    """The full-sequence comparison's tolerance ``first * max(1, max|y64|) + 2 * max|y64 - y32|``: the
+    second term is the spread of the source's own float32 and float64 runs over these few steps."""
+    return first * max(1.0, float(np.abs(y64).max())) + 2.0 * float(np.abs(y64 - np.asarray(y32, np.float64)).max())
 
 
-def _route(src_module, layer: RNNLayer) -> str:
-    return "source equations (numpy)" if _own_equations(src_module, layer) else "numpy reference"
+def _route(src_module, layer: RNNLayer, mode: str) -> str:
+    seq = ("source framework" if mode == "framework" else
+           "source equations (numpy)" if _own_equations(src_module, layer) else "numpy reference")
+    return f"numpy float64 equations (one step); {seq} (sequence)"
 
 
-def _framework(src_module, src_path, src_ckpt: Checkpoint, layer: RNNLayer, x: np.ndarray):
+def _framework(src_module, src_path, src_ckpt: Checkpoint, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
     fw = getattr(src_module, "framework_forward", None)
     if fw is None:
         raise VerificationError(f"--verify framework is not available for {src_module.__name__}")
-    return fw(src_path, src_ckpt, layer.name, x), "source framework"
+    return fw(src_path, src_ckpt, layer.name, x)
 
 
-def _target_route(dst_module) -> str:
-    return getattr(dst_module, "ROUTE", dst_module.__name__.rsplit(".", 1)[-1])
+def _engine(dst_module) -> str:
+    """The target side's engine with its version: ``ROUTE`` of the format module, and the version of its
+    ``ENGINE`` distribution when installed (``'torch 2.13.0'``)."""
+    route = getattr(dst_module, "ROUTE", dst_module.__name__.rsplit(".", 1)[-1])
+    dist = getattr(dst_module, "ENGINE", None)
+    if dist:
+        from importlib import metadata
+
+        try:
+            return f"{route} {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            return route
+    return route
 
 
-def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str = "reference",
-           src_path=None, seed: int = 0, batch: int | None = None, steps: int | None = None,
-           first_tol: float | None = None, inputs: dict[str, np.ndarray] | None = None) -> VerifyReport:
-    """Run every recurrent layer of ``src_ckpt`` on one random batch on both sides and compare.
-
-    Args:
-        src_ckpt: the checkpoint as read from the source.
-        src_module / dst_module: the format modules of source and target.
-        dst_path: the written file (temporary path before it is renamed into place).
-        mode: ``'reference'`` (numpy equations of the source) or ``'framework'`` (the source framework).
-        seed, batch, steps: the random batch ``x ~ N(0, 1)`` of shape ``(batch, steps, input_size)``
-            (default: :func:`sample_shape`).
-        first_tol: the relative term of the tolerance (default 1e-5, 1e-2 for float16 weights).
-        inputs: ``{layer name: (B, T, input_size) array}``: real inputs to verify those layers on instead
-            of the random batch (e.g. data the model was trained on, whose range N(0, 1) may not reach).
-
-    Raises:
-        FormatError: ``inputs`` of the wrong shape or naming no layer.
-
-    Returns:
-        a :class:`VerifyReport`; call :meth:`VerifyReport.raise_if_failed` to turn failure into an error.
-    """
-    t0 = time.perf_counter()
-    batch, steps = _sample(src_ckpt, batch, steps)
-    pool: dict = {}  # one layer's raw source tensors, reused by the next (_raw_held)
-    xs = _batches(src_ckpt, batch, steps, seed, inputs)
-    rep = VerifyReport(batch=batch, steps=steps, seed=seed)
-    target_route = _target_route(dst_module)
-    try:
-        for layer, x in zip(src_ckpt.layers, xs):
-            with _raw_held(layer, pool):
-                y32 = _source(src_module, layer, x, np.float32)
-            route = _route(src_module, layer)
-            y = dst_module.target_forward(dst_path, src_ckpt, layer.name, x)
-            if mode == "framework":
-                yfw, route = _framework(src_module, src_path, src_ckpt, layer, x)
-                rep.layers.append(layer_check(layer, y, yfw, y32, route, target_route, first_tol))
-                continue
-            check = agreement(layer, y, y32, route, target_route, first_tol)
-            if not check.ok:  # stage 2: the float64 source side and the conditioning term
-                with _raw_held(layer, pool):
-                    y64 = _source(src_module, layer, x, np.float64)
-                check = layer_check(layer, y, y64, y32, route, target_route, first_tol)
-            rep.layers.append(check)
-    finally:
-        release = getattr(dst_module, "release", None)  # a cached target session (onnxruntime)
-        if release is not None:
-            release()
-        reference.release_scratch()
-    rep.seconds = time.perf_counter() - t0
-    return rep
+def _worst(err: np.ndarray, bound: np.ndarray) -> tuple[float, float, float, tuple]:
+    """``(ratio, err, bound, index)`` at the element of largest ``err / bound`` (NaN counts as infinite)."""
+    ratio = np.where(np.isfinite(err), err / bound, np.inf)
+    j = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    return float(ratio[j]), float(err[j]), float(bound[j]), j
 
 
 class StreamedVerification:
-    """Verification of a streamed conversion (:func:`rnnconvert.api.convert`), split in two halves so that
-    only one slab of parameters is in memory at a time; the report reads as :func:`verify`'s.
+    """Verification in two halves, so that only one slab of parameters is in memory at a time (streamed
+    conversions, lazy sources); :func:`verify` runs the same on an in-memory checkpoint.
 
-    * Source side, :meth:`source_slab` while slab ``(i, k)`` is loaded (before it is released): the numpy
-      reference on that slab in float32, chained from the previous slab's output (only the
-      ``(B, T, dirs*H)`` outputs are kept). A layer the source format runs with its own equations
-      (``source_forward`` on ``layer.source['raw']``: Keras, single slabs) keeps that route;
-      ``mode='framework'`` runs the source framework per layer.
-    * Target side, :meth:`target_side` after the writer closed: the target framework on the written file,
-      per layer, or per slab (``target_forward_slab``, each slab's output feeding the next) for stacked
-      layers when the target format offers it. A layer that misses the float32 agreement gets its
-      float64 source side then (:meth:`_float64`: its slabs read again, one at a time).
-
-    The batch is the same as :func:`verify`'s (same seed, one draw per layer in order), as is the rule
-    (:func:`agreement`, :func:`layer_check`).
+    * :meth:`source_slab` while slab ``(i, k)`` is loaded (called in order): the trajectory of the slab in
+      float32 from its input (the batch, or the previous slab's trajectory output), the exact one-step
+      results from every state and their bounds (:func:`rnnconvert.core.reference.step_bound`), and the short
+      sequence in float32 and float64 (the numpy reference chained over slabs; a layer the source format
+      runs with its own equations, ``source_forward`` on ``layer.source['raw']``, at its last slab;
+      ``mode='framework'``: the source framework). Nothing of the source is read again later.
+    * :meth:`target_side` after the writer closed: the target framework on the written file, per layer,
+      per slab (``target_forward_slab``) for stacked layers when the format offers it, and one step per
+      slab (``target_step``).
     """
 
     def __init__(self, src_ckpt: Checkpoint, src_module, *, mode: str = "reference", src_path=None,
                  seed: int = 0, batch: int | None = None, steps: int | None = None,
-                 inputs: dict[str, np.ndarray] | None = None) -> None:
+                 inputs: dict[str, np.ndarray] | None = None, first_tol: float | None = None,
+                 target_dtype=None) -> None:
         batch, steps = _sample(src_ckpt, batch, steps)
         self.ckpt, self.src_module, self.mode, self.src_path = src_ckpt, src_module, mode, src_path
+        self.first_tol, self.target_dtype = first_tol, target_dtype
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         self.x = _batches(src_ckpt, batch, steps, seed, inputs)
-        self.y32: list = [None] * len(src_ckpt.layers)
-        self.yfw: list = [None] * len(src_ckpt.layers)  # the source framework's outputs (mode='framework')
-        self.routes = [""] * len(src_ckpt.layers)
+        n = len(src_ckpt.layers)
+        self.y32: list = [None] * n  # the short sequence, source side, float32 ...
+        self.y64: list = [None] * n  # ... and float64
+        self.yfw: list = [None] * n  # the source framework's outputs (mode='framework')
+        self.traj: list = [None] * n  # the float32 trajectory output of the last slab done (next slab's input)
+        self.slabs: list = [[None] * layer.num_layers for layer in src_ckpt.layers]
+        self.routes = [""] * n
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_held)
+        self._back = None  # the written file read back (fallback target of the one-step check)
+
+    def _seq_x(self, i: int) -> np.ndarray:
+        return self.x[i][:, :SEQ_STEPS]
 
     def source_slab(self, i: int, k: int, dirs: list) -> None:
         """The source side of slab ``k`` of layer ``i`` (called in order, with the slab's loaded params)."""
         t0 = time.perf_counter()
-        layer, x = self.ckpt.layers[i], self.x[i]
+        layer = self.ckpt.layers[i]
+        one = layer.one_slab(k, dirs)
+        u = unit_roundoff(layer, self.target_dtype)
+        xin = self.x[i] if k == 0 else self.traj[i]
+        y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32))
+        B, T, I = xin.shape
+        xf = np.ascontiguousarray(xin.reshape(B * T, I), dtype=np.float32)
+        entries = []
+        for p, rec in zip(dirs, recs):
+            h0 = rec["h"].reshape(B * T, -1)
+            c0 = None if rec["c"] is None else rec["c"].reshape(B * T, -1)
+            exact = reference.step(one, p, xf, h0, c0)
+            entries.append(((h0, c0), exact, reference.step_bound(one, p, xf, h0, c0, u, U_ACC)))
+        self.slabs[i][k] = (xf, entries)
+        self.traj[i] = y if k < layer.num_layers - 1 else None
+        xs = self._seq_x(i)
+        last = k == layer.num_layers - 1
         if _own_equations(self.src_module, layer):  # from the file's tensors (not ``dirs``): once, at the end
-            if k < layer.num_layers - 1:
-                return
-            with _raw_held(layer, self.pool):
-                self.y32[i] = _source(self.src_module, layer, x, np.float32)
+            if last:
+                with _raw_held(layer, self.pool):
+                    self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
+                                                                                 xs.astype(np.float64)])
         else:
-            self.y32[i] = reference.forward_slab(layer, dirs, x if k == 0 else self.y32[i], np.float32)
-            if k == layer.num_layers - 1:
-                self.y32[i] = reference.finish(layer, self.y32[i])
-        if k == layer.num_layers - 1:
-            self.routes[i] = _route(self.src_module, layer)
+            prev = [xs.astype(np.float32), xs.astype(np.float64)] if k == 0 else [self.y32[i], self.y64[i]]
+            self.y32[i], self.y64[i] = reference.forward_slab_multi(layer, dirs, prev)
+            if last:
+                self.y32[i], self.y64[i] = (reference.finish(layer, a) for a in (self.y32[i], self.y64[i]))
+        if last:
+            self.routes[i] = _route(self.src_module, layer, self.mode)
             if self.mode == "framework":
-                self.yfw[i], self.routes[i] = _framework(self.src_module, self.src_path, self.ckpt, layer, x)
+                self.yfw[i] = _framework(self.src_module, self.src_path, self.ckpt, layer, xs)
         self.seconds += time.perf_counter() - t0
 
-    def _float64(self, i: int) -> np.ndarray:
-        """Layer ``i``'s source side in float64 (stage 2 of the rule), reading its tensors again."""
-        layer, x = self.ckpt.layers[i], self.x[i]
-        if _own_equations(self.src_module, layer):
-            with _raw_held(layer, self.pool):
-                return _source(self.src_module, layer, x, np.float64)
-        y = np.asarray(x, np.float64)
-        for k in range(layer.num_layers):
-            dirs = self.ckpt.slab(i, k)
-            y = reference.forward_slab(layer, dirs, y, np.float64)
-            del dirs
-            if self.ckpt.release is not None:
-                self.ckpt.release(i, k)
-        return reference.finish(layer, y)
+    def _target_step(self, dst_module, dst_path, layer: RNNLayer, k: int, xf, states) -> tuple[list | None, str]:
+        """The target's one step of slab ``k`` from ``states``; ``(results, note)``: ``note`` names a
+        fallback (the numpy reference on the arrays read back from the written file, when the target's
+        framework is not installed or the format has no ``target_step``)."""
+        fn = getattr(dst_module, "target_step", None)
+        why = "no one-step runner for this format"
+        if fn is not None:
+            try:
+                return fn(dst_path, self.ckpt, layer.name, k, xf, states), ""
+            except DependencyError as exc:
+                why = f"its framework is not installed ({exc})"
+        read = getattr(dst_module, "read", None)
+        if read is None:
+            return None, why
+        if self._back is None:
+            self._back = read(dst_path)
+        back = self._back.layer(layer.name).one_slab(k)
+        # the file's own semantics (a TF1 writer folds forget_bias into b_f), but for the run-time clips a
+        # checkpoint does not store (as the TF1 target does: rnnconvert.formats.tf.tf1_writer.target_forward)
+        back = back.with_semantics(cell_clip=layer.semantics.cell_clip, proj_clip=layer.semantics.proj_clip)
+        got = [reference.step(back, p, xf, s[0], s[1]) for p, s in zip(back.params[0], states)]
+        return got, f"one step by the numpy reference on the arrays read back ({why})"
+
+    def _step_check(self, i: int, dst_path, dst_module) -> tuple[dict, str]:
+        """The one-step comparison of layer ``i``: every slab and direction. Returns the numbers and a note."""
+        layer = self.ckpt.layers[i]
+        worst = {"ratio": 0.0, "err": 0.0, "bound": 0.0, "tol": 0.0, "loose": 0.0, "where": "", "n": 0,
+                 "scale": 0.0}
+        note = ""
+        for k, (xf, entries) in enumerate(self.slabs[i]):
+            got, why = self._target_step(dst_module, dst_path, layer, k, xf, [e[0] for e in entries])
+            if got is None:
+                return {}, why
+            note = note or why
+            for d, ((h0, c0), (h1, c1), (dh, dc)), (th, tc) in zip(range(len(entries)), entries, got):
+                pairs = [(th, h1, dh, "h")] + ([] if c1 is None else [(tc, c1, dc, "c")])
+                for tv, ev, bd, what in pairs:
+                    tv = np.asarray(tv, np.float64)
+                    if tv.shape != ev.shape:
+                        raise VerificationError(f"verification failed: layer '{layer.name}' one-step output "
+                                                f"shape {tv.shape} differs from the source's {ev.shape}")
+                    ratio, err, bound, j = _worst(np.abs(tv - ev), bd)
+                    scale = float(np.abs(ev).max())
+                    if ratio >= worst["ratio"]:
+                        T = self.x[i].shape[1]
+                        worst.update(ratio=ratio, err=err, bound=bound,
+                                     where=f"stacked layer {k}, direction {d}, {what}, sequence {j[0] // T}, "
+                                           f"step {j[0] % T}")
+                    worst["err"] = max(worst["err"], float(np.nanmax(np.abs(tv - ev))))
+                    worst["tol"] = max(worst["tol"], float(bd.max()))
+                    worst["loose"] = max(worst["loose"], float(bd.max()) / max(scale, 1e-300))
+                    worst["scale"] = max(worst["scale"], scale)
+                    worst["n"] += ev.shape[0] if what == "h" else 0
+        return worst, note
+
+    def _sequence_target(self, i: int, dst_path, dst_module) -> np.ndarray:
+        layer, xs = self.ckpt.layers[i], self._seq_x(i)
+        by_slab = getattr(dst_module, "target_forward_slab", None)
+        if by_slab is not None and layer.num_layers > 1:
+            y = xs
+            for k in range(layer.num_layers):
+                y = by_slab(dst_path, self.ckpt, layer.name, k, y)
+            return reference.finish(layer, y)
+        return dst_module.target_forward(dst_path, self.ckpt, layer.name, xs)
+
+    def judge(self, i: int, dst_path, dst_module, target_route: str) -> LayerCheck:
+        """Both comparisons of layer ``i`` against the written file, and the verdict."""
+        layer = self.ckpt.layers[i]
+        u = unit_roundoff(layer, self.target_dtype)
+        rho = fraction(u)
+        y = np.asarray(self._sequence_target(i, dst_path, dst_module), np.float64)
+        ref = self.yfw[i] if self.mode == "framework" else self.y64[i]
+        if y.shape != ref.shape:
+            raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
+                                    f"differs from the source's {ref.shape}")
+        seq_err = float(np.abs(y - ref).max()) if np.isfinite(y).all() else float("inf")
+        seq_tol = sequence_tolerance(ref, self.y32[i], _first(layer, self.first_tol))
+        seq_scale = float(np.abs(ref).max())
+        st, note = self._step_check(i, dst_path, dst_module)
+        route = target_route + (" one-step + sequence" if st and not note else " (sequence)")
+        if note:
+            route += f"; {note}"
+        c = LayerCheck(layer.name, seq_err, seq_tol, seq_scale, self.routes[i], route, "sequence",
+                       seq_err=seq_err, seq_tol=seq_tol)
+        if st:
+            c.step_err, c.step_tol, c.step_ratio, c.steps_checked = st["err"], st["tol"], st["ratio"], st["n"]
+            if st["ratio"] >= seq_err / max(seq_tol, 1e-300):
+                c.max_abs_err, c.tolerance, c.reference = st["err"], st["bound"], "step"
+        T = self._seq_x(i).shape[1]
+        if st and st["ratio"] > 1.0:
+            c.verdict, c.reason = "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
+                                           f"float bound allows {st['bound']:.3g} ({st['where']})")
+        elif seq_err > seq_tol:
+            c.verdict, c.reason = "fail", (f"the first {T} steps as a sequence differ by {seq_err:.3g} "
+                                           f"(tolerance {seq_tol:.3g})")
+        elif not st:
+            c.verdict, c.reason = "inconclusive", f"the one-step comparison could not run: {note}"
+        elif st["loose"] > rho:
+            c.verdict, c.reason = "inconclusive", (
+                f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale "
+                f"({st['scale']:.3g}): too loose to tell a broken file from a correct one")
+        elif seq_tol - _first(layer, self.first_tol) * max(1.0, seq_scale) > rho * seq_scale:
+            c.verdict, c.reason = "inconclusive", (
+                f"the sequence tolerance {seq_tol:.3g} (float32 and float64 runs of the source part by "
+                f"{(seq_tol - _first(layer, self.first_tol) * max(1.0, seq_scale)) / 2:.3g}) exceeds {rho:.3g} of "
+                f"the output's scale ({seq_scale:.3g}): the layer is ill-conditioned on these inputs")
+        return c
 
     def target_side(self, dst_path, dst_module, progress=None) -> VerifyReport:
         """Run the written file in the target framework and compare, layer by layer; returns the report.
         ``progress(done, total)``: layers verified so far."""
         t0 = time.perf_counter()
-        target_route = _target_route(dst_module)
-        by_slab = getattr(dst_module, "target_forward_slab", None)
+        target_route = _engine(dst_module)
         self.pool.clear()  # the source side is done: its buffers go before the target framework runs
         if progress is not None:
             progress(0, len(self.ckpt.layers))
         try:
-            for i, layer in enumerate(self.ckpt.layers):
-                x = self.x[i]
-                if by_slab is not None and layer.num_layers > 1:
-                    y = x
-                    for k in range(layer.num_layers):
-                        y = by_slab(dst_path, self.ckpt, layer.name, k, y)
-                    y = reference.finish(layer, y)
-                else:
-                    y = dst_module.target_forward(dst_path, self.ckpt, layer.name, x)
-                if self.mode == "framework":
-                    check = layer_check(layer, y, self.yfw[i], self.y32[i], self.routes[i], target_route)
-                else:
-                    check = agreement(layer, y, self.y32[i], self.routes[i], target_route)
-                    if not check.ok:  # stage 2
-                        check = layer_check(layer, y, self._float64(i), self.y32[i], self.routes[i], target_route)
-                self.rep.layers.append(check)
+            for i in range(len(self.ckpt.layers)):
+                self.rep.layers.append(self.judge(i, dst_path, dst_module, target_route))
                 if progress is not None:
                     progress(i + 1, len(self.ckpt.layers))
         finally:
-            release = getattr(dst_module, "release", None)
+            release = getattr(dst_module, "release", None)  # a cached target session (onnxruntime)
             if release is not None:
                 release()
             reference.release_scratch()
+            self._back = None
         self.rep.seconds = self.seconds + time.perf_counter() - t0
         return self.rep
+
+
+def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str = "reference",
+           src_path=None, seed: int = 0, batch: int | None = None, steps: int | None = None,
+           first_tol: float | None = None, inputs: dict[str, np.ndarray] | None = None,
+           target_dtype=None) -> VerifyReport:
+    """Run every recurrent layer of ``src_ckpt`` on one batch on both sides and compare (module docstring).
+
+    Args:
+        src_ckpt: the checkpoint as read from the source (in memory).
+        src_module / dst_module: the format modules of source and target.
+        dst_path: the written file (temporary path before it is renamed into place).
+        mode: ``'reference'`` (numpy equations of the source) or ``'framework'`` (the source framework,
+            for the sequence comparison).
+        seed, batch, steps: the random batch ``x ~ N(0, 1)`` of shape ``(batch, steps, input_size)``
+            (default: :func:`sample_shape`).
+        first_tol: the relative term of the sequence tolerance (default 1e-5, 1e-2 for float16 weights).
+        inputs: ``{layer name: (B, T, input_size) array}``: real inputs to verify those layers on instead
+            of the random batch (any length: the one-step comparison's tolerance does not grow with it).
+        target_dtype: ``np.float16`` when the target runs in float16 (the cuDNN route's ``--dtype``).
+
+    Raises:
+        FormatError: ``inputs`` of the wrong shape or naming no layer.
+
+    Returns:
+        a :class:`VerifyReport`; :meth:`VerifyReport.raise_if_failed` turns failure into an error.
+    """
+    t0 = time.perf_counter()
+    check = StreamedVerification(src_ckpt, src_module, mode=mode, src_path=src_path, seed=seed, batch=batch,
+                                 steps=steps, inputs=inputs, first_tol=first_tol, target_dtype=target_dtype)
+    try:
+        for i, layer in enumerate(src_ckpt.layers):
+            for k in range(layer.num_layers):
+                check.source_slab(i, k, layer.params[k])
+    finally:
+        reference.release_scratch()
+    rep = check.target_side(dst_path, dst_module)
+    rep.seconds = time.perf_counter() - t0
+    return rep

@@ -52,8 +52,19 @@ class CudaTarget:
             raise ValueError(f"route must be one of {ROUTES}")
         self.dst_module, self.route, self.dtype = dst_module, route, dtype
         self.ROUTE = f"cuDNN {'nn module' if route == 'module' else 'packed buffer'} ({dtype})"
+        self.ENGINE = "torch"
         self.__name__ = f"cuda_{route}"
         self._ckpt: Checkpoint | None = None
+
+    def target_step(self, path: Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+        """Verification's one-step check on the GPU: stacked layer ``k`` of the file's weights (cast to
+        ``dtype``) in a ``torch.nn`` module on CUDA (cuDNN), one step from each state; both routes (the
+        packed-buffer route's full sequences are checked by :meth:`target_forward`)."""
+        from ..formats.torch import torch_pt
+
+        if self._ckpt is None:
+            self._ckpt = self.dst_module.read(path)
+        return torch_pt.step_canonical(_cast(self._ckpt.layer(name), self.dtype), k, x, states, device="cuda")
 
     def target_forward(self, path: Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
         from ..core import cudnn

@@ -49,6 +49,8 @@ from . import keras_config, keras_h5, keras_h5_write
 
 ROUTE = "keras 3"
 HARD_SIGMOID_SCALE = keras_config.HARD_SIGMOID_SCALE  # Keras-2 hard_sigmoid(x) = Keras-3 hard_sigmoid(1.2 x)
+#: the distribution whose version verification reports for the target side
+ENGINE = "keras"
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_MEMBER_BYTES = 1 << 34  # 16 GiB: no real RNN checkpoint is larger
 MAX_RATIO = 200  # uncompressed / compressed per member (HDF5 weights barely compress)
@@ -333,6 +335,9 @@ def _read_zip(p: Path, z: zipfile.ZipFile, gate_activation: str | None) -> Check
                 if "metadata.json" in z.namelist() else {}
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise FormatError(f"{p}: config.json / metadata.json is not valid JSON ({exc})") from exc
+        if not isinstance(config, dict) or not isinstance(meta, dict):
+            raise FormatError(f"{p}: config.json / metadata.json is a JSON {type(config).__name__ if not isinstance(config, dict) else type(meta).__name__}, "
+                              "not an object; not a Keras 3 model archive")
         if "model.weights.h5" not in z.namelist():
             raise FormatError(f"{p}: archive without model.weights.h5 (npz or sharded weights are not supported)")
         winfo = _safe_member(z, "model.weights.h5", p)
@@ -609,6 +614,44 @@ def _sequence_run(k, lay, h: np.ndarray) -> np.ndarray:
     twin.build((None, None, h.shape[-1]))
     twin.set_weights(lay.get_weights())
     return k.ops.convert_to_numpy(twin(h))
+def _load(path: str | Path, ckpt: Checkpoint):
+    """The written Keras 3 file as a Keras 3 model: ``.keras`` by ``keras.saving.load_model`` (safe mode),
+    ``.weights.h5`` by ``load_weights`` into the model :func:`build` makes."""
+    k = keras3()
+    with open(path, "rb") as fh:
+        is_zip = fh.read(4) == ZIP_MAGIC
+    with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
+        local = os.path.join(tmp, "model.keras" if is_zip else "model.weights.h5")
+        shutil.copyfile(path, local)
+        if is_zip:
+            return k.saving.load_model(local, compile=False, safe_mode=True)
+        from . import keras_whole
+
+        full = _whole_model(ckpt, path)
+        model = keras_whole.build(full, ckpt)[0] if full is not None else build(ckpt, with_weights=False)
+        model.load_weights(local)
+        return model
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: stacked layer ``k`` of layer ``name`` of the written file, loaded in
+    Keras 3, one step through its cell from each state (Bidirectional: each direction's layer from its own
+    states); ``[(h1, c1 or None)]`` per direction, float64."""
+    model = _load(path, ckpt)
+    if _whole_model(ckpt, path) is not None:  # a whole Keras 2 model: the layer by its dotted path
+        layer, last = ckpt.layer(name), _resolve(model, name)
+        if last is None or k != 0:
+            raise KeyError(name)
+        subs = [last.forward_layer, last.backward_layer] if layer.bidirectional else [last]
+        return [keras_h5_write.cell_step(sub, x, st, layer.dtype, keras3().ops.convert_to_tensor)
+                for sub, st in zip(subs, states)]
+    for layer, _, names in keras_h5_write.plan(ckpt):
+        if layer.name == name:
+            last = model.get_layer(names[k])
+            subs = [last.forward_layer, last.backward_layer] if layer.bidirectional else [last]
+            return [keras_h5_write.cell_step(sub, x, st, layer.dtype, keras3().ops.convert_to_tensor)
+                    for sub, st in zip(subs, states)]
+    raise KeyError(name)
 
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ...core import gates
-from ...io import guard
+from ...io import budget, guard
 from ...errors import FormatError, UnsupportedError
 from ...core.finite import all_finite
 from ...core.model import (ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder,
@@ -85,15 +85,36 @@ def _check_links(f) -> None:
 
 
 def _attr_list(group, name: str) -> list[str]:
-    """Read a Keras string-list attribute, joining chunked ``name0, name1 ...`` attributes."""
+    """Read a Keras string-list attribute, joining chunked ``name0, name1 ...`` attributes; at most the
+    ``names`` limit of :mod:`rnnconvert.io.budget` (checked from the attribute's shape before it is read).
+
+    Raises:
+        BudgetError: more names than the limit."""
+    where = f"{group.file.filename}: attribute '{name}' of {group.name}"
     if name in group.attrs:
+        budget.check_count(where, "names", _attr_len(group, name), "names")
         vals = list(group.attrs[name])
     else:
         vals, i = [], 0
         while f"{name}{i}" in group.attrs:
+            budget.check_count(where, "names", len(vals) + _attr_len(group, f"{name}{i}"), "names")
             vals.extend(group.attrs[f"{name}{i}"])
             i += 1
     return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in vals]
+
+
+def _attr_len(group, name: str) -> int:
+    """The number of values of attribute ``name`` from its dataspace, without reading them."""
+    import h5py
+
+    try:
+        shape = h5py.h5a.open(group.id, name.encode()).shape
+    except (KeyError, OSError, RuntimeError, ValueError):
+        return 0
+    n = 1
+    for d in shape or ():
+        n *= int(d)
+    return n
 
 
 def _attr_str(obj, name: str) -> str | None:
@@ -116,6 +137,9 @@ def _dataset_meta(ds, where: str) -> np.ndarray:
     fsize = Path(ds.file.filename).stat().st_size
     if nbytes > 64 * fsize + (1 << 20) and ds.compression is None:
         raise FormatError(f"{where}: declared shape {ds.shape} needs {nbytes} bytes, the file has {fsize}")
+    if ds.chunks is not None or ds.compression is not None:  # filtered or sparse: judge by the bytes stored
+        budget.check_expansion(where, nbytes, min(ds.id.get_storage_size(), fsize),
+                               f"{'compressed' if ds.compression else 'chunked'} dataset of shape {ds.shape}")
     return placeholder(ds.shape, ds.dtype)
 
 
@@ -829,6 +853,9 @@ def _probe_path(path: str) -> None:
     try:
         with h5py.File(path, "r") as f:
             _check_links(f)
+            for g in (f, f.get("model_weights")):  # name lists bounded here, within the deadline
+                if isinstance(g, h5py.Group):
+                    _attr_list(g, "layer_names")
 
             def touch(_name, obj):
                 for key in obj.attrs:
@@ -948,7 +975,7 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
 
 
 # The writer lives in a sibling module to keep this one small (registry verbs: check/write/target_forward).
-from .keras_h5_write import (K3_TO_K2_SCALE, ROUTE, STREAM, check, open_stream, refusals,  # noqa: E402,F401
-                              target_forward,
+from .keras_h5_write import (ENGINE, K3_TO_K2_SCALE, ROUTE, STREAM, check, open_stream, refusals,  # noqa: E402,F401
+                              target_forward, target_step,
                               target_forward_slab, write)
 from .keras_math import source_forward  # noqa: E402,F401  (verification: Keras equations on the file's tensors)

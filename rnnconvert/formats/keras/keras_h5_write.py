@@ -46,6 +46,8 @@ from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...core.transforms import fold_forget_bias, summed_bias
 
 ROUTE = "tf_keras"
+#: the distribution whose version verification reports for the target side
+ENGINE = "tf_keras"
 _K2_ACTS = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
 _CLASS = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "SimpleRNN", Cell.RNN_RELU: "SimpleRNN"}
 
@@ -644,6 +646,34 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
     for _, klayer in _loaded_layers(path, layer, names, [k]):
         y = _run_last(klayer, tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype)), layer.bidirectional)
         return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
+    raise AssertionError("unreachable")
+
+
+def cell_step(sub, x: np.ndarray, state: tuple, dtype, to_tensor=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """One step of a Keras recurrent layer ``sub`` (tf_keras or Keras 3) through its own cell: ``sub.cell(x,
+    [h0(, c0)])`` on ``x`` ``(N, I)``, states ``state = (h0 (N, out), c0 (N, H) or None)``; returns
+    ``(h1, c1 or None)`` float64. The cell is what the layer's loop calls at every time step.
+    ``to_tensor``: the framework's tensor constructor (default ``tf.convert_to_tensor``)."""
+    if to_tensor is None:
+        import tensorflow as tf
+
+        to_tensor = tf.convert_to_tensor
+    init = [to_tensor(np.asarray(state[0], dtype))] + ([] if state[1] is None else [to_tensor(np.asarray(state[1], dtype))])
+    _, new = sub.cell(to_tensor(np.asarray(x, dtype)), init)
+    new = list(new) if isinstance(new, (list, tuple)) else [new]
+    h1 = np.asarray(new[0], np.float64)
+    return h1, (np.asarray(new[1], np.float64) if state[1] is not None else None)
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: the Keras layer of stacked layer ``k`` of layer ``name``, made and
+    loaded from the written file as ``load_model`` does (:func:`_loaded_layers`), one step through its
+    cell from each state (:func:`cell_step`; a Bidirectional's forward and backward layers each from
+    their own states). ``[(h1, c1 or None)]`` per direction, float64."""
+    layer, names = _planned(ckpt, name)
+    for _, klayer in _loaded_layers(path, layer, names, [k]):
+        subs = [klayer.forward_layer, klayer.backward_layer] if layer.bidirectional else [klayer]
+        return [cell_step(sub, x, st, layer.dtype) for sub, st in zip(subs, states)]
     raise AssertionError("unreachable")
 
 

@@ -437,12 +437,15 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
         b = np.asarray(k.ops.convert_to_numpy(b), dtype=np.float64)
         if a.shape != b.shape:
             checks.append(LayerCheck(name, float("inf"), 0.0, float(np.max(np.abs(a), initial=0.0)),
-                                     "tf_keras (whole model)", "keras 3 load_model", "float32"))
+                                     "tf_keras (whole model)", "keras 3 load_model", "float32", verdict="fail",
+                                     reason=f"shape {b.shape} where the source gives {a.shape}"))
             continue
         ref = float(np.max(np.abs(a), initial=0.0))
         err = float(np.max(np.abs(a - b), initial=0.0))
-        checks.append(LayerCheck(name, err, TOL * max(1.0, ref), ref, "tf_keras (whole model)",
-                                 "keras 3 load_model", "float32"))
+        tol = TOL * max(1.0, ref)
+        checks.append(LayerCheck(name, err, tol, ref, "tf_keras (whole model)", "keras 3 load_model", "float32",
+                                 verdict="ok" if err <= tol else "fail",
+                                 reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
     failed = [i for i, c in enumerate(checks) if not c.ok and np.isfinite(c.max_abs_err)]
     twin = _float64_twin(k, new) if failed else None
     if twin is not None:  # stage 2 (the rule of rnnconvert.engine.verify): allow for the layer's conditioning
@@ -460,9 +463,13 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
                     z = k.Model(twin.inputs, twin.get_layer(n).output)(args64, training=False)
                 spread = float(np.max(np.abs(np.asarray(k.ops.convert_to_numpy(z), np.float64)
                                              - np.asarray(k.ops.convert_to_numpy(b), np.float64)), initial=0.0))
-                checks[i] = LayerCheck(c.name, c.max_abs_err, c.tolerance + 2 * spread, c.max_abs_ref, c.source_route,
-                                       c.target_route, "float64")
+                tol = c.tolerance + 2 * spread
+                checks[i] = LayerCheck(c.name, c.max_abs_err, tol, c.max_abs_ref, c.source_route, c.target_route,
+                                       "float64", verdict="ok" if c.max_abs_err <= tol else "fail",
+                                       reason="" if c.max_abs_err <= tol else
+                                       f"differs by {c.max_abs_err:.3g} (tolerance {tol:.3g} with the float64 spread)")
     if len(y2) != len(y3):
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
-                                 "keras 3 load_model", "float32"))
+                                 "keras 3 load_model", "float32", verdict="fail",
+                                 reason=f"{len(y3)} outputs where the source has {len(y2)}"))
     return checks

@@ -40,6 +40,8 @@ from ...core.transforms import fold_forget_bias
 from .onnx_read import META_KEY, read  # noqa: F401  (the reader lives in its own module)
 
 ROUTE = "onnxruntime"
+#: the distribution whose version verification reports for the target side
+ENGINE = "onnxruntime"
 OPSET = 14
 #: onnxruntime 1.31 refuses IR version 14 (onnx 1.23's default); 8 is the IR of op set 14 (LAYOUTS §13.5).
 IR_VERSION = 8
@@ -310,6 +312,62 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     Other layers' inputs are fed zeros (onnxruntime needs every graph input).
     """
     return _run(_session(path), path, name, x)
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check in onnxruntime: the written LSTM/GRU/RNN node of stacked layer ``k``
+    of layer ``name`` (its attributes and weight initializers, external data included, as written), alone
+    in a one-node graph fed ``x`` ``(N, I)`` as ``N`` sequences of length 1 with ``initial_h`` (and
+    ``initial_c``) ``(D, N, H)`` from ``states``. Returns ``[(Y_h[d], Y_c[d] or None)]`` per direction,
+    float64. Only that node's weights are loaded."""
+    ort = require("onnxruntime", "onnx")
+    onnx = require("onnx", "onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    layer = ckpt.layer(name)
+    node_name = name if layer.num_layers == 1 else f"{name}.l{k}"
+    model = onnx.load(str(path), load_external_data=False)
+    node = next((n for n in model.graph.node if n.name == node_name), None)
+    if node is None:
+        raise FormatError(f"{path}: no node '{node_name}' (not written by rnnconvert?)")
+    lstm = node.op_type == "LSTM"
+    ins = list(node.input) + [""] * (8 - len(node.input))
+    ins[0], ins[4], ins[5] = "X", "", "initial_h"
+    if lstm:
+        ins[6] = "initial_c"
+    ins = ins[:8 if lstm else 6]
+    while ins and not ins[-1]:
+        ins.pop()
+    by_name = {t.name: t for t in model.graph.initializer}
+    tensors = []
+    for n in ins:
+        if n in by_name:
+            t = onnx.TensorProto()
+            t.CopyFrom(by_name[n])
+            if uses_external_data(t):
+                load_external_data_for_tensor(t, str(Path(path).resolve().parent))
+            if t.data_type == TensorProto.DOUBLE:  # onnxruntime's RNN kernels are float32 only (see _session)
+                t = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), n)
+            tensors.append(t)
+    dt = np.float16 if any(t.data_type == TensorProto.FLOAT16 for t in tensors) else np.float32
+    elem = TensorProto.FLOAT16 if dt == np.float16 else TensorProto.FLOAT
+    outs = ["Y", "Y_h"] + (["Y_c"] if lstm else [])
+    step = helper.make_node(node.op_type, ins, outs, name=node.name)
+    step.attribute.extend(node.attribute)
+    N, D = x.shape[0], len(states)
+    feeds = {"X": np.asarray(x, dt)[None], "initial_h": np.stack([np.asarray(st[0], dt) for st in states])}
+    if lstm:
+        feeds["initial_c"] = np.stack([np.asarray(st[1], dt) for st in states])
+    graph = helper.make_graph(
+        [step], "rnnconvert_step", [helper.make_tensor_value_info(key, elem, v.shape) for key, v in feeds.items()],
+        [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=tensors)
+    m = helper.make_model(graph, opset_imports=model.opset_import)
+    m.ir_version = model.ir_version
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(outs, feeds)
+    return [(np.asarray(got[1][d], np.float64), np.asarray(got[2][d], np.float64) if lstm else None)
+            for d in range(D)]
 
 
 #: One onnxruntime session, keyed by the file's identity: verification runs every layer of the same

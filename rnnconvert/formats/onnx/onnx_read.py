@@ -68,22 +68,38 @@ def _load(path: Path):
     return model
 
 
-def _consts(graph, numpy_helper) -> dict[str, np.ndarray]:
-    """Initializers and Constant outputs, followed through Identity nodes."""
+def _consts(graph, numpy_helper, where: object = "ONNX graph") -> dict[str, np.ndarray]:
+    """Initializers and Constant outputs, followed through Identity nodes: each node's output resolved
+    once (a chain of any length and order costs time linear in it), the graph's node count within the
+    ``graph_nodes`` limit of :mod:`rnnconvert.io.budget`.
+
+    Raises:
+        BudgetError: more nodes than the limit."""
+    from ...io import budget
+
+    budget.check_count(where, "graph_nodes", len(graph.node), "nodes in the graph")
     vals = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for _ in range(len(graph.node) + 1):
-        grew = False
-        for n in graph.node:
-            if n.op_type == "Constant" and n.output[0] not in vals:
+    producer: dict[str, Any] = {}
+    for n in graph.node:
+        if n.op_type in ("Constant", "Identity") and len(n.output) and (n.op_type == "Constant" or len(n.input)):
+            producer.setdefault(n.output[0], n)
+    for name in list(producer):
+        chain: list[str] = []
+        seen: set[str] = set()
+        cur = name
+        while cur not in vals and cur in producer and cur not in seen:  # walk back to a known value
+            seen.add(cur)
+            chain.append(cur)
+            n = producer[cur]
+            if n.op_type == "Constant":
                 for a in n.attribute:
                     if a.name == "value":
-                        vals[n.output[0]] = numpy_helper.to_array(a.t)
-                        grew = True
-            elif n.op_type == "Identity" and n.input[0] in vals and n.output[0] not in vals:
-                vals[n.output[0]] = vals[n.input[0]]
-                grew = True
-        if not grew:
-            break
+                        vals[cur] = numpy_helper.to_array(a.t)
+                break
+            cur = n.input[0]
+        if cur in vals:  # the chain's outputs all carry that value (a cycle or a Constant without
+            for c in chain:  # 'value' leaves them unresolved, as before)
+                vals.setdefault(c, vals[cur])
     return vals
 
 
@@ -238,7 +254,7 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
             raise UnsupportedError(f"{path}: node '{n.name}' is {n.domain}:{n.op_type}, a quantized recurrent op; "
                                    "dequantizing would change the weights, so it is refused (export the float model)")
     try:
-        vals = _consts(g, numpy_helper)
+        vals = _consts(g, numpy_helper, path)
     except (ValueError, TypeError, IndexError) as exc:  # raw_data that does not fit dims, bad dtypes
         raise FormatError(f"{path}: a stored tensor does not match its declared shape or type ({exc})") from exc
     rnn = [n for n in g.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]

@@ -179,3 +179,11 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     with torch.no_grad():
         y = mods[name](torch.from_numpy(np.asarray(x)).to(next(mods[name].parameters()).dtype))[0]
     return y.double().numpy()
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: the written buffer unpacked (:func:`read`) and stacked layer ``k``
+    of layer ``name`` run one step from each state in ``torch.nn`` on CPU."""
+    from ..torch import torch_pt
+
+    return torch_pt.step_canonical(read(path).layer(name), k, x, states)

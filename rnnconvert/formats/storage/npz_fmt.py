@@ -21,6 +21,8 @@ Written with fixed zip timestamps, members in a fixed order: identical input giv
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import zipfile
 import zlib
@@ -30,12 +32,15 @@ from typing import Any
 
 import numpy as np
 
+from ...io import budget
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
 SCHEMA = 1
 META = "__rnnconvert__"
 ROUTE = "torch (re-read arrays) or numpy reference"
+#: the distribution whose version verification reports for the target side
+ENGINE = "torch"
 _FIELDS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr", "peep")
 
 
@@ -134,6 +139,7 @@ def _check_members(p: Path) -> None:
         infos = zf.infolist()
         if len(infos) > MAX_MEMBERS:
             raise FormatError(f"{p}: {len(infos)} members; an rnnconvert .npz has far fewer")
+        budget.zip_members(p, infos)  # duplicate names, deflate ratio (docs/security.md "Resource budget")
         for info in infos:
             if not info.filename.endswith(".npy"):
                 continue
@@ -240,6 +246,19 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
 
         return reference.forward_slab(layer, layer.params[0], x)  # forward() would flip the time axis
     return _run(layer, x)
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check of stacked layer ``k`` of layer ``name``, re-read from ``path``: in
+    ``torch.nn`` when torch can express it, else the numpy reference step on the re-read arrays."""
+    from ..torch import torch_pt
+
+    layer = _read(Path(path), only=name, slab=k).layer(name)  # stacked layer k alone, as a one-layer layer
+    if torch_pt.refusals(layer) or importlib.util.find_spec("torch") is None:
+        from ...core import reference
+
+        return [reference.step(layer, p, x, s[0], s[1]) for p, s in zip(layer.params[0], states)]
+    return torch_pt.step_canonical(layer, 0, x, states)
 
 
 def _run(layer: RNNLayer, x: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ header length, JSON header, raw little-endian data) cannot hold code.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from ...io import directio
 from ..torch import pt_writer, torch_pt
 
 ROUTE = "torch (safetensors tensors)"
+#: the distribution whose version verification reports for the target side
+ENGINE = "torch"
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -227,12 +230,17 @@ def mapped(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
     return out
 
 
+#: The parameter names of ``nn.LSTM/GRU/RNN`` and their cells (``torch/nn/modules/rnn.py``).
+_PARAM = re.compile(r"^(weight_ih|weight_hh|weight_hr|bias_ih|bias_hh)(_l\d+(_reverse)?)?$")
+
+
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Load the file's tensors into the ``torch.nn`` module of layer ``name`` and run it; float64 ``(B, T, dirs*H)``.
 
     The tensors are memory maps of the written file (:func:`mapped`), only those of layer ``name``."""
     torch = require("torch", "torch")
-    sd = {k: torch.from_numpy(v) for k, v in mapped(path, f"{name}.").items()}
+    sd = {k: torch.from_numpy(v) for k, v in mapped(path, f"{name}.").items()
+          if _PARAM.match(k[len(name) + 1:])}  # a carried tensor under the same prefix is not the module's
     return torch_pt.run_module(ckpt.layer(name), sd, x)
 
 
@@ -242,3 +250,12 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
     torch = require("torch", "torch")
     m = mapped(path, f"{name}.")
     return torch_pt.run_slab(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]), x)
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: stacked layer ``k`` of layer ``name``, its memory-mapped tensors
+    loaded into a one-layer ``torch.nn`` module (:func:`rnnconvert.formats.torch.torch_pt.run_step`)."""
+    torch = require("torch", "torch")
+    m = mapped(path, f"{name}.")
+    one, sd = torch_pt.slab_state(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]))
+    return torch_pt.run_step(one, sd, x, states)

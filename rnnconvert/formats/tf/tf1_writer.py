@@ -178,6 +178,13 @@ def write(ckpt: Checkpoint, path: str | Path, **_) -> list[str]:
     return lines
 
 
+#: Verification runs a written TF1 checkpoint as TensorFlow reads it back, through the TF1 cell equations
+#: (:mod:`.tf1_math`, numpy); its one-step check is the numpy reference on those arrays (no TF1 cell runs
+#: in TensorFlow 2 without tf_keras' legacy layers).
+ROUTE = "TensorFlow read-back + TF1 cell equations (numpy)"
+ENGINE = "tensorflow"
+
+
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Verification: read the written checkpoint back with TensorFlow and apply the TF1 cell equations
     (:mod:`.tf1_math`) to the tensors exactly as TF returns them; float64."""

@@ -130,8 +130,13 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     return lines
 
 
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Verification: fresh tf_keras layers restored from the written checkpoint by TensorFlow, run on ``x``."""
+ROUTE = "tf_keras (layers restored by TensorFlow from the checkpoint)"
+#: the distribution whose version verification reports for the target side
+ENGINE = "tensorflow"
+
+
+def _restored(path: str | Path, ckpt: Checkpoint):
+    """Fresh tf_keras layers (weights zeroed) restored from the written checkpoint by TensorFlow."""
     tf = require("tensorflow", "tensorflow")
     from .tf_checkpoint import prefix_of
 
@@ -141,6 +146,24 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     status = tf.train.Checkpoint(**{f"layer_with_weights-{i}": lay for i, lay in enumerate(built)}).restore(
         prefix_of(path))
     status.assert_existing_objects_matched()
+    return by_name
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: the tf_keras layer of stacked layer ``k`` of layer ``name``, restored
+    from the written checkpoint by TensorFlow, one step through its cell from each state."""
+    from ..keras.keras_h5_write import cell_step
+
+    lay = _restored(path, ckpt)[name][k]
+    layer = ckpt.layer(name)
+    subs = [lay.forward_layer, lay.backward_layer] if layer.bidirectional else [lay]
+    return [cell_step(sub, x, st, np.float32) for sub, st in zip(subs, states)]
+
+
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Verification: fresh tf_keras layers restored from the written checkpoint by TensorFlow, run on ``x``."""
+    tf = require("tensorflow", "tensorflow")
+    by_name = _restored(path, ckpt)
     y = tf.constant(np.asarray(x, np.float32))
     for lay in by_name[name]:
         y = lay(y)

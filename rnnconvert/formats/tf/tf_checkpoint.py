@@ -71,12 +71,17 @@ def prefix_of(path: str | Path) -> str | None:
         ck = p / "checkpoint"
         if not ck.is_file():
             return None
-        m = re.search(r'^model_checkpoint_path:\s*"(.*)"', ck.read_text(errors="replace"), re.M)
+        with open(ck, "rb") as fh:  # a state file is a few lines; a huge one is not read whole
+            text = fh.read(1 << 16).decode("utf8", errors="replace")
+        m = re.search(r'^model_checkpoint_path:\s*"(.*)"', text, re.M)
         if not m:
             return None
         q = Path(m.group(1))
         q = q if q.is_absolute() else p / q
-        if not Path(str(q) + ".index").is_file():  # an absolute path written elsewhere: look beside the file
+        inside = p.resolve() in Path(os.path.abspath(q)).resolve().parents
+        if not inside or not Path(str(q) + ".index").is_file():
+            # never followed out of the folder (an absolute path written on another machine, or '../'):
+            # the prefix of that name beside the state file, as TensorFlow looks for a moved checkpoint
             q = p / q.name
         return str(q)
     s = str(p)
@@ -473,5 +478,5 @@ def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
 
 
 # Writing (a TF1 checkpoint directory): see :mod:`.tf1_writer`.
-from .tf1_writer import check, refusals, target_forward, write  # noqa: E402,F401
+from .tf1_writer import ENGINE, ROUTE, check, refusals, target_forward, write  # noqa: E402,F401
 from .tf_framework import framework_forward  # noqa: E402,F401

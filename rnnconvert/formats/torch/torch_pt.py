@@ -28,6 +28,8 @@ from . import pt_writer
 
 ZIP_MAGIC = b"PK\x03\x04"
 ROUTE = "torch"
+#: the distribution whose version verification reports for the target side
+ENGINE = "torch"
 _MODULE = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_RELU: "RNN"}
 _ACT = {Cell.LSTM: "tanh", Cell.GRU: "tanh", Cell.RNN_TANH: "tanh", Cell.RNN_RELU: "relu"}
 
@@ -225,6 +227,59 @@ def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
     return run_module(one, sd, x)
 
 
+def run_step(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, states: list, device: str = "cpu") -> list:
+    """One step of every direction of the one-layer ``layer`` (a slab, :meth:`RNNLayer.one_slab`) in its
+    ``torch.nn`` module loaded from ``sd``: ``x`` ``(N, I)`` is fed as ``N`` sequences of length 1, each
+    direction starting from its own ``states[d] = (h0 (N, out), c0 (N, H) or None)`` (torch ``h0``/``c0``,
+    ``(D, N, .)``). Returns ``[(h1, c1 or None)]`` per direction, float64. Verification's one-step check.
+    ``device='cuda'``: the module runs on the GPU (cuDNN)."""
+    torch = require("torch", "torch")
+    mod = build_module(layer, sd).to(device)
+    dt = next(mod.parameters()).dtype
+    h0 = torch.from_numpy(np.stack([np.asarray(s[0]) for s in states])).to(device, dt).contiguous()
+    with torch.no_grad():
+        xt = torch.from_numpy(np.asarray(x)[:, None, :]).to(device, dt)
+        if layer.cell is Cell.LSTM:
+            c0 = torch.from_numpy(np.stack([np.asarray(s[1]) for s in states])).to(device, dt).contiguous()
+            _, (hn, cn) = mod(xt, (h0, c0))
+            return [(hn[d].double().cpu().numpy(), cn[d].double().cpu().numpy()) for d in range(len(states))]
+        _, hn = mod(xt, h0)
+        return [(hn[d].double().cpu().numpy(), None) for d in range(len(states))]
+
+
+def slab_state(layer: RNNLayer, k: int, get) -> tuple[RNNLayer, dict[str, Any]]:
+    """Stacked layer ``k`` of ``layer`` as a one-layer layer and its ``torch.nn`` tensors, taken with
+    ``get(key)`` (``key`` in the full layer's naming) and renamed to the one-layer module's.
+
+    Raises:
+        FormatError: a tensor of the slab is missing from the file."""
+    one = layer.one_slab(k)
+    sd = {}
+    for (key, _, _), (new, _, _) in zip(pt_writer.slab_plan(layer, k), pt_writer.slab_plan(one, 0)):
+        try:
+            sd[new] = get(key)
+        except KeyError:
+            raise FormatError(f"the written file has no tensor '{key}'") from None
+    return one, sd
+
+
+def step_canonical(layer: RNNLayer, k: int, x: np.ndarray, states: list, device: str = "cpu") -> list:
+    """:func:`run_step` of stacked layer ``k`` of ``layer`` from its canonical parameters (read back from a
+    written file by rnnconvert's reader: npz, cuDNN buffers), in ``torch.nn``."""
+    torch = require("torch", "torch")
+    one = layer.one_slab(k)
+    sd = {key: torch.from_numpy(np.ascontiguousarray(v)) for key, v in state_dict(Checkpoint(layers=[one])).items()}
+    return run_step(one, sd, x, states, device)
+
+
+def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
+    """Verification's one-step check: stacked layer ``k`` of layer ``name`` of the written file, loaded by
+    ``torch.load`` into a one-layer ``torch.nn`` module, one step from each of the given states
+    (:func:`run_step`)."""
+    one, sd = slab_state(ckpt.layer(name), k, load_state(path).__getitem__)
+    return run_step(one, sd, x, states)
+
+
 def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
     """Stacked layer ``k`` of layer ``name`` of the written file alone, in torch (``torch.load`` with
     ``mmap=True``: only the slab's pages are read; they are unmapped when this returns)."""
@@ -239,18 +294,20 @@ WRAPPERS = ("state_dict", "model_state_dict", "model_state", "model", "net", "ne
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # pickled torch magic number
 
 
-def _flatten(obj: Any, prefix: str = "", depth: int = 0) -> dict[str, np.ndarray]:
-    """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped)."""
+def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndarray]:
+    """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped); each
+    container walked once, within the ``pickle_nodes`` limit (:func:`rnnconvert.io.budget.leaves`)."""
     torch = require("torch", "torch")
-    if depth > 32:
-        raise FormatError("containers nested deeper than 32 levels")
-    if isinstance(obj, torch.Tensor):
-        return {prefix: obj.detach().cpu().numpy()}
-    out: dict[str, np.ndarray] = {}
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1))
-    return out
+    from ...io import budget
+
+    found = budget.leaves(obj, lambda o: isinstance(o, torch.Tensor), where, "pickle")
+    for k, v in found.items():  # stride 0 / overlapping strides: more elements than the storage holds
+        try:
+            stored = v.untyped_storage().nbytes()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (meta, sparse): no data
+            stored = 0
+        budget.check_expansion(where, v.numel() * v.element_size(), stored, f"tensor '{k}' of shape {tuple(v.shape)}")
+    return {k: v.detach().cpu().numpy() for k, v in found.items()}
 
 
 def unwrap(obj: Any) -> Any:
@@ -416,14 +473,14 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
         return ckpt
     try:
         arch = torch_zip.Archive(p)
-        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load())))
+        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load()), p))
     except torch_zip.Declined:
-        sd = strip_module_prefix(_flatten(unwrap(load_state(p))))
+        sd = strip_module_prefix(_flatten(unwrap(load_state(p)), p))
         if map is not None or not has_torch_names(sd):
             return _foreign(sd, str(p), nonlinearity, map)
         return names.add_rest(group_state_dict(sd, str(p), "pt", nonlinearity), str(p), "pt", nonlinearity)
     except FormatError as exc:
-        raise FormatError(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
+        raise type(exc)(str(exc) if str(p) in str(exc) else f"{p}: {exc}") from exc
     if map is not None or not has_torch_names(found):
         return _foreign({k: arch.array(t) for k, t in found.items()}, str(p), nonlinearity, map)
     # stand-ins of the right shape/dtype holding no memory (NaN placeholders for float tensors)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ...io import budget
 from ...errors import FormatError
 
 #: ``torch.<Type>Storage`` -> numpy dtype (``torch/storage.py``); BFloat16/complex/quantized types are declined.
@@ -83,6 +84,13 @@ def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, requires_
         raise FormatError("malformed tensor record in data.pkl")
     if all(size) and offset + sum((s - 1) * st for s, st in zip(size, stride)) >= storage.numel:
         raise FormatError("a tensor reaches past the end of its storage")
+    numel = 1
+    for n in size:
+        numel *= n
+    if numel > storage.numel:  # stride 0 or overlapping strides: more elements than stored
+        item = storage.dtype.itemsize
+        budget.check_expansion("data.pkl", numel * item, storage.numel * item,
+                               f"a tensor of shape {tuple(size)} with strides {tuple(stride)}")
     return LazyTensor(storage, offset, tuple(size), tuple(stride))
 
 
@@ -139,6 +147,10 @@ class Archive:
                 pkls = [i.filename for i in infos if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
                 if not pkls:
                     raise Declined("no <archive>/data.pkl")
+                budget.zip_members(self.path, infos)  # duplicate names, member count, inflation ratio
+                if len(pkls) > 1:
+                    raise FormatError(f"{self.path}: the archive holds {len(pkls)} <archive>/data.pkl members; "
+                                      "refused (which one is meant is not defined)")
                 self.root = pkls[0].split("/")[0]
                 self.members = {i.filename: i for i in infos if i.filename.startswith(self.root + "/")}
                 bo = self.members.get(f"{self.root}/byteorder")
@@ -147,7 +159,7 @@ class Archive:
                 if info.file_size > MAX_PICKLE:  # a state dict's pickle is KBs; refuse before inflating it
                     raise FormatError(f"{self.path}: data.pkl declares {info.file_size} bytes; refused")
                 self.pickle = zf.read(info)
-        except Declined:
+        except (Declined, FormatError):
             raise
         except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, NotImplementedError) as exc:
             raise FormatError(f"{self.path}: damaged zip archive ({exc})") from exc
@@ -246,15 +258,12 @@ class Archive:
                 self._mm.madvise(mmap.MADV_DONTNEED, lo, min(start + size, self.size) - lo)
 
 
-def tensors(obj: Any, prefix: str = "", out: dict[str, Any] | None = None, depth: int = 0) -> dict[str, Any]:
+def tensors(obj: Any, where: object = "data.pkl") -> dict[str, Any]:
     """The :class:`LazyTensor` leaves of nested dicts, keys joined with ``.`` (other leaves dropped), like
-    :func:`rnnconvert.formats.torch.torch_pt._flatten` does for ``torch.load`` output."""
-    out = {} if out is None else out
-    if depth > 32:
-        raise FormatError("containers nested deeper than 32 levels")
-    if isinstance(obj, LazyTensor):
-        out[prefix] = obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            tensors(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
-    return out
+    :func:`rnnconvert.formats.torch_pt._flatten` does for ``torch.load`` output. Each container is walked
+    once (:func:`rnnconvert.io.budget.leaves`: a pickle's shared children cost nothing twice, the walk is
+    bounded by the ``pickle_nodes`` limit).
+
+    Raises:
+        FormatError: containers nested deeper than 32 levels. BudgetError: the walk's limit."""
+    return budget.leaves(obj, lambda o: isinstance(o, LazyTensor), where, "data.pkl")

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ...io import budget
 from ...errors import FormatError
 from . import torch_zip
 
@@ -66,8 +67,11 @@ class _Unpickler(torch_zip.Unpickler):
                           "(it reads tensors only and never runs code from a file)")
 
 
-def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
-    """Every tensor under ``obj`` at any depth (modules, dicts, lists, tuples), keyed by its attribute path."""
+def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0, count: Any = None) -> None:
+    """Every tensor under ``obj`` at any depth (modules, dicts, lists, tuples), keyed by its attribute path;
+    every object visited counts against the ``pickle_nodes`` limit (:mod:`rnnconvert.io.budget`)."""
+    count = count or budget.Counter("data.pkl", "pickle_nodes", "objects visited in the TorchScript module tree")
+    count.tick()
     if depth > 64:
         raise FormatError("modules nested deeper than 64 levels")
     if isinstance(obj, torch_zip.LazyTensor):
@@ -76,7 +80,7 @@ def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
     items = obj.attrs.items() if isinstance(obj, _Module) else obj.items() if isinstance(obj, dict) else \
         enumerate(obj) if isinstance(obj, (list, tuple)) else ()
     for k, v in items:
-        _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
+        _walk(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1, count)
 
 
 def _public(found: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +119,6 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
         _walk(arch.load(_Unpickler), "", lazy)
         return {k: np.array(arch.array(t), copy=True) for k, t in _public(lazy).items()}
     except FormatError as exc:
-        raise FormatError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
+        raise type(exc)(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
     except torch_zip.Declined as exc:
         raise FormatError(f"{path}: not a readable TorchScript archive: {exc}") from exc
