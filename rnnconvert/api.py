@@ -22,7 +22,7 @@ from .io import budget
 from .errors import DependencyError, FormatError, OutputError, OutputExistsError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
-from .engine.verify import StreamedVerification, VerifyReport, verify as _verify
+from .engine.verify import LayerCheck, StreamedVerification, VerifyReport, verify as _verify
 
 
 def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = False, **opts: Any) -> Checkpoint:
@@ -476,8 +476,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                     if whole:
                         try:
                             rep.verification.layers += whole(ckpt, src_p, tmp, inputs=model_in or None, seed=seed)
-                        except DependencyError as exc:
-                            rep.notes.append(f"whole-model check inconclusive (not run): {exc}")
+                        except DependencyError as exc:  # no tf_keras: the whole model cannot be judged
+                            rep.verification.layers.append(LayerCheck(
+                                "model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", "keras 3 load_model",
+                                verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
         if rep.verification is not None:
             rep.verification.raise_if_failed(accept_inconclusive)
         _commit(tmp, dst_p, force)
