@@ -10,15 +10,16 @@ Public API::
 Heavy frameworks (torch, tensorflow, onnx) are imported only inside the formats that need them.
 """
 
-from .api import ConversionReport, convert, inspect, load, save, torch_modules, verify
-from .errors import (DependencyError, FormatError, OutputExistsError, RNNConvertError, UnsupportedError,
-                     VerificationError)
+from . import formats  # noqa: F401 -- the package, callable: rnnconvert.formats() lists the formats
+from .api import ConversionReport, convert, inspect, load, load_inputs, save, torch_modules, verify
+from .errors import (DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError,
+                     UnsupportedError, VerificationError)
 from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Cell", "Checkpoint", "ConversionReport", "DependencyError", "DirectionParams", "FormatError",
-    "OutputExistsError", "RNNConvertError", "RNNLayer", "Semantics", "UnsupportedError", "VerificationError",
-    "convert", "inspect", "load", "save", "torch_modules", "verify",
+    "OptionError", "OutputExistsError", "RNNConvertError", "RNNLayer", "Semantics", "UnsupportedError",
+    "VerificationError", "convert", "formats", "inspect", "load", "load_inputs", "save", "torch_modules", "verify",
 ]

@@ -34,9 +34,11 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
         lazy: ask for a lazy checkpoint (:attr:`Checkpoint.loader`: parameters read one slab at a time,
             placeholders until then) when the format's reader can do it (module attribute ``LAZY``);
             otherwise, or when false, everything is read now. Loaded slabs are checked for NaN/Inf too.
-        **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files).
+        **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files);
+            :func:`rnnconvert.engine.registry.read_options` lists each format's.
 
     Raises:
+        OptionError: an option this format's reader does not know (the valid ones are named).
         FormatError: also for NaN/Inf weights (every format, naming the tensor) and, as a last line
             of defence, for any other exception a reader lets through (kept as ``__cause__``),
             ``MemoryError`` and ``RecursionError`` included (docs/security.md).
@@ -47,6 +49,7 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     mod = fmt.load()
     if not hasattr(mod, "read"):
         raise FormatError(f"rnnconvert can write {fmt.name} but not read it")
+    registry.check_read_options(fmt, opts)
     if lazy and getattr(mod, "LAZY", False):
         opts = {**opts, "lazy": True}
     try:
@@ -228,14 +231,17 @@ def check_destination(dst: Path, force: bool) -> None:
     if stat.S_ISDIR(mode):
         foreign = sorted(e.name for e in os.scandir(dst) if not _OWN_TF_ENTRY.match(e.name))
         if foreign:
-            raise OutputExistsError(f"{dst} is a directory holding files rnnconvert did not write (e.g. "
-                                    f"'{foreign[0]}'); refused whatever --force says")
+            what = (f"{dst} is a directory holding files rnnconvert did not write (e.g. '{foreign[0]}'); "
+                    "refused whatever ")
+            raise OutputExistsError(what + "force=True says", cli=what + "--force says")
     elif not stat.S_ISREG(mode):
         kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
                 else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "special")
-        raise OutputExistsError(f"{dst} is {kind}, not a regular file; refused whatever --force says")
+        what = f"{dst} is {kind}, not a regular file; refused whatever "
+        raise OutputExistsError(what + "force=True says", cli=what + "--force says")
     if not force:
-        raise OutputExistsError(f"{dst} exists; pass --force (force=True) to overwrite it")
+        raise OutputExistsError(f"{dst} exists; pass force=True to overwrite it",
+                                cli=f"{dst} exists; pass --force to overwrite it")
 
 
 def _rename_noreplace(src: Path, dst: Path) -> bool:
@@ -564,7 +570,8 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
 
         require_cuda()
         if not hasattr(out_mod, "read"):
-            raise FormatError(f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
+            raise FormatError(f"device='cuda' reads {dst} back, and rnnconvert cannot read {out_fmt.name}",
+                              cli=f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
         targets = [CudaTarget(out_mod, r, dtype) for r in ROUTES]
     elif device == "cpu":
         if not hasattr(out_mod, "target_forward"):
@@ -619,6 +626,16 @@ def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
         if a.dtype.kind not in "fiu":  # integer: token ids for a whole Keras model's Embedding input
             raise FormatError(f"{path}: verification input '{k}' is {a.dtype}, not floating point or integer")
     return got
+
+
+def formats() -> list[dict[str, Any]]:
+    """The formats rnnconvert knows, in detection order: for each a dict with ``name`` (the name
+    ``format=``/``to=`` take), ``extensions``, ``read`` and ``write`` (bools: what rnnconvert can do
+    with it), ``read_options`` (the reader options it accepts) and ``description``. Also reachable as
+    ``rnnconvert.formats()``."""
+    return [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
+             "read_options": list(registry.read_options(f)), "description": f.description}
+            for f in registry.FORMATS]
 
 
 def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> dict[str, Any]:

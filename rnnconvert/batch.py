@@ -1,8 +1,10 @@
 """Batch conversion of a directory tree: parallel over files, one bad file never stops the others.
 
-Used by ``rnnconvert SRC_DIR DST_DIR --to FORMAT [-j N]``. Each source file whose format is
-recognised (by content, then extension) is converted to ``DST_DIR/<relative path>`` with the target
-format's first extension; the result of every file is collected as a :class:`FileResult`.
+Used by ``rnnconvert SRC_DIR DST_DIR --to FORMAT [-j N] [--skip-existing]``. Each source file whose format
+is recognised (by content, then extension: :func:`rnnconvert.engine.registry.detect`) is converted to
+``DST_DIR/<relative path>`` with the target format's first extension; a file no reader recognises (a
+``notes.txt``, a ``vocab.json`` beside the model) is listed as skipped, not failed. The result of every
+file is collected as a :class:`FileResult`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .errors import FormatError, RNNConvertError
 
 @dataclass
 class FileResult:
-    """The outcome for one file: ``status`` is ``converted``, ``refused`` (exit code 4) or ``failed``."""
+    """The outcome for one file: ``status`` is ``converted``, ``refused`` (exit code 4), ``failed``, or
+    ``skipped`` (no reader recognises the file, or its output exists and ``skip_existing`` was asked)."""
 
     src: str
     dst: str
@@ -61,13 +64,27 @@ def _one(src: str, dst: str, kwargs: dict[str, Any]) -> FileResult:
         return FileResult(src, dst, "failed", f"internal error: {type(exc).__name__}: {exc}", 1)
 
 
+def recognised(path: Path, src_format: str | None = None) -> bool:
+    """Whether a reader takes ``path``: its content or name matches a format (``src_format``: that
+    format is named, so every file is given to it)."""
+    if src_format:
+        return True
+    try:
+        registry.detect(path)
+    except FormatError:
+        return False
+    return True
+
+
 def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: str, jobs: int = 1,
-                 on_done: Callable[[FileResult], None] | None = None, **kwargs: Any) -> list[FileResult]:
+                 on_done: Callable[[FileResult], None] | None = None, skip_existing: bool = False,
+                 **kwargs: Any) -> list[FileResult]:
     """Convert every recognised file under ``src_dir`` into ``dst_dir`` in format ``to``.
 
     Args:
         jobs: worker processes (1 = in this process).
         on_done: called with each :class:`FileResult` as it completes (progress display).
+        skip_existing: leave a file whose output exists as it is (status ``skipped``): resume a run.
         **kwargs: passed to :func:`rnnconvert.api.convert` (``verify``, ``force``, ...).
 
     Returns:
@@ -83,12 +100,22 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
         raise FormatError(f"{src_dir}: not a directory")
     fmt = registry.get(to)
     ext = fmt.extensions[0]
-    work = []
+    work, order = [], []
+    results: dict[str, FileResult] = {}
     for p in candidates(src_dir):
         rel = p.relative_to(src_dir)
-        work.append((str(p), str(dst_dir / rel.parent / (rel.name.split(".")[0] + ext))))
+        s, d = str(p), str(dst_dir / rel.parent / (rel.name.split(".")[0] + ext))
+        order.append(s)
+        if not recognised(p, kwargs.get("src_format")):
+            results[s] = FileResult(s, d, "skipped", "not a format rnnconvert reads")
+        elif skip_existing and Path(d).exists():
+            results[s] = FileResult(s, d, "skipped", "output exists (skip-existing)")
+        else:
+            work.append((s, d))
+            continue
+        if on_done:
+            on_done(results[s])
     kwargs = {**kwargs, "to": to}
-    results: dict[str, FileResult] = {}
     by_dst: dict[str, list[str]] = {}
     for s, d in work:
         by_dst.setdefault(d, []).append(s)
@@ -100,7 +127,7 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
                                             f"to {d}; not converted (rename one of them)", 6)
                 if on_done:
                     on_done(r)
-    work_all, work = work, [(s, d) for s, d in work if s not in results]
+    work = [(s, d) for s, d in work if s not in results]
     if jobs <= 1:
         for s, d in work:
             results[s] = r = _one(s, d, kwargs)
@@ -125,4 +152,4 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
                 for child in multiprocessing.active_children():
                     child.terminate()
                 raise
-    return [results[s] for s, _ in work_all]
+    return [results[s] for s in order]

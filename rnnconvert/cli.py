@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Convert trained LSTM/GRU/RNN weights between formats, exactly, and verify the result.")
 
 COMMANDS = {"convert", "inspect", "verify", "formats"}
@@ -89,6 +90,20 @@ ReadOpt = Annotated[Optional[list[str]], typer.Option(
                        "num_layers=2, hidden_size=256, bidirectional=true, activation=linear).")]
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"rnnconvert {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                               help="Print the version and exit.")] = False) -> None:
+    """Convert trained LSTM/GRU/RNN weights between formats, exactly, and verify the result."""
+
+
 @app.command()
 def convert(
     src: Annotated[Path, typer.Argument(help="Source checkpoint.", show_default=False)],
@@ -96,9 +111,12 @@ def convert(
                                         show_default=False)],
     to: Annotated[Optional[str], typer.Option("--to", help="Output format name (see `rnnconvert formats`).")] = None,
     src_format: Annotated[Optional[str], typer.Option("--from", help="Source format name (default: detect).")] = None,
-    verify: Annotated[str, typer.Option("--verify", help="reference (numpy, default) or framework.")] = "reference",
+    verify: Annotated[Optional[str], typer.Option("--verify", help="reference (numpy, default) or framework.",
+                                                  show_default=False)] = None,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification.")] = False,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing DST.")] = False,
+    skip_existing: Annotated[bool, typer.Option("--skip-existing", help="With a directory SRC: leave outputs "
+                                                "that exist as they are (resume a run).")] = False,
     gate_activation: GateOpt = None,
     read_opt: ReadOpt = None,
     name_map: MapOpt = None,
@@ -117,8 +135,11 @@ def convert(
     every recognised file under it into DST_DIR (--to required), in parallel with -j."""
     from . import api
 
-    if verify not in ("reference", "framework"):
-        raise typer.BadParameter("--verify must be 'reference' or 'framework'")
+    verify = _verify_mode(verify, no_verify)
+    if skip_existing and force:
+        raise typer.BadParameter("--skip-existing and --force contradict each other; give one")
+    if skip_existing and not src.is_dir():
+        raise typer.BadParameter("--skip-existing applies to a directory SRC (batch conversion)")
     if cudnn and (to or (None if src.is_dir() else api.registry.for_output(dst).name)) not in ("keras_h5", None):
         raise typer.BadParameter("--cudnn applies to Keras 2 .h5 output only")
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
@@ -128,7 +149,7 @@ def convert(
     if src.is_dir() and not _is_checkpoint_dir(src):
         if inputs is not None:
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
-        raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, kwargs))
+        raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, {**kwargs, "skip_existing": skip_existing}))
     with _progress(quiet, f"converting {src.name}") as bar:
         try:
             rep = api.convert(src, dst, to=to, progress=bar.update,
@@ -168,6 +189,17 @@ def _report(rep, as_json: bool) -> None:
                       f"{c.target_route}" + ("" if c.ok else f" ({_shown(c.reason)})"))
     else:
         con.print("  not verified (--no-verify)")
+
+
+def _verify_mode(verify: Optional[str], no_verify: bool) -> str:
+    """``--verify`` checked: 'reference' (default) or 'framework'; refused beside ``--no-verify``."""
+    if verify is not None and no_verify:
+        raise typer.BadParameter(f"--no-verify and --verify {verify} contradict each other; give one")
+    if verify is None:
+        return "reference"
+    if verify not in ("reference", "framework"):
+        raise typer.BadParameter("--verify must be 'reference' or 'framework'")
+    return verify
 
 
 def _rule(c) -> str:
@@ -270,8 +302,9 @@ def _batch(src: Path, dst: Path, to: Optional[str], jobs: int, quiet: bool, as_j
             t.add_row(_shown(Path(r.src).relative_to(src)), r.status, _shown(r.message))
         _console().print(t)
         n_ok = sum(r.status == "converted" for r in results)
-        _console().print(f"{n_ok} of {len(results)} converted")
-    return 0 if all(r.status == "converted" for r in results) else 8
+        n_skip = sum(r.status == "skipped" for r in results)
+        _console().print(f"{n_ok} of {len(results) - n_skip} converted" + (f", {n_skip} skipped" if n_skip else ""))
+    return 0 if all(r.status in ("converted", "skipped") for r in results) else 8
 
 
 @app.command()
@@ -348,9 +381,14 @@ def verify(
             con.print(f"{tag} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs {c.target_route}"
                       + ("" if c.ok else f" ({_shown(c.reason)})"))
     if rep.failed:
+        if as_json:  # the report (with "ok": false) is the JSON answer; one JSON document on stdout
+            raise typer.Exit(VerificationError.exit_code)
         raise VerificationError(f"{dst} does not compute what {src} computes")
     if rep.inconclusive and not accept_inconclusive:
         from .errors import InconclusiveError
+
+        if as_json:  # the report is the JSON answer
+            raise typer.Exit(InconclusiveError.exit_code)
 
         raise InconclusiveError(f"verification of {dst} against {src} is inconclusive (see above; "
                                 f"--accept-inconclusive to accept)")
@@ -359,10 +397,9 @@ def verify(
 @app.command()
 def formats(as_json: JsonOpt = False) -> None:
     """List the formats rnnconvert reads and writes."""
-    from .engine import registry
+    from . import api
 
-    rows = [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
-             "description": f.description} for f in registry.FORMATS]
+    rows = api.formats()  # with each format's read_options
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -376,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import RNNConvertError
 
     args = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in args
+    typo = _command_typo(args)
+    if typo:
+        return _fail(f"no such command '{_shown(args[0])}'; did you mean '{typo}'?", 2, "UsageError", as_json)
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         args.insert(0, "convert")
     from .io import signals
@@ -394,8 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     except RNNConvertError as exc:
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
-        print(f"rnnconvert: error: {_shown(exc)}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(_shown(exc.cli_message()), exc.exit_code, type(exc).__name__, as_json)
     except SystemExit as exc:
         return int(exc.code or 0)
     except KeyboardInterrupt as exc:
@@ -405,17 +445,45 @@ def main(argv: list[str] | None = None) -> int:
         # Usage errors come from the click that typer bundles (typer._click, private): match by behaviour.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if callable(show) and isinstance(code, int):
+            if as_json:
+                return _fail(getattr(exc, "format_message", lambda: str(exc))(), code, "UsageError", True)
             show()
             return code
         if type(exc).__name__ == "Abort":
             return 1
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
-        print(f"rnnconvert: internal error: {type(exc).__name__}: {_shown(exc)} (set RNNCONVERT_DEBUG=1 for a traceback; "
-              "please report it)", file=sys.stderr)
-        return 1
+        return _fail(f"internal error: {type(exc).__name__}: {_shown(exc)} (set RNNCONVERT_DEBUG=1 for a traceback; "
+                     "please report it)", 1, "InternalError", as_json)
     return 0
 
 
+def _command_typo(args: list[str]) -> str | None:
+    """The command the first argument probably meant, when it is no command, no option, no existing path
+    (nor a TensorFlow checkpoint prefix) and close to a command name (``inspct`` -> ``inspect``)."""
+    if not args or args[0] in COMMANDS or args[0].startswith("-"):
+        return None
+    first = Path(args[0])
+    if first.exists() or first.with_name(first.name + ".index").exists() or "/" in args[0] or "." in args[0]:
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(args[0].lower(), sorted(COMMANDS), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _fail(message: str, code: int, kind: str, as_json: bool) -> int:
+    """Report a failure: one line on stderr, or with ``--json`` a JSON object on stdout
+    (``{"error": {"type", "message", "exit_code"}}``); returns the exit code."""
+    if as_json:
+        typer.echo(json.dumps({"error": {"type": kind, "message": message, "exit_code": code}}, indent=2))
+    else:
+        print(f"rnnconvert: error: {message}", file=sys.stderr)
+    return code
+
+
 def run() -> None:  # console_scripts entry point
+    from .io import native_log
+
+    native_log.install()  # TensorFlow's C++ log lines kept off the terminal
     sys.exit(main())

@@ -10,7 +10,7 @@ Exit codes (documented in ``docs/cli.md``):
 ====  =====================================================================
 0     success
 1     unexpected internal error (a bug: please report it)
-2     usage error (bad command-line arguments; typer's own code)
+2     usage error (bad command-line arguments; typer's own code), :class:`OptionError` -- an unknown option
 3     :class:`FormatError` -- the input file is unreadable, malformed or of an unknown format
 4     :class:`UnsupportedError` -- the target cannot express the source faithfully (refused)
 5     :class:`VerificationError` -- the written result does not compute the source's function
@@ -30,9 +30,21 @@ from __future__ import annotations
 
 
 class RNNConvertError(Exception):
-    """Base class of every error rnnconvert raises on purpose."""
+    """Base class of every error rnnconvert raises on purpose.
+
+    The message (``str(exc)``) speaks the Python API's words (``force=True``, ``gate_activation=...``);
+    where the way out differs on the command line, ``cli`` holds the same message in the CLI's words
+    (``--force``, ``--gate-activation``), which :meth:`cli_message` gives and the CLI prints."""
 
     exit_code = 1
+
+    def __init__(self, message: str = "", *, cli: str | None = None) -> None:
+        super().__init__(message)
+        self.cli = cli
+
+    def cli_message(self) -> str:
+        """The message as the command line says it (CLI options instead of API arguments)."""
+        return self.cli or str(self)
 
 
 class FormatError(RNNConvertError):
@@ -62,9 +74,15 @@ class InconclusiveError(RNNConvertError):
 
 
 class OutputExistsError(RNNConvertError):
-    """The destination exists and overwriting was not asked for (``--force``)."""
+    """The destination exists and overwriting was not asked for (``force=True``, CLI ``--force``)."""
 
     exit_code = 6
+
+
+class OptionError(RNNConvertError):
+    """An option the operation does not know (e.g. a reader option another format has); a usage error."""
+
+    exit_code = 2
 
 
 class BudgetError(FormatError):
@@ -87,16 +105,33 @@ class DependencyError(RNNConvertError):
     exit_code = 7
 
 
+#: What each optional extra adds (``pyproject.toml``; one place for this fact, docs/cli.md repeats it).
+#: The plain install (numpy, h5py, typer, rich) reads Keras HDF5, safetensors, .npz, and the TF checkpoint
+#: bytes, and writes .pt, .safetensors, .npz and .cudnn.npz.
+EXTRAS = {
+    "torch": "reading .pt/.pth files, and verification of .pt, .safetensors and .npz output by PyTorch "
+             "running the written file",
+    "tensorflow": "Keras 2 .h5 and TF checkpoint output, reading .pb graphs and Keras 3 files, and "
+                  "framework verification (tf_keras/TensorFlow running the source)",
+    "onnx": ".onnx output and input, and verification of .onnx output by onnxruntime",
+    "safetensors": "nothing required (rnnconvert reads and writes the format itself); the library is used "
+                   "when present",
+    "fast": "a C CRC-32C for TensorFlow checkpoint checksums",
+}
+
+
 def require(module: str, extra: str):
-    """Import an optional framework or raise :class:`DependencyError` naming the extra to install."""
+    """Import an optional framework or raise :class:`DependencyError` naming the extra to install and
+    what that extra adds (:data:`EXTRAS`)."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
+        adds = f" (the '{extra}' extra adds {EXTRAS[extra]})" if extra in EXTRAS else ""
         raise DependencyError(
-            f"this format needs the Python package '{module}': "
-            f"pip install 'rnnconvert[{extra}]' -c constraints.txt"
+            f"this needs the Python package '{module}', which is not installed: "
+            f"pip install 'rnnconvert[{extra}]' -c constraints.txt{adds}"
         ) from exc
 
 

@@ -19,7 +19,7 @@ from rnnconvert.errors import UnsupportedError
 from rnnconvert.formats.keras import keras_h5, keras_math
 from rnnconvert.formats.torch import torch_pt
 
-from conftest import FIXTURES, manifest
+from conftest import FIXTURES, assert_within_float32_spread, manifest
 
 ENTRIES = manifest("keras")
 IDS = [e["file"].split("/", 1)[1] for e in ENTRIES]
@@ -185,9 +185,16 @@ def test_framework_forward_on_real_files(realworld, rel, names):
     o = np.load(path.parent / "oracle_out.npz", allow_pickle=False)
     ckpt = rnnconvert.load(path)
     for name in names:
-        y = keras_h5.framework_forward(path, ckpt, name, o[f"{name}__in"])
+        x = o[f"{name}__in"]
+        y = keras_h5.framework_forward(path, ckpt, name, x)
         ref = o[f"{name}__out"]
-        close(y[:, -1] if ref.ndim == 2 else y, ref)
+        # bound: the float32/float64 spread of this layer on these inputs, measured on this CPU as
+        # verification does (the Mycroft GRU is ill-conditioned: a fixed 1e-5 * max|ref| missed by 3.4e-2
+        # on another CPU); for the well-conditioned textgenrnn layers it is ~1e-5 * max(1, max|ref|)
+        last = ref.ndim == 2
+        layer = ckpt.layer(name)
+        assert_within_float32_spread(layer, x, y[:, -1] if last else y, last_step=last, what="tf_keras")
+        assert_within_float32_spread(layer, x, ref, last_step=last, what="the oracle")
 
 
 def test_weights_only_gru_without_bias_and_ambiguous_version_is_refused(tmp_path):

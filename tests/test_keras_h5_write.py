@@ -8,6 +8,8 @@ import pytest
 import rnnconvert
 from rnnconvert.errors import UnsupportedError
 
+from conftest import assert_within_float32_spread
+
 torch = pytest.importorskip("torch")
 
 
@@ -171,4 +173,8 @@ def test_mycroft_gru_to_keras2_h5(tmp_path, realworld, k2):
     rnnconvert.convert(d / "hey-mycroft.net", dst)
     model = k2.models.load_model(dst, compile=False)
     got = model.get_layer("net")(ora["net__in"]).numpy()[:, -1]  # the source returns the last state only
-    np.testing.assert_allclose(got, ora["net__out"], atol=1e-5, rtol=0)
+    # an ill-conditioned layer: the bound is the float32/float64 spread measured on this CPU, as
+    # verification measures it (a fixed 1e-5 missed by 3.4e-2 on another CPU; see the helper)
+    layer = rnnconvert.load(d / "hey-mycroft.net").layer("net")
+    assert_within_float32_spread(layer, ora["net__in"], got, last_step=True, what="tf_keras running the .h5")
+    assert_within_float32_spread(layer, ora["net__in"], ora["net__out"], last_step=True, what="the oracle")

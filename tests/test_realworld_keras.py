@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 import rnnconvert
+
+from conftest import assert_within_float32_spread
 
 torch = pytest.importorskip("torch")
 
@@ -63,18 +66,24 @@ def test_mycroft_reference_matches_frozen_graph_oracle(realworld):
     """Our reading of the .net (hard_sigmoid, linear, reset-before) against TF running Keras 2.1.4's graph.
 
     This GRU is ill-conditioned (linear activation, inputs up to 36, outputs up to 66): float32 and
-    float64 evaluations of the same equations differ by up to 3e-2. The Keras equations on the Keras
-    tensors in float32, in Keras' order of operations, match the oracle bit for bit; the canonical
-    float64 reference matches within 1e-3 relative."""
-    from rnnconvert.core import reference
-    from rnnconvert.formats.keras import keras_math
-
+    float64 evaluations of the same equations differ by up to 3e-2, by an amount that depends on the
+    CPU's order of operations (on the dev VM the Keras equations in float32 even match the oracle bit
+    for bit; on another CPU tf_keras missed it by 3.4e-2). So the oracle is held to verification's
+    bound, the float32/float64 spread measured on this CPU (``assert_within_float32_spread``), and the
+    mutations below show that bound still catches a layout slip or a 1% nudge."""
     d = realworld / "mycroft-precise-gru"
     layer = rnnconvert.load(d / "hey-mycroft.net").layer("net")
     oracle = np.load(d / "oracle_out.npz")
-    want = oracle["net__out"]
-    y32 = keras_math.source_forward(layer, oracle["net__in"], np.float32)[:, -1]
-    y64 = reference.forward(layer, oracle["net__in"])[:, -1]
-    scale = np.abs(want).max()
-    assert np.array_equal(y32, want)
-    assert np.abs(y64 - want).max() <= 1e-3 * scale
+    x, want = oracle["net__in"], oracle["net__out"]
+    assert_within_float32_spread(layer, x, want, last_step=True, what="the oracle")
+    with pytest.raises(AssertionError):  # a 1% nudge of the output
+        assert_within_float32_spread(layer, x, want * 1.01, last_step=True)
+    H = layer.hidden_size
+    p = layer.params[0][0]
+    for name, mutated in [
+        ("r/z gates swapped", replace(p, w_ih=np.concatenate([p.w_ih[H:2 * H], p.w_ih[:H], p.w_ih[2 * H:]]))),
+        ("b_ih nudged", replace(p, b_ih=p.b_ih + np.float32(0.05))),
+    ]:
+        bad = replace(layer, params=[[mutated]], source={k: v for k, v in layer.source.items() if k != "raw"})
+        with pytest.raises(AssertionError):
+            assert_within_float32_spread(bad, x, want, last_step=True, what=name)

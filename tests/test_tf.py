@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, manifest
+from conftest import FIXTURES, assert_within_float32_spread, manifest
 from rnnconvert import api
 from rnnconvert.core import cudnn, reference
 from rnnconvert.engine import registry
@@ -154,17 +154,15 @@ def test_source_side_equations_match_tf(entry):
 
 def test_realworld_mycroft_frozen_graph(realworld, tmp_path):
     """The Mycroft frozen GraphDef: GRU read from Const nodes, activations from the graph's ops; the Keras
-    equations on its tensors in float32 reproduce TF running that graph exactly; refused into .pt."""
-    from rnnconvert.formats.keras import keras_math  # noqa: PLC0415
+    equations on its tensors reproduce TF running that graph; refused into .pt."""
 
     d = realworld / "mycroft-precise-gru"
     layer = api.load(d / "hey-mycroft.pb").layer("net")
     s = layer.semantics
     assert (layer.cell.value, s.gate_activation, s.activation, s.reset_after) == ("GRU", "hard_sigmoid", "linear", False)
     oracle = np.load(d / "oracle_out.npz", allow_pickle=False)
-    assert np.array_equal(keras_math.source_forward(layer, oracle["net__in"], np.float32)[:, -1], oracle["net__out"])
-    y64 = reference.forward(layer, oracle["net__in"])[:, -1]  # ill-conditioned layer: see test_realworld_keras
-    assert np.abs(y64 - oracle["net__out"]).max() <= 1e-3 * np.abs(oracle["net__out"]).max()
+    # ill-conditioned layer: bound measured on this CPU as verification does (see test_realworld_keras)
+    assert_within_float32_spread(layer, oracle["net__in"], oracle["net__out"], last_step=True, what="the oracle")
     with pytest.raises(UnsupportedError, match="'net'.*hard_sigmoid.*reset_after"):
         api.convert(d / "hey-mycroft.pb", tmp_path / "m.pt")
     assert list(tmp_path.iterdir()) == []
@@ -300,8 +298,9 @@ def test_sharded_kernel_read_and_framework_route_refused(tmp_path):
     unsharded = api.load(FIXTURES / "tf/lstm_cell/ckpt").layer("enc")
     for a, b in zip(lay.params[0][0].arrays().values(), unsharded.params[0][0].arrays().values()):
         assert np.array_equal(a, b)
-    with pytest.raises(VerificationError, match="part_N shards; use --verify reference"):
+    with pytest.raises(VerificationError, match="part_N shards; use verify='reference'") as exc:
         api.convert(FIXTURES / e["file"], tmp_path / "o.pt", verify="framework")
+    assert "--" not in str(exc.value) and "part_N shards; use --verify reference" in exc.value.cli_message()
     assert not (tmp_path / "o.pt").exists()
 
 

@@ -143,8 +143,9 @@ def detect(path: str | Path) -> Format:
             return f
     f = _by_extension(p)
     if f is None:
-        raise FormatError(f"{p}: unrecognised file format; name it with --from "
-                          f"({', '.join(x.name for x in FORMATS)})")
+        names = ", ".join(x.name for x in FORMATS)
+        raise FormatError(f"{p}: unrecognised file format; name it with format=... ({names})",
+                          cli=f"{p}: unrecognised file format; name it with --from ({names})")
     return f
 
 
@@ -191,8 +192,9 @@ def for_output(path: str | Path, to: str | None = None) -> Format:
         return get(to)
     f = _by_extension(Path(path))
     if f is None:
-        raise FormatError(f"{path}: cannot tell the output format from the extension; pass --to "
-                          f"({', '.join(x.name for x in FORMATS)})")
+        names = ", ".join(x.name for x in FORMATS)
+        raise FormatError(f"{path}: cannot tell the output format from the extension; pass to=... ({names})",
+                          cli=f"{path}: cannot tell the output format from the extension; pass --to ({names})")
     return f
 
 
@@ -298,3 +300,49 @@ class _Behind:
             self.thread.join()
             self.writer.abort()
             raise
+
+
+# ------------------------------------------------------------------------------------- reader options
+#: Formats whose reader hands its ``**opts`` on to another format's reader, whose options it therefore
+#: accepts too (``tf_graph.read`` -> TF1-cell options of ``tf_checkpoint.read``; ``tf2_writer.read`` is
+#: ``tf_checkpoint.read``).
+READ_OPTIONS_OF = {"tf_graph": "tf_checkpoint", "tf2_checkpoint": "tf_checkpoint"}
+#: Options a reader takes through its ``**opts`` catch-all: ``keras_h5`` (plain HDF5) and ``npz`` (no
+#: rnnconvert schema) hand them to the foreign-name table (``core.names.fallback``: ``map``, ``nonlinearity``).
+READ_OPTIONS_EXTRA = {"keras_h5": ("map", "nonlinearity"), "npz": ("map", "nonlinearity")}
+#: Reader parameters that are not user options (set by :func:`rnnconvert.api.load` itself).
+_NOT_OPTIONS = {"path", "lazy"}
+
+
+def read_options(fmt: Format) -> tuple[str, ...]:
+    """The option names ``fmt``'s reader accepts: the keyword parameters of its ``read`` (the reader
+    declares them; ``**_`` catch-alls are not options), plus those of :data:`READ_OPTIONS_OF`."""
+    import inspect
+
+    names: list[str] = []
+    for f in (fmt, get(READ_OPTIONS_OF[fmt.name]) if fmt.name in READ_OPTIONS_OF else None):
+        read = getattr(f.load(), "read", None) if f is not None else None
+        if read is None:
+            continue
+        for p in inspect.signature(read).parameters.values():
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in _NOT_OPTIONS \
+                    and p.name not in names:
+                names.append(p.name)
+    names += [n for n in READ_OPTIONS_EXTRA.get(fmt.name, ()) if n not in names]
+    return tuple(names)
+
+
+def check_read_options(fmt: Format, opts: dict) -> None:
+    """Refuse reader options ``fmt`` does not know (a typo such as ``forget_bais`` must not pass silently).
+
+    Raises:
+        OptionError: naming the unknown keys and the valid ones for ``fmt``.
+    """
+    from ..errors import OptionError
+
+    valid = read_options(fmt)
+    unknown = [k for k, v in opts.items() if k not in valid and v is not None]
+    if unknown:
+        listed = ", ".join(valid) if valid else "none"
+        raise OptionError(f"unknown reader option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                          f"for {fmt.name} files; valid: {listed}")

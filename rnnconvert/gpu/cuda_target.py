@@ -31,8 +31,9 @@ def require_cuda() -> None:
     from . import cudnn_check
 
     if not cudnn_check.cuda_available():
-        raise DependencyError("--device cuda needs an NVIDIA GPU with cuDNN visible to torch "
-                              "(torch.cuda.is_available() is False here); run this check on a GPU machine")
+        why = ("needs an NVIDIA GPU with cuDNN visible to torch (torch.cuda.is_available() is False here); run this "
+               "check on a GPU machine")
+        raise DependencyError(f"device='cuda' {why}", cli=f"--device cuda {why}")
 
 
 def _cast(layer: RNNLayer, dtype: str) -> RNNLayer:

@@ -1,6 +1,6 @@
 """Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader (writer: :mod:`.keras_h5_write`).
 
-Dialects read (``../shared/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
+Dialects read (``docs/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
 
 * full-model files (root ``@model_config`` + group ``model_weights``) and weights-only files
   (``@layer_names`` at the root); ``layer_names0, layer_names1 ...`` chunked attributes;
@@ -456,9 +456,10 @@ class _Reader:
         else:
             gate = default_gate_activation(self.keras_version)
             if gate is None:
-                raise UnsupportedError(
-                    f"layer '{name}': this weights-only file (keras_version {self.keras_version!r}) does not say "
-                    "whether its gates use sigmoid or hard_sigmoid; pass --gate-activation sigmoid|hard_sigmoid")
+                what = (f"layer '{name}': this weights-only file (keras_version {self.keras_version!r}) does not "
+                        "say whether its gates use sigmoid or hard_sigmoid; pass ")
+                raise UnsupportedError(what + "gate_activation='sigmoid' or 'hard_sigmoid'",
+                                       cli=what + "--gate-activation sigmoid|hard_sigmoid")
         if self.gate_override and kind != "SimpleRNN":
             gate = self.gate_override
         for what, a in (("activation", act), ("recurrent_activation", gate)):

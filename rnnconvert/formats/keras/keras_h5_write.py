@@ -170,8 +170,8 @@ def check(ckpt: Checkpoint, *, cudnn: bool = False, **_: Any) -> list[str]:
         why = refusals(layer, cudnn)
         form = "CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU") if cudnn else _CLASS[layer.cell]
         if why and cudnn and not refusals(layer):
-            raise UnsupportedError(f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. "
-                                   "Write the plain Keras form (without --cudnn) instead")
+            what = f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. Write the plain Keras form "
+            raise UnsupportedError(what + "(without the cudnn write option) instead", cli=what + "(without --cudnn) instead")
         registry.refuse(layer, why, "keras_h5", f"Keras 2 {form}")
     notes = [f"{layer.name}: Keras-3 hard_sigmoid clip(x/6+0.5) written as Keras 2's clip(0.2x+0.5) on weights "
              "scaled by 5/6 (one float32 rounding per weight): rescaled, not bit-exact"

@@ -40,7 +40,8 @@ def _tf_keras_layer(keras, layer: RNNLayer, backwards: bool):
         return cls.from_config(cfg)
     s = layer.semantics
     if s.gate_activation == "hard_sigmoid_k3" or s.activation == "hard_sigmoid_k3":
-        raise UnsupportedError(f"layer '{layer.name}': tf_keras has no Keras-3 hard_sigmoid; use --verify reference")
+        what = f"layer '{layer.name}': tf_keras has no Keras-3 hard_sigmoid; use "
+        raise UnsupportedError(what + "the reference verification (verify='reference')", cli=what + "--verify reference")
     args = dict(activation=s.activation, use_bias=layer.bias, **over)
     if kind != "SimpleRNN":
         args["recurrent_activation"] = s.gate_activation
@@ -87,7 +88,7 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
     from ...errors import require
 
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    keras = require("tf_keras", "tf")
+    keras = require("tf_keras", "tensorflow")
     from tf_keras.src.saving.legacy import hdf5_format
 
     layer = ckpt.layer(layer_name)

@@ -41,11 +41,61 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def _load(path: Path) -> dict[str, np.ndarray]:
-    st = require("safetensors.numpy", "torch")
+    """Every tensor of the file: by the safetensors library when installed, else by :func:`load_own`."""
+    import importlib
+
+    try:
+        st = importlib.import_module("safetensors.numpy")
+    except ImportError:
+        return load_own(path)
     try:
         return st.load_file(str(path))
     except Exception as exc:  # safetensors raises SafetensorError and others
         raise FormatError(f"{path}: not a readable safetensors file: {exc}") from exc
+
+
+def load_own(path: str | Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file, read without the library (a plain install): the 8-byte
+    little-endian header length, the JSON header (each record ``dtype``, ``shape``, ``data_offsets``
+    inside the data section, sizes matching shapes), the raw little-endian data; arrays in memory, in
+    header order. Layout: ``safetensors/README.md`` (format section); dtypes :data:`DTYPES`.
+
+    Raises:
+        FormatError: a malformed header, an unknown dtype, a tensor outside the data section.
+    """
+    p = Path(path)
+    names = {v[0]: k for k, v in DTYPES.items()}
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0] if size >= 8 else -1
+            if not 2 <= n <= size - 8:
+                raise FormatError(f"{p}: not a readable safetensors file (header of {n} bytes in {size})")
+            head = json.loads(fh.read(n))
+            if not isinstance(head, dict):
+                raise FormatError(f"{p}: safetensors header is not a JSON object")
+            base = 8 + n
+            out = {}
+            for key, rec in head.items():
+                if key == "__metadata__":
+                    continue
+                try:
+                    dt = np.dtype(names[rec["dtype"]]).newbyteorder("<")
+                    shape = tuple(int(d) for d in rec["shape"])
+                    b, e = (int(v) for v in rec["data_offsets"])
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise FormatError(f"{p}: tensor '{key}' has a header record rnnconvert cannot read: {rec!r:.200}"
+                                      ) from exc
+                if min(shape, default=0) < 0 or not 0 <= b <= e <= size - base or \
+                        e - b != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
+                    raise FormatError(f"{p}: tensor '{key}' has a bad header record {rec!r:.200}")
+                fh.seek(base + b)
+                out[key] = np.frombuffer(fh.read(e - b), dt).reshape(shape).astype(dt.newbyteorder("="))
+            return out
+    except OSError as exc:
+        raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FormatError(f"{p}: safetensors header is not valid JSON ({exc})") from exc
 
 
 def read(path: str | Path, *, nonlinearity: str = "tanh", map: Any = None, **_: Any) -> Checkpoint:

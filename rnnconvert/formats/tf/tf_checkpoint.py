@@ -1,6 +1,6 @@
 """TensorFlow checkpoints (``<prefix>.index`` + ``<prefix>.data-*``): reader.
 
-Two kinds, told apart by their keys (``../shared/LAYOUTS.md`` §§7-9):
+Two kinds, told apart by their keys (``docs/LAYOUTS.md`` §§7-9):
 
 * **TF2 object-based** (tf.keras / tf_keras ``save_weights`` without ``.h5``, ``tf.train.Checkpoint``):
   keys ``layer_with_weights-N/[forward_layer/|backward_layer/]cell/{kernel,recurrent_kernel,bias}
@@ -280,6 +280,8 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     for k in keys:
         groups[k.split("/")[0]].append(k)
     kr = _Reader(str(path), "2.4.0", gate_activation)
+    # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
+    kr.ckpt.meta.pop("keras_version", None)
     kr.lazy_load = lazy_get  # the Keras tensors are re-read for verification, not kept beside the canonical copy
     kr.ckpt.format = "tf_checkpoint"
     kr.ckpt.meta.update(meta, kind="tf2_object")
@@ -470,9 +472,10 @@ def _opaque_alone(path, key: str, buf: np.ndarray, opts: dict) -> RNNLayer:
     if len(cands) != 1:
         listed = "; ".join(f"num_layers={s.num_layers} hidden_size={s.hidden_size} "
                            f"bidirectional={s.bidirectional} input_size={s.input_size}" for s in cands[:8])
-        raise FormatError(f"{path}: '{key}' ({buf.size} elements) fits {len(cands)} cuDNN specs"
-                          f"{': ' + listed if cands else ''}; give num_layers, hidden_size, bidirectional "
-                          "(CLI: --read-opt hidden_size=N ...)")
+        what = (f"{path}: '{key}' ({buf.size} elements) fits {len(cands)} cuDNN specs"
+                f"{': ' + listed if cands else ''}; give ")
+        raise FormatError(what + "the read options num_layers, hidden_size, bidirectional",
+                          cli=what + "--read-opt num_layers=N, hidden_size=N, bidirectional=true|false")
     return cudnn.unpack(buf.reshape(-1), cands[0], name=scope,
                         source={"format": "tf_checkpoint", "class_name": f"opaque {cell.value}", "opaque": True})
 

@@ -56,11 +56,9 @@ def _tf1(tf, prefix: str, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
                 for var in v1.global_variables(scope=scope + "/"):
                     short = var.op.name.split("/", 3)[3]  # l{k}d{d}/rnn/<cell scope>/<var>
                     if short not in keys:
-                        raise VerificationError(f"--verify framework: TF's {cname} has variable '{short}' that "
-                                                f"the source lacks; use --verify reference")
+                        _refuse(f"TF's {cname} has variable '{short}' that the source lacks")
                     if isinstance(keys[short], (tuple, list)):
-                        raise VerificationError(f"--verify framework: '{short}' of layer '{layer.name}' is stored in "
-                                                "part_N shards; use --verify reference")
+                        _refuse(f"'{short}' of layer '{layer.name}' is stored in part_N shards")
                     mapping[keys[short]] = var
             y = tf.concat(outs, -1) if len(outs) > 1 else outs[0]
         with v1.Session() as sess:
@@ -90,8 +88,7 @@ def _keras(tf, prefix: str, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
     lay.set_weights([np.full(w.shape, np.nan, w.dtype) for w in lay.get_weights()])
     tf.train.Checkpoint(**{layer.name: lay}).restore(prefix).expect_partial()
     if not all(all_finite(w) for w in lay.get_weights()):  # every weight must come from the file
-        raise VerificationError(f"--verify framework: tf_keras could not restore layer '{layer.name}' from "
-                                f"{prefix}; use --verify reference")
+        _refuse(f"tf_keras could not restore layer '{layer.name}' from {prefix}")
     return np.asarray(lay(tf.constant(np.asarray(x, np.float32))))
 
 
@@ -111,5 +108,12 @@ def framework_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarr
         return np.asarray(_tf1(tf, prefix, layer, np.asarray(x, np.float32)), np.float64)
     if cname in ("LSTM", "GRU", "SimpleRNN") and "." not in name and ckpt.meta.get("kind") == "tf2_object":
         return np.asarray(_keras(tf, prefix, layer, x), np.float64)
-    raise VerificationError(f"--verify framework is not available for layer '{name}' ({cname}): TF 2.21 on CPU "
-                            "has no such layer class; use --verify reference (TF's equations on the stored tensors)")
+    _refuse(f"not available for layer '{name}' ({cname}): TF 2.21 on CPU has no such layer class",
+            " (TF's equations on the stored tensors)")
+
+
+def _refuse(why: str, after: str = "") -> None:
+    """Raise the :class:`VerificationError` of a framework verification that cannot run, in the API's
+    and the CLI's words."""
+    raise VerificationError(f"framework verification (verify='framework'): {why}; use verify='reference'{after}",
+                            cli=f"--verify framework: {why}; use --verify reference{after}")

@@ -126,6 +126,8 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
             groups[k.split("/")[0]].append(k)
     rank = {n: i for i, n in enumerate(_WEIGHT_NAMES)}
     kr = _Reader(str(path), "2.4.0", gate_activation)
+    # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
+    kr.ckpt.meta.pop("keras_version", None)
     kr.ckpt.format = "tf_graph"
     kr.ckpt.meta.update(meta)
     for top in sorted(groups, key=tfc._natural):

@@ -1,36 +1,34 @@
-"""The ``.pt`` writer, one slab at a time: the bytes of ``torch.save(state_dict, fileobj)``, streamed.
+"""The ``.pt`` writer, one slab at a time: the bytes of ``torch.save(state_dict, fileobj)``, streamed, without torch.
 
-``torch.save`` needs every tensor in memory at once. This writer produces the same file while holding
-one slab (stacked layer ``k`` of a layer, all directions) of parameters:
+``torch.save`` needs every tensor in memory at once, and torch itself. This writer produces the same
+file while holding one slab (stacked layer ``k`` of a layer, all directions) of parameters, and imports
+no torch (a plain install writes ``.pt``):
 
-1. the pickle ``archive/data.pkl`` and the small records (``.format_version``, ``.storage_alignment``,
-   ``byteorder``) are made by ``torch.serialization._save`` itself, run on stand-in tensors from
-   ``torch.empty`` (address space only, never touched: no memory) of the final shapes and dtypes --
-   so the pickle is torch's own, with storage keys ``0..N-1`` in state-dict order;
+1. the pickle ``archive/data.pkl`` is made by :func:`rnnconvert.formats.torch.pt_pickle.data_pkl` from the
+   keys, shapes and dtypes alone (storage keys ``0..N-1`` in state-dict order), then torch's small
+   records (``.format_version`` ``1``, ``.storage_alignment`` ``64``, ``byteorder``);
 2. the zip container is written by :class:`rnnconvert.formats.torch.pt_zip.ZipWriter`, our Python rebuild
    of torch's zip writer ``torch._C.PyTorchFileWriter`` (what ``torch.save`` writes with: 64-byte
    aligned records, CRC-32 of each, ``version`` and ``.data/serialization_id`` at the end, zip64 end
    records): the same bytes, each slab's tensors written as ``data/<key>`` records straight from the
    arrays' memory in 1 MiB chunks (CRC-32 by :func:`zlib.crc32`) as the slab arrives. Layout facts and
-   their sources: the :mod:`~rnnconvert.formats.torch.pt_zip` docstring.
+   their sources: the :mod:`~rnnconvert.formats.torch.pt_zip` and :mod:`~rnnconvert.formats.torch.pt_pickle`
+   docstrings (the serialization id's name half as torch's Linux wheels compute it).
 
 Layout facts: ``torch/serialization.py`` (``_save``: record order ``data.pkl``, ``.format_version``,
 ``.storage_alignment``, ``byteorder``, ``data/<key>`` in key order; ``_open_zipfile_writer_buffer``: an
 open file object gives the root folder ``archive``). The result is byte-identical to ``torch.save`` of
 the materialized state dict (``torch.from_numpy`` of each array) into an open file, zip64 included
-(``tests/test_pt_stream.py``, ``tests/test_pt_zip.py``; the ``serialization_id`` is derived from the
-records, so it matches too).
+(``tests/test_pt_stream.py``, ``tests/test_pt_zip.py``, ``tests/test_pt_pickle.py``).
 
-Fallbacks, same bytes: when :func:`pt_zip.torch_tail` finds that this torch's writer lays files out
-otherwise than :mod:`~rnnconvert.formats.torch.pt_zip` (checked once per file on an archive of the same
-record names without data), or CRC-32 is switched off (``torch.serialization.set_crc32_options``),
-torch's ``PyTorchFileWriter`` writes the zip; when this torch lacks the private pieces (``_save``,
-``PyTorchFileWriter``), :func:`open_stream` collects the tensors and calls ``torch.save`` at
-:meth:`PtStream.close`.
+``PtStream(..., fast_zip=False)`` uses torch's own pieces instead (``torch.serialization._save`` on
+stand-in tensors for the pickle, ``PyTorchFileWriter`` for the zip; ``torch.save`` at
+:meth:`PtStream.close` when this torch lacks them): the reference the tests compare with.
 """
 
 from __future__ import annotations
 
+import math
 import pickle
 from pathlib import Path
 from typing import Any
@@ -42,7 +40,13 @@ from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...core.transforms import fold_forget_bias
 from ...io import directio
-from . import pt_zip
+from . import pt_pickle, pt_zip
+
+#: torch's storage alignment (``torch.serialization._get_storage_alignment()``, default 64) and its
+#: ``version`` record for format version 3 (``caffe2/serialize/versions.h`` ``kProducedFileFormatVersion``
+#: 0x3; ``inline_container.cc`` ``writeEndOfFile``), as torch 2.13 writes them.
+ALIGNMENT = 64
+VERSION_RECORD = b"3\n"
 
 #: (state-dict key, direction, field) of one slab; field is a DirectionParams attribute.
 Plan = list[tuple[str, int, str]]
@@ -127,16 +131,44 @@ class PtStream:
     """A ``.pt`` being written slab by slab (see the module docstring); made by :func:`open_stream`."""
 
     def __init__(self, ckpt: Checkpoint, path: str | Path, fast_zip: bool = True) -> None:
-        """``fast_zip=False``: write the zip with torch's ``PyTorchFileWriter`` (same bytes, slower)."""
-        torch = require("torch", "torch")
-        self.torch, self.ckpt, self.path = torch, ckpt, Path(path)
+        """``fast_zip=False``: torch's own pieces (``_save`` for the pickle, ``PyTorchFileWriter`` for the
+        zip; same bytes, slower, needs torch); the default imports no torch."""
+        self.ckpt, self.path = ckpt, Path(path)
         self.plan = entries(ckpt)
         self.next = 0  # index into self.plan of the next tensor to write
-        ser = torch.serialization
         self.zw: Any = None
         self.tail: pt_zip.Tail | None = None
         self.held: dict[str, Any] = {}
         self.WRITE_BEHIND = False
+        if fast_zip:
+            self._open_own()
+        else:
+            self._open_torch()
+
+    def _open_own(self) -> None:
+        """Every byte made here (no torch): :func:`pt_pickle.data_pkl`, torch's small records, the data
+        records through :class:`pt_zip.ZipWriter`, torch's tail (``version``) and its serialization id
+        (:func:`pt_pickle.serialization_id_names`)."""
+        import sys
+
+        head = [("data.pkl", pt_pickle.data_pkl(self.plan)), (".format_version", b"1"),
+                (".storage_alignment", str(ALIGNMENT).encode()), ("byteorder", sys.byteorder.encode())]
+        self.sizes = [math.prod(shape) * np.dtype(dt).itemsize for _, shape, dt in self.plan]
+        tail = [("version", VERSION_RECORD)]
+        names = [n for n, _ in head] + [f"data/{i}" for i in range(len(self.plan))] + [n for n, _ in tail]
+        self.tail = pt_zip.Tail(tail, pt_pickle.serialization_id_names(names))
+        # zlib.crc32 and write() release the GIL: registry.stream_write may run the writing one slab
+        # behind the reading, in a thread (two slabs in memory; the goal of a .pt is the file size)
+        self.WRITE_BEHIND = True
+        self.fh = directio.DirectWriter(self.path)  # around the page cache where allowed
+        self.zw = pt_zip.ZipWriter(self.fh, ALIGNMENT)
+        for name, data in head:
+            self.zw.write_record(name, data)
+
+    def _open_torch(self) -> None:
+        torch = require("torch", "torch")
+        self.torch = torch
+        ser = torch.serialization
         if hasattr(ser, "_save") and hasattr(torch._C, "PyTorchFileWriter"):
             stand_in = {key: _stand_in(torch, shape, dt) for key, shape, dt in self.plan}
             rec = _Recorder()
@@ -147,22 +179,10 @@ class PtStream:
             self.sizes = [n for _, n in rec.data]
             crc = ser.get_crc32_options() if hasattr(ser, "get_crc32_options") else True
             align = ser._get_storage_alignment() if hasattr(ser, "_get_storage_alignment") else 64
-            names = [name for name, _, _ in rec.head] + [name for name, _ in rec.data]
-            self.tail = pt_zip.torch_tail(torch, names, align) if crc is True and fast_zip else None
-            if self.tail is not None:  # our zip writer: torch's bytes, zlib's CRC-32
-                # its time is zlib.crc32 and write(), which release the GIL: registry.stream_write may run
-                # it one slab behind the reading, in a thread (two slabs in memory; the goal of a .pt is
-                # the file size)
-                self.WRITE_BEHIND = True
-                self.fh = directio.DirectWriter(self.path)  # around the page cache where allowed
-                self.zw = pt_zip.ZipWriter(self.fh, align)
-                for name, data, _ in rec.head:
-                    self.zw.write_record(name, data)
-            else:
-                self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
-                self.zw = torch._C.PyTorchFileWriter(self.fh, crc, align)
-                for name, data, nbytes in rec.head:
-                    self.zw.write_record(name, data, nbytes)
+            self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
+            self.zw = torch._C.PyTorchFileWriter(self.fh, crc, align)
+            for name, data, nbytes in rec.head:
+                self.zw.write_record(name, data, nbytes)
         else:  # collected and handed to torch.save at close()
             self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed in close()/abort()
 

@@ -32,10 +32,10 @@ At the end torch adds ``version`` (and ``byteorder`` when absent) and ``.data/se
 iteration order of a ``std::unordered_set``, 20 for a ``hash_combine`` fold over the data
 descriptors' CRCs in write order -- and over bytes 4-8 of any record whose data itself starts with
 the data-descriptor signature (torch spots descriptors by their first bytes in every write). The
-name half, and the tail records, are taken from torch itself: :func:`torch_tail` runs
-``PyTorchFileWriter`` on the same record names with empty data (no tensor bytes, instant) and
-checks that this module rebuilds that small archive byte for byte; when it does not (another torch,
-another layout), the caller falls back to torch's writer.
+name half is computed without torch by :func:`rnnconvert.formats.torch.pt_pickle.serialization_id_names`
+(given to :class:`Tail`); :func:`torch_tail` learns it, and the tail records, from torch itself
+(``PyTorchFileWriter`` on the same record names with empty data: no tensor bytes, instant) and checks
+that this module rebuilds that small archive byte for byte -- the tests' reference.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class ZipWriter:
 
     def serialization_id(self, name_half: str) -> str:
         """torch's ``.data/serialization_id`` for the records written so far (``name_half``: the 20
-        digits of the record-name hash, from :func:`torch_tail`)."""
+        digits of the record-name hash: :func:`~rnnconvert.formats.torch.pt_pickle.serialization_id_names`)."""
         return f"{name_half}{self.crc_fold:020d}"
 
     def finish(self) -> None:

@@ -188,8 +188,26 @@ def load_state(path: str | Path) -> dict[str, Any]:
     try:
         return torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, ...)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FormatError(f"{path}: not loadable as a PyTorch file with weights_only=True: {first}") from exc
+        raise FormatError(f"{path}: not loadable as a PyTorch file with weights_only=True: {load_failure(exc)}") from exc
+
+
+def load_failure(exc: BaseException) -> str:
+    """What ``torch.load(weights_only=True)`` found wrong, in one line, without torch's advice to reload
+    with ``weights_only=False`` or to allow-list globals (which would run the file's code): the
+    ``WeightsUnpickler error:`` reason when torch gives one (``torch/serialization.py``), else the
+    exception's first line that does not give such advice, else its type."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    m = re.search(r"WeightsUnpickler error:\s*(.+)", text, re.S)
+    if m:
+        reason = next((ln.strip() for ln in m.group(1).splitlines() if ln.strip()), "")
+        reason = re.split(r"\.\s+Please use|\s+Please use", reason)[0].rstrip(".")
+        if reason:
+            return f"{reason} (refused: rnnconvert never runs code from a file)"
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not re.search(r"weights_only|trust|safe_globals|arbitrary code|add_safe_globals", line, re.I):
+            return line[:300]
+    return type(exc).__name__
 
 
 def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
