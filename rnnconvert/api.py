@@ -19,12 +19,12 @@ import numpy as np
 
 from .engine import registry
 from .io import budget
-from .errors import FormatError, OutputError, OutputExistsError, RNNConvertError
+from .errors import DependencyError, FormatError, OutputError, OutputExistsError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
 from .engine.refusal import Refused
 from .engine.stream import stream_write
-from .engine.verify import StreamedVerification, VerifyReport, verify as _verify
+from .engine.verify import LayerCheck, StreamedVerification, VerifyReport, verify as _verify
 
 
 @contextlib.contextmanager
@@ -455,6 +455,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     budget.regular_source(src_p)
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
+    if out_mod.verify_whole is None:  # integer inputs are for whole Keras models only
+        _float_inputs(verify_inputs)
     stream = in_mod.lazy and out_mod.stream
     if out_mod.write is None:
         raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
@@ -488,8 +490,19 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             else:
                 rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
                 if verify:
+                    whole = out_mod.verify_whole  # Keras 2 models written whole (#17)
+                    names = {layer.name for layer in ckpt.layers}
+                    model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
                     rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed,
-                                               inputs=verify_inputs)
+                                               inputs=_float_inputs({k: v for k, v in (verify_inputs or {}).items()
+                                                                     if k not in model_in}) or None)
+                    if whole:
+                        try:
+                            rep.verification.layers += whole(ckpt, src_p, tmp, inputs=model_in or None, seed=seed)
+                        except DependencyError as exc:  # no tf_keras: the whole model cannot be judged
+                            rep.verification.layers.append(LayerCheck(
+                                "model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", "keras 3 load_model",
+                                verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
         if rep.verification is not None:
             rep.verification.raise_if_failed(accept_inconclusive)
         _commit(tmp, dst_p, force)
@@ -584,6 +597,7 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     else:
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
     in_mod = in_fmt.load()
+    inputs = _float_inputs(inputs)
     lazy = device == "cpu" and in_mod.lazy
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:
@@ -604,6 +618,15 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
 
 
+def _float_inputs(inputs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``inputs`` after checking that every per-layer input is floating point (integer arrays are token ids
+    for a whole Keras model's inputs only). Raises FormatError."""
+    for k, a in (inputs or {}).items():
+        if np.asarray(a).dtype.kind != "f":
+            raise FormatError(f"verification input '{k}' is {np.asarray(a).dtype}, not floating point")
+    return inputs
+
+
 def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Verification inputs from an ``.npz``: one float array ``(batch, steps, input_size)`` per layer, keyed by
     the layer's name (``rnnconvert inspect`` lists them); read with ``allow_pickle=False``.
@@ -617,8 +640,8 @@ def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise FormatError(f"{path}: not a readable .npz of verification inputs: {exc}") from exc
     for k, a in got.items():
-        if a.dtype.kind != "f":
-            raise FormatError(f"{path}: verification input '{k}' is {a.dtype}, not floating point")
+        if a.dtype.kind not in "fiu":  # integer: token ids for a whole Keras model's Embedding input
+            raise FormatError(f"{path}: verification input '{k}' is {a.dtype}, not floating point or integer")
     return got
 
 

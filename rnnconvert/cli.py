@@ -122,6 +122,9 @@ def convert(
     name_map: MapOpt = None,
     cudnn: Annotated[bool, typer.Option("--cudnn", help="Keras 2 .h5 output: write CuDNNLSTM/CuDNNGRU layers "
                                         "(GPU-only in Keras 2) instead of LSTM/GRU.")] = False,
+    recurrent_only: Annotated[bool, typer.Option(
+        "--recurrent-only", help="Keras 3 output of a Keras 2 full model: write only the recurrent layers, "
+        "each with its own input, not the whole model.")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     inputs: InputsOpt = None,
@@ -140,7 +143,8 @@ def convert(
     # --cudnn is a keras_h5 writer option: any other writer refuses it, naming the options it takes
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
                   read_opts=_read_opts(gate_activation, read_opt, name_map),
-                  write_opts={"cudnn": True} if cudnn else None, accept_inconclusive=accept_inconclusive)
+                  write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {})}
+                  or None, accept_inconclusive=accept_inconclusive)
     if src.is_dir() and not _is_checkpoint_dir(src):
         if inputs is not None:
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")

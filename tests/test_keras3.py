@@ -1,5 +1,5 @@
 """Keras 3 format: Keras 2 -> .keras migration checked by keras.saving.load_model, Keras 3 files read back,
-hard_sigmoid refusal, unsafe archives refused."""
+Keras-2 hard_sigmoid rescaled (whole models: tests/test_keras_whole.py), unsafe archives refused."""
 
 from __future__ import annotations
 
@@ -116,22 +116,19 @@ def test_keras3_hard_sigmoid_is_read_as_keras3(tmp_path, k3):
     assert rep.verification.ok
     x = rng.standard_normal((2, 5, 3)).astype(np.float32)
     np.testing.assert_allclose(_run3(k3, out, ["hs"], x), k3.ops.convert_to_numpy(m(x)), atol=1e-6, rtol=0)
-    with pytest.raises(UnsupportedError):
-        rnnconvert.convert(src, tmp_path / "hs.h5")  # Keras 2 has no x/6 hard_sigmoid
+    # Keras 2 has no x/6 hard_sigmoid: its 0.2x one on gate weights scaled by 5/6 (issue #17); oracle tf_keras
+    rep = rnnconvert.convert(src, tmp_path / "hs.h5")
+    assert rep.verification.ok and any("5/6" in n and "not bit-exact" in n for n in rep.notes)
+    k2 = pytest.importorskip("tf_keras")
+    old = k2.models.load_model(tmp_path / "hs.h5", compile=False)
+    assert old.get_layer("hs").get_config()["recurrent_activation"] == "hard_sigmoid"
+    np.testing.assert_allclose(old.get_layer("hs")(x).numpy(), k3.ops.convert_to_numpy(m(x)), atol=2e-5, rtol=0)
     legacy = tmp_path / "hs_legacy.h5"  # Keras 3's own legacy HDF5 (keras_version 3.x): same meaning
     m.save(legacy)
     assert rnnconvert.load(legacy).layers[0].semantics.gate_activation == "hard_sigmoid_k3"
     out2 = tmp_path / "hs3.keras"
     assert rnnconvert.convert(legacy, out2).verification.ok
     np.testing.assert_allclose(_run3(k3, out2, ["hs"], x), k3.ops.convert_to_numpy(m(x)), atol=1e-6, rtol=0)
-
-
-def test_mycroft_hard_sigmoid_refused(tmp_path, realworld):
-    src = realworld / "mycroft-precise-gru" / "hey-mycroft.net"
-    dst = tmp_path / "mycroft.keras"
-    with pytest.raises(UnsupportedError, match="hard_sigmoid"):
-        rnnconvert.convert(src, dst)
-    assert not dst.exists()
 
 
 def test_unsafe_archives_refused(tmp_path):
@@ -318,7 +315,7 @@ def test_reset_before_gru_with_recurrent_bias(tmp_path, k2, k3):
 
 def test_tf_keras_written_keras_archive(tmp_path, k2):
     """tf_keras 2.x also writes .keras archives (keras_version 2.x, no @name attributes): layers are found
-    by their class-name store keys, and 'hard_sigmoid' keeps its Keras 2 meaning (refused for Keras 3)."""
+    by their class-name store keys, and 'hard_sigmoid' keeps its Keras 2 meaning (rescaled for Keras 3)."""
     i = k2.Input((None, 3))
     y = k2.layers.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True, name="hs")(i)
     y = k2.layers.Bidirectional(k2.layers.GRU(2, return_sequences=True), name="bb")(y)
@@ -334,8 +331,12 @@ def test_tf_keras_written_keras_archive(tmp_path, k2):
     again = k2.models.load_model(tmp_path / "k2.h5", compile=False)
     x = rng.standard_normal((2, 5, 3)).astype(np.float32)
     np.testing.assert_allclose(again.get_layer("hs")(x).numpy(), m.get_layer("hs")(x).numpy(), atol=1e-5, rtol=0)
-    with pytest.raises(UnsupportedError, match="hard_sigmoid"):
-        rnnconvert.convert(src, tmp_path / "k3.keras")
+    # Keras 3 target: the Keras-2 hard_sigmoid gates become Keras 3's on weights scaled by 1.2 (issue #17)
+    rep = rnnconvert.convert(src, tmp_path / "k3.keras")
+    assert rep.verification.ok and any("hs" in n and "rescaled, not bit-exact" in n for n in rep.notes)
+    k3 = pytest.importorskip("keras")
+    np.testing.assert_allclose(_run3(k3, tmp_path / "k3.keras", ["hs"], x), m.get_layer("hs")(x).numpy(),
+                               atol=2e-5, rtol=0)
 
 
 def test_outputs_are_byte_stable(tmp_path, k3):

@@ -76,9 +76,16 @@ class FormatSpec:
     target_forward: Callable[..., Any] | None = None
     target_forward_slab: Callable[..., Any] | None = None
     target_step: Callable[..., Any] | None = None
+    #: whole-model verification of a written Keras model (``verify_whole(ckpt, src_path, dst_path, inputs=,
+    #: seed=) -> list[LayerCheck]``), for writers that write a whole model, not only its recurrent layers
+    verify_whole: Callable[..., Any] | None = None
     release: Callable[[], None] | None = None
     route: str = ""
     engine: str = ""
+    # refusal hints
+    #: ``rescale_plan(layer) -> plan | None``: a gate activation this writer meets only by scaled weights
+    #: (Keras-2 hard_sigmoid into Keras 3): the way out names it "rescaled, not bit-exact"
+    rescale_plan: Callable[..., Any] | None = None
 
     @property
     def stream(self) -> bool:

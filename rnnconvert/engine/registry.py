@@ -167,9 +167,12 @@ def way_out(layer, exclude: str) -> str:
     for f in FORMATS:
         if f.name in (exclude, "npz", "safetensors"):
             continue
-        ref = f.load().refusals
+        spec = f.load()
+        ref = spec.refusals
         if ref is not None and not ref(layer):
-            ok.append(f.extensions[0] if f.extensions else f"--to {f.name}")
+            ext = f.extensions[0] if f.extensions else f"--to {f.name}"
+            rescaled = spec.rescale_plan  # a redefined hard_sigmoid met by scaled weights
+            ok.append(f"{ext} (hard_sigmoid rescaled, not bit-exact)" if rescaled and rescaled(layer) else ext)
     if not ok:
         return "No format rnnconvert writes computes this exactly; keep the source checkpoint"
     return f"Convert to {' or '.join(ok)} instead, which {'expresses' if len(ok) == 1 else 'express'} it exactly"

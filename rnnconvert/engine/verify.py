@@ -49,6 +49,7 @@ import numpy as np
 from ..core import reference
 from ..core.model import Checkpoint, RNNLayer
 from ..errors import DependencyError, FormatError, InconclusiveError, VerificationError
+from .checks import LayerCheck
 
 #: unit roundoff of the accumulation assumed by the one-step bound: float32's (float16 weights are stored
 #: and rounded in float16 but summed in float32 by torch's CPU kernels and cuDNN's float compute type)
@@ -64,42 +65,6 @@ def fraction(u: float) -> float:
     this could hide it. (The one-step bound is elementwise: where the largest element reaches this, most
     are far smaller, and the mutation tests measure what it still detects.)"""
     return max(1e-2, 64.0 * u)
-
-
-@dataclass
-class LayerCheck:
-    """The comparison of one layer.
-
-    ``step_err``/``step_tol``: the largest abs difference of the one-step comparison (``h_t`` and ``c_t``)
-    and the largest element of its bound; ``step_ratio``: ``max(err / bound)`` over elements (passes when
-    ``<= 1``). ``seq_err``/``seq_tol``: the short full-sequence comparison. ``max_abs_err``/``tolerance``:
-    the comparison closer to failing of the two (for one-line reports). ``verdict``: ``'ok'``, ``'fail'``
-    or ``'inconclusive'``; ``reason`` says why when not ok."""
-
-    name: str
-    max_abs_err: float
-    tolerance: float
-    max_abs_ref: float
-    source_route: str
-    target_route: str
-    #: which comparison the headline numbers come from: ``'step'`` or ``'sequence'``
-    reference: str = "step"
-    verdict: str = "ok"
-    reason: str = ""
-    step_err: float = 0.0
-    step_tol: float = 0.0
-    step_ratio: float = 0.0
-    seq_err: float = 0.0
-    seq_tol: float = 0.0
-    steps_checked: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict == "ok"
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict == "fail"
 
 
 @dataclass

@@ -45,9 +45,10 @@ from ...engine import refusal
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Checkpoint, Cell, RNNLayer
 from ...core.transforms import fold_forget_bias
-from . import keras_h5, keras_h5_write
+from . import keras_config, keras_h5, keras_h5_write
 
 ROUTE = "keras 3"
+HARD_SIGMOID_SCALE = keras_config.HARD_SIGMOID_SCALE  # Keras-2 hard_sigmoid(x) = Keras-3 hard_sigmoid(1.2 x)
 #: the distribution whose version verification reports for the target side
 ENGINE = "keras"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -55,18 +56,14 @@ MAX_MEMBER_BYTES = 1 << 34  # 16 GiB: no real RNN checkpoint is larger
 MAX_RATIO = 200  # uncompressed / compressed per member (HDF5 weights barely compress)
 MAX_CONFIG_BYTES = 64 << 20
 _K3_ACTS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "linear": "linear", "softsign": "softsign",
-            "hard_sigmoid_k3": "hard_sigmoid"}
+            "hard_sigmoid_k3": "hard_sigmoid", "hard_sigmoid": "hard_sigmoid"}  # Keras 2's: weights rescaled
 _CLASS_OF = {"lstm": "LSTM", "gru": "GRU", "simple_rnn": "SimpleRNN", "bidirectional": "Bidirectional",
              "dense": "Dense", "embedding": "Embedding", "sequential": "Sequential", "functional": "Functional",
              "time_distributed": "TimeDistributed"}
 
 
-def keras3():
-    """Import Keras 3 (``import keras``; not tf_keras); raises DependencyError when missing."""
-    k = require("keras", "tensorflow")
-    if not str(getattr(k, "__version__", "0")).startswith("3"):
-        raise UnsupportedError(f"'import keras' gives Keras {k.__version__}; the keras3 format needs Keras 3")
-    return k
+#: Import Keras 3 (:func:`.keras_config.import_keras3`).
+keras3 = keras_config.import_keras3
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,7 +341,12 @@ def _read_zip(p: Path, z: zipfile.ZipFile, gate_activation: str | None) -> Check
         with z.open(winfo) as src, open(h5, "wb") as dst:
             _copy_limited(src, dst, winfo.file_size, f"{p}: model.weights.h5")
         version = meta.get("keras_version") if isinstance(meta, dict) else None
-        return _read_store(p, h5, config, gate_activation, str(version or "3.0.0"))
+        ckpt = _read_store(p, h5, config, gate_activation, str(version or "3.0.0"))
+        note = meta.get("rnnconvert_rescaled") if isinstance(meta, dict) else None
+        if isinstance(note, dict):
+            ckpt.meta["rescaled"] = {"layers": [str(x) for x in note.get("layers", [])][:1000],
+                                     "note": str(note.get("note", ""))[:500]}
+        return ckpt
 
 
 # --------------------------------------------------------------------------------------------
@@ -352,32 +354,75 @@ def _read_zip(p: Path, z: zipfile.ZipFile, gate_activation: str | None) -> Check
 # --------------------------------------------------------------------------------------------
 
 def refusals(layer: RNNLayer) -> list[str]:
-    """What a Keras 3 LSTM/GRU/SimpleRNN cannot express about ``layer``."""
+    """What a Keras 3 LSTM/GRU/SimpleRNN cannot express about ``layer``.
+
+    Keras-2 ``hard_sigmoid`` (``clip(0.2x+0.5)``) is expressed by Keras 3's (``clip(x/6+0.5)``) on weights
+    scaled by 1.2 (:func:`rescale_plan`) where its input is linear in the layer's own weights: an LSTM's
+    or GRU's gates, a GRU's or SimpleRNN's ``activation``; an LSTM's ``activation`` (it also squashes the
+    cell state) is refused.
+    """
     s, why = layer.semantics, keras_h5_write.keras_structure_refusals(layer)
     for what, a in (("activation", s.activation), ("recurrent_activation", s.gate_activation)):
         if a == "hard_sigmoid":
-            why.append(f"{what}=hard_sigmoid in its Keras 2 definition clip(0.2x+0.5) (Keras 3 redefined "
-                       "'hard_sigmoid' as clip(x/6+0.5): the model would silently change)")
+            if what == "activation" and layer.cell is Cell.LSTM:
+                why.append("activation=hard_sigmoid in its Keras 2 definition clip(0.2x+0.5) (Keras 3 redefined "
+                           "'hard_sigmoid' as clip(x/6+0.5), and an LSTM's activation also squashes the cell "
+                           "state, which no weight scaling reaches)")
         elif a not in _K3_ACTS:
             why.append(f"{what}={a} (no Keras 3 activation)")
     return why
 
 
-def check(ckpt: Checkpoint, **_: Any) -> list[str]:
-    """Refuse what Keras 3 cannot express; return notes.
+def rescale_plan(layer: RNNLayer) -> keras_config.Rescale | None:
+    """The Keras-2 hard_sigmoid rescale of a recurrent layer written for Keras 3 (``None``: none needed).
+    Gate blocks in Keras order (LSTM i f c o, GRU z r h; see :class:`.keras_config.Rescale`)."""
+    s = layer.semantics
+    if layer.cell not in (Cell.LSTM, Cell.GRU):
+        return keras_config.Rescale(layer.name, "SimpleRNN", all=True) if s.activation == "hard_sigmoid" else None
+    g = [0, 1, 3] if layer.cell is Cell.LSTM and s.gate_activation == "hard_sigmoid" else []
+    if layer.cell is Cell.GRU:
+        g = ([0, 1] if s.gate_activation == "hard_sigmoid" else []) + ([2] if s.activation == "hard_sigmoid" else [])
+    return keras_config.Rescale(layer.name, layer.cell.name, gates=tuple(g)) if g else None
+
+
+RESCALE_NOTE = ("Keras-2 hard_sigmoid clip(0.2x+0.5) written as Keras 3's hard_sigmoid clip(x/6+0.5) on "
+                "weights scaled by 1.2 (one float32 rounding per weight): rescaled, not bit-exact")
+
+
+def check(ckpt: Checkpoint, *, recurrent_only: bool = False, **_: Any) -> list[str]:
+    """Refuse what Keras 3 cannot express; return notes. A checkpoint read from a Keras 2 full-model HDF5
+    file is written whole (:mod:`.keras_whole`): its whole config is translated (and refused by layer name)
+    here already.
 
     Raises:
         UnsupportedError: naming the layer, the features and the way out (:func:`rnnconvert.engine.refusal.refuse`).
     """
+    from . import keras_whole
+
     for layer in ckpt.layers:
         refusal.refuse(layer, refusals(layer), "keras3", "a Keras 3 layer")
+    if recurrent_only:
+        ckpt.meta["keras3_layout"] = "recurrent"  # read back by target_forward / verify_whole
+    full = None if recurrent_only else keras_whole.read_full_model(ckpt)
+    if full is not None:
+        tr = keras_whole.translate(full)
+        notes = [f"whole model written: every layer of {Path(full.path).name}, chained as in the source"] + tr.notes
+        notes += [f"{p}: {RESCALE_NOTE}" for p in keras_whole.rescaled_layers(tr)]
+        return notes
     notes = []
+    if recurrent_only:
+        notes.append("recurrent_only: only the recurrent layers are written, each with its own input")
+    elif ckpt.format == "keras_h5":
+        notes.append("weights-only Keras file: it holds no architecture (no chaining, no classes or activations "
+                     "of the other layers), so only the recurrent layers are written")
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors are not written; only the recurrent layers are")
     for layer in ckpt.layers:
         if layer.source.get("class_name", "").startswith("CuDNN"):
             notes.append(f"{layer.name}: {layer.source['class_name']} becomes Keras 3 "
                          f"{'LSTM' if layer.cell is Cell.LSTM else 'GRU(reset_after=True)'} (runs on CPU and GPU)")
+        if rescale_plan(layer) is not None:
+            notes.append(f"{layer.name}: {RESCALE_NOTE}")
     return notes
 
 
@@ -414,7 +459,10 @@ def build(ckpt: Checkpoint, *, with_weights: bool = True):
             lay = _make_layer(k, layer, nm)
             h = lay(h)
             if with_weights:
-                lay.set_weights([w for p in layer.params[kk] for w in keras_h5_write.keras_weights(layer, p, False)])
+                from .keras_whole import rescale
+
+                ws = [w for p in layer.params[kk] for w in keras_h5_write.keras_weights(layer, p, False)]
+                lay.set_weights(rescale(ws, rescale_plan(layer), layer.hidden_size))
         inputs.append(inp)
         outputs.extend(h if isinstance(h, (list, tuple)) else [h])
     return k.Model(inputs, outputs, name="rnnconvert")
@@ -424,15 +472,29 @@ def _weights_only(path: Path, weights_only: bool | None) -> bool:
     return weights_only if weights_only is not None else ".weights.h5" in Path(path).name.lower()
 
 
-def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = None, **_: Any) -> list[str]:
+def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = None, recurrent_only: bool = False,
+          **_: Any) -> list[str]:
     """Write ``ckpt`` as a Keras 3 ``.keras`` archive (default) or ``.weights.h5`` (``weights_only=True``,
     or when the file name contains ``.weights.h5``).
+
+    A checkpoint read from a Keras 1/2 full-model HDF5 file is written whole (every layer, chained as in the
+    source: :mod:`.keras_whole`); ``recurrent_only=True`` (CLI ``--recurrent-only``) writes only its
+    recurrent layers, each with its own input, as for every other source (e.g. a model with a custom layer
+    that the whole-model translation refuses).
 
     Raises:
         UnsupportedError: see :func:`check`.
     """
-    check(ckpt)
-    model = build(ckpt)
+    from . import keras_whole
+
+    check(ckpt, recurrent_only=recurrent_only)
+    full = _whole_model(ckpt, None)
+    if full is not None:
+        model, tr, lines = keras_whole.build(full, ckpt)
+        rescaled = keras_whole.rescaled_layers(tr)
+    else:
+        model, lines = build(ckpt), None
+        rescaled = [layer.name for layer in ckpt.layers if rescale_plan(layer) is not None]
     wo = _weights_only(Path(path), weights_only)
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         out = os.path.join(tmp, "model.weights.h5" if wo else "model.keras")
@@ -441,12 +503,58 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
             shutil.copyfile(out, path)
         else:
             model.save(out)
-            _repack(out, path)
+            _repack(out, path, rescaled, "whole" if full is not None else "recurrent")
+    if lines is not None:
+        how = ("model.load_weights(path) into the same architecture built in Keras 3" if wo
+               else "keras.saving.load_model(path)")
+        return lines + [f"whole model '{model.name}' ({len(model.inputs)} input(s), {len(model.outputs)} output(s)); "
+                        f"{how}"]
     how = ("build the model (see docs/keras3.md) and model.load_weights(path)" if wo
            else "keras.saving.load_model(path)")
     return [f"{layer.name}: Keras 3 {keras_h5_write.KERAS_CLASS[layer.cell]} layer(s) {', '.join(names)} "
             f"(input '{in_name}', return_sequences=True); {how}"
             for layer, in_name, names in keras_h5_write.plan(ckpt)]
+
+
+def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
+                 seed: int = 0) -> list:
+    """Whole-model verification of a written ``.keras`` (:func:`.keras_whole.verify_model`): the source model
+    run by tf_keras against Keras 3 running ``dst_path``; ``[]`` when ``ckpt`` is not a whole Keras 2 model
+    or the output is a ``.weights.h5``. Returns :class:`rnnconvert.verify.LayerCheck` entries."""
+    from . import keras_whole
+
+    with open(dst_path, "rb") as fh:
+        if fh.read(4) != ZIP_MAGIC:
+            return []
+    full = _whole_model(ckpt, dst_path)
+    if full is None:
+        return []
+    return keras_whole.verify_model(str(src_path), str(dst_path), full, inputs=inputs, seed=seed)
+
+
+def _whole_model(ckpt: Checkpoint, written: str | Path | None):
+    """The Keras 2 full model (:func:`.keras_whole.read_full_model`) when ``ckpt`` is written (or, for
+    ``written``, was written) whole: not with ``recurrent_only``, and a written ``.keras`` whose
+    ``metadata.json`` says ``rnnconvert_layout: recurrent`` (or, from before the key, whose model is named
+    ``rnnconvert``) holds the recurrent layers only."""
+    from . import keras_whole
+
+    if ckpt.meta.get("keras3_layout") == "recurrent":
+        return None
+    if written is not None:
+        with open(written, "rb") as fh:
+            is_zip = fh.read(4) == ZIP_MAGIC
+        if is_zip:
+            with zipfile.ZipFile(written) as z:
+                names = z.namelist()
+                meta = json.loads(z.read("metadata.json")) if "metadata.json" in names else {}
+                layout = meta.get("rnnconvert_layout") if isinstance(meta, dict) else None
+                if layout is None and "config.json" in names:
+                    cfg = json.loads(z.read("config.json"))
+                    layout = "recurrent" if (cfg.get("config") or {}).get("name") == "rnnconvert" else None
+            if layout == "recurrent":
+                return None
+    return keras_whole.read_full_model(ckpt)
 
 
 def _renumber(obj: Any, ids: dict[int, int]) -> Any:
@@ -460,15 +568,21 @@ def _renumber(obj: Any, ids: dict[int, int]) -> Any:
     return obj
 
 
-def _repack(src: str, dst: str | Path) -> None:
+def _repack(src: str, dst: str | Path, rescaled: list[str] | None = None, layout: str | None = None) -> None:
     """Copy the archive Keras wrote with fixed member timestamps, no ``date_saved`` in ``metadata.json``
-    and renumbered ``shared_object_id``s, so that the same input gives the same bytes."""
+    and renumbered ``shared_object_id``s, so that the same input gives the same bytes. ``rescaled``: the
+    layers whose weights were scaled for Keras-2 hard_sigmoid, recorded in ``metadata.json`` as
+    ``rnnconvert_rescaled`` (Keras ignores the key; ``inspect`` shows it)."""
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
         for info in zin.infolist():
             data = zin.read(info)
             if info.filename == "metadata.json":
                 meta = json.loads(data)
                 meta.pop("date_saved", None)
+                if layout:
+                    meta["rnnconvert_layout"] = layout
+                if rescaled:
+                    meta["rnnconvert_rescaled"] = {"layers": rescaled, "note": RESCALE_NOTE}
                 data = json.dumps(meta).encode()
             elif info.filename == "config.json":
                 data = json.dumps(_renumber(json.loads(data), {})).encode()
@@ -477,6 +591,25 @@ def _repack(src: str, dst: str | Path) -> None:
             zout.writestr(out, data)
 
 
+def _resolve(model, name: str):
+    """The layer at dotted path ``name`` (nested models: ``outer.inner``) of a whole-model file, or ``None``."""
+    lay = model
+    for part in name.split("."):
+        try:
+            lay = lay.get_layer(part)
+        except (ValueError, AttributeError):
+            return None
+    return lay
+
+
+def _sequence_run(k, lay, h: np.ndarray) -> np.ndarray:
+    """Run a Keras 3 recurrent layer of a whole model on ``h`` as a copy returning the full sequence."""
+    cfg = lay.get_config()
+    cfg.update(return_sequences=True, return_state=False, stateful=False)
+    twin = type(lay).from_config(cfg)
+    twin.build((None, None, h.shape[-1]))
+    twin.set_weights(lay.get_weights())
+    return k.ops.convert_to_numpy(twin(h))
 def _load(path: str | Path, ckpt: Checkpoint):
     """The written Keras 3 file as a Keras 3 model: ``.keras`` by ``keras.saving.load_model`` (safe mode),
     ``.weights.h5`` by ``load_weights`` into the model :func:`build` makes."""
@@ -488,7 +621,10 @@ def _load(path: str | Path, ckpt: Checkpoint):
         shutil.copyfile(path, local)
         if is_zip:
             return k.saving.load_model(local, compile=False, safe_mode=True)
-        model = build(ckpt, with_weights=False)
+        from . import keras_whole
+
+        full = _whole_model(ckpt, path)
+        model = keras_whole.build(full, ckpt)[0] if full is not None else build(ckpt, with_weights=False)
         model.load_weights(local)
         return model
 
@@ -498,6 +634,13 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
     Keras 3, one step through its cell from each state (Bidirectional: each direction's layer from its own
     states); ``[(h1, c1 or None)]`` per direction, float64."""
     model = _load(path, ckpt)
+    if _whole_model(ckpt, path) is not None:  # a whole Keras 2 model: the layer by its dotted path
+        layer, last = ckpt.layer(name), _resolve(model, name)
+        if last is None or k != 0:
+            raise KeyError(name)
+        subs = [last.forward_layer, last.backward_layer] if layer.bidirectional else [last]
+        return [keras_h5_write.cell_step(sub, x, st, layer.dtype, keras3().ops.convert_to_tensor)
+                for sub, st in zip(subs, states)]
     for layer, _, names in keras_h5_write.plan(ckpt):
         if layer.name == name:
             last = model.get_layer(names[k])
@@ -511,19 +654,34 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
     """Run layer ``name`` of a written Keras 3 file in Keras 3 on ``x`` ``(B, T, I)``; ``(B, T, dirs*H)`` float64.
 
     ``.keras`` files are opened with ``keras.saving.load_model``; ``.weights.h5`` files are loaded with
-    ``load_weights`` into the model :func:`build` makes.
+    ``load_weights`` into the model :func:`build` (or, for a whole Keras 2 model, :func:`.keras_whole.build`)
+    makes. A whole model's layer is found by its dotted path and run as a copy with ``return_sequences=True``.
     """
+    from . import keras_whole
+
     k = keras3()
     with open(path, "rb") as fh:
         is_zip = fh.read(4) == ZIP_MAGIC
+    full = _whole_model(ckpt, path)
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         local = os.path.join(tmp, "model.keras" if is_zip else "model.weights.h5")
         shutil.copyfile(path, local)
         if is_zip:
             model = k.saving.load_model(local, compile=False, safe_mode=True)
         else:
-            model = build(ckpt, with_weights=False)
+            model = keras_whole.build(full, ckpt)[0] if full is not None else build(ckpt, with_weights=False)
             model.load_weights(local)
+    if full is not None:
+        layer = ckpt.layer(name)
+        last = _resolve(model, name)
+        if last is None:
+            raise KeyError(name)
+        h = np.asarray(x, dtype=layer.dtype)
+        if layer.bidirectional:
+            fw = _sequence_run(k, last.forward_layer, h)
+            bw = _sequence_run(k, last.backward_layer, h)[:, ::-1]
+            return np.asarray(np.concatenate([fw, bw], axis=-1), dtype=np.float64)
+        return np.asarray(_sequence_run(k, last, h), dtype=np.float64)
     for layer, _, names in keras_h5_write.plan(ckpt):
         if layer.name == name:
             h = np.asarray(x, dtype=layer.dtype)

@@ -93,10 +93,61 @@ def keras_structure_refusals(layer: RNNLayer) -> list[str]:
     return why
 
 
+#: Keras-3 hard_sigmoid(x) = clip(x/6 + 0.5) = Keras-2 hard_sigmoid(K3_TO_K2_SCALE * x) (Keras 2:
+#: clip(0.2x + 0.5), tf_keras ``backend.hard_sigmoid``; Keras 3.15 ``backend/tensorflow/nn.py``); the
+#: mirror of :data:`.keras_config.HARD_SIGMOID_SCALE` (1.2).
+K3_TO_K2_SCALE = 5.0 / 6.0
+
+
+def k3_hard_sigmoid_blocks(layer: RNNLayer) -> list[int]:
+    """Canonical gate blocks (LSTM i f g o, GRU r z n, simple RNN: the one block) whose pre-activation goes
+    through a Keras-3 ``hard_sigmoid``; their rows of ``W_ih``, ``W_hh``, ``b_ih``, ``b_hh`` are scaled by
+    :data:`K3_TO_K2_SCALE` for Keras 2's ``hard_sigmoid`` (each gate's pre-activation is linear in its own
+    rows; an LSTM's ``activation`` is refused instead, see :func:`refusals`)."""
+    s = layer.semantics
+    if layer.cell is Cell.LSTM:
+        return [0, 1, 3] if s.gate_activation == "hard_sigmoid_k3" else []
+    if layer.cell is Cell.GRU:
+        return ([0, 1] if s.gate_activation == "hard_sigmoid_k3" else []) + \
+            ([2] if s.activation == "hard_sigmoid_k3" else [])
+    return [0] if s.activation == "hard_sigmoid_k3" else []
+
+
+def k3_rescaled(layer: RNNLayer) -> RNNLayer:
+    """``layer`` with the rows of :func:`k3_hard_sigmoid_blocks` scaled by 5/6 (one float32 rounding per
+    weight, through float64) and ``hard_sigmoid_k3`` renamed ``hard_sigmoid``: the same function in Keras 2's
+    definition, up to that rounding ("rescaled, not bit-exact"). Unchanged when no block needs it."""
+    blocks = k3_hard_sigmoid_blocks(layer)
+    if not blocks:
+        return layer
+    H = layer.hidden_size
+    rows = np.concatenate([np.arange(b * H, (b + 1) * H) for b in blocks])
+
+    def sc(a: np.ndarray) -> np.ndarray:
+        out = np.array(a, copy=True)
+        out[rows] = (out[rows].astype(np.float64) * K3_TO_K2_SCALE).astype(a.dtype)
+        return out
+
+    params = [[DirectionParams(sc(p.w_ih), sc(p.w_hh), sc(p.b_ih), sc(p.b_hh), p.w_hr, p.peep) for p in dirs]
+              for dirs in layer.params]
+    s = layer.semantics
+    out = layer.with_semantics(**{a: "hard_sigmoid" for a in ("gate_activation", "activation")
+                                  if getattr(s, a) == "hard_sigmoid_k3"})
+    out.params = params
+    return out
+
+
 def refusals(layer: RNNLayer, cudnn: bool = False) -> list[str]:
-    """What a Keras 2 layer (CuDNN form when ``cudnn``) cannot express about ``layer``."""
+    """What a Keras 2 layer (CuDNN form when ``cudnn``) cannot express about ``layer``. A Keras-3
+    ``hard_sigmoid`` is written as Keras 2's on rescaled weights (:func:`k3_rescaled`), except as an LSTM's
+    ``activation`` (it also squashes the cell state)."""
     s, why = layer.semantics, keras_structure_refusals(layer)
+    if layer.cell is Cell.LSTM and s.activation == "hard_sigmoid_k3":
+        why.append("activation=hard_sigmoid in Keras 3's definition clip(x/6+0.5) (Keras 2's is clip(0.2x+0.5), "
+                   "and an LSTM's activation also squashes the cell state, which no weight scaling reaches)")
     for what, a in (("activation", s.activation), ("recurrent_activation", s.gate_activation)):
+        if a == "hard_sigmoid_k3":
+            continue
         if a not in _K2_ACTS:
             why.append(f"{what}={a} (Keras 2 has no such activation)")
     if cudnn:
@@ -122,7 +173,9 @@ def check(ckpt: Checkpoint, *, cudnn: bool = False, **_: Any) -> list[str]:
             what = f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. Write the plain Keras form "
             raise UnsupportedError(what + "(without the cudnn write option) instead", cli=what + "(without --cudnn) instead")
         refusal.refuse(layer, why, "keras_h5", f"Keras 2 {form}")
-    notes = []
+    notes = [f"{layer.name}: Keras-3 hard_sigmoid clip(x/6+0.5) written as Keras 2's clip(0.2x+0.5) on weights "
+             "scaled by 5/6 (one float32 rounding per weight): rescaled, not bit-exact"
+             for layer in ckpt.layers if k3_hard_sigmoid_blocks(layer)]
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors (e.g. {next(iter(ckpt.tensors))}) are not "
                      "written to the Keras file; only the recurrent layers are")
@@ -156,6 +209,9 @@ def keras_weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.n
 
 
 def _make_layer(k, layer: RNNLayer, name: str, cudnn: bool, twin: bool = False, zeros: bool = False):
+    # a Keras-3 hard_sigmoid is written as Keras 2's (the weights are rescaled by k3_rescaled)
+    layer = layer.with_semantics(**{a: "hard_sigmoid" for a in ("gate_activation", "activation")
+                                    if getattr(layer.semantics, a) == "hard_sigmoid_k3"})
     s, H = layer.semantics, layer.hidden_size
     dtype = str(layer.dtype)
     kw: dict[str, Any] = {"return_sequences": True, "dtype": dtype}
@@ -192,7 +248,7 @@ def build(ckpt: Checkpoint, *, cudnn: bool = False, with_weights: bool = True, t
     k = tf_keras()
     inputs, outputs = [], []
     for layer, in_name, names in plan(ckpt):
-        layer = fold_forget_bias(layer)
+        layer = k3_rescaled(fold_forget_bias(layer)) if with_weights else fold_forget_bias(layer)
         inp = k.Input(shape=(None, layer.input_size), name=in_name, dtype=str(layer.dtype))
         h = inp
         for kk, nm in enumerate(names):
@@ -443,7 +499,7 @@ class KerasH5Stream:
     def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
         """Fill stacked layer ``k`` of ``ckpt.layers[i]`` (all directions) from canonical ``dirs``."""
         layer, _, names = self.plan[i]
-        view = fold_forget_bias(layer.one_slab(k, dirs))
+        view = k3_rescaled(fold_forget_bias(layer.one_slab(k, dirs)))
         targets = iter(self.ds[names[k]])
         for p in view.params[0]:
             for src, ds in zip((p.w_ih, p.w_hh), (next(targets), next(targets))):

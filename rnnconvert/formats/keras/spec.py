@@ -19,5 +19,7 @@ KERAS_H5 = FormatSpec(
 
 KERAS3 = FormatSpec(
     "keras3", sniff=keras3.sniff, read=keras3.read, read_options=("gate_activation",),
-    refusals=keras3.refusals, check=keras3.check, write=keras3.write, write_options=("weights_only",),
-    target_forward=keras3.target_forward, target_step=keras3.target_step, route=keras3.ROUTE, engine=keras3.ENGINE)
+    refusals=keras3.refusals, check=keras3.check, write=keras3.write,
+    write_options=("weights_only", "recurrent_only"),
+    target_forward=keras3.target_forward, target_step=keras3.target_step, verify_whole=keras3.verify_whole,
+    route=keras3.ROUTE, engine=keras3.ENGINE, rescale_plan=keras3.rescale_plan)

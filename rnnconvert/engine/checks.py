@@ -1,0 +1,43 @@
+"""The record of one layer's verification (:class:`LayerCheck`): a leaf module, so that the engine
+(:mod:`rnnconvert.engine.verify`) and a format's own whole-model check (``formats/keras/keras_whole.py``)
+report in the same terms without a format importing the verification engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class LayerCheck:
+    """The comparison of one layer.
+
+    ``step_err``/``step_tol``: the largest abs difference of the one-step comparison (``h_t`` and ``c_t``)
+    and the largest element of its bound; ``step_ratio``: ``max(err / bound)`` over elements (passes when
+    ``<= 1``). ``seq_err``/``seq_tol``: the short full-sequence comparison. ``max_abs_err``/``tolerance``:
+    the comparison closer to failing of the two (for one-line reports). ``verdict``: ``'ok'``, ``'fail'``
+    or ``'inconclusive'``; ``reason`` says why when not ok."""
+
+    name: str
+    max_abs_err: float
+    tolerance: float
+    max_abs_ref: float
+    source_route: str
+    target_route: str
+    #: which comparison the headline numbers come from: ``'step'`` or ``'sequence'``
+    reference: str = "step"
+    verdict: str = "ok"
+    reason: str = ""
+    step_err: float = 0.0
+    step_tol: float = 0.0
+    step_ratio: float = 0.0
+    seq_err: float = 0.0
+    seq_tol: float = 0.0
+    steps_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
