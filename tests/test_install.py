@@ -132,3 +132,45 @@ def test_outputs_written_with_libraries_blocked(tmp_path, ext):
     for la, lb in zip(a.layers, b.layers):
         for k, v in la.params[0][0].arrays().items():
             assert np.array_equal(v, lb.params[0][0].arrays()[k])
+
+
+_BLOCK_TORCH = ("import sys\n"
+                "class B:\n"
+                "    def find_spec(self, name, path=None, target=None):\n"
+                "        if name.split('.')[0] in ('torch', 'safetensors'):\n"
+                "            raise ImportError(name + ' is blocked')\n"
+                "sys.meta_path.insert(0, B())\n"
+                "from rnnconvert import cli\n"
+                "sys.exit(cli.main(sys.argv[1:]))\n")
+
+
+def _without_torch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _BLOCK_TORCH, *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+
+
+@pytest.mark.parametrize("ext", ["pt", "safetensors"])
+def test_verified_without_torch_and_a_broken_file_still_fails(tmp_path, ext):
+    """Without torch (a plain install), a verified conversion to .pt/.safetensors runs both comparisons in
+    the numpy reference on the arrays read back from the written file, and says so; that fallback is
+    still a check that can fail: the f and g gate blocks of a layer swapped in the written file (torch
+    edits it here, in the parent) fail ``verify`` with exit 5 (VerificationError)."""
+    torch = pytest.importorskip("torch")
+    src, out = FIXTURES / "keras" / "cudnn_lstm.h5", tmp_path / f"m.{ext}"
+    r = _without_torch(str(src), str(out))
+    assert r.returncode == 0, r.stderr
+    assert "numpy reference on the arrays read back from the written file" in r.stdout
+    assert "torch is not installed" in r.stdout
+    if ext != "pt":
+        return
+    sd = torch.load(out, weights_only=True)
+    key = next(k for k in sd if k.endswith("weight_hh_l0"))
+    H = sd[key].shape[0] // 4
+    for name in [key, key.replace("weight_hh", "weight_ih")]:
+        w = sd[name].clone()
+        w[H:2 * H], w[2 * H:3 * H] = sd[name][2 * H:3 * H], sd[name][H:2 * H]  # i f g o -> i g f o
+        sd[name] = w
+    broken = tmp_path / "broken.pt"
+    torch.save(sd, broken)
+    r = _without_torch("verify", str(src), str(broken))
+    assert r.returncode == 5, (r.stdout, r.stderr)

@@ -163,7 +163,7 @@ def way_out(layer, exclude: str) -> str:
     One sentence, e.g. ``"Convert to .onnx instead, which expresses it exactly"``; the facts come from
     each format module's own ``refusals`` (``npz``, a storage format, is never suggested).
     """
-    ok = []
+    exact, scaled = [], []
     for f in FORMATS:
         if f.name in (exclude, "npz", "safetensors"):
             continue
@@ -172,10 +172,13 @@ def way_out(layer, exclude: str) -> str:
         if ref is not None and not ref(layer):
             ext = f.extensions[0] if f.extensions else f"--to {f.name}"
             rescaled = spec.rescale_plan  # a redefined hard_sigmoid met by scaled weights
-            ok.append(f"{ext} (hard_sigmoid rescaled, not bit-exact)" if rescaled and rescaled(layer) else ext)
-    if not ok:
-        return "No format rnnconvert writes computes this exactly; keep the source checkpoint"
-    return f"Convert to {' or '.join(ok)} instead, which {'expresses' if len(ok) == 1 else 'express'} it exactly"
+            (scaled if rescaled and rescaled(layer) else exact).append(ext)
+    also = f"to {' or '.join(scaled)} (hard_sigmoid rescaled: one float32 rounding per weight, not bit-exact)"
+    if not exact:
+        return (f"Convert {also} instead" if scaled
+                else "No format rnnconvert writes computes this exactly; keep the source checkpoint")
+    out = f"Convert to {' or '.join(exact)} instead, which {'expresses' if len(exact) == 1 else 'express'} it exactly"
+    return out + (f", or {also}" if scaled else "")
 
 
 def complete(exc: Refused) -> Refused:

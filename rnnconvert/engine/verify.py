@@ -266,6 +266,10 @@ def _worst(err: np.ndarray, bound: np.ndarray) -> tuple[float, float, float, tup
     return float(ratio[j]), float(err[j]), float(bound[j]), j
 
 
+#: Why a comparison ran in the numpy reference on the arrays read back instead of the target framework.
+NOT_INSTALLED = "its framework is not installed"
+
+
 class StreamedVerification:
     """Verification in two halves, so that only one slab of parameters is in memory at a time (streamed
     conversions, lazy sources); :func:`verify` runs the same on an in-memory checkpoint.
@@ -364,17 +368,12 @@ class StreamedVerification:
         if fn is not None:
             try:
                 return fn(dst_path, self.ckpt, layer.name, k, xf, states), ""
-            except DependencyError as exc:
-                why = f"its framework is not installed ({exc})"
-        read = dst_module.read
-        if read is None:
+            except DependencyError:
+                why = NOT_INSTALLED
+        whole = self._read_back(dst_path, dst_module, layer)  # the file's own semantics (a TF1 writer folds
+        if whole is None:                                       # forget_bias into b_f)
             return None, why
-        if self._back is None:
-            self._back = read(dst_path)
-        back = self._back.layer(layer.name).one_slab(k)
-        # the file's own semantics (a TF1 writer folds forget_bias into b_f), but for the run-time clips a
-        # checkpoint does not store (as the TF1 target does: rnnconvert.formats.tf.tf1_writer.target_forward)
-        back = back.with_semantics(cell_clip=layer.semantics.cell_clip, proj_clip=layer.semantics.proj_clip)
+        back = whole.one_slab(k)
         got = [reference.step(back, p, xf, s[0], s[1]) for p, s in zip(back.params[0], states)]
         return got, f"one step by the numpy reference on the arrays read back ({why})"
 
@@ -410,22 +409,45 @@ class StreamedVerification:
                     worst["n"] += ev.shape[0] if what == "h" else 0
         return worst, note
 
-    def _sequence_target(self, i: int, dst_path, dst_module) -> np.ndarray:
+    def _read_back(self, dst_path, dst_module, layer: RNNLayer) -> RNNLayer | None:
+        """``layer`` as the written file holds it, read back by rnnconvert's reader (the fallback target of
+        both comparisons when the target's framework is missing): the file's own semantics, but for the
+        run-time clips a checkpoint does not store (as the TF1 target does:
+        rnnconvert.formats.tf.tf1_writer.target_forward). ``None`` when rnnconvert cannot read the format."""
+        if dst_module.read is None:
+            return None
+        if self._back is None:
+            self._back = dst_module.read(dst_path)
+        return self._back.layer(layer.name).with_semantics(cell_clip=layer.semantics.cell_clip,
+                                                           proj_clip=layer.semantics.proj_clip)
+
+    def _sequence_target(self, i: int, dst_path, dst_module) -> tuple[np.ndarray, str]:
+        """The target's run of the short sequence, and a note naming a fallback: the numpy reference (float32,
+        as a framework runs it) on the arrays read back from the written file, when the target's framework
+        is not installed (a plain install writing ``.pt``, ``.npz``, ``.safetensors``)."""
         layer, xs = self.ckpt.layers[i], self._seq_x(i)
-        by_slab = dst_module.target_forward_slab
-        if by_slab is not None and layer.num_layers > 1:
-            y = xs
-            for k in range(layer.num_layers):
-                y = by_slab(dst_path, self.ckpt, layer.name, k, y)
-            return reference.finish(layer, y)
-        return dst_module.target_forward(dst_path, self.ckpt, layer.name, xs)
+        try:
+            by_slab = dst_module.target_forward_slab
+            if by_slab is not None and layer.num_layers > 1:
+                y = xs
+                for k in range(layer.num_layers):
+                    y = by_slab(dst_path, self.ckpt, layer.name, k, y)
+                return reference.finish(layer, y), ""
+            return dst_module.target_forward(dst_path, self.ckpt, layer.name, xs), ""
+        except DependencyError:
+            back = self._read_back(dst_path, dst_module, layer)
+            if back is None:
+                raise
+            y = reference.forward(back, xs, np.float32)  # finish applied, as target_forward returns it
+            return y, f"sequence by the numpy reference on the arrays read back ({NOT_INSTALLED})"
 
     def judge(self, i: int, dst_path, dst_module, target_route: str) -> LayerCheck:
         """Both comparisons of layer ``i`` against the written file, and the verdict."""
         layer = self.ckpt.layers[i]
         u = unit_roundoff(layer, self.target_dtype)
         rho = fraction(u)
-        y = np.asarray(self._sequence_target(i, dst_path, dst_module), np.float64)
+        y, seq_note = self._sequence_target(i, dst_path, dst_module)
+        y = np.asarray(y, np.float64)
         ref = self.yfw[i] if self.mode == "framework" else self.y64[i]
         if y.shape != ref.shape:
             raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
@@ -435,8 +457,12 @@ class StreamedVerification:
         seq_scale = float(np.abs(ref).max())
         st, note = self._step_check(i, dst_path, dst_module)
         route = target_route + (" one-step + sequence" if st and not note else " (sequence)")
-        if note:
-            route += f"; {note}"
+        if note.endswith(f"({NOT_INSTALLED})") and seq_note:  # neither comparison ran in the target framework
+            route = (f"numpy reference on the arrays read back from the written file, one step + sequence "
+                     f"({target_route.split(' ', 1)[0]} is not installed)")
+        else:
+            for why in (w for w in (note, seq_note) if w):
+                route += f"; {why}"
         c = LayerCheck(layer.name, seq_err, seq_tol, seq_scale, self.routes[i], route, "sequence",
                        seq_err=seq_err, seq_tol=seq_tol)
         if st:
