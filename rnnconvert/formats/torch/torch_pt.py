@@ -203,14 +203,7 @@ def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
 
     Raises:
         FormatError: a tensor of the slab is missing from the file."""
-    one = layer.one_slab(k)
-    sd = {}
-    for (key, _, _), (new, _, _) in zip(pt_writer.slab_plan(layer, k), pt_writer.slab_plan(one, 0)):
-        try:
-            sd[new] = get(key)
-        except KeyError:
-            raise FormatError(f"the written file has no tensor '{key}'") from None
-    return run_module(one, sd, x)
+    return run_module(*slab_state(layer, k, get), x)
 
 
 def run_step(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, states: list, device: str = "cpu") -> list:
