@@ -98,68 +98,102 @@ def cleanup(dst: Path) -> None:
         p.unlink()
 
 
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/rnnbench")
     ap.add_argument("--dtypes", default="f32,f16")
     ap.add_argument("--cache", choices=("cold", "warm"), default="cold")
-    ap.add_argument("--only", default=",".join(CONVERSIONS))
+    ap.add_argument("--only", default="h5-pt,pt-onnx,tf-pt,pt-safetensors")
     ap.add_argument("--json-out", default=None, help="also write the rows as JSON here")
-    ap.add_argument("--repeat", type=int, default=1, help="median of N runs of cp and of the conversion")
+    ap.add_argument("--repeat", type=int, default=1, help="median of N runs of each command")
+    ap.add_argument("--no-verify-cmd", action="store_true", help="skip the `rnnconvert verify SRC DST` rows")
+    ap.add_argument("--exe", default=str(EXE), help="the rnnconvert executable to time (another checkout's venv)")
     args = ap.parse_args()
+    exe = args.exe
     d = Path(args.dir)
     if args.cache == "cold" and not drop_caches():
         print("cannot drop the page cache (not root?): falling back to --cache warm", file=sys.stderr)
         args.cache = "warm"
     rows = []
     for dt in args.dtypes.split(","):
-        layer = largest_layer_bytes(d / f"keras_{dt}.h5")
         for conv in args.only.split(","):
             s, o = CONVERSIONS[conv]
             src, dst = d / s.format(dt=dt), d / o.format(dt=dt)
             size = size_of(src)
-            if args.cache == "warm":
-                for q in ([*src.rglob("*")] if src.is_dir() else [src]):
-                    q.read_bytes() if q.is_file() else None
             sync = "sync" if src.is_dir() else f"sync '{d}/cp.tmp'"
-            cps, nvs = [], []
-            for _ in range(args.repeat):  # alternating, so that a burst of load hits both alike
+            cps, cpds, nvs, vs, vcs = [], [], [], [], []
+            rep = vrep = None
+            written = 0
+            for _ in range(args.repeat):  # alternating, so that a burst of load hits every command alike
                 cps.append(timed(["sh", "-c", f"cp -r '{src}' '{d}/cp.tmp' && {sync}"], args.cache)[0])
                 subprocess.run(["rm", "-rf", str(d / "cp.tmp")], check=True)
-                nvs.append(timed([str(EXE), str(src), str(dst), "--force", "--quiet", "--no-verify"], args.cache))
-                written = out_size(dst)
+                nvs.append(timed([exe, str(src), str(dst), "--force", "--quiet", "--no-verify"], args.cache))
                 cleanup(dst)
-            cp_s = statistics.median(cps)
-            nv_s = statistics.median(t for t, _, _ in nvs)
-            nv_rss = max(r for _, r, _ in nvs)
-            v_s, v_rss, out = timed([str(EXE), str(src), str(dst), "--force", "--quiet", "--json"], args.cache)
-            rep = json.loads(out)
-            cleanup(dst)
+                v = timed([exe, str(src), str(dst), "--force", "--quiet", "--json"], args.cache)
+                vs.append(v)
+                rep = json.loads(v[2])
+                written = out_size(dst)
+                if not args.no_verify_cmd:
+                    # cp of SRC + DST (the bytes `verify` must read), then `rnnconvert verify SRC DST`
+                    cpds.append(timed(["sh", "-c", f"cp '{dst}' '{d}/cpd.tmp' && sync '{d}/cpd.tmp'"],
+                                      args.cache)[0])
+                    subprocess.run(["rm", "-rf", str(d / "cpd.tmp")], check=True)
+                    vc = timed_rc([exe, "verify", str(src), str(dst), "--json"], args.cache)
+                    vcs.append(vc)
+                    vrep = vc[2]
+                cleanup(dst)
+            med = statistics.median
+            cp_s = med(cps)
+            nv_s, v_s = med(t for t, _, _ in nvs), med(t for t, _, _ in vs)
             ver = rep["verification"]
-            ok = ver["ok"] and all(c["ok"] for c in ver["layers"])
-            target = o.rsplit(".", 1)[1]
-            mem_limit = min(1.25 * size, 1.2 * layer) if target in STREAMED else 1.25 * size
-            row = dict(conv=conv, dtype=dt, src_bytes=size, out_bytes=written, largest_layer=layer, cp_s=cp_s,
-                       convert_s=nv_s, convert_rss=nv_rss, verified_s=v_s, verified_rss=v_rss,
-                       verify_s=ver["seconds"], verify_added_s=v_s - nv_s, verify_ok=ok, time_ok=nv_s <= 2 * cp_s,
-                       cp_runs=cps, convert_runs=[t for t, _, _ in nvs],
-                       mem_ok=nv_rss <= mem_limit, mem_limit=mem_limit,
-                       verify_time_ok=ver["seconds"] <= nv_s, cache=args.cache)
+            row = dict(conv=conv, dtype=dt, src_bytes=size, out_bytes=written, cp_s=cp_s, cp_runs=cps,
+                       convert_s=nv_s, convert_runs=[t for t, _, _ in nvs], convert_rss=max(r for _, r, _ in nvs),
+                       verified_s=v_s, verified_runs=[t for t, _, _ in vs], verified_rss=max(r for _, r, _ in vs),
+                       verify_s=ver["seconds"], verdict=ver.get("verdict", "ok" if ver["ok"] else "FAIL"),
+                       cache=args.cache)
+            if vcs:
+                row.update(cp_dst_s=med(cpds), verify_cmd_s=med(t for t, _, _ in vcs),
+                           verify_cmd_runs=[t for t, _, _ in vcs], verify_cmd_rss=max(r for _, r, _ in vcs),
+                           verify_cmd_verdict=vrep)
+            row.update(time_ok=v_s <= 1.5 * cp_s, nv_time_ok=nv_s <= 1.2 * cp_s,
+                       mem_ok=row["verified_rss"] <= 0.5 * size,
+                       verify_cmd_ok=(row["verify_cmd_s"] <= 1.2 * (cp_s + row["cp_dst_s"])) if vcs else None)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1))
     gb = 1e9
-    print("\n| conversion | dtype | file GB | cp s | convert s (x cp) | peak RSS GB (x file) | verified s | "
-          "verify s (adds s) | RSS verified GB | targets time/mem/verify |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    yn = {True: "yes", False: "no"}
+    yn = {True: "yes", False: "no", None: "-"}
+    print("\n| conversion | dtype | file GB | cp s | verified s (x cp) | peak RSS GB (x file) | verification s "
+          "| --no-verify s (x cp) | cp SRC+DST s | `verify` s (x cp) | goals verified/no-verify/RSS/verify |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['conv']} | {r['dtype']} | {r['src_bytes'] / gb:.2f} | {r['cp_s']:.1f} | {r['convert_s']:.1f} "
-              f"({r['convert_s'] / r['cp_s']:.1f}x) | {r['convert_rss'] / gb:.2f} ({r['convert_rss'] / r['src_bytes']:.2f}x) "
-              f"| {r['verified_s']:.1f} | {r['verify_s']:.1f} ({r['verify_added_s']:.1f}) | {r['verified_rss'] / gb:.2f} "
-              f"({r['verified_rss'] / r['src_bytes']:.2f}x) | {yn[r['time_ok']]}/{yn[r['mem_ok']]}/"
-              f"{yn[r['verify_time_ok']]} |")
+        cpsd = r["cp_s"] + r.get("cp_dst_s", 0.0)
+        vc = (f"{r['verify_cmd_s']:.1f} ({ratio(r['verify_cmd_s'], cpsd)})" if "verify_cmd_s" in r else "-")
+        print(f"| {r['conv']} | {r['dtype']} | {r['src_bytes'] / gb:.2f} | {r['cp_s']:.1f} | {r['verified_s']:.1f} "
+              f"({ratio(r['verified_s'], r['cp_s'])}) | {r['verified_rss'] / gb:.2f} "
+              f"({r['verified_rss'] / r['src_bytes']:.2f}x) | {r['verify_s']:.1f} | {r['convert_s']:.1f} "
+              f"({ratio(r['convert_s'], r['cp_s'])}) | {cpsd:.1f} | {vc} | {yn[r['time_ok']]}/{yn[r['nv_time_ok']]}/"
+              f"{yn[r['mem_ok']]}/{yn[r['verify_cmd_ok']]} |")
+
+
+def timed_rc(cmd: list[str], cache: str) -> tuple[float, float, str]:
+    """:func:`timed` for ``rnnconvert verify``, whose exit status is its verdict (0 ok, 5 fail, 9
+    inconclusive): returns (wall s, peak RSS bytes, verdict word)."""
+    if cache == "cold":
+        drop_caches()
+    t0 = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1)) * 1024
+    verdict = {0: "ok", 5: "FAIL", 9: "inconclusive"}.get(r.returncode)
+    if verdict is None:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    return wall, rss, verdict
 
 
 if __name__ == "__main__":

@@ -398,16 +398,22 @@ act_error_ = act_error
 
 
 def step_with_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
-                    u: float, u_acc: float | None = None) -> tuple[tuple, tuple]:
+                    u: float, u_acc: float | None = None, parts: dict | None = None) -> tuple[tuple, tuple]:
     """``(step(layer, p, x, h0, c0), step_bound(layer, p, x, h0, c0, u, u_acc))`` (float64), reading ``W_hh`` once
     for both: one pass (:func:`_lin`) gives ``h0 @ W_hh.T`` (the exact step's product, and the bound's
-    pre-activation) and ``|h0| @ |W_hh|.T`` (the bound's magnitude)."""
+    pre-activation) and ``|h0| @ |W_hh|.T`` (the bound's magnitude). ``parts``: a dict the products of the
+    step are put into (``'xx'``, ``'hh'``: the ``(value, magnitude)`` pairs of :func:`_lin`), for
+    :func:`swap_escapes`."""
     lin = _lin(p.w_hh, h0)
-    return step(layer, p, x, h0, c0, hh=lin[0]), step_bound(layer, p, x, h0, c0, u, u_acc, hh=lin)
+    xx = _lin(p.w_ih, x)
+    if parts is not None:
+        parts.update(xx=xx, hh=lin)
+    return step(layer, p, x, h0, c0, hh=lin[0]), step_bound(layer, p, x, h0, c0, u, u_acc, hh=lin, xx=xx)
 
 
 def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
-               u: float, u_acc: float | None = None, hh: tuple | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+               u: float, u_acc: float | None = None, hh: tuple | None = None,
+               xx: tuple | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Bounds ``(dh, dc)`` (float64, shapes of ``h1``, ``c1``) of ``|h1' - h1|``, ``|c1' - c1|`` elementwise, where
     ``h1, c1`` is the exact step of :func:`step` from ``x, h0, c0`` and ``h1', c1'`` the same step computed by
     any implementation in floating point of unit roundoff ``u`` (float32: ``2**-24``) that holds the same
@@ -427,9 +433,22 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
       4 u (|n| + |h| + |z| (|h| + |n|))``.
 
     The magnitudes are those of the exact step, computed here in float64 (its own error, ``~1e-16``
-    relative, is far below the bound). ``hh``: ``_lin(p.w_hh, h0)`` when the caller has it
-    (:func:`step_with_bound`).
+    relative, is far below the bound). ``hh``, ``xx``: ``_lin(p.w_hh, h0)``, ``_lin(p.w_ih, x)`` when the caller
+    has them (:func:`step_with_bound`).
     """
+    x, h0 = np.asarray(x, np.float64), np.asarray(h0, np.float64)
+    zx, ax = _lin(p.w_ih, x) if xx is None else xx
+    zh, ah = _lin(p.w_hh, h0) if hh is None else hh
+    dh, dc, _, _ = _step_terms(layer, p, h0, c0, zx, ax, zh, ah, p.b_ih, p.b_hh, u, u_acc)
+    return dh, dc
+
+
+def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, zx: np.ndarray,
+                ax: np.ndarray, zh: np.ndarray, ah: np.ndarray, b_ih, b_hh, u: float, u_acc: float | None):
+    """The elementwise part of :func:`step_bound` from the products ``zx = x W_ih^T``, ``ax = |x||W_ih|^T``,
+    ``zh``, ``ah`` (float64, ``(N, G*H)``) and the biases: ``(dh, dc, h1, c1)``, the bounds and the exact step
+    they are bounds of (float64; ``c1`` None but for LSTM). :func:`swap_escapes` calls it on permuted
+    products and biases."""
     f64 = np.float64
     ua = u if u_acc is None else u_acc
 
@@ -440,14 +459,11 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         return act_error_(name, z, dz, ua) + u * (1.0 + np.abs(ACT[name](z)))
 
     s, cell, H = layer.semantics, layer.cell, layer.hidden_size
-    x, h0 = np.asarray(x, f64), np.asarray(h0, f64)
-    I, out = x.shape[1], h0.shape[1]
+    I, out = p.w_ih.shape[1], h0.shape[1]
     zero = np.zeros(p.w_ih.shape[0], f64)
-    b_ih = zero if p.b_ih is None else np.asarray(p.b_ih, f64)
-    b_hh = zero if p.b_hh is None else np.asarray(p.b_hh, f64)
+    b_ih = zero if b_ih is None else np.asarray(b_ih, f64)
+    b_hh = zero if b_hh is None else np.asarray(b_hh, f64)
     gact, act = s.gate_activation, s.activation
-    zx, ax = _lin(p.w_ih, x)
-    zh, ah = _lin(p.w_hh, h0) if hh is None else hh
     if cell is Cell.LSTM:
         c0 = np.asarray(c0, f64)
         sl = {g: gate_slice(cell, g, H) for g in "ifgo"}
@@ -479,9 +495,9 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         hp = o * ac
         dh = np.abs(ac) * do + np.abs(o) * dac + do * dac + u * np.abs(hp)
         if p.w_hr is not None:
-            _, ahp = _lin(p.w_hr, hp)
+            hp, ahp = _lin(p.w_hr, hp)
             dh = abs_products(p.w_hr, np.ascontiguousarray(dh.T)).T + acc(H + 2) * ahp
-        return dh, dc
+        return dh, dc, hp, c1
     if cell is Cell.GRU:
         r_sl, z_sl, n_sl = (gate_slice(cell, g, H) for g in "rzn")
         dzg = acc(I + out + 2)
@@ -508,7 +524,63 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         nn, dn = ACT[act](npre), act_error(act, npre, dn_pre, u)
         ah0, an, az_ = np.abs(h0), np.abs(nn), np.abs(zg)
         dh = (ah0 + an) * dzz + (1.0 + az_) * dn + dzz * dn + 4.0 * u * (an + ah0 + az_ * (ah0 + an))
-        return dh, None
+        return dh, None, nn + zg * (h0 - nn), None
     z = zx + b_ih + zh + b_hh
     a = ax + np.abs(b_ih) + ah + np.abs(b_hh)
-    return act_error(act, z, acc(I + out + 2) * a, u), None
+    return act_error(act, z, acc(I + out + 2) * a, u), None, ACT[act](z), None
+
+
+#: the gate-block swaps :func:`swap_escapes` tries: the rows of two gate blocks exchanged in ``W_ih`` alone,
+#: in ``W_hh`` alone, in both biases alone, and in all three (what a wrong gate order in a reader or writer
+#: does)
+SWAP_PARTS = ("W_ih", "W_hh", "bias", "all")
+
+
+def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, parts: dict,
+                 u: float, u_acc: float | None = None, rows: int = 8) -> str | None:
+    """Whether the one-step comparison, from these states, would fail every gate-block swap of ``p``: the
+    first swap that could pass it (a description, e.g. ``"gates f and g swapped in W_hh"``), ``None`` when
+    every one is caught, or ``"n/a: ..."`` when this cell cannot be checked this way.
+
+    A swap is caught when at some element ``j`` (of ``h_1`` or ``c_1``, over the first ``rows`` states:
+    fewer states can only make this harder) the swapped file's exact step differs from the correct one by
+    more than the correct step's bound plus the swapped step's own bound: any float evaluation of the
+    swapped file then lies outside the correct step's bound there, and the comparison fails it. Computed from
+    the step's products (``parts`` of :func:`step_with_bound`) with the gate blocks of their columns
+    permuted (a swap of weight rows permutes the product's columns), with no new pass over the weights.
+    LSTM (without projection) and GRU with ``reset_after``; others (their swapped step needs a new product,
+    or they have one gate) say ``n/a``. Cost: ``4 * G (G - 1) / 2`` elementwise evaluations of ``rows x G*H``."""
+    cell, s, H = layer.cell, layer.semantics, layer.hidden_size
+    if cell.gates == 1:
+        return "n/a: a simple RNN has no gate blocks to swap"
+    if p.w_hr is not None:
+        return "n/a: a projected LSTM's swapped step needs a new product"
+    if cell is Cell.GRU and not s.reset_after:
+        return "n/a: a reset-before GRU's swapped step needs a new product"
+    n = min(rows, h0.shape[0])
+    h0, c0 = np.asarray(h0[:n], np.float64), None if c0 is None else np.asarray(c0[:n], np.float64)
+    (zx, ax), (zh, ah) = ((a[:n], b[:n]) for a, b in (parts["xx"], parts["hh"]))
+    f64 = np.float64
+    zero = np.zeros(p.w_ih.shape[0], f64)
+    b_ih = zero if p.b_ih is None else np.asarray(p.b_ih, f64)
+    b_hh = zero if p.b_hh is None else np.asarray(p.b_hh, f64)
+    dh, dc, h1, c1 = _step_terms(layer, p, h0, c0, zx, ax, zh, ah, b_ih, b_hh, u, u_acc)
+    letters = CANONICAL[cell]
+    for a_i, ga in enumerate(letters):
+        for gb in letters[a_i + 1:]:
+            order = np.arange(len(letters) * H)
+            sa, sb = gate_slice(cell, ga, H), gate_slice(cell, gb, H)
+            order[sa], order[sb] = np.arange(sb.start, sb.stop), np.arange(sa.start, sa.stop)
+            for what in SWAP_PARTS:
+                sw = {k: (what in (k, "all")) for k in ("W_ih", "W_hh", "bias")}
+                args = (zx[:, order] if sw["W_ih"] else zx, ax[:, order] if sw["W_ih"] else ax,
+                        zh[:, order] if sw["W_hh"] else zh, ah[:, order] if sw["W_hh"] else ah,
+                        b_ih[order] if sw["bias"] else b_ih, b_hh[order] if sw["bias"] else b_hh)
+                mdh, mdc, mh1, mc1 = _step_terms(layer, p, h0, c0, *args, u, u_acc)
+                caught = bool((np.abs(mh1 - h1) > dh + mdh).any())
+                if not caught and c1 is not None:
+                    caught = bool((np.abs(mc1 - c1) > dc + mdc).any())
+                if not caught:
+                    where = "the biases" if what == "bias" else "W_ih, W_hh and the biases" if what == "all" else what
+                    return f"gates {ga} and {gb} swapped in {where}"
+    return None

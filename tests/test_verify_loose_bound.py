@@ -1,0 +1,88 @@
+"""The one-step bound where it is loose: large fan-in and wide-range inputs (issue #18: the issue's
+8-layer bidirectional LSTM(2048) verified ``inconclusive`` by default, its worst-case bound
+``gamma_n |W||x|`` with ``n = 6149`` reaching 1-2% of the outputs' scale).
+
+Rule (``engine/verify.py``, ``docs/cli.md`` "Verdicts"): where the bound exceeds ``fraction(u)`` of the
+output's scale, the layer is ``ok`` only if every gate-block swap (in ``W_ih``, ``W_hh``, the biases, or
+all three: :func:`rnnconvert.core.reference.swap_escapes`) would fail the comparison on the same states;
+otherwise ``inconclusive``, naming a swap that could pass. These tests show the rule can fail both ways:
+a wrongly ordered file still FAILS where the rule says ``ok``, and a model whose swapped gates compute
+the same function (so no check can see the swap) stays ``inconclusive``. Oracle of the numbers compared:
+torch's own float32 LSTM on the written ``.pt`` (the target side), against the numpy float64 step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rnnconvert import api
+from rnnconvert.core import reference
+from rnnconvert.errors import InconclusiveError
+
+from conftest import torch_rnn
+
+torch = pytest.importorskip("torch")
+
+I, H, SCALE = 512, 16, 30.0
+
+
+def _src(path, tie_if: bool = False):
+    """A torch LSTM (gate-distinct weights) saved as a state dict; ``tie_if``: gate blocks i and f made
+    equal in W_ih, W_hh and both biases, so that swapping them is the same function."""
+    m = torch_rnn("LSTM", I, H, seed=3)
+    sd = {f"rnn.{k}": v.clone() for k, v in m.state_dict().items()}
+    if tie_if:
+        for k, v in sd.items():
+            v[H:2 * H] = v[:H]
+    torch.save(sd, path)
+    return (SCALE * np.random.default_rng(1).standard_normal((3, 8, I))).astype(np.float32)
+
+
+def test_loose_bound_is_ok_when_every_gate_swap_is_caught_and_a_swapped_file_fails(tmp_path):
+    x = _src(tmp_path / "src.pt")
+    rep = api.convert(tmp_path / "src.pt", tmp_path / "a.pt", verify_inputs={"rnn": x}).verification
+    (c,) = rep.layers
+    assert c.verdict == "ok" and rep.ok
+    assert c.step_tol > 0.01 * c.max_abs_ref  # the bound alone is too loose (this is the case under test)
+    assert "every gate-block swap would fail it" in c.reason
+    sd = torch.load(tmp_path / "a.pt", weights_only=True)
+    for name in ("rnn.weight_hh_l0", "rnn.weight_ih_l0", "rnn.bias_ih_l0"):  # f and g blocks swapped: torch i f g o
+        bad = {k: v.clone() for k, v in sd.items()}
+        w = bad[name]
+        bad[name] = torch.cat([w[:H], w[2 * H:3 * H], w[H:2 * H], w[3 * H:]])
+        torch.save(bad, tmp_path / "bad.pt")
+        got = api.verify(tmp_path / "src.pt", tmp_path / "bad.pt", inputs={"rnn": x})
+        if name == "rnn.bias_ih_l0":  # a bias swap is too small against |W_ih x| ~ 30 to be caught for sure
+            assert not got.ok
+        else:
+            assert got.failed, name
+
+
+def test_loose_bound_with_a_swap_no_check_can_see_is_inconclusive(tmp_path):
+    x = _src(tmp_path / "src.pt", tie_if=True)
+    with pytest.raises(InconclusiveError, match="gates i and f swapped"):
+        api.convert(tmp_path / "src.pt", tmp_path / "a.pt", verify_inputs={"rnn": x})
+    assert not (tmp_path / "a.pt").exists()
+
+
+@pytest.mark.parametrize("kind, kw, why", [("RNN", {}, "simple RNN"), ("GRU", {}, None),
+                                           ("LSTM", {"proj_size": 4}, "projected LSTM")])
+def test_swap_escapes_says_where_it_cannot_tell(kind, kw, why, tmp_path):
+    """``swap_escapes`` on the canonical layer read back: n/a for cells whose swapped step needs a new
+    product; a torch GRU (reset_after) is checked."""
+    m = torch_rnn(kind, 6, 5, seed=1, **kw)
+    torch.save({f"rnn.{k}": v for k, v in m.state_dict().items()}, tmp_path / "m.pt")
+    layer = api.load(tmp_path / "m.pt").layers[0]
+    p = layer.params[0][0]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6))
+    h0 = 0.5 * rng.standard_normal((4, layer.output_size))
+    c0 = 0.5 * rng.standard_normal((4, 5)) if kind == "LSTM" else None
+    parts: dict = {}
+    reference.step_with_bound(layer, p, x, h0, c0, 2.0 ** -24, parts=parts)
+    got = reference.swap_escapes(layer, p, h0, c0, parts, 2.0 ** -24)
+    if why:
+        assert got.startswith("n/a") and why in got
+    else:
+        assert got is None  # tight bound, gate-distinct weights: every swap caught
