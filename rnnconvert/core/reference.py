@@ -400,15 +400,17 @@ act_error_ = act_error
 def step_with_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
                     u: float, u_acc: float | None = None, parts: dict | None = None) -> tuple[tuple, tuple]:
     """``(step(layer, p, x, h0, c0), step_bound(layer, p, x, h0, c0, u, u_acc))`` (float64), reading ``W_hh`` once
-    for both: one pass (:func:`_lin`) gives ``h0 @ W_hh.T`` (the exact step's product, and the bound's
-    pre-activation) and ``|h0| @ |W_hh|.T`` (the bound's magnitude). ``parts``: a dict the products of the
+    for both: one pass (:func:`_lin`) over each of ``W_ih``, ``W_hh`` gives the products (the exact step's, and
+    the bound's pre-activations) and their magnitudes (``|x| @ |W|.T``); the exact step is evaluated from those
+    products by the bound's own elementwise code (:func:`_step_terms`: the equations of :func:`step`, in float64). ``parts``: a dict the products of the
     step are put into (``'xx'``, ``'hh'``: the ``(value, magnitude)`` pairs of :func:`_lin`), for
     :func:`swap_escapes`."""
-    lin = _lin(p.w_hh, h0)
-    xx = _lin(p.w_ih, x)
+    h0 = np.asarray(h0, np.float64)
+    hh, xx = _lin(p.w_hh, h0), _lin(p.w_ih, x)
     if parts is not None:
-        parts.update(xx=xx, hh=lin)
-    return step(layer, p, x, h0, c0, hh=lin[0]), step_bound(layer, p, x, h0, c0, u, u_acc, hh=lin, xx=xx)
+        parts.update(xx=xx, hh=hh)
+    dh, dc, h1, c1 = _step_terms(layer, p, h0, c0, *xx, *hh, p.b_ih, p.b_hh, u, u_acc)
+    return (h1, c1), (dh, dc)
 
 
 def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
@@ -497,6 +499,8 @@ def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndar
         if p.w_hr is not None:
             hp, ahp = _lin(p.w_hr, hp)
             dh = abs_products(p.w_hr, np.ascontiguousarray(dh.T)).T + acc(H + 2) * ahp
+            if s.proj_clip is not None:  # 1-Lipschitz: the bound stands
+                hp = np.clip(hp, -s.proj_clip, s.proj_clip)
         return dh, dc, hp, c1
     if cell is Cell.GRU:
         r_sl, z_sl, n_sl = (gate_slice(cell, g, H) for g in "rzn")
@@ -537,13 +541,14 @@ SWAP_PARTS = ("W_ih", "W_hh", "bias", "all")
 
 
 def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, parts: dict,
-                 u: float, u_acc: float | None = None, rows: int = 8) -> str | None:
+                 u: float, u_acc: float | None = None, rows=None) -> str | None:
     """Whether the one-step comparison, from these states, would fail every gate-block swap of ``p``: the
     first swap that could pass it (a description, e.g. ``"gates f and g swapped in W_hh"``), ``None`` when
     every one is caught, or ``"n/a: ..."`` when this cell cannot be checked this way.
 
-    A swap is caught when at some element ``j`` (of ``h_1`` or ``c_1``, over the first ``rows`` states:
-    fewer states can only make this harder) the swapped file's exact step differs from the correct one by
+    A swap is caught when at some element ``j`` (of ``h_1`` or ``c_1``, over the states ``rows``, default all:
+    fewer states can only make this harder) the
+    swapped file's exact step differs from the correct one by
     more than the correct step's bound plus the swapped step's own bound: any float evaluation of the
     swapped file then lies outside the correct step's bound there, and the comparison fails it. Computed from
     the step's products (``parts`` of :func:`step_with_bound`) with the gate blocks of their columns
@@ -557,9 +562,9 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
         return "n/a: a projected LSTM's swapped step needs a new product"
     if cell is Cell.GRU and not s.reset_after:
         return "n/a: a reset-before GRU's swapped step needs a new product"
-    n = min(rows, h0.shape[0])
-    h0, c0 = np.asarray(h0[:n], np.float64), None if c0 is None else np.asarray(c0[:n], np.float64)
-    (zx, ax), (zh, ah) = ((a[:n], b[:n]) for a, b in (parts["xx"], parts["hh"]))
+    n = slice(None) if rows is None else rows
+    h0, c0 = np.asarray(h0[n], np.float64), None if c0 is None else np.asarray(c0[n], np.float64)
+    (zx, ax), (zh, ah) = ((a[n], b[n]) for a, b in (parts["xx"], parts["hh"]))
     f64 = np.float64
     zero = np.zeros(p.w_ih.shape[0], f64)
     b_ih = zero if p.b_ih is None else np.asarray(p.b_ih, f64)
@@ -584,3 +589,22 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
                     where = "the biases" if what == "bias" else "W_ih, W_hh and the biases" if what == "all" else what
                     return f"gates {ga} and {gb} swapped in {where}"
     return None
+
+
+#: how many probe rows :func:`probe_rows` makes
+N_PROBES = 3
+
+
+def probe_rows(cell: Cell, n_in: int, n_out: int, hidden: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(x, h0, c0)`` of :data:`N_PROBES` one-step probes (float32, ``(3, n_in)``, ``(3, n_out)``, ``(3, hidden)``
+    or None but for LSTM) that verification appends to the states of the one-step comparison: a zero input
+    and state (the step is then a function of the biases alone), a one-hot input (one column of ``W_ih``) and
+    a one-hot state (one column of ``W_hh``); ``c0 = 1`` so that the forget gate shows. Each pre-activation
+    has at most one nonzero product, so its bound is a few ``u`` of that weight and the biases: a gate swap
+    in the biases or the weights moves these steps far beyond it even where the bound of the random states
+    is loose (large fan-in, wide-range inputs; :func:`swap_escapes`)."""
+    x = np.zeros((N_PROBES, n_in), np.float32)
+    h = np.zeros((N_PROBES, n_out), np.float32)
+    x[1, 0] = 1.0
+    h[2, 0] = 1.0
+    return x, h, (np.ones((N_PROBES, hidden), np.float32) if cell is Cell.LSTM else None)

@@ -338,16 +338,19 @@ class StreamedVerification:
         else:
             y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32))
         B, T, I = xin.shape
-        xf = np.ascontiguousarray(xin.reshape(B * T, I), dtype=np.float32)
+        N, P = B * T, reference.N_PROBES
+        px, ph, pc = reference.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
+        xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
         entries = []
         for d, (p, rec) in enumerate(zip(dirs, recs)):
-            h0 = rec["h"].reshape(B * T, -1)
-            c0 = None if rec["c"] is None else rec["c"].reshape(B * T, -1)
+            h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
+            c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
             parts: dict = {}
             exact, bound = reference.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts)
             entries.append(((h0, c0), exact, bound))
-            if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: do the swaps show?
-                self.escapes[i].append((k, d, reference.swap_escapes(one, p, h0, c0, parts, u, U_ACC)))
+            if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the swaps show?
+                rows = np.r_[0:min(N, 8), N:N + P]  # 8 trajectory states and the probes
+                self.escapes[i].append((k, d, reference.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows)))
             del parts
         self.slabs[i][k] = (xf, entries)
         self.traj[i] = y if k < layer.num_layers - 1 else None
@@ -411,15 +414,16 @@ class StreamedVerification:
                     ratio, err, bound, j = _worst(np.abs(tv - ev), bd)
                     scale = float(np.abs(ev).max())
                     if ratio >= worst["ratio"]:
-                        T = self.x[i].shape[1]
+                        B, T = self.x[i].shape[:2]
+                        at = (f"probe {j[0] - B * T}" if j[0] >= B * T else
+                              f"sequence {j[0] // T}, step {j[0] % T}")
                         worst.update(ratio=ratio, err=err, bound=bound,
-                                     where=f"stacked layer {k}, direction {d}, {what}, sequence {j[0] // T}, "
-                                           f"step {j[0] % T}")
+                                     where=f"stacked layer {k}, direction {d}, {what}, {at}")
                     worst["err"] = max(worst["err"], float(np.nanmax(np.abs(tv - ev))))
                     worst["tol"] = max(worst["tol"], float(bd.max()))
                     worst["loose"] = max(worst["loose"], float(bd.max()) / max(scale, 1e-300))
                     worst["scale"] = max(worst["scale"], scale)
-                    worst["n"] += ev.shape[0] if what == "h" else 0
+                    worst["n"] += ev.shape[0] - reference.N_PROBES if what == "h" else 0
         return worst, note
 
     def _read_back(self, dst_path, dst_module, layer: RNNLayer) -> RNNLayer | None:
