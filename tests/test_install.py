@@ -1,4 +1,4 @@
-"""What an install holds: one TensorFlow in ``.[test]``, and a plain install (numpy, h5py, typer, rich)
+"""What an install holds: one TensorFlow in ``.[test]``, and a plain install (numpy, h5py, typer, rich, threadpoolctl)
 that converts to .pt, .npz and .safetensors.
 
 * :func:`test_one_tensorflow_installed` checks the environment running the suite. It runs in CI

@@ -39,6 +39,7 @@ layer or slab at a time. Memory: the kept states are ``B*T*(I + 3*dirs*H)`` numb
 
 from __future__ import annotations
 
+import functools
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -218,6 +219,21 @@ def _first(layer: RNNLayer, first_tol: float | None) -> float:
     return first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
 
 
+def _one_blas_thread(fn):
+    """``fn`` run with numpy's BLAS limited to one thread (``threadpoolctl``): verification multiplies each
+    weight matrix block by block (1 MiB blocks, :func:`rnnconvert.core.reference.block_rows`) by a few dozen
+    states, products too small to share between threads, while the conversion's reader and writer threads
+    need the other core; a multithreaded BLAS then spends its time waiting for its threads (measured on
+    the 2-core machine, ``docs/performance.md``: 2.3-2.5x the wall time of a verified conversion)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+    return run
+
+
 def _loose(exact, bound) -> float:
     """The largest element of a one-step bound as a fraction of its output's scale (``h_1``, then ``c_1``):
     what :meth:`StreamedVerification.judge` compares with :func:`fraction`."""
@@ -319,6 +335,7 @@ class StreamedVerification:
     def _seq_x(self, i: int) -> np.ndarray:
         return self.x[i][:, :SEQ_STEPS]
 
+    @_one_blas_thread
     def source_slab(self, i: int, k: int, dirs: list) -> None:
         """The source side of slab ``k`` of layer ``i`` (called in order, with the slab's loaded params)."""
         t0 = time.perf_counter()
@@ -517,6 +534,7 @@ class StreamedVerification:
         (:func:`rnnconvert.core.reference.swap_escapes` returned None for each)."""
         return bool(self.escapes[i]) and all(e is None for _, _, e in self.escapes[i])
 
+    @_one_blas_thread
     def target_side(self, dst_path, dst_module, progress=None) -> VerifyReport:
         """Run the written file in the target framework and compare, layer by layer; returns the report.
         ``progress(done, total)``: layers verified so far."""
