@@ -309,8 +309,8 @@ def test_streamed_conversions_verified_and_bit_exact(kind, kw, tmp_path, monkeyp
 
 @pytest.mark.parametrize("large", [False, True], ids=["sample", "large_sample"])
 def test_streamed_report_reads_like_the_eager_one(large, tmp_path, monkeypatch):
-    """Streamed and eager verification give the same report; with the sample of large checkpoints (6 x 4
-    steps, forced here by lowering verify.LARGE_BYTES) too, and torch agrees within tolerance."""
+    """Streamed and eager verification give the same report; with the sample of large checkpoints
+    (``verify.SAMPLE_LARGE``, forced here by lowering verify.LARGE_BYTES) too, and torch agrees within tolerance."""
     verify_mod = importlib.import_module("rnnconvert.engine.verify")  # the package exports a function of that name
 
     if large:
@@ -324,7 +324,7 @@ def test_streamed_report_reads_like_the_eager_one(large, tmp_path, monkeypatch):
                              seed=3)
         strip = lambda r: {**r.to_dict(), "seconds": 0}  # noqa: E731
         assert strip(rep) == strip(eager), ext
-        assert rep.ok and (rep.batch, rep.steps) == ((6, 4) if large else (3, 8))
+        assert rep.ok and (rep.batch, rep.steps) == (verify_mod.SAMPLE_LARGE if large else verify_mod.SAMPLE)
         # the target side per slab (each slab's torch output feeding the next) is what the whole module computes
         x = np.random.default_rng(5).standard_normal((2, 4, 5)).astype(np.float32)
         ckpt = api.load(tmp_path / "src.pt", lazy=True)

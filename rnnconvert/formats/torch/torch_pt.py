@@ -178,13 +178,18 @@ def load_failure(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _big(layer: RNNLayer) -> bool:
+    """Whether verification builds ``layer``'s module on the meta device and takes the file's tensors as they
+    are (:func:`build_module` ``assign=True``: no random initialisation and copy of GB-sized parameters,
+    1.4 s per GB here); small layers get a normal module (the meta machinery costs a 0.3 s import, more than
+    their whole check)."""
+    return layer.params[0][0].w_ih.size + layer.params[0][0].w_hh.size > (1 << 22)
+
+
 def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
     """Build the ``torch.nn`` module of ``layer`` from torch tensors ``sd`` and run it on ``x``; float64 result."""
     torch = require("torch", "torch")
-    # Large layers: build on the meta device and take the tensors as they are (no random init of GBs).
-    # Small ones: a normal module (the meta machinery costs a 0.3 s import, more than the whole check).
-    big = layer.params[0][0].w_ih.size + layer.params[0][0].w_hh.size > (1 << 22)
-    mod = build_module(layer, sd, assign=big)
+    mod = build_module(layer, sd, assign=_big(layer))
     dtype = next(mod.parameters()).dtype
     with torch.no_grad():
         y, _ = mod(torch.from_numpy(np.asarray(x)).to(dtype))
@@ -213,7 +218,7 @@ def run_step(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, states: list, d
     ``(D, N, .)``). Returns ``[(h1, c1 or None)]`` per direction, float64. Verification's one-step check.
     ``device='cuda'``: the module runs on the GPU (cuDNN)."""
     torch = require("torch", "torch")
-    mod = build_module(layer, sd).to(device)
+    mod = build_module(layer, sd, assign=_big(layer)).to(device)
     dt = next(mod.parameters()).dtype
     h0 = torch.from_numpy(np.stack([np.asarray(s[0]) for s in states])).to(device, dt).contiguous()
     with torch.no_grad():
