@@ -57,6 +57,10 @@ from .checks import LayerCheck
 U_ACC = 2.0 ** -24
 #: the full-sequence comparison uses the first this-many steps of each layer's batch
 SEQ_STEPS = 8
+#: the trajectory states :func:`rnnconvert.core.reference.swap_escapes` uses besides the probes (its cost, 24
+#: elementwise evaluations of the step per LSTM direction, is linear in the states; the probes do most of the
+#: work: their bound is a few ``u``)
+SWAP_STATES = 2
 
 
 def fraction(u: float) -> float:
@@ -368,7 +372,7 @@ class StreamedVerification:
             exact, bound = reference.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts)
             entries.append(((h0, c0), exact, bound))
             if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the swaps show?
-                rows = np.r_[0:min(N, 8), N:N + P]  # 8 trajectory states and the probes
+                rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
                 self.escapes[i].append((k, d, reference.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows)))
             del parts
         self.slabs[i][k] = (xf, entries)
