@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from rnnconvert.errors import FormatError
 from rnnconvert.formats.keras import keras_h5, keras_h5_write
 from rnnconvert.core.model import Cell, is_placeholder
 
-from conftest import FIXTURES, torch_rnn
+from conftest import FIXTURES, FnSlabs, torch_rnn
 
 h5py = pytest.importorskip("h5py")
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,7 +260,7 @@ def test_one_slab_alive_and_nothing_left_on_failure(tmp_path, k2):
         alive.append(weakref.ref(dirs[0].w_ih))
         return dirs
 
-    ck.loader = loader
+    ck = replace(ck, source=FnSlabs(loader))
     api.save(ck, tmp_path / "ok.h5")
     assert len(alive) == 3
 
@@ -269,7 +270,7 @@ def test_one_slab_alive_and_nothing_left_on_failure(tmp_path, k2):
         return loader(i, k)
 
     alive.clear()
-    ck.loader = failing
+    ck = replace(ck, source=FnSlabs(failing))
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(FormatError, match="slab 2"):

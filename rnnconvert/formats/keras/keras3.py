@@ -35,6 +35,7 @@ import shutil
 import tempfile
 import zipfile
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -268,21 +269,18 @@ def _read_store_in(path: str, h5path: str, config: dict | None, gate_activation:
         except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:  # damaged store
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             raise FormatError(f"{path}: damaged HDF5 weights store ({type(exc).__name__}: {first})") from exc
-    ckpt = rd.ckpt
-    ckpt.format = "keras3"
-    ckpt.meta = {"path": str(path), "keras_version": keras_version}
+    ckpt = replace(rd.ckpt, format="keras3", meta={"path": str(path), "keras_version": keras_version})
     is_k3 = (keras_version or "3").startswith("3")  # tf_keras (2.x) writes .keras too, with Keras 2 hard_sigmoid
     for i, layer in enumerate(ckpt.layers):
         s = layer.semantics
         if not is_k3:
-            layer.source = {**layer.source, "format": "keras3"}
+            ckpt.layers[i] = replace(layer, source={**layer.source, "format": "keras3"})
             continue
         acts = {a: ("hard_sigmoid_k3" if getattr(s, a) == "hard_sigmoid" else getattr(s, a))
                 for a in ("gate_activation", "activation")}
-        layer = layer.with_semantics(**acts)
-        layer.source = {**layer.source, "format": "keras3"}
-        layer.source.pop("raw", None)  # Keras 3 semantics: verify against the numpy reference
-        ckpt.layers[i] = layer
+        # Keras 3 semantics: verify against the numpy reference (no "raw" tensors for source_forward)
+        source = {**{k: v for k, v in layer.source.items() if k != "raw"}, "format": "keras3"}
+        ckpt.layers[i] = replace(layer.with_semantics(**acts), source=source)
     if not ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN) found")
     return ckpt

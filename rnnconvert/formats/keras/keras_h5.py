@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -891,17 +891,28 @@ def _read_path(path: str, gate_activation: str | None, lazy: bool = False) -> Ch
             rd = _read_file(f, path, gate_activation)
         except (OSError, RuntimeError, KeyError, ValueError) as exc:  # h5py on damaged B-trees, heaps
             raise _damaged(path, exc) from exc
-    ckpt = rd.ckpt
-    ckpt.loader = _loader(path, rd.layer_specs())
+    ckpt = replace(rd.ckpt, source=H5Slabs(path, rd.layer_specs()))
     return ckpt if lazy else ckpt.materialize()
 
 
-def _loader(path: str, specs: list[list[tuple[_DirSpec, dict[str, Any]]]]):
-    """``loader(i, 0)``: layer ``i``'s directions read from ``path`` (one ``h5py.File`` open per slab,
-    datasets read in row blocks straight into the canonical arrays; nothing kept afterwards)."""
-    def load(i: int, k: int) -> list[DirectionParams]:
+class H5Slabs:
+    """The :class:`~rnnconvert.core.model.SlabSource` of a Keras HDF5 file: ``read(i, 0)`` = layer ``i``'s
+    directions read from ``path`` (one ``h5py.File`` open per slab, datasets read in row blocks straight
+    into the canonical arrays; nothing kept afterwards, so ``release``/``release_array`` do nothing)."""
+
+    def __init__(self, path: str, specs: list[list[tuple[_DirSpec, dict[str, Any]]]]) -> None:
+        self.path, self.specs = path, specs
+
+    def release(self, i: int, k: int) -> None:
+        pass
+
+    def release_array(self, a: np.ndarray) -> None:
+        pass
+
+    def read(self, i: int, k: int) -> list[DirectionParams]:
         import h5py
 
+        path, specs = self.path, self.specs
         if k != 0:
             raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
         try:
@@ -919,7 +930,6 @@ def _loader(path: str, specs: list[list[tuple[_DirSpec, dict[str, Any]]]]):
                 return out
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
             raise _damaged(path, exc) from exc
-    return load
 
 
 def _read_file(f, path: str, gate_activation: str | None) -> "Interpreter":

@@ -34,6 +34,7 @@ GRU ``reset_after=False`` and simple RNNs. A TF1 ``forget_bias`` is folded into 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +134,7 @@ def k3_rescaled(layer: RNNLayer) -> RNNLayer:
     s = layer.semantics
     out = layer.with_semantics(**{a: "hard_sigmoid" for a in ("gate_activation", "activation")
                                   if getattr(s, a) == "hard_sigmoid_k3"})
-    out.params = params
-    return out
+    return replace(out, params=params)
 
 
 def refusals(layer: RNNLayer, cudnn: bool = False) -> list[str]:
