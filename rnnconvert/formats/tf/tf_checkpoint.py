@@ -201,7 +201,7 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
                cell_clip, proj_clip, dtypes=None) -> Checkpoint:
     """Layers from a reader with ``get_tensor(key)`` (either reader) and its variable-to-shape map. With
     ``dtypes`` (numpy dtypes by key: the bundle reader) a TF2 object checkpoint's recurrent tensors are
-    placeholders and the checkpoint gets a loader (:func:`_read_tf2`)."""
+    placeholders and the checkpoint gets a slab source (:class:`KerasBundleSlabs`, :func:`_read_tf2`)."""
     def get(key: str) -> np.ndarray:
         arr = _tensor(rd, key, path)
         if arr.dtype.kind == "f" and not all_finite(arr):
