@@ -127,3 +127,24 @@ def test_model_fields_cannot_be_assigned():
     assert isinstance(layer.semantics, Semantics)
     changed = dataclasses.replace(layer, name="other")  # the way to change: a new object
     assert changed.name == "other" and layer.name == "rnn"
+
+
+def test_keras_slab_source_is_keyed_by_position():
+    """The Keras HDF5 slab source knows how to load each layer by position (layer index, direction), not by
+    the ``id()`` of its placeholder arrays: a copy of the checkpoint with new placeholder objects loads the
+    same slabs."""
+    from rnnconvert.formats.keras import keras_h5
+
+    path = FIXTURES / "keras" / "bidi_lstm_concat.h5"
+    ckpt = keras_h5.read(path, lazy=True)
+    specs = ckpt.source.specs
+    assert isinstance(specs, list) and len(specs) == len(ckpt.layers)
+    assert [len(s) for s in specs] == [layer.num_directions for layer in ckpt.layers]
+    copy = dataclasses.replace(ckpt, layers=[dataclasses.replace(layer, params=[[dataclasses.replace(p) for p in dirs]
+                                                                                for dirs in layer.params])
+                                             for layer in ckpt.layers])
+    eager = keras_h5.read(path)
+    for i, layer in enumerate(eager.layers):
+        for a, b in zip(copy.slab(i, 0), layer.params[0]):
+            for n, arr in b.arrays().items():
+                assert np.array_equal(a.arrays()[n], arr)
