@@ -11,7 +11,7 @@ import re
 import shutil
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,7 +43,7 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     Args:
         path: the source file (or directory, for directory formats).
         format: a registry name (``'keras_h5'``, ``'pt'``, ...) or ``None`` to detect by content.
-        lazy: ask for a lazy checkpoint (:attr:`Checkpoint.loader`: parameters read one slab at a time,
+        lazy: ask for a lazy checkpoint (:attr:`Checkpoint.source`: parameters read one slab at a time,
             placeholders until then) when the format's reader can do it (``FormatSpec.lazy``);
             otherwise, or when false, everything is read now. Loaded slabs are checked for NaN/Inf too.
         **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files);
@@ -76,31 +76,39 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise FormatError(f"{path}: malformed {fmt.name} file ({type(exc).__name__}: {first})") from exc
     check_finite(ckpt, str(path))
-    if ckpt.loader is not None:
-        ckpt.loader = _checked_loader(ckpt, ckpt.loader, str(path), fmt.name)
-    ckpt.format = fmt.name
-    return ckpt
+    return replace(ckpt, format=fmt.name,
+                   source=None if ckpt.source is None else CheckedSlabs(ckpt, str(path), fmt.name))
 
 
-def _checked_loader(ckpt: Checkpoint, loader, where: str, fmt: str):
-    """``loader`` with :func:`load`'s rules applied to every slab it reads: low-level errors become
-    FormatError, NaN/Inf is refused. A memory-mapped source's pages are then given back array by array
-    (``ckpt.release_array``), so that a writer holds one tensor's pages at a time, not the slab's."""
-    def checked(i: int, k: int):
+class CheckedSlabs:
+    """The :class:`~rnnconvert.core.model.SlabSource` :func:`load` gives a lazy checkpoint: its reader's
+    source with :func:`load`'s rules applied to every slab read: low-level errors become FormatError,
+    NaN/Inf is refused. A memory-mapped source's pages are then given back array by array (the reader's
+    ``release_array``), so that a writer holds one tensor's pages at a time, not the slab's."""
+
+    def __init__(self, ckpt: Checkpoint, where: str, fmt: str) -> None:
+        self.inner, self.layers, self.where, self.fmt = ckpt.source, ckpt.layers, where, fmt
+
+    def read(self, i: int, k: int):
         try:
-            dirs = loader(i, k)
+            dirs = self.inner.read(i, k)
         except RNNConvertError:
             raise
         except Exception as exc:  # the file changed or is damaged past its header
             first = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise FormatError(f"{where}: malformed {fmt} file ({type(exc).__name__}: {first})") from exc
-        layer = ckpt.layers[i]
+            raise FormatError(f"{self.where}: malformed {self.fmt} file ({type(exc).__name__}: {first})") from exc
+        layer = self.layers[i]
         view = layer.one_slab(k, dirs)
         if layer.num_layers > 1:  # messages name the stacked layer
-            view.name = f"{layer.name}[{k}]"
-        check_finite(Checkpoint(layers=[view]), where, ckpt.release_array)
+            view = replace(view, name=f"{layer.name}[{k}]")
+        check_finite(Checkpoint(layers=[view]), self.where, self.inner.release_array)
         return dirs
-    return checked
+
+    def release(self, i: int, k: int) -> None:
+        self.inner.release(i, k)
+
+    def release_array(self, a) -> None:
+        self.inner.release_array(a)
 
 
 def check_finite(ckpt: Checkpoint, where: str, checked: Callable[[Any], None] | None = None) -> None:

@@ -161,3 +161,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(fnmatchcase(item.nodeid, pat) for pat in SLOW):
             item.add_marker(pytest.mark.slow)
+
+
+class FnSlabs:
+    """A test :class:`rnnconvert.core.model.SlabSource` reading slab ``(i, k)`` through ``fn(i, k)``; holds
+    nothing, so ``release``/``release_array`` do nothing."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def read(self, i: int, k: int):
+        return self.fn(i, k)
+
+    def release(self, i: int, k: int) -> None:
+        pass
+
+    def release_array(self, a) -> None:
+        pass

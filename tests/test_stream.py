@@ -30,7 +30,7 @@ from rnnconvert.formats.torch import torch_pt, torch_zip
 from rnnconvert.core.model import Checkpoint, DirectionParams, is_placeholder, placeholder
 from rnnconvert.engine.verify import verify as eager_verify
 
-from conftest import FIXTURES, torch_rnn
+from conftest import FIXTURES, FnSlabs, torch_rnn
 
 torch = pytest.importorskip("torch")
 st_numpy = pytest.importorskip("safetensors.numpy")
@@ -202,7 +202,7 @@ def _lazy_copy(ckpt: Checkpoint) -> Checkpoint:
                                       for p in dirs] for dirs in layer.params]) for layer in ckpt.layers]
     loader = lambda i, k: [DirectionParams(**{n: a.copy() for n, a in p.arrays().items()})  # noqa: E731
                            for p in ckpt.layers[i].params[k]]
-    return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, loader=loader)
+    return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, source=FnSlabs(loader))
 
 
 def _pt_sources(tmp: Path) -> list[Path]:

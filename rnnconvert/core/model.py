@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -97,7 +97,7 @@ def is_placeholder(arr: Any) -> bool:
             and all(s == 0 for s in arr.strides))
 
 
-@dataclass
+@dataclass(frozen=True)
 class DirectionParams:
     """Canonical parameters of one direction of one layer (shapes in the module docstring)."""
 
@@ -118,7 +118,7 @@ class DirectionParams:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class RNNLayer:
     """One recurrent layer (possibly several stacked layers and two directions, like ``nn.LSTM``).
 
@@ -133,7 +133,14 @@ class RNNLayer:
         semantics: see :class:`Semantics`.
         params: ``params[layer][direction]`` -> :class:`DirectionParams`.
         return_sequences: whether the source layer returns the whole sequence (Keras) -- informative.
-        source: provenance: format, class name, original tensor names.
+        source: provenance: format, class name, original tensor names; for Keras and TF1 sources
+            ``source['raw']``, one mapping per direction of the file's own tensors (``kernel``, ...; the
+            Keras HDF5 / TF2 readers' ``LazyRaw`` re-reads them from the file on access), which
+            verification reads (``source_forward(..., raw=...)``) and never replaces.
+
+    Frozen: fields are never reassigned (``dataclasses.replace``, :meth:`with_semantics`,
+    :meth:`one_slab` make changed copies); the ``params`` lists and ``source`` dict are built by the
+    reader and not changed afterwards.
 
     Raises:
         ValueError: on creation, when an array has the wrong shape for the declared sizes.
@@ -246,7 +253,38 @@ class RNNLayer:
         return replace(self, semantics=replace(self.semantics, **changes))
 
 
-@dataclass
+@runtime_checkable
+class SlabSource(Protocol):
+    """Where a *lazy* :class:`Checkpoint`'s recurrent parameters come from (the file, still open or mapped).
+
+    A reader called with ``lazy=True`` builds its checkpoint with one of these as
+    :attr:`Checkpoint.source`; the checkpoint's ``layers[i].params[k]`` are then :func:`placeholder`
+    arrays (right shapes and dtypes, no memory) until a slab is read. Slab ``(i, k)`` = stacked layer
+    ``k`` of ``layers[i]``, all its directions (the unit of streaming conversion and verification).
+    Implementations: ``torch_pt.ZipSlabs`` (memory-mapped ``torch.save`` zip), ``keras_h5``'s HDF5
+    source, ``tf_checkpoint``'s TF2 bundle source, and ``rnnconvert.api``'s checking wrapper.
+    """
+
+    def read(self, i: int, k: int) -> list[DirectionParams]:
+        """Slab ``(i, k)`` read from the file: one :class:`DirectionParams` per direction, in canonical
+        form (shapes and dtypes those of the placeholders). Not kept by the source: the caller holds
+        the arrays while it needs them. Raises what the file's damage makes it raise (the api turns it
+        into ``FormatError``)."""
+        ...
+
+    def release(self, i: int, k: int) -> None:
+        """Give back what the source holds for slab ``(i, k)`` once it is written (e.g. the pages of a
+        memory-mapped file); a no-op for sources holding nothing."""
+        ...
+
+    def release_array(self, a: np.ndarray) -> None:
+        """Give back what the source holds for one array of a read slab (the pages of a memory-mapped
+        file inside it), for a writer done with it before the rest of its slab; ``a`` stays readable
+        (read again from the file). A no-op for sources holding nothing."""
+        ...
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """Everything read from one file.
 
@@ -256,40 +294,36 @@ class Checkpoint:
             in PyTorch naming and orientation: ``<layer>.weight`` ``(out, in)``, ``<layer>.bias``).
         format: the format name the checkpoint was read from (see :mod:`rnnconvert.engine.registry`).
         meta: provenance (path, framework version, ...).
-        loader: set by readers called with ``lazy=True`` (streaming conversion): ``loader(i, k)``
-            reads stacked layer ``k`` of ``layers[i]`` (all its directions, a *slab*) from the file and
-            returns its :class:`DirectionParams`; until then ``layers[i].params[k]`` hold
-            :func:`placeholder` arrays. ``None`` for an eagerly read checkpoint.
-        release: optional, with ``loader``: ``release(i, k)`` gives back what the reader holds for a
-            slab once it is written (e.g. the pages of a memory-mapped source).
-        release_array: optional, with ``loader``: ``release_array(a)`` gives back what the reader holds for
-            one array of a loaded slab (the pages of a memory-mapped source that lie inside it), for a
-            writer done with it before the rest of its slab; ``a`` stays readable (read again from the file).
+        source: ``None`` for an eagerly read checkpoint (every parameter held). For a *lazy* one
+            (readers called with ``lazy=True``: streaming conversion), the :class:`SlabSource` its
+            slabs are read from, one at a time (:meth:`slab`); until then ``layers[i].params[k]``
+            hold :func:`placeholder` arrays. Set when the checkpoint is built, never afterwards.
+
+    Frozen: no field is reassigned; a changed checkpoint is a new one (``dataclasses.replace``,
+    :meth:`materialize`). Nothing stored in it is a callback.
     """
 
     layers: list[RNNLayer] = field(default_factory=list)
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
     format: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
-    loader: Callable[[int, int], list[DirectionParams]] | None = None
-    release: Callable[[int, int], None] | None = None
-    release_array: Callable[[Any], None] | None = None
+    source: SlabSource | None = None
 
     @property
     def lazy(self) -> bool:
-        """Whether some parameters are still placeholders to be read by :attr:`loader`."""
-        return self.loader is not None
+        """Whether some parameters are still placeholders to be read from :attr:`source`."""
+        return self.source is not None
 
     def slab(self, i: int, k: int) -> list[DirectionParams]:
-        """The directions of stacked layer ``k`` of ``layers[i]``: read by :attr:`loader` for a lazy
+        """The directions of stacked layer ``k`` of ``layers[i]``: read from :attr:`source` for a lazy
         checkpoint (not stored back: the caller holds them while it needs them), else the held params.
 
         The unit of streaming conversion: a bidirectional stacked layer's two directions. Raises
         ``ValueError`` when the loaded arrays' shapes or dtypes differ from the placeholders'."""
         held = self.layers[i].params[k]
-        if self.loader is None:
+        if self.source is None:
             return held
-        dirs = self.loader(i, k)
+        dirs = self.source.read(i, k)
         if len(dirs) != len(held):
             raise ValueError(f"layer '{self.layers[i].name}' (layer {k}): {len(dirs)} directions loaded, "
                              f"{len(held)} declared")
@@ -300,13 +334,24 @@ class Checkpoint:
                                  f"differ from the declared ones")
         return dirs
 
+    def release(self, i: int, k: int) -> None:
+        """:meth:`SlabSource.release` of a lazy checkpoint's source; nothing for an eager one."""
+        if self.source is not None:
+            self.source.release(i, k)
+
+    def release_array(self, a: np.ndarray) -> None:
+        """:meth:`SlabSource.release_array` of a lazy checkpoint's source; nothing for an eager one."""
+        if self.source is not None:
+            self.source.release_array(a)
+
     def materialize(self) -> "Checkpoint":
-        """Read every slab of a lazy checkpoint into ``layers[i].params`` (an eager checkpoint after)."""
-        if self.loader is not None:
-            for i, layer in enumerate(self.layers):
-                layer.params = [self.slab(i, k) for k in range(layer.num_layers)]
-            self.loader = self.release = self.release_array = None
-        return self
+        """An eager checkpoint: every slab of a lazy one read (through :meth:`slab`) into new layers;
+        ``self`` unchanged. An eager checkpoint is returned as it is."""
+        if self.source is None:
+            return self
+        layers = [replace(layer, params=[self.slab(i, k) for k in range(layer.num_layers)])
+                  for i, layer in enumerate(self.layers)]
+        return replace(self, layers=layers, source=None)
 
     def layer(self, name: str) -> RNNLayer:
         """The layer called ``name``; raises ``KeyError`` listing the names there are."""

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -471,8 +471,7 @@ def recognise(tensors: Mapping[str, np.ndarray], where: str, fmt: str, *, map: A
         raise FormatError(f"{where}: no recurrent weights recognised (neither PyTorch names nor any name of the "
                           "foreign-name table: w_ih/w_hh, weight_ih/weight_hh, kernel/recurrent_kernel, Wx/Wh, W/U, "
                           "...); name them with --map PATTERN=ROLE (docs/foreign-names.md)")
-    ckpt.tensors = {k: v for k, v in tensors.items() if k not in used}
-    return ckpt
+    return replace(ckpt, tensors={k: v for k, v in tensors.items() if k not in used})
 
 
 def _build(lname: str, layers: dict, tensors: Mapping[str, np.ndarray], where: str, fmt: str,
@@ -650,12 +649,12 @@ def add_rest(ckpt: Checkpoint, where: str, fmt: str, nonlinearity: str = "tanh")
     """Read the tensors a reader's own naming left in ``ckpt.tensors`` through the table too
     (``strict=False``): a hand-written cell beside ``nn.LSTM`` modules in one file. Recognised layers are
     appended (``ckpt`` must be eager), their tensors leave ``ckpt.tensors``; ``meta['recognised']`` gets
-    the lines. Returns ``ckpt``."""
+    the lines. Returns a new checkpoint (``ckpt`` itself when nothing is recognised; ``ckpt`` is not
+    changed)."""
     if not candidates(ckpt.tensors):
         return ckpt
     rest = recognise(ckpt.tensors, where, fmt, nonlinearity=nonlinearity, strict=False)
     if rest.layers or rest.meta["recognised"]:
-        ckpt.layers += rest.layers
-        ckpt.tensors = rest.tensors
-        ckpt.meta.setdefault("recognised", []).extend(rest.meta["recognised"])
+        meta = {**ckpt.meta, "recognised": [*ckpt.meta.get("recognised", []), *rest.meta["recognised"]]}
+        return replace(ckpt, layers=[*ckpt.layers, *rest.layers], tensors=rest.tensors, meta=meta)
     return ckpt

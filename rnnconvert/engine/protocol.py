@@ -10,17 +10,21 @@ Roles (each a group of fields):
 * **reader** -- ``sniff(head: bytes, path: Path) -> bool`` (the first 64 bytes; ``b""`` for a path that
   names no file, e.g. a TF checkpoint prefix), ``read(path, **options) -> Checkpoint``, the option names
   it accepts (:attr:`read_options`; anything else is refused with the valid ones named, see
-  :meth:`FormatSpec.check_options`), and ``lazy``: ``read(path, lazy=True)`` gives placeholders plus a
-  slab loader (docs/performance.md "Streaming conversion").
+  :meth:`FormatSpec.check_options`), and ``lazy``: ``read(path, lazy=True)`` gives a checkpoint of
+  placeholder parameters whose ``source`` is a :class:`~rnnconvert.core.model.SlabSource` (built with the
+  checkpoint; slabs read one at a time, docs/performance.md "Streaming conversion").
 * **writer** -- ``refusals(layer) -> list[str]`` (empty: the target expresses the layer exactly),
   ``check(ckpt, **options) -> list[str]`` (raises :class:`~rnnconvert.engine.refusal.Refused`; returns
   notes), ``write(ckpt, path, **options) -> list[str]`` (``path`` is a temporary path the engine renames
   into place; one line per layer says how to load it), :attr:`write_options`.
-* **slab writer** -- ``open_stream(ckpt, path, **options) -> SlabWriter`` (:class:`SlabWriter`).
-* **runtimes** (verification) -- ``source_forward(layer, x, dtype)`` (the source's own equations on the
-  file's tensors), ``framework_forward(path, ckpt, layer_name, x)`` (the source framework itself),
+* **slab writer** -- ``open_stream(ckpt, path, **options) -> SlabWriter`` (:class:`SlabWriter`); ``ckpt``
+  may be lazy: the slabs arrive through ``write_slab``, and a writer done with one array of a slab may
+  give its pages back with ``ckpt.release_array(a)`` (a no-op for an eager checkpoint).
+* **runtimes** (verification) -- ``source_forward(layer, x, dtype, raw)`` (the source's own equations on the
+  file's tensors: ``raw``, one mapping per direction read by verification from ``layer.source['raw']``;
+  the layer is never changed), ``framework_forward(path, ckpt, layer_name, x)`` (the source framework itself),
   ``target_forward(path, ckpt, layer_name, x)`` and ``target_forward_slab(path, ckpt, layer_name, k, x)``
-  (the written file in its framework), ``source_forward_multi(layer, xs)`` (several batches at once),
+  (the written file in its framework), ``source_forward_multi(layer, xs, raw)`` (several batches at once),
   ``target_step(path, ckpt, layer_name, k, x, states) -> [(h1, c1 or None)]`` (one step of stacked layer
   ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.engine.verify`),
   ``release()`` (drop a cached session), ``route`` (the words the report uses for the target side) and

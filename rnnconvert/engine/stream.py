@@ -32,8 +32,7 @@ def slabs(ckpt: Checkpoint) -> Iterator[tuple[int, int, list[DirectionParams]]]:
     """
     for i, k in order(ckpt):
         yield i, k, ckpt.slab(i, k)
-        if ckpt.release is not None:
-            ckpt.release(i, k)
+        ckpt.release(i, k)
 
 
 def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
@@ -99,8 +98,7 @@ class _Behind:
                 self.error = exc
             finally:
                 del dirs, item
-                if self.ckpt.release is not None:
-                    self.ckpt.release(i, k)
+                self.ckpt.release(i, k)
                 self.slots.release()
 
     def _check(self) -> None:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import functools
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -182,19 +181,15 @@ def _own_equations(src_module, layer: RNNLayer) -> bool:
     return src_module.source_forward is not None and layer.source.get("raw") is not None
 
 
-@contextmanager
-def _raw_held(layer: RNNLayer, pool: dict | None = None):
-    """Within the block, ``layer.source['raw']`` holds plain dicts: lazily re-read tensors (Keras HDF5
+def _raw_tensors(layer: RNNLayer, pool: dict | None = None) -> list[dict]:
+    """``layer.source['raw']`` as plain dicts, one per direction (or TF1 pseudo-layer), for one pass of the
+    source side (``source_forward(..., raw=...)``): lazily re-read tensors (Keras HDF5 / TF2
     :class:`~rnnconvert.formats.keras.keras_h5.LazyRaw`) are read from the file (large plain tensors as
-    read-only memory maps) for one pass of the source side, then dropped again (one layer's file tensors at a time). With a
+    read-only memory maps), to be dropped by the caller after (one layer's file tensors at a time). With a
     ``pool`` (a dict the caller keeps across layers), they are read into the previous layer's arrays of
-    the same shape (no fresh multi-MB allocations; see ``LazyRaw.read``)."""
-    raw = layer.source.get("raw")
-    if not isinstance(raw, list) or all(isinstance(r, dict) for r in raw):
-        yield
-        return
+    the same shape (no fresh multi-MB allocations; see ``LazyRaw.read``). ``layer`` is not changed."""
     held = []
-    for d, r in enumerate(raw):
+    for d, r in enumerate(layer.source["raw"]):
         if hasattr(r, "read"):
             got = {key: r.read(key, None if pool is None else pool.get((d, key))) for key in r}
             if pool is not None:
@@ -202,22 +197,18 @@ def _raw_held(layer: RNNLayer, pool: dict | None = None):
             held.append(got)
         else:
             held.append(dict(r))
-    layer.source["raw"] = held
-    try:
-        yield
-    finally:
-        layer.source["raw"] = raw
+    return held
 
 
-def _source(src_module, layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
+def _source(src_module, layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None) -> list[np.ndarray]:
     """The source side of the sequence comparison for ``layer`` on each input of ``xs`` (float32 and float64,
     each computed in its own dtype): the source format's own equations on its stored tensors
     (``source_forward``), else the numpy reference on the canonical parameters."""
     if _own_equations(src_module, layer):
         multi = src_module.source_forward_multi
         if multi is not None:
-            return multi(layer, xs)
-        return [src_module.source_forward(layer, x, x.dtype) for x in xs]
+            return multi(layer, xs, raw)
+        return [src_module.source_forward(layer, x, x.dtype, raw) for x in xs]
     return reference.forward_multi(layer, xs)
 
 
@@ -307,7 +298,8 @@ class StreamedVerification:
       float32 from its input (the batch, or the previous slab's trajectory output), the exact one-step
       results from every state and their bounds (:func:`rnnconvert.core.reference.step_bound`), and the short
       sequence in float32 and float64 (the numpy reference chained over slabs; a layer the source format
-      runs with its own equations, ``source_forward`` on ``layer.source['raw']``, at its last slab;
+      runs with its own equations, ``source_forward`` on the file's tensors (``layer.source['raw']`` read, passed
+      as ``raw=``, the layer left as it is), at its last slab;
       ``mode='framework'``: the source framework). When the short sequence is the whole batch and the numpy
       reference runs it, its float32 run is the trajectory itself, computed once in lockstep with the float64
       run (:func:`rnnconvert.core.reference.trajectory_multi`). Nothing of the source is read again later.
@@ -335,7 +327,7 @@ class StreamedVerification:
         #: per layer, ``(slab, direction, swap_escapes(...))`` of the directions whose bound is loose
         self.escapes: list[list] = [[] for _ in range(n)]
         self.seconds = 0.0
-        self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_held)
+        self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_tensors)
         self._back = None  # the written file read back (fallback target of the one-step check)
 
     def _seq_x(self, i: int) -> np.ndarray:
@@ -380,9 +372,10 @@ class StreamedVerification:
         last = k == layer.num_layers - 1
         if own:  # from the file's tensors (not ``dirs``): once, at the end
             if last:
-                with _raw_held(layer, self.pool):
-                    self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
-                                                                                 xs.astype(np.float64)])
+                raw = _raw_tensors(layer, self.pool)
+                self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
+                                                                             xs.astype(np.float64)], raw)
+                del raw
         elif shared:
             self.y32[i], self.y64[i] = y, y64
             if last:

@@ -35,6 +35,7 @@ import shutil
 import tempfile
 import zipfile
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from ...engine import refusal
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Checkpoint, Cell, RNNLayer
 from ...core.transforms import fold_forget_bias
-from . import keras_config, keras_h5, keras_h5_write
+from . import interpreter, keras_config, keras_h5, keras_h5_write
 
 ROUTE = "keras 3"
 HARD_SIGMOID_SCALE = keras_config.HARD_SIGMOID_SCALE  # Keras-2 hard_sigmoid(x) = Keras-3 hard_sigmoid(1.2 x)
@@ -213,23 +214,23 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
             base = ("kernel", "recurrent_kernel", "bias")
             names = ([f"{name}/forward_rnn/{b}" for b in base[: len(fw)]]
                      + [f"{name}/backward_rnn/{b}" for b in base[: len(bw)]])
-            rd.entry(keras_h5.LayerEntry(name, names, fw + bw, cfg if cls == "Bidirectional" else None,
+            rd.entry(interpreter.LayerEntry(name, names, fw + bw, cfg if cls == "Bidirectional" else None,
                                      "Bidirectional"), prefix)
         elif "cell" in g:
             cls = cls if cls in _STUB else _expect(cls, None, rd.path, name)
             w = _vars(g["cell"])
             names = [f"{name}/{_STUB.get(cls, 'cell')}/{b}" for b in ("kernel", "recurrent_kernel", "bias")][: len(w)]
-            rd.entry(keras_h5.LayerEntry(name, names, w, cfg if cls else None, cls), prefix)
+            rd.entry(interpreter.LayerEntry(name, names, w, cfg if cls else None, cls), prefix)
         else:
             w = _vars(g)
             if "layer" in g and not w:  # TimeDistributed
                 w = _vars(g["layer"])
-                inner = keras_h5.as_record((cfg or {}).get("layer"))
+                inner = interpreter.as_record((cfg or {}).get("layer"))
                 cls = inner["class_name"] or cls
             if not w:
                 continue
             base = {"Dense": ["kernel", "bias"], "Embedding": ["embeddings"]}.get(cls, [f"var{i}" for i in range(len(w))])
-            rd.other(keras_h5.LayerEntry(name, base[: len(w)], w), f"{prefix}{name}", cls)
+            rd.other(interpreter.LayerEntry(name, base[: len(w)], w), f"{prefix}{name}", cls)
 
 
 def _expect(cls: str | None, want: str | None, path: str, name: str) -> None:
@@ -263,26 +264,23 @@ def _read_store_in(path: str, h5path: str, config: dict | None, gate_activation:
     with f:
         try:
             keras_h5.check_links(f)
-            rd = keras_h5.Interpreter(str(path), keras_version or "3.0.0", gate_activation)
+            rd = interpreter.Interpreter(str(path), keras_version or "3.0.0", gate_activation)
             _walk(rd, f, _layer_configs(config), "")
         except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:  # damaged store
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             raise FormatError(f"{path}: damaged HDF5 weights store ({type(exc).__name__}: {first})") from exc
-    ckpt = rd.ckpt
-    ckpt.format = "keras3"
-    ckpt.meta = {"path": str(path), "keras_version": keras_version}
+    ckpt = replace(rd.ckpt, format="keras3", meta={"path": str(path), "keras_version": keras_version})
     is_k3 = (keras_version or "3").startswith("3")  # tf_keras (2.x) writes .keras too, with Keras 2 hard_sigmoid
     for i, layer in enumerate(ckpt.layers):
         s = layer.semantics
         if not is_k3:
-            layer.source = {**layer.source, "format": "keras3"}
+            ckpt.layers[i] = replace(layer, source={**layer.source, "format": "keras3"})
             continue
         acts = {a: ("hard_sigmoid_k3" if getattr(s, a) == "hard_sigmoid" else getattr(s, a))
                 for a in ("gate_activation", "activation")}
-        layer = layer.with_semantics(**acts)
-        layer.source = {**layer.source, "format": "keras3"}
-        layer.source.pop("raw", None)  # Keras 3 semantics: verify against the numpy reference
-        ckpt.layers[i] = layer
+        # Keras 3 semantics: verify against the numpy reference (no "raw" tensors for source_forward)
+        source = {**{k: v for k, v in layer.source.items() if k != "raw"}, "format": "keras3"}
+        ckpt.layers[i] = replace(layer.with_semantics(**acts), source=source)
     if not ckpt.layers:
         raise FormatError(f"{path}: no recurrent layer (LSTM, GRU, SimpleRNN) found")
     return ckpt

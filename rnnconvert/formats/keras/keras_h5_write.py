@@ -16,7 +16,7 @@ Two forms (LAYOUTS.md §2, §4, §15):
   ``reset_after=True`` keeps both rows ``(2, 3H)``, ``reset_after=False`` gets the summed ``(3H,)``
   (exact: in a reset-before GRU ``b_hn`` sits outside ``r``, so it adds to ``b_in``).
 * ``cudnn=True``: ``CuDNNLSTM`` / ``CuDNNGRU``: each ``(in, H)`` kernel slice holds the row-major
-  bytes of cuDNN's ``(H, in)`` matrix (inverse of ``keras_h5._cudnn_bytes_to_rows``), bias
+  bytes of cuDNN's ``(H, in)`` matrix (inverse of ``interpreter._cudnn_bytes_to_rows``), bias
   ``(2*G*H,)`` = input biases then recurrent biases, Keras slice order (``gates.TABLE['keras_cudnn']``).
   Bit-exact (no arithmetic). A file of this form can be run on a GPU only; on a CPU,
   ``tf_keras`` converts it on ``load_weights`` into ``LSTM`` / ``GRU(reset_after=True)``.
@@ -34,6 +34,7 @@ GRU ``reset_after=False`` and simple RNNs. A TF1 ``forget_bias`` is folded into 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +134,7 @@ def k3_rescaled(layer: RNNLayer) -> RNNLayer:
     s = layer.semantics
     out = layer.with_semantics(**{a: "hard_sigmoid" for a in ("gate_activation", "activation")
                                   if getattr(s, a) == "hard_sigmoid_k3"})
-    out.params = params
-    return out
+    return replace(out, params=params)
 
 
 def refusals(layer: RNNLayer, cudnn: bool = False) -> list[str]:

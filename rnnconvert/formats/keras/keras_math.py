@@ -164,15 +164,19 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     return ys
 
 
-def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
+def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list | None = None) -> np.ndarray:
     """Run a Keras-file layer from its raw Keras tensors; same output convention as
-    :func:`rnnconvert.core.reference.forward` (directions concatenated, merge not applied)."""
-    return source_forward_multi(layer, [np.asarray(x, dtype=dtype)])[0]
+    :func:`rnnconvert.core.reference.forward` (directions concatenated, merge not applied).
+
+    ``raw``: one mapping per direction of the file's tensors (``kernel``, ``recurrent_kernel``, ``bias``, or
+    Keras 1's per-gate names), as verification read them; ``None``: ``layer.source['raw']`` (read through on
+    access). ``layer`` is not changed."""
+    return source_forward_multi(layer, [np.asarray(x, dtype=dtype)], raw)[0]
 
 
-def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
+def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None) -> list[np.ndarray]:
     """:func:`source_forward` of each input of ``xs`` in its own dtype, in lockstep: each raw tensor is turned once and read once per product for all of them."""
-    raws = layer.source["raw"]
+    raws = layer.source["raw"] if raw is None else raw
     kind = layer.source["class_name"]
     if layer.bidirectional:
         fw = _direction(kind, layer.cell, raws[0], layer, xs, False)

@@ -283,5 +283,5 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
                 source=src))
         except ValueError as exc:
             raise FormatError(f"{path}: layer record '{rec['name']:.60}': {exc}") from exc
-    ckpt.layers += [l for l in singles if l.name in by_node]
+    ckpt.layers.extend(l for l in singles if l.name in by_node)
     return ckpt

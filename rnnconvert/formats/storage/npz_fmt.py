@@ -26,7 +26,7 @@ import importlib.util
 import json
 import zipfile
 import zlib
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,7 @@ class StreamWriter:
         for d, p in enumerate(dirs):
             for f, arr in p.arrays().items():
                 _member(self.zf, f"layers/{i}/l{k}/d{d}/{f}", arr)
-                if self.ckpt.release_array is not None:  # written: its pages of a mapped source go now
-                    self.ckpt.release_array(arr)
+                self.ckpt.release_array(arr)  # written: its pages of a mapped source go now
 
     def close(self) -> list[str]:
         if self.next != len(self.order):
@@ -226,8 +225,7 @@ def _read(p: Path, only: str | None = None, slab: int | None = None, foreign: di
                 source={"format": "npz", "class_name": rec.get("source_class")}))
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"{p}: layer record {i}: {exc}") from exc
-    ckpt.tensors = {k[len("tensors/"):]: v for k, v in arrays.items() if k.startswith("tensors/")}
-    return ckpt
+    return replace(ckpt, tensors={k[len("tensors/"):]: v for k, v in arrays.items() if k.startswith("tensors/")})
 
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:

@@ -213,8 +213,7 @@ class StreamWriter:
         """Write stacked layer ``k`` of ``layers[i]`` (its directions ``dirs``, canonical arrays)."""
         for key, arr in pt_writer.slab_items(self.ckpt.layers[i], k, dirs):
             self._put(key, arr)
-            if self.ckpt.release_array is not None:  # written: its pages of a mapped source go now
-                self.ckpt.release_array(arr)
+            self.ckpt.release_array(arr)  # written: its pages of a mapped source go now
         self.pending.discard((i, k))
 
     def close(self) -> list[str]:

@@ -65,10 +65,11 @@ def _run(cname: str, raw: dict, layer: RNNLayer, x: np.ndarray, reverse: bool, d
     return out
 
 
-def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
-    """Run a TF1-checkpoint layer from its stored TF1 tensors (``layer.source['raw']``, one dict per
-    pseudo-layer); output convention of :func:`rnnconvert.core.reference.forward`."""
-    raws, cname = layer.source["raw"], layer.source["class_name"]
+def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list | None = None) -> np.ndarray:
+    """Run a TF1-checkpoint layer from its stored TF1 tensors (``raw``, else ``layer.source['raw']``: one
+    mapping per pseudo-layer); output convention of :func:`rnnconvert.core.reference.forward`. ``layer`` is
+    not changed."""
+    raws, cname = layer.source["raw"] if raw is None else raw, layer.source["class_name"]
     y = np.asarray(x, dtype=dtype)
     for k in range(layer.num_layers):
         outs = [_run(cname, raws[k * layer.num_directions + d], layer, y, d == 1, dtype)

@@ -7,7 +7,7 @@ Two kinds, told apart by their keys (``docs/LAYOUTS.md`` §§7-9):
   /.ATTRIBUTES/VARIABLE_VALUE`` (CuDNNLSTM/CuDNNGRU without ``cell/``). The Keras layer kind is
   decided from the shapes exactly as for weights-only HDF5 files (recurrent width ``G*H``; bias
   ``(4H,)`` LSTM, ``(8H,)`` CuDNNLSTM, ``(3H,)`` GRU reset_after=False, ``(2, 3H)`` GRU
-  reset_after=True, ``(6H,)`` CuDNNGRU) by :mod:`rnnconvert.formats.keras.keras_h5`'s interpreter; gate
+  reset_after=True, ``(6H,)`` CuDNNGRU) by the Keras interpreter (:mod:`rnnconvert.formats.keras.interpreter`); gate
   orders from :data:`rnnconvert.core.gates.TABLE` ``keras*`` entries. Object checkpoints carry no layer
   config: activations are the TF2 defaults (sigmoid gates, tanh) unless ``gate_activation`` is given
   (TF 1.x tf.keras defaulted to hard_sigmoid). Optimizer slots are skipped; Dense/Embedding tensors
@@ -54,7 +54,7 @@ from ...core import cudnn
 from ...io import guard
 from ...errors import FormatError, RNNConvertError, require
 from ...core.finite import all_finite
-from ...core.model import Cell, Checkpoint, RNNLayer, placeholder
+from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, placeholder
 from . import tf_bundle
 from .tf1_cells import (  # noqa: F401
     CELL_RE, CUDNN_SCOPES, CELL_SCOPES, REFUSED, read_cell, cell_semantics, cell_vars, cell_structure, getter)
@@ -116,7 +116,7 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
         num_layers, hidden_size, bidirectional: spec of a cuDNN ``opaque_kernel`` without companions.
         cell_clip, proj_clip: TF1 LSTMCell clipping used at training time (not stored in checkpoints).
         lazy: a TF2 object checkpoint read by :mod:`.tf_bundle` comes back as the structure with
-            placeholder parameters and a loader that reads one Keras layer's tensors when asked
+            placeholder parameters and a slab source that reads one Keras layer's tensors when asked
             (streaming conversion, :class:`~rnnconvert.core.model.Checkpoint`); other checkpoints are read
             eagerly either way.
 
@@ -201,7 +201,7 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
                cell_clip, proj_clip, dtypes=None) -> Checkpoint:
     """Layers from a reader with ``get_tensor(key)`` (either reader) and its variable-to-shape map. With
     ``dtypes`` (numpy dtypes by key: the bundle reader) a TF2 object checkpoint's recurrent tensors are
-    placeholders and the checkpoint gets a loader (:func:`_read_tf2`)."""
+    placeholders and the checkpoint gets a slab source (:class:`KerasBundleSlabs`, :func:`_read_tf2`)."""
     def get(key: str) -> np.ndarray:
         arr = _tensor(rd, key, path)
         if arr.dtype.kind == "f" and not all_finite(arr):
@@ -266,12 +266,13 @@ def _object_paths(blob: bytes, where="") -> dict[str, str]:
 
 def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=None, rows_of=None) -> Checkpoint:
     """``names``: checkpoint key -> object path (``layer_with_weights-N/...``). With ``meta_of(key)`` (a
-    placeholder of the variable's shape and dtype) the Keras interpreter of :mod:`.keras_h5` builds the
-    structure from placeholders, and ``ckpt.loader(i, 0)`` reads layer ``i``'s tensors (``rows_of(key)``:
+    placeholder of the variable's shape and dtype) the Keras interpreter (:mod:`rnnconvert.formats.keras.interpreter`) builds the
+    structure from placeholders, and ``ckpt.source`` (:class:`KerasBundleSlabs`) reads layer ``i``'s tensors (``rows_of(key)``:
     kernels as row-block sources, :class:`.tf_bundle.RowSource`, turned block by block as HDF5 datasets
-    are; else ``get``) and converts them as the eager reader does (``keras_h5.convert_direction``); other tensors
+    are; else ``get``) and converts them as the eager reader does (``interpreter.convert_direction``); other tensors
     (Dense) are read now."""
-    from ..keras.keras_h5 import convert_direction, LayerEntry, Interpreter
+    from ..keras.interpreter import LayerEntry, Interpreter
+    from ..keras.keras_h5 import ReloadedTensors
 
     by_path = {n: k for k, n in names.items()}
     keys = sorted(n for n in by_path if n.split("/")[0].startswith("layer"))
@@ -279,11 +280,11 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     groups: dict[str, list[str]] = defaultdict(list)
     for k in keys:
         groups[k.split("/")[0]].append(k)
-    kr = Interpreter(str(path), "2.4.0", gate_activation)
+    # the Keras tensors are re-read for verification (through lazy_get), not kept beside the canonical copy
+    kr = Interpreter(str(path), "2.4.0", gate_activation, ReloadedTensors(str(path), lazy_get))
     # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
     kr.ckpt.meta.pop("keras_version", None)
-    kr.lazy_load = lazy_get  # the Keras tensors are re-read for verification, not kept beside the canonical copy
-    kr.ckpt.format = "tf_checkpoint"
+    kr.ckpt = replace(kr.ckpt, format="tf_checkpoint")
     kr.ckpt.meta.update(meta, kind="tf2_object")
     for top in sorted(groups, key=natural_key):
         names = sorted(groups[top], key=lambda k: (
@@ -298,17 +299,33 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     for lay in kr.ckpt.layers:
         lay.source["format"] = "tf_checkpoint"
     if meta_of is not None:
-        specs = kr.layer_specs()
-
-        def loader(i: int, k: int):
-            if k != 0:
-                raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
-            read = rows_of or get
-            return [convert_direction(spec, {key: read(loc) for key, loc in srcs.items()}, f"{path}: {srcs.get('kernel')}")
-                    for spec, srcs in specs[i]]
-
-        kr.ckpt.loader = loader
+        return replace(kr.ckpt, source=KerasBundleSlabs(str(path), kr.layer_specs(), rows_of or get))
     return kr.ckpt
+
+
+class KerasBundleSlabs:
+    """The :class:`~rnnconvert.core.model.SlabSource` of a lazily read TF2 object checkpoint of Keras layers:
+    slab ``(i, 0)`` = layer ``i``'s directions, each tensor read by ``read(key)`` (kernels as row-block
+    sources, :class:`.tf_bundle.RowSource`) and converted as the eager reader does
+    (``interpreter.convert_direction``, from the interpreter's ``specs[i]``). Holds no pages: ``release`` and
+    ``release_array`` do nothing."""
+
+    def __init__(self, path: str, specs: list, read) -> None:
+        self.path, self.specs, self.get = path, specs, read
+
+    def read(self, i: int, k: int) -> list[DirectionParams]:
+        from ..keras.interpreter import convert_direction
+
+        if k != 0:
+            raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
+        return [convert_direction(spec, {key: self.get(loc) for key, loc in srcs.items()},
+                                  f"{self.path}: {srcs.get('kernel')}") for spec, srcs in self.specs[i]]
+
+    def release(self, i: int, k: int) -> None:
+        pass
+
+    def release_array(self, a: np.ndarray) -> None:
+        pass
 
 
 def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
@@ -334,14 +351,15 @@ def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
 # TF1 name-based
 # ------------------------------------------------------------------------------------------------
 
-def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
-    """The source side of verification, from the tensors as stored: TF1 cell equations
-    (:mod:`.tf1_math`) for TF1 cells, Keras equations (:mod:`.keras_math`) for TF2 Keras layers."""
+def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list | None = None) -> np.ndarray:
+    """The source side of verification, from the tensors as stored (``raw``, else ``layer.source['raw']``):
+    TF1 cell equations (:mod:`.tf1_math`) for TF1 cells, Keras equations (:mod:`.keras_math`) for TF2
+    Keras layers."""
     if layer.source.get("class_name") in CELL_SCOPES:
         from .tf1_math import source_forward as fwd
     else:
         from ..keras.keras_math import source_forward as fwd
-    return fwd(layer, x, dtype)
+    return fwd(layer, x, dtype, raw)
 
 
 def read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:

@@ -7,7 +7,7 @@ Two kinds of names are recognised:
 * TF1 cell scopes (``lstm_cell``, ``gru_cell``, ...): read exactly like a TF1 name-based checkpoint
   (:mod:`.tf_checkpoint`), with its gate conventions and ``forget_bias`` defaults.
 * Keras layers (``<layer>/kernel``, ``recurrent_kernel``, ``bias``; Bidirectional ``forward_*`` /
-  ``backward_*``): read by the Keras interpreter of :mod:`.keras_h5` (kind from the shapes). The
+  ``backward_*``): read by the Keras interpreter of :mod:`rnnconvert.formats.keras.interpreter` (kind from the shapes). The
   activations are not stored as data; they are taken from the graph's ops under the layer's scope:
   ``Sigmoid`` ops -> sigmoid gates, ``Minimum``+``Maximum`` without ``Sigmoid`` -> Keras 2
   ``hard_sigmoid`` (``clip(0.2x+0.5, 0, 1)``, tf_keras ``backend.hard_sigmoid``); ``Tanh`` -> tanh,
@@ -19,6 +19,7 @@ Protobuf is parsed with TensorFlow's ``GraphDef`` (no code is executed); TensorF
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
         UnsupportedError: an activation or cell rnnconvert cannot represent.
     """
     from . import tf_checkpoint as tfc
-    from ..keras.keras_h5 import LayerEntry, Interpreter
+    from ..keras.interpreter import LayerEntry, Interpreter
 
     path = Path(path)
     tf, consts, ops = _consts(path)
@@ -118,8 +119,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
         ck = tfc.read_tf1(path, consts, consts.__getitem__, meta, forget_bias=opts.get("forget_bias"),
                            opts={k: opts.get(k) for k in ("num_layers", "hidden_size", "bidirectional")},
                            cell_clip=opts.get("cell_clip"), proj_clip=opts.get("proj_clip"))
-        ck.format = "tf_graph"
-        return ck
+        return replace(ck, format="tf_graph")
     groups: dict[str, list[str]] = defaultdict(list)
     for k in consts:
         if "/" in k and k.rsplit("/", 1)[1] in _WEIGHT_NAMES:
@@ -128,7 +128,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
     kr = Interpreter(str(path), "2.4.0", gate_activation)
     # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
     kr.ckpt.meta.pop("keras_version", None)
-    kr.ckpt.format = "tf_graph"
+    kr.ckpt = replace(kr.ckpt, format="tf_graph")
     kr.ckpt.meta.update(meta)
     for top in sorted(groups, key=tfc.natural_key):
         names = sorted(groups[top], key=lambda k: ("backward_" in k, k.rsplit("/", 1)[0], rank[k.rsplit("/", 1)[1]]))

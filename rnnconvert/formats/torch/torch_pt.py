@@ -15,6 +15,7 @@ plain ``dict[str, Tensor]`` that ``torch.load(path, weights_only=True)`` reads a
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -433,7 +434,7 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
     :mod:`rnnconvert.formats.torch.torch_zip` (tensors are views of a memory map of the file); what it
     declines (legacy files, bfloat16, other globals, ...) is loaded with ``torch.load(weights_only=True)``.
     ``lazy=True`` (zip files read by the restricted reader): the recurrent parameters are placeholders
-    read one slab at a time by ``ckpt.loader``, ``ckpt.release`` drops a slab's mapped pages.
+    read one slab at a time from ``ckpt.source`` (:class:`ZipSlabs`), whose ``release`` drops a slab's mapped pages.
 
     ``nonlinearity`` (``'tanh'``/``'relu'``) tells an ``nn.RNN``'s activation, which the file does not store.
 
@@ -471,18 +472,30 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
     stub = {k: placeholder(t.shape, t.dtype) if t.dtype.kind in "fc" else
             np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in found.items()}
     ckpt, keys = _group(stub, str(p), "pt", nonlinearity)
-    ckpt.tensors = {k: arch.array(found[k]) for k in ckpt.tensors}
-
-    def loader(i: int, k: int) -> list[DirectionParams]:
-        layer = ckpt.layers[i]
-        gh = layer.cell.gates * layer.hidden_size
-        return [_direction([None if n is None else arch.array(found[n]) for n in names], layer.cell, gh)
-                for names in keys[i][k]]
-
-    def release(i: int, k: int) -> None:
-        arch.release([found[n] for names in keys[i][k] for n in names if n is not None])
-
-    ckpt.loader, ckpt.release, ckpt.release_array = loader, release, arch.release_array
+    ckpt = replace(ckpt, tensors={k: arch.array(found[k]) for k in ckpt.tensors},
+                   source=ZipSlabs(arch, found, keys, ckpt.layers))
     if names.candidates(ckpt.tensors):  # hand-written cells beside torch.nn modules: read eagerly
-        names.add_rest(ckpt.materialize(), str(p), "pt", nonlinearity)
+        return names.add_rest(ckpt.materialize(), str(p), "pt", nonlinearity)
     return ckpt if lazy else ckpt.materialize()
+
+
+class ZipSlabs:
+    """The :class:`~rnnconvert.core.model.SlabSource` of a lazily read ``torch.save`` zip: slab ``(i, k)``
+    = the arrays named ``keys[i][k]`` (per direction, in :func:`_direction`'s order; ``None`` for a missing
+    bias) mapped from the archive (:class:`.torch_zip.Archive`) and put in canonical form; ``release``
+    gives back their mapped pages, ``release_array`` one array's."""
+
+    def __init__(self, arch, found: dict[str, Any], keys: list, layers: list[RNNLayer]) -> None:
+        self.arch, self.found, self.keys = arch, found, keys
+        self.shape = [(layer.cell, layer.cell.gates * layer.hidden_size) for layer in layers]
+
+    def read(self, i: int, k: int) -> list[DirectionParams]:
+        cell, gh = self.shape[i]
+        return [_direction([None if n is None else self.arch.array(self.found[n]) for n in names], cell, gh)
+                for names in self.keys[i][k]]
+
+    def release(self, i: int, k: int) -> None:
+        self.arch.release([self.found[n] for names in self.keys[i][k] for n in names if n is not None])
+
+    def release_array(self, a: np.ndarray) -> None:
+        self.arch.release_array(a)
