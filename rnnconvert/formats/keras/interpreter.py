@@ -46,7 +46,8 @@ class TensorSource(Protocol):
     an open HDF5 file, :class:`.keras_h5.Hdf5Tensors`; a TF2 checkpoint, :class:`.keras_h5.ReloadedTensors`)."""
 
     def value(self, location: str) -> np.ndarray:
-        """The tensor at ``location``, read now (NaN/Inf refused by the container's reader)."""
+        """The tensor at ``location``, read now (a non-recurrent tensor, kept in ``ckpt.tensors``: NaN/Inf
+        is refused there by :func:`rnnconvert.api.check_finite`)."""
         ...
 
     def stored(self, locations: Mapping[str, Any]) -> Mapping[str, np.ndarray] | None:
