@@ -35,7 +35,6 @@ always sigmoid/tanh.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
