@@ -56,6 +56,8 @@ class TensorSource(Protocol):
         ``layer.source['raw']`` for verification); ``None``: the container cannot re-read them (the
         interpreter then keeps the tensors it was given)."""
         ...
+
+
 # --------------------------------------------------------------------------------------------
 # Layer records as found in the file
 # --------------------------------------------------------------------------------------------
