@@ -26,6 +26,7 @@ from ...core import gates
 from ...errors import require
 from ...core.model import Cell, Checkpoint, RNNLayer
 from ...core.transforms import fold_forget_bias, summed_bias
+from ..keras import naming
 from .tf1_writer import fresh_directory
 
 _KERAS_ACT = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
@@ -68,7 +69,7 @@ def _one(keras, layer: RNNLayer, k: int, d: int, name: str):
         bias = gates.vec_from_canonical(summed_bias(p), conv, cell)
     elif cell is Cell.GRU:
         lay = keras.layers.GRU(H, recurrent_activation=s.gate_activation, reset_after=s.reset_after, **kw)
-        conv = gates.convention("keras_ra" if s.reset_after else "keras", cell)
+        conv = naming.convention(cell, s.reset_after)
         bias = (np.stack([gates.vec_from_canonical(p.b_ih, conv, cell), gates.vec_from_canonical(p.b_hh, conv, cell)])
                 if s.reset_after else gates.vec_from_canonical(summed_bias(p), conv, cell))
     else:
