@@ -20,7 +20,7 @@ from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertE
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
 from .engine.refusal import Refused
-from .engine.stream import stream_write
+from .engine.stream import FoldingWriter, stream_write, writer_view
 from .engine.verify import LayerCheck, StreamedVerification, VerifyReport, verify as _verify
 
 
@@ -185,7 +185,7 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
     try:
         tmp = commit.temp_beside(dst)
         with _way_out():
-            lines = mod.write(ckpt, tmp, **opts)
+            lines = mod.write(writer_view(ckpt, mod.forget_bias), tmp, **opts)
         commit.commit(tmp, dst, force)
     except RNNConvertError:
         raise
@@ -280,7 +280,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                                                                   src_p, seed, write_opts or {}, progress,
                                                                   verify_inputs)
             else:
-                rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
+                rep.modules = list(out_mod.write(writer_view(ckpt, out_mod.forget_bias), tmp, **(write_opts or {})) or [])
                 if verify:
                     whole = out_mod.verify_whole  # Keras 2 models written whole (#17)
                     names = {layer.name for layer in ckpt.layers}
@@ -324,7 +324,10 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
     after the writer closed, the target side of verification reads the written file back."""
     check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs)
              if verify else None)
-    writer = out_mod.open_stream(ckpt, tmp, **write_opts)
+    view = writer_view(ckpt, out_mod.forget_bias)  # the writer's layers: forget_bias folded or kept
+    writer = out_mod.open_stream(view, tmp, **write_opts)
+    if view is not ckpt:  # each slab folded on its way to the writer, after the source side saw it
+        writer = FoldingWriter(writer, ckpt)
     modules = list(stream_write(
         writer, ckpt, on_slab=check.source_slab if check else None, progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
     if check is None:
@@ -476,4 +479,5 @@ def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str,
     from .formats.torch import torch_pt
 
     ckpt = src if isinstance(src, Checkpoint) else load(src, **opts)
+    torch_pt.check(ckpt)  # modules() assumes it passed, as a writer does
     return torch_pt.modules(ckpt)

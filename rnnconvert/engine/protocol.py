@@ -17,6 +17,13 @@ Roles (each a group of fields):
   notes), ``write(ckpt, path, **options) -> list[str]`` (``path`` is a temporary path the engine renames
   into place; one line per layer says how to load it), :attr:`write_options`.
 * **slab writer** -- ``open_stream(ckpt, path, **options) -> SlabWriter`` (:class:`SlabWriter`).
+
+A writer sees each layer as :attr:`FormatSpec.forget_bias` says (folded by the engine, or kept).
+
+``write`` and ``open_stream`` assume ``check`` passed: the engine (``api.save``, ``api.convert`` eager and
+streamed, ``engine.matrix``) calls ``check`` once, with the same options, before either; a writer does not
+call it again. A public path that reaches a writer's verbs another way calls ``check`` first too
+(``api.torch_modules``).
 * **runtimes** (verification) -- ``source_forward(layer, x, dtype)`` (the source's own equations on the
   file's tensors), ``framework_forward(path, ckpt, layer_name, x)`` (the source framework itself),
   ``target_forward(path, ckpt, layer_name, x)`` and ``target_forward_slab(path, ckpt, layer_name, k, x)``
@@ -69,6 +76,11 @@ class FormatSpec:
     write: Callable[..., list[str]] | None = None
     write_options: tuple[str, ...] = ()
     open_stream: Callable[..., SlabWriter] | None = None
+    #: how the writer takes a TF1 cell's run-time ``forget_bias`` (decided once, by the engine:
+    #: :func:`rnnconvert.engine.stream.writer_view`): ``"fold"`` -- the engine adds it into ``b_ih`` of the
+    #: forget gate (one rounding per element) before ``write``/``open_stream``/``write_slab``, so the writer
+    #: only ever sees ``forget_bias == 0``; ``"keep"`` -- the writer stores it with the layer (npz)
+    forget_bias: str = "fold"
     # runtimes (verification)
     source_forward: Callable[..., Any] | None = None
     framework_forward: Callable[..., Any] | None = None
