@@ -371,7 +371,8 @@ def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
         nl = 1 + max(k for k, _ in found)
         bidi = any(r for _, r in found)
         s0 = naming.suffix(0, 0, is_cell)
-        w_hh0, w_hr0 = sd.get(f"{pre}weight_hh{s0}"), sd.get(f"{pre}weight_hr{s0}")
+        w_hh0 = sd.get(naming.param_key(prefix, "weight_hh", 0, 0, is_cell))
+        w_hr0 = sd.get(naming.param_key(prefix, "weight_hr", 0, 0, is_cell))
         if w_hh0 is None:
             raise FormatError(f"{where}: '{pre}weight_ih{s0}' has no matching weight_hh{s0}")
         H = w_hr0.shape[1] if w_hr0 is not None else w_hh0.shape[1]
@@ -379,7 +380,7 @@ def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
         cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN_RELU if nonlinearity == "relu" else Cell.RNN_TANH}.get(G)
         if cell is None or G * H != w_hh0.shape[0]:
             raise FormatError(f"{where}: '{pre}weight_hh{s0}' of shape {tuple(w_hh0.shape)} fits no LSTM/GRU/RNN")
-        has_bias = f"{pre}bias_ih{s0}" in sd
+        has_bias = naming.param_key(prefix, "bias_ih", 0, 0, is_cell) in sd
         params, lkeys = [], []
         for k in range(nl):
             row, rkeys = [], []
