@@ -17,13 +17,6 @@ Roles (each a group of fields):
   notes), ``write(ckpt, path, **options) -> list[str]`` (``path`` is a temporary path the engine renames
   into place; one line per layer says how to load it), :attr:`write_options`.
 * **slab writer** -- ``open_stream(ckpt, path, **options) -> SlabWriter`` (:class:`SlabWriter`).
-
-A writer sees each layer as :attr:`FormatSpec.forget_bias` says (folded by the engine, or kept).
-
-``write`` and ``open_stream`` assume ``check`` passed: the engine (``api.save``, ``api.convert`` eager and
-streamed, ``engine.matrix``) calls ``check`` once, with the same options, before either; a writer does not
-call it again. A public path that reaches a writer's verbs another way calls ``check`` first too
-(``api.torch_modules``).
 * **runtimes** (verification) -- ``source_forward(layer, x, dtype)`` (the source's own equations on the
   file's tensors), ``framework_forward(path, ckpt, layer_name, x)`` (the source framework itself),
   ``target_forward(path, ckpt, layer_name, x)`` and ``target_forward_slab(path, ckpt, layer_name, k, x)``
@@ -32,6 +25,13 @@ call it again. A public path that reaches a writer's verbs another way calls ``c
   ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.engine.verify`),
   ``release()`` (drop a cached session), ``route`` (the words the report uses for the target side) and
   ``engine`` (the distribution whose version the report gives, e.g. ``'torch'``).
+
+A writer sees each layer as :attr:`FormatSpec.forget_bias` says (folded by the engine, or kept).
+
+``write`` and ``open_stream`` assume ``check`` passed: the engine (``api.save``, ``api.convert`` eager and
+streamed, ``engine.matrix``) calls ``check`` once, with the same options, before either; a writer does not
+call it again. A public path that reaches a writer's verbs another way calls ``check`` first too
+(``api.torch_modules``).
 """
 
 from __future__ import annotations
