@@ -15,7 +15,7 @@ import rnnconvert
 from rnnconvert import api
 from rnnconvert.core import gates
 from rnnconvert.errors import FormatError
-from rnnconvert.formats.keras import keras_h5, keras_h5_write
+from rnnconvert.formats.keras import interpreter, keras_h5, keras_h5_write
 from rnnconvert.core.model import Cell, is_placeholder
 from rnnconvert.engine.stream import writer_view
 
@@ -27,13 +27,13 @@ H5_FIXTURES = sorted(p.name for p in (FIXTURES / "keras").glob("*.h5"))
 
 
 def rows_mode(monkeypatch, mode: str) -> list:
-    """How ``keras_h5._rows`` gets its row blocks: ``rows`` (read into a buffer of exactly the stored rows),
+    """How ``interpreter._rows`` gets its row blocks: ``rows`` (read into a buffer of exactly the stored rows),
     ``padded_rows`` (long rows padded), ``direct`` (every plain 2-D dataset read from the file by
     io/filerows.py instead of h5py, into padded rows). Returns the list of direct readers made (the
     test asserts the mode was really taken)."""
     from rnnconvert.io import filerows
 
-    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 1 << 30 if mode == "rows" else 0)
+    monkeypatch.setattr(interpreter, "PAD_MIN_ROW_BYTES", 1 << 30 if mode == "rows" else 0)
     monkeypatch.setattr(filerows, "DIRECT_MIN_BYTES", 0 if mode == "direct" else 1 << 60)
     made: list = []
     if mode == "direct":
@@ -67,7 +67,7 @@ def _independent(layer, d: int):
     for key in ("kernel", "recurrent_kernel"):
         m = np.asarray(raw[key])
         if fam == "keras_cudnn":
-            out.append(gates.reorder(keras_h5._cudnn_bytes_to_rows(m, cell.gates, H, m.shape[0]), conv.gate_order,
+            out.append(gates.reorder(interpreter._cudnn_bytes_to_rows(m, cell.gates, H, m.shape[0]), conv.gate_order,
                                      gates.CANONICAL[cell]))
         else:
             out.append(gates.to_canonical(m, conv, cell))
@@ -80,7 +80,7 @@ def test_lazy_skeleton_and_loader(name, mode, monkeypatch):
     """``lazy=True``: placeholders only until ``loader(i, 0)``; what it loads (in many row blocks, read into a
     buffer whose rows are exactly the stored rows, or padded as long rows are, or read from the file by
     io/filerows.py) equals the whole-tensor permutation of the file's datasets bit for bit, and the eager read."""
-    monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)  # 16-row blocks: every kernel takes several
+    monkeypatch.setattr(interpreter, "BLOCK_BYTES", 256)  # 16-row blocks: every kernel takes several
     made = rows_mode(monkeypatch, mode)
     path = FIXTURES / "keras" / name
     try:
@@ -112,7 +112,7 @@ def test_lazy_loader_float16(name, mode, tmp_path, monkeypatch):
     """float16 kernels take their own turn (one pass, tiles straight into the canonical rows): a copy of a
     tf_keras file with every dataset stored as float16 loads lazily, in many row blocks, bit-equal to the
     whole-tensor permutation of its datasets."""
-    monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(interpreter, "BLOCK_BYTES", 256)
     made = rows_mode(monkeypatch, mode)
     path = tmp_path / name
     with h5py.File(FIXTURES / "keras" / name, "r") as src, h5py.File(path, "w") as dst:

@@ -357,14 +357,14 @@ def test_tensorflow_fallback_still_refuses_the_bad_corpus(name, monkeypatch):
 @pytest.mark.parametrize("rows", ["contiguous", "padded", "padded_short_reads"])
 def test_lazy_kernel_rows_checked_and_equal_to_tensorflow(tmp_path, monkeypatch, rows):
     """The lazy TF2 path reads kernels in row blocks (RowSource; into a buffer of contiguous rows, or of rows
-    padded as ``keras_h5._rows`` pads long ones, by a scatter read, also when the reads come back short):
+    padded as ``interpreter._rows`` pads long ones, by a scatter read, also when the reads come back short):
     the streamed conversion equals the eager read of TensorFlow itself, and a flipped byte in a kernel is
     found by the block-wise crc32c before any of it is written."""
-    from rnnconvert.formats.keras import keras_h5
+    from rnnconvert.formats.keras import interpreter
 
     tf = pytest.importorskip("tensorflow")
-    monkeypatch.setattr(keras_h5, "BLOCK_BYTES", 256)  # several blocks per kernel
-    monkeypatch.setattr(keras_h5, "PAD_MIN_ROW_BYTES", 1 << 30 if rows == "contiguous" else 0)
+    monkeypatch.setattr(interpreter, "BLOCK_BYTES", 256)  # several blocks per kernel
+    monkeypatch.setattr(interpreter, "PAD_MIN_ROW_BYTES", 1 << 30 if rows == "contiguous" else 0)
     if rows == "padded_short_reads":
         real = os.preadv
 

@@ -108,7 +108,7 @@ def convention(family: str, cell: Cell) -> Convention:
 
 _TILE = 16  # rows per tile of the blocked transpose (16 float32 = one 64-byte cache line per output row)
 #: Rows per tile of the one-pass :func:`to_canonical_block` when the block's row stride is not a multiple of 1 KiB
-#: (the padded read buffer of ``keras_h5._rows``): such rows do not share L1 cache sets, so longer tiles pay
+#: (the padded read buffer of ``interpreter._rows``): such rows do not share L1 cache sets, so longer tiles pay
 #: (measured, docs/performance.md Session 3). Rows a multiple of 1 KiB apart (every large ``G*H``) use :data:`_TILE`.
 _TILE_SPREAD = 64
 

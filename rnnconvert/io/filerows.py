@@ -1,6 +1,6 @@
 """Exact reads of a C array's rows at a known place in a file (Keras HDF5 datasets, TF bundle entries).
 
-The lazy readers turn large kernels row block by row block (``keras_h5._rows``), reading each block into
+The lazy readers turn large kernels row block by row block (``interpreter._rows``), reading each block into
 one reused buffer whose long rows may be padded (a destination row stride that is a multiple of 4 KiB
 makes a turned tile's rows share one L1 cache set). This module fills such a buffer with one scatter read
 (``os.preadv``) straight from the file. h5py's ``read_direct`` of a contiguous dataset costs about twice
@@ -91,7 +91,7 @@ class FileRows:
         ValueError (constructor): the array does not lie inside the file.
     """
 
-    #: ``read_direct`` fills a destination whose rows lie further apart than their length (``keras_h5._rows``).
+    #: ``read_direct`` fills a destination whose rows lie further apart than their length (``interpreter._rows``).
     PADDED_ROWS = True
 
     def __init__(self, path: str, offset: int, shape: tuple[int, int], dtype: np.dtype) -> None:

@@ -44,7 +44,7 @@ from ...io import guard
 from ...engine import refusal
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Checkpoint, Cell, RNNLayer
-from . import keras_config, keras_h5, keras_h5_write
+from . import interpreter, keras_config, keras_h5, keras_h5_write
 
 ROUTE = "keras 3"
 HARD_SIGMOID_SCALE = keras_config.HARD_SIGMOID_SCALE  # Keras-2 hard_sigmoid(x) = Keras-3 hard_sigmoid(1.2 x)
@@ -212,23 +212,23 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
             base = ("kernel", "recurrent_kernel", "bias")
             names = ([f"{name}/forward_rnn/{b}" for b in base[: len(fw)]]
                      + [f"{name}/backward_rnn/{b}" for b in base[: len(bw)]])
-            rd.entry(keras_h5.LayerEntry(name, names, fw + bw, cfg if cls == "Bidirectional" else None,
+            rd.entry(interpreter.LayerEntry(name, names, fw + bw, cfg if cls == "Bidirectional" else None,
                                      "Bidirectional"), prefix)
         elif "cell" in g:
             cls = cls if cls in _STUB else _expect(cls, None, rd.path, name)
             w = _vars(g["cell"])
             names = [f"{name}/{_STUB.get(cls, 'cell')}/{b}" for b in ("kernel", "recurrent_kernel", "bias")][: len(w)]
-            rd.entry(keras_h5.LayerEntry(name, names, w, cfg if cls else None, cls), prefix)
+            rd.entry(interpreter.LayerEntry(name, names, w, cfg if cls else None, cls), prefix)
         else:
             w = _vars(g)
             if "layer" in g and not w:  # TimeDistributed
                 w = _vars(g["layer"])
-                inner = keras_h5.as_record((cfg or {}).get("layer"))
+                inner = interpreter.as_record((cfg or {}).get("layer"))
                 cls = inner["class_name"] or cls
             if not w:
                 continue
             base = {"Dense": ["kernel", "bias"], "Embedding": ["embeddings"]}.get(cls, [f"var{i}" for i in range(len(w))])
-            rd.other(keras_h5.LayerEntry(name, base[: len(w)], w), f"{prefix}{name}", cls)
+            rd.other(interpreter.LayerEntry(name, base[: len(w)], w), f"{prefix}{name}", cls)
 
 
 def _expect(cls: str | None, want: str | None, path: str, name: str) -> None:
@@ -262,7 +262,7 @@ def _read_store_in(path: str, h5path: str, config: dict | None, gate_activation:
     with f:
         try:
             keras_h5.check_links(f)
-            rd = keras_h5.Interpreter(str(path), keras_version or "3.0.0", gate_activation)
+            rd = interpreter.Interpreter(str(path), keras_version or "3.0.0", gate_activation)
             _walk(rd, f, _layer_configs(config), "")
         except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:  # damaged store
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]

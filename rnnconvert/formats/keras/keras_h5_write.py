@@ -16,7 +16,7 @@ Two forms (LAYOUTS.md §2, §4, §15):
   ``reset_after=True`` keeps both rows ``(2, 3H)``, ``reset_after=False`` gets the summed ``(3H,)``
   (exact: in a reset-before GRU ``b_hn`` sits outside ``r``, so it adds to ``b_in``).
 * ``cudnn=True``: ``CuDNNLSTM`` / ``CuDNNGRU``: each ``(in, H)`` kernel slice holds the row-major
-  bytes of cuDNN's ``(H, in)`` matrix (inverse of ``keras_h5._cudnn_bytes_to_rows``), bias
+  bytes of cuDNN's ``(H, in)`` matrix (inverse of ``interpreter._cudnn_bytes_to_rows``), bias
   ``(2*G*H,)`` = input biases then recurrent biases, Keras slice order (``gates.TABLE['keras_cudnn']``).
   Bit-exact (no arithmetic). A file of this form can be run on a GPU only; on a CPU,
   ``tf_keras`` converts it on ``load_weights`` into ``LSTM`` / ``GRU(reset_after=True)``.

@@ -351,7 +351,7 @@ class BundleReader:
 
     def rows(self, key: str):
         """Variable ``key`` as a source of row blocks (:class:`RowSource`, read front to back by
-        ``keras_h5._rows``: one layer's kernel turned block by block, never held whole) when it is a plain
+        ``interpreter._rows``: one layer's kernel turned block by block, never held whole) when it is a plain
         2-D numeric entry; otherwise the whole tensor (:meth:`get_tensor`)."""
         e = self.entries[key]
         dt = _dtype(e.dtype)
@@ -465,9 +465,9 @@ def object_graph(blob: bytes, where: str = "") -> list[tuple[list[tuple[int, str
 class RowSource:
     """A 2-D bundle entry read in row blocks, front to back, like an HDF5 dataset's ``read_direct``
     (``shape``, ``dtype``, ``read_direct(out, rows, dest)``). The crc32c is extended block by block and
-    checked when the last row is read, so a caller that consumes every row (``keras_h5._rows``) has the
+    checked when the last row is read, so a caller that consumes every row (``interpreter._rows``) has the
     checksum verified before it returns anything. The destination rows may lie further apart than their
-    length (:data:`PADDED_ROWS`: ``keras_h5._rows`` pads long rows): they are then filled by one scatter
+    length (:data:`PADDED_ROWS`: ``interpreter._rows`` pads long rows): they are then filled by one scatter
     read (``os.preadv``)."""
 
     #: ``read_direct`` accepts a destination whose rows are contiguous but lie further apart than their length.

@@ -7,7 +7,7 @@ Two kinds, told apart by their keys (``docs/LAYOUTS.md`` §§7-9):
   /.ATTRIBUTES/VARIABLE_VALUE`` (CuDNNLSTM/CuDNNGRU without ``cell/``). The Keras layer kind is
   decided from the shapes exactly as for weights-only HDF5 files (recurrent width ``G*H``; bias
   ``(4H,)`` LSTM, ``(8H,)`` CuDNNLSTM, ``(3H,)`` GRU reset_after=False, ``(2, 3H)`` GRU
-  reset_after=True, ``(6H,)`` CuDNNGRU) by :mod:`rnnconvert.formats.keras.keras_h5`'s interpreter; gate
+  reset_after=True, ``(6H,)`` CuDNNGRU) by the Keras interpreter (:mod:`rnnconvert.formats.keras.interpreter`); gate
   orders from :data:`rnnconvert.core.gates.TABLE` ``keras*`` entries. Object checkpoints carry no layer
   config: activations are the TF2 defaults (sigmoid gates, tanh) unless ``gate_activation`` is given
   (TF 1.x tf.keras defaulted to hard_sigmoid). Optimizer slots are skipped; Dense/Embedding tensors
@@ -265,12 +265,13 @@ def _object_paths(blob: bytes, where="") -> dict[str, str]:
 
 def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=None, rows_of=None) -> Checkpoint:
     """``names``: checkpoint key -> object path (``layer_with_weights-N/...``). With ``meta_of(key)`` (a
-    placeholder of the variable's shape and dtype) the Keras interpreter of :mod:`.keras_h5` builds the
+    placeholder of the variable's shape and dtype) the Keras interpreter (:mod:`rnnconvert.formats.keras.interpreter`) builds the
     structure from placeholders, and ``ckpt.loader(i, 0)`` reads layer ``i``'s tensors (``rows_of(key)``:
     kernels as row-block sources, :class:`.tf_bundle.RowSource`, turned block by block as HDF5 datasets
-    are; else ``get``) and converts them as the eager reader does (``keras_h5.convert_direction``); other tensors
+    are; else ``get``) and converts them as the eager reader does (``interpreter.convert_direction``); other tensors
     (Dense) are read now."""
-    from ..keras.keras_h5 import convert_direction, LayerEntry, Interpreter
+    from ..keras.interpreter import convert_direction, LayerEntry, Interpreter
+    from ..keras.keras_h5 import ReloadedTensors
 
     by_path = {n: k for k, n in names.items()}
     keys = sorted(n for n in by_path if n.split("/")[0].startswith("layer"))
@@ -278,10 +279,10 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     groups: dict[str, list[str]] = defaultdict(list)
     for k in keys:
         groups[k.split("/")[0]].append(k)
-    kr = Interpreter(str(path), "2.4.0", gate_activation)
+    # the Keras tensors are re-read for verification (through lazy_get), not kept beside the canonical copy
+    kr = Interpreter(str(path), "2.4.0", gate_activation, ReloadedTensors(str(path), lazy_get))
     # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
     kr.ckpt.meta.pop("keras_version", None)
-    kr.lazy_load = lazy_get  # the Keras tensors are re-read for verification, not kept beside the canonical copy
     kr.ckpt.format = "tf_checkpoint"
     kr.ckpt.meta.update(meta, kind="tf2_object")
     for top in sorted(groups, key=natural_key):
