@@ -45,7 +45,6 @@ from ...io import guard
 from ...engine import refusal
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Checkpoint, Cell, RNNLayer
-from ...core.transforms import fold_forget_bias
 from . import interpreter, keras_config, keras_h5, keras_h5_write, naming
 
 ROUTE = "keras 3"
@@ -448,7 +447,6 @@ def build(ckpt: Checkpoint, *, with_weights: bool = True):
     k = keras3()
     inputs, outputs = [], []
     for layer, in_name, names in keras_h5_write.plan(ckpt):
-        layer = fold_forget_bias(layer)
         inp = k.Input(shape=(None, layer.input_size), name=in_name, dtype=str(layer.dtype))
         h = inp
         for kk, nm in enumerate(names):
@@ -478,12 +476,10 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
     recurrent layers, each with its own input, as for every other source (e.g. a model with a custom layer
     that the whole-model translation refuses).
 
-    Raises:
-        UnsupportedError: see :func:`check`.
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
     from . import keras_whole
 
-    check(ckpt, recurrent_only=recurrent_only)
     full = _whole_model(ckpt, None)
     if full is not None:
         model, tr, lines = keras_whole.build(full, ckpt)

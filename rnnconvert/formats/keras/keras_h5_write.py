@@ -44,7 +44,7 @@ from ...core import gates
 from ...engine import refusal, stream
 from ...errors import UnsupportedError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
-from ...core.transforms import fold_forget_bias, summed_bias
+from ...core.transforms import summed_bias
 from . import naming
 
 ROUTE = "tf_keras"
@@ -249,7 +249,7 @@ def build(ckpt: Checkpoint, *, cudnn: bool = False, with_weights: bool = True, t
     k = tf_keras()
     inputs, outputs = [], []
     for layer, in_name, names in plan(ckpt):
-        layer = k3_rescaled(fold_forget_bias(layer)) if with_weights else fold_forget_bias(layer)
+        layer = k3_rescaled(layer) if with_weights else layer
         inp = k.Input(shape=(None, layer.input_size), name=in_name, dtype=str(layer.dtype))
         h = inp
         for kk, nm in enumerate(names):
@@ -276,10 +276,8 @@ def write(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_: Any) 
 
     The stream loop of :func:`open_stream` (one slab of parameters converted at a time).
 
-    Raises:
-        UnsupportedError: see :func:`check`.
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
-    check(ckpt, cudnn=cudnn)
     return stream.stream_write(open_stream(ckpt, path, cudnn=cudnn), ckpt)
 
 
@@ -501,7 +499,7 @@ class KerasH5Stream:
     def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
         """Fill stacked layer ``k`` of ``ckpt.layers[i]`` (all directions) from canonical ``dirs``."""
         layer, _, names = self.plan[i]
-        view = k3_rescaled(fold_forget_bias(layer.one_slab(k, dirs)))
+        view = k3_rescaled(layer.one_slab(k, dirs))
         targets = iter(self.ds[names[k]])
         for p in view.params[0]:
             for src, ds in zip((p.w_ih, p.w_hh), (next(targets), next(targets))):
