@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,13 +14,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .engine import registry
+from .engine import commit, registry
 from .io import budget
-from .errors import DependencyError, FormatError, OutputError, OutputExistsError, RNNConvertError
+from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
 from .engine.refusal import Refused
-from .engine.stream import stream_write
+from .engine.stream import FoldingWriter, stream_write, writer_view
 from .engine.verify import LayerCheck, StreamedVerification, VerifyReport, verify as _verify
 
 
@@ -173,211 +170,6 @@ def unique_names(ckpt: Checkpoint, target: str) -> None:
                                    f"{target}; refused (rename one in the source)")
 
 
-STALE_TEMP_SECONDS = 3600
-
-
-def _temp_beside(dst: Path) -> Path:
-    """A new ``.<name>.*.rnnconvert-tmp`` beside ``dst``; temporaries of the same name older than an hour
-    (left by a killed run: nothing else removes them) are deleted first."""
-    import glob
-    import time
-
-    for old in dst.parent.glob(f".{glob.escape(dst.name)}.*.rnnconvert-tmp"):
-        try:
-            if time.time() - old.stat().st_mtime > STALE_TEMP_SECONDS:
-                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
-        except OSError:
-            pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".rnnconvert-tmp", dir=dst.parent)
-    os.close(fd)
-    return Path(tmp)
-
-
-def _umask() -> int:
-    """The process umask (read from ``/proc/self/status`` where there is one, without changing it)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def _set_mode(tmp: Path, dst: Path) -> None:
-    """Give the output the permissions ``cp`` would: those of the file it replaces, else the umask's
-    default (``mkstemp`` creates 0600)."""
-    import stat
-
-    try:
-        mode = stat.S_IMODE(dst.stat().st_mode) if dst.exists() and dst.is_dir() == tmp.is_dir() else (
-            (0o777 if tmp.is_dir() else 0o666) & ~_umask())
-        os.chmod(tmp, mode)
-    except OSError:  # a filesystem without permissions: nothing to keep
-        pass
-
-
-#: The entries of a TF checkpoint folder rnnconvert writes (formats/tf1_writer.py, tf2_writer.py): the only
-#: ones ``--force`` replaces.
-_OWN_TF_ENTRY = re.compile(r"^(checkpoint|ckpt(-\d+)?\.(index|data-\d{5}-of-\d{5}))$")
-
-
-def check_destination(dst: Path, force: bool) -> None:
-    """Refuse a DST that is neither a new path nor a regular file (or, for a directory format, a folder
-    holding only a TF checkpoint rnnconvert writes), whatever ``force`` says: a dangling symlink would be
-    replaced by the output, a device or FIFO turned into a regular file, a foreign folder emptied. An
-    existing DST without ``force`` is refused too.
-
-    Raises:
-        OutputExistsError (exit 6), naming DST and what it is.
-    """
-    import stat
-
-    try:
-        st = os.lstat(dst)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise OutputExistsError(f"{dst}: cannot be examined ({exc.strerror}); refused") from exc
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            st = os.stat(dst)
-        except OSError:
-            raise OutputExistsError(f"{dst} is a dangling symbolic link; refused (remove it or choose another "
-                                    "output path)") from None
-    mode = st.st_mode
-    if stat.S_ISDIR(mode):
-        foreign = sorted(e.name for e in os.scandir(dst) if not _OWN_TF_ENTRY.match(e.name))
-        if foreign:
-            what = (f"{dst} is a directory holding files rnnconvert did not write (e.g. '{foreign[0]}'); "
-                    "refused whatever ")
-            raise OutputExistsError(what + "force=True says", cli=what + "--force says")
-    elif not stat.S_ISREG(mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
-                else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "special")
-        what = f"{dst} is {kind}, not a regular file; refused whatever "
-        raise OutputExistsError(what + "force=True says", cli=what + "--force says")
-    if not force:
-        raise OutputExistsError(f"{dst} exists; pass force=True to overwrite it",
-                                cli=f"{dst} exists; pass --force to overwrite it")
-
-
-def _rename_noreplace(src: Path, dst: Path) -> bool:
-    """``renameat2(src, dst, RENAME_NOREPLACE)`` (Linux 3.15+): True when done, False when the system or
-    file system cannot; ``FileExistsError`` when ``dst`` exists."""
-    import ctypes
-    import errno
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, noreplace = -100, 1
-    if fn(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), noreplace) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err == errno.EEXIST:
-        raise FileExistsError(err, os.strerror(err), str(dst))
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(dst))
-
-
-def _commit(tmp: Path, dst: Path, force: bool = True) -> None:
-    """Move the finished temporary output into place, with the permissions of :func:`_set_mode`.
-
-    Without ``force`` DST is never replaced, even by a file that appeared while converting (another
-    conversion to the same new path): the output is linked into place (``os.link``, or
-    ``renameat2(RENAME_NOREPLACE)`` for folders and file systems without hard links), which fails if DST
-    exists. With ``force`` DST is checked again (:func:`check_destination`) and replaced atomically;
-    directory outputs (TF checkpoints) replace only a folder holding what rnnconvert writes.
-
-    Raises:
-        OutputExistsError: DST exists (without ``force``) or is not replaceable.
-    """
-    _set_mode(tmp, dst)
-    if not tmp.is_dir():
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-    if not force:
-        try:
-            if tmp.is_dir() or not _link(tmp, dst):
-                if not _rename_noreplace(tmp, dst):
-                    check_destination(dst, False)  # last resort: a small window remains
-                    os.rename(tmp, dst)
-        except FileExistsError:
-            raise OutputExistsError(f"{dst} appeared while converting (another process wrote it); "
-                                    "not replaced, the result was discarded") from None
-        return
-    check_destination(dst, True)
-    if tmp.is_dir():
-        if dst.is_dir() and not dst.is_symlink():
-            shutil.rmtree(dst)
-        elif os.path.lexists(dst):
-            dst.unlink()
-    os.replace(tmp, dst)
-
-
-def _link(tmp: Path, dst: Path) -> bool:
-    """``os.link(tmp, dst)`` then remove ``tmp``: True when done, False when the file system has no hard
-    links; ``FileExistsError`` when ``dst`` exists."""
-    import errno
-
-    try:
-        os.link(tmp, dst)
-    except FileExistsError:
-        raise
-    except OSError as exc:
-        if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS):
-            return False
-        raise
-    tmp.unlink()
-    return True
-
-
-#: Causes of an OSError that are the environment's, not a bug or the file's (errno -> short cause).
-_ENV_ERRNO = {"ENOSPC": "no space left on the device", "EDQUOT": "disk quota exceeded",
-              "EROFS": "read-only file system", "EACCES": "permission denied", "EPERM": "operation not permitted",
-              "EFBIG": "file too large for the file system", "EIO": "input/output error"}
-#: The same causes as C libraries (libhdf5, TensorFlow) spell them inside their own exception messages.
-_ENV_TEXT = {"No space left on device": "no space left on the device", "Disk quota exceeded": "disk quota exceeded",
-             "Read-only file system": "read-only file system", "Permission denied": "permission denied",
-             "File too large": "file too large for the file system"}
-
-
-def output_error(exc: BaseException, dst: Path) -> "OutputError | None":
-    """The :class:`~rnnconvert.errors.OutputError` (exit 10) for an exception raised while writing ``dst``
-    when its cause is the environment (full disk, read-only file system, permissions), also when a C
-    library (h5py, TensorFlow) wrapped it in its own exception; ``None`` otherwise."""
-    import errno
-
-    from .errors import OutputError
-
-    cause = None
-    for e in (exc, exc.__cause__, exc.__context__):
-        if isinstance(e, OSError) and e.errno is not None:
-            cause = _ENV_ERRNO.get(errno.errorcode.get(e.errno, ""))
-            if cause:
-                break
-    if cause is None:
-        text = str(exc)
-        cause = next((c for t, c in _ENV_TEXT.items() if t in text), None)
-    if cause is None:
-        return None
-    where = dst.parent if dst.parent != Path("") else Path(".")
-    return OutputError(f"{dst}: cannot write the output: {cause} (on {where}); nothing was left behind")
-
-
-def _discard(tmp: Path) -> None:
-    if tmp.is_dir():
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.unlink(missing_ok=True)
-
-
 def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *, force: bool = False,
          **opts: Any) -> list[str]:
     """Write ``ckpt`` to ``path`` atomically (temporary file beside it, then rename).
@@ -389,7 +181,7 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
     dst = Path(path)
     fmt = registry.for_output(dst, format)
     mod = fmt.load()
-    check_destination(dst, force)
+    commit.check_destination(dst, force)
     if mod.write is None:
         raise FormatError(f"rnnconvert can read {fmt.name} but not write it")
     mod.check_options("write", opts)
@@ -399,20 +191,20 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
             mod.check(ckpt, **opts)
     tmp = None
     try:
-        tmp = _temp_beside(dst)
+        tmp = commit.temp_beside(dst)
         with _way_out():
-            lines = mod.write(ckpt, tmp, **opts)
-        _commit(tmp, dst, force)
+            lines = mod.write(writer_view(ckpt, mod.forget_bias), tmp, **opts)
+        commit.commit(tmp, dst, force)
     except RNNConvertError:
         raise
     except Exception as exc:
-        env = output_error(exc, dst)
+        env = commit.output_error(exc, dst)
         if env is None:
             raise
         raise env from exc
     finally:
         if tmp is not None:
-            _discard(tmp)
+            commit.discard(tmp)
     return lines
 
 
@@ -457,7 +249,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     if map is not None:
         read_opts = {**(read_opts or {}), "map": map}
     out_fmt = registry.for_output(dst_p, to)
-    check_destination(dst_p, force)
+    commit.check_destination(dst_p, force)
     if dst_p.resolve() == src_p.resolve():
         raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
     budget.regular_source(src_p)
@@ -489,14 +281,14 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
     tmp = None
     try:
-        tmp = _temp_beside(dst_p)
+        tmp = commit.temp_beside(dst_p)
         with cache, _way_out():
             if stream:
                 rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
                                                                   src_p, seed, write_opts or {}, progress,
                                                                   verify_inputs)
             else:
-                rep.modules = list(out_mod.write(ckpt, tmp, **(write_opts or {})) or [])
+                rep.modules = list(out_mod.write(writer_view(ckpt, out_mod.forget_bias), tmp, **(write_opts or {})) or [])
                 if verify:
                     whole = out_mod.verify_whole  # Keras 2 models written whole (#17)
                     names = {layer.name for layer in ckpt.layers}
@@ -513,7 +305,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                                 verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
         if rep.verification is not None:
             rep.verification.raise_if_failed(accept_inconclusive)
-        _commit(tmp, dst_p, force)
+        commit.commit(tmp, dst_p, force)
         if progress is not None:  # DST is in place: whatever the caller does with this, it succeeded
             try:
                 progress("done", 1, 1)
@@ -522,13 +314,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     except RNNConvertError:
         raise
     except Exception as exc:  # a full disk, a read-only file system: one line (exit 10), not a trace
-        env = output_error(exc, dst_p)
+        env = commit.output_error(exc, dst_p)
         if env is None:
             raise
         raise env from exc
     finally:
         if tmp is not None:
-            _discard(tmp)
+            commit.discard(tmp)
     return rep
 
 
@@ -540,7 +332,10 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
     after the writer closed, the target side of verification reads the written file back."""
     check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs)
              if verify else None)
-    writer = out_mod.open_stream(ckpt, tmp, **write_opts)
+    view = writer_view(ckpt, out_mod.forget_bias)  # the writer's layers: forget_bias folded or kept
+    writer = out_mod.open_stream(view, tmp, **write_opts)
+    if view is not ckpt:  # each slab folded on its way to the writer, after the source side saw it
+        writer = FoldingWriter(writer, ckpt)
     modules = list(stream_write(
         writer, ckpt, on_slab=check.source_slab if check else None, progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
     if check is None:
@@ -692,4 +487,5 @@ def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str,
     from .formats.torch import torch_pt
 
     ckpt = src if isinstance(src, Checkpoint) else load(src, **opts)
+    torch_pt.check(ckpt)  # modules() assumes it passed, as a writer does
     return torch_pt.modules(ckpt)

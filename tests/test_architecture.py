@@ -162,3 +162,16 @@ def test_no_undefined_global_name():
 
         walk(top)
     assert not bad, "\n".join(bad)
+
+
+def test_each_family_naming_table_is_read_by_its_readers_and_writers():
+    """One table of tensor names per family (docs/architecture.md), read by both sides: a reader or writer
+    that spells the names itself no longer imports its table."""
+    graph = _graph()[0]
+    users = {"rnnconvert.formats.tf.naming": ["tf1_cells", "tf_checkpoint", "tf_graph", "tf1_math", "tf1_writer",
+                                              "tf2_writer"],
+             "rnnconvert.formats.torch.naming": ["torch_pt", "pt_writer"]}
+    missing = [f"{table.rsplit('.', 1)[0]}.{m} does not import {table}" for table, mods in users.items()
+               for m in mods if table not in graph[f"{table.rsplit('.', 1)[0]}.{m}"]]
+    assert not missing, "\n".join(missing)
+    assert "rnnconvert.formats.torch.naming" in graph["rnnconvert.formats.storage.safetensors_fmt"]

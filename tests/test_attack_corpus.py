@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rnnconvert import api
+from rnnconvert.engine import commit
 from rnnconvert.io import budget
 from rnnconvert.errors import BudgetError, FormatError, OutputExistsError, printable
 
@@ -221,9 +222,9 @@ def test_environment_errors_are_recognised_inside_library_messages(tmp_path):
     for exc in (OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EROFS, "Read-only file system"),
                 RuntimeError("Can't write data (file write failed: errno = 28, error message = 'No space left on "
                              "device')")):
-        e = api.output_error(exc, dst)
+        e = commit.output_error(exc, dst)
         assert e is not None and e.exit_code == 10 and str(dst) in str(e)
-    assert api.output_error(ValueError("bad shape"), dst) is None
+    assert commit.output_error(ValueError("bad shape"), dst) is None
 
 
 # ------------------------------------------------------------------------------------ output side
@@ -234,10 +235,10 @@ def test_commit_never_replaces_without_force(tmp_path):
     tmp.write_bytes(b"new")
     dst.write_bytes(b"theirs")  # another conversion put its result there after our existence check
     with pytest.raises(OutputExistsError, match="appeared while converting"):
-        api._commit(tmp, dst, force=False)
+        commit.commit(tmp, dst, force=False)
     assert dst.read_bytes() == b"theirs"
     dst.unlink()
-    api._commit(tmp, dst, force=False)
+    commit.commit(tmp, dst, force=False)
     assert dst.read_bytes() == b"new" and not tmp.exists()
 
 

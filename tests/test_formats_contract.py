@@ -129,3 +129,145 @@ def test_round_trip_through_writer_and_reader(name, tmp_path):
     layer = _ckpt().layers[0]
     got, detail = matrix.classify(layer, registry.get(name), tmp_path)
     assert got in ("E", "R"), (name, got, detail)
+
+
+# ------------------------------------------------------------------ check() is decided once, by the engine
+# A writer's write/open_stream assume its check passed (engine/protocol.py): the engine calls check once,
+# before either. These cases spy on the record's verbs (monkeypatch), so they hold for every writer.
+
+STREAM_WRITERS = [n for n in WRITERS if registry.get(n).load().stream]
+
+
+def _spy_writer(monkeypatch, name: str, *, refuse: bool) -> list:
+    """Replace ``name``'s check by a counting spy (refusing every layer when ``refuse``, else the real
+    check) and, when ``refuse``, its write/open_stream by verbs that fail the test if entered."""
+    from rnnconvert.engine import refusal
+
+    spec = registry.get(name).load()
+    real, calls = spec.check, []
+
+    def check(ckpt, **opts):
+        calls.append(ckpt)
+        if refuse:
+            refusal.refuse(ckpt.layers[0], ["a feature this spy refuses"], name, "the spy target")
+        return real(ckpt, **opts) if real is not None else []
+
+    def entered(*_a, **_k):
+        raise AssertionError(f"{name}: the writer was entered after its check refused")
+
+    monkeypatch.setattr(spec, "check", check)
+    if real is not None:  # the writer's own module too: a writer calling its check again is counted
+        import sys
+
+        monkeypatch.setattr(sys.modules[real.__module__], real.__name__, check)
+    if refuse:
+        monkeypatch.setattr(spec, "write", entered)
+        if spec.stream:
+            monkeypatch.setattr(spec, "open_stream", entered)
+    return calls
+
+
+@pytest.mark.parametrize("name", WRITERS)
+def test_every_entry_point_checks_before_the_writer(name, tmp_path, monkeypatch):
+    from rnnconvert import batch
+    from rnnconvert.errors import UnsupportedError
+
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    api.save(_ckpt(), src_dir / "a.npz", "npz")  # an eager source
+    api.save(_ckpt(), src_dir / "b.pt", "pt")  # a lazy source: a streaming writer streams
+    calls = _spy_writer(monkeypatch, name, refuse=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(UnsupportedError, match="a feature this spy refuses"):
+        api.save(_ckpt(), _path(out, name, "s"), name)
+    for src in ("a.npz", "b.pt"):
+        with pytest.raises(UnsupportedError, match="a feature this spy refuses"):
+            api.convert(src_dir / src, _path(out, name, "c"), to=name, verify=None)
+    n = 3
+    if registry.get(name).extensions:  # batch names outputs by extension (a folder format has none)
+        res = batch.convert_tree(src_dir, tmp_path / "tree", to=name, verify=None)
+        assert [r.status for r in res] == ["refused", "refused"], res
+        assert not [p for p in (tmp_path / "tree").rglob("*") if p.is_file()]
+        n += 2
+    assert matrix.classify(_ckpt().layers[0], registry.get(name), tmp_path)[0] == "X"
+    assert len(calls) == n + 1
+    assert list(out.iterdir()) == []
+
+
+def test_torch_modules_checks_before_building(monkeypatch):
+    from rnnconvert.errors import UnsupportedError
+
+    calls = _spy_writer(monkeypatch, "pt", refuse=True)
+    from rnnconvert.formats.torch import torch_pt
+
+    monkeypatch.setattr(torch_pt, "check", registry.get("pt").load().check)
+    monkeypatch.setattr(torch_pt, "modules", lambda *_: pytest.fail("modules built after check refused"))
+    with pytest.raises(UnsupportedError, match="a feature this spy refuses"):
+        api.torch_modules(_ckpt())
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("src", ["safetensors", "pt"], ids=["eager", "lazy"])
+@pytest.mark.parametrize("name", WRITERS)
+def test_check_runs_once_per_conversion(name, src, tmp_path, monkeypatch):
+    if src == "pt" and name not in STREAM_WRITERS:
+        pytest.skip("a lazy source into an eager writer is the eager case")
+    source = tmp_path / f"src.{src}"
+    api.save(_ckpt(), source, src)
+    calls = _spy_writer(monkeypatch, name, refuse=False)
+    api.convert(source, _path(tmp_path, name), to=name, verify=None)
+    assert len(calls) == 1
+    api.save(_ckpt(), _path(tmp_path, name, "saved"), name)
+    assert len(calls) == 2
+
+
+# -------------------------------------------------------- a run-time forget_bias is decided once, by the engine
+
+
+@pytest.mark.parametrize("src_format", ["npz", "tf_checkpoint"])
+@pytest.mark.parametrize("name", WRITERS)
+def test_writer_gets_forget_bias_as_its_record_says(name, src_format, tmp_path, monkeypatch):
+    """A TF1 run-time forget_bias (1.0) reaches every writer folded into b_ih[f] (``FormatSpec.forget_bias
+    == 'fold'``: the writer sees forget_bias 0 and b_ih[f] + 1.0) or kept (``'keep'``: npz), by both routes:
+    a TF1 checkpoint read with ``forget_bias=1.0`` (lazy, so streamed slab by slab into a streaming writer;
+    read whole for the others) and an ``.npz`` that keeps forget_bias (read whole: the eager route of the
+    streaming writers)."""
+    from rnnconvert.core.transforms import fold_forget_bias
+
+    if src_format == "npz" and name not in STREAM_WRITERS:
+        pytest.skip("the TF1 source is the eager route of an eager writer")
+    layer = matrix.gate_distinct_layer("fb_lstm", Cell.LSTM, two_bias=False, forget_bias=1.0)
+    src = _path(tmp_path, src_format, "src")
+    api.save(Checkpoint(layers=[layer], format="test"), src, src_format)
+    opts = {"forget_bias": 1.0} if src_format == "tf_checkpoint" else {}
+    source = api.load(src, **opts)
+    assert source.layers[0].semantics.forget_bias == 1.0
+    spec = registry.get(name).load()
+    seen: list = []
+    real_write, real_open = spec.write, spec.open_stream
+
+    def write(ckpt, path, **o):
+        seen.extend((lay.semantics.forget_bias, lay.params[0][0].b_ih.copy()) for lay in ckpt.layers)
+        return real_write(ckpt, path, **o)
+
+    def open_stream(ckpt, path, **o):
+        w = real_open(ckpt, path, **o)
+        inner = w.write_slab
+
+        def write_slab(i, k, dirs):
+            seen.append((ckpt.layers[i].semantics.forget_bias, dirs[0].b_ih.copy()))
+            return inner(i, k, dirs)
+
+        w.write_slab = write_slab
+        return w
+
+    monkeypatch.setattr(spec, "write", write)
+    if spec.stream:
+        monkeypatch.setattr(spec, "open_stream", open_stream)
+    api.convert(src, _path(tmp_path, name), to=name, verify=None, read_opts=opts)
+    want = source.layers[0] if spec.forget_bias == "keep" else fold_forget_bias(source.layers[0])
+    assert len(seen) == 1
+    assert seen[0][0] == want.semantics.forget_bias
+    assert np.array_equal(seen[0][1], want.params[0][0].b_ih)
+    assert source.layers[0].semantics.forget_bias == 1.0  # the engine's view never changes the checkpoint

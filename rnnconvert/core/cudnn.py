@@ -223,7 +223,10 @@ def pack(layer: RNNLayer) -> np.ndarray:
     """The 1-D cuDNN buffer of ``layer`` (dtype of the layer), laid out by :func:`layout`.
 
     A run-time ``forget_bias`` is folded into ``b_ih`` of the forget gate first (one rounding);
-    everything else is a bit-exact copy. ``bias=False`` layers give zero bias regions (as PyTorch does).
+    everything else is a bit-exact copy. (The ``cudnn_npz`` writer gets layers the engine already folded
+    -- ``FormatSpec.forget_bias`` -- and this fold is then a no-op; it stays because a cuDNN buffer has no
+    run-time forget_bias, so ``pack`` must mean the same function for any canonical layer, e.g. a TF1
+    ``LSTMCell`` read back with ``forget_bias=1.0`` by ``verify --device cuda``, :mod:`rnnconvert.gpu`.) ``bias=False`` layers give zero bias regions (as PyTorch does).
 
     Raises:
         UnsupportedError: the layer computes something cuDNN cannot (peepholes, clipping, other

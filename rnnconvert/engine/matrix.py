@@ -28,6 +28,7 @@ from ..errors import UnsupportedError
 from .refusal import Refused
 from ..core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ..core.transforms import fold_forget_bias
+from .stream import writer_view
 
 I, H, P = 3, 4, 2
 
@@ -95,7 +96,7 @@ def classify(layer: RNNLayer, fmt: registry.Format, tmp: Path) -> tuple[str, str
         if mod.check is not None:
             mod.check(ckpt)
         path = tmp / f"m{fmt.extensions[0] if fmt.extensions else ''}"  # no extension: a directory format
-        mod.write(ckpt, path)
+        mod.write(writer_view(ckpt, mod.forget_bias), path)
     except UnsupportedError as exc:
         msg = str(registry.complete(exc) if isinstance(exc, Refused) else exc)
         return "X", msg.split(": ", 1)[-1]

@@ -29,6 +29,13 @@ Roles (each a group of fields):
   ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.engine.verify`),
   ``release()`` (drop a cached session), ``route`` (the words the report uses for the target side) and
   ``engine`` (the distribution whose version the report gives, e.g. ``'torch'``).
+
+A writer sees each layer as :attr:`FormatSpec.forget_bias` says (folded by the engine, or kept).
+
+``write`` and ``open_stream`` assume ``check`` passed: the engine (``api.save``, ``api.convert`` eager and
+streamed, ``engine.matrix``) calls ``check`` once, with the same options, before either; a writer does not
+call it again. A public path that reaches a writer's verbs another way calls ``check`` first too
+(``api.torch_modules``).
 """
 
 from __future__ import annotations
@@ -73,6 +80,11 @@ class FormatSpec:
     write: Callable[..., list[str]] | None = None
     write_options: tuple[str, ...] = ()
     open_stream: Callable[..., SlabWriter] | None = None
+    #: how the writer takes a TF1 cell's run-time ``forget_bias`` (decided once, by the engine:
+    #: :func:`rnnconvert.engine.stream.writer_view`): ``"fold"`` -- the engine adds it into ``b_ih`` of the
+    #: forget gate (one rounding per element) before ``write``/``open_stream``/``write_slab``, so the writer
+    #: only ever sees ``forget_bias == 0``; ``"keep"`` -- the writer stores it with the layer (npz)
+    forget_bias: str = "fold"
     # runtimes (verification)
     source_forward: Callable[..., Any] | None = None
     framework_forward: Callable[..., Any] | None = None

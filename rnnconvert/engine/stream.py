@@ -130,3 +130,75 @@ class _Behind:
             self.thread.join()
             self.writer.abort()
             raise
+
+
+# ------------------------------------------------------------------ a run-time forget_bias, decided once
+# FormatSpec.forget_bias says how a writer takes a TF1 cell's run-time forget_bias: "fold" (the engine adds
+# it into b_ih of the forget gate before the writer sees the layer: core.transforms.fold_forget_bias, one
+# rounding per element) or "keep" (the writer stores it with the layer: npz). Writers never fold.
+
+
+def writer_view(ckpt: Checkpoint, forget_bias: str) -> Checkpoint:
+    """``ckpt`` as a writer with ``FormatSpec.forget_bias == forget_bias`` takes it: for ``"fold"``, every
+    LSTM layer with a run-time ``forget_bias`` has it folded into ``b_ih[f]`` and ``forget_bias`` 0 (an
+    eager checkpoint: all its parameters; a lazy one: the layers' semantics, and each slab as its loader
+    reads it: :class:`FoldedSlabs`); for ``"keep"``, ``ckpt`` itself. ``ckpt`` is never changed. A streamed conversion, whose
+    verification must see each slab as read, opens the writer on this view but feeds it the slabs of
+    ``ckpt`` through :class:`FoldingWriter`."""
+    from dataclasses import replace
+
+    from ..core.transforms import fold_forget_bias
+
+    if forget_bias == "keep" or not any(layer.semantics.forget_bias for layer in ckpt.layers):
+        return ckpt
+    if forget_bias != "fold":
+        raise ValueError(f"FormatSpec.forget_bias is 'fold' or 'keep', not {forget_bias!r}")
+    if not ckpt.lazy:
+        return replace(ckpt, layers=[fold_forget_bias(layer) for layer in ckpt.layers])
+    return replace(ckpt, layers=[layer.with_semantics(forget_bias=0.0) if layer.semantics.forget_bias else layer
+                                 for layer in ckpt.layers], source=FoldedSlabs(ckpt))
+
+
+class FoldedSlabs:
+    """A :class:`~rnnconvert.core.model.SlabSource`: the slabs of the lazy ``ckpt`` with a run-time
+    ``forget_bias`` folded into ``b_ih[f]`` (:func:`writer_view`); releases go to ``ckpt``'s own source."""
+
+    def __init__(self, ckpt: Checkpoint) -> None:
+        self.ckpt = ckpt
+
+    def read(self, i: int, k: int) -> list[DirectionParams]:
+        from ..core.transforms import fold_forget_bias
+
+        layer, dirs = self.ckpt.layers[i], self.ckpt.slab(i, k)
+        return fold_forget_bias(layer.one_slab(k, dirs)).params[0] if layer.semantics.forget_bias else dirs
+
+    def release(self, i: int, k: int) -> None:
+        self.ckpt.release(i, k)
+
+    def release_array(self, a) -> None:
+        self.ckpt.release_array(a)
+
+
+class FoldingWriter:
+    """A :class:`~rnnconvert.engine.protocol.SlabWriter` that hands ``writer`` each slab of the lazy ``ckpt``
+    with its run-time ``forget_bias`` folded (:func:`writer_view`, per slab): what ``stream_write`` feeds a
+    ``"fold"`` writer opened on ``writer_view(ckpt, "fold")``, while its ``on_slab`` (the source side of
+    verification) still sees the slab as read."""
+
+    def __init__(self, writer, ckpt: Checkpoint) -> None:
+        self.writer, self.ckpt = writer, ckpt
+        self.WRITE_BEHIND = bool(getattr(writer, "WRITE_BEHIND", False))
+
+    def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
+        from ..core.transforms import fold_forget_bias
+
+        layer = self.ckpt.layers[i]
+        if layer.semantics.forget_bias:
+            dirs = fold_forget_bias(layer.one_slab(k, dirs)).params[0]
+        self.writer.write_slab(i, k, dirs)
+
+    def close(self) -> list[str]:
+        return self.writer.close()
+
+    def abort(self) -> None:
+        self.writer.abort()

@@ -34,9 +34,9 @@ from ...errors import FormatError, UnsupportedError
 from ...core.finite import all_finite
 from ...core.model import (ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder,
                      placeholder)
+from . import naming
+from .naming import BIAS, KERNEL, RECURRENT_KERNEL, WEIGHTS, base_name as _base
 
-RNN_CLASSES = {"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1", "CuDNNLSTMV1"}
-_CELL_KIND = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}
 _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu",
               "linear": "linear", "softsign": "softsign", None: "linear"}
 
@@ -46,7 +46,8 @@ class TensorSource(Protocol):
     an open HDF5 file, :class:`.keras_h5.Hdf5Tensors`; a TF2 checkpoint, :class:`.keras_h5.ReloadedTensors`)."""
 
     def value(self, location: str) -> np.ndarray:
-        """The tensor at ``location``, read now (NaN/Inf refused by the container's reader)."""
+        """The tensor at ``location``, read now (a non-recurrent tensor, kept in ``ckpt.tensors``: NaN/Inf
+        is refused there by :func:`rnnconvert.api.check_finite`)."""
         ...
 
     def stored(self, locations: Mapping[str, Any]) -> Mapping[str, np.ndarray] | None:
@@ -55,6 +56,8 @@ class TensorSource(Protocol):
         ``layer.source['raw']`` for verification); ``None``: the container cannot re-read them (the
         interpreter then keeps the tensors it was given)."""
         ...
+
+
 # --------------------------------------------------------------------------------------------
 # Layer records as found in the file
 # --------------------------------------------------------------------------------------------
@@ -70,11 +73,6 @@ class LayerEntry:
     class_name: str | None = None
     children: list["LayerEntry"] = field(default_factory=list)
     locations: list[str] | None = None  # where each weight is stored, for the TensorSource
-
-
-def _base(wname: str) -> str:
-    """``'lstm/lstm_cell/kernel:0'`` -> ``'kernel'``."""
-    return wname.rsplit("/", 1)[-1].split(":")[0]
 
 
 def index_configs(config: dict | None) -> dict[str, dict]:
@@ -177,23 +175,23 @@ class Interpreter:
         name = f"{prefix}{e.name}"
         cls = e.class_name
         cfg = e.config if isinstance(e.config, dict) else {}
-        if cls in ("Sequential", "Model", "Functional") or (cls is None and self._looks_nested(e)):
+        if cls in naming.CONTAINERS or (cls is None and self._looks_nested(e)):
             self.nested(e, name)
             return
-        if cls == "Bidirectional" or (cls is None and self._looks_bidirectional(e)):
+        if cls == naming.BIDIRECTIONAL or (cls is None and self._looks_bidirectional(e)):
             self.bidirectional(e, name)
             return
-        if cls == "TimeDistributed":
+        if cls == naming.TIME_DISTRIBUTED:
             inner = as_record(cfg.get("layer"))
             self.entry(LayerEntry(e.name, e.names, e.weights, inner["config"], inner["class_name"],
                               locations=e.locations), prefix)
             return
-        if cls == "RNN":  # keras.layers.RNN(cell): the cell's config plus the wrapper's direction/outputs
+        if cls == naming.RNN_WRAPPER:  # keras.layers.RNN(cell): the cell's config plus the wrapper's direction/outputs
             cell = cfg.get("cell") or {}
-            kind = _CELL_KIND.get(cell.get("class_name"))
+            kind = naming.CELL_CLASSES.get(cell.get("class_name"))
             if kind is None:
                 raise UnsupportedError(f"layer '{name}': RNN wrapper around {cell.get('class_name')!r} is not supported "
-                                       f"(supported cells: {', '.join(_CELL_KIND)})")
+                                       f"(supported cells: {', '.join(naming.CELL_CLASSES)})")
             merged = {**(cell.get("config") or {}),
                       **{k: cfg[k] for k in ("return_sequences", "go_backwards") if k in cfg}}
             layer, spec = self.rnn(LayerEntry(e.name, e.names, e.weights, merged, kind, locations=e.locations),
@@ -214,21 +212,21 @@ class Interpreter:
 
     @staticmethod
     def _looks_bidirectional(e: LayerEntry) -> bool:
-        return any("forward_" in n for n in e.names) and any("backward_" in n for n in e.names)
+        return (any(naming.FORWARD_PREFIX in n for n in e.names)
+                and any(naming.BACKWARD_PREFIX in n for n in e.names))
 
     def _rnn_kind(self, e: LayerEntry, cls: str | None) -> str | None:
         if cls is not None:
-            cls = {"LSTMV1": "LSTM", "GRUV1": "GRU"}.get(cls, cls)
-            return cls if cls in RNN_CLASSES else None
+            cls = naming.CLASS_ALIASES.get(cls, cls)
+            return cls if cls in naming.RNN_CLASSES else None
         bases = [_base(n) for n in e.names]
         n = len(e.weights)
-        if n == 12 and all(re.search(r"_[WUb]_[icfo]$", b) for b in bases):
-            return "LSTM"
-        if n == 9 and all(re.search(r"_[WUb]_[zrh]$", b) for b in bases):
-            return "GRU"
+        kind1 = naming.keras1_kind(bases)
+        if kind1 and n == len(naming.KERAS1_PARTS) * len(naming.KERAS1_GATES[kind1]):
+            return kind1
         # Keras 2 names the recurrent matrix 'recurrent_kernel'; Keras 1 (3-tensor SimpleRNN and LSTM
         # consume_less='gpu', LAYOUTS.md §1.1, §1.3) names its tensors '<layer>_W', '<layer>_U', '<layer>_b'.
-        if n not in (2, 3) or not ("recurrent_kernel" in bases or re.search(r"(^|_)U$", bases[1])):
+        if n not in (2, 3) or not (RECURRENT_KERNEL in bases or naming.KERAS1_RECURRENT.search(bases[1])):
             return None
         k, r = e.weights[0], e.weights[1]
         if k.ndim != 2 or r.ndim != 2 or r.shape[1] % r.shape[0]:
@@ -284,7 +282,7 @@ class Interpreter:
             name=name, cell=lf.cell, input_size=lf.input_size, hidden_size=lf.hidden_size,
             bidirectional=True, bias=lf.bias, semantics=_with(lf.semantics, merge_mode=merge),
             params=[[lf.params[0][0], lb.params[0][0]]], return_sequences=lf.return_sequences,
-            source={**lf.source, "wrapper": "Bidirectional", "raw": [lf.source["raw"][0], lb.source["raw"][0]]},
+            source={**lf.source, "wrapper": naming.BIDIRECTIONAL, "raw": [lf.source["raw"][0], lb.source["raw"][0]]},
         )
         self._add(layer, [sf, sb])
 
@@ -345,9 +343,9 @@ class Interpreter:
             raw = _merge_keras1(kind, e.names, w)
             fam = "keras1"
         else:
-            raw = {"kernel": w[0], "recurrent_kernel": w[1]}
+            raw = {KERNEL: w[0], RECURRENT_KERNEL: w[1]}
             if len(w) > 2:
-                raw["bias"] = w[2]
+                raw[BIAS] = w[2]
             fam = "keras_cudnn" if kind.startswith("CuDNN") else "keras"
         if kind == "GRU" and not cfg and "bias" not in raw and default_reset_after(self.keras_version) is None:
             raise UnsupportedError(
@@ -371,7 +369,7 @@ class Interpreter:
         if k.ndim != 2 or r.shape != (H, G * H) or k.shape[1] != G * H:
             raise ValueError(f"kernel {k.shape} / recurrent_kernel {r.shape} do not fit {G} gates")
         I = k.shape[0]
-        conv = gates.convention("keras_ra" if (cell is Cell.GRU and sem.reset_after and fam == "keras") else fam, cell)
+        conv = naming.convention(cell, sem.reset_after, fam)
         b = raw.get("bias")
         if b is not None:
             want = {"single": (G * H,), "double_rows": (2, G * H), "double_flat": (2 * G * H,)}[conv.bias]
@@ -385,10 +383,9 @@ class Interpreter:
                                  placeholder((G * H,), bdt if conv.bias != "single" else k.dtype))
             if keras1:
                 loc = e.locations or []
-                srcs: dict[str, Any] = {"kernel": tuple(loc[0::3]), "recurrent_kernel": tuple(loc[1::3]),
-                                        "bias": tuple(loc[2::3])}
+                srcs: dict[str, Any] = {key: tuple(loc[j::3]) for j, key in enumerate(WEIGHTS)}
             else:
-                srcs = dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations or []))
+                srcs = dict(zip(WEIGHTS, e.locations or []))
             how = (spec, srcs)
         else:
             dp = convert_direction(spec, raw, f"{self.path}: layer '{name}'")
@@ -397,10 +394,9 @@ class Interpreter:
             # the file's tensors are re-read when needed (verification), never held beside the canonical copy
             if keras1:
                 loc = e.locations
-                stored = self.source.stored({"kernel": tuple(loc[0::3]), "recurrent_kernel": tuple(loc[1::3]),
-                                             "bias": tuple(loc[2::3])})
+                stored = self.source.stored({key: tuple(loc[j::3]) for j, key in enumerate(WEIGHTS)})
             else:
-                stored = self.source.stored(dict(zip(("kernel", "recurrent_kernel", "bias"), e.locations[:len(w)])))
+                stored = self.source.stored(dict(zip(WEIGHTS, e.locations[:len(w)])))
             if stored is not None:
                 raw = stored
         return RNNLayer(
@@ -416,14 +412,15 @@ class Interpreter:
         e = LayerEntry(e.name, e.names, [self.value(e, j) for j in range(len(e.weights))], e.config, e.class_name,
                    locations=e.locations)
         keras1_dense = (len(e.weights) == 2 and e.weights[0].ndim == 2 and e.weights[1].ndim == 1
-                        and re.search(r"(^|_)W$", bases[0]) and re.search(r"(^|_)b$", bases[1]))  # dense_1_W, dense_1_b
-        if (cls == "Dense" or (cls is None and (keras1_dense or (bases[:1] == ["kernel"] and len(e.weights) <= 2
+                        and naming.KERAS1_DENSE[0].search(bases[0])
+                        and naming.KERAS1_DENSE[1].search(bases[1]))  # dense_1_W, dense_1_b
+        if (cls == "Dense" or (cls is None and (keras1_dense or (bases[:1] == [naming.DENSE_WEIGHTS[0]] and len(e.weights) <= 2
                                                                  and e.weights[0].ndim == 2)))):
             t[f"{name}.weight"] = np.ascontiguousarray(e.weights[0].T)
             if len(e.weights) > 1:
                 t[f"{name}.bias"] = e.weights[1]
             return
-        if cls == "Embedding" or bases == ["embeddings"]:
+        if cls == "Embedding" or bases == list(naming.EMBEDDING_WEIGHTS):
             t[f"{name}.weight"] = e.weights[0]
             return
         for b, arr in zip(bases, e.weights):
@@ -461,10 +458,10 @@ def _merge_keras1(kind: str, names: list[str], w: list[np.ndarray]) -> dict[str,
 
     LSTM saves ``W_i, U_i, b_i, W_c, U_c, b_c, W_f, U_f, b_f, W_o, U_o, b_o``; GRU saves
     ``W_z, U_z, b_z, W_r, U_r, b_r, W_h, U_h, b_h`` (keras 1.2.2 ``keras/layers/recurrent.py``)."""
-    kinds = [_base(n)[-3] for n in names]  # 'W', 'U', 'b'
-    if kinds != ["W", "U", "b"] * (len(w) // 3):
+    kinds = [naming.keras1_part(_base(n)) for n in names]  # 'W', 'U', 'b'
+    if kinds != list(naming.KERAS1_PARTS) * (len(w) // 3):
         raise ValueError(f"Keras 1 {kind} weights are not in W, U, b triples: {[_base(n) for n in names]}")
-    return {"kernel": _cat(w[0::3]), "recurrent_kernel": _cat(w[1::3]), "bias": _cat(w[2::3])}
+    return {key: _cat(w[j::3]) for j, key in enumerate(WEIGHTS)}
 
 
 def _cat(arrs: list[np.ndarray]) -> np.ndarray:

@@ -45,8 +45,7 @@ from ...io import guard
 from ...engine import refusal
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Checkpoint, Cell, RNNLayer
-from ...core.transforms import fold_forget_bias
-from . import interpreter, keras_config, keras_h5, keras_h5_write
+from . import interpreter, keras_config, keras_h5, keras_h5_write, naming
 
 ROUTE = "keras 3"
 HARD_SIGMOID_SCALE = keras_config.HARD_SIGMOID_SCALE  # Keras-2 hard_sigmoid(x) = Keras-3 hard_sigmoid(1.2 x)
@@ -58,9 +57,7 @@ MAX_RATIO = 200  # uncompressed / compressed per member (HDF5 weights barely com
 MAX_CONFIG_BYTES = 64 << 20
 _K3_ACTS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "linear": "linear", "softsign": "softsign",
             "hard_sigmoid_k3": "hard_sigmoid", "hard_sigmoid": "hard_sigmoid"}  # Keras 2's: weights rescaled
-_CLASS_OF = {"lstm": "LSTM", "gru": "GRU", "simple_rnn": "SimpleRNN", "bidirectional": "Bidirectional",
-             "dense": "Dense", "embedding": "Embedding", "sequential": "Sequential", "functional": "Functional",
-             "time_distributed": "TimeDistributed"}
+_CLASS_OF = naming.K3_STORE_CLASS
 
 
 #: Import Keras 3 (:func:`.keras_config.import_keras3`).
@@ -131,16 +128,16 @@ def _copy_limited(src, dst, limit: int, where: str) -> None:
 
 def _vars(group) -> list[np.ndarray]:
     """``vars/0, vars/1, ...`` of a Keras 3 object group, in index order."""
-    if "vars" not in group:
+    if naming.K3_VARS not in group:
         return []
-    v = group["vars"]
+    v = group[naming.K3_VARS]
     keys = sorted((k for k in v.keys() if k.isdigit()), key=int)
     return [keras_h5.read_dataset(v[k], f"{group.name}/vars/{k}") for k in keys]
 
 
 def _user_name(group, fallback: str) -> str:
-    if "vars" in group:
-        n = keras_h5.attr_str(group["vars"], "name")
+    if naming.K3_VARS in group:
+        n = keras_h5.attr_str(group[naming.K3_VARS], "name")
         if n:
             return n
     return fallback
@@ -182,7 +179,7 @@ def _layer_configs(cfg: dict | None) -> dict[str, dict]:
     return out
 
 
-_STUB = {"LSTM": "lstm_cell", "GRU": "gru_cell", "SimpleRNN": "simple_rnn_cell"}
+_STUB = naming.CELL_NAME
 
 
 def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
@@ -211,7 +208,7 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
                 raise FormatError(f"{rd.path}: Bidirectional '{name}' lacks forward_layer/cell or "
                                   "backward_layer/cell in its weights store")
             fw, bw = _vars(g["forward_layer/cell"]), _vars(g["backward_layer/cell"])
-            base = ("kernel", "recurrent_kernel", "bias")
+            base = naming.WEIGHTS
             names = ([f"{name}/forward_rnn/{b}" for b in base[: len(fw)]]
                      + [f"{name}/backward_rnn/{b}" for b in base[: len(bw)]])
             rd.entry(interpreter.LayerEntry(name, names, fw + bw, cfg if cls == "Bidirectional" else None,
@@ -219,7 +216,7 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
         elif "cell" in g:
             cls = cls if cls in _STUB else _expect(cls, None, rd.path, name)
             w = _vars(g["cell"])
-            names = [f"{name}/{_STUB.get(cls, 'cell')}/{b}" for b in ("kernel", "recurrent_kernel", "bias")][: len(w)]
+            names = [f"{name}/{_STUB.get(cls, 'cell')}/{b}" for b in naming.WEIGHTS][: len(w)]
             rd.entry(interpreter.LayerEntry(name, names, w, cfg if cls else None, cls), prefix)
         else:
             w = _vars(g)
@@ -229,7 +226,7 @@ def _walk(rd, container, cfgs: dict[str, dict], prefix: str) -> None:
                 cls = inner["class_name"] or cls
             if not w:
                 continue
-            base = {"Dense": ["kernel", "bias"], "Embedding": ["embeddings"]}.get(cls, [f"var{i}" for i in range(len(w))])
+            base = {"Dense": list(naming.DENSE_WEIGHTS), "Embedding": list(naming.EMBEDDING_WEIGHTS)}.get(cls, [f"var{i}" for i in range(len(w))])
             rd.other(interpreter.LayerEntry(name, base[: len(w)], w), f"{prefix}{name}", cls)
 
 
@@ -450,7 +447,6 @@ def build(ckpt: Checkpoint, *, with_weights: bool = True):
     k = keras3()
     inputs, outputs = [], []
     for layer, in_name, names in keras_h5_write.plan(ckpt):
-        layer = fold_forget_bias(layer)
         inp = k.Input(shape=(None, layer.input_size), name=in_name, dtype=str(layer.dtype))
         h = inp
         for kk, nm in enumerate(names):
@@ -480,12 +476,10 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
     recurrent layers, each with its own input, as for every other source (e.g. a model with a custom layer
     that the whole-model translation refuses).
 
-    Raises:
-        UnsupportedError: see :func:`check`.
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
     from . import keras_whole
 
-    check(ckpt, recurrent_only=recurrent_only)
     full = _whole_model(ckpt, None)
     if full is not None:
         model, tr, lines = keras_whole.build(full, ckpt)
@@ -509,7 +503,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
                         f"{how}"]
     how = ("build the model (see docs/keras3.md) and model.load_weights(path)" if wo
            else "keras.saving.load_model(path)")
-    return [f"{layer.name}: Keras 3 {keras_h5_write.KERAS_CLASS[layer.cell]} layer(s) {', '.join(names)} "
+    return [f"{layer.name}: Keras 3 {naming.KERAS_CLASS[layer.cell]} layer(s) {', '.join(names)} "
             f"(input '{in_name}', return_sequences=True); {how}"
             for layer, in_name, names in keras_h5_write.plan(ckpt)]
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...errors import UnsupportedError, require
+from . import naming
 
 #: Keras 2 class -> Keras 3 class (CuDNN layers and the Keras 2 ``Model`` name translated).
 LAYERS = {c: c for c in (
@@ -48,8 +49,8 @@ LAYERS = {c: c for c in (
     "LayerNormalization", "MaxPooling1D", "AveragePooling1D", "GlobalMaxPooling1D", "GlobalAveragePooling1D",
     "ZeroPadding1D", "Cropping1D", "UpSampling1D", "LSTM", "GRU", "SimpleRNN", "Bidirectional",
     "TimeDistributed", "Sequential", "Functional", "ReLU", "LeakyReLU", "ELU", "Softmax")}
-LAYERS.update({"Model": "Functional", "CuDNNLSTM": "LSTM", "CuDNNGRU": "GRU", "LSTMV1": "LSTM", "GRUV1": "GRU"})
-RECURRENT = {"LSTM", "GRU", "SimpleRNN"}
+LAYERS.update({"Model": "Functional", **naming.CUDNN_TWIN, **naming.CLASS_ALIASES})
+RECURRENT = set(naming.KERAS_CLASS.values())
 
 #: Activations both Keras 2 and Keras 3 define as the same function under the same name.
 SAME_ACTIVATIONS = {"linear", "relu", "sigmoid", "tanh", "softmax", "softplus", "softsign", "elu", "selu",

@@ -35,7 +35,6 @@ always sigmoid/tanh.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -45,7 +44,6 @@ import numpy as np
 
 from ...io import budget, guard
 from ...errors import FormatError
-from ...core.finite import all_finite
 from ...core.model import Checkpoint, DirectionParams, placeholder
 from .interpreter import DirSpec, Interpreter, LayerEntry, convert_direction, index_configs
 
@@ -147,7 +145,10 @@ def _dataset_meta(ds, where: str) -> np.ndarray:
 
 def read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
     """Read a dataset fully (into ``out`` when its shape and dtype fit) after :func:`_dataset_meta`'s
-    checks; NaN/Inf refused."""
+    checks. NaN/Inf is not looked for here: the recurrent tensors are checked by the conversion's own read
+    (:func:`.interpreter.convert_direction`, block by block, naming the stored tensor), every tensor a
+    reader keeps by :func:`rnnconvert.api.check_finite`; a re-read (verification, the whole-model writer)
+    reads bytes those checks passed."""
     _dataset_meta(ds, where)
     if ds.shape is None or ds.size == 0:
         arr = np.asarray(ds[()])
@@ -155,8 +156,6 @@ def read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
         fits = out is not None and out.shape == ds.shape and out.dtype == ds.dtype and out.flags.c_contiguous
         arr = out if fits else np.empty(ds.shape, ds.dtype)
         ds.read_direct(arr)
-    if not all_finite(arr):
-        raise FormatError(f"{where}: contains NaN or Inf values; the checkpoint is damaged")
     return arr
 
 
@@ -456,7 +455,9 @@ class H5Slabs:
                         else:
                             _dataset_meta(f[loc], f"{path}: {loc}")
                             raw[key] = f[loc] if key == "bias" else _direct(f[loc])  # kernels: row sources
-                    out.append(convert_direction(spec, raw, f"{path}: {srcs.get('kernel')!s}".rsplit("/", 1)[0]))
+                    first = srcs.get("kernel")
+                    first = first[0] if isinstance(first, tuple) else first  # Keras 1: the layer's group
+                    out.append(convert_direction(spec, raw, f"{path}: {first!s}".rsplit("/", 1)[0]))
                 return out
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
             raise _damaged(path, exc) from exc

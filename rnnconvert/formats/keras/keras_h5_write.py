@@ -44,13 +44,13 @@ from ...core import gates
 from ...engine import refusal, stream
 from ...errors import UnsupportedError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
-from ...core.transforms import fold_forget_bias, summed_bias
+from ...core.transforms import summed_bias
+from . import naming
 
 ROUTE = "tf_keras"
 #: the distribution whose version verification reports for the target side
 ENGINE = "tf_keras"
 _K2_ACTS = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
-KERAS_CLASS = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "SimpleRNN", Cell.RNN_RELU: "SimpleRNN"}
 
 
 def tf_keras():
@@ -168,7 +168,8 @@ def check(ckpt: Checkpoint, *, cudnn: bool = False, **_: Any) -> list[str]:
     """
     for layer in ckpt.layers:
         why = refusals(layer, cudnn)
-        form = "CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU") if cudnn else KERAS_CLASS[layer.cell]
+        # (a simple RNN has no CuDNN class: refused below, its message names CuDNNGRU as it always has)
+        form = naming.CUDNN_CLASS.get(layer.cell, "CuDNNGRU") if cudnn else naming.KERAS_CLASS[layer.cell]
         if why and cudnn and not refusals(layer):
             what = f"layer '{layer.name}' cannot be written as Keras 2 {form}: {'; '.join(why)}. Write the plain Keras form "
             raise UnsupportedError(what + "(without the cudnn write option) instead", cli=what + "(without --cudnn) instead")
@@ -186,7 +187,7 @@ def keras_weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.n
     """Keras weights ``[kernel, recurrent_kernel(, bias)]`` of one direction of one stacked layer."""
     cell, H, G = layer.cell, layer.hidden_size, layer.cell.gates
     if cudnn:
-        conv = gates.convention("keras_cudnn", cell)
+        conv = naming.convention(cell, True, "keras_cudnn")
         out = []
         for w in (p.w_ih, p.w_hh):
             rows = gates.reorder(w, gates.CANONICAL[cell], conv.gate_order)  # (G*H, in), file slice order
@@ -197,7 +198,7 @@ def keras_weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.n
                                    gates.vec_from_canonical(p.b_hh, conv, cell)]))
         return out
     ra = cell is Cell.GRU and layer.semantics.reset_after
-    conv = gates.convention("keras_ra" if ra else "keras", cell)
+    conv = naming.convention(cell, layer.semantics.reset_after)
     out = [gates.from_canonical(p.w_ih, conv, cell), gates.from_canonical(p.w_hh, conv, cell)]
     if layer.bias:
         if ra:
@@ -248,7 +249,7 @@ def build(ckpt: Checkpoint, *, cudnn: bool = False, with_weights: bool = True, t
     k = tf_keras()
     inputs, outputs = [], []
     for layer, in_name, names in plan(ckpt):
-        layer = k3_rescaled(fold_forget_bias(layer)) if with_weights else fold_forget_bias(layer)
+        layer = k3_rescaled(layer) if with_weights else layer
         inp = k.Input(shape=(None, layer.input_size), name=in_name, dtype=str(layer.dtype))
         h = inp
         for kk, nm in enumerate(names):
@@ -264,7 +265,7 @@ def build(ckpt: Checkpoint, *, cudnn: bool = False, with_weights: bool = True, t
 def _lines(ckpt: Checkpoint, cudnn: bool) -> list[str]:
     lines = []
     for layer, in_name, names in plan(ckpt):
-        form = ("CuDNN" + ("LSTM" if layer.cell is Cell.LSTM else "GRU")) if cudnn else KERAS_CLASS[layer.cell]
+        form = naming.class_name(layer.cell, cudnn)
         lines.append(f"{layer.name}: tf_keras {form} layer(s) {', '.join(names)} (input '{in_name}', "
                      "return_sequences=True); tf_keras.models.load_model(path)")
     return lines
@@ -275,10 +276,8 @@ def write(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_: Any) 
 
     The stream loop of :func:`open_stream` (one slab of parameters converted at a time).
 
-    Raises:
-        UnsupportedError: see :func:`check`.
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
-    check(ckpt, cudnn=cudnn)
     return stream.stream_write(open_stream(ckpt, path, cudnn=cudnn), ckpt)
 
 
@@ -294,7 +293,8 @@ HDF5_OBJECT_HEADER_LIMIT = 64512
 TEMPLATE_SUBPROCESS_BYTES = 256 << 20
 #: Bytes of one row block of a kernel converted and written at a time.
 BLOCK_BYTES = 2 << 20
-_RNN_CLASSES = ("LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU")
+#: The recurrent classes :func:`build` makes.
+_RNN_CLASSES = tuple(dict.fromkeys(naming.KERAS_CLASS.values())) + tuple(naming.CUDNN_CLASS.values())
 
 
 def _stand_in(ckpt: Checkpoint) -> Checkpoint:
@@ -499,7 +499,7 @@ class KerasH5Stream:
     def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
         """Fill stacked layer ``k`` of ``ckpt.layers[i]`` (all directions) from canonical ``dirs``."""
         layer, _, names = self.plan[i]
-        view = k3_rescaled(fold_forget_bias(layer.one_slab(k, dirs)))
+        view = k3_rescaled(layer.one_slab(k, dirs))
         targets = iter(self.ds[names[k]])
         for p in view.params[0]:
             for src, ds in zip((p.w_ih, p.w_hh), (next(targets), next(targets))):
@@ -516,11 +516,10 @@ class KerasH5Stream:
         width, GH = ds.shape
         step = max(16, (BLOCK_BYTES // max(1, GH * w.dtype.itemsize)) // 16 * 16)
         if self.cudnn:
-            conv = gates.convention("keras_cudnn", cell)
+            conv = naming.convention(cell, True, "keras_cudnn")
             moves = gates.gate_moves(conv.gate_order, gates.CANONICAL[cell], H)
         else:
-            ra = cell is Cell.GRU and layer.semantics.reset_after
-            conv = gates.convention("keras_ra" if ra else "keras", cell)
+            conv = naming.convention(cell, layer.semantics.reset_after)
         for r0 in range(0, width, step):
             r1 = min(width, r0 + step)
             if self.cudnn:  # slice j's rows are a contiguous piece of cuDNN's row-major (H, in) matrix
@@ -549,10 +548,10 @@ def _bias(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> np.ndarray:
     """The Keras bias of one direction (see :func:`keras_weights`)."""
     cell = layer.cell
     if cudnn:
-        conv = gates.convention("keras_cudnn", cell)
+        conv = naming.convention(cell, True, "keras_cudnn")
         return np.concatenate([gates.vec_from_canonical(p.b_ih, conv, cell), gates.vec_from_canonical(p.b_hh, conv, cell)])
     ra = cell is Cell.GRU and layer.semantics.reset_after
-    conv = gates.convention("keras_ra" if ra else "keras", cell)
+    conv = naming.convention(cell, layer.semantics.reset_after)
     if ra:
         return np.stack([gates.vec_from_canonical(p.b_ih, conv, cell), gates.vec_from_canonical(p.b_hh, conv, cell)])
     return gates.vec_from_canonical(summed_bias(p), conv, cell)

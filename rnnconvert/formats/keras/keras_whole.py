@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from ...core.model import Checkpoint, RNNLayer
+from ...core.model import Cell, Checkpoint, RNNLayer
 from ...errors import FormatError, UnsupportedError
 from ...io import guard
-from . import keras_config
+from . import keras_config, naming
 
 #: relative tolerance of the whole-model comparison (issue #17): ``max|d| <= TOL * max(1, max|ref|)``
 TOL = 2e-5
@@ -257,9 +257,9 @@ def _tf_keras_config(config: dict) -> dict:
     def fix(obj):
         if isinstance(obj, dict):
             out = {k: fix(v) for k, v in obj.items()}
-            if out.get("class_name") in ("CuDNNLSTM", "CuDNNGRU") and isinstance(out.get("config"), dict):
-                gru = out["class_name"] == "CuDNNGRU"
-                out["class_name"] = "GRU" if gru else "LSTM"
+            if out.get("class_name") in naming.CUDNN_TWIN and isinstance(out.get("config"), dict):
+                gru = out["class_name"] == naming.CUDNN_CLASS[Cell.GRU]
+                out["class_name"] = naming.CUDNN_TWIN[out["class_name"]]
                 c = dict(out["config"])
                 c.update(activation="tanh", recurrent_activation="sigmoid")
                 if gru:

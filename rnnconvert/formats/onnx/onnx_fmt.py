@@ -36,7 +36,6 @@ from ...engine import refusal
 from ...io import directio
 from ...errors import FormatError, OutputExistsError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
-from ...core.transforms import fold_forget_bias
 from .onnx_read import META_KEY, read  # noqa: F401  (the reader lives in its own module)
 
 ROUTE = "onnxruntime"
@@ -158,7 +157,6 @@ class _Initializers:
 
 def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto) -> tuple[list, list, list, list, dict]:
     """Nodes, initializers, graph input and output of one layer; plus its metadata record."""
-    layer = fold_forget_bias(layer)
     dt = np.float32 if layer.dtype == np.float16 else layer.dtype
     elem = TensorProto.DOUBLE if dt == np.float64 else TensorProto.FLOAT
     cv = gates.convention("onnx", layer.cell)
@@ -229,13 +227,11 @@ def build_model(ckpt: Checkpoint, *, check_model: bool = True, init: _Initialize
     :func:`write` checks those models by path after saving them). ``init``: where the weights go
     (default: inside the model).
 
-    Raises:
-        UnsupportedError: see :func:`check`.
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    check(ckpt)
     init = init or _Initializers(numpy_helper, helper, TensorProto)
     nodes, inits, ins, outs, meta = [], [], [], [], []
     for layer in ckpt.layers:
@@ -272,13 +268,11 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
         external_min_bytes: tensors smaller than this stay inside the model (the int64 shape constants
             must: onnxruntime's shape inference cannot read them from external data).
 
-    Raises:
-        UnsupportedError: see :func:`check`.
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    check(ckpt)
     path = Path(path)
     if external_data is None:  # the weights' size as written (float16 is stored as float32)
         size = sum(a.nbytes * (2 if a.dtype == np.float16 else 1)

@@ -11,7 +11,6 @@ header length, JSON header, raw little-endian data) cannot hold code.
 from __future__ import annotations
 
 import json
-import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -232,16 +231,15 @@ def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> StreamWriter:
     """Start writing ``ckpt`` (a lazy skeleton is enough: shapes, names, carried tensors) to ``path``.
 
     The bytes equal ``safetensors.numpy.save_file(torch_pt.state_dict(ckpt), path, metadata=METADATA)``
-    (tested). Raises: UnsupportedError (see :func:`check`)."""
-    check(ckpt)
+    (tested). Assumes :func:`check` passed (the engine calls it,
+    once: :mod:`rnnconvert.engine.protocol`)."""
     return StreamWriter(ckpt, path)
 
 
 def write(ckpt: Checkpoint, path: str | Path, **opts: Any) -> list[str]:
     """Write the PyTorch state dict of ``ckpt`` as safetensors; one line per layer names its ``torch.nn`` module.
 
-    Raises:
-        UnsupportedError: see :func:`check`.
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
     return stream.stream_write(open_stream(ckpt, path, **opts), ckpt)
 
@@ -279,17 +277,13 @@ def mapped(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
     return out
 
 
-#: The parameter names of ``nn.LSTM/GRU/RNN`` and their cells (``torch/nn/modules/rnn.py``).
-_PARAM = re.compile(r"^(weight_ih|weight_hh|weight_hr|bias_ih|bias_hh)(_l\d+(_reverse)?)?$")
-
-
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Load the file's tensors into the ``torch.nn`` module of layer ``name`` and run it; float64 ``(B, T, dirs*H)``.
 
     The tensors are memory maps of the written file (:func:`mapped`), only those of layer ``name``."""
     torch = require("torch", "torch")
     sd = {k: torch.from_numpy(v) for k, v in mapped(path, f"{name}.").items()
-          if _PARAM.match(k[len(name) + 1:])}  # a carried tensor under the same prefix is not the module's
+          if naming.PARAM_NAME.match(k[len(name) + 1:])}  # a carried tensor under the same prefix is not the module's
     return torch_pt.run_module(ckpt.layer(name), sd, x)
 
 

@@ -21,6 +21,6 @@ CUDNN_NPZ = FormatSpec(
 
 NPZ = FormatSpec(
     "npz", sniff=npz_fmt.sniff, read=npz_fmt.read, read_options=("nonlinearity", "map"),
-    write=npz_fmt.write, open_stream=npz_fmt.open_stream,
+    write=npz_fmt.write, open_stream=npz_fmt.open_stream, forget_bias="keep",
     target_forward=npz_fmt.target_forward, target_forward_slab=npz_fmt.target_forward_slab,
     target_step=npz_fmt.target_step, route=npz_fmt.ROUTE, engine=npz_fmt.ENGINE)

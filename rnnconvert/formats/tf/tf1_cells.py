@@ -15,26 +15,8 @@ import numpy as np
 from ...core import gates
 from ...errors import FormatError, UnsupportedError
 from ...core.model import Cell, DirectionParams, Semantics
-#: TF1 cell scopes and their default run-time forget_bias (LAYOUTS §8.1-8.4, §9.1, §9.3).
-CELL_SCOPES = {"lstm_cell": 1.0, "basic_lstm_cell": 1.0, "lstm_block_wrapper": 1.0, "lstm_fused_cell": 1.0,
-               "cudnn_compatible_lstm_cell": 0.0, "gru_cell": None, "cudnn_compatible_gru_cell": None,
-               "basic_rnn_cell": None}
-#: Contrib cells refused by name, with the reason (LAYOUTS §16.4; checkpoint_convert.py name list).
-REFUSED = {"layer_norm_basic_lstm_cell": "layer normalisation inside the cell",
-           "layer_norm_lstm_cell": "layer normalisation inside the cell",
-           "nas_cell": "NASCell's searched architecture", "phased_lstm_cell": "PhasedLSTM time gate",
-           "ugrnn_cell": "UGRNN update rule", "glstm_cell": "grouped LSTM (GLSTMCell)",
-           "conv1d_lstm_cell": "convolutional kernels", "conv2d_lstm_cell": "convolutional kernels",
-           "conv_lstm_cell": "convolutional kernels"}
-CUDNN_SCOPES = {"cudnn_lstm": Cell.LSTM, "cudnn_gru": Cell.GRU, "cudnn_rnn_tanh": Cell.RNN_TANH,
-                 "cudnn_rnn_relu": Cell.RNN_RELU}
-CELL_RE = re.compile(r"^(?P<prefix>.*?)(?:^|/)(?P<cell>" + "|".join(CELL_SCOPES) + r")/(?P<var>.+)$")
-
-
-#: old names -> current: pre-1.0 ``weights``/``biases`` (checkpoint_convert.py), GRUBlockCell (V1) ``w_ru``,
-#: ``b_ru``, ``w_c``, ``b_c`` (= GRUCell's gates/candidate variables; LAYOUTS §8.6, §9.2).
-_RENAME = (("weights", "kernel"), ("biases", "bias"), ("w_ru", "gates/kernel"), ("b_ru", "gates/bias"),
-           ("w_c", "candidate/kernel"), ("b_c", "candidate/bias"))
+from . import naming as n
+from .naming import CELL_RE, CELL_SCOPES, REFUSED
 
 
 def cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]]:
@@ -58,7 +40,7 @@ def cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]]
         if not m:
             continue
         var = m.group("var")
-        if re.search(r"(^|/)(Adam(_\d+)?|Momentum|Adagrad|RMSProp(_\d+)?|ExponentialMovingAverage)$", var):
+        if n.OPTIMIZER_SLOT_RE.search(var):
             continue  # optimizer slots
         if re.fullmatch(r"(.*/)?bias_cudnn[ _]\d+", var):
             raise UnsupportedError(f"variable '{key}': the oldest CudnnLSTM/CudnnGRU saveable names (bias_cudnn_0/1, "
@@ -67,7 +49,7 @@ def cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]]
         part = re.fullmatch(r"(.+)/part_(\d+)", var)
         if part:
             var = part.group(1)
-        for a, b in _RENAME:
+        for a, b in n.RENAME:
             var = re.sub(rf"(^|/){a}$", rf"\1{b}", var)
         cell = (m.group("prefix"), m.group("cell"))
         if part:
@@ -93,17 +75,17 @@ def getter(get):
 
 
 def _lstm(v, get, name) -> tuple[DirectionParams, int, int, int]:
-    kern, bias = get(v["kernel"]), get(v["bias"])
+    kern, bias = get(v[n.KERNEL]), get(v[n.BIAS])
     H = bias.shape[0] // 4
-    proj = get(v["projection/kernel"]) if "projection/kernel" in v else None
+    proj = get(v[n.PROJECTION_KERNEL]) if n.PROJECTION_KERNEL in v else None
     P = proj.shape[1] if proj is not None else 0
     I = kern.shape[0] - (P or H)
     if kern.shape[1] != 4 * H or I < 1 or (proj is not None and proj.shape[0] != H):
         raise FormatError(f"cell '{name}': kernel {kern.shape}, bias {bias.shape} do not fit an LSTM")
     conv = gates.convention("tf1", Cell.LSTM)
     peep = None
-    if "w_i_diag" in v:
-        peep = np.stack([get(v[f"w_{g}_diag"]) for g in "ifo"])
+    if n.peephole("i") in v:
+        peep = np.stack([get(v[n.peephole(g)]) for g in "ifo"])
     dp = DirectionParams(gates.to_canonical(kern[:I], conv, Cell.LSTM), gates.to_canonical(kern[I:], conv, Cell.LSTM),
                          gates.vec_to_canonical(bias, conv, Cell.LSTM), np.zeros(4 * H, bias.dtype),
                          None if proj is None else np.ascontiguousarray(proj.T), peep)
@@ -111,7 +93,7 @@ def _lstm(v, get, name) -> tuple[DirectionParams, int, int, int]:
 
 
 def _gru(v, get, name, compat: bool) -> tuple[DirectionParams, int, int, int]:
-    gk, gb = get(v["gates/kernel"]), get(v["gates/bias"])
+    gk, gb = get(v[n.GATES_KERNEL]), get(v[n.GATES_BIAS])
     H = gb.shape[0] // 2
     I = gk.shape[0] - H
     conv = gates.convention("tf1_gates", Cell.GRU)
@@ -126,10 +108,10 @@ def _gru(v, get, name, compat: bool) -> tuple[DirectionParams, int, int, int]:
 
     zeros = np.zeros(H, gb.dtype)
     if compat:
-        wi, bi = get(v["candidate/input_projection/kernel"]), get(v["candidate/input_projection/bias"])
-        wh, bh = get(v["candidate/hidden_projection/kernel"]), get(v["candidate/hidden_projection/bias"])
+        wi, bi = get(v[n.CAND_INPUT_KERNEL]), get(v[n.CAND_INPUT_BIAS])
+        wh, bh = get(v[n.CAND_HIDDEN_KERNEL]), get(v[n.CAND_HIDDEN_BIAS])
     else:
-        ck, cb = get(v["candidate/kernel"]), get(v["candidate/bias"])
+        ck, cb = get(v[n.CANDIDATE_KERNEL]), get(v[n.CANDIDATE_BIAS])
         wi, bi, wh, bh = ck[:I], cb, ck[I:], zeros
         if ck.shape != (I + H, H):
             raise FormatError(f"cell '{name}': candidate/kernel {ck.shape}, expected {(I + H, H)}")
@@ -141,7 +123,7 @@ def _gru(v, get, name, compat: bool) -> tuple[DirectionParams, int, int, int]:
 
 
 def _rnn(v, get, name) -> tuple[DirectionParams, int, int, int]:
-    kern, bias = get(v["kernel"]), get(v["bias"])
+    kern, bias = get(v[n.KERNEL]), get(v[n.BIAS])
     H = bias.shape[0]
     I = kern.shape[0] - H
     if kern.shape[1] != H or I < 1:
@@ -173,18 +155,18 @@ def cell_structure(prefix: str, cname: str) -> tuple[str, int, int]:
     parts = prefix.split("/") if prefix else []
     k = d = None
     while len(parts) >= 2:
-        if parts[-1] in ("fw", "bw") and parts[-2] == "bidirectional_rnn":
+        if parts[-1] in n.DIRECTIONS and parts[-2] == n.BIDIRECTIONAL_RNN:
             if k is not None:
                 raise UnsupportedError(f"scope '{prefix}': a MultiRNNCell inside each direction of a bidirectional "
                                        "RNN runs two independent stacks; rnnconvert reads only stacked "
                                        "bidirectional layers (stack_bidirectional_rnn)")
-            d = 1 if parts[-1] == "bw" else 0
-        elif re.fullmatch(r"cell_\d+", parts[-1]) and parts[-2] in ("multi_rnn_cell", "stack_bidirectional_rnn"):
+            d = n.DIRECTIONS.index(parts[-1])
+        elif n.STACKED_CELL_RE.fullmatch(parts[-1]) and parts[-2] in (n.MULTI_RNN_CELL, n.STACK_BIDIRECTIONAL):
             k = int(parts[-1][5:])
         else:
             break
         parts = parts[:-2]
-    if parts and parts[-1] == "rnn":
+    if parts and parts[-1] == n.RNN_SCOPE:
         parts = parts[:-1]
     return "/".join(parts) or cname, k or 0, d or 0
 

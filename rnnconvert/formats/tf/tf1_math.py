@@ -20,6 +20,7 @@ import numpy as np
 from ...core.gates import convention
 from ...core.model import Cell, RNNLayer
 from ...core.reference import ACT
+from . import naming as n
 
 sig = ACT["sigmoid"]
 
@@ -39,28 +40,28 @@ def _run(cname: str, raw: dict, layer: RNNLayer, x: np.ndarray, reverse: bool, d
     for t in (range(T - 1, -1, -1) if reverse else range(T)):
         xt = x[:, t]
         if "lstm" in cname:
-            z = _cols(np.concatenate([xt, h], 1) @ v["kernel"] + v["bias"], convention("tf1", Cell.LSTM).gate_order, H)
-            pi, pf, po = (v.get(f"w_{g}_diag", 0.0) for g in "ifo")
+            z = _cols(np.concatenate([xt, h], 1) @ v[n.KERNEL] + v[n.BIAS], convention("tf1", Cell.LSTM).gate_order, H)
+            pi, pf, po = (v.get(n.peephole(g), 0.0) for g in "ifo")
             c = sig(z["f"] + s.forget_bias + pf * c) * c + sig(z["i"] + pi * c) * act(z["g"])
             if s.cell_clip is not None:
                 c = np.clip(c, -s.cell_clip, s.cell_clip)
             h = sig(z["o"] + po * c) * act(c)
-            if "projection/kernel" in v:
-                h = h @ v["projection/kernel"]
+            if n.PROJECTION_KERNEL in v:
+                h = h @ v[n.PROJECTION_KERNEL]
                 if s.proj_clip is not None:
                     h = np.clip(h, -s.proj_clip, s.proj_clip)
         elif "gru" in cname:
-            g = _cols(sig(np.concatenate([xt, h], 1) @ v["gates/kernel"] + v["gates/bias"]),
+            g = _cols(sig(np.concatenate([xt, h], 1) @ v[n.GATES_KERNEL] + v[n.GATES_BIAS]),
                       convention("tf1_gates", Cell.GRU).gate_order, H)
             r, u = g["r"], g["z"]
             if cname.startswith("cudnn"):
-                cand = act(xt @ v["candidate/input_projection/kernel"] + v["candidate/input_projection/bias"]
-                           + r * (h @ v["candidate/hidden_projection/kernel"] + v["candidate/hidden_projection/bias"]))
+                cand = act(xt @ v[n.CAND_INPUT_KERNEL] + v[n.CAND_INPUT_BIAS]
+                           + r * (h @ v[n.CAND_HIDDEN_KERNEL] + v[n.CAND_HIDDEN_BIAS]))
             else:
-                cand = act(np.concatenate([xt, r * h], 1) @ v["candidate/kernel"] + v["candidate/bias"])
+                cand = act(np.concatenate([xt, r * h], 1) @ v[n.CANDIDATE_KERNEL] + v[n.CANDIDATE_BIAS])
             h = u * h + (1.0 - u) * cand
         else:
-            h = act(np.concatenate([xt, h], 1) @ v["kernel"] + v["bias"])
+            h = act(np.concatenate([xt, h], 1) @ v[n.KERNEL] + v[n.BIAS])
         out[:, t] = h
     return out
 

@@ -32,7 +32,7 @@ import numpy as np
 from ...core import gates
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
-from ...core.transforms import fold_forget_bias
+from . import naming
 
 
 def refusals(layer: RNNLayer) -> list[str]:
@@ -89,55 +89,49 @@ def check(ckpt: Checkpoint, **_) -> list[str]:
 
 def _variables(layer: RNNLayer, cell: str) -> dict[str, np.ndarray]:
     """``{variable name: value}`` of one layer in TF1 layout."""
-    if cell == "lstm_cell":
-        layer = fold_forget_bias(layer).with_semantics(forget_bias=1.0)  # stored as b_f - 1.0
+    if cell == "lstm_cell":  # LSTMCell's default forget_bias=1.0 is added at run time: stored as b_f - 1.0
         sl = gates.gate_slice(Cell.LSTM, "f", layer.hidden_size)
-    else:
-        layer = fold_forget_bias(layer)
     out = {}
     H = layer.hidden_size
     for k, dirs in enumerate(layer.params):
         for d, p in enumerate(dirs):
-            if layer.bidirectional:
-                scope = f"{layer.name}/stack_bidirectional_rnn/cell_{k}/bidirectional_rnn/{'bw' if d else 'fw'}/{cell}"
-            else:
-                scope = f"{layer.name}/rnn/multi_rnn_cell/cell_{k}/{cell}"
+            scope = naming.cell_scope(layer.name, k, d, cell, layer.bidirectional)
             b = p.b_ih + p.b_hh
             if layer.cell is Cell.LSTM:
                 conv = gates.convention("tf1", Cell.LSTM)
                 if cell == "lstm_cell":
                     b = b.copy()
                     b[sl] = b[sl] - np.asarray(1.0, b.dtype)
-                out[f"{scope}/kernel"] = np.concatenate([gates.from_canonical(p.w_ih, conv, Cell.LSTM),
+                out[f"{scope}/{naming.KERNEL}"] = np.concatenate([gates.from_canonical(p.w_ih, conv, Cell.LSTM),
                                                          gates.from_canonical(p.w_hh, conv, Cell.LSTM)], axis=0)
-                out[f"{scope}/bias"] = gates.vec_from_canonical(b, conv, Cell.LSTM)
+                out[f"{scope}/{naming.BIAS}"] = gates.vec_from_canonical(b, conv, Cell.LSTM)
                 if p.w_hr is not None:
-                    out[f"{scope}/projection/kernel"] = np.ascontiguousarray(p.w_hr.T)
+                    out[f"{scope}/{naming.PROJECTION_KERNEL}"] = np.ascontiguousarray(p.w_hr.T)
                 if p.peep is not None:
                     for j, g in enumerate("ifo"):
-                        out[f"{scope}/w_{g}_diag"] = p.peep[j].copy()
+                        out[f"{scope}/{naming.peephole(g)}"] = p.peep[j].copy()
             elif layer.cell is Cell.GRU:
                 order = gates.convention("tf1_gates", Cell.GRU).gate_order  # r, u(z)
                 rows = {g: gates.gate_slice(Cell.GRU, g, H) for g in "rzn"}
                 gk = np.concatenate([np.concatenate([p.w_ih[rows[g]] for g in order]).T,
                                      np.concatenate([p.w_hh[rows[g]] for g in order]).T], axis=0)
-                out[f"{scope}/gates/kernel"] = np.ascontiguousarray(gk)
-                out[f"{scope}/gates/bias"] = np.concatenate([b[rows[g]] for g in order])
+                out[f"{scope}/{naming.GATES_KERNEL}"] = np.ascontiguousarray(gk)
+                out[f"{scope}/{naming.GATES_BIAS}"] = np.concatenate([b[rows[g]] for g in order])
                 n = rows["n"]
                 if cell == "gru_cell":
-                    out[f"{scope}/candidate/kernel"] = np.ascontiguousarray(
+                    out[f"{scope}/{naming.CANDIDATE_KERNEL}"] = np.ascontiguousarray(
                         np.concatenate([p.w_ih[n], p.w_hh[n]], axis=1).T)
-                    out[f"{scope}/candidate/bias"] = b[n].copy()
+                    out[f"{scope}/{naming.CANDIDATE_BIAS}"] = b[n].copy()
                 else:
-                    out[f"{scope}/candidate/input_projection/kernel"] = np.ascontiguousarray(p.w_ih[n].T)
-                    out[f"{scope}/candidate/input_projection/bias"] = p.b_ih[n].copy()
-                    out[f"{scope}/candidate/hidden_projection/kernel"] = np.ascontiguousarray(p.w_hh[n].T)
-                    out[f"{scope}/candidate/hidden_projection/bias"] = p.b_hh[n].copy()
+                    out[f"{scope}/{naming.CAND_INPUT_KERNEL}"] = np.ascontiguousarray(p.w_ih[n].T)
+                    out[f"{scope}/{naming.CAND_INPUT_BIAS}"] = p.b_ih[n].copy()
+                    out[f"{scope}/{naming.CAND_HIDDEN_KERNEL}"] = np.ascontiguousarray(p.w_hh[n].T)
+                    out[f"{scope}/{naming.CAND_HIDDEN_BIAS}"] = p.b_hh[n].copy()
             else:
                 conv = gates.convention("tf1", layer.cell)
-                out[f"{scope}/kernel"] = np.concatenate([gates.from_canonical(p.w_ih, conv, layer.cell),
+                out[f"{scope}/{naming.KERNEL}"] = np.concatenate([gates.from_canonical(p.w_ih, conv, layer.cell),
                                                          gates.from_canonical(p.w_hh, conv, layer.cell)], axis=0)
-                out[f"{scope}/bias"] = b.copy()
+                out[f"{scope}/{naming.BIAS}"] = b.copy()
     return out
 
 
@@ -146,11 +140,12 @@ def write(ckpt: Checkpoint, path: str | Path, **_) -> list[str]:
 
     Returns one line per layer naming the cell and scope to build for ``Saver.restore``.
 
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
+
     Raises:
-        UnsupportedError: see :func:`check`. FormatError: two variables with one name.
+        FormatError: two variables with one name.
     """
     tf = require("tensorflow", "tensorflow")
-    check(ckpt)
     values: dict[str, np.ndarray] = {}
     lines = []
     for layer in ckpt.layers:

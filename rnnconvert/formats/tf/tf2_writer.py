@@ -25,7 +25,9 @@ import numpy as np
 from ...core import gates
 from ...errors import require
 from ...core.model import Cell, Checkpoint, RNNLayer
-from ...core.transforms import fold_forget_bias, summed_bias
+from ...core.transforms import summed_bias
+from ..keras import naming as keras_naming
+from . import naming
 from .tf1_writer import fresh_directory
 
 _KERAS_ACT = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
@@ -68,7 +70,7 @@ def _one(keras, layer: RNNLayer, k: int, d: int, name: str):
         bias = gates.vec_from_canonical(summed_bias(p), conv, cell)
     elif cell is Cell.GRU:
         lay = keras.layers.GRU(H, recurrent_activation=s.gate_activation, reset_after=s.reset_after, **kw)
-        conv = gates.convention("keras_ra" if s.reset_after else "keras", cell)
+        conv = keras_naming.convention(cell, s.reset_after)
         bias = (np.stack([gates.vec_from_canonical(p.b_ih, conv, cell), gates.vec_from_canonical(p.b_hh, conv, cell)])
                 if s.reset_after else gates.vec_from_canonical(summed_bias(p), conv, cell))
     else:
@@ -82,7 +84,6 @@ def _build(layers: list[RNNLayer], merge: bool = True) -> tuple[list[Any], dict[
     keras = require("tf_keras", "tensorflow")
     out, by_name = [], {}
     for i, layer in enumerate(layers):
-        layer = fold_forget_bias(layer)
         mine = []
         for k in range(layer.num_layers):
             fw, wf = _one(keras, layer, k, 0, f"rnn{i}_l{k}")
@@ -107,11 +108,10 @@ def _build(layers: list[RNNLayer], merge: bool = True) -> tuple[list[Any], dict[
 def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     """Write the recurrent layers as a TF2 object checkpoint directory at ``path``; one line per layer."""
     tf = require("tensorflow", "tensorflow")
-    check(ckpt)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     built, by_name = _build(ckpt.layers)
     p = fresh_directory(path)
-    tf.train.Checkpoint(**{f"layer_with_weights-{i}": lay for i, lay in enumerate(built)}).save(str(p / "ckpt"))
+    tf.train.Checkpoint(**{naming.keras_layer(i): lay for i, lay in enumerate(built)}).save(str(p / "ckpt"))
     lines, n = [], 0
     for layer in ckpt.layers:
         kinds = ", ".join(type(x).__name__ + (f"({type(x.forward_layer).__name__})" if hasattr(x, "forward_layer")
@@ -125,7 +125,7 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
         if sem.go_backwards and not layer.bidirectional:
             opts.append("go_backwards=True")
         lines.append(f"{layer.name}: tf_keras {kinds} ({', '.join(opts)}) = "
-                     f"layer_with_weights-{n}..{n + len(by_name[layer.name]) - 1}")
+                     f"{naming.keras_layer(n)}..{n + len(by_name[layer.name]) - 1}")
         n += len(by_name[layer.name])
     return lines
 
@@ -143,7 +143,7 @@ def _restored(path: str | Path, ckpt: Checkpoint):
     built, by_name = _build(ckpt.layers, merge=False)
     for lay in built:  # forget the weights we set: everything must come from the file
         lay.set_weights([np.zeros_like(w) for w in lay.get_weights()])
-    status = tf.train.Checkpoint(**{f"layer_with_weights-{i}": lay for i, lay in enumerate(built)}).restore(
+    status = tf.train.Checkpoint(**{naming.keras_layer(i): lay for i, lay in enumerate(built)}).restore(
         prefix_of(path))
     status.assert_existing_objects_matched()
     return by_name

@@ -56,10 +56,9 @@ from ...errors import FormatError, RNNConvertError, require
 from ...core.finite import all_finite
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, placeholder
 from . import tf_bundle
-from .tf1_cells import (  # noqa: F401
-    CELL_RE, CUDNN_SCOPES, CELL_SCOPES, REFUSED, read_cell, cell_semantics, cell_vars, cell_structure, getter)
-
-ATTR = "/.ATTRIBUTES/VARIABLE_VALUE"
+from . import naming
+from .naming import ATTR, CELL_SCOPES, CUDNN_SCOPES, OPAQUE_KERNEL, SLOTS
+from .tf1_cells import read_cell, cell_semantics, cell_vars, cell_structure, getter
 
 
 def prefix_of(path: str | Path) -> str | None:
@@ -253,7 +252,7 @@ def _object_paths(blob: bytes, where="") -> dict[str, str]:
         i, path = queue.pop(0)
         children, attributes = nodes[i]
         for name, _, key in attributes:
-            if name == "VARIABLE_VALUE" and path.startswith("layer_with_weights-"):
+            if name == naming.VARIABLE_VALUE and path.startswith(naming.LAYER_WITH_WEIGHTS):
                 if key not in best or len(path) < len(best[key]):
                     best[key] = path
         for node_id, local in children:
@@ -400,29 +399,25 @@ def read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip
                                             params=[[dp]], source={**src, "class_name": cn, "raw": raw,
                                                                    "keys": [dict(found[(k, d)][1])]}))
             continue
-        opaque = next((k for k in shapes if k == f"{base}/opaque_kernel"), None)
+        opaque = next((k for k in shapes if k == f"{base}/{OPAQUE_KERNEL}"), None)
         if opaque:
             used_opaque.add(opaque)
             layer = _check_opaque(path, layer, get(opaque), CUDNN_SCOPES.get(base.split("/")[-1]))
             wrong = {k: v for k, v in opts.items() if v is not None and getattr(layer, k) != v}
-            lone = [k for k in shapes if k.endswith("/opaque_kernel") and k[: -len("/opaque_kernel")] not in layers]
+            lone = [k for k in shapes if k.endswith("/" + OPAQUE_KERNEL) and k[: -len("/" + OPAQUE_KERNEL)] not in layers]
             if wrong and not lone:  # the spec options are for lone buffers; here the companions decide
                 raise FormatError(f"{path}: {', '.join(f'{k}={v}' for k, v in wrong.items())} given, but the canonical "
                                   f"variables of '{base}' say " + ", ".join(f"{k}={getattr(layer, k)}" for k in wrong))
             _opaque_slots(ckpt, shapes, get, opaque, layer)
         ckpt.layers.append(layer)
     for key in sorted(shapes):
-        if key.endswith("/opaque_kernel") and key not in used_opaque:
+        if key.endswith("/" + OPAQUE_KERNEL) and key not in used_opaque:
             ckpt.layers.append(_opaque_alone(path, key, get(key), opts))
             _opaque_slots(ckpt, shapes, get, key, ckpt.layers[-1])
     if not ckpt.layers:
         raise FormatError(f"{path}: no recurrent cell variables found (looked for "
                           f"{', '.join(CELL_SCOPES)} scopes and opaque_kernel)")
     return ckpt
-
-
-#: TF1 optimizer slot suffixes of a variable -> the suffix rnnconvert gives the carried tensors.
-SLOTS = {"Adam": "adam_m", "Adam_1": "adam_v", "Momentum": "momentum", "RMSProp": "rms", "RMSProp_1": "rms_momentum"}
 
 
 def _opaque_slots(ckpt: Checkpoint, shapes, get, opaque: str, layer: RNNLayer) -> None:

@@ -109,13 +109,13 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
             ``saved_model.pb`` holds none: read its ``variables/`` checkpoint instead).
         UnsupportedError: an activation or cell rnnconvert cannot represent.
     """
-    from . import tf_checkpoint as tfc
+    from . import naming, tf_checkpoint as tfc
     from ..keras.interpreter import LayerEntry, Interpreter
 
     path = Path(path)
     tf, consts, ops = _consts(path)
     meta = {"path": str(path), "tensorflow": tf.__version__, "kind": "tf1_frozen_graph"}
-    if any(tfc.CELL_RE.match(k) for k in consts):
+    if any(naming.CELL_RE.match(k) for k in consts):
         ck = tfc.read_tf1(path, consts, consts.__getitem__, meta, forget_bias=opts.get("forget_bias"),
                            opts={k: opts.get(k) for k in ("num_layers", "hidden_size", "bidirectional")},
                            cell_clip=opts.get("cell_clip"), proj_clip=opts.get("proj_clip"))

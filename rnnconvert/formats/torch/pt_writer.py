@@ -38,9 +38,9 @@ import numpy as np
 from ...core import gates
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
-from ...core.transforms import fold_forget_bias
 from ...io import directio
 from . import pt_pickle, pt_zip
+from . import naming
 from .naming import describe_module, is_cell
 
 #: torch's storage alignment (``torch.serialization._get_storage_alignment()``, default 64) and its
@@ -57,21 +57,21 @@ def slab_plan(layer: RNNLayer, k: int) -> Plan:
     """The state-dict keys of slab ``k`` of ``layer`` in ``torch.nn`` naming and order
     (``weight_ih, weight_hh, bias_ih, bias_hh, weight_hr`` per direction; ``torch/nn/modules/rnn.py``)."""
     out: Plan = []
+    cell = is_cell(layer)
     for d in range(layer.num_directions):
-        sfx = "" if is_cell(layer) else f"_l{k}" + ("_reverse" if d else "")
-        out += [(f"{layer.name}.weight_ih{sfx}", d, "w_ih"), (f"{layer.name}.weight_hh{sfx}", d, "w_hh")]
-        if layer.bias:
-            out += [(f"{layer.name}.bias_ih{sfx}", d, "b_ih"), (f"{layer.name}.bias_hh{sfx}", d, "b_hh")]
-        if layer.proj_size:
-            out.append((f"{layer.name}.weight_hr{sfx}", d, "w_hr"))
+        for stem, fld in naming.PARAMS:
+            if (fld in ("b_ih", "b_hh") and not layer.bias) or (fld == "w_hr" and not layer.proj_size):
+                continue
+            out.append((naming.param_key(layer.name, stem, k, d, cell), d, fld))
     return out
 
 
 def slab_items(layer: RNNLayer, k: int, dirs: list[DirectionParams]) -> list[tuple[str, np.ndarray]]:
     """The state-dict entries of slab ``k`` (loaded ``dirs``): torch's gate order is the canonical one
-    (``gates.TABLE[('torch', cell)]``), so each array is the canonical one made C-contiguous; a TF1
-    ``forget_bias`` is folded into ``b_ih`` (one rounding)."""
-    one = fold_forget_bias(layer.one_slab(k, dirs))
+    (``gates.TABLE[('torch', cell)]``), so each array is the canonical one made C-contiguous. ``dirs`` has
+    no run-time ``forget_bias`` left: the engine folded it (``FormatSpec.forget_bias``), or
+    :func:`rnnconvert.formats.torch.torch_pt.state_dict` did."""
+    one = layer.one_slab(k, dirs)
     cv = gates.convention("torch", layer.cell)
     out = []
     for key, d, fld in slab_plan(layer, k):

@@ -76,11 +76,17 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
 
 
 def state_dict(ckpt: Checkpoint) -> dict[str, np.ndarray]:
-    """The numpy state dict of ``ckpt`` (RNN layers in torch naming, then the carried tensors)."""
+    """The numpy state dict of ``ckpt`` (RNN layers in torch naming, then the carried tensors): what
+    ``torch.nn`` runs for any canonical layer, so a run-time ``forget_bias`` (which torch.nn lacks) is folded
+    into ``b_ih`` first (:func:`rnnconvert.core.transforms.fold_forget_bias`, one rounding), as the engine
+    folds it before the ``.pt`` writer (``FormatSpec.forget_bias``); used by the runtimes, not the writer."""
+    from ...core.transforms import fold_forget_bias
+
     out: dict[str, np.ndarray] = {}
     for i, layer in enumerate(ckpt.layers):
         for k in range(layer.num_layers):
-            out.update(pt_writer.slab_items(layer, k, ckpt.slab(i, k)))
+            one = fold_forget_bias(layer.one_slab(k, ckpt.slab(i, k)))
+            out.update(pt_writer.slab_items(layer, k, one.params[0]))
     for key, arr in ckpt.tensors.items():
         if key in out:
             raise FormatError(f"tensor name '{key}' is used twice")
@@ -102,10 +108,8 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     open(path, 'wb'))`` writes (root folder ``archive``), one slab at a time; returns one line per layer
     naming its module.
 
-    Raises:
-        UnsupportedError: see :func:`check`.
+    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
-    check(ckpt)
     return stream.stream_write(open_stream(ckpt, path), ckpt)
 
 
@@ -122,7 +126,7 @@ def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
     prefix = layer.name + "."
     sub = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
     if naming.is_cell(layer):  # nn.LSTMCell keys load into the equivalent one-layer nn.LSTM
-        sub = {f"{k}_l0": v for k, v in sub.items()}
+        sub = {k + naming.suffix(0, 0): v for k, v in sub.items()}
     first = next(iter(sub.values()))
     mod = mod.to(first.dtype)
     mod.load_state_dict(sub, strict=True, assign=assign)
@@ -132,11 +136,9 @@ def build_module(layer: RNNLayer, sd: dict[str, Any], *, assign: bool = False):
 def modules(ckpt: Checkpoint) -> dict[str, Any]:
     """Ready ``torch.nn`` modules for every layer of ``ckpt``, by layer name (eval mode, batch_first).
 
-    Raises:
-        UnsupportedError: a layer torch cannot express (see :func:`check`).
+    Assumes :func:`check` passed (:func:`rnnconvert.api.torch_modules` calls it).
     """
     torch = require("torch", "torch")
-    check(ckpt)
     sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict(ckpt).items()}
     return {layer.name: build_module(layer, sd) for layer in ckpt.layers}
 
@@ -272,8 +274,6 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
     return run_slab(ckpt.layer(name), k, sd.__getitem__, x)
 
 
-#: ``<prefix>.weight_ih_l{k}[_reverse]`` (nn.LSTM/GRU/RNN) or ``<prefix>.weight_ih`` (nn.LSTMCell/GRUCell/RNNCell).
-_KEY = re.compile(r"^(?:(?P<prefix>.*)\.)?weight_ih(?:_l(?P<k>\d+)(?P<rev>_reverse)?)?$")
 #: Keys under which training scripts commonly nest the state dict (checked in this order).
 WRAPPERS = ("state_dict", "model_state_dict", "model_state", "model", "net", "network", "module", "weights")
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # pickled torch magic number
@@ -298,7 +298,7 @@ def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndar
 def unwrap(obj: Any) -> Any:
     """The state dict inside a training checkpoint: ``obj[w]`` for the first wrapper key ``w`` in
     :data:`WRAPPERS` that holds a dict, when ``obj`` itself has no recurrent keys at its top level."""
-    if isinstance(obj, dict) and not any(isinstance(k, str) and _KEY.match(k) for k in obj):
+    if isinstance(obj, dict) and not any(isinstance(k, str) and naming.FIRST_KEY.match(k) for k in obj):
         for w in WRAPPERS:
             if isinstance(obj.get(w), dict):
                 return unwrap(obj[w])
@@ -308,7 +308,7 @@ def unwrap(obj: Any) -> Any:
 def has_torch_names(sd: dict[str, Any]) -> bool:
     """Whether any key of ``sd`` is a ``torch.nn`` recurrent key (``*.weight_ih_l{k}`` or ``*.weight_ih``);
     readers send files without one to the foreign-name table (:mod:`rnnconvert.core.names`)."""
-    return any(isinstance(k, str) and _KEY.match(k) for k in sd)
+    return any(isinstance(k, str) and naming.FIRST_KEY.match(k) for k in sd)
 
 
 def _foreign(sd: dict[str, Any], where: str, nonlinearity: str, map: Any, container: str | None = None) -> Checkpoint:
@@ -360,7 +360,7 @@ def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
     groups: dict[str, set[tuple[int, bool]]] = {}
     cells: set[str] = set()
     for key in sd:
-        m = _KEY.match(key)
+        m = naming.FIRST_KEY.match(key)
         if m:
             prefix = m.group("prefix") or ""
             if m.group("k") is None:
@@ -376,8 +376,9 @@ def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
         is_cell = prefix in cells
         nl = 1 + max(k for k, _ in found)
         bidi = any(r for _, r in found)
-        s0 = "" if is_cell else "_l0"
-        w_hh0, w_hr0 = sd.get(f"{pre}weight_hh{s0}"), sd.get(f"{pre}weight_hr{s0}")
+        s0 = naming.suffix(0, 0, is_cell)
+        w_hh0 = sd.get(naming.param_key(prefix, "weight_hh", 0, 0, is_cell))
+        w_hr0 = sd.get(naming.param_key(prefix, "weight_hr", 0, 0, is_cell))
         if w_hh0 is None:
             raise FormatError(f"{where}: '{pre}weight_ih{s0}' has no matching weight_hh{s0}")
         H = w_hr0.shape[1] if w_hr0 is not None else w_hh0.shape[1]
@@ -385,13 +386,12 @@ def _group(sd: dict[str, np.ndarray], where: str, fmt: str, nonlinearity: str):
         cell = {4: Cell.LSTM, 3: Cell.GRU, 1: Cell.RNN_RELU if nonlinearity == "relu" else Cell.RNN_TANH}.get(G)
         if cell is None or G * H != w_hh0.shape[0]:
             raise FormatError(f"{where}: '{pre}weight_hh{s0}' of shape {tuple(w_hh0.shape)} fits no LSTM/GRU/RNN")
-        has_bias = f"{pre}bias_ih{s0}" in sd
+        has_bias = naming.param_key(prefix, "bias_ih", 0, 0, is_cell) in sd
         params, lkeys = [], []
         for k in range(nl):
             row, rkeys = [], []
             for rev in ([False, True] if bidi else [False]):
-                sfx = "" if is_cell else f"_l{k}" + ("_reverse" if rev else "")
-                names = [f"{pre}{n}{sfx}" for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")]
+                names = [naming.param_key(prefix, stem, k, rev, is_cell) for stem, _ in naming.PARAMS]
                 a = [sd.get(n) for n in names]
                 if a[0] is None or a[1] is None:
                     raise FormatError(f"{where}: missing {names[0]} or {names[1]}")

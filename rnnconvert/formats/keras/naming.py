@@ -1,0 +1,124 @@
+"""Keras naming: the class names of recurrent layers and wrappers, the names and order of their weights
+in every Keras (1, 2, tf.keras / tf_keras, 3), and the gate convention each form stores. One table, read
+by the readers (:mod:`.interpreter`, :mod:`.keras3`, :mod:`.keras_whole`), the writers
+(:mod:`.keras_h5_write`, :mod:`.keras3`, :mod:`rnnconvert.formats.tf.tf2_writer`) and the config
+translation (:mod:`.keras_config`).
+
+Sources (``docs/LAYOUTS.md`` §§1-6): keras 1.2.2 ``keras/layers/recurrent.py`` (per-gate weights,
+``consume_less``); keras 2.x / tf_keras ``layers/rnn/lstm.py``, ``gru.py``, ``simple_rnn.py``,
+``cudnn_lstm.py``, ``cudnn_gru.py`` (``build``: ``kernel``, ``recurrent_kernel``, ``bias``), tf_keras
+``saving/legacy/hdf5_format.py`` (``weight_names``, ``preprocess_weights_for_loading``); keras 3.15
+``src/saving/saving_lib.py`` (``vars/N`` store, snake_case keys). Each fact is checked against the real
+framework in ``tests/test_keras_fixtures.py`` (files made by tf_keras / Keras 1 / Keras 2 through
+``fixtures/gen_keras.py``), ``tests/test_keras3.py`` (Keras 3) and ``tests/test_keras_h5_write.py``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...core import gates
+from ...core.model import Cell
+
+# --------------------------------------------------------------------------------------------
+# Weights
+# --------------------------------------------------------------------------------------------
+
+#: A recurrent layer's weights, in the order every Keras builds, saves and ``set_weights`` them (Keras 3:
+#: ``cell/vars/0, 1, 2``); ``bias`` absent with ``use_bias=False``.
+KERNEL, RECURRENT_KERNEL, BIAS = "kernel", "recurrent_kernel", "bias"
+WEIGHTS = (KERNEL, RECURRENT_KERNEL, BIAS)
+#: Dense and Embedding weights (non-recurrent tensors kept under PyTorch names by the readers).
+DENSE_WEIGHTS = ("kernel", "bias")
+EMBEDDING_WEIGHTS = ("embeddings",)
+
+
+def base_name(wname: str) -> str:
+    """The weight's own name from a stored weight name: ``'lstm/lstm_cell/kernel:0'`` -> ``'kernel'``."""
+    return wname.rsplit("/", 1)[-1].split(":")[0]
+
+
+#: Keras 1 ``consume_less='cpu'/'mem'`` LSTM/GRU: per gate ``<layer>_W_<g>``, ``<layer>_U_<g>``,
+#: ``<layer>_b_<g>`` (input, recurrent, bias), gates in this saved order (12 and 9 tensors).
+KERAS1_PARTS = ("W", "U", "b")
+KERAS1_GATES = {"LSTM": "icfo", "GRU": "zrh"}
+#: Keras 1 3-tensor layers (SimpleRNN, LSTM ``consume_less='gpu'``): ``<layer>_W``, ``<layer>_U``,
+#: ``<layer>_b``; Keras 1 Dense: ``<layer>_W``, ``<layer>_b``.
+KERAS1_RECURRENT = re.compile(r"(^|_)U$")
+KERAS1_DENSE = (re.compile(r"(^|_)W$"), re.compile(r"(^|_)b$"))
+
+
+def keras1_kind(bases: list[str]) -> str | None:
+    """``'LSTM'``/``'GRU'`` when the weights' base names are Keras 1's per-gate triples (all 12 / 9 of them
+    ending ``_W_<g>``/``_U_<g>``/``_b_<g>`` with the kind's gate letters), else ``None``."""
+    for kind, letters in KERAS1_GATES.items():
+        if len(bases) == 3 * len(letters) and all(re.search(rf"_[WUb]_[{letters}]$", b) for b in bases):
+            return kind
+    return None
+
+
+def keras1_part(base: str) -> str:
+    """``'W'``, ``'U'`` or ``'b'`` of a Keras 1 per-gate base name (``'lstm_1_W_i'`` -> ``'W'``)."""
+    return base[-3]
+
+
+# --------------------------------------------------------------------------------------------
+# Classes
+# --------------------------------------------------------------------------------------------
+
+#: Recurrent layer classes read (``*V1``: tf.keras 2.x's names of the TF1-style layers).
+RNN_CLASSES = {"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1", "CuDNNLSTMV1"}
+#: Class names read as another class's layer.
+CLASS_ALIASES = {"LSTMV1": "LSTM", "GRUV1": "GRU"}
+#: The Keras 2 class of each cell (the plain form; both simple-RNN activations are ``SimpleRNN``).
+KERAS_CLASS = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "SimpleRNN", Cell.RNN_RELU: "SimpleRNN"}
+#: The CuDNN form (tf_keras ``cudnn_lstm.py``/``cudnn_gru.py``: sigmoid/tanh, two biases; GRU reset-after).
+CUDNN_CLASS = {Cell.LSTM: "CuDNNLSTM", Cell.GRU: "CuDNNGRU"}
+#: CuDNN class -> the plain class that computes the same (GRU with ``reset_after=True``).
+CUDNN_TWIN = {"CuDNNLSTM": "LSTM", "CuDNNGRU": "GRU"}
+#: ``keras.layers.RNN(cell)``: cell class -> the layer read.
+CELL_CLASSES = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}
+#: Containers whose layers are read in turn, and the wrappers.
+CONTAINERS = ("Sequential", "Model", "Functional")
+BIDIRECTIONAL, TIME_DISTRIBUTED, RNN_WRAPPER = "Bidirectional", "TimeDistributed", "RNN"
+#: Weight-name prefixes of a Bidirectional's two layers (``forward_lstm/...``, ``backward_lstm/...``).
+FORWARD_PREFIX, BACKWARD_PREFIX = "forward_", "backward_"
+
+
+def class_name(cell: Cell, cudnn: bool = False) -> str:
+    """The Keras 2 class written for ``cell`` (``cudnn``: the CuDNN form; LSTM/GRU only)."""
+    return CUDNN_CLASS[cell] if cudnn else KERAS_CLASS[cell]
+
+
+# --------------------------------------------------------------------------------------------
+# Keras 3 weights store (keras 3.15 src/saving/saving_lib.py)
+# --------------------------------------------------------------------------------------------
+
+#: A layer's variables: datasets ``vars/0, vars/1, ...`` of its group (user name: ``@name`` of ``vars``).
+K3_VARS = "vars"
+#: An RNN layer's cell group, and a Bidirectional's two layer groups.
+K3_CELL, K3_FORWARD, K3_BACKWARD = "cell", "forward_layer", "backward_layer"
+#: Store key (snake_case class name, ``_N`` made unique) -> class.
+K3_STORE_CLASS = {"lstm": "LSTM", "gru": "GRU", "simple_rnn": "SimpleRNN", "bidirectional": "Bidirectional",
+                  "dense": "Dense", "embedding": "Embedding", "sequential": "Sequential",
+                  "functional": "Functional", "time_distributed": "TimeDistributed"}
+#: The cell's name in a recurrent layer's weight names (``lstm/lstm_cell/kernel``).
+CELL_NAME = {"LSTM": "lstm_cell", "GRU": "gru_cell", "SimpleRNN": "simple_rnn_cell"}
+
+
+# --------------------------------------------------------------------------------------------
+# Gate conventions (rnnconvert.core.gates.TABLE)
+# --------------------------------------------------------------------------------------------
+
+#: The stored forms: ``keras`` (Keras 2/3, tf.keras), ``keras1`` (Keras 1 per-gate tensors joined),
+#: ``keras_cudnn`` (CuDNNLSTM/CuDNNGRU kernels holding cuDNN's bytes).
+FORMS = ("keras", "keras1", "keras_cudnn")
+
+
+def convention(cell: Cell, reset_after: bool, form: str = "keras") -> gates.Convention:
+    """The :class:`~rnnconvert.core.gates.Convention` of a Keras layer's tensors: ``form`` (see
+    :data:`FORMS`), except a plain reset-after GRU, whose bias is ``(2, 3H)`` (``keras_ra``: row 0 input,
+    row 1 recurrent; tf_keras ``gru.py``). The one place this choice is made (readers and writers)."""
+    if form == "keras" and cell is Cell.GRU and reset_after:
+        return gates.convention("keras_ra", cell)
+    return gates.convention(form, cell)
