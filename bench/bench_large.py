@@ -139,7 +139,8 @@ def main() -> None:
                 written = out_size(dst)
                 if not args.no_verify_cmd:
                     # cp of SRC + DST (the bytes `verify` must read), then `rnnconvert verify SRC DST`
-                    cpds.append(timed(["sh", "-c", f"cp '{dst}' '{d}/cpd.tmp' && sync '{d}/cpd.tmp'"],
+                    # every file of DST (an ONNX model's external data beside it, a TF checkpoint's files)
+                    cpds.append(timed(["sh", "-c", f"mkdir '{d}/cpd.tmp' && cp -r '{dst}'* '{d}/cpd.tmp/' && sync"],
                                       args.cache)[0])
                     subprocess.run(["rm", "-rf", str(d / "cpd.tmp")], check=True)
                     vc = timed_rc([exe, "verify", str(src), str(dst), "--json"], args.cache)

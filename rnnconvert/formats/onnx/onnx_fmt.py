@@ -303,9 +303,11 @@ def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray)
 
     Returns the full output sequence ``(B, T, dirs*H)`` as float64, directions concatenated, forward
     first; ``go_backwards`` layers in processing order (as :func:`rnnconvert.core.reference.forward`).
-    Other layers' inputs are fed zeros (onnxruntime needs every graph input).
+    Only the nodes that ``{name}__out`` depends on run (the written graph pruned to that output: a
+    multi-layer model's other layers are neither loaded nor run); weights in external data stay in the
+    file, mapped by onnxruntime (:func:`_session`).
     """
-    return _run(_session(path), path, name, x)
+    return _run(_session(path, f"{name}__out"), path, name, x)
 
 
 def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
@@ -313,7 +315,7 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
     of layer ``name`` (its attributes and weight initializers, external data included, as written), alone
     in a one-node graph fed ``x`` ``(N, I)`` as ``N`` sequences of length 1 with ``initial_h`` (and
     ``initial_c``) ``(D, N, H)`` from ``states``. Returns ``[(Y_h[d], Y_c[d] or None)]`` per direction,
-    float64. Only that node's weights are loaded."""
+    float64. Only that node's weights are read: external data stays in the file, mapped by onnxruntime."""
     ort = require("onnxruntime", "onnx")
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
@@ -337,11 +339,12 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
     tensors = []
     for n in ins:
         if n in by_name:
-            t = onnx.TensorProto()
-            t.CopyFrom(by_name[n])
-            if uses_external_data(t):
-                load_external_data_for_tensor(t, str(Path(path).resolve().parent))
+            t = by_name[n]  # external data stays a reference: onnxruntime maps it (_options)
             if t.data_type == TensorProto.DOUBLE:  # onnxruntime's RNN kernels are float32 only (see _session)
+                t = onnx.TensorProto()
+                t.CopyFrom(by_name[n])
+                if uses_external_data(t):
+                    load_external_data_for_tensor(t, str(Path(path).resolve().parent))
                 t = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), n)
             tensors.append(t)
     dt = np.float16 if any(t.data_type == TensorProto.FLOAT16 for t in tensors) else np.float32
@@ -358,15 +361,15 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
         [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=tensors)
     m = helper.make_model(graph, opset_imports=model.opset_import)
     m.ir_version = model.ir_version
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(m.SerializeToString(), _options(path), providers=["CPUExecutionProvider"])
     got = sess.run(outs, feeds)
     return [(np.asarray(got[1][d], np.float64), np.asarray(got[2][d], np.float64) if lstm else None)
             for d in range(D)]
 
 
-#: One onnxruntime session, keyed by the file's identity: verification runs every layer of the same
-#: written model, and building a session loads all of its weights (GBs for large models).
-#: :func:`release` (called by :func:`rnnconvert.engine.verify.verify` when it is done) drops it.
+#: One onnxruntime session, keyed by the file's identity and the output it computes: verification runs
+#: one layer at a time, and a session maps (or, inline, holds) the weights it needs.
+#: :func:`release` (called by verification when it is done) drops it.
 _SESSION: dict[tuple, Any] = {}
 
 
@@ -375,26 +378,56 @@ def release() -> None:
     _SESSION.clear()
 
 
-def _session(path: str | Path):
+def _options(path: str | Path):
+    """Session options of verification's runs: no pre-packing (the LSTM/GRU kernels otherwise re-lay every
+    weight matrix for their GEMMs when the session is built: 8 s and a private copy of the weights for the 3
+    GB benchmark model; without it they read the weights as stored, at the same outputs,
+    docs/performance.md), and external data found beside ``path`` for a model given as bytes
+    (``session.model_external_initializers_file_folder_path``: onnxruntime maps the data file, no copy)."""
+    ort = require("onnxruntime", "onnx")
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.disable_prepacking", "1")
+    opts.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                  str(Path(path).resolve().parent))
+    return opts
+
+
+def pruned(model, outputs: list[str]):
+    """``model`` (an ``onnx.ModelProto``, external data not loaded) reduced to what ``outputs`` depend on:
+    the nodes on a path to them (walking the topologically sorted node list backwards), the initializers
+    and graph inputs those nodes read; external data references kept as they are."""
+    from onnx import helper
+
+    need, keep = set(outputs), []
+    for node in reversed(model.graph.node):
+        if any(o in need for o in node.output):
+            keep.append(node)
+            need.update(i for i in node.input if i)
+    keep.reverse()
+    inits = [t for t in model.graph.initializer if t.name in need]
+    names = {t.name for t in inits}
+    graph = helper.make_graph(keep, model.graph.name or "rnnconvert",
+                              [v for v in model.graph.input if v.name in need and v.name not in names],
+                              [v for v in model.graph.output if v.name in outputs], initializer=inits)
+    m = helper.make_model(graph, opset_imports=model.opset_import)
+    m.ir_version = model.ir_version
+    return m
+
+
+def _session(path: str | Path, output: str):
+    """A session computing graph output ``output`` of the written model (:func:`pruned`), cached."""
     ort = require("onnxruntime", "onnx")
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, numpy_helper
 
     st = Path(path).stat()
-    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns, output)
     if key in _SESSION:
         return _SESSION[key]
     _SESSION.clear()
     model = onnx.load(str(path), load_external_data=False)
-    opts = ort.SessionOptions()
-    # No pre-packing: the LSTM/GRU kernels otherwise re-lay every weight matrix for their GEMMs when the
-    # session is built (8 s and a private copy of the weights for the 3 GB benchmark model); without it
-    # they read the memory-mapped external data as it is, at the same outputs (docs/performance.md).
-    opts.add_session_config_entry("session.disable_prepacking", "1")
-    if not any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer):
-        # onnxruntime reads the file (and its external data) itself: no in-memory copies of the weights
-        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    else:
+    doubles = any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer)
+    if doubles:
         # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
         # run a float32 copy; the verification tolerance already allows for float32 evaluation.
         model = onnx.load(str(path))
@@ -403,7 +436,11 @@ def _session(path: str | Path):
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
         for v in list(model.graph.input) + list(model.graph.output):
             v.type.tensor_type.elem_type = TensorProto.FLOAT
-        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    small = pruned(model, [output])
+    if len(small.graph.node) == len(model.graph.node) and not doubles:  # nothing to prune: onnxruntime
+        sess = ort.InferenceSession(str(path), _options(path), providers=["CPUExecutionProvider"])  # reads the file
+    else:
+        sess = ort.InferenceSession(small.SerializeToString(), _options(path), providers=["CPUExecutionProvider"])
     _SESSION[key] = sess
     return sess
 
