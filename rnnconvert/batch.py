@@ -99,7 +99,7 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
     if not src_dir.is_dir():
         raise FormatError(f"{src_dir}: not a directory")
     fmt = registry.get(to)
-    ext = fmt.extensions[0]
+    ext = fmt.extensions[0] if fmt.extensions else ""  # a directory format (TF checkpoints): DST_DIR/<stem>/
     work, order = [], []
     results: dict[str, FileResult] = {}
     for p in candidates(src_dir):

@@ -172,3 +172,33 @@ def test_verify_device_cuda_without_gpu_is_a_clear_error(lstm_pt, tmp_path, caps
     assert main(["verify", str(lstm_pt), str(dst), "--device", "cuda"]) == 7
     err = capsys.readouterr().err
     assert "NVIDIA GPU" in err and err.count("\n") == 1
+
+
+def test_batch_to_a_directory_format_names_each_output_by_its_stem(tmp_path, capsys):
+    """``--to tf2_checkpoint`` (a format that is a directory, no extension): each file's output is the
+    directory ``OUT/<stem>`` (was an internal error: IndexError on the missing extension). TF restores it
+    (the TF2 writer's own tests: tests/test_tf_write.py); here, rnnconvert reads it back as the same layer."""
+    pytest.importorskip("tensorflow")
+    from rnnconvert import api
+
+    src = tmp_path / "in"
+    src.mkdir()
+    torch.save({f"a.{k}": v for k, v in torch_rnn("GRU", 3, 4).state_dict().items()}, src / "one.pt")
+    out = tmp_path / "out"
+    rc = main([str(src), str(out), "--to", "tf2_checkpoint", "--json"])
+    (res,) = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["status"] == "converted" and res["dst"].endswith("one")
+    assert (out / "one").is_dir()
+    assert api.load(out / "one").layers[0].cell.value == "GRU"
+
+
+def test_npz_without_class_name_to_keras3(tmp_path):
+    """An ``.npz`` rnnconvert wrote from a source without a Keras class name converts to ``.keras`` (was an
+    AttributeError in keras3.check on ``class_name = None``); Keras 3 itself loads the result."""
+    pytest.importorskip("keras")
+    from rnnconvert import api
+
+    torch.save({f"a.{k}": v for k, v in torch_rnn("LSTM", 3, 4).state_dict().items()}, tmp_path / "m.pt")
+    assert main([str(tmp_path / "m.pt"), str(tmp_path / "m.npz")]) == 0
+    rep = api.convert(tmp_path / "m.npz", tmp_path / "m.keras")
+    assert rep.verification.ok

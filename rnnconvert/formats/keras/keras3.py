@@ -413,7 +413,7 @@ def check(ckpt: Checkpoint, *, recurrent_only: bool = False, **_: Any) -> list[s
     if ckpt.tensors:
         notes.append(f"{len(ckpt.tensors)} non-recurrent tensors are not written; only the recurrent layers are")
     for layer in ckpt.layers:
-        if layer.source.get("class_name", "").startswith("CuDNN"):
+        if (layer.source.get("class_name") or "").startswith("CuDNN"):  # None: a layer read from .npz
             notes.append(f"{layer.name}: {layer.source['class_name']} becomes Keras 3 "
                          f"{'LSTM' if layer.cell is Cell.LSTM else 'GRU(reset_after=True)'} (runs on CPU and GPU)")
         if rescale_plan(layer) is not None:
