@@ -189,6 +189,27 @@ def _big(layer: RNNLayer) -> bool:
     return layer.params[0][0].w_ih.size + layer.params[0][0].w_hh.size > (1 << 22)
 
 
+#: The written file's tensors as loaded (memory-mapped) by :func:`load_state`, for one layer at a time, keyed
+#: by the file's identity and the layer: verification's sequence and one-step runs of a layer read the same
+#: pages, mapped once (a new mapping per run faulted every page in again); the next layer unmaps it, so the
+#: mapped pages counted in the process's memory stay one layer's. :func:`release` drops it.
+_STATE: dict[tuple, dict] = {}
+
+
+def _mapped(path: str | Path, layer: str) -> dict[str, Any]:
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns, layer)
+    if key not in _STATE:
+        _STATE.clear()
+        _STATE[key] = load_state(path)
+    return _STATE[key]
+
+
+def release() -> None:
+    """Drop the mapped tensors of the last written file verification ran (:func:`_mapped`)."""
+    _STATE.clear()
+
+
 def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
     """Build the ``torch.nn`` module of ``layer`` from torch tensors ``sd`` and run it on ``x``; float64 result."""
     torch = require("torch", "torch")
@@ -201,7 +222,7 @@ def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Run layer ``name`` of the written file ``path`` in torch on ``x`` ``(B, T, I)``; float64 result."""
-    return run_module(ckpt.layer(name), load_state(path), x)
+    return run_module(ckpt.layer(name), _mapped(path, name), x)
 
 
 def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
@@ -263,15 +284,14 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
     """Verification's one-step check: stacked layer ``k`` of layer ``name`` of the written file, loaded by
     ``torch.load`` into a one-layer ``torch.nn`` module, one step from each of the given states
     (:func:`run_step`)."""
-    one, sd = slab_state(ckpt.layer(name), k, load_state(path).__getitem__)
+    one, sd = slab_state(ckpt.layer(name), k, _mapped(path, name).__getitem__)
     return run_step(one, sd, x, states)
 
 
 def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
     """Stacked layer ``k`` of layer ``name`` of the written file alone, in torch (``torch.load`` with
     ``mmap=True``: only the slab's pages are read; they are unmapped when this returns)."""
-    sd = load_state(path)
-    return run_slab(ckpt.layer(name), k, sd.__getitem__, x)
+    return run_slab(ckpt.layer(name), k, _mapped(path, name).__getitem__, x)
 
 
 #: Keys under which training scripts commonly nest the state dict (checked in this order).
