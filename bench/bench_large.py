@@ -1,27 +1,26 @@
-"""Large-checkpoint benchmark (issue 7): run by hand after ``bench/gen_large.py``; results go in
+"""Large-checkpoint benchmark (issues 7 and #18): run by hand after ``bench/gen_large.py``; results go in
 docs/performance.md.
 
     .venv/bin/python bench/bench_large.py [--dir /tmp/rnnbench] [--dtypes f32,f16] [--cache cold|warm]
-                                          [--only h5-pt,pt-onnx,pt-safetensors,pt-npz,tf-pt,h5-npz,pt-h5]
-                                          [--repeat N]
+                                          [--only h5-pt,pt-onnx,tf-pt,pt-safetensors,pt-npz,h5-npz,pt-h5]
+                                          [--repeat N] [--no-verify-cmd] [--exe PATH] [--json-out F]
 
 For each conversion (``keras_<dt>.h5 -> .pt``, ``torch_<dt>.pt -> .onnx`` / ``.safetensors`` / ``.npz``,
-``tfckpt_<dt>/ -> .pt``)
-it measures, each in a fresh process writing beside the source (same disk):
+``tfckpt_<dt>/ -> .pt``; the default ``--only`` is issue #18's four) it measures, each in a fresh process
+writing beside the source (same disk), ``--repeat`` times alternating so that a burst of load hits all alike:
 
 * ``cp SRC X && sync X`` (rnnconvert fsyncs its output before the rename, so ``cp`` is synced too);
-* ``rnnconvert SRC DST --no-verify`` and ``rnnconvert SRC DST`` (verified): wall time and peak RSS
-  (``/usr/bin/time -v``, "Maximum resident set size"), and the verification seconds from ``--json``.
-  The time and memory targets are judged on the ``--no-verify`` run; the verified run's RSS is shown.
+* ``rnnconvert SRC DST --no-verify`` and ``rnnconvert SRC DST`` (the default, verified): wall time and peak
+  RSS (``/usr/bin/time -v``, "Maximum resident set size"), the verdict and the verification seconds from
+  ``--json``;
+* ``cp`` of every file of DST (an ONNX model's external data too), and ``rnnconvert verify SRC DST``
+  (its exit status is its verdict).
 
-``--cache cold`` drops the page cache (``sync; echo 3 > /proc/sys/vm/drop_caches``, needs root) before
-every timed command, so that each reads from disk; ``warm`` reads the source once first. The targets
-(issue 7): time <= 2x cp; peak RSS <= 1.25x the file size, and for streamed targets (safetensors,
-npz, HDF5) <= the largest layer + 20%; verification <= the conversion time (the verification seconds
-reported by the verified run, and the wall time it adds to the conversion). ``--repeat N`` runs ``cp``
-and the unverified conversion N times, alternating, and keeps the medians (the VM's disk is shared:
-single runs vary by 2-4x).
-Outputs are deleted after each row.
+Goals (issue #18), each against ``cp`` of the same file in the same run: the verified conversion at most
+1.5x ``cp`` with peak RSS at most 0.5x the file; ``--no-verify`` at most 1.2x ``cp``; ``verify SRC DST`` at
+most 1.2x ``cp`` of SRC plus ``cp`` of DST. ``--cache cold`` drops the page cache (``sync; echo 3 >
+/proc/sys/vm/drop_caches``, needs root) before every timed command; ``warm`` reads nothing first.
+``--exe``: the ``rnnconvert`` to time (default: this venv's). Outputs are deleted after each row.
 """
 
 from __future__ import annotations
