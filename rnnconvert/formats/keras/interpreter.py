@@ -43,7 +43,7 @@ _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tan
 
 class TensorSource(Protocol):
     """Where the stored tensors of a :class:`LayerEntry` with ``locations`` are read from (the container:
-    an open HDF5 file, :class:`.keras_h5.Hdf5Tensors`; a TF2 checkpoint, :class:`.keras_h5.ReloadedTensors`)."""
+    an open HDF5 file, :class:`.keras_h5.Hdf5Tensors`; a TF2 checkpoint, ``tf_checkpoint.BundleTensors``)."""
 
     def value(self, location: str) -> np.ndarray:
         """The tensor at ``location``, read now (a non-recurrent tensor, kept in ``ckpt.tensors``: NaN/Inf

@@ -35,7 +35,7 @@ always sigmoid/tanh.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -169,17 +169,19 @@ def _read_concat(path: str, locations: tuple[str, ...], out: np.ndarray | None =
 
 
 class LazyRaw(Mapping):
-    """A direction's Keras tensors as stored in the file (``kernel``, ``recurrent_kernel``, ``bias``),
-    re-read from the HDF5 file on each access instead of held in memory (or with ``load(path,
-    location)``: the TF2 checkpoint reader keeps checkpoint keys as locations).
+    """A direction's Keras tensors as stored in the HDF5 file (``kernel``, ``recurrent_kernel``, ``bias``),
+    re-read from the file on each access instead of held in memory: a plain record of the file and the
+    datasets' locations (``joined``: Keras 1 per-gate datasets, a tuple of locations per key, read and
+    joined by :func:`_read_concat`), no reading function stored (the TF2 checkpoint reader's counterpart is
+    ``tf_checkpoint.BundleRaw``).
 
-    The reader keeps only the canonical copy of the weights; verification (``--verify framework``)
-    reads the file's own tensors again through this mapping. Holding both would double the memory of
-    a multi-GB checkpoint (docs/performance.md, "Large checkpoints").
+    The reader keeps only the canonical copy of the weights; verification reads the file's own tensors
+    again through this mapping. Holding both would double the memory of a multi-GB checkpoint
+    (docs/performance.md, "Large checkpoints").
     """
 
-    def __init__(self, path: str, locations: dict[str, str], load: Callable[[str, str], np.ndarray] | None = None):
-        self.path, self.locations, self.load = path, dict(locations), load
+    def __init__(self, path: str, locations: dict[str, Any], joined: bool = False):
+        self.path, self.locations, self.joined = path, dict(locations), joined
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self.read(key)
@@ -191,8 +193,8 @@ class LazyRaw(Mapping):
         import h5py
 
         loc = self.locations[key]
-        if self.load is not None:  # another container of Keras tensors (TF2 checkpoints: tf_checkpoint.lazy_get)
-            return self.load(self.path, loc, out)
+        if self.joined:
+            return _read_concat(self.path, loc)
         with h5py.File(self.path, "r") as f:
             ds = f[loc]
             offset = plain_offset(ds)
@@ -224,25 +226,7 @@ class Hdf5Tensors:
 
     def stored(self, locations: Mapping[str, Any]) -> LazyRaw:
         joined = any(isinstance(v, tuple) for v in locations.values())
-        return LazyRaw(self.path, dict(locations), _read_concat if joined else None)
-
-
-class ReloadedTensors:
-    """The :class:`~.interpreter.TensorSource` of another container of Keras tensors read by
-    ``load(path, location, out=None)`` (TF2 checkpoints: ``tf_checkpoint.lazy_get``, keys as locations):
-    stored tensors as :class:`LazyRaw` through ``load``; Keras 1 per-gate tensors are not re-read (``None``)."""
-
-    def __init__(self, path: str, load: Callable[..., np.ndarray]):
-        self.path, self.load = path, load
-
-    def value(self, location: str) -> np.ndarray:
-        return self.load(self.path, location)
-
-    def stored(self, locations: Mapping[str, Any]) -> LazyRaw | None:
-        if any(isinstance(v, tuple) for v in locations.values()):
-            return None
-        return LazyRaw(self.path, dict(locations), self.load)
-
+        return LazyRaw(self.path, dict(locations), joined)
 
 
 def plain_offset(src: Any) -> int | None:

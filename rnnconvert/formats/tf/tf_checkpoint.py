@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -271,7 +272,6 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     are; else ``get``) and converts them as the eager reader does (``interpreter.convert_direction``); other tensors
     (Dense) are read now."""
     from ..keras.interpreter import LayerEntry, Interpreter
-    from ..keras.keras_h5 import ReloadedTensors
 
     by_path = {n: k for k, n in names.items()}
     keys = sorted(n for n in by_path if n.split("/")[0].startswith("layer"))
@@ -280,7 +280,7 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     for k in keys:
         groups[k.split("/")[0]].append(k)
     # the Keras tensors are re-read for verification (through lazy_get), not kept beside the canonical copy
-    kr = Interpreter(str(path), "2.4.0", gate_activation, ReloadedTensors(str(path), lazy_get))
+    kr = Interpreter(str(path), "2.4.0", gate_activation, BundleTensors(str(path)))
     # "2.4.0" only selects the TF2 Keras defaults (sigmoid gates, reset_after); the file names no Keras version
     kr.ckpt.meta.pop("keras_version", None)
     kr.ckpt = replace(kr.ckpt, format="tf_checkpoint")
@@ -327,9 +327,47 @@ class KerasBundleSlabs:
         pass
 
 
+class BundleRaw(Mapping):
+    """A direction's Keras tensors in a TF2 object checkpoint, re-read on access by :func:`lazy_get`: a plain
+    record of the checkpoint and the variables' keys (the HDF5 counterpart: ``keras_h5.LazyRaw``), no
+    reading function stored; verification reads them (``read(key, out)``)."""
+
+    def __init__(self, path: str, locations: dict[str, str]):
+        self.path, self.locations = path, dict(locations)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.read(key)
+
+    def read(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
+        return lazy_get(self.path, self.locations[key], out)
+
+    def __iter__(self):
+        return iter(self.locations)
+
+    def __len__(self) -> int:
+        return len(self.locations)
+
+
+class BundleTensors:
+    """The Keras interpreter's tensor source (``interpreter.TensorSource``) of a TF2 object checkpoint:
+    values read now by :func:`lazy_get`, stored tensors as :class:`BundleRaw` (checkpoint keys as
+    locations); Keras 1 per-gate tensors are not re-read (``None``)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def value(self, location: str) -> np.ndarray:
+        return lazy_get(self.path, location)
+
+    def stored(self, locations) -> BundleRaw | None:
+        if any(isinstance(v, tuple) for v in locations.values()):
+            return None
+        return BundleRaw(self.path, dict(locations))
+
+
 def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
     """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
-    :class:`rnnconvert.formats.keras.keras_h5.LazyRaw`): large plain tensors memory-mapped
+    :class:`BundleRaw`): large plain tensors memory-mapped
     (:meth:`.tf_bundle.BundleReader.mapped`), others read into ``out`` when the bundle reader can, NaN/Inf
     refused as in :func:`read`."""
     pre = prefix_of(path)
