@@ -506,6 +506,15 @@ class StreamedVerification:
         if st and st["ratio"] > 1.0:
             c.verdict, c.reason = "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
                                            f"float bound allows {st['bound']:.3g} ({st['where']})")
+        elif seq_err > seq_tol and st and seq_err <= rho * seq_scale:
+            # every step passed its bound, and the sequences part by less than a layout slip moves them: the
+            # tolerance's float32 term (one float32 run's spread) is an estimate, not a bound, and a target's
+            # own float32 rounding along the sequence can exceed it on wide-range inputs (a torch GRU on
+            # N(0, 1) x 1000 inputs: 1.6e-5 against 1.3e-5, outputs of scale 1): cannot decide
+            c.verdict, c.reason = "inconclusive", (
+                f"the first {T} steps as a sequence differ by {seq_err:.3g}, above the tolerance {seq_tol:.3g} "
+                f"but within {rho:.3g} of the output's scale ({seq_scale:.3g}) while every step passed its "
+                f"bound: float32 rounding along the sequence could explain it")
         elif seq_err > seq_tol:
             c.verdict, c.reason = "fail", (f"the first {T} steps as a sequence differ by {seq_err:.3g} "
                                            f"(tolerance {seq_tol:.3g})")
