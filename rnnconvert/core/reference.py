@@ -141,8 +141,7 @@ def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
 
 
 def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool,
-               init: tuple | None = None, record: dict | None = None,
-               hh0: np.ndarray | None = None) -> list[np.ndarray]:
+               init: tuple | None = None, record: dict | None = None) -> list[np.ndarray]:
     """Run one direction (params ``p``) over each input of ``xs`` (``(B, T, I_k)``, one per dtype, each
     computed in its own dtype) in lockstep, so that every product
     reads the weights once for all dtypes (:func:`products`); returns the ``(B, T, out)`` outputs in input
@@ -151,9 +150,7 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     ``init``: ``(h0, c0)`` initial states ``(B, out)``, ``(B, H)`` (``c0`` None for GRU/RNN) instead of zeros.
     ``record``: a dict that receives, for the first input of ``xs``, ``'h'`` ``(B, T, out)`` and ``'c'``
     ``(B, T, H)`` (LSTM) -- the state *before* each step, in input time order -- and ``'c_last'`` the final
-    cell state (the trajectory that :func:`rnnconvert.engine.verify` takes its one-step checks from).
-    ``hh0``: ``h0 @ W_hh.T`` ``(B, G*H)`` of the one input (with ``init``), already computed in its dtype, used
-    for the first step instead of reading ``W_hh`` again (:func:`step_with_bound`)."""
+    cell state (the trajectory that :func:`rnnconvert.engine.verify` takes its one-step checks from)."""
     dts = [x.dtype for x in xs]
     cast = lambda a: [None if a is None else np.asarray(a, dtype=dt) for dt in dts]  # noqa: E731
     b_ih, b_hh, w_hr, peep = map(cast, (p.b_ih, p.b_hh, p.w_hr, p.peep))
@@ -164,8 +161,6 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
         step, zeros without reading it (``0 * w`` is exactly 0 for the finite weights readers admit)."""
         if fresh:
             return [np.zeros((v.shape[0], w_hh[rows].shape[0]), v.dtype) for v in vs]
-        if given and rows == slice(None):
-            return [hh0]
         return [o.T for o in products(w_hh[rows], [v.T for v in vs])]
 
     s = layer.semantics
@@ -189,7 +184,6 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for n_step, t in enumerate(steps):
         fresh = n_step == 0 and init is None
-        given = n_step == 0 and hh0 is not None
         if record is not None:
             record["h"][:, t] = h[0]
             if cell is Cell.LSTM:
@@ -312,14 +306,12 @@ def trajectory_multi(layer: RNNLayer, dirs: list[DirectionParams],
 
 
 def step(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
-         dtype=np.float64, hh: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+         dtype=np.float64) -> tuple[np.ndarray, np.ndarray | None]:
     """One step of one direction for ``N`` independent rows: input ``x`` ``(N, I_k)``, states ``h0`` ``(N, out)``,
     ``c0`` ``(N, H)`` (LSTM; else None). Returns ``(h1, c1)`` in ``dtype`` (``c1`` None but for LSTM). The
-    equations of :func:`forward` (module docstring), time direction irrelevant for one step. ``hh``: the
-    product ``h0 @ W_hh.T`` ``(N, G*H)`` in ``dtype`` when the caller has it (:func:`step_with_bound`)."""
+    equations of :func:`forward` (module docstring), time direction irrelevant for one step."""
     rec: dict = {}
-    y = _direction(layer, p, [np.asarray(x, dtype)[:, None, :]], False,
-                   init=(h0, c0), record=rec, hh0=hh)[0]
+    y = _direction(layer, p, [np.asarray(x, dtype)[:, None, :]], False, init=(h0, c0), record=rec)[0]
     return y[:, 0], rec["c_last"]
 
 
@@ -565,10 +557,7 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
     n = slice(None) if rows is None else rows
     h0, c0 = np.asarray(h0[n], np.float64), None if c0 is None else np.asarray(c0[n], np.float64)
     (zx, ax), (zh, ah) = ((a[n], b[n]) for a, b in (parts["xx"], parts["hh"]))
-    f64 = np.float64
-    zero = np.zeros(p.w_ih.shape[0], f64)
-    b_ih = zero if p.b_ih is None else np.asarray(p.b_ih, f64)
-    b_hh = zero if p.b_hh is None else np.asarray(p.b_hh, f64)
+    b_ih, b_hh = p.b_ih, p.b_hh  # None (no bias) stays None: _step_terms reads it as zeros
     dh, dc, h1, c1 = _step_terms(layer, p, h0, c0, zx, ax, zh, ah, b_ih, b_hh, u, u_acc)
     letters = CANONICAL[cell]
     for a_i, ga in enumerate(letters):
@@ -580,7 +569,7 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
                 sw = {k: (what in (k, "all")) for k in ("W_ih", "W_hh", "bias")}
                 args = (zx[:, order] if sw["W_ih"] else zx, ax[:, order] if sw["W_ih"] else ax,
                         zh[:, order] if sw["W_hh"] else zh, ah[:, order] if sw["W_hh"] else ah,
-                        b_ih[order] if sw["bias"] else b_ih, b_hh[order] if sw["bias"] else b_hh)
+                        *(b[order] if sw["bias"] and b is not None else b for b in (b_ih, b_hh)))
                 mdh, mdc, mh1, mc1 = _step_terms(layer, p, h0, c0, *args, u, u_acc)
                 caught = bool((np.abs(mh1 - h1) > dh + mdh).any())
                 if not caught and c1 is not None:

@@ -141,8 +141,8 @@ class _Behind:
 def writer_view(ckpt: Checkpoint, forget_bias: str) -> Checkpoint:
     """``ckpt`` as a writer with ``FormatSpec.forget_bias == forget_bias`` takes it: for ``"fold"``, every
     LSTM layer with a run-time ``forget_bias`` has it folded into ``b_ih[f]`` and ``forget_bias`` 0 (an
-    eager checkpoint: all its parameters; a lazy one: the layers' semantics, and each slab as its loader
-    reads it: :class:`FoldedSlabs`); for ``"keep"``, ``ckpt`` itself. ``ckpt`` is never changed. A streamed conversion, whose
+    eager checkpoint: all its parameters; a lazy one: the layers' semantics, and each slab as it is
+    read: :class:`FoldedSlabs`); for ``"keep"``, ``ckpt`` itself. ``ckpt`` is never changed. A streamed conversion, whose
     verification must see each slab as read, opens the writer on this view but feeds it the slabs of
     ``ckpt`` through :class:`FoldingWriter`."""
     from dataclasses import replace
@@ -159,6 +159,14 @@ def writer_view(ckpt: Checkpoint, forget_bias: str) -> Checkpoint:
                                  for layer in ckpt.layers], source=FoldedSlabs(ckpt))
 
 
+def folded_slab(layer, k: int, dirs: list[DirectionParams]) -> list[DirectionParams]:
+    """Slab ``k`` of ``layer`` (its directions ``dirs``, as read) with a run-time ``forget_bias`` folded into
+    ``b_ih[f]`` (:func:`rnnconvert.core.transforms.fold_forget_bias`); ``dirs`` itself when there is none."""
+    from ..core.transforms import fold_forget_bias
+
+    return fold_forget_bias(layer.one_slab(k, dirs)).params[0] if layer.semantics.forget_bias else dirs
+
+
 class FoldedSlabs:
     """A :class:`~rnnconvert.core.model.SlabSource`: the slabs of the lazy ``ckpt`` with a run-time
     ``forget_bias`` folded into ``b_ih[f]`` (:func:`writer_view`); releases go to ``ckpt``'s own source."""
@@ -167,10 +175,7 @@ class FoldedSlabs:
         self.ckpt = ckpt
 
     def read(self, i: int, k: int) -> list[DirectionParams]:
-        from ..core.transforms import fold_forget_bias
-
-        layer, dirs = self.ckpt.layers[i], self.ckpt.slab(i, k)
-        return fold_forget_bias(layer.one_slab(k, dirs)).params[0] if layer.semantics.forget_bias else dirs
+        return folded_slab(self.ckpt.layers[i], k, self.ckpt.slab(i, k))
 
     def release(self, i: int, k: int) -> None:
         self.ckpt.release(i, k)
@@ -190,12 +195,7 @@ class FoldingWriter:
         self.WRITE_BEHIND = bool(getattr(writer, "WRITE_BEHIND", False))
 
     def write_slab(self, i: int, k: int, dirs: list[DirectionParams]) -> None:
-        from ..core.transforms import fold_forget_bias
-
-        layer = self.ckpt.layers[i]
-        if layer.semantics.forget_bias:
-            dirs = fold_forget_bias(layer.one_slab(k, dirs)).params[0]
-        self.writer.write_slab(i, k, dirs)
+        self.writer.write_slab(i, k, folded_slab(self.ckpt.layers[i], k, dirs))
 
     def close(self) -> list[str]:
         return self.writer.close()

@@ -233,7 +233,7 @@ def _one_blas_thread(fn):
 
 def _loose(exact, bound) -> float:
     """The largest element of a one-step bound as a fraction of its output's scale (``h_1``, then ``c_1``):
-    what :meth:`StreamedVerification.judge` compares with :func:`fraction`."""
+    what :meth:`StreamedVerification.judge` compares with :func:`fraction` (source side and target side alike)."""
     return max(float(bd.max()) / max(float(np.abs(ev).max()), 1e-300)
                for ev, bd in zip(exact, bound) if ev is not None)
 
@@ -421,6 +421,7 @@ class StreamedVerification:
                 return {}, why
             note = note or why
             for d, ((h0, c0), (h1, c1), (dh, dc)), (th, tc) in zip(range(len(entries)), entries, got):
+                worst["loose"] = max(worst["loose"], _loose((h1, c1), (dh, dc)))
                 pairs = [(th, h1, dh, "h")] + ([] if c1 is None else [(tc, c1, dc, "c")])
                 for tv, ev, bd, what in pairs:
                     tv = np.asarray(tv, np.float64)
@@ -437,7 +438,6 @@ class StreamedVerification:
                                      where=f"stacked layer {k}, direction {d}, {what}, {at}")
                     worst["err"] = max(worst["err"], float(np.nanmax(np.abs(tv - ev))))
                     worst["tol"] = max(worst["tol"], float(bd.max()))
-                    worst["loose"] = max(worst["loose"], float(bd.max()) / max(scale, 1e-300))
                     worst["scale"] = max(worst["scale"], scale)
                     worst["n"] += ev.shape[0] - reference.N_PROBES if what == "h" else 0
         return worst, note

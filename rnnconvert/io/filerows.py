@@ -15,6 +15,16 @@ import os
 
 import numpy as np
 
+def identity(path) -> tuple:
+    """``(resolved path, inode, size, modification time in ns)`` of the file at ``path``: the key of a cache of
+    something derived from the file (a format's dialect, a verification session or mapping), which a file
+    rewritten or replaced in place no longer matches."""
+    from pathlib import Path
+
+    st = Path(path).stat()
+    return str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns
+
+
 #: Bytes per ``read`` call of :func:`read_exact` (on the benchmark VM one 128 MB ``read`` into a buffer
 #: took longer than 1 MiB pieces).
 READ_CHUNK = 1 << 20

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ...io import budget, guard
+from ...io import budget, filerows, guard
 from ...errors import FormatError
 from ...core.model import Checkpoint, DirectionParams, placeholder
 from .interpreter import DirSpec, Interpreter, LayerEntry, convert_direction, index_configs
@@ -234,7 +234,6 @@ def plain_offset(src: Any) -> int | None:
     native byte order, default file driver; ``H5Dget_offset``), else ``None``."""
     import h5py
 
-    from ...io import filerows
 
     if not isinstance(src, h5py.Dataset) or src.ndim != 2 or src.chunks is not None or src.compression is not None:
         return None
@@ -251,7 +250,6 @@ def plain_offset(src: Any) -> int | None:
 def _direct(src: Any) -> Any:
     """``src``, or for a plain dataset (:func:`plain_offset`) a :class:`.filerows.FileRows` reading its bytes
     straight from the file (io/filerows.py: about half the kernel time of h5py's ``read_direct``)."""
-    from ...io import filerows
 
     offset = plain_offset(src)
     if offset is None:
@@ -286,8 +284,7 @@ def hdf5_dialect(path: str | Path) -> str:
     file even while opening it); cached per path, size and modification time, so that format detection
     forks once per file. A file the child cannot finish with is ``'damaged:<reason>'``.
     """
-    st = Path(path).stat()
-    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    key = filerows.identity(path)
     if key not in _DIALECTS:
         try:
             _DIALECTS[key] = guard.isolated(_dialect_in_child, (str(path),), path, "HDF5")

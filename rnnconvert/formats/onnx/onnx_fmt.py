@@ -33,7 +33,7 @@ import numpy as np
 
 from ...core import gates
 from ...engine import refusal
-from ...io import directio
+from ...io import directio, filerows
 from ...errors import FormatError, OutputExistsError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
 from .onnx_read import META_KEY, read  # noqa: F401  (the reader lives in its own module)
@@ -420,8 +420,7 @@ def _session(path: str | Path, output: str):
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, numpy_helper
 
-    st = Path(path).stat()
-    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns, output)
+    key = (*filerows.identity(path), output)
     if key in _SESSION:
         return _SESSION[key]
     _SESSION.clear()

@@ -44,7 +44,6 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from ...io import guard
 from ...errors import FormatError, RNNConvertError, require
 from ...core.finite import all_finite
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, placeholder
+from ..keras.keras_h5 import LazyRaw
 from . import tf_bundle
 from . import naming
 from .naming import ATTR, CELL_SCOPES, CUDNN_SCOPES, OPAQUE_KERNEL, SLOTS
@@ -327,25 +327,13 @@ class KerasBundleSlabs:
         pass
 
 
-class BundleRaw(Mapping):
-    """A direction's Keras tensors in a TF2 object checkpoint, re-read on access by :func:`lazy_get`: a plain
-    record of the checkpoint and the variables' keys (the HDF5 counterpart: ``keras_h5.LazyRaw``), no
-    reading function stored; verification reads them (``read(key, out)``)."""
-
-    def __init__(self, path: str, locations: dict[str, str]):
-        self.path, self.locations = path, dict(locations)
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.read(key)
+class BundleRaw(LazyRaw):
+    """A direction's Keras tensors in a TF2 object checkpoint, re-read on access by :func:`lazy_get`: the
+    HDF5 record (``keras_h5.LazyRaw``: path and locations, no reading function stored) with checkpoint keys
+    as locations."""
 
     def read(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
         return lazy_get(self.path, self.locations[key], out)
-
-    def __iter__(self):
-        return iter(self.locations)
-
-    def __len__(self) -> int:
-        return len(self.locations)
 
 
 class BundleTensors:

@@ -24,6 +24,7 @@ import numpy as np
 from ...core import gates
 from ...engine import refusal, stream
 from ...errors import FormatError, require
+from ...io import filerows
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder, placeholder
 from . import naming, pt_writer
 from .naming import describe_module, module_args  # noqa: F401  (part of this module's API)
@@ -197,8 +198,7 @@ _STATE: dict[tuple, dict] = {}
 
 
 def _mapped(path: str | Path, layer: str) -> dict[str, Any]:
-    st = Path(path).stat()
-    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns, layer)
+    key = (*filerows.identity(path), layer)
     if key not in _STATE:
         _STATE.clear()
         _STATE[key] = load_state(path)
