@@ -427,7 +427,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         rc = app(args=args, prog_name="rnnconvert", standalone_mode=False)
-        if signals.received is not None:  # typer turned the interruption into a plain 130
+        # typer turned the interruption into a plain 130; a command that returned 0 was not interrupted
+        # (the handler's exception was swallowed where Python ignores exceptions, e.g. a fork hook, and the
+        # work went on to its end: its output is in place, so no "no output was written")
+        if signals.received is not None and rc:
             raise signals.Interrupted(signals.received)
         if isinstance(rc, int) and rc:
             return rc
@@ -485,4 +488,8 @@ def run() -> None:  # console_scripts entry point
     from .io import native_log
 
     native_log.install()  # TensorFlow's C++ log lines kept off the terminal
-    sys.exit(main())
+    rc = main()
+    from .io import signals
+
+    signals.ignore()  # done: a signal during the interpreter's teardown must not turn rc into a kill
+    sys.exit(rc)

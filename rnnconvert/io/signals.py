@@ -51,6 +51,17 @@ def install() -> None:
             pass
 
 
+def ignore() -> None:
+    """Ignore SIGINT, SIGTERM and SIGHUP from now on (main thread): the command has finished, its output is
+    in place or was never written, and the interpreter's teardown (TensorFlow's takes seconds) must not turn
+    a finished run into one killed by the signal (exit -2 with the output complete)."""
+    for s in SIGNALS + (signal.SIGINT,):
+        try:
+            signal.signal(s, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
+
+
 def exit_code(exc: BaseException) -> int:
     """128 + the signal number of an interruption (SIGINT for a plain ``KeyboardInterrupt``)."""
     return 128 + getattr(exc, "signum", received or signal.SIGINT)
