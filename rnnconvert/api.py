@@ -348,12 +348,8 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
                      inputs: dict[str, Any] | None = None) -> VerifyReport:
     """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
     side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
-    from .engine.stream import slabs
-
     check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs)
-    for i, k, dirs in slabs(ckpt):  # each slab released by slabs when the next is asked for
-        check.source_slab(i, k, dirs)
-        del dirs
+    stream_write(None, ckpt, on_slab=check.source_slab)  # the next slab read while one is checked
     return check.target_side(dst, out_mod)
 
 

@@ -159,3 +159,31 @@ def test_write_behind_holds_two_slabs_and_hands_back_writer_errors(tmp_path, mon
     with pytest.raises(OutputError, match="no space left"):  # the disk error as one line (exit 10)
         rnnconvert.save(rnnconvert.load(src, lazy=True), out2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pt", "src.pt"]
+
+
+def test_verification_runs_torch_native_kernels_and_restores_onednn(tmp_path, monkeypatch):
+    """Verification's torch runs (the sequence and the one step) use torch's native CPU kernels
+    (torch_pt.native_kernels: oneDNN would copy every weight into its own layout on each call, the whole cost
+    of a multi-GB check); the user's setting is restored after, also when the run raises."""
+    src = tmp_path / "src.pt"
+    torch.save(torch_rnn("LSTM", 4, 6, num_layers=2, bidirectional=True).state_dict(), src)
+    seen = []
+    real = torch.nn.LSTM.forward
+
+    def forward(self, *a, **k):
+        seen.append(torch.backends.mkldnn.enabled)
+        return real(self, *a, **k)
+    monkeypatch.setattr(torch.nn.LSTM, "forward", forward)
+    assert torch.backends.mkldnn.enabled
+    rep = rnnconvert.convert(src, tmp_path / "out.pt")
+    assert rep.verification.verdict == "ok"
+    assert seen and not any(seen) and torch.backends.mkldnn.enabled
+
+    def broken(self, *a, **k):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(torch.nn.LSTM, "forward", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        ckpt = rnnconvert.load(src)
+        torch_pt.target_forward(tmp_path / "out.pt", ckpt, ckpt.layers[0].name, np.zeros((1, 1, 4), np.float32))
+    torch_pt.release()
+    assert torch.backends.mkldnn.enabled

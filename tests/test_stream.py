@@ -533,3 +533,101 @@ def test_mapped_source_pages_go_back_array_by_array(tmp_path, monkeypatch):
         if what == "put":  # released after its check, before the writer had it, and right after
             assert ("release", shape) in events[:n] and events[n + 1] == ("release", shape)
     _assert_same(st_numpy.load_file(str(tmp_path / "a.safetensors")), {k: v.numpy() for k, v in sd.items()})
+
+
+# ------------------------------------------------------------------ the source side of verification in its own thread
+class _Recorder:
+    """A stream writer that records what it is given (no file)."""
+
+    WRITE_BEHIND = False
+
+    def __init__(self, events):
+        self.events, self.closed, self.aborted = events, False, False
+
+    def write_slab(self, i, k, dirs):
+        import threading
+
+        self.events.append(("written", k, threading.current_thread() is threading.main_thread()))
+
+    def close(self):
+        self.closed = True
+        return []
+
+    def abort(self):
+        self.aborted = True
+
+
+@pytest.mark.parametrize("behind", [False, True])
+def test_verifier_thread_sees_slabs_in_order_with_two_alive(behind, tmp_path):
+    """engine.stream.stream_write with ``on_slab`` (the source side of a streamed verification): ``on_slab`` runs
+    in its own thread, on every slab in order, while the caller reads the next one; a slab is released only
+    once both the writer and ``on_slab`` are done with it, and slab n + 2 is never read before then (two
+    slabs alive at most); ``writer=None`` (``rnnconvert verify``) runs ``on_slab`` alone."""
+    import threading
+
+    from rnnconvert.engine.stream import stream_write
+
+    torch = pytest.importorskip("torch")
+    src = tmp_path / "src.pt"
+    torch.save(torch_rnn("LSTM", 4, 6, num_layers=5).state_dict(), src)
+    ckpt = rnnconvert_load_lazy(src)
+    good = ckpt.source
+    events: list = []
+
+    class Logged(FnSlabs):
+        def release(self, i, k):
+            events.append(("released", k))
+            good.release(i, k)
+
+    def loader(i, k):
+        events.append(("read", k))
+        return good.read(i, k)
+
+    def on_slab(i, k, dirs):
+        assert threading.current_thread() is not threading.main_thread()
+        assert dirs[0].w_ih.shape == (24, 4 if k == 0 else 6)
+        events.append(("verified", k))
+
+    lazy = replace(ckpt, source=Logged(loader))
+    writer = _Recorder(events)
+    writer.WRITE_BEHIND = behind
+    assert stream_write(writer, lazy, on_slab=on_slab) == [] and writer.closed and not writer.aborted
+    assert [e[1] for e in events if e[0] == "verified"] == [0, 1, 2, 3, 4]
+    assert [e[1] for e in events if e[0] == "written"] == [0, 1, 2, 3, 4]
+    assert all(e[2] is not behind for e in events if e[0] == "written")
+    for k in range(5):
+        done = max(events.index(("verified", k)), next(j for j, e in enumerate(events) if e[:2] == ("written", k)))
+        assert done < events.index(("released", k))
+        if k + 2 < 5:
+            assert events.index(("released", k)) < events.index(("read", k + 2))
+    events.clear()
+    assert stream_write(None, lazy, on_slab=on_slab) == []
+    assert [e[1] for e in events if e[0] == "verified"] == [0, 1, 2, 3, 4]
+
+
+def test_verifier_thread_error_reaches_the_caller_and_aborts(tmp_path):
+    """An error raised by ``on_slab`` in the verifier thread is raised in the caller's thread, the reading stops
+    (no slab read after the next), the writer is aborted and never closed."""
+    from rnnconvert.engine.stream import stream_write
+
+    torch = pytest.importorskip("torch")
+    src = tmp_path / "src.pt"
+    torch.save(torch_rnn("GRU", 3, 5, num_layers=6).state_dict(), src)
+    ckpt = rnnconvert_load_lazy(src)
+    events: list = []
+
+    def on_slab(i, k, dirs):
+        if k == 1:
+            raise FormatError("slab 1 is broken")
+        events.append(("verified", k))
+
+    writer = _Recorder(events)
+    with pytest.raises(FormatError, match="slab 1 is broken"):
+        stream_write(writer, ckpt, on_slab=on_slab)
+    assert writer.aborted and not writer.closed
+    assert [e[1] for e in events if e[0] == "verified"] == [0]
+    assert max(e[1] for e in events if e[0] == "written") <= 3  # two slabs alive: slab 4 was never read
+
+
+def rnnconvert_load_lazy(path):
+    return api.load(path, lazy=True)

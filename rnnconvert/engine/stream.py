@@ -38,22 +38,21 @@ def slabs(ckpt: Checkpoint) -> Iterator[tuple[int, int, list[DirectionParams]]]:
 def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
     """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
     ``writer`` in order and close it; ``abort()`` on any error. What a streaming writer's ``write`` does.
-    ``on_slab(i, k, dirs)``, when given, runs on each slab before it is released (the source side of a
-    streamed verification): before the writer has it, as a writer may release each array it has written
-    (``ckpt.release_array``: the peak is then one tensor of a memory-mapped source, not one slab). ``progress(done, total)``: parameter bytes written.
+    ``writer`` ``None``: only ``on_slab`` (``rnnconvert verify``'s source side); returns ``[]``.
+    ``on_slab(i, k, dirs)``, when given, runs on each slab, in order, in its own thread (the source side of
+    a streamed verification, :class:`_Pipeline`), while the next slab is read. ``progress(done, total)``:
+    parameter bytes written.
 
     A writer whose ``WRITE_BEHIND`` attribute is true (its ``write_slab`` spends its time in code that
-    releases the GIL: CRC-32 and ``write``) writes slab ``n`` in a background thread while slab ``n + 1`` is
-    read: two slabs in memory instead of one, for writers whose memory goal is the file size, not the
-    layer (:class:`_Behind`, docs/performance.md)."""
+    releases the GIL: CRC-32 and ``write``) writes in its own thread too; the others write in the
+    caller's thread. Either way at most two slabs are alive (:class:`_Pipeline`)."""
     total = sum(slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt))
-    if getattr(writer, "WRITE_BEHIND", False):
-        return _Behind(writer, ckpt, total).run(on_slab, progress)
+    behind = writer is not None and bool(getattr(writer, "WRITE_BEHIND", False))
+    if behind or on_slab is not None:
+        return _Pipeline(writer, ckpt, total, behind, on_slab).run(progress)
     done = 0
     try:
         for i, k, dirs in slabs(ckpt):
-            if on_slab is not None:  # first: the writer may give back each array's pages once written
-                on_slab(i, k, dirs)
             writer.write_slab(i, k, dirs)
             done += slab_bytes(dirs)
             del dirs  # before the next slab is read (and this one released by slabs): one slab alive at a time
@@ -65,70 +64,110 @@ def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
         raise
 
 
-class _Behind:
-    """:func:`stream_write` with the writing in one background thread, one slab behind the reading.
+class _Pipeline:
+    """:func:`stream_write` with the source side of verification (``on_slab``), and the writing of a
+    ``WRITE_BEHIND`` writer, each in a background thread, while the caller's thread reads the next slab.
 
-    At most two slabs are alive: the main thread may read slab ``n + 1`` only once slab ``n - 1`` is
-    written (a semaphore of two slots, given back by the writer thread after each slab, which then also
-    releases that slab through ``ckpt.release``). A writer error stops the reading at the next slab and is
-    raised in the caller's thread; any error ends in ``writer.abort()`` after the thread has stopped."""
+    Each slab goes to every stage (a queue and a thread per stage, so each stage sees the slabs in order);
+    it is released (``ckpt.release``) once every stage is done with it. At most two slabs are alive: the
+    caller may read slab ``n + 1`` only once slab ``n - 1`` is done (a semaphore of two slots, given back
+    with the release). A writer that gives back each array's pages once written (``ckpt.release_array``,
+    a memory-mapped source) may do so before the verifier has read them: they stay valid, read again from
+    the page cache. An error in a stage stops the reading at the next slab and is raised in the caller's
+    thread; any error ends in ``writer.abort()`` after the threads have stopped.
 
-    def __init__(self, writer, ckpt, total: int) -> None:
+    (Measured on the issue #18 ``h5 -> pt`` conversion of the 3 GB model: the source side of verification in
+    the reading thread, 18.9 s; in its own thread, see docs/performance.md, session 7.)"""
+
+    def __init__(self, writer, ckpt, total: int, behind: bool, on_slab) -> None:
         import queue
         import threading
 
-        self.writer, self.ckpt, self.total = writer, ckpt, total
+        self.writer, self.ckpt, self.total, self.behind = writer, ckpt, total, behind
         self.slots = threading.Semaphore(2)
-        self.todo: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.pending: dict[tuple[int, int], int] = {}
         self.error: BaseException | None = None
         self.written = 0
-        self.thread = threading.Thread(target=self._work, name="rnnconvert-writer", daemon=True)
+        stages = ([("writer", self._write)] if behind else []) + ([("verifier", on_slab)] if on_slab else [])
+        self.queues = [queue.Queue() for _ in stages]
+        self.threads = [threading.Thread(target=self._work, args=(q, fn), name=f"rnnconvert-{name}", daemon=True)
+                        for q, (name, fn) in zip(self.queues, stages)]
 
-    def _work(self) -> None:
+    def _write(self, i: int, k: int, dirs) -> None:
+        self.writer.write_slab(i, k, dirs)
+        self.written += slab_bytes(dirs)
+
+    def _done(self, i: int, k: int) -> None:
+        with self.lock:
+            self.pending[i, k] -= 1
+            last = not self.pending[i, k]
+            if last:
+                del self.pending[i, k]
+        if last:
+            self.ckpt.release(i, k)
+            self.slots.release()
+
+    def _work(self, todo, fn) -> None:
         while True:
-            item = self.todo.get()
+            item = todo.get()
             if item is None:
                 return
             i, k, dirs = item
             try:
                 if self.error is None:
-                    self.writer.write_slab(i, k, dirs)
-                    self.written += slab_bytes(dirs)
+                    fn(i, k, dirs)
             except BaseException as exc:  # handed to the main thread
-                self.error = exc
+                with self.lock:
+                    self.error = self.error or exc
             finally:
                 del dirs, item
-                self.ckpt.release(i, k)
-                self.slots.release()
+                self._done(i, k)
 
     def _check(self) -> None:
         if self.error is not None:
             raise self.error
 
-    def run(self, on_slab, progress) -> list[str]:
-        self.thread.start()
+    def _stop(self) -> None:
+        for q in self.queues:
+            q.put(None)
+        for t in self.threads:
+            t.join()
+
+    def run(self, progress) -> list[str]:
+        for t in self.threads:
+            t.start()
         try:
             for i, k in order(self.ckpt):
                 self.slots.acquire()
                 self._check()
-                if progress is not None:
+                if progress is not None and self.behind:  # what the writer thread has written so far
                     progress(self.written, self.total)
                 dirs = self.ckpt.slab(i, k)
-                self.todo.put((i, k, dirs))
-                if on_slab is not None:
-                    on_slab(i, k, dirs)
+                with self.lock:
+                    self.pending[i, k] = len(self.queues) + (self.writer is not None and not self.behind)
+                for q in self.queues:
+                    q.put((i, k, dirs))
+                if self.writer is not None and not self.behind:
+                    try:
+                        self._write(i, k, dirs)
+                    finally:
+                        self._done(i, k)
+                    if progress is not None:
+                        progress(self.written, self.total)
                 del dirs
-            self.todo.put(None)
-            self.thread.join()
+            self._stop()
             self._check()
-            if progress is not None:
+            if self.writer is None:
+                return []
+            if progress is not None and self.behind:
                 progress(self.written, self.total)
             return self.writer.close()
         except BaseException:
-            self.error = self.error or RuntimeError("stopped")  # the thread skips what is still queued
-            self.todo.put(None)
-            self.thread.join()
-            self.writer.abort()
+            self.error = self.error or RuntimeError("stopped")  # the threads skip what is still queued
+            self._stop()
+            if self.writer is not None:
+                self.writer.abort()
             raise
 
 

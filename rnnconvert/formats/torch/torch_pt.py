@@ -14,6 +14,7 @@ plain ``dict[str, Tensor]`` that ``torch.load(path, weights_only=True)`` reads a
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -210,12 +211,29 @@ def release() -> None:
     _STATE.clear()
 
 
+@contextlib.contextmanager
+def native_kernels(torch):
+    """torch's own CPU recurrent kernels for verification runs (``torch.backends.mkldnn.enabled`` off while
+    inside, restored after). With oneDNN on, every ``nn.LSTM``/``nn.GRU`` call on CPU reorders all its
+    weights into a fresh oneDNN buffer: for a verification batch of a few states that copy is the whole
+    cost (one 400 MB bidirectional LSTM(2048) layer, a short sequence and one step: 0.58 s and 197 000 page
+    faults against 0.18 s and none, docs/performance.md session 7). Either is torch computing from the
+    file's tensors; the one-step bound assumes only float32 arithmetic, which both use."""
+    old = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = old
+
+
 def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    """Build the ``torch.nn`` module of ``layer`` from torch tensors ``sd`` and run it on ``x``; float64 result."""
+    """Build the ``torch.nn`` module of ``layer`` from torch tensors ``sd`` and run it on ``x`` (torch's native
+    CPU kernels, :func:`native_kernels`); float64 result."""
     torch = require("torch", "torch")
     mod = build_module(layer, sd, assign=_big(layer))
     dtype = next(mod.parameters()).dtype
-    with torch.no_grad():
+    with torch.no_grad(), native_kernels(torch):
         y, _ = mod(torch.from_numpy(np.asarray(x)).to(dtype))
     return y.double().numpy()
 
@@ -239,13 +257,14 @@ def run_step(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, states: list, d
     """One step of every direction of the one-layer ``layer`` (a slab, :meth:`RNNLayer.one_slab`) in its
     ``torch.nn`` module loaded from ``sd``: ``x`` ``(N, I)`` is fed as ``N`` sequences of length 1, each
     direction starting from its own ``states[d] = (h0 (N, out), c0 (N, H) or None)`` (torch ``h0``/``c0``,
-    ``(D, N, .)``). Returns ``[(h1, c1 or None)]`` per direction, float64. Verification's one-step check.
+    ``(D, N, .)``). Returns ``[(h1, c1 or None)]`` per direction, float64. Verification's one-step check
+    (torch's native CPU kernels, :func:`native_kernels`).
     ``device='cuda'``: the module runs on the GPU (cuDNN)."""
     torch = require("torch", "torch")
     mod = build_module(layer, sd, assign=_big(layer)).to(device)
     dt = next(mod.parameters()).dtype
     h0 = torch.from_numpy(np.stack([np.asarray(s[0]) for s in states])).to(device, dt).contiguous()
-    with torch.no_grad():
+    with torch.no_grad(), native_kernels(torch):
         xt = torch.from_numpy(np.asarray(x)[:, None, :]).to(device, dt)
         if layer.cell is Cell.LSTM:
             c0 = torch.from_numpy(np.stack([np.asarray(s[1]) for s in states])).to(device, dt).contiguous()
