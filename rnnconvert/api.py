@@ -21,7 +21,7 @@ from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.
 from .core.model import Checkpoint
 from .engine.refusal import Refused
 from .engine.stream import FoldingWriter, stream_write, writer_view
-from .engine.verify import LayerCheck, StreamedVerification, VerifyReport, verify as _verify
+from .engine.verify import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
 
 
 @contextlib.contextmanager
@@ -288,6 +288,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                                                                   src_p, seed, write_opts or {}, progress,
                                                                   verify_inputs)
             else:
+                if verify:
+                    import_engine(out_mod)  # the target's framework loads while the file is written
                 rep.modules = list(out_mod.write(writer_view(ckpt, out_mod.forget_bias), tmp, **(write_opts or {})) or [])
                 if verify:
                     whole = out_mod.verify_whole  # Keras 2 models written whole (#17)
@@ -332,6 +334,8 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
     after the writer closed, the target side of verification reads the written file back."""
     check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs)
              if verify else None)
+    if check is not None:
+        import_engine(out_mod)  # the target's framework loads while the slabs stream
     view = writer_view(ckpt, out_mod.forget_bias)  # the writer's layers: forget_bias folded or kept
     writer = out_mod.open_stream(view, tmp, **write_opts)
     if view is not ckpt:  # each slab folded on its way to the writer, after the source side saw it
@@ -349,6 +353,7 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
     """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
     side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
     check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs)
+    import_engine(out_mod)
     stream_write(None, ckpt, on_slab=check.source_slab)  # the next slab read while one is checked
     return check.target_side(dst, out_mod)
 

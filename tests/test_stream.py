@@ -631,3 +631,32 @@ def test_verifier_thread_error_reaches_the_caller_and_aborts(tmp_path):
 
 def rnnconvert_load_lazy(path):
     return api.load(path, lazy=True)
+
+
+def test_target_engine_imported_in_background(tmp_path, monkeypatch):
+    """engine.verify.import_engine: the target's framework (torch, onnxruntime) is imported in a daemon thread
+    while the conversion runs; an engine not in BACKGROUND_IMPORT (TensorFlow: its import must stay in the
+    main thread) or not installed starts nothing; a failing import is left for the target side to report."""
+    import sys
+    import threading
+    from types import SimpleNamespace
+
+    from rnnconvert.engine import verify as verify_mod
+
+    (tmp_path / "rnnc_fake_engine.py").write_text(
+        "import threading\nTHREAD = threading.current_thread().name\n")
+    (tmp_path / "rnnc_broken_engine.py").write_text("raise ImportError('broken on purpose')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(verify_mod, "BACKGROUND_IMPORT", ("rnnc_fake_engine", "rnnc_broken_engine", "rnnc_absent"))
+    t = verify_mod.import_engine(SimpleNamespace(engine="rnnc_fake_engine"))
+    assert t is not None and t.daemon
+    t.join()
+    assert sys.modules["rnnc_fake_engine"].THREAD == t.name != threading.main_thread().name
+    assert verify_mod.import_engine(SimpleNamespace(engine="rnnc_fake_engine")) is None  # already imported
+    assert verify_mod.import_engine(SimpleNamespace(engine="rnnc_absent")) is None
+    assert verify_mod.import_engine(SimpleNamespace(engine="tensorflow")) is None
+    assert verify_mod.import_engine(SimpleNamespace(engine=None)) is None
+    t = verify_mod.import_engine(SimpleNamespace(engine="rnnc_broken_engine"))
+    t.join()
+    assert "rnnc_broken_engine" not in sys.modules
+    monkeypatch.delitem(sys.modules, "rnnc_fake_engine")

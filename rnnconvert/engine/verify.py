@@ -286,6 +286,42 @@ def _worst(err: np.ndarray, bound: np.ndarray) -> tuple[float, float, float, tup
     return float(ratio[j]), float(err[j]), float(bound[j]), j
 
 
+#: Target engines imported in a background thread while the conversion runs (:func:`import_engine`): their
+#: import does nothing a thread must not (no signal handlers: Python allows those only in the main thread).
+#: TensorFlow and Keras are left to the main thread.
+BACKGROUND_IMPORT = ("torch", "onnxruntime")
+
+
+def import_engine(dst_module):
+    """Start importing the target's framework (``dst_module.engine``, when in :data:`BACKGROUND_IMPORT` and
+    installed) in a daemon thread, so that the target side of verification finds it loaded: ``import
+    torch`` is 1.1-2.4 s of the 2-core test machine, a fifth of the verification of a 3 GB model
+    (docs/performance.md session 7), and the conversion before it leaves a core idle while it waits on
+    the disk. Returns the thread (or None); a later ``import`` in another thread waits for it (Python's
+    per-module import lock). An import error is left for the target side to meet and report."""
+    import importlib.util
+    import sys
+    import threading
+
+    name = dst_module.engine
+    if name not in BACKGROUND_IMPORT or name in sys.modules:
+        return None
+    try:
+        if importlib.util.find_spec(name) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+
+    def run():
+        try:
+            importlib.import_module(name)
+        except BaseException:  # the target side imports it again and reports
+            pass
+    t = threading.Thread(target=run, name=f"rnnconvert-import-{name}", daemon=True)
+    t.start()
+    return t
+
+
 #: Why a comparison ran in the numpy reference on the arrays read back instead of the target framework.
 NOT_INSTALLED = "its framework is not installed"
 
