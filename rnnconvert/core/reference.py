@@ -497,25 +497,25 @@ def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndar
     if cell is Cell.GRU:
         r_sl, z_sl, n_sl = (gate_slice(cell, g, H) for g in "rzn")
         dzg = acc(I + out + 2)
-        zr = zx[:, r_sl] + b_ih[r_sl] + zh[:, r_sl] + b_hh[r_sl]
-        zz = zx[:, z_sl] + b_ih[z_sl] + zh[:, z_sl] + b_hh[z_sl]
-        ar = ax[:, r_sl] + np.abs(b_ih[r_sl]) + ah[:, r_sl] + np.abs(b_hh[r_sl])
-        az = ax[:, z_sl] + np.abs(b_ih[z_sl]) + ah[:, z_sl] + np.abs(b_hh[z_sl])
+        zr = zx[:, r_sl] + b_ih[..., r_sl] + zh[:, r_sl] + b_hh[..., r_sl]
+        zz = zx[:, z_sl] + b_ih[..., z_sl] + zh[:, z_sl] + b_hh[..., z_sl]
+        ar = ax[:, r_sl] + np.abs(b_ih[..., r_sl]) + ah[:, r_sl] + np.abs(b_hh[..., r_sl])
+        az = ax[:, z_sl] + np.abs(b_ih[..., z_sl]) + ah[:, z_sl] + np.abs(b_hh[..., z_sl])
         r, dr = ACT[gact](zr), act_error(gact, zr, dzg * ar, u)
         zg, dzz = ACT[gact](zz), act_error(gact, zz, dzg * az, u)
         if s.reset_after:
-            hn = zh[:, n_sl] + b_hh[n_sl]
-            dhn = acc(out + 1) * (ah[:, n_sl] + np.abs(b_hh[n_sl]))
-            npre = zx[:, n_sl] + b_ih[n_sl] + r * hn
-            dn_pre = (acc(I + 2) * (ax[:, n_sl] + np.abs(b_ih[n_sl]) + np.abs(r * hn))
+            hn = zh[:, n_sl] + b_hh[..., n_sl]
+            dhn = acc(out + 1) * (ah[:, n_sl] + np.abs(b_hh[..., n_sl]))
+            npre = zx[:, n_sl] + b_ih[..., n_sl] + r * hn
+            dn_pre = (acc(I + 2) * (ax[:, n_sl] + np.abs(b_ih[..., n_sl]) + np.abs(r * hn))
                       + np.abs(hn) * dr + np.abs(r) * dhn + dr * dhn)
         else:
             rh = r * h0
             drh = np.abs(h0) * dr + u * np.abs(rh)
             w_hn = p.w_hh[n_sl]
             whrh, awhrh = _lin(w_hn, rh)
-            npre = zx[:, n_sl] + b_ih[n_sl] + whrh + b_hh[n_sl]
-            dn_pre = (acc(I + out + 2) * (ax[:, n_sl] + np.abs(b_ih[n_sl]) + awhrh + np.abs(b_hh[n_sl]))
+            npre = zx[:, n_sl] + b_ih[..., n_sl] + whrh + b_hh[..., n_sl]
+            dn_pre = (acc(I + out + 2) * (ax[:, n_sl] + np.abs(b_ih[..., n_sl]) + awhrh + np.abs(b_hh[..., n_sl]))
                       + abs_products(w_hn, np.ascontiguousarray(drh.T)).T)
         nn, dn = ACT[act](npre), act_error(act, npre, dn_pre, u)
         ah0, an, az_ = np.abs(h0), np.abs(nn), np.abs(zg)
@@ -526,6 +526,9 @@ def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndar
     return act_error(act, z, acc(I + out + 2) * a, u), None, ACT[act](z), None
 
 
+#: swaps :func:`swap_escapes` evaluates in one elementwise pass (its temporaries: ``SWAP_CHUNK x rows x G*H``
+#: float64 each, 2.6 MB for 8 swaps of 5 rows of an LSTM(2048))
+SWAP_CHUNK = 8
 #: the gate-block swaps :func:`swap_escapes` tries: the rows of two gate blocks exchanged in ``W_ih`` alone,
 #: in ``W_hh`` alone, in both biases alone, and in all three (what a wrong gate order in a reader or writer
 #: does)
@@ -546,7 +549,9 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
     the step's products (``parts`` of :func:`step_with_bound`) with the gate blocks of their columns
     permuted (a swap of weight rows permutes the product's columns), with no new pass over the weights.
     LSTM (without projection) and GRU with ``reset_after``; others (their swapped step needs a new product,
-    or they have one gate) say ``n/a``. Cost: ``4 * G (G - 1) / 2`` elementwise evaluations of ``rows x G*H``."""
+    or they have one gate) say ``n/a``. Cost: ``4 * G (G - 1) / 2`` elementwise evaluations of ``rows x G*H``,
+    stacked a few swaps at a time (:data:`SWAP_CHUNK`), on the last :data:`N_PROBES` rows first (verification's
+    probes, :func:`probe_rows`: they catch most swaps) and on all ``rows`` for the swaps they leave."""
     cell, s, H = layer.cell, layer.semantics, layer.hidden_size
     if cell.gates == 1:
         return "n/a: a simple RNN has no gate blocks to swap"
@@ -554,30 +559,52 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
         return "n/a: a projected LSTM's swapped step needs a new product"
     if cell is Cell.GRU and not s.reset_after:
         return "n/a: a reset-before GRU's swapped step needs a new product"
-    n = slice(None) if rows is None else rows
-    h0, c0 = np.asarray(h0[n], np.float64), None if c0 is None else np.asarray(c0[n], np.float64)
-    (zx, ax), (zh, ah) = ((a[n], b[n]) for a, b in (parts["xx"], parts["hh"]))
-    b_ih, b_hh = p.b_ih, p.b_hh  # None (no bias) stays None: _step_terms reads it as zeros
-    dh, dc, h1, c1 = _step_terms(layer, p, h0, c0, zx, ax, zh, ah, b_ih, b_hh, u, u_acc)
+    n = np.arange(h0.shape[0]) if rows is None else np.asarray(np.r_[rows])
     letters = CANONICAL[cell]
+    swaps = []  # (description, column order of W_ih's products, of W_hh's, of the biases)
+    ident = np.arange(len(letters) * H)
     for a_i, ga in enumerate(letters):
         for gb in letters[a_i + 1:]:
-            order = np.arange(len(letters) * H)
+            order = ident.copy()
             sa, sb = gate_slice(cell, ga, H), gate_slice(cell, gb, H)
-            order[sa], order[sb] = np.arange(sb.start, sb.stop), np.arange(sa.start, sa.stop)
+            order[sa], order[sb] = ident[sb], ident[sa]
             for what in SWAP_PARTS:
-                sw = {k: (what in (k, "all")) for k in ("W_ih", "W_hh", "bias")}
-                args = (zx[:, order] if sw["W_ih"] else zx, ax[:, order] if sw["W_ih"] else ax,
-                        zh[:, order] if sw["W_hh"] else zh, ah[:, order] if sw["W_hh"] else ah,
-                        *(b[order] if sw["bias"] and b is not None else b for b in (b_ih, b_hh)))
-                mdh, mdc, mh1, mc1 = _step_terms(layer, p, h0, c0, *args, u, u_acc)
-                caught = bool((np.abs(mh1 - h1) > dh + mdh).any())
-                if not caught and c1 is not None:
-                    caught = bool((np.abs(mc1 - c1) > dc + mdc).any())
-                if not caught:
-                    where = "the biases" if what == "bias" else "W_ih, W_hh and the biases" if what == "all" else what
-                    return f"gates {ga} and {gb} swapped in {where}"
-    return None
+                where = "the biases" if what == "bias" else "W_ih, W_hh and the biases" if what == "all" else what
+                swaps.append((f"gates {ga} and {gb} swapped in {where}",
+                              *(order if what in (k, "all") else ident for k in ("W_ih", "W_hh", "bias"))))
+    # the probes (the last rows: their bound is a few u, they catch most swaps) first, then every row for the
+    # swaps they left; each round evaluates all its swaps in one elementwise pass (rows stacked by swap)
+    probes = n[n >= h0.shape[0] - N_PROBES]
+    for sel in ([probes, n] if 0 < len(probes) < len(n) else [n]):
+        swaps = [sw for j in range(0, len(swaps), SWAP_CHUNK)  # a few swaps at a time: bounded temporaries
+                 for sw in _uncaught(layer, p, h0, c0, parts, u, u_acc, sel, swaps[j:j + SWAP_CHUNK])]
+        if not swaps:
+            return None
+    return swaps[0][0]
+
+
+def _uncaught(layer: RNNLayer, p: DirectionParams, h0, c0, parts: dict, u: float, u_acc, sel, swaps: list) -> list:
+    """The entries of ``swaps`` (``(description, W_ih order, W_hh order, bias order)``) that the one-step
+    comparison on the states ``sel`` would not catch (:func:`swap_escapes`): the correct step and every
+    swapped one evaluated by :func:`_step_terms` at once, the swaps' rows stacked (their biases per row)."""
+    V, m = len(swaps), len(sel)
+    h0, c0 = np.asarray(h0[sel], np.float64), None if c0 is None else np.asarray(c0[sel], np.float64)
+    (zx, ax), (zh, ah) = ((a[sel], b[sel]) for a, b in (parts["xx"], parts["hh"]))
+    zero = np.zeros(zx.shape[1])
+    b_ih, b_hh = (zero if b is None else np.asarray(b, np.float64) for b in (p.b_ih, p.b_hh))
+    dh, dc, h1, c1 = _step_terms(layer, p, h0, c0, zx, ax, zh, ah, b_ih, b_hh, u, u_acc)
+
+    def stack(arr, k):  # (V * m, G*H): the columns of ``arr`` in each swap's order ``k``
+        return np.concatenate([arr[:, sw[k]] for sw in swaps])
+    bi = np.repeat(np.stack([b_ih[sw[3]] for sw in swaps]), m, axis=0)
+    bh = np.repeat(np.stack([b_hh[sw[3]] for sw in swaps]), m, axis=0)
+    tile = (lambda a: None if a is None else np.tile(a, (V, 1)))
+    mdh, mdc, mh1, mc1 = _step_terms(layer, p, tile(h0), tile(c0), stack(zx, 1), stack(ax, 1), stack(zh, 2),
+                                     stack(ah, 2), bi, bh, u, u_acc)
+    caught = (np.abs(mh1 - tile(h1)) > tile(dh) + mdh).reshape(V, -1).any(axis=1)
+    if c1 is not None:
+        caught |= (np.abs(mc1 - tile(c1)) > tile(dc) + mdc).reshape(V, -1).any(axis=1)
+    return [sw for sw, ok in zip(swaps, caught) if not ok]
 
 
 #: how many probe rows :func:`probe_rows` makes
