@@ -53,20 +53,32 @@ class _Blocks:
         for i in range(0, w.shape[0], rows):
             yield i, self._in(w[i:i + rows])
 
+    def _cast(self, blk: np.ndarray, dt: np.dtype) -> np.ndarray:
+        """``blk`` in ``dt``, in this dtype's reused buffer."""
+        buf = self.bufs.get(dt)
+        if buf is None:
+            buf = self.bufs[dt] = np.empty((min(self.rows, self.w.shape[0]), self.w.shape[1]), dt)
+        b = buf[:blk.shape[0]]
+        b[...] = blk
+        return b
+
     def _in(self, blk: np.ndarray):
-        """``get(dt)``: this block in ``dt`` (each cast made once per block)."""
+        """``get(dt)``: this block in ``dt`` (each cast made once per block). ``get`` holds no reference to
+        itself: no reference cycle keeps the block (a view of ``w``) alive after the loop, so ``w`` is
+        freed as soon as its owner lets it go (a lazy reader reuses a released slab's arrays only then:
+        :class:`rnnconvert.io.pool.ArrayPool`)."""
         got = {blk.dtype: blk}
+        f32 = np.dtype(np.float32)
 
         def get(dt) -> np.ndarray:
             dt = np.dtype(dt)
             if dt not in got:
-                base = get(np.float32) if blk.dtype.itemsize < 4 and dt != np.float32 else blk
-                buf = self.bufs.get(dt)
-                if buf is None:
-                    buf = self.bufs[dt] = np.empty((min(self.rows, self.w.shape[0]), self.w.shape[1]), dt)
-                b = buf[:blk.shape[0]]
-                b[...] = base
-                got[dt] = b
+                base = blk
+                if blk.dtype.itemsize < 4 and dt != f32:
+                    if f32 not in got:
+                        got[f32] = self._cast(blk, f32)
+                    base = got[f32]
+                got[dt] = self._cast(base, dt)
             return got[dt]
         return get
 

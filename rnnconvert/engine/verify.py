@@ -224,11 +224,26 @@ def _one_blas_thread(fn):
     the 2-core machine, ``docs/performance.md``: 2.3-2.5x the wall time of a verified conversion)."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=1, user_api="blas"):
+        with blas_controller().limit(limits=1, user_api="blas"):
             return fn(*args, **kwargs)
     return run
+
+
+_CONTROLLER: list = []
+
+
+def blas_controller():
+    """One ``threadpoolctl.ThreadpoolController`` for the process (numpy's BLAS), made at the first call,
+    which verification makes in the caller's thread before any of its own threads start
+    (:class:`StreamedVerification`, :func:`import_engine`). ``threadpool_limits`` would list the process's
+    libraries on every call (``dl_iterate_phdr``, holding the dynamic loader's lock while its callback waits
+    for the GIL): run beside a thread importing an extension module (holding the GIL while ``dlopen`` waits
+    for that lock) the two deadlock; it hung one verified conversion in three with :func:`import_engine`."""
+    if not _CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0]
 
 
 def _loose(exact, bound) -> float:
@@ -306,6 +321,7 @@ def import_engine(dst_module):
     name = dst_module.engine
     if name not in BACKGROUND_IMPORT or name in sys.modules:
         return None
+    blas_controller()  # listed now, in this thread: never while the import runs (see blas_controller)
     try:
         if importlib.util.find_spec(name) is None:
             return None
@@ -349,6 +365,7 @@ class StreamedVerification:
                  inputs: dict[str, np.ndarray] | None = None, first_tol: float | None = None,
                  target_dtype=None) -> None:
         batch, steps = _sample(src_ckpt, batch, steps)
+        blas_controller()  # in the caller's thread, before the verifier thread and any background import
         self.ckpt, self.src_module, self.mode, self.src_path = src_ckpt, src_module, mode, src_path
         self.first_tol, self.target_dtype = first_tol, target_dtype
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)

@@ -529,15 +529,16 @@ def _rows(src: Any, where: str):
         yield r0, block
 
 
-def _kernel(src: Any, spec: DirSpec, where: str) -> np.ndarray:
+def _kernel(src: Any, spec: DirSpec, where: str, take=np.empty) -> np.ndarray:
     """A Keras kernel ``(width, G*H)`` (array or dataset) as canonical ``(G*H, width)``, row block by row
     block (peak memory: the result plus one block). Plain families: the tiled turn of
     :func:`rnnconvert.core.gates.to_canonical_block`; CuDNN form: each gate slice's rows are a contiguous piece
     of cuDNN's row-major ``(H, width)`` matrix (see :func:`_cudnn_bytes_to_rows`), copied as they are.
-    Bit-exact."""
+    Bit-exact. ``take(shape, dtype)`` gives the result's array (default ``np.empty``; a lazy reader's
+    :class:`~rnnconvert.io.pool.ArrayPool`), every element of which is written."""
     cell, conv, H = spec.cell, spec.conv, spec.hidden
     width = src.shape[0]
-    out = np.empty((cell.gates * H, width), src.dtype)
+    out = take((cell.gates * H, width), src.dtype)
     moves = gates.gate_moves(conv.gate_order, gates.CANONICAL[cell], H)
     for r0, block in _rows(src, where):
         n = block.shape[0]
@@ -556,13 +557,14 @@ def _vector(src: Any, where: str) -> np.ndarray:
     return arr
 
 
-def convert_direction(spec: DirSpec, raw: Mapping[str, Any], where: str) -> DirectionParams:
+def convert_direction(spec: DirSpec, raw: Mapping[str, Any], where: str, take=np.empty) -> DirectionParams:
     """One direction's Keras tensors (``kernel``, ``recurrent_kernel``, optional ``bias``: arrays or HDF5
-    datasets) -> canonical :class:`DirectionParams`; only permutations, turns and copies (bit-exact)."""
+    datasets) -> canonical :class:`DirectionParams`; only permutations, turns and copies (bit-exact).
+    ``take(shape, dtype)``: where the weight matrices go (:func:`_kernel`)."""
     cell, conv, H = spec.cell, spec.conv, spec.hidden
     G = cell.gates
-    w_ih = _kernel(raw["kernel"], spec, f"{where} kernel")
-    w_hh = _kernel(raw["recurrent_kernel"], spec, f"{where} recurrent_kernel")
+    w_ih = _kernel(raw["kernel"], spec, f"{where} kernel", take)
+    w_hh = _kernel(raw["recurrent_kernel"], spec, f"{where} recurrent_kernel", take)
     if raw.get("bias") is None:
         zeros = np.zeros(G * H, dtype=w_ih.dtype)
         return DirectionParams(w_ih, w_hh, zeros, zeros.copy())

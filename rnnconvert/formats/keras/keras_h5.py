@@ -34,6 +34,7 @@ always sigmoid/tanh.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import replace
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ...io import budget, filerows, guard
+from ...io.pool import ArrayPool
 from ...errors import FormatError
 from ...core.model import Checkpoint, DirectionParams, placeholder
 from .interpreter import DirSpec, Interpreter, LayerEntry, convert_direction, index_configs
@@ -408,13 +410,15 @@ def _read_path(path: str, gate_activation: str | None, lazy: bool = False) -> Ch
 class H5Slabs:
     """The :class:`~rnnconvert.core.model.SlabSource` of a Keras HDF5 file: ``read(i, 0)`` = layer ``i``'s
     directions read from ``path`` (one ``h5py.File`` open per slab, datasets read in row blocks straight
-    into the canonical arrays; nothing kept afterwards, so ``release``/``release_array`` do nothing)."""
+    into the canonical arrays); ``release`` gives the slab's arrays that nothing holds any more to the next
+    slab (:class:`~rnnconvert.io.pool.ArrayPool`: no fresh pages per slab); ``release_array`` does nothing."""
 
     def __init__(self, path: str, specs: list[list[tuple[DirSpec, dict[str, Any]]]]) -> None:
         self.path, self.specs = path, specs
+        self.pool = ArrayPool()
 
     def release(self, i: int, k: int) -> None:
-        pass
+        self.pool.give_back((i, k))
 
     def release_array(self, a: np.ndarray) -> None:
         pass
@@ -438,7 +442,8 @@ class H5Slabs:
                             raw[key] = f[loc] if key == "bias" else _direct(f[loc])  # kernels: row sources
                     first = srcs.get("kernel")
                     first = first[0] if isinstance(first, tuple) else first  # Keras 1: the layer's group
-                    out.append(convert_direction(spec, raw, f"{path}: {first!s}".rsplit("/", 1)[0]))
+                    out.append(convert_direction(spec, raw, f"{path}: {first!s}".rsplit("/", 1)[0],
+                                                 functools.partial(self.pool.take, (i, k))))
                 return out
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
             raise _damaged(path, exc) from exc

@@ -41,6 +41,7 @@ the TensorFlow path (to compare the two).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import defaultdict
@@ -52,6 +53,7 @@ import numpy as np
 
 from ...core import cudnn
 from ...io import guard
+from ...io.pool import ArrayPool
 from ...errors import FormatError, RNNConvertError, require
 from ...core.finite import all_finite
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, placeholder
@@ -306,11 +308,12 @@ class KerasBundleSlabs:
     """The :class:`~rnnconvert.core.model.SlabSource` of a lazily read TF2 object checkpoint of Keras layers:
     slab ``(i, 0)`` = layer ``i``'s directions, each tensor read by ``read(key)`` (kernels as row-block
     sources, :class:`.tf_bundle.RowSource`) and converted as the eager reader does
-    (``interpreter.convert_direction``, from the interpreter's ``specs[i]``). Holds no pages: ``release`` and
-    ``release_array`` do nothing."""
+    (``interpreter.convert_direction``, from the interpreter's ``specs[i]``) into arrays of released slabs
+    nothing holds any more (:class:`~rnnconvert.io.pool.ArrayPool`); ``release_array`` does nothing."""
 
     def __init__(self, path: str, specs: list, read) -> None:
         self.path, self.specs, self.get = path, specs, read
+        self.pool = ArrayPool()
 
     def read(self, i: int, k: int) -> list[DirectionParams]:
         from ..keras.interpreter import convert_direction
@@ -318,10 +321,11 @@ class KerasBundleSlabs:
         if k != 0:
             raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
         return [convert_direction(spec, {key: self.get(loc) for key, loc in srcs.items()},
-                                  f"{self.path}: {srcs.get('kernel')}") for spec, srcs in self.specs[i]]
+                                  f"{self.path}: {srcs.get('kernel')}", functools.partial(self.pool.take, (i, k)))
+                for spec, srcs in self.specs[i]]
 
     def release(self, i: int, k: int) -> None:
-        pass
+        self.pool.give_back((i, k))  # the slab's arrays nothing holds any more go to the next slab
 
     def release_array(self, a: np.ndarray) -> None:
         pass
