@@ -384,3 +384,66 @@ def test_external_data_file_of_someone_else_is_never_overwritten(tmp_path):
         api.save(ckpt, tmp_path / "y.onnx", external_data=True, external_min_bytes=64)
     assert stranger.read_bytes() == b"precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["y.onnx.data"]
+
+
+# ------------------------------------------------------------------ streamed writing, one slab at a time
+def _stacked_pt(tmp_path, cell="LSTM", layers=3):
+    from conftest import torch_rnn
+
+    m = torch_rnn(cell, 5, 4, seed=71, num_layers=layers, bidirectional=True)
+    src = tmp_path / "src.pt"
+    torch.save({f"rnn.{k}": v for k, v in m.state_dict().items()}, src)
+    return m, src
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_streamed_onnx_equals_whole_model_writer_and_runs_like_torch(external, tmp_path):
+    """The ONNX writer takes one slab at a time (onnx_fmt.OnnxStream: weight matrices to the data file as they
+    come, the graph at close): a streamed conversion from a lazy .pt writes the bytes build_model writes for
+    the whole checkpoint at once, and onnxruntime on the file computes what torch computes (oracle: the
+    torch module the .pt was saved from), each stacked layer alone too (target_forward_slab)."""
+    m, src = _stacked_pt(tmp_path)
+    opts = {"external_data": external, "external_min_bytes": 64}
+    rep = api.convert(src, tmp_path / "s.onnx", write_opts=opts)
+    assert rep.verification.verdict == "ok"
+    whole = onnx_fmt.build_model(api.load(src), check_model=not external)
+    if not external:
+        assert (tmp_path / "s.onnx").read_bytes() == whole.SerializeToString()
+    else:
+        got = onnx.load(str(tmp_path / "s.onnx"), load_external_data=False)
+        assert [n.name for n in got.graph.node] == [n.name for n in whole.graph.node]
+        ref = onnx.load(str(tmp_path / "s.onnx"))  # external data read back: the whole-model values
+        for t, w in zip(ref.graph.initializer, whole.graph.initializer):
+            assert t.name == w.name and onnx.numpy_helper.to_array(t).tobytes() == onnx.numpy_helper.to_array(w).tobytes()
+    x = np.random.default_rng(3).standard_normal((2, 6, 5)).astype(np.float32)
+    with torch.no_grad():
+        want = m(torch.from_numpy(x))[0].double().numpy()
+    ckpt = api.load(tmp_path / "s.onnx")
+    y = onnx_fmt.target_forward(tmp_path / "s.onnx", ckpt, ckpt.layers[0].name, x)
+    layer = ckpt.layers[0]
+    assert_within_float32_spread(layer, x, y, what="onnxruntime, whole layer")
+    ys = x
+    for k in range(3):
+        ys = onnx_fmt.target_forward_slab(tmp_path / "s.onnx", ckpt, ckpt.layers[0].name, k, ys)
+    assert_within_float32_spread(layer, x, ys, what="onnxruntime, slab by slab")
+    assert_within_float32_spread(layer, x, want, what="torch")
+    onnx_fmt.release()
+
+
+def test_streamed_onnx_failure_leaves_nothing(tmp_path):
+    """A slab that fails to read mid-way: no model and no external data file are left."""
+    from conftest import FnSlabs
+
+    _, src = _stacked_pt(tmp_path, "GRU", layers=4)
+    lazy = api.load(src, lazy=True)
+    good = lazy.source
+
+    def failing(i, k):
+        if k == 2:
+            raise FormatError("slab 2 is damaged")
+        return good.read(i, k)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(FormatError, match="slab 2"):
+        api.save(replace(lazy, source=FnSlabs(failing)), out / "m.onnx", external_data=True, external_min_bytes=64)
+    assert list(out.iterdir()) == []

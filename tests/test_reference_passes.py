@@ -60,3 +60,27 @@ def test_step_with_bound_is_step_and_bound(cell, dtype, monkeypatch):
     assert np.allclose(h1, eh, rtol=1e-12, atol=1e-12) and np.allclose(dh, bh, rtol=1e-9, atol=0)
     if cell is Cell.LSTM:
         assert np.allclose(c1, ec, rtol=1e-12, atol=1e-12) and np.allclose(dc, bc, rtol=1e-9, atol=0)
+
+
+def test_float32_magnitudes_bound_the_exact_ones():
+    """reference._lin's magnitude of float32/float16 weights, summed in float32 and raised by its own error
+    bound (reference._magnitude32), is never below the exact ``|v| @ |w|.T``: checked against exact rational
+    sums (fractions) on rows with wide-ranging, tiny (products below float32's normal range) and huge
+    (float32 overflow: float64 fallback) values, and states that are not float32 numbers (rounded up)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(5)
+    K = 40
+    w = (rng.standard_normal((6, K)) * 10.0 ** rng.integers(-3, 3, (6, K))).astype(np.float32)
+    w[1] = np.float32(1e-30)  # products of 1e-30 and 1e-20: below float32's normal range
+    w[2, :3] = np.float32(3e38)  # with a state of 10: overflows float32
+    v = rng.standard_normal((3, K)) * 10.0 ** rng.integers(-2, 2, (3, K))
+    v[1] = 1e-20
+    v[2, :3] = 10.0
+    v[0, 0] = 1.0 + 2.0 ** -40  # not a float32 number
+    for wt in (w, np.clip(w, -6e4, 6e4).astype(np.float16)):  # float16 weights: widened per block
+        _, mag = reference._lin(wt, v)
+        for a in range(v.shape[0]):
+            for b in range(wt.shape[0]):
+                exact = sum(Fraction(abs(float(x))) * Fraction(abs(float(y))) for x, y in zip(v[a], wt[b]))
+                assert np.isfinite(mag[a, b]) and Fraction(float(mag[a, b])) >= exact, (a, b)

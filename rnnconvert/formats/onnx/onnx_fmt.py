@@ -155,11 +155,43 @@ class _Initializers:
         return t
 
 
-def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto) -> tuple[list, list, list, list, dict]:
-    """Nodes, initializers, graph input and output of one layer; plus its metadata record."""
+def _slab_inits(layer: RNNLayer, k: int, dirs: list, init: _Initializers) -> tuple[list, list[str]]:
+    """The initializers of stacked layer ``k`` of ``layer`` (its directions ``dirs``: ``W``, ``R``, and ``B``,
+    ``P`` when it has them; the weight matrices written to the external data file now, when there is one)
+    and the names of its node's inputs after ``X``."""
+    dt = np.float32 if layer.dtype == np.float16 else layer.dtype
+    cv = gates.convention("onnx", layer.cell)
+    H, D = layer.hidden_size, layer.num_directions
+    nn_ = layer.name if layer.num_layers == 1 else f"{layer.name}.l{k}"
+    ins, inits = [f"{nn_}.W", f"{nn_}.R"], []
+    if cv.orientation != "out_in":
+        raise FormatError(f"internal: ONNX weights are {cv.orientation}, the writer expects out_in; please report")
+    moves = sorted(gates.gate_moves(gates.CANONICAL[layer.cell], cv.gate_order, H), key=lambda m: m[1].start)
+    for key, field in (("W", "w_ih"), ("R", "w_hh")):  # ONNX (D, G*H, in): each direction's gate row blocks in
+        mats = [getattr(p, field) for p in dirs]  # ONNX order, written from the canonical arrays (no copy)
+        inits.append(init.pieces([m[src] for m in mats for src, _ in moves], (D, *mats[0].shape), dt,
+                                 f"{nn_}.{key}"))
+    if layer.bias:
+        B = np.stack([np.concatenate([gates.vec_from_canonical(p.b_ih, cv, layer.cell),
+                                      gates.vec_from_canonical(p.b_hh, cv, layer.cell)]) for p in dirs])
+        inits.append(init(B.astype(dt, copy=False), f"{nn_}.B"))
+        ins.append(f"{nn_}.B")
+    else:
+        ins.append("")
+    if dirs[0].peep is not None:
+        # canonical peep rows p_i, p_f, p_o -> ONNX P[iof] = p_i, p_o, p_f
+        P = np.stack([np.concatenate([p.peep[0], p.peep[2], p.peep[1]]) for p in dirs]).astype(dt, copy=False)
+        inits.append(init(P, f"{nn_}.P"))
+        ins += ["", "", "", f"{nn_}.P"]
+    return inits, ins
+
+
+def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto,
+                 slabs: list | None = None) -> tuple[list, list, list, list, dict]:
+    """Nodes, initializers, graph input and output of one layer; plus its metadata record. ``slabs``: each
+    stacked layer's :func:`_slab_inits` when already made (the streaming writer), else made here."""
     dt = np.float32 if layer.dtype == np.float16 else layer.dtype
     elem = TensorProto.DOUBLE if dt == np.float64 else TensorProto.FLOAT
-    cv = gates.convention("onnx", layer.cell)
     H, D = layer.hidden_size, layer.num_directions
     name, s = layer.name, layer.semantics
     reverse = s.go_backwards and not layer.bidirectional
@@ -169,29 +201,12 @@ def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto) -> t
     cur = f"{name}__tm0"
     nodes.append(helper.make_node("Transpose", [f"{name}__in"], [cur], name=f"{name}__to_time_major", perm=[1, 0, 2]))
     node_names = []
-    for k, dirs in enumerate(layer.params):
+    for k in range(layer.num_layers):
         nn_ = name if layer.num_layers == 1 else f"{name}.l{k}"
         node_names.append(nn_)
-        ins = [cur, f"{nn_}.W", f"{nn_}.R"]
-        if cv.orientation != "out_in":
-            raise FormatError(f"internal: ONNX weights are {cv.orientation}, the writer expects out_in; please report")
-        moves = sorted(gates.gate_moves(gates.CANONICAL[layer.cell], cv.gate_order, H), key=lambda m: m[1].start)
-        for key, field in (("W", "w_ih"), ("R", "w_hh")):  # ONNX (D, G*H, in): each direction's gate row blocks in
-            mats = [getattr(p, field) for p in dirs]  # ONNX order, written from the canonical arrays (no copy)
-            inits.append(init.pieces([m[src] for m in mats for src, _ in moves], (D, *mats[0].shape), dt,
-                                     f"{nn_}.{key}"))
-        if layer.bias:
-            B = np.stack([np.concatenate([gates.vec_from_canonical(p.b_ih, cv, layer.cell),
-                                          gates.vec_from_canonical(p.b_hh, cv, layer.cell)]) for p in dirs])
-            inits.append(init(B.astype(dt, copy=False), f"{nn_}.B"))
-            ins.append(f"{nn_}.B")
-        else:
-            ins.append("")
-        if dirs[0].peep is not None:
-            # canonical peep rows p_i, p_f, p_o -> ONNX P[iof] = p_i, p_o, p_f
-            P = np.stack([np.concatenate([p.peep[0], p.peep[2], p.peep[1]]) for p in dirs]).astype(dt, copy=False)
-            inits.append(init(P, f"{nn_}.P"))
-            ins += ["", "", "", f"{nn_}.P"]
+        made, more = _slab_inits(layer, k, layer.params[k], init) if slabs is None else slabs[k]
+        inits += made
+        ins = [cur] + more
         attrs: dict[str, Any] = {"hidden_size": H, "direction": direction, "activations": acts}
         if alpha:
             attrs["activation_alpha"] = alpha
@@ -220,12 +235,14 @@ def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto) -> t
     return nodes, inits, [inp], [out], meta
 
 
-def build_model(ckpt: Checkpoint, *, check_model: bool = True, init: _Initializers | None = None):
+def build_model(ckpt: Checkpoint, *, check_model: bool = True, init: _Initializers | None = None,
+                slabs: dict | None = None):
     """The ``onnx.ModelProto`` of ``ckpt`` (see the module docstring); deterministic.
 
     ``check_model``: run ``onnx.checker`` on the in-memory model (it cannot check external data;
     :func:`write` checks those models by path after saving them). ``init``: where the weights go
-    (default: inside the model).
+    (default: inside the model). ``slabs``: ``{(i, k): _slab_inits(...)}`` already made by the streaming
+    writer (:class:`OnnxStream`); then no parameter of ``ckpt`` is read.
 
     Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
@@ -234,8 +251,9 @@ def build_model(ckpt: Checkpoint, *, check_model: bool = True, init: _Initialize
 
     init = init or _Initializers(numpy_helper, helper, TensorProto)
     nodes, inits, ins, outs, meta = [], [], [], [], []
-    for layer in ckpt.layers:
-        n, i, a, b, m = _layer_nodes(layer, helper, init, TensorProto)
+    for li, layer in enumerate(ckpt.layers):
+        n, i, a, b, m = _layer_nodes(layer, helper, init, TensorProto,
+                                     None if slabs is None else [slabs[li, k] for k in range(layer.num_layers)])
         nodes += n
         inits += i
         ins += a
@@ -260,7 +278,8 @@ def _final_name(path: Path) -> str:
 
 def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = None, external_min_bytes: int = 1024,
           **_: Any) -> list[str]:
-    """Write ``ckpt`` as an ONNX model runnable by onnxruntime; one line per layer says how to run it.
+    """Write ``ckpt`` as an ONNX model runnable by onnxruntime; one line per layer says how to run it
+    (:class:`OnnxStream` fed every slab in order).
 
     Args:
         external_data: ``True`` forces the weights into ``<file>.data`` beside the model, ``False``
@@ -270,32 +289,75 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
 
     Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
-    onnx = require("onnx", "onnx")
-    from onnx import TensorProto, helper, numpy_helper
+    from ...engine import stream
 
-    path = Path(path)
-    if external_data is None:  # the weights' size as written (float16 is stored as float32)
-        size = sum(a.nbytes * (2 if a.dtype == np.float16 else 1)
-                   for layer in ckpt.layers for dirs in layer.params for p in dirs for a in p.arrays().values())
-        external_data = size > EXTERNAL_THRESHOLD
-    if external_data:
-        # the weights stream into '<final name>.data' (truncated first) as each initializer is made
-        location = _final_name(path) + ".data"
-        if (path.parent / location).exists() and not (path.parent / _final_name(path)).exists():
-            # a data file without its model: someone else's; never overwrite it (with an existing model,
-            # api.convert only gets here under --force, which covers the model's own data file).
-            raise OutputExistsError(f"{path.parent / location} exists; remove it or choose another output name")
-        with directio.DirectWriter(path.parent / location) as fh:  # around the page cache where allowed
-            model = build_model(ckpt, check_model=False, init=_Initializers(
-                numpy_helper, helper, TensorProto, fh, location, external_min_bytes))
-        onnx.save_model(model, str(path))
-        onnx.checker.check_model(str(path))  # by path: the checker cannot see external data in memory
-    else:
-        model = build_model(ckpt)
-        onnx.save_model(model, str(path))
-    recs = json.loads(model.metadata_props[0].value)["layers"]
-    return [f"{l.name}: ONNX {_OP[l.cell]} node(s) {', '.join(r['nodes'])}; feed '{l.name}__in' (batch, time, "
-            f"{l.input_size}), read '{l.name}__out'" for l, r in zip(ckpt.layers, recs)]
+    return stream.stream_write(open_stream(ckpt, path, external_data=external_data,
+                                           external_min_bytes=external_min_bytes), ckpt)
+
+
+def open_stream(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = None,
+                external_min_bytes: int = 1024, **_: Any) -> "OnnxStream":
+    """An :class:`OnnxStream` writing ``ckpt`` (lazy or not) to ``path``: the engine's streaming writer
+    (:mod:`rnnconvert.engine.protocol`); options as :func:`write`."""
+    return OnnxStream(ckpt, path, external_data, external_min_bytes)
+
+
+class OnnxStream:
+    """An ONNX model written slab by slab: each slab's weight matrices go to the external data file when it
+    is given (:meth:`write_slab`; the model holds only their locations), the graph and the small tensors
+    at :meth:`close`. Without external data (models under 2 GB) the initializers are kept in memory until
+    :meth:`close` writes the model. Bytes are those of the whole-model writer (:func:`build_model`)."""
+
+    WRITE_BEHIND = False
+
+    def __init__(self, ckpt: Checkpoint, path: str | Path, external_data: bool | None, min_bytes: int) -> None:
+        self.onnx = require("onnx", "onnx")
+        from onnx import TensorProto, helper, numpy_helper
+
+        self.ckpt, self.path, self.fh = ckpt, Path(path), None
+        if external_data is None:  # the weights' size as written (float16 is stored as float32)
+            size = sum(int(a.size) * 4 if a.dtype == np.float16 else int(a.size) * a.dtype.itemsize
+                       for layer in ckpt.layers for dirs in layer.params for p in dirs for a in p.arrays().values())
+            external_data = size > EXTERNAL_THRESHOLD
+        location = ""
+        if external_data:
+            # the weights stream into '<final name>.data' (truncated first) as each slab is given
+            location = _final_name(self.path) + ".data"
+            if (self.path.parent / location).exists() and not (self.path.parent / _final_name(self.path)).exists():
+                # a data file without its model: someone else's; never overwrite it (with an existing model,
+                # api.convert only gets here under --force, which covers the model's own data file).
+                raise OutputExistsError(f"{self.path.parent / location} exists; remove it or choose another output name")
+            self.fh = directio.DirectWriter(self.path.parent / location)  # around the page cache where allowed
+        self.external = external_data
+        self.init = _Initializers(numpy_helper, helper, TensorProto, self.fh, location,
+                                  min_bytes if external_data else 1024)
+        self.slabs: dict = {}
+
+    def write_slab(self, i: int, k: int, dirs: list) -> None:
+        self.slabs[i, k] = _slab_inits(self.ckpt.layers[i], k, dirs, self.init)
+
+    def close(self) -> list[str]:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
+        model = build_model(self.ckpt, check_model=not self.external, init=self.init, slabs=self.slabs)
+        self.slabs = {}
+        self.onnx.save_model(model, str(self.path))
+        if self.external:
+            self.onnx.checker.check_model(str(self.path))  # by path: the checker cannot see external data in memory
+        recs = json.loads(model.metadata_props[0].value)["layers"]
+        return [f"{l.name}: ONNX {_OP[l.cell]} node(s) {', '.join(r['nodes'])}; feed '{l.name}__in' (batch, time, "
+                f"{l.input_size}), read '{l.name}__out'" for l, r in zip(self.ckpt.layers, recs)]
+
+    def abort(self) -> None:
+        """Close and remove the external data file this writer made (the model itself is the engine's
+        temporary file)."""
+        fh, self.fh, self.slabs = self.fh, None, {}
+        if fh is not None:
+            try:
+                fh.close()
+            finally:
+                Path(fh.path).unlink(missing_ok=True)
 
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
@@ -314,8 +376,36 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
     """Verification's one-step check in onnxruntime: the written LSTM/GRU/RNN node of stacked layer ``k``
     of layer ``name`` (its attributes and weight initializers, external data included, as written), alone
     in a one-node graph fed ``x`` ``(N, I)`` as ``N`` sequences of length 1 with ``initial_h`` (and
-    ``initial_c``) ``(D, N, H)`` from ``states``. Returns ``[(Y_h[d], Y_c[d] or None)]`` per direction,
-    float64. Only that node's weights are read: external data stays in the file, mapped by onnxruntime."""
+    ``initial_c``) ``(D, N, H)`` from ``states`` (:func:`_one_node`). Returns ``[(Y_h[d], Y_c[d] or None)]``
+    per direction, float64. Only that node's weights are read: external data stays in the file, mapped by
+    onnxruntime."""
+    sess, lstm, dt = _one_node(path, ckpt, name, k, states=True)
+    feeds = {"X": np.asarray(x, dt)[None], "initial_h": np.stack([np.asarray(st[0], dt) for st in states])}
+    if lstm:
+        feeds["initial_c"] = np.stack([np.asarray(st[1], dt) for st in states])
+    got = sess.run(["Y", "Y_h"] + (["Y_c"] if lstm else []), feeds)
+    return [(np.asarray(got[1][d], np.float64), np.asarray(got[2][d], np.float64) if lstm else None)
+            for d in range(len(states))]
+
+
+def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+    """Stacked layer ``k`` of layer ``name`` of the written model alone, in onnxruntime: its node in a one-node
+    graph (:func:`_one_node`) fed ``x`` ``(B, T, I_k)`` from zero states. Returns ``(B, T, dirs*H)``
+    float64, directions concatenated, forward first (what the model's ``Transpose``+``Reshape`` after the
+    node give the next stacked layer). Only that node's weights are mapped, and unmapped when this
+    returns: a stacked layer of a multi-GB model is checked without all its slabs in memory."""
+    sess, _, dt = _one_node(path, ckpt, name, k, states=False)
+    y = sess.run(["Y"], {"X": np.ascontiguousarray(np.asarray(x, dt).transpose(1, 0, 2))})[0]  # (T, D, B, H)
+    T, D, B, H = y.shape
+    return np.asarray(y, np.float64).transpose(2, 0, 1, 3).reshape(B, T, D * H)
+
+
+def _one_node(path: str | Path, ckpt: Checkpoint, name: str, k: int, states: bool):
+    """``(session, is_lstm, dtype)``: the written node of stacked layer ``k`` of layer ``name`` (attributes and
+    weight initializers as written; external data left in the file, mapped by onnxruntime: :func:`_options`)
+    alone in a graph with input ``X`` ``(T, N, I)`` and, when ``states``, ``initial_h`` (and ``initial_c``)
+    ``(D, N, H)``; outputs ``Y``, ``Y_h`` (, ``Y_c``). Float64 initializers are run as float32 (onnxruntime's
+    RNN kernels are float32 only, see :func:`_session`)."""
     ort = require("onnxruntime", "onnx")
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
@@ -329,9 +419,9 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
         raise FormatError(f"{path}: no node '{node_name}' (not written by rnnconvert?)")
     lstm = node.op_type == "LSTM"
     ins = list(node.input) + [""] * (8 - len(node.input))
-    ins[0], ins[4], ins[5] = "X", "", "initial_h"
+    ins[0], ins[4], ins[5] = "X", "", "initial_h" if states else ""
     if lstm:
-        ins[6] = "initial_c"
+        ins[6] = "initial_c" if states else ""
     ins = ins[:8 if lstm else 6]
     while ins and not ins[-1]:
         ins.pop()
@@ -352,19 +442,16 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
     outs = ["Y", "Y_h"] + (["Y_c"] if lstm else [])
     step = helper.make_node(node.op_type, ins, outs, name=node.name)
     step.attribute.extend(node.attribute)
-    N, D = x.shape[0], len(states)
-    feeds = {"X": np.asarray(x, dt)[None], "initial_h": np.stack([np.asarray(st[0], dt) for st in states])}
-    if lstm:
-        feeds["initial_c"] = np.stack([np.asarray(st[1], dt) for st in states])
-    graph = helper.make_graph(
-        [step], "rnnconvert_step", [helper.make_tensor_value_info(key, elem, v.shape) for key, v in feeds.items()],
-        [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=tensors)
+    H, D = layer.hidden_size, layer.num_directions
+    feeds = [helper.make_tensor_value_info("X", elem, ["T", "N", None])]
+    if states:
+        feeds += [helper.make_tensor_value_info(key, elem, [D, "N", H])
+                  for key in (["initial_h", "initial_c"] if lstm else ["initial_h"])]
+    graph = helper.make_graph([step], "rnnconvert_step", feeds,
+                              [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=tensors)
     m = helper.make_model(graph, opset_imports=model.opset_import)
     m.ir_version = model.ir_version
-    sess = ort.InferenceSession(m.SerializeToString(), _options(path), providers=["CPUExecutionProvider"])
-    got = sess.run(outs, feeds)
-    return [(np.asarray(got[1][d], np.float64), np.asarray(got[2][d], np.float64) if lstm else None)
-            for d in range(D)]
+    return ort.InferenceSession(m.SerializeToString(), _options(path), providers=["CPUExecutionProvider"]), lstm, dt
 
 
 #: One onnxruntime session, keyed by the file's identity and the output it computes: verification runs
