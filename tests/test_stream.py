@@ -660,33 +660,3 @@ def test_target_engine_imported_in_background(tmp_path, monkeypatch):
     t.join()
     assert "rnnc_broken_engine" not in sys.modules
     monkeypatch.delitem(sys.modules, "rnnc_fake_engine")
-
-
-def test_source_equations_run_beside_the_steps_and_errors_reach_the_caller(tmp_path, monkeypatch):
-    """A Keras source's own equations (the short sequence on the file's tensors) run in verification's second
-    thread while the trajectory and one-step products of the same slab run in the verifier thread
-    (StreamedVerification._own_run); the verdict is the same, and an error there reaches the caller with no
-    output written."""
-    import threading
-
-    from rnnconvert.engine import verify as verify_mod
-
-    threads = []
-    real = verify_mod._source
-
-    def spy(*a, **k):
-        threads.append(threading.current_thread().name)
-        return real(*a, **k)
-    monkeypatch.setattr(verify_mod, "_source", spy)
-    src = FIXTURES / "keras" / "bidi_lstm_concat.h5"
-    rep = api.convert(src, tmp_path / "o.safetensors")
-    assert rep.verification.verdict == "ok" and threads and all(t.startswith("rnnconvert-source") for t in threads)
-
-    def broken(*a, **k):
-        raise FormatError("the source's tensors are unreadable")
-    monkeypatch.setattr(verify_mod, "_source", broken)
-    out = tmp_path / "out"
-    out.mkdir()
-    with pytest.raises(FormatError, match="unreadable"):
-        api.convert(src, out / "o.safetensors")
-    assert list(out.iterdir()) == []

@@ -382,7 +382,6 @@ class StreamedVerification:
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_tensors)
         self._back = None  # the written file read back (fallback target of the one-step check)
-        self._side = None  # the thread of the source's own equations (_own_run)
 
     def _seq_x(self, i: int) -> np.ndarray:
         return self.x[i][:, :SEQ_STEPS]
@@ -397,79 +396,53 @@ class StreamedVerification:
         xin = self.x[i] if k == 0 else self.traj[i]
         xs = self._seq_x(i)
         own = _own_equations(self.src_module, layer)
+        # The short sequence's batch is the whole batch (steps <= SEQ_STEPS) and the numpy reference runs it:
+        # its float32 run IS the trajectory (same inputs, weights, dtype and code), so it is computed once,
+        # in lockstep with the float64 run (one read of each weight matrix per step for both).
+        shared = not own and xs.shape[1] == xin.shape[1]
+        if shared:
+            x64 = xs.astype(np.float64) if k == 0 else self.y64[i]
+            (y, y64), recs = reference.trajectory_multi(one, dirs, [np.asarray(xin, np.float32), x64])
+        else:
+            y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32))
+        B, T, I = xin.shape
+        N, P = B * T, reference.N_PROBES
+        px, ph, pc = reference.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
+        xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
+        entries = []
+        for d, (p, rec) in enumerate(zip(dirs, recs)):
+            h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
+            c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
+            parts: dict = {}
+            exact, bound = reference.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts)
+            entries.append(((h0, c0), exact, bound))
+            if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the swaps show?
+                rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
+                self.escapes[i].append((k, d, reference.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows)))
+            del parts
+        self.slabs[i][k] = (xf, entries)
+        self.traj[i] = y if k < layer.num_layers - 1 else None
         last = k == layer.num_layers - 1
-        # The source's own equations on the file's tensors need nothing of this slab's trajectory or steps:
-        # they run in a second thread meanwhile (the other core is idle while the reader waits on the disk).
-        own_run = self._own_run(layer, xs) if own and last else None
-        try:
-            # The short sequence's batch is the whole batch (steps <= SEQ_STEPS) and the numpy reference runs it:
-            # its float32 run IS the trajectory (same inputs, weights, dtype and code), so it is computed once,
-            # in lockstep with the float64 run (one read of each weight matrix per step for both).
-            shared = not own and xs.shape[1] == xin.shape[1]
-            if shared:
-                x64 = xs.astype(np.float64) if k == 0 else self.y64[i]
-                (y, y64), recs = reference.trajectory_multi(one, dirs, [np.asarray(xin, np.float32), x64])
-            else:
-                y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32))
-            B, T, I = xin.shape
-            N, P = B * T, reference.N_PROBES
-            px, ph, pc = reference.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
-            xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
-            entries = []
-            for d, (p, rec) in enumerate(zip(dirs, recs)):
-                h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
-                c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
-                parts: dict = {}
-                exact, bound = reference.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts)
-                entries.append(((h0, c0), exact, bound))
-                if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the swaps show?
-                    rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
-                    self.escapes[i].append((k, d, reference.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows)))
-                del parts
-            self.slabs[i][k] = (xf, entries)
-            self.traj[i] = y if k < layer.num_layers - 1 else None
-            if own:  # from the file's tensors (not ``dirs``): once, at the end
-                if own_run is not None:
-                    self.y32[i], self.y64[i] = own_run.result()
-            elif shared:
-                self.y32[i], self.y64[i] = y, y64
-                if last:
-                    self.y32[i], self.y64[i] = (reference.finish(layer, a) for a in (self.y32[i], self.y64[i]))
-            else:
-                prev = [xs.astype(np.float32), xs.astype(np.float64)] if k == 0 else [self.y32[i], self.y64[i]]
-                self.y32[i], self.y64[i] = reference.forward_slab_multi(layer, dirs, prev)
-                if last:
-                    self.y32[i], self.y64[i] = (reference.finish(layer, a) for a in (self.y32[i], self.y64[i]))
-        except BaseException:
-            if own_run is not None:  # not left running (it holds the layer's file tensors)
-                from concurrent.futures import wait
-
-                wait([own_run])
-            raise
+        if own:  # from the file's tensors (not ``dirs``): once, at the end
+            if last:
+                raw = _raw_tensors(layer, self.pool)
+                self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
+                                                                             xs.astype(np.float64)], raw)
+                del raw
+        elif shared:
+            self.y32[i], self.y64[i] = y, y64
+            if last:
+                self.y32[i], self.y64[i] = (reference.finish(layer, a) for a in (self.y32[i], self.y64[i]))
+        else:
+            prev = [xs.astype(np.float32), xs.astype(np.float64)] if k == 0 else [self.y32[i], self.y64[i]]
+            self.y32[i], self.y64[i] = reference.forward_slab_multi(layer, dirs, prev)
+            if last:
+                self.y32[i], self.y64[i] = (reference.finish(layer, a) for a in (self.y32[i], self.y64[i]))
         if last:
             self.routes[i] = _route(self.src_module, layer, self.mode)
             if self.mode == "framework":
                 self.yfw[i] = _framework(self.src_module, self.src_path, self.ckpt, layer, xs)
         self.seconds += time.perf_counter() - t0
-
-    def _own_run(self, layer: RNNLayer, xs: np.ndarray):
-        """The short sequence by the source's own equations on the file's tensors (``[y32, y64]``), started in
-        this verification's second thread; ``.result()`` waits for it (and raises what it raised)."""
-        if self._side is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconvert-source")
-
-        def run():  # under source_slab's one-thread BLAS limit (the process's): source_slab waits for it
-            raw = _raw_tensors(layer, self.pool)
-            return _source(self.src_module, layer, [xs.astype(np.float32), xs.astype(np.float64)], raw)
-        return self._side.submit(run)
-
-    def close(self) -> None:
-        """Stop the second thread (:meth:`_own_run`), if one was started."""
-        if self._side is not None:
-            self._side.shutdown(wait=True)
-            self._side = None
 
     def _target_step(self, dst_module, dst_path, layer: RNNLayer, k: int, xf, states) -> tuple[list | None, str]:
         """The target's one step of slab ``k`` from ``states``; ``(results, note)``: ``note`` names a
@@ -628,7 +601,6 @@ class StreamedVerification:
         ``progress(done, total)``: layers verified so far."""
         t0 = time.perf_counter()
         target_route = _engine(dst_module)
-        self.close()
         self.pool.clear()  # the source side is done: its buffers go before the target framework runs
         if progress is not None:
             progress(0, len(self.ckpt.layers))
