@@ -447,3 +447,35 @@ def test_streamed_onnx_failure_leaves_nothing(tmp_path):
     with pytest.raises(FormatError, match="slab 2"):
         api.save(replace(lazy, source=FnSlabs(failing)), out / "m.onnx", external_data=True, external_min_bytes=64)
     assert list(out.iterdir()) == []
+
+
+# ------------------------------------------------------------------ the lazy ONNX reader (external data left in the file)
+def test_lazy_onnx_reads_slabs_bit_for_bit_like_the_onnx_library(tmp_path, monkeypatch):
+    """onnx_read.read(lazy=True) on a model whose weights are in an external data file: W and R stay in the
+    file (placeholders; onnx_read.OnnxSlabs maps one stacked layer at a time), each slab equal bit for bit
+    to the eager read, whose bytes come from the onnx library's own external-data loader; a conversion from
+    it streams and verifies; a record pointing past the end of the data file is refused (one line)."""
+    from rnnconvert.core.model import is_placeholder
+    from rnnconvert.formats.onnx import onnx_read
+
+    monkeypatch.setattr(onnx_read, "LAZY_BYTES", 0)  # the test model's matrices are small
+    _, src = _stacked_pt(tmp_path, "GRU", layers=3)
+    api.convert(src, tmp_path / "m.onnx", write_opts={"external_data": True, "external_min_bytes": 64})
+    lazy = onnx_read.read(tmp_path / "m.onnx", lazy=True)
+    eager = onnx_read.read(tmp_path / "m.onnx")
+    assert lazy.lazy and is_placeholder(lazy.layers[0].params[1][0].w_ih)
+    for k in range(3):
+        for a, b in zip(lazy.slab(0, k), eager.layers[0].params[k]):
+            for f in ("w_ih", "w_hh", "b_ih", "b_hh"):
+                assert getattr(a, f).tobytes() == getattr(b, f).tobytes()
+        lazy.release(0, k)
+    rep = api.convert(tmp_path / "m.onnx", tmp_path / "back.pt")
+    assert rep.verification.verdict == "ok"
+    m = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    t = next(t for t in m.graph.initializer if t.name.endswith(".R"))
+    for e in t.external_data:
+        if e.key == "offset":
+            e.value = str(10 ** 9)
+    onnx.save_model(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(FormatError, match="does not fit its external data"):
+        onnx_read.read(tmp_path / "m.onnx", lazy=True)

@@ -82,3 +82,63 @@ def test_blas_controller_made_once_in_the_callers_thread(tmp_path, monkeypatch):
     api.convert(FIXTURES / "keras" / "bidi_lstm_concat.h5", tmp_path / "o.safetensors")
     api.convert(FIXTURES / "keras" / "bidi_lstm_concat.h5", tmp_path / "o2.safetensors")
     assert made == [True]
+
+
+# ------------------------------------------------------------------ the lazy safetensors reader (a mapped file)
+def _st_file(tmp_path, nan_at=None):
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.torch")
+    from conftest import torch_rnn
+
+    sd = {f"enc.rnn.{k}": v.contiguous() for k, v in
+          torch_rnn("LSTM", 5, 6, seed=81, num_layers=3, bidirectional=True).state_dict().items()}
+    sd["enc.proj.weight"] = torch.ones(2, 12)  # a non-recurrent tensor, carried
+    if nan_at:
+        sd[nan_at][1, 1] = float("nan")
+    path = tmp_path / "m.safetensors"
+    st.save_file(sd, str(path))
+    return path, sd
+
+
+def test_lazy_safetensors_reads_slabs_bit_for_bit_like_the_library(tmp_path):
+    """safetensors ``read(lazy=True)``: placeholders, each slab read from the mapped file (no copy) on demand;
+    every canonical array equals, bit for bit, the one made from the safetensors library's own reading of
+    the file (the eager reader: a reader that is not ours for the bytes), the carried tensor too; a
+    conversion from it streams (one slab at a time) and verifies."""
+    from rnnconvert.core.model import is_placeholder
+    from rnnconvert.formats.storage import safetensors_fmt
+
+    path, _ = _st_file(tmp_path)
+    lazy = safetensors_fmt.read(path, lazy=True)
+    eager = api.load(path)
+    assert lazy.lazy and all(is_placeholder(dp.w_ih) for dirs in lazy.layers[0].params for dp in dirs)
+    for k in range(3):
+        got = lazy.slab(0, k)
+        for a, b in zip(got, eager.layers[0].params[k]):
+            for f in ("w_ih", "w_hh", "b_ih", "b_hh"):
+                x, y = getattr(a, f), getattr(b, f)
+                assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+        lazy.release(0, k)
+    assert lazy.tensors["enc.proj.weight"].tobytes() == eager.tensors["enc.proj.weight"].tobytes()
+    rep = api.convert(path, tmp_path / "o.pt")
+    assert rep.verification.verdict == "ok"
+
+
+def test_lazy_safetensors_refuses_what_the_eager_reader_refuses(tmp_path):
+    """A NaN in one slab: refused when that slab is read (one line naming the layer and tensor), no output;
+    a header pointing outside the file: refused before anything is mapped."""
+    from rnnconvert.errors import FormatError
+
+    path, _ = _st_file(tmp_path, nan_at="enc.rnn.weight_hh_l2_reverse")
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(FormatError, match=r"NaN or Inf"):
+        api.convert(path, out / "o.pt")
+    assert list(out.iterdir()) == []
+    raw = bytearray(path.read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    head = raw[8:8 + n].decode().replace('"data_offsets":[0,', '"data_offsets":[999999999,', 1)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(len(head.encode()).to_bytes(8, "little") + head.encode() + raw[8 + n:])
+    with pytest.raises(FormatError, match="bad header record|cannot read"):
+        api.load(bad, lazy=True)

@@ -187,3 +187,21 @@ def test_verification_runs_torch_native_kernels_and_restores_onednn(tmp_path, mo
         torch_pt.target_forward(tmp_path / "out.pt", ckpt, ckpt.layers[0].name, np.zeros((1, 1, 4), np.float32))
     torch_pt.release()
     assert torch.backends.mkldnn.enabled
+
+
+def test_stacked_layer_verified_one_slab_mapping_at_a_time(tmp_path):
+    """The torch target side maps a stacked layer's slabs one at a time (torch_pt._mapped keyed by slab): after
+    running slab 1 only slab 1's mapping is held; a one-slab layer keeps one mapping for its sequence and
+    step runs."""
+    src = tmp_path / "src.pt"
+    torch.save(torch_rnn("GRU", 4, 6, num_layers=3).state_dict(), src)
+    ckpt = rnnconvert.load(src)
+    out = tmp_path / "out.pt"
+    rnnconvert.save(ckpt, out)  # written by rnnconvert: the names verification looks for
+    name = ckpt.layers[0].name
+    x = np.zeros((1, 2, 4), np.float32)
+    y0 = torch_pt.target_forward_slab(out, ckpt, name, 0, x)
+    torch_pt.target_forward_slab(out, ckpt, name, 1, y0.astype(np.float32))
+    assert [key[-1] for key in torch_pt._STATE] == [1]
+    torch_pt.release()
+    assert not torch_pt._STATE

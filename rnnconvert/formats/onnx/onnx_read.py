@@ -16,7 +16,7 @@ import numpy as np
 
 from ...core import gates
 from ...errors import FormatError, UnsupportedError, require
-from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, placeholder
 
 META_KEY = "rnnconvert"
 # ONNX activation -> default (alpha, beta) per the ONNX activation ops; absent = takes none.
@@ -40,9 +40,46 @@ def _all_tensors(graph):
                 yield from _all_tensors(sub)
 
 
-def _load(path: Path):
+class Stored:
+    """An initializer left in its external data file by a lazy read (:func:`_load` ``keep``): its name,
+    ``shape``, little-endian ``dtype``, the data file (inside the model's folder, checked) and the byte range
+    (inside that file, checked, ``length`` = the shape's bytes)."""
+
+    def __init__(self, name: str, shape: tuple, dtype, file: Path, offset: int, length: int) -> None:
+        self.name, self.shape, self.dtype, self.file, self.offset, self.length = name, shape, dtype, file, offset, length
+        self.ndim = len(shape)
+
+
+def _stored(t, target: Path, where: object) -> Stored | None:
+    """``t``'s external data record as a :class:`Stored` (float tensors only; ``None`` for others), checked:
+    a known dtype, an offset and length inside ``target``, the length of the declared shape."""
+    from onnx import helper
+
+    try:
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
+    except (KeyError, TypeError, ValueError):
+        return None
+    if dt.kind != "f":
+        return None
+    info = {e.key: e.value for e in t.external_data}
+    shape = tuple(int(d) for d in t.dims)
+    try:
+        offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else None
+    except ValueError:
+        raise FormatError(f"{where}: tensor '{t.name}' has a malformed external data record") from None
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    size = target.stat().st_size
+    if min(shape, default=0) < 0 or (length is not None and length != n) or not 0 <= offset <= size - n:
+        raise FormatError(f"{where}: tensor '{t.name}' of shape {shape} does not fit its external data "
+                          f"(offset {offset}, {size} bytes in the file)")
+    return Stored(t.name, shape, dt, target, offset, n)
+
+
+def _load(path: Path, keep: dict | None = None):
     """``onnx.load`` without external data, then external data loaded tensor by tensor, each checked to
-    live inside the model's folder (symlinks resolved) before it is opened."""
+    live inside the model's folder (symlinks resolved) before it is opened. ``keep`` (a dict): float
+    initializers of at least :data:`LAZY_BYTES` are not loaded but recorded there by name as
+    :class:`Stored` (a lazy read)."""
     onnx = require("onnx", "onnx")
     from onnx import external_data_helper as ext
 
@@ -51,7 +88,8 @@ def _load(path: Path):
     except Exception as exc:  # protobuf DecodeError and friends
         raise FormatError(f"{path}: not an ONNX model: {exc}") from exc
     base = path.resolve().parent
-    for t in _all_tensors(model.graph):
+    n_init = len(model.graph.initializer)  # _all_tensors yields the graph's initializers first
+    for j, t in enumerate(_all_tensors(model.graph)):
         if not ext.uses_external_data(t):
             continue
         loc = {e.key: e.value for e in t.external_data}.get("location", "")
@@ -61,6 +99,12 @@ def _load(path: Path):
                               "folder; refused (copy the data file beside the model)")
         if not target.is_file():
             raise FormatError(f"{path}: external data file '{loc}' of tensor '{t.name}' is missing")
+        if keep is not None and t.name and j < n_init and \
+                int(np.prod(tuple(t.dims), dtype=np.int64)) * 4 >= LAZY_BYTES:
+            got = _stored(t, target, path)
+            if got is not None:
+                keep[t.name] = got
+                continue
         try:
             ext.load_external_data_for_tensor(t, str(base))
         except Exception as exc:
@@ -68,7 +112,11 @@ def _load(path: Path):
     return model
 
 
-def _consts(graph, numpy_helper, where: object = "ONNX graph") -> dict[str, np.ndarray]:
+#: float initializers of at least this many bytes (as float32) stay in their external data file in a lazy read
+LAZY_BYTES = 1 << 20
+
+
+def _consts(graph, numpy_helper, where: object = "ONNX graph", kept: dict | None = None) -> dict[str, Any]:
     """Initializers and Constant outputs, followed through Identity nodes: each node's output resolved
     once (a chain of any length and order costs time linear in it), the graph's node count within the
     ``graph_nodes`` limit of :mod:`rnnconvert.io.budget`.
@@ -78,7 +126,8 @@ def _consts(graph, numpy_helper, where: object = "ONNX graph") -> dict[str, np.n
     from ...io import budget
 
     budget.check_count(where, "graph_nodes", len(graph.node), "nodes in the graph")
-    vals = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    kept = kept or {}
+    vals = {t.name: kept[t.name] if t.name in kept else numpy_helper.to_array(t) for t in graph.initializer}
     producer: dict[str, Any] = {}
     for n in graph.node:
         if n.op_type in ("Constant", "Identity") and len(n.output) and (n.op_type == "Constant" or len(n.input)):
@@ -172,9 +221,11 @@ def _node_layer(node, vals: dict, path: Path, name: str) -> RNNLayer:
     W, R, B = get(1, "W", True), get(2, "R", True), get(3, "B")
     for i, what in ((5, "initial_h"), (6, "initial_c")):
         v = get(i, what) if ins[i] and ins[i] in vals else None
+        v = _array(v) if isinstance(v, Stored) else v
         if v is not None and np.any(v):
             raise UnsupportedError(f"{where}: a stored non-zero {what}; rnnconvert layers start from zero state")
     P = get(7, "P") if op == "LSTM" else None
+    B, P = (np.array(_array(v)) if isinstance(v, Stored) else v for v in (B, P))  # small: read now (a copy)
     ndir = 2 if direction == "bidirectional" else 1
     H = at.get("hidden_size")
     H = R.shape[-1] if H is None else H
@@ -188,6 +239,7 @@ def _node_layer(node, vals: dict, path: Path, name: str) -> RNNLayer:
         raise FormatError(f"{where}: W {W.shape} / R {R.shape} do not fit hidden_size={H}, {ndir} direction(s)")
     cv = gates.convention("onnx", cell)
     row = []
+    lazy = isinstance(W, Stored) or isinstance(R, Stored)
     for d in range(ndir):
         zeros = np.zeros(G * H, W.dtype)
         b_ih = zeros if B is None else gates.vec_to_canonical(B[d, :G * H], cv, cell)
@@ -196,14 +248,18 @@ def _node_layer(node, vals: dict, path: Path, name: str) -> RNNLayer:
         if P is not None:
             pi, po, pf = np.split(P[d], 3)
             peep = np.ascontiguousarray(np.stack([pi, pf, po]))
-        row.append(DirectionParams(gates.to_canonical(W[d], cv, cell), gates.to_canonical(R[d], cv, cell),
-                                   b_ih, b_hh, peep=peep))
+        if lazy:  # read one slab at a time by OnnxSlabs
+            w_ih, w_hh = placeholder((G * H, W.shape[2]), W.dtype), placeholder((G * H, H), R.dtype)
+        else:
+            w_ih, w_hh = gates.to_canonical(W[d], cv, cell), gates.to_canonical(R[d], cv, cell)
+        row.append(DirectionParams(w_ih, w_hh, b_ih, b_hh, peep=peep))
     sem = Semantics(gate_activation=gate_act, activation=act, reset_after=bool(at.get("linear_before_reset", 0)),
                     go_backwards=direction == "reverse")
     try:
         return RNNLayer(name=name, cell=cell, input_size=W.shape[2], hidden_size=H, bidirectional=ndir == 2,
                         bias=B is not None, semantics=sem, params=[row],
-                        source={"format": "onnx", "class_name": op, "layout": int(at.get("layout", 0))})
+                        source={"format": "onnx", "class_name": op, "layout": int(at.get("layout", 0)),
+                                **({"stored": (W, R)} if lazy else {})})
     except ValueError as exc:
         raise FormatError(f"{path}: {exc}") from exc
 
@@ -230,11 +286,56 @@ def _records(text: str | None, by_node: dict[str, RNNLayer]) -> list[dict]:
         return []
 
 
-def read(path: str | Path, **_: Any) -> Checkpoint:
+def _array(t: Stored, mapped: dict | None = None) -> np.ndarray:
+    """The array of a :class:`Stored` initializer: a read-only view of its data file, mapped once per file
+    in ``mapped`` (a dict the caller keeps; a fresh map without one)."""
+    from ...io.mapped import MappedFile
+
+    mapped = {} if mapped is None else mapped
+    if t.file not in mapped:
+        try:
+            mapped[t.file] = MappedFile(t.file)
+        except OSError as exc:
+            raise FormatError(f"{t.file}: cannot read ({exc.strerror})") from exc
+    return mapped[t.file].array(t.offset, t.dtype, t.shape)
+
+
+class OnnxSlabs:
+    """The :class:`~rnnconvert.core.model.SlabSource` of a lazily read ONNX model: slab ``(i, k)`` = the ``W``,
+    ``R`` of layer ``i``'s node ``k`` (``stored[i][k]``: :class:`Stored` records of the external data file, or
+    arrays held in the model) put in canonical gate order per direction (a copy, after which the mapped
+    pages are given back at once); ``release`` and ``release_array`` have nothing left to give back."""
+
+    def __init__(self, stored: list, layers: list[RNNLayer]) -> None:
+        self.stored, self.layers, self.mapped = stored, layers, {}
+
+    def read(self, i: int, k: int) -> list[DirectionParams]:
+        layer = self.layers[i]
+        cv = gates.convention("onnx", layer.cell)
+        W, R = (_array(t, self.mapped) if isinstance(t, Stored) else t for t in self.stored[i][k])
+        out = [replace(p, w_ih=gates.to_canonical(W[d], cv, layer.cell), w_hh=gates.to_canonical(R[d], cv, layer.cell))
+               for d, p in enumerate(layer.params[k])]
+        for t, a in zip(self.stored[i][k], (W, R)):  # copied: the mapped pages go at once
+            if isinstance(t, Stored):
+                self.mapped[t.file].release_array(a)
+        return out
+
+    def release(self, i: int, k: int) -> None:
+        pass  # read() gave the mapped pages back already; the slab's arrays are its own
+
+    def release_array(self, a: np.ndarray) -> None:
+        pass  # the slab's arrays are copies (canonical order); release gives the mapped pages back
+
+
+def read(path: str | Path, *, lazy: bool = False, **_: Any) -> Checkpoint:
     """Read every ``LSTM``/``GRU``/``RNN`` node of an ONNX model (one layer per node, or per rnnconvert record).
 
     W, R, B, P come from initializers (also through ``Constant`` and ``Identity``). External data is
     loaded only from inside the model's folder.
+
+    ``lazy=True``: ``W`` and ``R`` initializers of :data:`LAZY_BYTES` or more kept in an external data file are
+    not read: the layers hold placeholders and :class:`OnnxSlabs` reads one stacked layer at a time (a model
+    with its weights inside is read whole either way).
 
     Raises:
         FormatError: not an ONNX model, malformed weights, external data outside the folder.
@@ -246,7 +347,8 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     from onnx import numpy_helper
 
     path = Path(path)
-    model = _load(path)
+    kept: dict | None = {} if lazy else None
+    model = _load(path, kept)
     g = model.graph
     for n in g.node:
         quantized = n.domain not in ("", "ai.onnx") and any(k in n.op_type.upper() for k in ("LSTM", "GRU", "RNN"))
@@ -254,7 +356,7 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
             raise UnsupportedError(f"{path}: node '{n.name}' is {n.domain}:{n.op_type}, a quantized recurrent op; "
                                    "dequantizing would change the weights, so it is refused (export the float model)")
     try:
-        vals = _consts(g, numpy_helper, path)
+        vals = _consts(g, numpy_helper, path, kept)
     except (ValueError, TypeError, IndexError) as exc:  # raw_data that does not fit dims, bad dtypes
         raise FormatError(f"{path}: a stored tensor does not match its declared shape or type ({exc})") from exc
     rnn = [n for n in g.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]
@@ -270,11 +372,14 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     meta = {p.key: p.value for p in model.metadata_props}
     ckpt = Checkpoint(format="onnx", meta={"path": str(path), "producer": model.producer_name,
                                            "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)})
+    stored: list = []  # per final layer, per slab: (W, R) of a lazily read node, else None
     for rec in _records(meta.get(META_KEY), by_node):
         parts = [by_node.pop(nm) for nm in rec["nodes"]]
         first = parts[0]
         sem = replace(first.semantics, merge_mode=rec.get("merge_mode", "concat"))
-        src = dict(first.source, class_name=rec.get("source_class") or first.source["class_name"])
+        src = {k: v for k, v in first.source.items() if k != "stored"}
+        src["class_name"] = rec.get("source_class") or first.source["class_name"]
+        stored.append([p.source.get("stored") for p in parts])
         try:
             ckpt.layers.append(RNNLayer(
                 name=rec["name"], cell=first.cell, input_size=first.input_size, hidden_size=first.hidden_size,
@@ -283,5 +388,12 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
                 source=src))
         except ValueError as exc:
             raise FormatError(f"{path}: layer record '{rec['name']:.60}': {exc}") from exc
-    ckpt.layers.extend(l for l in singles if l.name in by_node)
-    return ckpt
+    rest = [l for l in singles if l.name in by_node]
+    stored += [[l.source.get("stored")] for l in rest]
+    ckpt.layers.extend(replace(l, source={k: v for k, v in l.source.items() if k != "stored"}) for l in rest)
+    if not any(st is not None for sl in stored for st in sl):
+        return ckpt
+    if any(st is None for sl in stored for st in sl):  # some nodes' weights in the model, some not: whole
+        return read(path)
+    return replace(ckpt, source=OnnxSlabs(stored, ckpt.layers))
+

@@ -63,6 +63,25 @@ def load_own(path: str | Path) -> dict[str, np.ndarray]:
         FormatError: a malformed header, an unknown dtype, a tensor outside the data section.
     """
     p = Path(path)
+    try:
+        out = {}
+        with open(p, "rb") as fh:
+            for key, dt, shape, start, nbytes in records(p):
+                fh.seek(start)
+                out[key] = np.frombuffer(fh.read(nbytes), dt).reshape(shape).astype(dt.newbyteorder("="))
+        return out
+    except OSError as exc:
+        raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
+
+
+def records(path: str | Path) -> list[tuple[str, np.dtype, tuple[int, ...], int, int]]:
+    """The tensors of a safetensors file's header, checked: ``(name, little-endian dtype, shape, byte offset
+    in the file, byte count)`` in header order (sizes match shapes, data inside the file's data section).
+
+    Raises:
+        FormatError: a malformed header, an unknown dtype, a tensor outside the data section.
+    """
+    p = Path(path)
     names = {v[0]: k for k, v in DTYPES.items()}
     try:
         size = p.stat().st_size
@@ -71,41 +90,76 @@ def load_own(path: str | Path) -> dict[str, np.ndarray]:
             if not 2 <= n <= size - 8:
                 raise FormatError(f"{p}: not a readable safetensors file (header of {n} bytes in {size})")
             head = json.loads(fh.read(n))
-            if not isinstance(head, dict):
-                raise FormatError(f"{p}: safetensors header is not a JSON object")
-            base = 8 + n
-            out = {}
-            for key, rec in head.items():
-                if key == "__metadata__":
-                    continue
-                try:
-                    dt = np.dtype(names[rec["dtype"]]).newbyteorder("<")
-                    shape = tuple(int(d) for d in rec["shape"])
-                    b, e = (int(v) for v in rec["data_offsets"])
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise FormatError(f"{p}: tensor '{key}' has a header record rnnconvert cannot read: {rec!r:.200}"
-                                      ) from exc
-                if min(shape, default=0) < 0 or not 0 <= b <= e <= size - base or \
-                        e - b != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
-                    raise FormatError(f"{p}: tensor '{key}' has a bad header record {rec!r:.200}")
-                fh.seek(base + b)
-                out[key] = np.frombuffer(fh.read(e - b), dt).reshape(shape).astype(dt.newbyteorder("="))
-            return out
     except OSError as exc:
         raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise FormatError(f"{p}: safetensors header is not valid JSON ({exc})") from exc
+    if not isinstance(head, dict):
+        raise FormatError(f"{p}: safetensors header is not a JSON object")
+    base = 8 + n
+    out = []
+    for key, rec in head.items():
+        if key == "__metadata__":
+            continue
+        try:
+            dt = np.dtype(names[rec["dtype"]]).newbyteorder("<")
+            shape = tuple(int(d) for d in rec["shape"])
+            b, e = (int(v) for v in rec["data_offsets"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"{p}: tensor '{key}' has a header record rnnconvert cannot read: {rec!r:.200}"
+                              ) from exc
+        if min(shape, default=0) < 0 or not 0 <= b <= e <= size - base or \
+                e - b != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
+            raise FormatError(f"{p}: tensor '{key}' has a bad header record {rec!r:.200}")
+        out.append((key, dt, shape, base + b, e - b))
+    return out
 
 
-def read(path: str | Path, *, nonlinearity: str = "tanh", map: Any = None, **_: Any) -> Checkpoint:
+#: The reader can return a lazy checkpoint (``read(path, lazy=True)``: docs/performance.md "Streaming conversion").
+LAZY = True
+
+
+def _read_lazy(p: Path, nonlinearity: str) -> Checkpoint | None:
+    """The lazy checkpoint of a safetensors file of ``torch.nn`` recurrent keys: the header checked
+    (:func:`records`), every tensor a view of the mapped file (:class:`rnnconvert.io.mapped.MappedFile`), the
+    recurrent parameters read one slab at a time (:func:`rnnconvert.formats.torch.torch_pt.lazy_state_dict`).
+    ``None`` where the eager reader must decide (no ``torch.nn`` keys, hand-written cells beside them, a
+    big-endian machine)."""
+    import sys
+
+    from ...core import names
+    from ...io.mapped import MappedFile
+
+    if sys.byteorder != "little":
+        return None
+    recs = records(p)
+    try:
+        mf = MappedFile(p)
+    except OSError as exc:
+        raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
+    sd = torch_pt.strip_module_prefix({key: mf.array(start, dt, shape) for key, dt, shape, start, _ in recs})
+    if not torch_pt.has_torch_names(sd):
+        return None
+    ckpt = torch_pt.lazy_state_dict(sd, mf, str(p), "safetensors", nonlinearity)
+    return None if names.candidates(ckpt.tensors) else ckpt
+
+
+def read(path: str | Path, *, nonlinearity: str = "tanh", map: Any = None, lazy: bool = False,
+         **_: Any) -> Checkpoint:
     """Read PyTorch-named tensors (``nn.LSTM/GRU/RNN`` and ``nn.*Cell`` keys, any prefix, ``module.`` stripped);
     a file without such keys, or read with a name ``map``, goes through the foreign-name table
-    (:mod:`rnnconvert.core.names`, docs/foreign-names.md).
+    (:mod:`rnnconvert.core.names`, docs/foreign-names.md). ``lazy=True``: the recurrent parameters are
+    placeholders read one slab at a time from the mapped file (:func:`_read_lazy`; files the foreign-name
+    table reads are read whole); otherwise every tensor is read by the safetensors library.
 
     Raises:
         FormatError: unreadable file, no recurrent keys, inconsistent shapes, ambiguous foreign names.
     """
     p = Path(path)
+    if lazy and map is None:
+        ckpt = _read_lazy(p, nonlinearity)
+        if ckpt is not None:
+            return ckpt
     sd = torch_pt.strip_module_prefix(_load(p))
     if map is not None or not torch_pt.has_torch_names(sd):
         from ...core import names

@@ -10,7 +10,7 @@ from . import cudnn_npz, npz_fmt, safetensors_fmt
 SAFETENSORS = FormatSpec(
     "safetensors", sniff=safetensors_fmt.sniff, read=safetensors_fmt.read,
     read_options=("nonlinearity", "map"),  # map: tensors under their owner's own names (rnnconvert.core.names)
-    check=safetensors_fmt.check, write=safetensors_fmt.write, open_stream=safetensors_fmt.open_stream,
+    lazy=safetensors_fmt.LAZY, check=safetensors_fmt.check, write=safetensors_fmt.write, open_stream=safetensors_fmt.open_stream,
     target_forward=safetensors_fmt.target_forward, target_forward_slab=safetensors_fmt.target_forward_slab,
     target_step=safetensors_fmt.target_step, route=safetensors_fmt.ROUTE, engine=safetensors_fmt.ENGINE)
 
