@@ -84,3 +84,28 @@ def test_float32_magnitudes_bound_the_exact_ones():
             for b in range(wt.shape[0]):
                 exact = sum(Fraction(abs(float(x))) * Fraction(abs(float(y))) for x, y in zip(v[a], wt[b]))
                 assert np.isfinite(mag[a, b]) and Fraction(float(mag[a, b])) >= exact, (a, b)
+
+
+def test_float16_widening_is_exact_by_torch_or_numpy(monkeypatch):
+    """reference.widen_into: every finite float16 (and the infinities), subnormals and signed zeros included,
+    widened to float32 bit for bit as numpy's own cast does (the oracle: numpy's IEEE conversion), through
+    torch when it is imported (a vectorised conversion, in pieces of torch's grain size) and through numpy
+    when it is not, or while it is still importing."""
+    import sys
+    import types
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    h = bits.view(np.float16)
+    h = np.concatenate([h[~np.isnan(h)]] * 3)  # longer than one torch piece
+    want = h.astype(np.float32)
+    pytest.importorskip("torch")
+    got = reference.widen_into(np.empty(h.shape, np.float32), h)
+    assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    half = types.ModuleType("torch")
+    half.__spec__ = types.SimpleNamespace(_initializing=True)  # a torch still being imported: not used
+    monkeypatch.setitem(sys.modules, "torch", half)
+    got = reference.widen_into(np.empty(h.shape, np.float32), h)
+    assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    monkeypatch.delitem(sys.modules, "torch")
+    got = reference.widen_into(np.empty(h.shape, np.float32), h)
+    assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()

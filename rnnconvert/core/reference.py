@@ -59,6 +59,8 @@ class _Blocks:
         if buf is None:
             buf = self.bufs[dt] = np.empty((min(self.rows, self.w.shape[0]), self.w.shape[1]), dt)
         b = buf[:blk.shape[0]]
+        if blk.dtype == np.float16 and dt == np.float32:
+            return widen_into(b, np.ascontiguousarray(blk))
         b[...] = blk
         return b
 
@@ -127,6 +129,35 @@ def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64) -> list[n
     return outs
 
 
+#: elements per torch copy in :func:`widen_into`: torch's ``GRAIN_SIZE``, below which it does not hand a copy
+#: to its OpenMP threads (whose spinning afterwards took a fifth of the 2 cores' time)
+_TORCH_GRAIN = 32768
+
+
+def widen_into(out: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``out[...] = a`` for float16 ``a`` into float32 ``out`` (same shape, both C-contiguous): exact either
+    way. numpy converts float16 one element at a time (``npy_halfbits_to_floatbits``, ~2 ns per element:
+    28% of the CPU of a verified float16 conversion of the issue #18 model); torch's conversion is vectorised
+    (~7x faster), so it is used when torch is already imported and done importing (this never imports it;
+    verification imports it in the background for torch targets: ``engine.verify.import_engine``)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    spec = getattr(torch, "__spec__", None)
+    if (torch is not None and not getattr(spec, "_initializing", True) and a.dtype == np.float16
+            and out.dtype == np.float32 and a.flags.c_contiguous and out.flags.c_contiguous and a.size):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # from_numpy of a read-only (mapped) array warns; it is only read
+            src, dst = torch.from_numpy(a.reshape(-1)), torch.from_numpy(out.reshape(-1))
+        for i in range(0, a.size, _TORCH_GRAIN):  # pieces torch copies in the calling thread: a larger copy
+            dst[i:i + _TORCH_GRAIN].copy_(src[i:i + _TORCH_GRAIN])  # wakes its OpenMP pool, which then spins
+        return out
+    np.copyto(out, a)
+    return out
+
+
 _scratch = threading.local()  # one reused float32 buffer per thread for widened()
 
 
@@ -143,13 +174,11 @@ def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
     if a is None or a.dtype.itemsize >= 4:
         return a
     if not reuse:
-        return a.astype(np.float32)
+        return widen_into(np.empty(a.shape, np.float32), np.ascontiguousarray(a))
     buf = getattr(_scratch, "buf", None)
     if buf is None or buf.size < a.size:
         buf = _scratch.buf = np.empty(a.size, np.float32)
-    out = buf[:a.size].reshape(a.shape)
-    np.copyto(out, a)
-    return out
+    return widen_into(buf[:a.size].reshape(a.shape), np.ascontiguousarray(a))
 
 
 def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool,
