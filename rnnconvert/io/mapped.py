@@ -32,13 +32,21 @@ class MappedFile:
 
     def release_array(self, a: np.ndarray) -> None:
         """Drop the mapped pages wholly inside ``a``'s memory when ``a`` is a view of this map (else nothing)."""
-        if self._mm is None or not hasattr(mmap, "MADV_DONTNEED") or not a.size or not a.flags.c_contiguous:
-            return
-        lo = a.ctypes.data - self._base.ctypes.data
-        hi = lo + a.nbytes
-        if lo < 0 or hi > self.size:
-            return
-        page = mmap.PAGESIZE
-        lo, hi = -(-lo // page) * page, hi // page * page  # pages wholly inside: neighbours keep theirs
-        if hi > lo:
-            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        release_view(self._mm, a)
+
+
+def release_view(mm: mmap.mmap | None, a: np.ndarray) -> None:
+    """Drop the pages of the map ``mm`` that lie wholly inside array ``a``'s memory, when ``a`` is a
+    C-contiguous view of ``mm`` (``MADV_DONTNEED``: ``a`` stays valid, its pages are read again from the file
+    if used; neighbours keep theirs); nothing otherwise. Shared by :class:`MappedFile` and the ``.pt``
+    archive (``formats.torch.torch_zip.Archive``)."""
+    if mm is None or not hasattr(mmap, "MADV_DONTNEED") or not a.size or not a.flags.c_contiguous:
+        return
+    lo = a.ctypes.data - np.frombuffer(mm, np.uint8).ctypes.data
+    hi = lo + a.nbytes
+    if lo < 0 or hi > len(mm):
+        return
+    page = mmap.PAGESIZE
+    lo, hi = -(-lo // page) * page, hi // page * page  # pages wholly inside
+    if hi > lo:
+        mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...io import budget
+from ...io.mapped import release_view
 from ...errors import FormatError
 
 #: ``torch.<Type>Storage`` -> numpy dtype (``torch/storage.py``); BFloat16/complex/quantized types are declined.
@@ -232,18 +233,9 @@ class Archive:
 
     def release_array(self, a: np.ndarray) -> None:
         """Drop the mapped pages that lie wholly inside array ``a``'s memory, when ``a`` is a view of this
-        archive's map (``MADV_DONTNEED``; ``a`` stays valid: its pages are read again from the file if used)."""
-        if self._mm is None or not hasattr(mmap, "MADV_DONTNEED") or not a.size:
-            return
-        base = np.frombuffer(self._mm, np.uint8).ctypes.data
-        lo = a.ctypes.data - base
-        hi = lo + a.nbytes
-        if lo < 0 or hi > self.size or not a.flags.c_contiguous:
-            return
-        page = mmap.PAGESIZE
-        lo, hi = -(-lo // page) * page, hi // page * page  # pages wholly inside: neighbours keep theirs
-        if hi > lo:
-            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        archive's map (``MADV_DONTNEED``; ``a`` stays valid: its pages are read again from the file if used;
+        :func:`rnnconvert.io.mapped.release_view`)."""
+        release_view(self._mm, a)
 
     def release(self, tensors: list[LazyTensor]) -> None:
         """Drop the mapped pages of ``tensors`` from this process (``MADV_DONTNEED``; the file is unchanged,
