@@ -656,29 +656,32 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
     # the probes (the last rows: their bound is a few u, they catch most swaps) first, then every row for the
     # swaps they left; each round evaluates all its swaps in one elementwise pass (rows stacked by swap)
     probes = n[n >= h0.shape[0] - N_PROBES]
+    zero = np.zeros(parts["xx"][0].shape[1])
+    b_ih, b_hh = (zero if b is None else np.asarray(b, np.float64) for b in (p.b_ih, p.b_hh))
     for sel in ([probes, n] if 0 < len(probes) < len(n) else [n]):
+        chosen = (np.asarray(h0[sel], np.float64), None if c0 is None else np.asarray(c0[sel], np.float64),
+                 *(a[sel] for pair in (parts["xx"], parts["hh"]) for a in pair))
+        correct = _step_terms(layer, p, *chosen, b_ih, b_hh, u, u_acc)  # once per set of states
         swaps = [sw for j in range(0, len(swaps), SWAP_CHUNK)  # a few swaps at a time: bounded temporaries
-                 for sw in _uncaught(layer, p, h0, c0, parts, u, u_acc, sel, swaps[j:j + SWAP_CHUNK])]
+                 for sw in _uncaught(layer, p, chosen, (b_ih, b_hh), correct, u, u_acc, swaps[j:j + SWAP_CHUNK])]
         if not swaps:
             return None
     return swaps[0][0]
 
 
-def _uncaught(layer: RNNLayer, p: DirectionParams, h0, c0, parts: dict, u: float, u_acc, sel, swaps: list) -> list:
+def _uncaught(layer: RNNLayer, p: DirectionParams, rows: tuple, biases: tuple, correct: tuple, u: float, u_acc,
+              swaps: list) -> list:
     """The entries of ``swaps`` (``(description, W_ih order, W_hh order, bias order)``) that the one-step
-    comparison on the states ``sel`` would not catch (:func:`swap_escapes`): the correct step and every
-    swapped one evaluated by :func:`_step_terms` at once, the swaps' rows stacked (their biases per row)."""
-    V, m = len(swaps), len(sel)
-    h0, c0 = np.asarray(h0[sel], np.float64), None if c0 is None else np.asarray(c0[sel], np.float64)
-    (zx, ax), (zh, ah) = ((a[sel], b[sel]) for a, b in (parts["xx"], parts["hh"]))
-    zero = np.zeros(zx.shape[1])
-    b_ih, b_hh = (zero if b is None else np.asarray(b, np.float64) for b in (p.b_ih, p.b_hh))
-    dh, dc, h1, c1 = _step_terms(layer, p, h0, c0, zx, ax, zh, ah, b_ih, b_hh, u, u_acc)
+    comparison on the states ``rows`` (``(h0, c0, zx, ax, zh, ah)`` of the chosen rows) would not catch
+    (:func:`swap_escapes`): every swapped step evaluated by :func:`_step_terms` at once, the swaps' rows
+    stacked (their biases per row), against the correct step ``correct`` (``_step_terms`` of ``rows``)."""
+    h0, c0, zx, ax, zh, ah = rows
+    dh, dc, h1, c1 = correct
+    V, m = len(swaps), h0.shape[0]
 
     def stack(arr, k):  # (V * m, G*H): the columns of ``arr`` in each swap's order ``k``
         return np.concatenate([arr[:, sw[k]] for sw in swaps])
-    bi = np.repeat(np.stack([b_ih[sw[3]] for sw in swaps]), m, axis=0)
-    bh = np.repeat(np.stack([b_hh[sw[3]] for sw in swaps]), m, axis=0)
+    bi, bh = (np.repeat(np.stack([b[sw[3]] for sw in swaps]), m, axis=0) for b in biases)
     tile = (lambda a: None if a is None else np.tile(a, (V, 1)))
     mdh, mdc, mh1, mc1 = _step_terms(layer, p, tile(h0), tile(c0), stack(zx, 1), stack(ax, 1), stack(zh, 2),
                                      stack(ah, 2), bi, bh, u, u_acc)
