@@ -6,8 +6,6 @@ conversion holds in memory (:meth:`rnnconvert.core.model.Checkpoint.slab`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from ..core.model import Checkpoint, DirectionParams
 
 
@@ -21,20 +19,6 @@ def order(ckpt: Checkpoint) -> list[tuple[int, int]]:
     return [(i, k) for i, layer in enumerate(ckpt.layers) for k in range(layer.num_layers)]
 
 
-def slabs(ckpt: Checkpoint) -> Iterator[tuple[int, int, list[DirectionParams]]]:
-    """Yield ``(i, k, dirs)`` for every slab in :func:`order`, each read when it is reached and released
-    (``ckpt.release``, e.g. the pages of a memory-mapped source) once the caller asks for the next one.
-    The generator keeps no reference to a slab: the caller's is the only one.
-
-    (Reading slab ``n + 1`` in a background thread while slab ``n`` is written was measured on the
-    benchmark ``h5 -> pt`` conversion: 9.7 s against 7.5 s sequential, medians of 4 cold runs; so slabs are
-    read one after the other.)
-    """
-    for i, k in order(ckpt):
-        yield i, k, ckpt.slab(i, k)
-        ckpt.release(i, k)
-
-
 def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
     """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
     ``writer`` in order and close it; ``abort()`` on any error. What a streaming writer's ``write`` does.
@@ -45,23 +29,13 @@ def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
 
     A writer whose ``WRITE_BEHIND`` attribute is true (its ``write_slab`` spends its time in code that
     releases the GIL: CRC-32 and ``write``) writes in its own thread too; the others write in the
-    caller's thread. Either way at most two slabs are alive (:class:`_Pipeline`)."""
+    caller's thread. Either way at most two slabs are alive (:class:`_Pipeline`; with neither a verifier nor
+    a ``WRITE_BEHIND`` writer, one: each slab is written and released before the next is read)."""
+    if writer is None and on_slab is None:
+        raise ValueError("stream_write needs a writer or an on_slab")
     total = sum(slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt))
     behind = writer is not None and bool(getattr(writer, "WRITE_BEHIND", False))
-    if behind or on_slab is not None:
-        return _Pipeline(writer, ckpt, total, behind, on_slab).run(progress)
-    done = 0
-    try:
-        for i, k, dirs in slabs(ckpt):
-            writer.write_slab(i, k, dirs)
-            done += slab_bytes(dirs)
-            del dirs  # before the next slab is read (and this one released by slabs): one slab alive at a time
-            if progress is not None:
-                progress(done, total)
-        return writer.close()
-    except BaseException:
-        writer.abort()
-        raise
+    return _Pipeline(writer, ckpt, total, behind, on_slab).run(progress)
 
 
 class _Pipeline:
@@ -76,8 +50,11 @@ class _Pipeline:
     the page cache. An error in a stage stops the reading at the next slab and is raised in the caller's
     thread; any error ends in ``writer.abort()`` after the threads have stopped.
 
-    (Measured on the issue #18 ``h5 -> pt`` conversion of the 3 GB model: the source side of verification in
-    the reading thread, 18.9 s; in its own thread, see docs/performance.md, session 7.)"""
+    With no stage (no verifier, a writer that writes in the caller's thread) this is the plain loop: read,
+    write, release, one slab alive. The reading itself stays in the caller's thread: reading slab ``n + 1``
+    in a background thread while slab ``n`` is written was measured on the benchmark ``h5 -> pt``
+    conversion, 9.7 s against 7.5 s sequential (medians of 4 cold runs). The source side of verification in
+    the reading thread against its own thread: docs/performance.md, session 7."""
 
     def __init__(self, writer, ckpt, total: int, behind: bool, on_slab) -> None:
         import queue
