@@ -199,10 +199,11 @@ def _big(layer: RNNLayer) -> bool:
 _STATE: dict[tuple, dict] = {}
 
 
-def _mapped(path: str | Path, layer: str, k: int | None = None) -> dict[str, Any]:
-    """The file's tensors for layer ``layer`` (and, for a stacked layer's slab ``k``, that slab: each slab
-    mapped afresh, so that the pages of a multi-GB stacked layer are not all held at once)."""
-    key = (*filerows.identity(path), layer, k)
+def _mapped(path: str | Path, layer: RNNLayer, k: int | None = None) -> dict[str, Any]:
+    """The file's tensors for ``layer`` (and, for slab ``k`` of a stacked layer, that slab: each slab mapped
+    afresh, so that the pages of a multi-GB stacked layer are not all held at once; a one-slab layer's
+    sequence and step runs share one mapping)."""
+    key = (*filerows.identity(path), layer.name, k if layer.num_layers > 1 else None)
     if key not in _STATE:
         _STATE.clear()
         _STATE[key] = load_state(path)
@@ -243,7 +244,8 @@ def run_module(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray) -> np.ndarray
 
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Run layer ``name`` of the written file ``path`` in torch on ``x`` ``(B, T, I)``; float64 result."""
-    return run_module(ckpt.layer(name), _mapped(path, name), x)
+    layer = ckpt.layer(name)
+    return run_module(layer, _mapped(path, layer), x)
 
 
 def run_slab(layer: RNNLayer, k: int, get, x: np.ndarray) -> np.ndarray:
@@ -307,7 +309,7 @@ def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nda
     ``torch.load`` into a one-layer ``torch.nn`` module, one step from each of the given states
     (:func:`run_step`)."""
     layer = ckpt.layer(name)
-    one, sd = slab_state(layer, k, _mapped(path, name, k if layer.num_layers > 1 else None).__getitem__)
+    one, sd = slab_state(layer, k, _mapped(path, layer, k).__getitem__)
     return run_step(one, sd, x, states)
 
 
@@ -315,7 +317,7 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
     """Stacked layer ``k`` of layer ``name`` of the written file alone, in torch (``torch.load`` with
     ``mmap=True``: only the slab's pages are read; they are unmapped when this returns)."""
     layer = ckpt.layer(name)
-    return run_slab(layer, k, _mapped(path, name, k if layer.num_layers > 1 else None).__getitem__, x)
+    return run_slab(layer, k, _mapped(path, layer, k).__getitem__, x)
 
 
 class MappedSlabs:
