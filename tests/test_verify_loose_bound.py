@@ -20,6 +20,7 @@ import pytest
 
 from rnnconvert import api
 from rnnconvert.core import reference
+from rnnconvert.core.model import Cell, DirectionParams, RNNLayer, Semantics
 from rnnconvert.errors import InconclusiveError
 
 from conftest import torch_rnn
@@ -41,7 +42,15 @@ def _src(path, tie_if: bool = False):
     return (SCALE * np.random.default_rng(1).standard_normal((3, 8, I))).astype(np.float32)
 
 
-def test_loose_bound_is_ok_when_every_gate_swap_is_caught_and_a_swapped_file_fails(tmp_path):
+@pytest.fixture(params=[256, 3], ids=["all-units", "unit-subset-first"])
+def swap_units(request, monkeypatch):
+    """``reference.SWAP_UNITS``: the default (above this layer's 16 units: one round per set of rows) and 3 (a
+    first round on 3 of the 16 units, as a large layer's): the verdicts below must not depend on it."""
+    monkeypatch.setattr(reference, "SWAP_UNITS", request.param)
+    return request.param
+
+
+def test_loose_bound_is_ok_when_every_gate_swap_is_caught_and_a_swapped_file_fails(tmp_path, swap_units):
     x = _src(tmp_path / "src.pt")
     rep = api.convert(tmp_path / "src.pt", tmp_path / "a.pt", verify_inputs={"rnn": x}).verification
     (c,) = rep.layers
@@ -59,7 +68,7 @@ def test_loose_bound_is_ok_when_every_gate_swap_is_caught_and_a_swapped_file_fai
         #                          the random states' step could not show it
 
 
-def test_loose_bound_with_a_swap_no_check_can_see_is_inconclusive(tmp_path):
+def test_loose_bound_with_a_swap_no_check_can_see_is_inconclusive(tmp_path, swap_units):
     x = _src(tmp_path / "src.pt", tie_if=True)
     with pytest.raises(InconclusiveError, match="gates i and f swapped"):
         api.convert(tmp_path / "src.pt", tmp_path / "a.pt", verify_inputs={"rnn": x})
@@ -86,6 +95,52 @@ def test_swap_escapes_says_where_it_cannot_tell(kind, kw, why, tmp_path):
         assert got.startswith("n/a") and why in got
     else:
         assert got is None  # tight bound, gate-distinct weights: every swap caught
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "LSTM-peephole", "GRU"])
+def test_swap_escapes_answer_does_not_depend_on_the_unit_subset(cell, monkeypatch):
+    """The first round of ``swap_escapes`` looks at a few hidden units only (``SWAP_UNITS``, for speed on large
+    layers); a swap it leaves goes on to every unit. So the answer is the one of a single round on every
+    element, also where one unit alone tells two gate blocks apart (blocks equal but for unit 7, outside
+    the subset {0, 5, 10, 15}) and where no unit does (equal blocks)."""
+    rng = np.random.default_rng(5)
+    seen = set()
+    c = Cell.GRU if cell == "GRU" else Cell.LSTM
+    G, Hs, In = c.gates, 16, 5
+    for trial in range(12):
+        w_ih = rng.standard_normal((G * Hs, In)).astype(np.float32) * (30.0 if trial % 2 else 1.0)
+        w_hh = rng.standard_normal((G * Hs, Hs)).astype(np.float32)
+        b_ih, b_hh = (rng.standard_normal(G * Hs).astype(np.float32) for _ in range(2))
+        if trial % 3:  # gate blocks 0 and 1 equal, but for unit 7 when trial % 3 == 1
+            for a in (w_ih, w_hh, b_ih, b_hh):
+                keep = a[7].copy()
+                a[Hs:2 * Hs] = a[:Hs]
+                if trial % 3 == 1:
+                    a[Hs + 7] = keep + 1.0
+        peep = rng.standard_normal((3, Hs)).astype(np.float32) if cell == "LSTM-peephole" else None
+        p = DirectionParams(w_ih, w_hh, b_ih, b_hh, peep=peep)
+        layer = RNNLayer(name="l", cell=c, input_size=In, hidden_size=Hs, num_layers=1,
+                                   bidirectional=False, params=[[p]],
+                                   semantics=Semantics(reset_after=c is Cell.GRU))
+        x = (rng.standard_normal((7, In)) * (1000.0 if trial % 4 == 3 else 1.0)).astype(np.float32)
+        h0 = 0.5 * rng.standard_normal((7, Hs)).astype(np.float32)
+        c0 = rng.standard_normal((7, Hs)).astype(np.float32) if c is Cell.LSTM else None
+        parts: dict = {}
+        reference.step_with_bound(layer, p, x, h0, c0, 2.0 ** -24, parts=parts)
+        answers = []
+        for units in (10 ** 6, 4):
+            monkeypatch.setattr(reference, "SWAP_UNITS", units)
+            answers.append([reference.swap_escapes(layer, p, h0, c0, parts, 2.0 ** -24, rows=rows)
+                            for rows in (None, np.r_[0:2, 4:7])])
+        assert answers[0] == answers[1], trial
+        seen.update(a is None for a in answers[0])
+    assert seen == {True, False}  # caught and escaping swaps both occur
+
+
+def reference_semantics(cell):
+    from rnnconvert.core.model import Semantics
+
+    return Semantics(reset_after=True) if cell is Cell.GRU else Semantics()
 
 
 def test_correct_file_on_wide_range_inputs_is_never_failed(tmp_path):

@@ -519,11 +519,16 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
 
 
 def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, zx: np.ndarray,
-                ax: np.ndarray, zh: np.ndarray, ah: np.ndarray, b_ih, b_hh, u: float, u_acc: float | None):
+                ax: np.ndarray, zh: np.ndarray, ah: np.ndarray, b_ih, b_hh, u: float, u_acc: float | None,
+                units: np.ndarray | None = None, n_h: int | None = None):
     """The elementwise part of :func:`step_bound` from the products ``zx = x W_ih^T``, ``ax = |x||W_ih|^T``,
     ``zh``, ``ah`` (float64, ``(N, G*H)``) and the biases: ``(dh, dc, h1, c1)``, the bounds and the exact step
     they are bounds of (float64; ``c1`` None but for LSTM). :func:`swap_escapes` calls it on permuted
-    products and biases."""
+    products and biases, and on a subset of the hidden units: ``units`` (indices into ``0..H-1``) the units
+    whose columns (of each gate block) ``zx``, ``ax``, ``zh``, ``ah``, the biases, ``h0`` and ``c0`` hold, in gate
+    order; ``n_h`` the fan-in of ``W_hh`` (default ``h0.shape[1]``; the whole state's width when ``h0`` holds
+    only ``units``). Every term but the fan-ins is elementwise per unit (LSTM without projection, GRU with
+    ``reset_after``), so the subset's results are the whole computation's at those units."""
     f64 = np.float64
     ua = u if u_acc is None else u_acc
 
@@ -534,7 +539,9 @@ def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndar
         return act_error_(name, z, dz, ua) + u * (1.0 + np.abs(ACT[name](z)))
 
     s, cell, H = layer.semantics, layer.cell, layer.hidden_size
-    I, out = p.w_ih.shape[1], h0.shape[1]
+    I, out = p.w_ih.shape[1], (h0.shape[1] if n_h is None else n_h)
+    if units is not None:
+        H = len(units)  # the gate blocks of the columns given
     zero = np.zeros(p.w_ih.shape[0], f64)
     b_ih = zero if b_ih is None else np.asarray(b_ih, f64)
     b_hh = zero if b_hh is None else np.asarray(b_hh, f64)
@@ -546,7 +553,7 @@ def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndar
         a = ax + np.abs(b_ih) + ah + np.abs(b_hh)
         n = I + out + 5  # both biases and the forget bias
         if p.peep is not None:
-            pe = np.asarray(p.peep, f64)
+            pe = np.asarray(p.peep if units is None else p.peep[:, units], f64)
             z[:, sl["i"]] += pe[0] * c0
             z[:, sl["f"]] += pe[1] * c0
             a[:, sl["i"]] += np.abs(pe[0] * c0)
@@ -614,6 +621,9 @@ SWAP_CHUNK = 8
 #: in ``W_hh`` alone, in both biases alone, and in all three (what a wrong gate order in a reader or writer
 #: does)
 SWAP_PARTS = ("W_ih", "W_hh", "bias", "all")
+#: hidden units of the first round of :func:`swap_escapes` (evenly spaced): on the probes, these catch
+#: nearly every swap of a large layer at a fraction of the cost of all ``H`` units (an LSTM(2048): 1/8)
+SWAP_UNITS = 256
 
 
 def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, parts: dict,
@@ -631,8 +641,10 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
     permuted (a swap of weight rows permutes the product's columns), with no new pass over the weights.
     LSTM (without projection) and GRU with ``reset_after``; others (their swapped step needs a new product,
     or they have one gate) say ``n/a``. Cost: ``4 * G (G - 1) / 2`` elementwise evaluations of ``rows x G*H``,
-    stacked a few swaps at a time (:data:`SWAP_CHUNK`), on the last :data:`N_PROBES` rows first (verification's
-    probes, :func:`probe_rows`: they catch most swaps) and on all ``rows`` for the swaps they leave."""
+    stacked a few swaps at a time (:data:`SWAP_CHUNK`), in rounds on more and more elements, each for the swaps
+    the rounds before left: the last :data:`N_PROBES` rows (verification's probes, :func:`probe_rows`: they
+    catch most swaps) at :data:`SWAP_UNITS` evenly spaced hidden units, the probes at every unit, all ``rows``.
+    The answer is the same as one round on every element (a swap caught by some element is caught)."""
     cell, s, H = layer.cell, layer.semantics, layer.hidden_size
     if cell.gates == 1:
         return "n/a: a simple RNN has no gate blocks to swap"
@@ -641,50 +653,67 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
     if cell is Cell.GRU and not s.reset_after:
         return "n/a: a reset-before GRU's swapped step needs a new product"
     n = np.arange(h0.shape[0]) if rows is None else np.asarray(np.r_[rows])
-    letters = CANONICAL[cell]
-    swaps = []  # (description, column order of W_ih's products, of W_hh's, of the biases)
-    ident = np.arange(len(letters) * H)
-    for a_i, ga in enumerate(letters):
-        for gb in letters[a_i + 1:]:
-            order = ident.copy()
-            sa, sb = gate_slice(cell, ga, H), gate_slice(cell, gb, H)
-            order[sa], order[sb] = ident[sb], ident[sa]
-            for what in SWAP_PARTS:
-                where = "the biases" if what == "bias" else "W_ih, W_hh and the biases" if what == "all" else what
-                swaps.append((f"gates {ga} and {gb} swapped in {where}",
-                              *(order if what in (k, "all") else ident for k in ("W_ih", "W_hh", "bias"))))
-    # the probes (the last rows: their bound is a few u, they catch most swaps) first, then every row for the
-    # swaps they left; each round evaluates all its swaps in one elementwise pass (rows stacked by swap)
+    letters, G = CANONICAL[cell], cell.gates
+    swaps = [(f"gates {ga} and {gb} swapped in "
+              f"{'the biases' if what == 'bias' else 'W_ih, W_hh and the biases' if what == 'all' else what}",
+              (letters.index(ga), letters.index(gb)), what)
+             for a_i, ga in enumerate(letters) for gb in letters[a_i + 1:] for what in SWAP_PARTS]
+    # Rounds, each on more elements, for the swaps the rounds before left: the probes (the last rows: their
+    # bound is a few u, they catch most swaps) on a few hidden units, the probes on every unit, then every
+    # row. A swap is caught when some element shows it, so a subset can only leave more swaps for later.
     probes = n[n >= h0.shape[0] - N_PROBES]
+    first = probes if len(probes) else n
+    rounds = []
+    if H > SWAP_UNITS:
+        rounds.append((first, np.unique(np.linspace(0, H - 1, SWAP_UNITS).astype(np.intp))))
+    rounds += [(sel, None) for sel in ([probes, n] if 0 < len(probes) < len(n) else [n])]
     zero = np.zeros(parts["xx"][0].shape[1])
     b_ih, b_hh = (zero if b is None else np.asarray(b, np.float64) for b in (p.b_ih, p.b_hh))
-    for sel in ([probes, n] if 0 < len(probes) < len(n) else [n]):
-        chosen = (np.asarray(h0[sel], np.float64), None if c0 is None else np.asarray(c0[sel], np.float64),
-                 *(a[sel] for pair in (parts["xx"], parts["hh"]) for a in pair))
-        correct = _step_terms(layer, p, *chosen, b_ih, b_hh, u, u_acc)  # once per set of states
+    for sel, units in rounds:
+        cols = slice(None) if units is None else (np.arange(G)[:, None] * H + units).ravel()
+        ucols = slice(None) if units is None else units
+        chosen = (np.asarray(h0[sel][:, ucols], np.float64),
+                  None if c0 is None else np.asarray(c0[sel][:, ucols], np.float64),
+                  *(a[sel][:, cols] for pair in (parts["xx"], parts["hh"]) for a in pair))
+        biases = (b_ih[cols], b_hh[cols])
+        sub = {} if units is None else {"units": units, "n_h": h0.shape[1]}
+        correct = _step_terms(layer, p, *chosen, *biases, u, u_acc, **sub)  # once per set of elements
         swaps = [sw for j in range(0, len(swaps), SWAP_CHUNK)  # a few swaps at a time: bounded temporaries
-                 for sw in _uncaught(layer, p, chosen, (b_ih, b_hh), correct, u, u_acc, swaps[j:j + SWAP_CHUNK])]
+                 for sw in _uncaught(layer, p, chosen, biases, correct, u, u_acc, swaps[j:j + SWAP_CHUNK], sub)]
         if not swaps:
             return None
     return swaps[0][0]
 
 
+def _swap_order(blocks: int, hc: int, pair: tuple[int, int]) -> np.ndarray:
+    """The column order of ``blocks`` gate blocks of ``hc`` columns each with blocks ``pair`` exchanged."""
+    order = np.arange(blocks * hc)
+    a, b = pair
+    order[a * hc:(a + 1) * hc], order[b * hc:(b + 1) * hc] = np.arange(b * hc, (b + 1) * hc), np.arange(a * hc, (a + 1) * hc)
+    return order
+
+
 def _uncaught(layer: RNNLayer, p: DirectionParams, rows: tuple, biases: tuple, correct: tuple, u: float, u_acc,
-              swaps: list) -> list:
-    """The entries of ``swaps`` (``(description, W_ih order, W_hh order, bias order)``) that the one-step
-    comparison on the states ``rows`` (``(h0, c0, zx, ax, zh, ah)`` of the chosen rows) would not catch
+              swaps: list, sub: dict) -> list:
+    """The entries of ``swaps`` (``(description, (gate block a, gate block b), where)``, ``where`` one of
+    :data:`SWAP_PARTS`) that the one-step comparison on the elements ``rows`` (``(h0, c0, zx, ax, zh, ah)`` of
+    the chosen rows, and units: ``sub``, the ``units``/``n_h`` of :func:`_step_terms`) would not catch
     (:func:`swap_escapes`): every swapped step evaluated by :func:`_step_terms` at once, the swaps' rows
     stacked (their biases per row), against the correct step ``correct`` (``_step_terms`` of ``rows``)."""
     h0, c0, zx, ax, zh, ah = rows
     dh, dc, h1, c1 = correct
     V, m = len(swaps), h0.shape[0]
+    G = layer.cell.gates
+    ident = np.arange(zx.shape[1])
+    orders = [[_swap_order(G, zx.shape[1] // G, pair) if what in (k, "all") else ident
+               for k in ("W_ih", "W_hh", "bias")] for _, pair, what in swaps]
 
     def stack(arr, k):  # (V * m, G*H): the columns of ``arr`` in each swap's order ``k``
-        return np.concatenate([arr[:, sw[k]] for sw in swaps])
-    bi, bh = (np.repeat(np.stack([b[sw[3]] for sw in swaps]), m, axis=0) for b in biases)
+        return np.concatenate([arr[:, o[k]] for o in orders])
+    bi, bh = (np.repeat(np.stack([b[o[2]] for o in orders]), m, axis=0) for b in biases)
     tile = (lambda a: None if a is None else np.tile(a, (V, 1)))
-    mdh, mdc, mh1, mc1 = _step_terms(layer, p, tile(h0), tile(c0), stack(zx, 1), stack(ax, 1), stack(zh, 2),
-                                     stack(ah, 2), bi, bh, u, u_acc)
+    mdh, mdc, mh1, mc1 = _step_terms(layer, p, tile(h0), tile(c0), stack(zx, 0), stack(ax, 0), stack(zh, 1),
+                                     stack(ah, 1), bi, bh, u, u_acc, **sub)
     caught = (np.abs(mh1 - tile(h1)) > tile(dh) + mdh).reshape(V, -1).any(axis=1)
     if c1 is not None:
         caught |= (np.abs(mc1 - tile(c1)) > tile(dc) + mdc).reshape(V, -1).any(axis=1)
