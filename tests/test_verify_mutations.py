@@ -321,3 +321,41 @@ def test_onnx_mutation_fails(tmp_path, src, long, what, fn):
     assert rep.failed, (what, [(c.name, c.verdict, c.step_ratio, c.seq_err, c.seq_tol) for c in rep.layers])
     rep = api.verify(src, bad, inputs=_long(**long))
     assert rep.failed, (what, [(c.name, c.verdict, c.step_ratio, c.seq_err, c.seq_tol) for c in rep.layers])
+
+
+# ------------------------------------------------------------- the large-model sample (verify.SAMPLE_LARGE)
+
+LARGE_PT = [*[(TEXTGEN, k, v) for k, v in TEXTGEN_MUTATIONS.items()],
+            *[(BIDI_GRU, k, v) for k, v in BIDI_MUTATIONS.items()],
+            *[(SRNN, k, v) for k, v in SRNN_MUTATIONS.items()],
+            *[(STACK, k, v) for k, v in STACK_MUTATIONS.items()]]
+LARGE_ONNX = [*[(MYCROFT, k, v) for k, v in MYCROFT_MUTATIONS.items()],
+              (GOBACK, "go_backwards flipped", _onnx_attr("lstm", _flip_direction)),
+              (HARD, "hard_sigmoid read as sigmoid", _onnx_attr("lstm", _hard_to_sigmoid))]
+
+
+@pytest.fixture
+def large_sample(monkeypatch):
+    """Every checkpoint verified on the batch of a multi-GB one (``verify.SAMPLE_LARGE``: fewer sequences and
+    steps than ``SAMPLE``), by lowering ``verify.LARGE_BYTES`` to 0."""
+    from rnnconvert.engine import verify as verify_mod
+
+    monkeypatch.setattr(verify_mod, "LARGE_BYTES", 0)
+    return verify_mod.SAMPLE_LARGE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("src,what,fn", LARGE_PT + LARGE_ONNX,
+                         ids=[f"{s.stem}-{w}" for s, w, _ in LARGE_PT + LARGE_ONNX])
+def test_mutation_fails_on_the_large_model_sample(tmp_path, large_sample, src, what, fn):
+    """What a multi-GB model is verified on (the 3 GB benchmark model, issue #18) must catch every mutation
+    above too: the correct file ``ok``, each damaged one FAILED (torch, onnxruntime as the targets)."""
+    onnx_case = (src, what, fn) in LARGE_ONNX
+    pytest.importorskip("onnxruntime" if onnx_case else "torch")
+    good = tmp_path / ("good.onnx" if onnx_case else "good.pt")
+    api.convert(src, good)
+    rep = api.verify(src, good)
+    assert rep.ok and (rep.batch, rep.steps) == large_sample
+    bad = _onnx_mutate(good, tmp_path, fn) if onnx_case else _pt_mutate(src, good, tmp_path, fn, "bad")
+    rep = api.verify(src, bad)
+    assert rep.failed, (what, [(c.name, c.verdict, c.step_ratio, c.seq_err, c.seq_tol) for c in rep.layers])
