@@ -202,3 +202,23 @@ def test_npz_without_class_name_to_keras3(tmp_path):
     assert main([str(tmp_path / "m.pt"), str(tmp_path / "m.npz")]) == 0
     rep = api.convert(tmp_path / "m.npz", tmp_path / "m.keras")
     assert rep.verification.ok
+
+
+def test_command_line_ends_without_teardown_and_loses_no_output(tmp_path):
+    """``rnnconvert`` ends with ``os._exit`` once a command is done (``cli.leave``: no interpreter teardown of
+    torch): everything it printed still arrives (a verified conversion's report, JSON on a pipe), the exit
+    code is the command's, and a reader that goes away early gets no traceback."""
+    pytest.importorskip("torch")
+    from conftest import FIXTURES
+
+    src = FIXTURES / "keras" / "bidi_gru_sum.h5"
+    run = subprocess.run([sys.executable, "-m", "rnnconvert", str(src), str(tmp_path / "o.pt"), "--json"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["verification"]["verdict"] == "ok" and (tmp_path / "o.pt").exists()
+    bad = subprocess.run([sys.executable, "-m", "rnnconvert", str(tmp_path / "none.h5"), str(tmp_path / "x.pt")],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and bad.stderr.startswith("rnnconvert: error:") and not bad.stdout
+    head = subprocess.run(f"'{sys.executable}' -m rnnconvert formats | head -c 10", shell=True,
+                          capture_output=True, text=True)
+    assert head.returncode == 0 and len(head.stdout) == 10 and "Traceback" not in head.stderr
