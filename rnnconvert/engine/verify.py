@@ -124,19 +124,19 @@ class VerifyReport:
 
 #: The verification batch ``(sequences, steps)``: 3 random sequences of 8 steps ...
 SAMPLE = (3, 8)
-#: ... and for a checkpoint with at least :data:`LARGE_BYTES` of recurrent parameters, 4 sequences of 2
-#: steps. Verification's cost is linear in the number of states (each is a column of every product with every
-#: weight matrix: the float64 one-step products and bounds on the source side, the target framework's one
-#: step) and in the number of steps (each step of the trajectory, of the source's own equations and of the
-#: target's sequence reads every ``W_hh`` once more), so a multi-GB model's verification is compute-bound in
-#: both (issue #18: 27 columns, 16 pseudo-layers of 50 M weights, 60 s of a 2-core machine; 2 x 4 steps -> 4 x
-#: 2: 13.1-13.3 s -> 11.3-12.2 s for the whole 3 GB conversion). 8 states from the trajectory (4 of them
-#: nonzero: every ``W_hh`` entry meets a nonzero state at step 2) plus the 3 probes
-#: (:func:`rnnconvert.core.reference.probe_rows`) still test every weight of the step, tell the directions and
-#: ``go_backwards`` apart (two steps, not one: the mutation tests run on this sample too,
-#: tests/test_verify_mutations.py), and show every gate-block swap where the bound is loose
-#: (:func:`rnnconvert.core.reference.swap_escapes`).
-SAMPLE_LARGE = (4, 2)
+#: ... and for a checkpoint with at least :data:`LARGE_BYTES` of recurrent parameters, 2 sequences of 4
+#: steps. Verification's cost is linear in the number of states: each is a column of every product with
+#: every weight matrix (the float64 one-step products and bounds on the source side, the target
+#: framework's one step), so a multi-GB model's verification is compute-bound in it (issue #18: 27
+#: columns, 16 pseudo-layers of 50 M weights, 60 s of a 2-core machine). 8 states from the trajectory
+#: plus the 3 probes (:func:`rnnconvert.core.reference.probe_rows`) still test every weight of the step
+#: (every ``W_hh`` entry meets a non-zero state from step 2 on), tell the directions apart, and show
+#: every gate-block swap where the bound is loose (:func:`rnnconvert.core.reference.swap_escapes`).
+#: (4 x 2, the same 8 states with half the steps, made the 3 GB conversion 1.3 s faster, but its draw showed
+#: that the sequence tolerance does not cover float16 rounding between stacked layers: the 8-slab float16
+#: benchmark LSTM failed a correct ``.safetensors`` by 0.0126 against 0.01, reproduced by the numpy reference
+#: with each slab's output rounded to float16 (docs/performance.md, session 8). Kept at 2 x 4 until it does.)
+SAMPLE_LARGE = (2, 4)
 LARGE_BYTES = 256 << 20
 
 
