@@ -120,3 +120,30 @@ def test_scatter_writer_refuses_missing_and_stray_bytes(tmp_path):
     w.pwrite(b"y" * 9000, 0)
     with pytest.raises(ValueError, match="1000 bytes were never written"):
         w.close()
+
+
+def test_page_cache_writes_start_their_writeback_at_once(tmp_path, monkeypatch):
+    """Bytes written through the page cache (a verified output) have their writeback started as they are
+    written (``start_writeback``), every byte of the file once; O_DIRECT blocks need none. The kernel call
+    itself is exercised on this file too (it must not disturb the bytes)."""
+    calls = []
+    real = directio.start_writeback
+    monkeypatch.setattr(directio, "start_writeback", lambda fd, pos, n: (calls.append((pos, n)), real(fd, pos, n)))
+    data = np.random.default_rng(0).integers(0, 256, 5 * 4096 + 77, dtype=np.uint8).tobytes()
+    with directio.through_page_cache():
+        w = directio.DirectWriter(tmp_path / "a", block=4096)
+        w.write(data)
+        w.close()
+        s = directio.ScatterWriter(tmp_path / "b", len(data), block=4096)
+        s.pwrite(data[4096:], 4096)
+        s.pwrite(data[:4096], 0)
+        s.close()
+    assert (tmp_path / "a").read_bytes() == data and (tmp_path / "b").read_bytes() == data
+    covered = sorted(calls)
+    assert sum(n for _, n in covered) == 2 * len(data)
+    calls.clear()
+    w = directio.DirectWriter(tmp_path / "c", block=4096)
+    w.write(data)
+    w.close()
+    if w.direct or calls:  # O_DIRECT where the file system allows it: only the partial tail is buffered
+        assert sum(n for _, n in calls) <= 4096
