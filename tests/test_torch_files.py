@@ -204,3 +204,33 @@ def test_cuda_tagged_storages_map_to_cpu(tmp_path):
             torch.load(tmp_path / "cuda.pt", weights_only=True)
     ckpt = _check_read(tmp_path / "cuda.pt", mod, name="g")
     assert ckpt.layers[0].num_layers == 2
+
+
+@pytest.mark.parametrize("kind, kw", [("LSTM", {"bidirectional": True}), ("GRU", {"bidirectional": True}),
+                                      ("LSTM", {"proj_size": 3}), ("RNN", {})])
+def test_one_packed_call_gives_the_sequence_and_the_steps(kind, kw, tmp_path):
+    """torch_pt.run_both (verification's target side: a packed batch of the short sequences from zero states
+    and of one-step sequences from given states) returns what the two plain calls return, torch computing
+    both (run_module: the sequence; run_step: one step from each state), up to the order of GEMM sums
+    (~1e-7 here: the values are O(1))."""
+    from rnnconvert import api
+    from rnnconvert.formats.torch import torch_pt
+
+    m = getattr(torch.nn, kind)(6, 5, batch_first=True, **kw)
+    sd = {f"rnn.{k}": v.detach().clone() for k, v in m.state_dict().items()}
+    torch.save(sd, tmp_path / "m.pt")
+    layer = api.load(tmp_path / "m.pt").layers[0]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 6)).astype(np.float32)
+    xf = rng.standard_normal((7, 6)).astype(np.float32)
+    states = [(rng.standard_normal((7, layer.output_size)).astype(np.float32),
+               rng.standard_normal((7, 5)).astype(np.float32) if kind == "LSTM" else None)
+              for _ in range(layer.num_directions)]
+    y, steps = torch_pt.run_both(layer, sd, x, xf, states)
+    y1 = torch_pt.run_module(layer, sd, x)
+    s1 = torch_pt.run_step(layer, sd, xf, states)
+    assert y.shape == y1.shape and np.abs(y - y1).max() <= 1e-5
+    for (h, c), (h1, c1) in zip(steps, s1):
+        assert np.abs(h - h1).max() <= 1e-5 and (c is None) == (c1 is None)
+        if c is not None:
+            assert np.abs(c - c1).max() <= 1e-5

@@ -27,7 +27,8 @@ Roles (each a group of fields):
   (the written file in its framework), ``source_forward_multi(layer, xs, raw)`` (several batches at once),
   ``target_step(path, ckpt, layer_name, k, x, states) -> [(h1, c1 or None)]`` (one step of stacked layer
   ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.engine.verify`),
-  ``release()`` (drop a cached session), ``route`` (the words the report uses for the target side) and
+  ``target_slab_check(path, ckpt, layer_name, k, x, xf, states) -> (y, steps)`` (both of slab ``k`` in one run
+  of the framework, where it can), ``release()`` (drop a cached session), ``route`` (the words the report uses for the target side) and
   ``engine`` (the distribution whose version the report gives, e.g. ``'torch'``).
 
 A writer sees each layer as :attr:`FormatSpec.forget_bias` says (folded by the engine, or kept).
@@ -92,6 +93,10 @@ class FormatSpec:
     target_forward: Callable[..., Any] | None = None
     target_forward_slab: Callable[..., Any] | None = None
     target_step: Callable[..., Any] | None = None
+    #: ``target_slab_check(path, ckpt, layer_name, k, x, xf, states) -> (y, steps)``: ``target_forward_slab`` on
+    #: ``x`` and ``target_step`` on ``xf`` from ``states`` in one run of the framework, for one that can do both
+    #: at once (torch: a packed batch; each weight read once for both); verification prefers it
+    target_slab_check: Callable[..., Any] | None = None
     #: whole-model verification of a written Keras model (``verify_whole(ckpt, src_path, dst_path, inputs=,
     #: seed=) -> list[LayerCheck]``), for writers that write a whole model, not only its recurrent layers
     verify_whole: Callable[..., Any] | None = None

@@ -391,6 +391,7 @@ class StreamedVerification:
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_tensors)
         self._back = None  # the written file read back (fallback target of the one-step check)
+        self._steps: dict = {}  # (layer name, slab) -> the target's one steps, from a target_slab_check run
 
     def _seq_x(self, i: int) -> np.ndarray:
         return self.x[i][:, :SEQ_STEPS]
@@ -475,6 +476,9 @@ class StreamedVerification:
         """The target's one step of slab ``k`` from ``states``; ``(results, note)``: ``note`` names a
         fallback (the numpy reference on the arrays read back from the written file, when the target's
         framework is not installed or the format has no ``target_step``)."""
+        done = self._steps.pop((layer.name, k), None)
+        if done is not None:  # computed with the slab's sequence (_slab_run)
+            return done, ""
         fn = dst_module.target_step
         why = "no one-step runner for this format"
         if fn is not None:
@@ -534,6 +538,19 @@ class StreamedVerification:
         return self._back.layer(layer.name).with_semantics(cell_clip=layer.semantics.cell_clip,
                                                            proj_clip=layer.semantics.proj_clip)
 
+    def _slab_run(self, i: int, k: int, x: np.ndarray, dst_path, dst_module) -> np.ndarray:
+        """The target's slab ``k`` of layer ``i`` on ``x`` (``target_forward_slab``); where the format runs a slab's
+        sequence and its one steps at once (``target_slab_check``), both, the steps kept for
+        :meth:`_target_step`."""
+        layer = self.ckpt.layers[i]
+        fn, slab = dst_module.target_slab_check, self.slabs[i][k]
+        if fn is not None and slab is not None:
+            xf, entries = slab
+            y, steps = fn(dst_path, self.ckpt, layer.name, k, x, xf, [e[0] for e in entries])
+            self._steps[layer.name, k] = steps
+            return y
+        return dst_module.target_forward_slab(dst_path, self.ckpt, layer.name, k, x)
+
     def _sequence_target(self, i: int, dst_path, dst_module) -> tuple[list, str]:
         """The target's run of the short sequence as ``[(y, y32, ref)]``, each target output ``y`` with the source's
         float32 run and reference (float64, or the source framework's) of the same sequence: one entry for the
@@ -549,7 +566,7 @@ class StreamedVerification:
             out = []
             for k, (xk, y32, y64) in enumerate(self.seq_slabs[i]):
                 try:
-                    y, note = by_slab(dst_path, self.ckpt, layer.name, k, xk), ""
+                    y, note = self._slab_run(i, k, xk, dst_path, dst_module), ""
                 except DependencyError:
                     back = self._read_back(dst_path, dst_module, layer)
                     if back is None:
@@ -559,10 +576,10 @@ class StreamedVerification:
                 out.append(tuple(reference.finish(layer, a) if k == last else a for a in (y, y32, y64)))
             return out, note
         try:
-            if by_slab is not None and layer.num_layers > 1:
+            if by_slab is not None and (layer.num_layers > 1 or dst_module.target_slab_check is not None):
                 y = xs
                 for k in range(layer.num_layers):
-                    y = by_slab(dst_path, self.ckpt, layer.name, k, y)
+                    y = self._slab_run(i, k, y, dst_path, dst_module)
                 return [(reference.finish(layer, y), self.y32[i], ref)], ""
             return [(dst_module.target_forward(dst_path, self.ckpt, layer.name, xs), self.y32[i], ref)], ""
         except DependencyError:

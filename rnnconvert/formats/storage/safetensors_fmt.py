@@ -349,6 +349,16 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
     return torch_pt.run_slab(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]), x)
 
 
+def target_slab_check(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, xf: np.ndarray,
+                      states: list) -> tuple:
+    """:func:`target_forward_slab` on ``x`` and :func:`target_step` on ``xf`` from ``states``, in one torch call
+    (:func:`rnnconvert.formats.torch.torch_pt.run_both`)."""
+    torch = require("torch", "torch")
+    m = mapped(path, f"{name}.")
+    one, sd = torch_pt.slab_state(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]))
+    return torch_pt.run_both(one, sd, x, xf, states)
+
+
 def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
     """Verification's one-step check: stacked layer ``k`` of layer ``name``, its memory-mapped tensors
     loaded into a one-layer ``torch.nn`` module (:func:`rnnconvert.formats.torch.torch_pt.run_step`)."""

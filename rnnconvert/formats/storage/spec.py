@@ -12,7 +12,8 @@ SAFETENSORS = FormatSpec(
     read_options=("nonlinearity", "map"),  # map: tensors under their owner's own names (rnnconvert.core.names)
     lazy=safetensors_fmt.LAZY, check=safetensors_fmt.check, write=safetensors_fmt.write, open_stream=safetensors_fmt.open_stream,
     target_forward=safetensors_fmt.target_forward, target_forward_slab=safetensors_fmt.target_forward_slab,
-    target_step=safetensors_fmt.target_step, route=safetensors_fmt.ROUTE, engine=safetensors_fmt.ENGINE)
+    target_step=safetensors_fmt.target_step, target_slab_check=safetensors_fmt.target_slab_check,
+    route=safetensors_fmt.ROUTE, engine=safetensors_fmt.ENGINE)
 
 CUDNN_NPZ = FormatSpec(
     "cudnn_npz", sniff=cudnn_npz.sniff, read=cudnn_npz.read, refusals=cudnn_npz.refusals, check=cudnn_npz.check,

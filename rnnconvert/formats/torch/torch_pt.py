@@ -279,6 +279,42 @@ def run_step(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, states: list, d
         return [(hn[d].double().cpu().numpy(), None) for d in range(len(states))]
 
 
+def run_both(layer: RNNLayer, sd: dict[str, Any], x: np.ndarray, xf: np.ndarray, states: list) -> tuple:
+    """:func:`run_module` on ``x`` ``(B, T, I)`` and :func:`run_step` on ``xf`` ``(N, I)`` from ``states`` in one call
+    of the one-layer ``layer``'s ``torch.nn`` module loaded from ``sd``: a packed batch
+    (``torch.nn.utils.rnn.pack_padded_sequence``) of the ``B`` sequences of length ``T`` from zero states and
+    the ``N`` sequences of length 1 from ``states`` (torch ``h0``/``c0`` per sequence; each direction, the
+    reverse one too, takes one step from its own state). Each weight matrix is then read (and packed by
+    torch's GEMM) once for the input products of both, not twice: the 3 GB benchmark's target side, 150 ->
+    90 ms per bidirectional LSTM(2048) layer (docs/performance.md, session 8). Returns ``(y, steps)``: float64
+    ``(B, T, dirs*out)``, and ``[(h1, c1 or None)]`` per direction as :func:`run_step`. torch's native CPU
+    kernels (:func:`native_kernels`). The same results as the two calls, up to the order of GEMM sums."""
+    torch = require("torch", "torch")
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    mod = build_module(layer, sd, assign=_big(layer))
+    dt = next(mod.parameters()).dtype
+    x, xf = np.asarray(x), np.asarray(xf)
+    (B, T, I), N, D = x.shape, xf.shape[0], len(states)
+    with torch.no_grad(), native_kernels(torch):
+        xp = torch.zeros((B + N, T, I), dtype=dt)
+        xp[:B] = torch.from_numpy(x).to(dt)
+        xp[B:, 0] = torch.from_numpy(xf).to(dt)
+        h0 = torch.zeros((D, B + N, states[0][0].shape[1]), dtype=dt)
+        h0[:, B:] = torch.from_numpy(np.stack([np.asarray(s[0]) for s in states])).to(dt)
+        packed = pack_padded_sequence(xp, torch.tensor([T] * B + [1] * N), batch_first=True, enforce_sorted=False)
+        if layer.cell is Cell.LSTM:
+            c0 = torch.zeros((D, B + N, layer.hidden_size), dtype=dt)
+            c0[:, B:] = torch.from_numpy(np.stack([np.asarray(s[1]) for s in states])).to(dt)
+            out, (hn, cn) = mod(packed, (h0, c0))
+        else:
+            out, hn = mod(packed, h0)
+            cn = None
+        y, _ = pad_packed_sequence(out, batch_first=True, total_length=T)
+    return y[:B].double().numpy(), [(hn[d, B:].double().numpy(), None if cn is None else cn[d, B:].double().numpy())
+                                    for d in range(D)]
+
+
 def slab_state(layer: RNNLayer, k: int, get) -> tuple[RNNLayer, dict[str, Any]]:
     """Stacked layer ``k`` of ``layer`` as a one-layer layer and its ``torch.nn`` tensors, taken with
     ``get(key)`` (``key`` in the full layer's naming) and renamed to the one-layer module's.
@@ -318,6 +354,15 @@ def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x
     ``mmap=True``: only the slab's pages are read; they are unmapped when this returns)."""
     layer = ckpt.layer(name)
     return run_slab(layer, k, _mapped(path, layer, k).__getitem__, x)
+
+
+def target_slab_check(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, xf: np.ndarray,
+                      states: list) -> tuple:
+    """:func:`target_forward_slab` on ``x`` and :func:`target_step` on ``xf`` from ``states`` of stacked layer ``k``
+    of layer ``name`` of the written file, in one torch call (:func:`run_both`)."""
+    layer = ckpt.layer(name)
+    one, sd = slab_state(layer, k, _mapped(path, layer, k).__getitem__)
+    return run_both(one, sd, x, xf, states)
 
 
 class MappedSlabs:
