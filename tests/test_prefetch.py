@@ -12,19 +12,24 @@ from rnnconvert.io import prefetch as pf
 def test_prefetch_reads_files_and_directories_without_following_links(tmp_path, monkeypatch):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "a.index").write_bytes(b"x" * 100)
-    (tmp_path / "d" / "b.data").write_bytes(b"y" * (pf.CHUNK + 5))
+    (tmp_path / "d" / "b.data").write_bytes(b"y" * 70)
     (tmp_path / "elsewhere").write_bytes(b"z")
     os.symlink(tmp_path / "elsewhere", tmp_path / "d" / "link")
-    advised = []
-    real = os.posix_fadvise
-    monkeypatch.setattr(pf.os, "posix_fadvise", lambda fd, pos, n, how: (advised.append((pos, n)), real(fd, pos, n, how)))
+    read = []
+    real = os.sendfile
+    monkeypatch.setattr(pf.os, "sendfile", lambda out, fd, pos, n: (read.append((pos, n)), real(out, fd, pos, n))[1])
+    monkeypatch.setattr(pf, "CHUNK", 64)
     t = pf.prefetch(tmp_path / "d")
     t.join(10)
-    assert sorted(advised) == [(0, 100), (0, pf.CHUNK), (pf.CHUNK, 5)]  # every byte once, the link skipped
-    advised.clear()
+    assert sum(n for _, n in read) == 100 + 70  # every byte of both files once, the link skipped
+    read.clear()
     pf.prefetch(tmp_path / "d" / "b.data").join(10)
-    assert sum(n for _, n in advised) == pf.CHUNK + 5
-    assert (tmp_path / "d" / "b.data").read_bytes() == b"y" * (pf.CHUNK + 5)
+    assert sorted(read) == [(0, 64), (64, 6)]
+    assert (tmp_path / "d" / "b.data").read_bytes() == b"y" * 70
+    os.mkfifo(tmp_path / "fifo")  # a FIFO in DST's place: skipped, not waited on
+    t = pf.prefetch(tmp_path / "fifo")
+    t.join(10)
+    assert not t.is_alive()
 
 
 @pytest.mark.parametrize("what", ["missing", "link"])

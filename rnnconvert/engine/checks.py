@@ -13,7 +13,8 @@ class LayerCheck:
 
     ``step_err``/``step_tol``: the largest abs difference of the one-step comparison (``h_t`` and ``c_t``)
     and the largest element of its bound; ``step_ratio``: ``max(err / bound)`` over elements (passes when
-    ``<= 1``). ``seq_err``/``seq_tol``: the short full-sequence comparison. ``max_abs_err``/``tolerance``:
+    ``<= 1``). ``seq_err``/``seq_tol``: the short full-sequence comparison (of a stacked layer compared slab by slab, the slab
+    closest to failing; ``max_abs_ref`` is then that slab's output scale). ``max_abs_err``/``tolerance``:
     the comparison closer to failing of the two (for one-line reports). ``verdict``: ``'ok'``, ``'fail'``
     or ``'inconclusive'``; ``reason`` says why when not ok."""
 

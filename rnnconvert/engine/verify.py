@@ -562,7 +562,9 @@ class StreamedVerification:
         ref = self.yfw[i] if self.mode == "framework" else self.y64[i]
         last = layer.num_layers - 1
         by_slab = dst_module.target_forward_slab
-        if self._by_slab(layer) and by_slab is not None:
+        if self._by_slab(layer):
+            if by_slab is None:  # the source side stored per-slab references only: the chain has none to match
+                raise RuntimeError(f"slab_targets was set for {dst_module.name}, which has no target_forward_slab")
             out = []
             for k, (xk, y32, y64) in enumerate(self.seq_slabs[i]):
                 try:
@@ -651,9 +653,11 @@ class StreamedVerification:
                 + (f" ({esc.removeprefix('n/a: ')})" if esc.startswith("n/a") else
                    f" (a file with {esc} could pass it)" if esc else ""))
         elif ill:
-            tol, scale = max(ill, key=lambda e: (e[1] - first * max(1.0, e[2])) / max(e[2], 1e-300))[1:]
+            e = max(ill, key=lambda e: (e[1] - first * max(1.0, e[2])) / max(e[2], 1e-300))
+            tol, scale = e[1:]
+            ill_at = "" if len(seqs) == 1 else f" of stacked layer {seqs.index(e)}"
             c.verdict, c.reason = "inconclusive", (
-                f"the sequence tolerance {tol:.3g} (float32 and float64 runs of the source part by "
+                f"the sequence tolerance{ill_at} {tol:.3g} (float32 and float64 runs of the source part by "
                 f"{(tol - first * max(1.0, scale)) / 2:.3g}) exceeds {rho:.3g} of "
                 f"the output's scale ({scale:.3g}): the layer is ill-conditioned on these inputs")
         elif st["loose"] > rho:

@@ -81,8 +81,11 @@ def start_writeback(fd: int, pos: int, n: int) -> None:
             fn = None
         _WRITEBACK.append(fn)
     fn = _WRITEBACK[0]
-    if fn is not None and n > 0:
-        fn(fd, pos, n, 2)  # SYNC_FILE_RANGE_WRITE; a failure (EINVAL, ESPIPE) leaves the kernel's own timing
+    # whole pages only, each once: a page a later write completes (the next piece of a scattered file, the
+    # tail of this one) is started with that write, not sent half-written now and again later
+    lo, hi = pos - pos % mmap.PAGESIZE, (pos + n) - (pos + n) % mmap.PAGESIZE
+    if fn is not None and hi > lo:
+        fn(fd, lo, hi - lo, 2)  # SYNC_FILE_RANGE_WRITE; a failure (EINVAL, ESPIPE) leaves the kernel's own timing
 
 
 def _pwrite_buffered(fd: int, data: memoryview, pos: int) -> None:
