@@ -26,6 +26,11 @@ import os
 
 #: Bytes staged before each ``O_DIRECT`` write (a multiple of every logical block size in use).
 BLOCK = 8 << 20
+#: Without ``O_DIRECT`` (refused, or :func:`through_page_cache`), :meth:`DirectWriter.write` pieces of at least
+#: this many bytes are written straight from the caller's buffer: staging them was one more copy of every byte
+#: of a verified output (0.3 s of CPU for 3 GB; docs/performance.md, session 8); smaller ones (zip headers)
+#: are still gathered into one write
+UNSTAGED = 64 << 10
 
 _ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("rnnconvert_direct_io", default=True)
 
@@ -145,6 +150,12 @@ class DirectWriter:
     def write(self, data) -> int:
         src = memoryview(data).cast("B")
         n, done = len(src), 0
+        if self.dfd < 0 and n >= UNSTAGED:  # through the page cache: large pieces go straight from ``data``
+            if self.fill:
+                self._send(self.fill, direct=False)
+            _pwrite_buffered(self.fd, src, self.pos)
+            self.pos += n
+            return n
         while done < n:
             take = min(self.block - self.fill, n - done)
             self.view[self.fill:self.fill + take] = src[done:done + take]
