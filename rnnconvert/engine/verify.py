@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -187,23 +188,36 @@ def _own_equations(src_module, layer: RNNLayer) -> bool:
     return src_module.source_forward is not None and layer.source.get("raw") is not None
 
 
-def _raw_tensors(layer: RNNLayer, pool: dict | None = None) -> list[dict]:
-    """``layer.source['raw']`` as plain dicts, one per direction (or TF1 pseudo-layer), for one pass of the
+class _OnAccess(Mapping):
+    """A direction's stored tensors read from the file at each access (``LazyRaw.read``): large plain tensors
+    as read-only memory maps, unmapped as soon as the equations drop them, so that the source side holds
+    one tensor's mapped pages at a time, not a layer's (they count in the process's memory: the 3 GB
+    benchmark's source side mapped 384 MB per layer, and the pool kept the last layer's mapped until the next
+    one). Other tensors are read into ``pool``'s arrays of the same shape (no fresh multi-MB allocations)."""
+
+    def __init__(self, raw, pool: dict | None, d: int) -> None:
+        self.raw, self.pool, self.d = raw, pool, d
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        got = self.raw.read(key, None if self.pool is None else self.pool.get((self.d, key)))
+        if self.pool is not None and got.flags.writeable:  # a buffer to read into next time, not a map
+            self.pool[self.d, key] = got
+        return got
+
+    def __iter__(self):
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+
+def _raw_tensors(layer: RNNLayer, pool: dict | None = None) -> list:
+    """``layer.source['raw']`` as mappings, one per direction (or TF1 pseudo-layer), for one pass of the
     source side (``source_forward(..., raw=...)``): lazily re-read tensors (Keras HDF5 / TF2
-    :class:`~rnnconvert.formats.keras.keras_h5.LazyRaw`) are read from the file (large plain tensors as
-    read-only memory maps), to be dropped by the caller after (one layer's file tensors at a time). With a
-    ``pool`` (a dict the caller keeps across layers), they are read into the previous layer's arrays of
-    the same shape (no fresh multi-MB allocations; see ``LazyRaw.read``). ``layer`` is not changed."""
-    held = []
-    for d, r in enumerate(layer.source["raw"]):
-        if hasattr(r, "read"):
-            got = {key: r.read(key, None if pool is None else pool.get((d, key))) for key in r}
-            if pool is not None:
-                pool.update({(d, key): a for key, a in got.items()})
-            held.append(got)
-        else:
-            held.append(dict(r))
-    return held
+    :class:`~rnnconvert.formats.keras.keras_h5.LazyRaw`) are read from the file at each access
+    (:class:`_OnAccess`; with a ``pool``, a dict the caller keeps across layers, into the previous layer's
+    arrays of the same shape), in-memory ones are plain dicts. ``layer`` is not changed."""
+    return [_OnAccess(r, pool, d) if hasattr(r, "read") else dict(r) for d, r in enumerate(layer.source["raw"])]
 
 
 def _source(src_module, layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None) -> list[np.ndarray]:

@@ -55,8 +55,7 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     H = layer.hidden_size
     G = cell.gates
     cud = fam == "keras_cudnn"
-    kern = np.asarray(raw["kernel"])
-    rec = np.asarray(raw["recurrent_kernel"])
+    kern = np.asarray(raw["kernel"])  # (a map of the file's bytes: dropped before the recurrent one is taken)
     b = raw.get("bias")
     dts = [x.dtype for x in xs]
     n = len(xs)
@@ -87,7 +86,7 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     RT = None
     if hoisted:
         # the plain kernel is read once, by blocks; the recurrent one from a widened scratch copy (float16)
-        kw, rw = (widened(kern) if cud else kern), widened(rec, reuse=True)
+        kw = widened(kern) if cud else kern
         if cud:  # each gate slice holds cuDNN's (H, in) matrix: turned per gate
             for d in hoisted:
                 XK[d] = {}
@@ -99,11 +98,17 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
             outs = left_products([xs[d].reshape(B * T, -1) for d in hoisted], kw)
             for d, o in zip(hoisted, outs):
                 XK[d] = {g: o[:, j * H:(j + 1) * H].reshape(B, T, H) for j, g in enumerate(order)}
-        if cud:  # cuDNN's per-gate (H, H) matrices: each turned once, then read once per step
-            RT = {g: _block_t(rw, j, H, rw.dtype) for j, g in enumerate(order)}
+        del kw
     for d in range(n):
         if d not in hoisted:
             K[d] = {g: _block(kern, j, H, cud, dts[d]) for j, g in enumerate(order)}
+    del kern  # its products are made: the kernel's mapped pages go before the recurrent kernel's come
+    rec = np.asarray(raw["recurrent_kernel"])
+    rw = widened(rec, reuse=True) if hoisted else None
+    if hoisted and cud:  # cuDNN's per-gate (H, H) matrices: each turned once, then read once per step
+        RT = {g: _block_t(rw, j, H, rw.dtype) for j, g in enumerate(order)}
+    for d in range(n):
+        if d not in hoisted:
             R[d] = {g: _block(rec, j, H, cud, dts[d]) for j, g in enumerate(order)}
 
     def xK(d: int, g: str, t: int) -> np.ndarray:
