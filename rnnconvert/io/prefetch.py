@@ -1,7 +1,7 @@
 """Reading a written file into the page cache ahead of the framework that maps it.
 
 ``rnnconvert verify SRC DST`` runs DST's framework on a file that is usually not in the page cache. torch
-maps it (``torch.load(mmap=True)``) and faults its pages in as its kernels touch them: on the 2-core test
+maps it (its loader's ``mmap=True``) and faults its pages in as its kernels touch them: on the 2-core test
 machine the target side of verifying the 3 GB benchmark ``.pt`` took 4.8-5.6 s from a cold cache, against
 0.9 s with the file read ahead (docs/performance.md, session 8). :func:`prefetch` reads a file (or a
 directory's files) once, in file order, from a daemon thread, with ``os.sendfile`` into ``/dev/null``: the
