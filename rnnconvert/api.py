@@ -334,7 +334,7 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
     at a time. Each slab is loaded, written, run through the source side of verification, and released;
     after the writer closed, the target side of verification reads the written file back."""
     check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs,
-                                  slab_targets=out_mod.target_forward_slab is not None)
+                                  target=out_mod)
              if verify else None)
     if check is not None:
         import_engine(out_mod)  # the target's framework loads while the slabs stream
@@ -354,8 +354,7 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
                      inputs: dict[str, Any] | None = None) -> VerifyReport:
     """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
     side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
-    check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs,
-                                 slab_targets=out_mod.target_forward_slab is not None)
+    check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs, target=out_mod)
     import_engine(out_mod)
     stream_write(None, ckpt, on_slab=check.source_slab)  # the next slab read while one is checked
     return check.target_side(dst, out_mod)

@@ -383,11 +383,13 @@ class StreamedVerification:
     def __init__(self, src_ckpt: Checkpoint, src_module, *, mode: str = "reference", src_path=None,
                  seed: int = 0, batch: int | None = None, steps: int | None = None,
                  inputs: dict[str, np.ndarray] | None = None, first_tol: float | None = None,
-                 target_dtype=None, slab_targets: bool = False) -> None:
+                 target_dtype=None, target=None) -> None:
         batch, steps = _sample(src_ckpt, batch, steps)
         blas_controller()  # in the caller's thread, before the verifier thread and any background import
         self.ckpt, self.src_module, self.mode, self.src_path = src_ckpt, src_module, mode, src_path
-        self.first_tol, self.target_dtype, self.slab_targets = first_tol, target_dtype, slab_targets
+        self.first_tol, self.target_dtype = first_tol, target_dtype
+        #: whether the target format (``target``: the module the written file is judged with) runs one slab alone
+        self.slab_targets = getattr(target, "target_forward_slab", None) is not None
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         self.x = _batches(src_ckpt, batch, steps, seed, inputs)
         n = len(src_ckpt.layers)
@@ -736,7 +738,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
     t0 = time.perf_counter()
     check = StreamedVerification(src_ckpt, src_module, mode=mode, src_path=src_path, seed=seed, batch=batch,
                                  steps=steps, inputs=inputs, first_tol=first_tol, target_dtype=target_dtype,
-                                 slab_targets=getattr(dst_module, "target_forward_slab", None) is not None)
+                                 target=dst_module)
     try:
         for i, layer in enumerate(src_ckpt.layers):
             for k in range(layer.num_layers):
