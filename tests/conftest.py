@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+#: ``RNNCONVERT_CUDA_TESTS=1`` runs the tests marked ``cuda`` on the GPU (docs/gpu-validation.md); otherwise the
+#: suite hides GPUs (TensorFlow and torch would both take one), and those tests skip saying so
+CUDA_TESTS = os.environ.get("RNNCONVERT_CUDA_TESTS") == "1"
+if not CUDA_TESTS:
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,3 +182,12 @@ class FnSlabs:
 
     def release_array(self, a) -> None:
         pass
+
+
+def cuda_mark():
+    """The skip mark of the tests that run cuDNN (marked ``cuda`` as well), with the reason they skip."""
+    from rnnconvert.gpu.cudnn_check import cuda_available
+
+    why = ("needs torch.cuda.is_available() with cuDNN" + ("" if CUDA_TESTS else
+           "; the suite hides GPUs unless RNNCONVERT_CUDA_TESTS=1 (docs/gpu-validation.md)"))
+    return pytest.mark.skipif(not (CUDA_TESTS and cuda_available()), reason=why)

@@ -10,6 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
+from conftest import cuda_mark
 from rnnconvert.core import cudnn, gates, reference
 from rnnconvert.gpu import cudnn_check
 from rnnconvert.errors import FormatError, UnsupportedError
@@ -20,8 +21,7 @@ GRID = [cudnn.Spec(c, i, h, nl, bi, p)
         for c, (i, h), nl, bi, p in itertools.product(CELLS, [(3, 4), (5, 2)], [1, 2, 3], [False, True], [0, 1])
         if not (p and c is not Cell.LSTM)]
 
-needs_cuda = pytest.mark.skipif(not cudnn_check.cuda_available(),
-                                reason="needs torch.cuda.is_available() with cuDNN (no NVIDIA GPU here)")
+needs_cuda = cuda_mark()
 
 
 def gate_distinct(rng, shape, gates_, axis=0):

@@ -182,7 +182,7 @@ def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
 
 
 def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], reverse: bool,
-               init: tuple | None = None, record: dict | None = None) -> list[np.ndarray]:
+               init: tuple | None = None, record: dict | None = None, acts: dict | None = None) -> list[np.ndarray]:
     """Run one direction (params ``p``) over each input of ``xs`` (``(B, T, I_k)``, one per dtype, each
     computed in its own dtype) in lockstep, so that every product
     reads the weights once for all dtypes (:func:`products`); returns the ``(B, T, out)`` outputs in input
@@ -191,7 +191,9 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     ``init``: ``(h0, c0)`` initial states ``(B, out)``, ``(B, H)`` (``c0`` None for GRU/RNN) instead of zeros.
     ``record``: a dict that receives, for the first input of ``xs``, ``'h'`` ``(B, T, out)`` and ``'c'``
     ``(B, T, H)`` (LSTM) -- the state *before* each step, in input time order -- and ``'c_last'`` the final
-    cell state (the trajectory that :func:`rnnconvert.engine.verify` takes its one-step checks from)."""
+    cell state (the trajectory that :func:`rnnconvert.engine.verify` takes its one-step checks from).
+    ``acts``: activation functions by name that replace :data:`ACT`'s (an emulation of a target's own
+    arithmetic, :func:`forward_multi`)."""
     dts = [x.dtype for x in xs]
     cast = lambda a: [None if a is None else np.asarray(a, dtype=dt) for dt in dts]  # noqa: E731
     b_ih, b_hh, w_hr, peep = map(cast, (p.b_ih, p.b_hh, p.w_hr, p.peep))
@@ -205,7 +207,8 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
         return [o.T for o in products(w_hh[rows], [v.T for v in vs])]
 
     s = layer.semantics
-    gact, act = ACT[s.gate_activation], ACT[s.activation]
+    table = ACT if acts is None else {**ACT, **acts}
+    gact, act = table[s.gate_activation], table[s.activation]
     H, cell = layer.hidden_size, layer.cell
     B, T, _ = xs[0].shape
     n = len(xs)
@@ -281,12 +284,14 @@ def forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64) -> np.ndarray:
     return forward_multi(layer, [np.asarray(x, dtype=dtype)])[0]
 
 
-def forward_multi(layer: RNNLayer, xs: list[np.ndarray]) -> list[np.ndarray]:
+def forward_multi(layer: RNNLayer, xs: list[np.ndarray], acts: dict | None = None) -> list[np.ndarray]:
     """:func:`forward` of each input of ``xs`` in its own dtype, all in
-    lockstep so that each weight matrix is read once per product for all of them (:func:`products`)."""
+    lockstep so that each weight matrix is read once per product for all of them (:func:`products`).
+    ``acts``: ``{name: function}`` replacing activations of :data:`ACT` (e.g. a perturbed ``tanh`` that
+    emulates a target's less accurate one: :meth:`rnnconvert.gpu.cuda_target.CudaTarget.target_arithmetic`)."""
     ys = list(xs)
     for k in range(layer.num_layers):
-        ys = forward_slab_multi(layer, layer.params[k], ys)
+        ys = forward_slab_multi(layer, layer.params[k], ys, acts)
     return [finish(layer, y) for y in ys]
 
 
@@ -297,12 +302,13 @@ def forward_slab(layer: RNNLayer, dirs: list[DirectionParams], x: np.ndarray, dt
     return forward_slab_multi(layer, dirs, [np.asarray(x, dtype=dtype)])[0]
 
 
-def forward_slab_multi(layer: RNNLayer, dirs: list[DirectionParams], xs: list[np.ndarray]) -> list[np.ndarray]:
+def forward_slab_multi(layer: RNNLayer, dirs: list[DirectionParams], xs: list[np.ndarray],
+                       acts: dict | None = None) -> list[np.ndarray]:
     """:func:`forward_slab` of each input of ``xs`` in its own dtype, in lockstep (see :func:`forward_multi`)."""
     if layer.bidirectional:
-        fw, bw = _direction(layer, dirs[0], xs, False), _direction(layer, dirs[1], xs, True)
+        fw, bw = _direction(layer, dirs[0], xs, False, acts=acts), _direction(layer, dirs[1], xs, True, acts=acts)
         return [np.concatenate([a, b], axis=-1) for a, b in zip(fw, bw)]
-    return _direction(layer, dirs[0], xs, layer.semantics.go_backwards)
+    return _direction(layer, dirs[0], xs, layer.semantics.go_backwards, acts=acts)
 
 
 def finish(layer: RNNLayer, y: np.ndarray) -> np.ndarray:
@@ -387,17 +393,18 @@ def _slope(name: str, z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.abs(z)) ** 2  # softsign
 
 
-def act_error(name: str, z: np.ndarray, dz: np.ndarray, u: float) -> np.ndarray:
+def act_error(name: str, z: np.ndarray, dz: np.ndarray, u: float, ulps: float = ACT_ULPS) -> np.ndarray:
     """Bound of ``|fl(act(z + e)) - act(z)|`` for ``|e| <= dz``: by the mean value theorem the slope's
     largest value on ``[z - dz, z + dz]`` times ``dz`` (for smooth activations the slope at ``z`` plus
     ``max|act''| * dz``, capped by ``max|act'|``; piecewise-linear ones their Lipschitz constant), plus the
-    evaluation's own rounding ``ACT_ULPS * u * (1 + |act(z)|)``."""
+    evaluation's own rounding ``ulps * u * (1 + |act(z)|)`` (default :data:`ACT_ULPS`; a target that evaluates
+    its activations less accurately declares its own: :attr:`rnnconvert.gpu.cuda_target.CudaTarget.act_ulps`)."""
     if name in _SMOOTH:
         top, curv = _SMOOTH[name]
         slope = np.minimum(top, _slope(name, z) + curv * dz)
     else:
         slope = _LIPSCHITZ[name]
-    return slope * dz + ACT_ULPS * u * (1.0 + np.abs(ACT[name](z)))
+    return slope * dz + ulps * u * (1.0 + np.abs(ACT[name](z)))
 
 
 def abs_products(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> np.ndarray:
@@ -471,18 +478,19 @@ act_error_ = act_error
 
 
 def step_with_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
-                    u: float, u_acc: float | None = None, parts: dict | None = None) -> tuple[tuple, tuple]:
+                    u: float, u_acc: float | None = None, parts: dict | None = None,
+                    act_ulps: float | None = None) -> tuple[tuple, tuple]:
     """``(step(layer, p, x, h0, c0), step_bound(layer, p, x, h0, c0, u, u_acc))`` (float64), reading ``W_hh`` once
     for both: one pass (:func:`_lin`) over each of ``W_ih``, ``W_hh`` gives the products (the exact step's, and
     the bound's pre-activations) and their magnitudes (``|x| @ |W|.T``); the exact step is evaluated from those
     products by the bound's own elementwise code (:func:`_step_terms`: the equations of :func:`step`, in float64). ``parts``: a dict the products of the
     step are put into (``'xx'``, ``'hh'``: the ``(value, magnitude)`` pairs of :func:`_lin`), for
-    :func:`swap_escapes`."""
+    :func:`swap_escapes`. ``act_ulps``: the activations' accuracy the bound allows (:func:`act_error`)."""
     h0 = np.asarray(h0, np.float64)
     hh, xx = _lin(p.w_hh, h0), _lin(p.w_ih, x)
     if parts is not None:
         parts.update(xx=xx, hh=hh)
-    dh, dc, h1, c1 = _step_terms(layer, p, h0, c0, *xx, *hh, p.b_ih, p.b_hh, u, u_acc)
+    dh, dc, h1, c1 = _step_terms(layer, p, h0, c0, *xx, *hh, p.b_ih, p.b_hh, u, u_acc, act_ulps=act_ulps)
     return (h1, c1), (dh, dc)
 
 
@@ -520,7 +528,7 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
 
 def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, zx: np.ndarray,
                 ax: np.ndarray, zh: np.ndarray, ah: np.ndarray, b_ih, b_hh, u: float, u_acc: float | None,
-                units: np.ndarray | None = None, n_h: int | None = None):
+                units: np.ndarray | None = None, n_h: int | None = None, act_ulps: float | None = None):
     """The elementwise part of :func:`step_bound` from the products ``zx = x W_ih^T``, ``ax = |x||W_ih|^T``,
     ``zh``, ``ah`` (float64, ``(N, G*H)``) and the biases: ``(dh, dc, h1, c1)``, the bounds and the exact step
     they are bounds of (float64; ``c1`` None but for LSTM). :func:`swap_escapes` calls it on permuted
@@ -536,7 +544,7 @@ def _step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndar
         return _gamma(n, ua) + 4.0 * u
 
     def act_error(name, z, dz, _u):  # evaluated at u_acc, then rounded to the storage precision
-        return act_error_(name, z, dz, ua) + u * (1.0 + np.abs(ACT[name](z)))
+        return act_error_(name, z, dz, ua, ACT_ULPS if act_ulps is None else act_ulps) + u * (1.0 + np.abs(ACT[name](z)))
 
     s, cell, H = layer.semantics, layer.cell, layer.hidden_size
     I, out = p.w_ih.shape[1], (h0.shape[1] if n_h is None else n_h)
@@ -627,7 +635,7 @@ SWAP_UNITS = 256
 
 
 def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, parts: dict,
-                 u: float, u_acc: float | None = None, rows=None) -> str | None:
+                 u: float, u_acc: float | None = None, rows=None, act_ulps: float | None = None) -> str | None:
     """Whether the one-step comparison, from these states, would fail every gate-block swap of ``p``: the
     first swap that could pass it (a description, e.g. ``"gates f and g swapped in W_hh"``), ``None`` when
     every one is caught, or ``"n/a: ..."`` when this cell cannot be checked this way.
@@ -676,7 +684,7 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
                   None if c0 is None else np.asarray(c0[sel][:, ucols], np.float64),
                   *(a[sel][:, cols] for pair in (parts["xx"], parts["hh"]) for a in pair))
         biases = (b_ih[cols], b_hh[cols])
-        sub = {} if units is None else {"units": units, "n_h": h0.shape[1]}
+        sub = {"act_ulps": act_ulps} if units is None else {"units": units, "n_h": h0.shape[1], "act_ulps": act_ulps}
         correct = _step_terms(layer, p, *chosen, *biases, u, u_acc, **sub)  # once per set of elements
         swaps = [sw for j in range(0, len(swaps), SWAP_CHUNK)  # a few swaps at a time: bounded temporaries
                  for sw in _uncaught(layer, p, chosen, biases, correct, u, u_acc, swaps[j:j + SWAP_CHUNK], sub)]

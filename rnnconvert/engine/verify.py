@@ -280,10 +280,13 @@ def unit_roundoff(layer: RNNLayer, target_dtype=None) -> float:
     return reference.unit_roundoff(np.float16 if f16 else np.float32)
 
 
-def sequence_tolerance(y64: np.ndarray, y32: np.ndarray, first: float) -> float:
-    """The full-sequence comparison's tolerance ``first * max(1, max|y64|) + 2 * max|y64 - y32|``: the
-    second term is the spread of the source's own float32 and float64 runs over these few steps."""
-    return first * max(1.0, float(np.abs(y64).max())) + 2.0 * float(np.abs(y64 - np.asarray(y32, np.float64)).max())
+def sequence_tolerance(y64: np.ndarray, y32: np.ndarray, first: float, spread: float = 0.0) -> float:
+    """The full-sequence comparison's tolerance ``first * max(1, max|y64|) + 2 * max(max|y64 - y32|, spread)``:
+    the second term is the spread of the source's own float32 and float64 runs over these few steps, or
+    ``spread`` where larger: that of a run emulating the target's own arithmetic (``target_arithmetic`` of a
+    target that computes less accurately than float32 numpy: cuDNN's ``tanh``, float16 runs)."""
+    own = float(np.abs(y64 - np.asarray(y32, np.float64)).max())
+    return first * max(1.0, float(np.abs(y64).max())) + 2.0 * max(own, spread)
 
 
 def _route(src_module, layer: RNNLayer, mode: str) -> str:
@@ -390,6 +393,9 @@ class StreamedVerification:
         self.first_tol, self.target_dtype = first_tol, target_dtype
         #: whether the target format (``target``: the module the written file is judged with) runs one slab alone
         self.slab_targets = getattr(target, "target_forward_slab", None) is not None
+        #: the accuracy of the target's activations in ulps, where it declares one (cuDNN's float32 ``tanh``:
+        #: :attr:`rnnconvert.gpu.cuda_target.CudaTarget.act_ulps`); None: :data:`rnnconvert.core.reference.ACT_ULPS`
+        self.act_ulps = getattr(target, "act_ulps", None)
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         self.x = _batches(src_ckpt, batch, steps, seed, inputs)
         n = len(src_ckpt.layers)
@@ -454,11 +460,12 @@ class StreamedVerification:
             h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
             c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
             parts: dict = {}
-            exact, bound = reference.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts)
+            exact, bound = reference.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
             entries.append(((h0, c0), exact, bound))
             if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the swaps show?
                 rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
-                self.escapes[i].append((k, d, reference.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows)))
+                self.escapes[i].append((k, d, reference.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows,
+                                                                     act_ulps=self.act_ulps)))
             del parts
         self.slabs[i][k] = (xf, entries)
         self.traj[i] = y if k < layer.num_layers - 1 else None
@@ -614,6 +621,10 @@ class StreamedVerification:
         rho = fraction(u)
         runs, seq_note = self._sequence_target(i, dst_path, dst_module)
         first = _first(layer, self.first_tol)
+        spread = 0.0
+        emulate = getattr(dst_module, "target_arithmetic", None)
+        if emulate is not None and len(runs) == 1:  # whole-layer sequence of an eagerly read source (cuDNN)
+            spread = float(np.abs(self.y64[i] - emulate(layer, self._seq_x(i))).max())
         seqs = []  # (err, tolerance, scale) of the whole layer, or of each slab
         for y, y32, ref in runs:
             y = np.asarray(y, np.float64)
@@ -621,7 +632,7 @@ class StreamedVerification:
                 raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
                                         f"differs from the source's {ref.shape}")
             seqs.append((float(np.abs(y - ref).max()) if np.isfinite(y).all() else float("inf"),
-                         sequence_tolerance(ref, y32, first), float(np.abs(ref).max())))
+                         sequence_tolerance(ref, y32, first, spread), float(np.abs(ref).max())))
         st, note = self._step_check(i, dst_path, dst_module)
         over = [e for e in seqs if e[0] > e[1]]
         # over the tolerance by more than a layout slip moves the outputs (or with no one-step comparison)

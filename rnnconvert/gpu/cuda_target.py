@@ -12,6 +12,21 @@ Before running, the region offsets cuDNN reports for the layer's spec are compar
 :func:`rnnconvert.core.cudnn.layout`; a mismatch raises :class:`~rnnconvert.errors.VerificationError`
 naming the region that moved and the cuDNN version (:func:`rnnconvert.gpu.cudnn_check.check_layout`).
 ``dtype='float16'`` runs the weights in half precision (the verification tolerance becomes 1e-2).
+
+cuDNN's own arithmetic, measured (``bench/gpu_check.py``, "Activation accuracy"; docs/gpu-validation.md):
+in float32 its ``tanh`` is not correctly rounded in the kernels it picks for small hidden sizes (cuDNN 9.19
+on an H100: up to :data:`CUDNN_TANH_ULPS` ``u (1 + |tanh z|)``, ``u = 2**-24``, for ``H <= 256``; within one
+ulp from ``H = 512``); its ``sigmoid``, and both in float16, are within one ulp. A correct file then
+differs from the float64 reference by more than float32 numpy does (the realworld textgenrnn LSTM: 5.8e-5
+over 8 steps against a tolerance of 1.5e-5). So a :class:`CudaTarget` declares
+
+* :attr:`CudaTarget.act_ulps`: the activation accuracy the one-step bound allows
+  (:func:`rnnconvert.core.reference.act_error`): :data:`CUDNN_ACT_ULPS` in float32, about twice the
+  largest error measured;
+* :meth:`CudaTarget.target_arithmetic`: a float64-free emulation of its run (float32 with every ``tanh``
+  off by :data:`CUDNN_TANH_ULPS` in a random direction; float16: weights, inputs and activations rounded
+  to float16) whose spread from the float64 run enters the sequence tolerance
+  (:func:`rnnconvert.engine.verify.sequence_tolerance`) where it exceeds the source's own float32 spread.
 """
 
 from __future__ import annotations
@@ -21,9 +36,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DependencyError
-from ..core.model import Checkpoint, RNNLayer
+from ..core.model import Cell, Checkpoint, RNNLayer
 
 ROUTES = ("module", "buffer")
+#: the largest error of cuDNN's float32 ``tanh`` measured, in ``u (1 + |tanh z|)`` (``u = 2**-24``): cuDNN 9.19,
+#: H100, 72.8 at x = -1.218749 over every float32 of magnitude 2**-26 to 10, H = 128 (``bench/gpu_check.py``, docs/gpu-validation.md)
+CUDNN_TANH_ULPS = 73.0
+#: the activation accuracy (ulps) the one-step bound allows a cuDNN float32 run: about twice
+#: :data:`CUDNN_TANH_ULPS` (float16 runs keep :data:`rnnconvert.core.reference.ACT_ULPS`: one ulp measured)
+CUDNN_ACT_ULPS = 128.0
 
 
 def require_cuda() -> None:
@@ -58,7 +79,47 @@ class CudaTarget:
         self.name = f"cuda_{route}"
         self.target_forward_slab = None
         self.release = None
-        self._ckpt: Checkpoint | None = None
+        self._back: dict[str, Checkpoint] = {}  # the written file read back, per nonlinearity read option
+        #: the activations' accuracy the one-step bound allows (module docstring); None: the default
+        self.act_ulps = CUDNN_ACT_ULPS if dtype == "float32" else None
+
+    def read_back(self, path: Path, ckpt: Checkpoint, name: str) -> RNNLayer:
+        """Layer ``name`` of the written file, read back by rnnconvert's reader. A format that does not store
+        ``nn.RNN``'s nonlinearity (a ``.pt`` or ``.safetensors`` state dict: the module's constructor holds it;
+        the ``nonlinearity`` read option) is read with the source layer's, as torch's own target
+        (:func:`rnnconvert.formats.torch.torch_pt.target_step`) builds its module from the source's description:
+        read as ``tanh``, a ``SimpleRNN(relu)`` file failed by 0.87 on a GPU."""
+        opts = {}
+        if "nonlinearity" in (getattr(self.dst_module, "read_options", None) or ()):
+            opts["nonlinearity"] = "relu" if ckpt.layer(name).cell is Cell.RNN_RELU else "tanh"
+        key = opts.get("nonlinearity", "")
+        if key not in self._back:
+            self._back[key] = self.dst_module.read(path, **opts)
+        return self._back[key].layer(name)
+
+    def target_arithmetic(self, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
+        """An emulation of this target's own run of ``layer`` (the source's canonical layer) on ``x``
+        ``(B, T, I)``, in numpy: float32 with every ``tanh`` off by :data:`CUDNN_TANH_ULPS` ulps in a random
+        direction (float32 runs), or with weights, inputs and every activation rounded to float16 (float16
+        runs). Verification takes its spread from the float64 run as the size of this target's rounding
+        along the sequence (module docstring); it is an estimate, as the source's own float32 spread is."""
+        from ..core import reference
+
+        rng = np.random.default_rng(0)
+        if self.dtype == "float32":
+            u = reference.unit_roundoff(np.float32)
+
+            def tanh(z):
+                t = np.tanh(z)
+                return t + rng.choice(np.array([-1.0, 1.0], t.dtype), t.shape) * (CUDNN_TANH_ULPS * u) * (1 + np.abs(t))
+            return reference.forward_multi(layer, [np.asarray(x, np.float32)], acts={"tanh": tanh})[0]
+        f16 = np.float16
+
+        def rounded(f):
+            return lambda z: f(z).astype(f16).astype(z.dtype)
+        acts = {k: rounded(reference.ACT[k]) for k in ("tanh", "sigmoid")}
+        half = _cast(_cast(layer, "float16"), "float32")
+        return reference.forward_multi(half, [np.asarray(x, f16).astype(np.float32)], acts=acts)[0].astype(f16)
 
     def target_step(self, path: Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
         """Verification's one-step check on the GPU: stacked layer ``k`` of the file's weights (cast to
@@ -66,17 +127,13 @@ class CudaTarget:
         packed-buffer route's full sequences are checked by :meth:`target_forward`)."""
         from ..formats.torch import torch_pt
 
-        if self._ckpt is None:
-            self._ckpt = self.dst_module.read(path)
-        return torch_pt.step_canonical(_cast(self._ckpt.layer(name), self.dtype), k, x, states, device="cuda")
+        return torch_pt.step_canonical(_cast(self.read_back(path, ckpt, name), self.dtype), k, x, states, device="cuda")
 
     def target_forward(self, path: Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
         from ..core import cudnn
         from . import cudnn_check
 
-        if self._ckpt is None:
-            self._ckpt = self.dst_module.read(path)
-        layer = _cast(self._ckpt.layer(name), self.dtype)
+        layer = _cast(self.read_back(path, ckpt, name), self.dtype)
         cudnn_check.check_layout(cudnn.Spec.of(layer), getattr(__import__("torch"), self.dtype))
         run = cudnn_check.forward_module if self.way == "module" else cudnn_check.forward_buffer
         return np.asarray(run(layer, x), dtype=np.float64)

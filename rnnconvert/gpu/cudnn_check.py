@@ -91,6 +91,16 @@ def compare_offsets(spec: cudnn.Spec, dtype=None) -> list[str]:
 def forward_module(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
     """cuDNN forward (``torch.nn`` module on CUDA, TF32 off) of ``unpack(pack(layer))``; ``(B, T, out)``."""
     torch = require("torch", "torch")
+    m = module_of(layer)
+    with torch.no_grad():
+        y = m(torch.from_numpy(np.ascontiguousarray(x)).to("cuda", getattr(torch, str(layer.dtype))))[0]
+    return y.float().cpu().numpy()
+
+
+def module_of(layer: RNNLayer):
+    """A ``torch.nn.LSTM/GRU/RNN`` on CUDA (batch_first, TF32 off, ``flatten_parameters()`` done) holding
+    ``unpack(pack(layer))``: the weights as cuDNN's buffer gives them back."""
+    torch = require("torch", "torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     spec = cudnn.Spec.of(layer)
@@ -106,9 +116,7 @@ def forward_module(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
         sd[name] = torch.from_numpy(np.ascontiguousarray(field))
     m.load_state_dict(sd, strict=True)
     m.flatten_parameters()
-    with torch.no_grad():
-        y = m(torch.from_numpy(np.ascontiguousarray(x)).to("cuda", dt))[0]
-    return y.float().cpu().numpy()
+    return m
 
 
 def forward_buffer(layer: RNNLayer, x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,69 @@
+"""The parts of the cuDNN verification target that run without a GPU (rnnconvert/gpu/cuda_target.py).
+
+What cuDNN computes is measured on a GPU (tests/test_cuda_verify.py, bench/gpu_check.py; docs/gpu-validation.md):
+its float32 tanh is off by up to CUDNN_TANH_ULPS. Here: the one-step bound with the target's declared accuracy
+holds for a step whose every tanh is off by that much, and the written file is read back with the source's
+nn.RNN nonlinearity (a state dict does not store it; read as tanh, a SimpleRNN(relu) file failed by 0.87 on
+a GPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rnnconvert
+from conftest import FIXTURES
+from rnnconvert.core import cudnn, reference
+from rnnconvert.core.model import Cell
+from rnnconvert.engine import registry
+from rnnconvert.gpu.cuda_target import CUDNN_ACT_ULPS, CUDNN_TANH_ULPS, CudaTarget
+from test_cudnn import random_layer
+
+
+def _off_tanh(sign):
+    u = reference.unit_roundoff(np.float32)
+    return lambda z: np.tanh(z) + sign * CUDNN_TANH_ULPS * u * (1 + np.abs(np.tanh(z)))
+
+
+@pytest.mark.parametrize("cell", [Cell.LSTM, Cell.GRU, Cell.RNN_TANH])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_declared_accuracy_bounds_a_step_with_tanh_off_by_the_measured_error(cell, sign):
+    layer = random_layer(cudnn.Spec(cell, 8, 16), seed=2)
+    p = layer.params[0][0]
+    x = np.random.default_rng(3).normal(size=(64, 8)).astype(np.float32)
+    h0 = np.zeros((64, 16), np.float32)
+    c0 = h0 if cell is Cell.LSTM else None
+    u = reference.unit_roundoff(np.float32)
+    (h1, _), (dh, _) = reference.step_with_bound(layer, p, x, h0, c0, u, act_ulps=CUDNN_ACT_ULPS)
+    off = reference.forward_multi(layer, [x[:, None, :]], acts={"tanh": _off_tanh(sign)})[0][:, 0]
+    assert (np.abs(off - h1) <= dh).all()
+    (_, _), (dh16, _) = reference.step_with_bound(layer, p, x, h0, c0, u)
+    assert (np.abs(off - h1) > dh16).any()  # the default 16 ulps would fail this step
+
+
+def test_target_arithmetic_precisions():
+    layer = random_layer(cudnn.Spec(Cell.LSTM, 4, 8, 2, True), seed=1)
+    x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype(np.float32)
+    y64 = reference.forward(layer, x)
+    y32 = CudaTarget(None, "module", "float32").target_arithmetic(layer, x)
+    y16 = CudaTarget(None, "module", "float16").target_arithmetic(layer, x)
+    assert y32.dtype == np.float32 and y16.dtype == np.float16 and y32.shape == y16.shape == y64.shape
+    own = np.abs(reference.forward(layer, x, np.float32) - y64).max()
+    assert own < np.abs(y32 - y64).max() < np.abs(y16.astype(np.float64) - y64).max()
+    assert CudaTarget(None, "buffer", "float32").act_ulps == CUDNN_ACT_ULPS
+    assert CudaTarget(None, "buffer", "float16").act_ulps is None
+
+
+def test_state_dict_read_back_with_the_source_nonlinearity(tmp_path):
+    src = FIXTURES / "keras" / "simple_rnn_relu.h5"
+    dst = tmp_path / "r.pt"
+    rnnconvert.convert(src, dst)
+    ckpt = rnnconvert.load(src)
+    name = ckpt.layers[0].name
+    assert ckpt.layers[0].cell is Cell.RNN_RELU
+    assert registry.get("pt").load().read(dst).layer(name).cell is Cell.RNN_TANH  # what the file alone tells
+    back = CudaTarget(registry.get("pt").load(), "module", "float32").read_back(dst, ckpt, name)
+    assert back.cell is Cell.RNN_RELU
+    for a, b in zip(back.params[0][0].arrays().values(), ckpt.layers[0].params[0][0].arrays().values()):
+        assert np.array_equal(a, b)
