@@ -683,10 +683,14 @@ class StreamedVerification:
             e = max(ill, key=lambda e: (e[1] - first * max(1.0, e[2])) / max(e[2], 1e-300))
             tol, scale = e[1:]
             ill_at = "" if len(seqs) == 1 else f" of stacked layer {seqs.index(e)}"
+            runs = ("a run emulating the target's arithmetic and the float64 run" if spread > 0.0 and
+                    abs((tol - first * max(1.0, scale)) / 2 - spread) <= 1e-12 * max(spread, 1e-300) else
+                    "float32 and float64 runs of the source")
             c.verdict, c.reason = "inconclusive", (
-                f"the sequence tolerance{ill_at} {tol:.3g} (float32 and float64 runs of the source part by "
+                f"the sequence tolerance{ill_at} {tol:.3g} ({runs} part by "
                 f"{(tol - first * max(1.0, scale)) / 2:.3g}) exceeds {rho:.3g} of "
-                f"the output's scale ({scale:.3g}): the layer is ill-conditioned on these inputs")
+                f"the output's scale ({scale:.3g}): the layer is ill-conditioned on these inputs"
+                + (f" at {self.target_dtype.__name__}" if self.target_dtype is not None else ""))
         elif st["loose"] > rho:
             c.reason = (f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale, "
                         f"but every gate-block swap would fail it on these states")
