@@ -66,21 +66,24 @@ def test_dinornn_tf2_checkpoint_through_cudnn(dinornn, tmp_path):
     assert rnnconvert.verify(src, dst, device="cuda").ok
 
 
-FILES = [e["file"] for fam in ("keras", "keras_whole", "tf", "field") for e in manifest(fam)
-         if not e["file"].endswith((".npz", ".json"))]
+FILES = [e["file"] for fam in ("keras", "keras_whole", "tf", "field", "cudnn") for e in manifest(fam)
+         if not e["file"].endswith((".npz", ".json")) and "_lone" not in e["file"]]  # lone: spec by read options
 
 
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("suffix", [".pt", ".cudnn.npz"])
 @pytest.mark.parametrize("name", FILES)
-def test_every_fixture_that_converts_to_pt_passes_through_cudnn(name, dtype, tmp_path):
+def test_every_fixture_that_converts_to_pt_passes_through_cudnn(name, suffix, dtype, tmp_path):
+    """Every fixture the torch writer (or the cuDNN buffer writer, .cudnn.npz) can express, read back and run
+    by cuDNN: the TF1 checkpoints holding JAX's and MXNet's cuDNN buffers (cudnn/tf1/*_companions) too."""
     src = FIXTURES / name
-    dst = tmp_path / "x.pt"
+    dst = tmp_path / f"x{suffix}"
     try:
         rnnconvert.convert(src, dst)
     except UnsupportedError as exc:  # not expressible in torch.nn (hard_sigmoid, peepholes, ...): nothing to run
-        pytest.skip(f"{name} does not convert to .pt: {str(exc)[:120]}")
+        pytest.skip(f"{name} does not convert to {suffix}: {str(exc)[:120]}")
     except FormatError as exc:
         if "--map" not in str(exc):
             raise
