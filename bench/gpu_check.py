@@ -192,9 +192,18 @@ def activation_accuracy() -> None:
     for dt in (torch.float32, torch.float16):
         u = 2.0 ** -24 if dt == torch.float32 else 2.0 ** -11
         pos = _floats(-26 if dt == torch.float32 else -14, 10.0, dt)
-        for H in (128, 512):
+        for H in (4, 32, 64, 128, 256, 512, 1024, 2048):
             results: dict = {}
-            chunk = (1 << 24) // H * H
+
+            def note(runs, xs, suffix=""):
+                for name, got, exact in runs:
+                    a = exact.double()
+                    err = ((got.double() - a).abs() / (u * (1 + a.abs()))).flatten()
+                    j = int(err.argmax())
+                    e = float(err[j])
+                    if e >= results.get(name + suffix, (-1.0, 0.0))[0]:
+                        results[name + suffix] = (e, float(xs.reshape(-1)[j]))
+            chunk = min(1 << 24, H << 16) // H * H  # at most 65536 rows a call
             for sign in (1.0, -1.0):
                 for at in range(0, len(pos), chunk):
                     part = pos[at:at + chunk]
@@ -203,15 +212,20 @@ def activation_accuracy() -> None:
                     else:
                         xs = torch.from_numpy(part).cuda().to(torch.float16)
                     pad = (-len(xs)) % H
-                    xs = torch.cat([xs, xs[:pad]]) * sign if pad else xs * sign
-                    for name, got, exact in _activation_runs(xs.view(-1, H), H, dt):
-                        a = exact.double()
-                        err = ((got.double() - a).abs() / (u * (1 + a.abs()))).flatten()
-                        j = int(err.argmax())
-                        e = float(err[j])
-                        if e >= results.get(name, (-1.0, 0.0))[0]:
-                            results[name] = (e, float(xs.view(-1)[j]))
-            for name, (e, x) in results.items():
+                    xs = torch.cat([xs, xs[:1].expand(pad)]) * sign if pad else xs * sign  # pad: repeat a value
+                    note(_activation_runs(xs.view(-1, H), H, dt), xs)
+            # the batch verification uses (a few dozen rows) may run other kernels: 8 rows, inputs drawn
+            # from the same values, 200 calls
+            rng = np.random.default_rng(H)
+            for _ in range(200):
+                idx = rng.integers(0, len(pos), 8 * H)
+                if dt == torch.float32:
+                    xs = torch.from_numpy(pos[idx].view(np.float32).astype(np.float32)).cuda()
+                else:
+                    xs = torch.from_numpy(pos[idx]).cuda().to(torch.float16)
+                xs = xs * torch.from_numpy(rng.choice([-1.0, 1.0], len(idx)).astype(np.float32)).cuda().to(dt)
+                note(_activation_runs(xs.view(8, H), H, dt), xs, ", batch 8")
+            for name, (e, x) in sorted(results.items()):
                 print(f"| {str(dt).replace('torch.', '')} | {H} | {name} | {e:.1f} | {x:.8g} |")
 
 

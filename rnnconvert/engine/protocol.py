@@ -103,6 +103,13 @@ class FormatSpec:
     release: Callable[[], None] | None = None
     route: str = ""
     engine: str = ""
+    #: a target less accurate than float32 numpy declares it (the cuDNN target,
+    #: :class:`rnnconvert.gpu.cuda_target.CudaTarget`): ``act_ulps``, the accuracy of its activations in ulps
+    #: that the one-step bound allows (None: :data:`rnnconvert.core.reference.ACT_ULPS`), and
+    #: ``target_arithmetic(layer, x) -> y``, an emulation of its run of the canonical ``layer`` whose spread from
+    #: the canonical float64 run widens the sequence tolerance (:func:`rnnconvert.engine.verify.sequence_tolerance`)
+    act_ulps: float | None = None
+    target_arithmetic: Callable[..., Any] | None = None
     # refusal hints
     #: ``rescale_plan(layer) -> plan | None``: a gate activation this writer meets only by scaled weights
     #: (Keras-2 hard_sigmoid into Keras 3): the way out names it "rescaled, not bit-exact"
