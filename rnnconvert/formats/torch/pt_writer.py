@@ -152,7 +152,7 @@ class PtStream:
         tail = [("version", VERSION_RECORD)]
         names = [n for n, _ in head] + [f"data/{i}" for i in range(len(self.plan))] + [n for n, _ in tail]
         self.tail = pt_zip.Tail(tail, pt_pickle.serialization_id_names(names))
-        # zlib.crc32 and write() release the GIL: stream.stream_write may run the writing one slab
+        # the CRC (io/crc32.py) and write() release the GIL: stream.stream_write may run the writing one slab
         # behind the reading, in a thread (two slabs in memory; the goal of a .pt is the file size)
         self.WRITE_BEHIND = True
         self.fh = directio.DirectWriter(self.path)  # around the page cache where allowed
