@@ -13,7 +13,8 @@ KERAS_H5 = FormatSpec(
     read_options=("gate_activation", "map", "nonlinearity"),
     refusals=keras_h5_write.refusals, check=keras_h5_write.check, write=keras_h5_write.write,
     write_options=("cudnn",), open_stream=keras_h5_write.open_stream,
-    source_forward=keras_math.source_forward, framework_forward=keras_tf.framework_forward,
+    source_forward=keras_math.source_forward, source_forward_multi=keras_math.source_forward_multi,
+    framework_forward=keras_tf.framework_forward,
     target_forward=keras_h5_write.target_forward, target_forward_slab=keras_h5_write.target_forward_slab,
     target_step=keras_h5_write.target_step, route=keras_h5_write.ROUTE, engine=keras_h5_write.ENGINE)
 

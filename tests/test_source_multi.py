@@ -1,0 +1,35 @@
+"""The source side's own equations run their float32 and float64 passes in lockstep (one read and turn of each
+stored tensor for both: ``FormatSpec.source_forward_multi``). The records of the Keras HDF5 and TF checkpoint
+formats declare it (lost once in a refactor: verification then ran the two passes one after the other, 0.26 s of
+CPU more on the 3 GB benchmark), and the lockstep run gives, bit for bit, what each single run gives. The
+equations themselves are checked against Keras and TF in tests/test_keras_math.py and the fixture tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rnnconvert
+from conftest import FIXTURES
+from rnnconvert.engine import registry
+
+CASES = [("keras_h5", "keras/bidi_lstm_concat.h5"), ("keras_h5", "keras/cudnn_gru.h5"),
+         ("keras_h5", "keras/stack_lstm_gru_rnn.h5"), ("keras_h5", "keras/lstm_hard_sigmoid.h5"),
+         ("tf_checkpoint", "tf/keras_lstm_bigru/ckpt"), ("tf_checkpoint", "tf/lstm_cell/ckpt"),
+         ("tf_checkpoint", "tf/multi_basic_lstm/ckpt")]
+
+
+@pytest.mark.parametrize("fmt,name", CASES)
+def test_lockstep_equals_single_runs(fmt, name):
+    spec = registry.get(fmt).load()
+    assert spec.source_forward_multi is not None
+    ckpt = rnnconvert.load(FIXTURES / name)
+    for layer in ckpt.layers:
+        if layer.source.get("raw") is None:
+            continue
+        x = np.random.default_rng(0).normal(size=(3, 5, layer.input_size))
+        xs = [x.astype(np.float32), x.astype(np.float64)]
+        multi = spec.source_forward_multi(layer, xs)
+        for got, xi in zip(multi, xs):
+            assert got.dtype == xi.dtype
+            assert np.array_equal(got, spec.source_forward(layer, xi, xi.dtype)), (name, layer.name, xi.dtype)
