@@ -95,13 +95,13 @@ def test_verified_streamed_conversion_leaves_the_checkpoint_as_it_was(case, tmp_
         if spec.source_forward_multi is not None:  # float32 and float64 in lockstep: the same checks
             real_multi = spec.source_forward_multi
 
-            def source_forward_multi(layer, xs, raw=None):
+            def source_forward_multi(layer, xs, raw=None, record=None):
                 assert raw is not None, "verification passes the file's tensors"
                 assert all(isinstance(r, Mapping) for r in raw)
                 i = next(i for i, lay in enumerate(got[0].layers) if lay is layer)
                 assert [id(r) for r in layer.source["raw"]] == before[0]["layers"][i][5]
                 calls.append(layer.name)
-                return real_multi(layer, xs, raw)
+                return real_multi(layer, xs, raw, record)
             monkeypatch.setattr(spec, "source_forward_multi", source_forward_multi)
     rep = rnnconvert.convert(src, tmp_path / target, verify="reference")
     assert rep.verification is not None and rep.verification.ok

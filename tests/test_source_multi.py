@@ -33,3 +33,28 @@ def test_lockstep_equals_single_runs(fmt, name):
         for got, xi in zip(multi, xs):
             assert got.dtype == xi.dtype
             assert np.array_equal(got, spec.source_forward(layer, xi, xi.dtype)), (name, layer.name, xi.dtype)
+
+
+@pytest.mark.parametrize("name", ["keras/bidi_lstm_concat.h5", "keras/lstm_go_backwards.h5", "keras/cudnn_gru.h5",
+                                  "keras/bidi_gru_sum.h5", "keras/simple_rnn_tanh.h5"])
+def test_recorded_states_are_the_trajectory(name):
+    """The states the Keras equations record (verification's trajectory for a one-slab Keras layer) are the states
+    before each step in input time order, per direction, as the canonical reference records them: the two runs
+    compute the same function in float32 in different orders, so they agree to float32 rounding (far below the
+    0.5 that any misplaced step or direction moves a state by on these fixtures)."""
+    from rnnconvert.core import reference
+
+    spec = registry.get("keras_h5").load()
+    ckpt = rnnconvert.load(FIXTURES / name)
+    for layer in ckpt.layers:
+        x = np.random.default_rng(1).normal(size=(2, 6, layer.input_size)).astype(np.float32)
+        recs = [{} for _ in layer.params[0]]
+        spec.source_forward_multi(layer, [x, x.astype(np.float64)], None, recs)
+        _, ref = reference.trajectory(layer, layer.params[0], x)
+        for got, want in zip(recs, ref):
+            assert got["h"].shape == want["h"].shape and got["h"].dtype == np.float32
+            assert np.abs(got["h"] - want["h"]).max() < 1e-4, (name, layer.name)
+            if want["c"] is not None:
+                assert np.abs(got["c"] - want["c"]).max() < 1e-4
+                assert np.abs(got["c_last"] - want["c_last"]).max() < 1e-4
+            assert np.abs(got["h"][:, 1:]).max() > 0.05  # not trivially zero

@@ -4,7 +4,9 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
 
 1. **One step from the source's own states** (the decisive check, any sequence length). The source runs
    along its own trajectory (the canonical numpy reference, :func:`rnnconvert.core.reference.trajectory`, in
-   float32, the weights' precision), which gives the state ``h_{t-1}`` (and ``c_{t-1}``) before every step
+   float32, the weights' precision; for a one-slab layer of a format with its own equations, Keras HDF5 and
+   TF2, the float32 run of those equations that the sequence comparison makes anyway: ``source_forward_multi``
+   records its states), which gives the state ``h_{t-1}`` (and ``c_{t-1}``) before every step
    ``t`` of every sequence, stacked layer and direction. The *target framework* then computes one step
    from each of those ``B*T`` (input, state) pairs, all in one batched call: sequences of length 1 with
    initial states (torch ``h0, c0``; onnxruntime ``initial_h``/``initial_c``; Keras ``initial_state`` /
@@ -222,14 +224,17 @@ def _raw_tensors(layer: RNNLayer, pool: dict | None = None) -> list:
     return [_OnAccess(r, pool, d) if hasattr(r, "read") else dict(r) for d, r in enumerate(layer.source["raw"])]
 
 
-def _source(src_module, layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None) -> list[np.ndarray]:
+def _source(src_module, layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None,
+            record: list[dict] | None = None) -> list[np.ndarray]:
     """The source side of the sequence comparison for ``layer`` on each input of ``xs`` (float32 and float64,
     each computed in its own dtype): the source format's own equations on its stored tensors
-    (``source_forward``), else the numpy reference on the canonical parameters."""
+    (``source_forward``), else the numpy reference on the canonical parameters. ``record``: one dict per
+    direction that a format's ``source_forward_multi`` fills with the states of ``xs[0]``'s run where it can
+    (Keras equations), else leaves empty."""
     if _own_equations(src_module, layer):
         multi = src_module.source_forward_multi
         if multi is not None:
-            return multi(layer, xs, raw)
+            return multi(layer, xs, raw) if record is None else multi(layer, xs, raw, record)
         return [src_module.source_forward(layer, x, x.dtype, raw) for x in xs]
     return reference.forward_multi(layer, xs)
 
@@ -445,8 +450,23 @@ class StreamedVerification:
         # its float32 run IS the trajectory (same inputs, weights, dtype and code), so it is computed once,
         # in lockstep with the float64 run (one read of each weight matrix per step for both).
         shared = not own and xs.shape[1] == xin.shape[1]
+        # A one-slab layer run by its own equations on the whole batch: the states of that float32 run are the
+        # trajectory (the source's own states; the one-step check starts the target from them), so the numpy
+        # reference does not run the same float32 sequence a second time (Keras HDF5 and TF2 sources)
+        recs = None
+        if own and layer.num_layers == 1 and xs.shape[1] == xin.shape[1] and self.src_module.source_forward_multi:
+            recs = [{} for _ in dirs]
+            raw = _raw_tensors(layer, self.pool)
+            self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
+                                                                         xs.astype(np.float64)], raw, recs)
+            del raw
+            y = self.y32[i]
+            if not all(recs):  # the format did not record them (TF1 cells)
+                recs = None
         per = self._by_slab(layer)
-        if shared:
+        if recs is not None:  # the trajectory is the source's own float32 run (above)
+            pass
+        elif shared:
             x64 = xs.astype(np.float64) if k == 0 else np.asarray(xin, np.float64) if per else self.y64[i]
             (y, y64), recs = reference.trajectory_multi(one, dirs, [np.asarray(xin, np.float32), x64])
             if per:
@@ -473,7 +493,7 @@ class StreamedVerification:
         self.traj[i] = y if k < layer.num_layers - 1 else None
         last = k == layer.num_layers - 1
         if own:  # from the file's tensors (not ``dirs``): once, at the end
-            if last:
+            if last and self.y64[i] is None:
                 raw = _raw_tensors(layer, self.pool)
                 self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
                                                                              xs.astype(np.float64)], raw)

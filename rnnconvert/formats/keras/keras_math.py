@@ -42,9 +42,11 @@ def _block_t(m: np.ndarray, j: int, H: int, dt) -> np.ndarray:
 
 
 def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.ndarray],
-               reverse: bool) -> list[np.ndarray]:
+               reverse: bool, record: dict | None = None) -> list[np.ndarray]:
     """One direction on each input of ``xs`` (one per dtype, each computed in its own dtype), in lockstep:
-    the products of all hoisted dtypes read each turned weight block once (:func:`rnnconvert.core.reference.products`)."""
+    the products of all hoisted dtypes read each turned weight block once (:func:`rnnconvert.core.reference.products`).
+    ``record``: a dict that receives the states of ``xs[0]``'s run as :func:`rnnconvert.core.reference.trajectory`
+    records them (``'h'``, ``'c'`` before each step, input time order; ``'c_last'``)."""
     s = layer.semantics
     fam = "keras_cudnn" if kind.startswith("CuDNN") else layer.source.get("family", "keras")
     if fam == "keras1":
@@ -142,9 +144,16 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     h = [np.zeros((B, H), dt) for dt in dts]
     c = [np.zeros((B, H), dt) for dt in dts]
     ys = [np.zeros((B, T, H), dt) for dt in dts]
+    if record is not None:
+        record["h"] = np.zeros((B, T, H), dts[0])
+        record["c"] = np.zeros((B, T, H), dts[0]) if cell is Cell.LSTM else None
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for n_step, t in enumerate(steps):
         fresh = n_step == 0
+        if record is not None:
+            record["h"][:, t] = h[0]
+            if cell is Cell.LSTM:
+                record["c"][:, t] = c[0]
         if cell is Cell.LSTM:
             hr = hR(h, "ifgo")
             for d in range(n):
@@ -166,6 +175,8 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
             h = [act(xK(d, "h", t) + BI[d]["h"] + hh_[d]["h"] + BR[d]["h"]) for d in range(n)]
         for d in range(n):
             ys[d][:, n_step if reverse and not layer.bidirectional else t] = h[d]
+    if record is not None:
+        record["c_last"] = c[0] if cell is Cell.LSTM else None
     return ys
 
 
@@ -179,12 +190,16 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list |
     return source_forward_multi(layer, [np.asarray(x, dtype=dtype)], raw)[0]
 
 
-def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None) -> list[np.ndarray]:
-    """:func:`source_forward` of each input of ``xs`` in its own dtype, in lockstep: each raw tensor is turned once and read once per product for all of them."""
+def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None,
+                         record: list[dict] | None = None) -> list[np.ndarray]:
+    """:func:`source_forward` of each input of ``xs`` in its own dtype, in lockstep: each raw tensor is turned once
+    and read once per product for all of them. ``record``: one dict per direction, each filled with the states
+    of ``xs[0]``'s run (:func:`_direction`): verification's one-step comparison starts the target from them."""
     raws = layer.source["raw"] if raw is None else raw
     kind = layer.source["class_name"]
+    rec = record if record is not None else [None, None]
     if layer.bidirectional:
-        fw = _direction(kind, layer.cell, raws[0], layer, xs, False)
-        bw = _direction(kind, layer.cell, raws[1], layer, xs, True)
+        fw = _direction(kind, layer.cell, raws[0], layer, xs, False, rec[0])
+        bw = _direction(kind, layer.cell, raws[1], layer, xs, True, rec[1])
         return [np.concatenate([a, b], axis=-1) for a, b in zip(fw, bw)]
-    return _direction(kind, layer.cell, raws[0], layer, xs, layer.semantics.go_backwards)
+    return _direction(kind, layer.cell, raws[0], layer, xs, layer.semantics.go_backwards, rec[0])

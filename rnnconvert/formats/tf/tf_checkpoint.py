@@ -391,15 +391,17 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list |
     return fwd(layer, x, dtype, raw)
 
 
-def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None) -> list[np.ndarray]:
+def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None,
+                         record: list[dict] | None = None) -> list[np.ndarray]:
     """:func:`source_forward` of each input of ``xs`` in its own dtype: a TF2 Keras layer's in lockstep
     (:func:`rnnconvert.formats.keras.keras_math.source_forward_multi`: each stored tensor turned once and read once
-    per product for all dtypes), a TF1 cell's one dtype after the other."""
+    per product for all dtypes, and ``record`` filled with the states of ``xs[0]``'s run), a TF1 cell's one dtype
+    after the other (``record`` left empty)."""
     if layer.source.get("class_name") in CELL_SCOPES:
         from .tf1_math import source_forward as fwd
         return [fwd(layer, x, x.dtype, raw) for x in xs]
     from ..keras.keras_math import source_forward_multi as multi
-    return multi(layer, xs, raw)
+    return multi(layer, xs, raw, record)
 
 
 def read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
