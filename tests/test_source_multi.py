@@ -58,3 +58,18 @@ def test_recorded_states_are_the_trajectory(name):
                 assert np.abs(got["c"] - want["c"]).max() < 1e-4
                 assert np.abs(got["c_last"] - want["c_last"]).max() < 1e-4
             assert np.abs(got["h"][:, 1:]).max() > 0.05  # not trivially zero
+
+
+@pytest.mark.parametrize("name,own_states", [("keras/bidi_lstm_concat.h5", True), ("tf/keras_lstm_bigru/ckpt", True),
+                                             ("tf/lstm_cell/ckpt", False), ("keras/lstm.h5", True)])
+def test_which_run_gives_the_trajectory(name, own_states, monkeypatch, tmp_path):
+    """A one-slab Keras HDF5 or TF2 layer takes its trajectory from its own equations' float32 run (the numpy
+    reference's trajectory is not run); a TF1 cell (no recording) falls back to the reference's. Both verify."""
+    from rnnconvert.core import reference
+
+    calls = []
+    real = reference.trajectory
+    monkeypatch.setattr(reference, "trajectory", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rep = rnnconvert.convert(FIXTURES / name, tmp_path / "x.npz")
+    assert rep.verification is not None and rep.verification.ok
+    assert (not calls) == own_states, (name, len(calls))

@@ -24,7 +24,9 @@ Roles (each a group of fields):
   file's tensors: ``raw``, one mapping per direction read by verification from ``layer.source['raw']``;
   the layer is never changed), ``framework_forward(path, ckpt, layer_name, x)`` (the source framework itself),
   ``target_forward(path, ckpt, layer_name, x)`` and ``target_forward_slab(path, ckpt, layer_name, k, x)``
-  (the written file in its framework), ``source_forward_multi(layer, xs, raw)`` (several batches at once),
+  (the written file in its framework), ``source_forward_multi(layer, xs, raw, record=None)`` (several batches
+  at once, in lockstep; ``record``: one dict per direction to fill with the states of ``xs[0]``'s run, as
+  :func:`rnnconvert.core.reference.trajectory` records them, where the format can; left empty otherwise),
   ``target_step(path, ckpt, layer_name, k, x, states) -> [(h1, c1 or None)]`` (one step of stacked layer
   ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.engine.verify`),
   ``target_slab_check(path, ckpt, layer_name, k, x, xf, states) -> (y, steps)`` (both of slab ``k`` in one run

@@ -381,7 +381,9 @@ class StreamedVerification:
       results from every state and their bounds (:func:`rnnconvert.core.reference.step_bound`), and the short
       sequence in float32 and float64 (the numpy reference chained over slabs; a layer the source format
       runs with its own equations, ``source_forward`` on the file's tensors (``layer.source['raw']`` read, passed
-      as ``raw=``, the layer left as it is), at its last slab;
+      as ``raw=``, the layer left as it is), at its last slab -- or, for a one-slab layer whose batch is the
+      short sequence, first, its float32 run recording the trajectory (``source_forward_multi(record=)``), which
+      the numpy reference then does not run;
       ``mode='framework'``: the source framework). When the short sequence is the whole batch and the numpy
       reference runs it, its float32 run is the trajectory itself, computed once in lockstep with the float64
       run (:func:`rnnconvert.core.reference.trajectory_multi`). Nothing of the source is read again later.
@@ -461,8 +463,8 @@ class StreamedVerification:
                                                                          xs.astype(np.float64)], raw, recs)
             del raw
             y = self.y32[i]
-            if not all(recs):  # the format did not record them (TF1 cells)
-                recs = None
+            if not all(recs) or any(r["h"].shape != (*xin.shape[:2], layer.output_size) for r in recs):
+                recs = None  # the format did not record them (TF1 cells), or not as the canonical states
         per = self._by_slab(layer)
         if recs is not None:  # the trajectory is the source's own float32 run (above)
             pass

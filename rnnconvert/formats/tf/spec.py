@@ -17,7 +17,8 @@ TF_CHECKPOINT = FormatSpec(
     "tf_checkpoint", sniff=tf_checkpoint.sniff, read=tf_checkpoint.read, read_options=CHECKPOINT_OPTIONS,
     lazy=True, refusals=tf1_writer.refusals, check=tf1_writer.check, write=tf1_writer.write,
     source_forward=tf_checkpoint.source_forward, source_forward_multi=tf_checkpoint.source_forward_multi,
-    framework_forward=tf_framework.framework_forward, target_forward=tf1_writer.target_forward, route=tf1_writer.ROUTE, engine=tf1_writer.ENGINE)
+    framework_forward=tf_framework.framework_forward, target_forward=tf1_writer.target_forward,
+    route=tf1_writer.ROUTE, engine=tf1_writer.ENGINE)
 
 #: no sniffer: a TF2 object checkpoint is detected (and read) as ``tf_checkpoint``
 TF2_CHECKPOINT = FormatSpec(
