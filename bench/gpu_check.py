@@ -93,6 +93,23 @@ def _ragged(layer, x, lengths, run) -> tuple[float, bool]:
     return err, err <= 2e-5 + 1e-4
 
 
+def _ragged_rows(grid, random_layer, run, length_sets, seed: int) -> int:
+    """One table row per spec of ``grid`` and lengths of ``length_sets`` (:func:`_ragged` of ``run``); the failures."""
+    bad = 0
+    for spec in grid:
+        layer = random_layer(spec, seed=seed)
+        for lengths in length_sets:
+            x = np.random.default_rng(seed + 1).normal(size=(len(lengths), 6, spec.input_size)).astype(np.float32)
+            try:
+                err, ok = _ragged(layer, x, lengths, run)
+                cell = f"{err:.2e} | {'ok' if ok else 'FAIL'}"
+            except Exception as exc:  # report, do not stop
+                ok, cell = False, f"- | error: {str(exc)[:200]!r}"
+            bad += not ok
+            print(f"| {spec} | {lengths} | {cell} |")
+    return bad
+
+
 def variable_length(grid, random_layer) -> int:
     """cuDNN on right-padded batches of different lengths (``pack_padded_sequence``), module route."""
     import torch
@@ -101,7 +118,6 @@ def variable_length(grid, random_layer) -> int:
     print("| spec | lengths | max abs err | result |\n|---|---|---|---|")
 
     def run(layer, x, lengths):
-        spec = cudnn.Spec.of(layer)
         m = cudnn_check.module_of(layer)
         xt = torch.from_numpy(np.ascontiguousarray(x)).cuda()
         packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths), batch_first=True,
@@ -109,22 +125,9 @@ def variable_length(grid, random_layer) -> int:
         with torch.no_grad():
             y, _ = m(packed)
         y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
-        del spec
         return y.float().cpu().numpy()
 
-    bad = 0
-    lengths = [6, 2, 5, 1]
-    for spec in grid:
-        layer = random_layer(spec, seed=5)
-        x = np.random.default_rng(6).normal(size=(len(lengths), 6, spec.input_size)).astype(np.float32)
-        try:
-            err, ok = _ragged(layer, x, lengths, run)
-            cell = f"{err:.2e} | {'ok' if ok else 'FAIL'}"
-        except Exception as exc:
-            ok, cell = False, f"- | error: {exc!r}"
-        bad += not ok
-        print(f"| {spec} | {lengths} | {cell} |")
-    return bad
+    return _ragged_rows(grid, random_layer, run, [[6, 2, 5, 1]], seed=5)
 
 
 def jax_cudnn(grid, random_layer) -> int:
@@ -152,19 +155,7 @@ def jax_cudnn(grid, random_layer) -> int:
                            spec.bidirectional, precision=jax.lax.Precision.HIGHEST)
         return np.asarray(y)
 
-    bad = 0
-    for spec in grid:
-        layer = random_layer(spec, seed=7)
-        for lengths in ([6, 6, 6, 6], [6, 2, 5, 1]):
-            x = np.random.default_rng(8).normal(size=(len(lengths), 6, spec.input_size)).astype(np.float32)
-            try:
-                err, ok = _ragged(layer, x, lengths, run)
-                cell = f"{err:.2e} | {'ok' if ok else 'FAIL'}"
-            except Exception as exc:
-                ok, cell = False, f"- | error: {str(exc)[:200]!r}"
-            bad += not ok
-            print(f"| {spec} | {lengths} | {cell} |")
-    return bad
+    return _ragged_rows(grid, random_layer, run, [[6, 6, 6, 6], [6, 2, 5, 1]], seed=7)
 
 
 def _floats(lo_exp: int, hi: float, dtype) -> np.ndarray:
