@@ -234,7 +234,7 @@ def _source(src_module, layer: RNNLayer, xs: list[np.ndarray], raw: list | None 
     if _own_equations(src_module, layer):
         multi = src_module.source_forward_multi
         if multi is not None:
-            return multi(layer, xs, raw) if record is None else multi(layer, xs, raw, record)
+            return multi(layer, xs, raw, record)
         return [src_module.source_forward(layer, x, x.dtype, raw) for x in xs]
     return reference.forward_multi(layer, xs)
 
@@ -438,6 +438,17 @@ class StreamedVerification:
         return (self.slab_targets and layer.num_layers > 1 and self.mode != "framework"
                 and not _own_equations(self.src_module, layer))
 
+    def _own_run(self, i: int, record: list[dict] | None = None) -> list[dict] | None:
+        """The short sequence of layer ``i`` by the source format's own equations on the file's tensors, in
+        float32 and float64 (``self.y32``, ``self.y64``); ``record``, returned, filled with the float32 run's
+        states where the format records them (:func:`_source`)."""
+        layer = self.ckpt.layers[i]
+        xs = self._seq_x(i)
+        raw = _raw_tensors(layer, self.pool)
+        self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32), xs.astype(np.float64)],
+                                           raw, record)
+        return record
+
     @_one_blas_thread
     def source_slab(self, i: int, k: int, dirs: list) -> None:
         """The source side of slab ``k`` of layer ``i`` (called in order, with the slab's loaded params)."""
@@ -457,11 +468,7 @@ class StreamedVerification:
         # reference does not run the same float32 sequence a second time (Keras HDF5 and TF2 sources)
         recs = None
         if own and layer.num_layers == 1 and xs.shape[1] == xin.shape[1] and self.src_module.source_forward_multi:
-            recs = [{} for _ in dirs]
-            raw = _raw_tensors(layer, self.pool)
-            self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
-                                                                         xs.astype(np.float64)], raw, recs)
-            del raw
+            recs = self._own_run(i, [{} for _ in dirs])
             y = self.y32[i]
             if not all(recs) or any(r["h"].shape != (*xin.shape[:2], layer.output_size) for r in recs):
                 recs = None  # the format did not record them (TF1 cells), or not as the canonical states
@@ -496,10 +503,7 @@ class StreamedVerification:
         last = k == layer.num_layers - 1
         if own:  # from the file's tensors (not ``dirs``): once, at the end
             if last and self.y64[i] is None:
-                raw = _raw_tensors(layer, self.pool)
-                self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32),
-                                                                             xs.astype(np.float64)], raw)
-                del raw
+                self._own_run(i)
         elif shared:
             self.y32[i], self.y64[i] = y, y64
             if last:
