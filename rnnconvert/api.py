@@ -16,12 +16,12 @@ import numpy as np
 
 from .engine import commit, registry
 from .io import budget
-from .io.prefetch import prefetch
+from .io.prefetch import ReadAhead, ahead_window, prefetch
 from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
 from .engine.refusal import Refused
-from .engine.stream import FoldingWriter, stream_write, writer_view
+from .engine.stream import FoldingWriter, order, slab_bytes, stream_write, writer_view
 from .engine.verify import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
 
 
@@ -342,12 +342,26 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
     writer = out_mod.open_stream(view, tmp, **write_opts)
     if view is not ckpt:  # each slab folded on its way to the writer, after the source side saw it
         writer = FoldingWriter(writer, ckpt)
-    modules = list(stream_write(
-        writer, ckpt, on_slab=check.source_slab if check else None, progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
+    with _read_ahead(ckpt, src_p) as reading:
+        modules = list(stream_write(writer, ckpt, on_slab=check.source_slab if check else None, reading=reading,
+                                    progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
     if check is None:
         return modules, None
     return modules, check.target_side(tmp, out_mod, progress=(lambda d, t: progress("verify", d, t))
                                       if progress else None)
+
+
+@contextlib.contextmanager
+def _read_ahead(ckpt: Checkpoint, src: Path):
+    """A :class:`~rnnconvert.io.prefetch.ReadAhead` of the streamed source ``src`` for the block (its window:
+    :func:`~rnnconvert.io.prefetch.ahead_window` of the largest slab); yields its ``advance``, which
+    :func:`~rnnconvert.engine.stream.stream_write` calls before each slab."""
+    largest = max((slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt)), default=0)
+    ahead = ReadAhead(src, ahead_window(largest)).start()
+    try:
+        yield ahead.advance
+    finally:
+        ahead.stop()
 
 
 def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mode: str, seed: int,
@@ -356,7 +370,8 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mo
     side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
     check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs, target=out_mod)
     import_engine(out_mod)
-    stream_write(None, ckpt, on_slab=check.source_slab)  # the next slab read while one is checked
+    with _read_ahead(ckpt, src) as reading:  # the next slab read while one is checked
+        stream_write(None, ckpt, on_slab=check.source_slab, reading=reading)
     return check.target_side(dst, out_mod)
 
 

@@ -41,3 +41,55 @@ def test_prefetch_of_nothing_is_quiet(tmp_path, what):
     if t is not None:
         t.join(10)
         assert not t.is_alive()
+
+
+def test_read_ahead_stays_within_its_window_and_reads_every_byte_once(tmp_path, monkeypatch):
+    """ReadAhead reads a source in file order, never more than ``window`` bytes beyond the reader's position
+    (the fraction of parameter bytes read, mapped onto the files' bytes), and each byte once."""
+    import time
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.data").write_bytes(b"a" * 1000)
+    (tmp_path / "d" / "b.data").write_bytes(b"b" * 600)
+    read, limits = [], []
+    real = os.sendfile
+
+    def sendfile(out, fd, pos, n):
+        read.append((os.fstat(fd).st_size, pos, n))
+        return real(out, fd, pos, n)
+
+    monkeypatch.setattr(pf.os, "sendfile", sendfile)
+    monkeypatch.setattr(pf, "AHEAD_CHUNK", 64)
+    ahead = pf.ReadAhead(tmp_path / "d", window=300).start()
+
+    def settle(upto):
+        for _ in range(500):
+            if sum(n for *_, n in read) >= upto:
+                return
+            time.sleep(0.01)
+
+    settle(300)
+    time.sleep(0.1)
+    assert sum(n for *_, n in read) == 300  # the first window, and no more while the reader has not moved
+    ahead.advance(50, 100)  # half of the parameters read: half of the 1600 bytes, plus the window
+    settle(1100)
+    time.sleep(0.1)
+    assert sum(n for *_, n in read) == 1100
+    ahead.advance(100, 100)
+    settle(1600)
+    ahead.stop()
+    assert not ahead.thread.is_alive()
+    assert sum(n for size, _, n in read if size == 1000) == 1000 and sum(n for size, _, n in read if size == 600) == 600
+    assert max(n for *_, n in read) <= 64
+
+
+def test_read_ahead_stops_while_waiting_and_skips_what_it_cannot_read(tmp_path):
+    os.mkfifo(tmp_path / "fifo")  # never opened for reading in a way that could block
+    (tmp_path / "x.data").write_bytes(b"x" * 10)
+    ahead = pf.ReadAhead(tmp_path / "fifo", window=1).start()
+    ahead.stop()
+    assert ahead.thread is None or not ahead.thread.is_alive()
+    ahead = pf.ReadAhead(tmp_path / "x.data", window=4).start()
+    ahead.stop()  # waiting for the reader to move: stop ends it
+    assert not ahead.thread.is_alive()
+    assert pf.ahead_window(10) == 64 << 20 and pf.ahead_window(1 << 40) <= 1 << 30

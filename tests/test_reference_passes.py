@@ -109,3 +109,25 @@ def test_float16_widening_is_exact_by_torch_or_numpy(monkeypatch):
     monkeypatch.delitem(sys.modules, "torch")
     got = reference.widen_into(np.empty(h.shape, np.float32), h)
     assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_zero_rows_skip_the_products_and_change_nothing(dtype):
+    """``_lin`` leaves all-zero rows of ``v`` (a first step's zero states, the zero probes) out of the products:
+    their value and magnitude are exactly 0 (IEEE 754: ``0 * w`` is 0 for finite ``w``), and the other rows equal
+    the dense pass's to float64 rounding."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((300, 40)) * 0.5).astype(dtype)
+    v = rng.standard_normal((6, 40)).astype(np.float32).astype(np.float64)
+    v[[0, 2, 5]] = 0.0
+    val, mag = reference._lin(w, v)
+    assert not val[[0, 2, 5]].any() and not mag[[0, 2, 5]].any()
+    dense = v[[1, 3, 4]] @ w.astype(np.float64).T
+    np.testing.assert_allclose(val[[1, 3, 4]], dense, rtol=1e-12, atol=1e-12)
+    exact = np.abs(v[[1, 3, 4]]) @ np.abs(w.astype(np.float64)).T
+    if dtype == np.float64:  # float64 weights: the magnitude to float64 rounding (_lin's docstring)
+        np.testing.assert_allclose(mag[[1, 3, 4]], exact, rtol=1e-12)
+    else:  # float32/float16: summed in float32 and raised to a bound (_magnitude32)
+        assert (mag[[1, 3, 4]] >= exact).all()
+    zval, zmag = reference._lin(w, np.zeros((3, 40)))
+    assert zval.shape == zmag.shape == (3, 300) and not zval.any() and not zmag.any()

@@ -19,7 +19,7 @@ def order(ckpt: Checkpoint) -> list[tuple[int, int]]:
     return [(i, k) for i, layer in enumerate(ckpt.layers) for k in range(layer.num_layers)]
 
 
-def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
+def stream_write(writer, ckpt, on_slab=None, *, progress=None, reading=None) -> list[str]:
     """Feed every slab of ``ckpt`` (read through :meth:`Checkpoint.slab`, released after) to a stream
     ``writer`` in order and close it; ``abort()`` on any error. What a streaming writer's ``write`` does.
     ``writer`` ``None``: only ``on_slab`` (``rnnconvert verify``'s source side); returns ``[]``.
@@ -35,7 +35,7 @@ def stream_write(writer, ckpt, on_slab=None, *, progress=None) -> list[str]:
         raise ValueError("stream_write needs a writer or an on_slab")
     total = sum(slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt))
     behind = writer is not None and bool(getattr(writer, "WRITE_BEHIND", False))
-    return _Pipeline(writer, ckpt, total, behind, on_slab).run(progress)
+    return _Pipeline(writer, ckpt, total, behind, on_slab).run(progress, reading)
 
 
 class _Pipeline:
@@ -111,11 +111,15 @@ class _Pipeline:
         for t in self.threads:
             t.join()
 
-    def run(self, progress) -> list[str]:
+    def run(self, progress, reading=None) -> list[str]:
         for t in self.threads:
             t.start()
+        read = 0
         try:
             for i, k in order(self.ckpt):
+                if reading is not None:
+                    reading(read, self.total)
+                    read += slab_bytes(self.ckpt.layers[i].params[k])
                 self.slots.acquire()
                 self._check()
                 if progress is not None and self.behind:  # what the writer thread has written so far

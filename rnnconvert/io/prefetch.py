@@ -1,4 +1,5 @@
-"""Reading a written file into the page cache ahead of the framework that maps it.
+"""Reading files into the page cache ahead of the code that reads them: a written file ahead of the framework
+that maps it (:func:`prefetch`), a streamed source ahead of the slab reader (:class:`ReadAhead`).
 
 ``rnnconvert verify SRC DST`` runs DST's framework on a file that is usually not in the page cache. torch
 maps it (its loader's ``mmap=True``) and faults its pages in as its kernels touch them: on the 2-core test
@@ -9,7 +10,7 @@ kernel's ordinary read path, whose readahead fills the cache with large folios, 
 process (0.08 s of CPU for 3 GB). ``posix_fadvise(WILLNEED)`` was measured too: 0.6 s of CPU, and its
 single pages made torch's target side 1.5 s instead of 0.9 s.
 
-A hint, not a copy: nothing is held in the process's memory, the kernel may drop the pages again under
+Both are hints, not copies: nothing is held in the process's memory, the kernel may drop the pages again under
 memory pressure (the framework then reads them itself), and where ``os.sendfile`` is missing nothing
 happens. Only regular files are read (a FIFO put in DST's place is skipped, never waited on).
 """
@@ -70,3 +71,100 @@ def prefetch(path: str | os.PathLike) -> threading.Thread | None:
     t = threading.Thread(target=_read, args=(_files(Path(path)),), name="rnnconvert-prefetch", daemon=True)
     t.start()
     return t
+
+
+#: bytes per ``os.sendfile`` call of :class:`ReadAhead` (small, so that it follows its window closely and stops soon)
+AHEAD_CHUNK = 8 << 20
+
+
+def ahead_window(slab_bytes: int) -> int:
+    """The bytes :class:`ReadAhead` may read beyond the reader's position: two of the largest slabs (the
+    one being read and the next), at least 64 MiB, at most 1 GiB and an eighth of the machine's memory
+    (page cache the system may reclaim, but need not be asked to)."""
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        mem = 8 << 30
+    return int(max(64 << 20, min(2 * slab_bytes, 1 << 30, mem // 8)))
+
+
+class ReadAhead:
+    """Read the files of a streamed source (a file, or a directory's files in name order) into the page cache
+    in a daemon thread, at most ``window`` bytes ahead of the reader (:meth:`advance`), so that the device
+    reads while the conversion computes and the slab reader finds its bytes cached.
+
+    Measured on the 2-core benchmark VM (docs/performance.md, session 10): a cold 3 GB ``h5 -> pt`` verified
+    conversion's slab reads cost 0.5 s of CPU and 1.0 s of wall each while the device was read under them,
+    0.2 s each from the page cache. ``os.sendfile`` into ``/dev/null``: the kernel's readahead, no copy into the
+    process. The reader's position is a fraction of the parameter bytes read so far, mapped onto the files'
+    bytes in order: exact for sources stored in slab order (Keras HDF5, ``.pt``), an estimate for others
+    (a TF checkpoint's shards); it never reads more than ``window`` beyond that estimate. Regular files only,
+    links not followed; errors end the thread quietly (the reader reads for itself, as without it)."""
+
+    def __init__(self, path: str | os.PathLike, window: int) -> None:
+        self.files, self.window = _files(Path(path)), int(window)
+        self.limit = self.window
+        self.total = sum(f.stat().st_size for f in self.files if f.is_file()) or 1
+        self.stopped = False
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> ReadAhead:
+        if hasattr(os, "sendfile") and self.files:
+            self.thread = threading.Thread(target=self._run, name="rnnconvert-readahead", daemon=True)
+            self.thread.start()
+        return self
+
+    def advance(self, done: int, total: int) -> None:
+        """The reader is about to read the slab that starts ``done`` of ``total`` parameter bytes in."""
+        with self.cond:
+            self.limit = int(self.total * (done / max(total, 1))) + self.window
+            self.cond.notify()
+
+    def stop(self) -> None:
+        """End the thread (within one :data:`AHEAD_CHUNK` read) and wait for it."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+        if self.thread is not None:
+            self.thread.join()
+
+    def _room(self, at: int) -> int:
+        """Bytes that may be read at offset ``at`` of all the files, waiting until there are some; 0: stop."""
+        with self.cond:
+            while not self.stopped and at >= self.limit:
+                self.cond.wait()
+            return 0 if self.stopped else self.limit - at
+
+    def _run(self) -> None:
+        try:
+            sink = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        base = 0
+        try:
+            for f in self.files:
+                try:
+                    fd = os.open(f, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+                except OSError:
+                    continue
+                try:
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        continue
+                    pos = 0
+                    while pos < st.st_size:
+                        room = self._room(base + pos)
+                        if room <= 0:
+                            return
+                        got = os.sendfile(sink, fd, pos, min(AHEAD_CHUNK, room, st.st_size - pos))
+                        if got <= 0:
+                            break
+                        pos += got
+                    base += st.st_size
+                except OSError:
+                    return
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(sink)
