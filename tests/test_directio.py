@@ -53,16 +53,36 @@ def test_bytes_are_what_was_written(mode, tmp_path, monkeypatch):
         assert not w.direct
 
 
-def test_other_errors_are_raised(tmp_path, monkeypatch):
-    w = directio.DirectWriter(tmp_path / "out.bin", block=4096)
+@pytest.mark.parametrize("writer", ["DirectWriter", "ScatterWriter"])
+def test_other_errors_are_raised(writer, tmp_path, monkeypatch):
+    """A failing write (a full disk) is raised in the writer's thread: at once when written here, by the next
+    write or by ``close`` when it was an O_DIRECT block written in the background (io/directio._InFlight);
+    after it nothing more is written."""
+    calls = []
 
     def full(fd, data, offset):
+        calls.append(offset)
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(directio.os, "pwrite", full)
-    with pytest.raises(OSError, match="No space"):
-        w.write(b"x" * 5000)
+    if writer == "DirectWriter":
+        w = directio.DirectWriter(tmp_path / "out.bin", block=4096)
+        monkeypatch.setattr(directio.os, "pwrite", full)
+        with pytest.raises(OSError, match="No space"):
+            for _ in range(8):
+                w.write(b"x" * 5000)
+            w.close()
+    else:
+        w = directio.ScatterWriter(tmp_path / "out.bin", 8 * 4096 + 10, block=4096)
+        monkeypatch.setattr(directio.os, "pwrite", full)
+        with pytest.raises(OSError, match="No space"):
+            for pos in range(0, 8 * 4096, 4096):
+                w.pwrite(b"x" * 4096, pos)
+            w.pwrite(b"y" * 10, 8 * 4096)
+            w.close()
+    n = len(calls)
+    assert 1 <= n <= directio.IN_FLIGHT + 1  # the writes already in flight when the first failed, at most
     monkeypatch.undo()
-    w.close()
+    w.close()  # closing again: nothing more written, nothing raised
+    assert len(calls) == n
 
 
 def test_verified_conversions_write_through_the_page_cache(tmp_path, monkeypatch):

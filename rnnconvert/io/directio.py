@@ -5,7 +5,9 @@ kernel time on (``perf``: ``copy_folio_from_iter_atomic`` 34% of a cold 3 GB ``h
 benchmark VM). :class:`DirectWriter` stages the byte stream in an aligned buffer and hands whole blocks
 to the device with ``O_DIRECT`` (no page-cache copy, nothing left to flush at ``fsync``); only the last
 partial block goes through the page cache. ``dd`` of the same 3 GB file: 4.4-7.7 s buffered (system time
-3.3-6.9 s) against 1.8-2.1 s with ``oflag=direct``, ``cp`` 1.9-2.0 s (docs/performance.md, Session 3).
+3.3-6.9 s) against 1.8-2.1 s with ``oflag=direct``, ``cp`` 1.9-2.0 s (docs/performance.md, Session 3). Whole
+blocks are written in background threads, several at once (:class:`_InFlight`): the device is faster with
+more requests in flight, and the conversion goes on meanwhile.
 
 :class:`ScatterWriter` does the same for a file of known size whose pieces arrive out of order (safetensors:
 tensors sorted by dtype and name, written as the slabs come): each aligned block goes ``O_DIRECT`` as
@@ -25,7 +27,13 @@ import mmap
 import os
 
 #: Bytes staged before each ``O_DIRECT`` write (a multiple of every logical block size in use).
-BLOCK = 8 << 20
+BLOCK = 16 << 20
+#: ``O_DIRECT`` writes of one writer in flight at once, each in a thread of its own (:class:`_InFlight`): the
+#: device is kept busy while the next block is staged, and sees several requests at a time. On the benchmark VM
+#: (``max_sectors_kb`` 4096, so a write is cut into requests of 4 MiB) ``dd oflag=direct`` of 3 GB took 3.0-4.1 s
+#: in 8 MiB writes, 1.9-2.8 s in 64 MiB ones, 2.9 s as two 8 MiB streams at once (docs/performance.md,
+#: session 10); so a writer keeps up to this many blocks in flight (memory: that many staging buffers more).
+IN_FLIGHT = 3
 #: Without ``O_DIRECT`` (refused, or :func:`through_page_cache`), :meth:`DirectWriter.write` pieces of at least
 #: this many bytes are written straight from the caller's buffer: staging them was one more copy of every byte
 #: of a verified output (0.3 s of CPU for 3 GB; docs/performance.md, session 8); smaller ones (zip headers)
@@ -100,27 +108,97 @@ def _pwrite_buffered(fd: int, data: memoryview, pos: int) -> None:
 
 
 def _put(owner, data: memoryview, pos: int, direct: bool) -> None:
-    """Write all of ``data`` at ``pos`` through ``owner.dfd`` (``O_DIRECT``) when ``direct`` and it is open,
-    else through ``owner.fd``. A file system that refuses ``O_DIRECT`` writes (``EINVAL``/``EOPNOTSUPP``)
-    gets ``owner.dfd`` closed and the same bytes written buffered; other errors are raised."""
-    if direct and owner.dfd >= 0:
+    """Write all of ``data`` at ``pos`` through ``owner.dfd`` (``O_DIRECT``) when ``direct`` and it is in use
+    (``owner.direct``), else through ``owner.fd``. A file system that refuses ``O_DIRECT`` writes
+    (``EINVAL``/``EOPNOTSUPP``) marks ``owner`` as not direct (``owner.refused``; the descriptor stays open
+    until ``owner.close``, as another thread's write may be using it) and gets the same bytes written
+    buffered; other errors are raised."""
+    if direct and owner.direct:
         try:
             _pwrite_all(owner.dfd, data, pos)
             return
         except OSError as exc:
             if exc.errno not in (22, 95):
                 raise
-            os.close(owner.dfd)
-            owner.dfd = -1
+            owner.refused = True
     _pwrite_buffered(owner.fd, data, pos)
+
+
+def _unmap(buf: mmap.mmap) -> None:
+    """Unmap a staging buffer now, or, while a view of it is still alive (an error's traceback holding the
+    piece a failed write was given), when the last view goes."""
+    try:
+        buf.close()
+    except BufferError:
+        pass
+
+
+class _InFlight:
+    """Whole staged blocks of a writer written with ``O_DIRECT`` in background threads, up to
+    :data:`IN_FLIGHT` at once (:meth:`send`), each staging buffer handed back to ``owner.spare`` once written.
+    The first error of a background write is raised by the next :meth:`send` or by :meth:`drain` (the
+    writer's ``close``), as a buffered file's error at ``close``; after an error nothing more is written."""
+
+    def __init__(self, owner) -> None:
+        import threading
+
+        self.owner, self.error, self.failed = owner, None, False
+        self.slots = threading.Semaphore(IN_FLIGHT)
+        self.lock = threading.Lock()
+        self.threads: list = []
+
+    def send(self, buf: mmap.mmap, n: int, pos: int) -> None:
+        """Write the first ``n`` bytes of ``buf`` at ``pos`` in a thread (waiting while :data:`IN_FLIGHT` are)."""
+        import threading
+
+        self.slots.acquire()
+        if self.error is not None or self.failed:
+            self.slots.release()
+            self.raise_error()
+            raise OSError(f"{self.owner.path}: an earlier write failed")
+        t = threading.Thread(target=self._write, args=(buf, n, pos), name="rnnconvert-odirect", daemon=True)
+        with self.lock:
+            self.threads = [x for x in self.threads if x.is_alive()] + [t]
+        t.start()
+
+    def _write(self, buf: mmap.mmap, n: int, pos: int) -> None:
+        try:
+            if self.error is None and not self.failed:
+                with memoryview(buf)[:n] as out:
+                    _put(self.owner, out, pos, True)
+        except BaseException as exc:  # raised in the writer's thread by send() or drain()
+            with self.lock:  # without this thread's frames, which hold views of the buffer
+                self.error = self.error or exc.with_traceback(None)
+        finally:
+            with self.lock:
+                self.owner.spare.append(buf)
+            self.slots.release()
+
+    def raise_error(self) -> None:
+        """Raise the first error of a background write, once (``failed`` stays: later sends refuse)."""
+        with self.lock:
+            err, self.error = self.error, None
+            self.failed = self.failed or err is not None
+        if err is not None:
+            raise err
+
+    def drain(self) -> None:
+        """Wait for every write in flight; raise the first error."""
+        with self.lock:
+            threads = list(self.threads)
+        for t in threads:
+            t.join()
+        self.raise_error()
 
 
 class DirectWriter:
     """A write-only binary file at ``path`` (truncated), with ``write``, ``tell``, ``flush``, ``fileno``, ``close``.
 
     Bytes are copied into a page-aligned staging buffer of :data:`BLOCK` bytes; each full buffer is written
-    at its (block-aligned) offset through an ``O_DIRECT`` descriptor, the last partial one through an
-    ordinary descriptor at :meth:`close`. ``direct`` says whether ``O_DIRECT`` is in use.
+    at its (block-aligned) offset through an ``O_DIRECT`` descriptor in the background (:class:`_InFlight`,
+    up to :data:`IN_FLIGHT` at once, staging going on in another buffer), the last partial one through an
+    ordinary descriptor at :meth:`close`, which waits for them all. ``direct`` says whether ``O_DIRECT`` is
+    in use.
 
     Raises:
         OSError: the file cannot be opened or written (as ``open``/``write`` would).
@@ -130,6 +208,9 @@ class DirectWriter:
         self.path, self.block = os.fspath(path), block or BLOCK
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         self.dfd = _open_direct(self.path)
+        self.refused = False
+        self.spare: list[mmap.mmap] = []  # staging buffers written and free again (:class:`_InFlight`)
+        self.flight = _InFlight(self)
         self.buf = mmap.mmap(-1, self.block)  # anonymous: page-aligned, as O_DIRECT wants
         self.view = memoryview(self.buf)
         self.fill = 0  # bytes staged
@@ -138,7 +219,8 @@ class DirectWriter:
 
     @property
     def direct(self) -> bool:
-        return self.dfd >= 0
+        """Whether whole blocks go ``O_DIRECT`` (opened so, and not refused at a write)."""
+        return self.dfd >= 0 and not self.refused
 
     def fileno(self) -> int:
         return self.fd
@@ -150,7 +232,7 @@ class DirectWriter:
     def write(self, data) -> int:
         src = memoryview(data).cast("B")
         n, done = len(src), 0
-        if self.dfd < 0 and n >= UNSTAGED:  # through the page cache: large pieces go straight from ``data``
+        if not self.direct and n >= UNSTAGED:  # through the page cache: large pieces go straight from ``data``
             if self.fill:
                 self._send(self.fill, direct=False)
             _pwrite_buffered(self.fd, src, self.pos)
@@ -167,9 +249,17 @@ class DirectWriter:
 
     def _send(self, size: int, direct: bool = True) -> None:
         """Write the first ``size`` staged bytes at ``pos`` (``O_DIRECT`` when possible and ``direct``: a
-        whole block), then restage."""
-        with self.view[:size] as out:
-            _put(self, out, self.pos, direct)
+        whole block, handed to a background write, :class:`_InFlight`, and staging goes on in another
+        buffer), then restage."""
+        if direct and self.direct:
+            self.view.release()
+            self.flight.send(self.buf, size, self.pos)
+            with self.flight.lock:
+                self.buf = self.spare.pop() if self.spare else mmap.mmap(-1, self.block)
+            self.view = memoryview(self.buf)
+        else:
+            with self.view[:size] as out:
+                _put(self, out, self.pos, direct)
         self.pos += size
         self.fill = 0
 
@@ -181,11 +271,16 @@ class DirectWriter:
             return
         self.closed = True
         try:
-            if self.fill:  # the tail, through the page cache
-                self._send(self.fill, direct=False)
+            try:
+                self.flight.drain()
+            finally:
+                if self.fill and not self.flight.failed:  # the tail, through the page cache
+                    self._send(self.fill, direct=False)
         finally:
             self.view.release()
-            self.buf.close()
+            for b in [self.buf, *self.spare]:
+                _unmap(b)
+            self.spare.clear()
             if self.dfd >= 0:
                 os.close(self.dfd)
             os.close(self.fd)
@@ -202,10 +297,10 @@ class ScatterWriter:
     each byte exactly once, around the page cache where allowed.
 
     Arriving bytes are copied into a page-aligned buffer of ``block`` bytes per block of the file; a block
-    is written with ``O_DIRECT`` as soon as all of its bytes are there (the file's last, partial block
-    through the page cache), and its buffer is reused. So as many buffers are alive as blocks are being
-    filled at once: for a safetensors file written slab by slab, one or two per run of tensors that arrive
-    in file order (about 10, 20 MB with the default 2 MiB blocks). Without ``O_DIRECT`` (not available, or
+    is written with ``O_DIRECT`` as soon as all of its bytes are there (in the background,
+    :class:`_InFlight`; the file's last, partial block through the page cache), and its buffer is reused. So
+    as many buffers are alive as blocks are being filled at once, plus those in flight: for a safetensors
+    file written slab by slab, one or two per run of tensors that arrive in file order (about 10). Without ``O_DIRECT`` (not available, or
     :func:`through_page_cache`) every piece is written straight away with ``pwrite``, unstaged.
 
     Raises:
@@ -213,7 +308,9 @@ class ScatterWriter:
         :meth:`close`, bytes that never arrived (nothing is then written for them).
     """
 
-    BLOCK = 2 << 20
+    #: 8 MiB: the no-verify ``pt -> safetensors`` benchmark took 5.1-7.2 s (median 5.5) against 5.8-7.1 s (6.6)
+    #: with 2 MiB blocks, 43 MB more peak memory (docs/performance.md, session 10)
+    BLOCK = 8 << 20
 
     def __init__(self, path: str | os.PathLike, size: int, block: int | None = None) -> None:
         self.path, self.size, self.block = os.fspath(path), int(size), block or self.BLOCK
@@ -224,27 +321,30 @@ class ScatterWriter:
             os.close(self.fd)
             raise
         self.dfd = _open_direct(self.path)
+        self.refused = False
         self.filling: dict[int, list] = {}  # block index -> [buffer, bytes arrived]
         self.spare: list[mmap.mmap] = []
+        self.flight = _InFlight(self)
         self.closed = False
 
     @property
     def direct(self) -> bool:
-        return self.dfd >= 0
+        """Whether whole blocks go ``O_DIRECT`` (opened so, and not refused at a write)."""
+        return self.dfd >= 0 and not self.refused
 
     def pwrite(self, data, pos: int) -> None:
         """Write ``data`` (any buffer) at file offset ``pos``."""
         src = memoryview(data).cast("B")
         if pos < 0 or pos + len(src) > self.size:
             raise ValueError(f"{self.path}: {len(src)} bytes at {pos} do not fit a {self.size}-byte file")
-        if self.dfd < 0 and not self.filling:
+        if not self.direct and not self.filling:
             _pwrite_buffered(self.fd, src, pos)
             return
         while len(src):
             b, off = divmod(pos, self.block)
             take = min(self.block - off, len(src))
             ent = self.filling.get(b)
-            if ent is None and self.dfd < 0:  # O_DIRECT refused since: only blocks already begun are staged
+            if ent is None and not self.direct:  # O_DIRECT refused since: only blocks already begun are staged
                 _pwrite_buffered(self.fd, src[:take], pos)
                 src, pos = src[take:], pos + take
                 continue
@@ -257,21 +357,26 @@ class ScatterWriter:
             src, pos = src[take:], pos + take
 
     def _send(self, b: int) -> None:
+        """Write block ``b``, now complete: a whole block in the background (:class:`_InFlight`), the file's
+        last, partial one here, through the page cache."""
         buf, _ = self.filling.pop(b)
         n = min(self.block, self.size - b * self.block)
+        if n == self.block and self.direct:
+            self.flight.send(buf, n, b * self.block)
+            return
         with memoryview(buf)[:n] as out:
             _put(self, out, b * self.block, n == self.block)
-        if len(self.spare) < 4:
-            self.spare.append(buf)
-        else:
-            buf.close()
+        self.spare.append(buf)
 
     def close(self) -> None:
         """Release the descriptors. Raises ValueError when some bytes never arrived."""
         if self.closed:
             return
         missing = sum(min(self.block, self.size - b * self.block) - got for b, (_, got) in self.filling.items())
-        self.abort()
+        try:
+            self.flight.drain()
+        finally:
+            self.abort()
         if missing:
             raise ValueError(f"{self.path}: {missing} bytes were never written")
 
@@ -280,10 +385,12 @@ class ScatterWriter:
         if self.closed:
             return
         self.closed = True
-        for buf, _ in self.filling.values():
-            buf.close()
-        for buf in self.spare:
-            buf.close()
+        try:
+            self.flight.drain()  # the threads' buffers back in spare; an error of theirs is moot now
+        except Exception:  # noqa: BLE001 - aborting: the caller deletes the file
+            pass
+        for buf in [b for b, _ in self.filling.values()] + self.spare:
+            _unmap(buf)
         self.filling.clear()
         self.spare.clear()
         if self.dfd >= 0:
