@@ -351,13 +351,27 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
                                       if progress else None)
 
 
+def _data_files(ckpt: Checkpoint, src: Path) -> list[Path]:
+    """The files a streamed read of ``src`` reads its slabs from: ``src`` itself when it is a file; for a TF
+    checkpoint named by a folder or prefix, its shards (``<prefix>.data-NNNNN-of-MMMMM``, in shard order: a
+    folder may hold older checkpoints and event files too); else none (nothing is read ahead)."""
+    if src.is_file():
+        return [src]
+    prefix = ckpt.meta.get("prefix") if isinstance(ckpt.meta, dict) else None
+    if prefix:
+        import glob
+
+        return [Path(p) for p in sorted(glob.glob(glob.escape(str(prefix)) + ".data-[0-9]*-of-[0-9]*"))]
+    return []
+
+
 @contextlib.contextmanager
 def _read_ahead(ckpt: Checkpoint, src: Path):
     """A :class:`~rnnconvert.io.prefetch.ReadAhead` of the streamed source ``src`` for the block (its window:
     :func:`~rnnconvert.io.prefetch.ahead_window` of the largest slab); yields its ``advance``, which
     :func:`~rnnconvert.engine.stream.stream_write` calls before each slab."""
     largest = max((slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt)), default=0)
-    ahead = ReadAhead(src, ahead_window(largest)).start()
+    ahead = ReadAhead(_data_files(ckpt, src), ahead_window(largest)).start()
     try:
         yield ahead.advance
     finally:

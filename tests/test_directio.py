@@ -167,3 +167,28 @@ def test_page_cache_writes_start_their_writeback_at_once(tmp_path, monkeypatch):
     w.close()
     if w.direct or calls:  # O_DIRECT where the file system allows it: only the partial tail is buffered
         assert sum(n for _, n in calls) <= 4096
+
+
+def test_a_block_that_cannot_be_handed_off_stays_staged(tmp_path, monkeypatch):
+    """When no thread can be started for a block (or the wait for a slot is interrupted), ``write`` raises and
+    the block stays staged: ``close`` still works (no released view, no slot lost) and writes it."""
+    import threading
+
+    probe = directio.DirectWriter(tmp_path / "probe.bin", block=4096)
+    probe.close()
+    if not probe.direct:
+        pytest.skip("O_DIRECT is not available on this file system: no background writes")
+    real = threading.Thread.start
+
+    def start(self):
+        if self.name == "rnnconvert-odirect":
+            raise RuntimeError("can't start new thread")
+        return real(self)
+    w = directio.DirectWriter(tmp_path / "out.bin", block=4096)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(RuntimeError, match="new thread"):
+        w.write(b"x" * 5000)
+    monkeypatch.undo()
+    assert w.flight.slots._value == directio.IN_FLIGHT
+    w.close()
+    assert (tmp_path / "out.bin").read_bytes() == b"x" * 4096

@@ -60,7 +60,7 @@ def test_read_ahead_stays_within_its_window_and_reads_every_byte_once(tmp_path, 
 
     monkeypatch.setattr(pf.os, "sendfile", sendfile)
     monkeypatch.setattr(pf, "AHEAD_CHUNK", 64)
-    ahead = pf.ReadAhead(tmp_path / "d", window=300).start()
+    ahead = pf.ReadAhead([tmp_path / "d" / "a.data", tmp_path / "d" / "b.data"], window=300).start()
 
     def settle(upto):
         for _ in range(500):
@@ -86,10 +86,36 @@ def test_read_ahead_stays_within_its_window_and_reads_every_byte_once(tmp_path, 
 def test_read_ahead_stops_while_waiting_and_skips_what_it_cannot_read(tmp_path):
     os.mkfifo(tmp_path / "fifo")  # never opened for reading in a way that could block
     (tmp_path / "x.data").write_bytes(b"x" * 10)
-    ahead = pf.ReadAhead(tmp_path / "fifo", window=1).start()
+    ahead = pf.ReadAhead([tmp_path / "fifo", tmp_path / "missing"], window=1).start()
     ahead.stop()
     assert ahead.thread is None or not ahead.thread.is_alive()
-    ahead = pf.ReadAhead(tmp_path / "x.data", window=4).start()
+    ahead = pf.ReadAhead([tmp_path / "x.data"], window=4).start()
     ahead.stop()  # waiting for the reader to move: stop ends it
     assert not ahead.thread.is_alive()
     assert pf.ahead_window(10) == 64 << 20 and pf.ahead_window(1 << 40) <= 1 << 30
+
+
+def test_a_streamed_conversion_reads_ahead_only_the_files_its_reader_reads(tmp_path, monkeypatch):
+    """A TF checkpoint folder may hold older checkpoints and event files: only the named checkpoint's shards
+    are read ahead (rnnconvert.api._read_ahead); a single-file source is read ahead as itself."""
+    import shutil
+    from pathlib import Path
+
+    from rnnconvert import api
+
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    src = tmp_path / "ck"
+    shutil.copytree(root / "tf" / "keras_lstm_bigru", src)
+    (src / "events.out.tfevents.1.host").write_bytes(b"e" * 100)
+    (src / "older.data-00000-of-00001").write_bytes(b"o" * 100)
+    seen = []
+    real = pf.ReadAhead
+
+    class Spy(real):
+        def __init__(self, files, window):
+            seen.append([Path(f).name for f in files])
+            super().__init__(files, window)
+    monkeypatch.setattr(api, "ReadAhead", Spy)
+    api.convert(src, tmp_path / "a.pt", verify=None)
+    api.convert(tmp_path / "a.pt", tmp_path / "b.safetensors", verify=None)
+    assert seen == [["ckpt.data-00000-of-00001"], ["a.pt"]]

@@ -157,9 +157,13 @@ class _InFlight:
             self.raise_error()
             raise OSError(f"{self.owner.path}: an earlier write failed")
         t = threading.Thread(target=self._write, args=(buf, n, pos), name="rnnconvert-odirect", daemon=True)
+        try:
+            t.start()
+        except BaseException:  # no thread: nothing in flight for it, the buffer stays the caller's
+            self.slots.release()
+            raise
         with self.lock:
             self.threads = [x for x in self.threads if x.is_alive()] + [t]
-        t.start()
 
     def _write(self, buf: mmap.mmap, n: int, pos: int) -> None:
         try:
@@ -183,11 +187,19 @@ class _InFlight:
             raise err
 
     def drain(self) -> None:
-        """Wait for every write in flight; raise the first error."""
+        """Wait for every write in flight, even through an interrupt (raised once they are all done: no
+        thread may outlive its writer's descriptors); raise the first error."""
         with self.lock:
             threads = list(self.threads)
+        stopped = None
         for t in threads:
-            t.join()
+            while t.is_alive():
+                try:
+                    t.join()
+                except BaseException as exc:  # KeyboardInterrupt: the write in flight ends in moments
+                    stopped = stopped or exc
+        if stopped is not None:
+            raise stopped
         self.raise_error()
 
 
@@ -252,8 +264,8 @@ class DirectWriter:
         whole block, handed to a background write, :class:`_InFlight`, and staging goes on in another
         buffer), then restage."""
         if direct and self.direct:
+            self.flight.send(self.buf, size, self.pos)  # raises before the hand-off: the buffer stays staged
             self.view.release()
-            self.flight.send(self.buf, size, self.pos)
             with self.flight.lock:
                 self.buf = self.spare.pop() if self.spare else mmap.mmap(-1, self.block)
             self.view = memoryview(self.buf)
@@ -389,6 +401,10 @@ class ScatterWriter:
             self.flight.drain()  # the threads' buffers back in spare; an error of theirs is moot now
         except Exception:  # noqa: BLE001 - aborting: the caller deletes the file
             pass
+        finally:
+            self._release()
+
+    def _release(self) -> None:
         for buf in [b for b, _ in self.filling.values()] + self.spare:
             _unmap(buf)
         self.filling.clear()

@@ -88,8 +88,16 @@ def ahead_window(slab_bytes: int) -> int:
     return int(max(64 << 20, min(2 * slab_bytes, 1 << 30, mem // 8)))
 
 
+def _size(f: Path) -> int:
+    try:
+        return f.stat().st_size
+    except OSError:  # gone since it was listed: read nothing of it (the reader reports what it must)
+        return 0
+
+
 class ReadAhead:
-    """Read the files of a streamed source (a file, or a directory's files in name order) into the page cache
+    """Read the files of a streamed source (``files``: the files the reader reads, in the order it reads them;
+    links are not followed) into the page cache
     in a daemon thread, at most ``window`` bytes ahead of the reader (:meth:`advance`), so that the device
     reads while the conversion computes and the slab reader finds its bytes cached.
 
@@ -101,10 +109,10 @@ class ReadAhead:
     (a TF checkpoint's shards); it never reads more than ``window`` beyond that estimate. Regular files only,
     links not followed; errors end the thread quietly (the reader reads for itself, as without it)."""
 
-    def __init__(self, path: str | os.PathLike, window: int) -> None:
-        self.files, self.window = _files(Path(path)), int(window)
+    def __init__(self, files: list[str | os.PathLike], window: int) -> None:
+        self.files, self.window = [p for f in files for p in _files(Path(f))], int(window)
         self.limit = self.window
-        self.total = sum(f.stat().st_size for f in self.files if f.is_file()) or 1
+        self.total = sum(_size(f) for f in self.files) or 1
         self.stopped = False
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
