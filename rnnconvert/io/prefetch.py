@@ -34,11 +34,17 @@ def _files(path: Path) -> list[Path]:
     return [path] if path.is_file() else []
 
 
-def _read(files: list[Path]) -> None:
+def _read(files: list[Path], chunk: int | None = None, room=None) -> None:
+    """Read ``files`` into the page cache in order, ``os.sendfile`` into ``/dev/null``, ``chunk`` bytes a call
+    (default :data:`CHUNK`); regular files only, links not followed, a file that cannot be read skipped.
+    ``room(at)``: how many bytes may be read from offset ``at`` of all the files together (it may wait;
+    0 stops the reading); ``None``: all of them."""
+    chunk = chunk or CHUNK
     try:
         sink = os.open(os.devnull, os.O_WRONLY)
     except OSError:
         return
+    base = 0
     try:
         for f in files:
             try:
@@ -51,10 +57,16 @@ def _read(files: list[Path]) -> None:
                     continue
                 pos = 0
                 while pos < st.st_size:
-                    got = os.sendfile(sink, fd, pos, min(CHUNK, st.st_size - pos))
+                    n = min(chunk, st.st_size - pos)
+                    if room is not None:
+                        n = min(n, room(base + pos))
+                        if n <= 0:
+                            return
+                    got = os.sendfile(sink, fd, pos, n)
                     if got <= 0:
                         break
                     pos += got
+                base += st.st_size
             except OSError:
                 pass
             finally:
@@ -145,34 +157,4 @@ class ReadAhead:
             return 0 if self.stopped else self.limit - at
 
     def _run(self) -> None:
-        try:
-            sink = os.open(os.devnull, os.O_WRONLY)
-        except OSError:
-            return
-        base = 0
-        try:
-            for f in self.files:
-                try:
-                    fd = os.open(f, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-                except OSError:
-                    continue
-                try:
-                    st = os.fstat(fd)
-                    if not stat.S_ISREG(st.st_mode):
-                        continue
-                    pos = 0
-                    while pos < st.st_size:
-                        room = self._room(base + pos)
-                        if room <= 0:
-                            return
-                        got = os.sendfile(sink, fd, pos, min(AHEAD_CHUNK, room, st.st_size - pos))
-                        if got <= 0:
-                            break
-                        pos += got
-                    base += st.st_size
-                except OSError:
-                    return
-                finally:
-                    os.close(fd)
-        finally:
-            os.close(sink)
+        _read(self.files, AHEAD_CHUNK, self._room)
