@@ -433,12 +433,11 @@ def _lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndar
     for the finite weights readers admit; of the 11 rows of the issue #18 sample's ``W_hh`` step, 6 are zero."""
     v = np.asarray(v, np.float64)
     nz = np.flatnonzero(v.any(axis=1)) if v.ndim == 2 else None
-    if nz is not None and 0 < len(nz) < v.shape[0]:
+    if nz is not None and len(nz) < v.shape[0]:
         val, mag = np.zeros((v.shape[0], w.shape[0]), np.float64), np.zeros((v.shape[0], w.shape[0]), np.float64)
-        val[nz], mag[nz] = _lin(w, v[nz], rows)
+        if len(nz):
+            val[nz], mag[nz] = _lin(w, v[nz], rows)
         return val, mag
-    if nz is not None and not len(nz):
-        return np.zeros((v.shape[0], w.shape[0]), np.float64), np.zeros((v.shape[0], w.shape[0]), np.float64)
     rows = rows or block_rows(w)
     vt = np.ascontiguousarray(v.T)
     val = np.empty((w.shape[0], vt.shape[1]), np.float64)

@@ -312,7 +312,8 @@ class ScatterWriter:
     is written with ``O_DIRECT`` as soon as all of its bytes are there (in the background,
     :class:`_InFlight`; the file's last, partial block through the page cache), and its buffer is reused. So
     as many buffers are alive as blocks are being filled at once, plus those in flight: for a safetensors
-    file written slab by slab, one or two per run of tensors that arrive in file order (about 10). Without ``O_DIRECT`` (not available, or
+    file written slab by slab, one or two per run of tensors that arrive in file order (about 10); at most
+    :data:`SPARE` written buffers are kept for reuse. Without ``O_DIRECT`` (not available, or
     :func:`through_page_cache`) every piece is written straight away with ``pwrite``, unstaged.
 
     Raises:
@@ -323,6 +324,8 @@ class ScatterWriter:
     #: 8 MiB: the no-verify ``pt -> safetensors`` benchmark took 5.1-7.2 s (median 5.5) against 5.8-7.1 s (6.6)
     #: with 2 MiB blocks, 43 MB more peak memory (docs/performance.md, session 10)
     BLOCK = 8 << 20
+    #: written buffers kept for the next blocks (the rest are unmapped)
+    SPARE = 4
 
     def __init__(self, path: str | os.PathLike, size: int, block: int | None = None) -> None:
         self.path, self.size, self.block = os.fspath(path), int(size), block or self.BLOCK
@@ -375,10 +378,15 @@ class ScatterWriter:
         n = min(self.block, self.size - b * self.block)
         if n == self.block and self.direct:
             self.flight.send(buf, n, b * self.block)
-            return
-        with memoryview(buf)[:n] as out:
-            _put(self, out, b * self.block, n == self.block)
-        self.spare.append(buf)
+        else:
+            with memoryview(buf)[:n] as out:
+                _put(self, out, b * self.block, n == self.block)
+            with self.flight.lock:
+                self.spare.append(buf)
+        with self.flight.lock:  # written buffers come back from the threads too: keep SPARE of them
+            extra, self.spare[self.SPARE:] = self.spare[self.SPARE:], []
+        for old in extra:
+            _unmap(old)
 
     def close(self) -> None:
         """Release the descriptors. Raises ValueError when some bytes never arrived."""
