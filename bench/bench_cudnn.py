@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rnnconvert.gpu import cudnn_check
+from rnnconvert.verify import cudnn_layout as cudnn_check
 from rnnconvert.core import reference  # noqa: E402
 from rnnconvert.core.model import Cell, DirectionParams, RNNLayer  # noqa: E402
 

@@ -10,7 +10,7 @@ On a machine without CUDA it prints a report saying so and exits 0. Checks (see 
 4. variable-length (right-padded) batches through ``pack_padded_sequence`` against the reference per sequence;
 5. a second caller of cuDNN: JAX ``jax.experimental.rnn.lstm`` given ``pack(layer)`` (full and ragged lengths);
 6. the accuracy of cuDNN's ``tanh`` and ``sigmoid`` inside its RNN kernels, over every float32 and float16
-   input in [2^-26, 10] and its negative (what ``rnnconvert.gpu.cuda_target`` declares as ``act_ulps``).
+   input in [2^-26, 10] and its negative (what ``rnnconvert.verify.cuda`` declares as ``act_ulps``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ os.environ["RNNCONVERT_CUDA_TESTS"] = "1"  # tests/conftest.py (imported through
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from rnnconvert.gpu import cudnn_check
+from rnnconvert.verify import cudnn_layout as cudnn_check
 from rnnconvert.core import cudnn, reference  # noqa: E402
 from rnnconvert.core.model import Cell  # noqa: E402
 

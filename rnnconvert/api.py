@@ -15,14 +15,14 @@ from typing import Any, Callable
 import numpy as np
 
 from .engine import commit, registry
-from .io import budget
-from .io.prefetch import ReadAhead, ahead_window, prefetch
+from .safety import budget
+from .speed.prefetch import ReadAhead, ahead_window, prefetch
 from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
 from .engine.refusal import Refused
 from .engine.stream import FoldingWriter, order, slab_bytes, stream_write, writer_view
-from .engine.verify import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
+from .verify.engine import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
 
 
 @contextlib.contextmanager
@@ -237,7 +237,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             ``gate_order=ifog`` items (:func:`rnnconvert.core.names.parse_map`, docs/foreign-names.md). A reader
             option, like ``read_opts={"map": ...}``.
         accept_inconclusive: keep the output when verification is inconclusive (a tolerance too loose to
-            decide, :mod:`rnnconvert.engine.verify`); by default that raises :class:`InconclusiveError`.
+            decide, :mod:`rnnconvert.verify.engine`); by default that raises :class:`InconclusiveError`.
 
     Returns:
         a :class:`ConversionReport`.
@@ -276,7 +276,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                              "itself: inconclusive about the names (docs/foreign-names.md)")
     if not dst_p.parent.exists():
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
-    from .io import directio
+    from .speed import directio
 
     # a verified output is read back at once: written through the page cache (io/directio.py)
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
@@ -367,8 +367,8 @@ def _data_files(ckpt: Checkpoint, src: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def _read_ahead(ckpt: Checkpoint, src: Path):
-    """A :class:`~rnnconvert.io.prefetch.ReadAhead` of the streamed source ``src`` for the block (its window:
-    :func:`~rnnconvert.io.prefetch.ahead_window` of the largest slab); yields its ``advance``, which
+    """A :class:`~rnnconvert.speed.prefetch.ReadAhead` of the streamed source ``src`` for the block (its window:
+    :func:`~rnnconvert.speed.prefetch.ahead_window` of the largest slab); yields its ``advance``, which
     :func:`~rnnconvert.engine.stream.stream_write` calls before each slab."""
     largest = max((slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt)), default=0)
     ahead = ReadAhead(_data_files(ckpt, src), ahead_window(largest)).start()
@@ -393,14 +393,14 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
            inputs: dict[str, Any] | None = None, map: Any = None) -> VerifyReport:
-    """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.engine.verify`).
+    """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify.engine`).
 
     Args:
         map: how to read ``src``'s own tensor names (see :func:`convert`).
         inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on instead of
             the random batch (:func:`load_inputs`).
         device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
-            both routes of :mod:`rnnconvert.gpu.cuda_target` (``dst`` must be a readable format).
+            both routes of :mod:`rnnconvert.verify.cuda` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
 
     Raises:
@@ -418,7 +418,7 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     if out_mod.read is not None:  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
         load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
     if device == "cuda":
-        from .gpu.cuda_target import ROUTES, CudaTarget, require_cuda
+        from .verify.cuda import ROUTES, CudaTarget, require_cuda
 
         require_cuda()
         if out_mod.read is None:

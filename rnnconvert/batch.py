@@ -135,7 +135,7 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
                 on_done(r)
     else:
         # spawn, not fork: a forked child of a process holding torch/TF thread pools can deadlock.
-        from .io import signals
+        from .process import signals
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=signals.install) as pool:

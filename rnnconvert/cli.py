@@ -156,7 +156,7 @@ def convert(
         except KeyboardInterrupt:
             if not (bar.stage and bar.stage[0] == "done"):
                 raise
-            from .io import signals  # interrupted after DST was put in place: that is a success
+            from .process import signals  # interrupted after DST was put in place: that is a success
 
             signals.received = None
             print(f"rnnconvert: {_shown(dst)} was written; interrupted before the report", file=sys.stderr)
@@ -202,7 +202,7 @@ def _verify_mode(verify: Optional[str], no_verify: bool) -> str:
 
 
 def _rule(c) -> str:
-    """How a layer was judged (rnnconvert.engine.verify): the one-step comparison (largest error, and its ratio to
+    """How a layer was judged (rnnconvert.verify.engine): the one-step comparison (largest error, and its ratio to
     the elementwise bound) and the short full-sequence one."""
     step = (f"one step: max abs error {c.step_err:.2e}, {c.step_ratio:.2g} of its bound, {c.steps_checked} steps; "
             if c.steps_checked else "")
@@ -369,7 +369,7 @@ def verify(
     if as_json:
         out = rep.to_dict()
         if device == "cuda":
-            from .gpu.cudnn_check import versions
+            from .verify.cudnn_layout import versions
 
             out["versions"] = versions()
         typer.echo(json.dumps(out, indent=2))
@@ -418,9 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"no such command '{_shown(args[0])}'; did you mean '{typo}'?", 2, "UsageError", as_json)
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         args.insert(0, "convert")
-    from .io import signals
+    from .process import signals
 
-    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/io/signals.py)
+    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/process/signals.py)
     # TensorFlow's C++ log lines (CUDA probing, a failed write's own report) are not for the user: errors
     # reach them as rnnconvert's one line (RNNCONVERT_DEBUG=1 or a TF_CPP_MIN_LOG_LEVEL of one's own shows them)
     if not os.environ.get("RNNCONVERT_DEBUG"):
@@ -485,11 +485,11 @@ def _fail(message: str, code: int, kind: str, as_json: bool) -> int:
 
 
 def run() -> None:  # console_scripts entry point
-    from .io import native_log
+    from .process import native_log
 
     native_log.install()  # TensorFlow's C++ log lines kept off the terminal
     rc = main()
-    from .io import signals
+    from .process import signals
 
     signals.ignore()  # done: a signal during the interpreter's teardown must not turn rc into a kill
     leave(rc)

@@ -21,7 +21,7 @@ Exit codes (documented in ``docs/cli.md``):
       broken file from a correct one); no output kept unless ``--accept-inconclusive``
 10    :class:`OutputError` -- the output could not be written (no space left, read-only file system,
       permission denied); nothing was left behind
-11    :class:`BudgetError` -- the file asks for more than the resource budget (``rnnconvert.io.budget``)
+11    :class:`BudgetError` -- the file asks for more than the resource budget (``rnnconvert.safety.budget``)
 129   SIGHUP, 130 SIGINT (Ctrl-C), 143 SIGTERM: interrupted; temporaries removed, DST as it was
 ====  =====================================================================
 """
@@ -74,7 +74,7 @@ class VerificationError(RNNConvertError):
 
 class InconclusiveError(RNNConvertError):
     """Verification passed its tolerances, but a tolerance was too loose to tell a broken file from a
-    correct one (:attr:`rnnconvert.engine.verify.LayerCheck.reason`); the output was not kept unless
+    correct one (:attr:`rnnconvert.verify.engine.LayerCheck.reason`); the output was not kept unless
     ``accept_inconclusive`` (``--accept-inconclusive``)."""
 
     exit_code = 9
@@ -87,7 +87,7 @@ class OutputExistsError(RNNConvertError):
 
 
 class BudgetError(FormatError):
-    """The file declares more work or memory than the resource budget allows (:mod:`rnnconvert.io.budget`);
+    """The file declares more work or memory than the resource budget allows (:mod:`rnnconvert.safety.budget`);
     the message names the limit and the environment variable that raises it."""
 
     exit_code = 11

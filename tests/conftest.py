@@ -88,7 +88,7 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     ~5e-4 relative, and by how much depends on the order of operations, which the CPU's BLAS kernels
     choose (tf_keras missed a 1e-5 bound by 3.4e-2 on another CPU). So the bound is measured here, on
     this CPU, as verification's full-sequence comparison measures it
-    (``rnnconvert.engine.verify.sequence_tolerance``):
+    (``rnnconvert.verify.engine.sequence_tolerance``):
     ``1e-5 * max(1, max|y64|) + 2 * max|y64 - y32|``, with ``y64`` the numpy reference
     (:func:`rnnconvert.reference.forward`) in float64 and ``y32`` the float32 evaluation farther from
     it of the two verification may use: the numpy reference in float32, and for a layer read from a
@@ -101,8 +101,8 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     import numpy as np
 
     from rnnconvert.core import reference
-    from rnnconvert.formats.keras import keras_math
-    from rnnconvert.engine.verify import sequence_tolerance
+    from rnnconvert.verify import keras_equations as keras_math
+    from rnnconvert.verify.engine import sequence_tolerance
 
     y64 = reference.forward(layer, np.asarray(x, np.float64))
     y32s = [reference.forward(layer, np.asarray(x, np.float32), np.float32)]
@@ -186,7 +186,7 @@ class FnSlabs:
 
 def cuda_mark():
     """The skip mark of the tests that run cuDNN (marked ``cuda`` as well), with the reason they skip."""
-    from rnnconvert.gpu.cudnn_check import cuda_available
+    from rnnconvert.verify.cudnn_layout import cuda_available
 
     why = ("needs torch.cuda.is_available() with cuDNN" + ("" if CUDA_TESTS else
            "; the suite hides GPUs unless RNNCONVERT_CUDA_TESTS=1 (docs/gpu-validation.md)"))

@@ -118,7 +118,7 @@ def test_formats_do_not_import_the_registry_or_the_orchestration():
     """A format module is loaded by the registry; it may use core/, io/ and the engine's leaf helpers
     (protocol, refusal, stream), never the registry, verification, api or cli."""
     graph = _graph()[0]
-    banned = {"rnnconvert.engine.registry", "rnnconvert.engine.verify", "rnnconvert.engine.matrix",
+    banned = {"rnnconvert.engine.registry", "rnnconvert.verify.engine", "rnnconvert.engine.matrix",
               "rnnconvert.api", "rnnconvert.cli", "rnnconvert.batch"}
     bad = [f"{m} imports {t}" for m, ts in graph.items() if m.startswith("rnnconvert.formats.")
            for t in ts if t in banned]
@@ -170,8 +170,8 @@ def test_each_family_naming_table_is_read_by_its_readers_and_writers():
     graph = _graph()[0]
     users = {"rnnconvert.formats.tf.naming": ["tf1_cells", "tf_checkpoint", "tf_graph", "tf1_math", "tf1_writer",
                                               "tf2_writer"],
-             "rnnconvert.formats.torch.naming": ["torch_pt", "pt_writer"]}
+             "rnnconvert.conventions.torch_names": ["torch_pt", "pt_writer"]}
     missing = [f"{table.rsplit('.', 1)[0]}.{m} does not import {table}" for table, mods in users.items()
                for m in mods if table not in graph[f"{table.rsplit('.', 1)[0]}.{m}"]]
     assert not missing, "\n".join(missing)
-    assert "rnnconvert.formats.torch.naming" in graph["rnnconvert.formats.storage.safetensors_fmt"]
+    assert "rnnconvert.conventions.torch_names" in graph["rnnconvert.formats.storage.safetensors_fmt"]

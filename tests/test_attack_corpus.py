@@ -20,7 +20,7 @@ import pytest
 
 from rnnconvert import api
 from rnnconvert.engine import commit
-from rnnconvert.io import budget
+from rnnconvert.safety import budget
 from rnnconvert.errors import BudgetError, FormatError, OutputExistsError, printable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +176,7 @@ def test_a_signal_swallowed_by_python_does_not_deny_a_finished_output(tmp_path, 
     and commits its output. The CLI must then exit 0, not 130 with "no output was written" beside the
     written file (it did, before). Simulated: ``signals.received`` set during a conversion that completes."""
     from rnnconvert.cli import main
-    from rnnconvert.io import signals
+    from rnnconvert.process import signals
 
     real = api.convert
 

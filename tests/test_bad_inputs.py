@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rnnconvert import api
-from rnnconvert.io import guard
+from rnnconvert.safety import guard
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError
 

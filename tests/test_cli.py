@@ -162,7 +162,7 @@ def test_usage_errors_exit_2_without_traceback(argv, capsys):
 
 def test_verify_device_cuda_without_gpu_is_a_clear_error(lstm_pt, tmp_path, capsys):
     """On this CPU-only machine the cuDNN route must say what it needs, exit 7, and not pretend."""
-    from rnnconvert.gpu.cudnn_check import cuda_available
+    from rnnconvert.verify.cudnn_layout import cuda_available
 
     if cuda_available():
         pytest.skip("a GPU is present: tests/test_cudnn.py runs the real cuDNN routes")

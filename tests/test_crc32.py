@@ -1,4 +1,4 @@
-"""rnnconvert.io.crc32 (ISA-L's CRC-32 where installed) against zlib's, the zip checksum's reference code."""
+"""rnnconvert.speed.crc32 (ISA-L's CRC-32 where installed) against zlib's, the zip checksum's reference code."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
-from rnnconvert.io import crc32 as mod
+from rnnconvert.speed import crc32 as mod
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 64, 4095, 1 << 20, (3 << 20) + 13])

@@ -1,4 +1,4 @@
-"""The parts of the cuDNN verification target that run without a GPU (rnnconvert/gpu/cuda_target.py).
+"""The parts of the cuDNN verification target that run without a GPU (rnnconvert/verify/cuda.py).
 
 What cuDNN computes is measured on a GPU (tests/test_cuda_verify.py, bench/gpu_check.py; docs/gpu-validation.md):
 its float32 tanh is off by up to CUDNN_TANH_ULPS. Here: the one-step bound with the target's declared accuracy
@@ -17,7 +17,7 @@ from conftest import FIXTURES
 from rnnconvert.core import cudnn, reference
 from rnnconvert.core.model import Cell
 from rnnconvert.engine import registry
-from rnnconvert.gpu.cuda_target import CUDNN_ACT_ULPS, CUDNN_TANH_ULPS, CudaTarget
+from rnnconvert.verify.cuda import CUDNN_ACT_ULPS, CUDNN_TANH_ULPS, CudaTarget
 from test_cudnn import random_layer
 
 
@@ -91,7 +91,7 @@ def test_target_emulation_cannot_cover_a_reader_slip(tmp_path, delta):
     tolerance over that gap. (Measured from the source's own run it did: 'ok' at 1e-3, 'inconclusive' at 3e-2.)"""
     from dataclasses import replace
 
-    from rnnconvert.engine import verify
+    from rnnconvert.verify import engine as verify
 
     src, bad, dst = _shifted_source(tmp_path, delta)
     emu = CudaTarget(None, "module", "float32")
@@ -105,7 +105,7 @@ def test_target_emulation_cannot_cover_a_reader_slip(tmp_path, delta):
 
 
 def test_cpu_targets_keep_the_default_accuracy(tmp_path):
-    from rnnconvert.engine import verify
+    from rnnconvert.verify import engine as verify
 
     pt = registry.get("pt").load()
     assert pt.act_ulps is None and pt.target_arithmetic is None

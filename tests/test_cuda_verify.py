@@ -1,6 +1,6 @@
 """`rnnconvert verify SRC DST --device cuda`: converted files run through cuDNN (GPU machine only).
 
-Oracle: cuDNN itself (through torch on an NVIDIA GPU, both routes of rnnconvert/gpu/cuda_target.py). A correct
+Oracle: cuDNN itself (through torch on an NVIDIA GPU, both routes of rnnconvert/verify/cuda.py). A correct
 file must pass in float32 and float16 (the realworld textgenrnn LSTM, and every fixture that converts to .pt);
 a file with a layout slip (swapped gate blocks, a nudged bias, swapped directions) must fail, by both routes
 and in both precisions: the verification rule with cuDNN's measured accuracy (CudaTarget.act_ulps and

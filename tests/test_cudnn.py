@@ -12,7 +12,7 @@ import pytest
 
 from conftest import cuda_mark
 from rnnconvert.core import cudnn, gates, reference
-from rnnconvert.gpu import cudnn_check
+from rnnconvert.verify import cudnn_layout as cudnn_check
 from rnnconvert.errors import FormatError, UnsupportedError
 from rnnconvert.core.model import Cell, DirectionParams, RNNLayer, Semantics
 

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from rnnconvert.io import directio
+from rnnconvert.speed import directio
 
 
 def _chunks(seed: int) -> list[bytes]:

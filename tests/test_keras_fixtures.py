@@ -16,7 +16,8 @@ import pytest
 import rnnconvert
 from rnnconvert.core import reference
 from rnnconvert.errors import UnsupportedError
-from rnnconvert.formats.keras import keras_h5, keras_math, keras_tf
+from rnnconvert.formats.keras import keras_h5, keras_tf
+from rnnconvert.verify import keras_equations as keras_math
 from rnnconvert.formats.torch import torch_pt
 
 from conftest import FIXTURES, assert_within_float32_spread, manifest

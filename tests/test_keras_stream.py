@@ -16,7 +16,8 @@ import rnnconvert
 from rnnconvert import api
 from rnnconvert.core import gates
 from rnnconvert.errors import FormatError
-from rnnconvert.formats.keras import interpreter, keras_h5, keras_h5_write
+from rnnconvert.conventions import keras_interpreter as interpreter
+from rnnconvert.formats.keras import keras_h5, keras_h5_write
 from rnnconvert.core.model import Cell, is_placeholder
 from rnnconvert.engine.stream import writer_view
 
@@ -32,7 +33,7 @@ def rows_mode(monkeypatch, mode: str) -> list:
     ``padded_rows`` (long rows padded), ``direct`` (every plain 2-D dataset read from the file by
     io/filerows.py instead of h5py, into padded rows). Returns the list of direct readers made (the
     test asserts the mode was really taken)."""
-    from rnnconvert.io import filerows
+    from rnnconvert.speed import filerows
 
     monkeypatch.setattr(interpreter, "PAD_MIN_ROW_BYTES", 1 << 30 if mode == "rows" else 0)
     monkeypatch.setattr(filerows, "DIRECT_MIN_BYTES", 0 if mode == "direct" else 1 << 60)

@@ -202,7 +202,7 @@ def test_external_data_is_the_embedded_model(cell, tmp_path, monkeypatch):
     """External data is written piece by piece (each direction's gate row blocks in ONNX order, float16
     widened piece by piece; to the device in 4 KiB O_DIRECT blocks here, io/directio.py): the same
     tensors as the embedded model, and onnxruntime computes the same."""
-    from rnnconvert.io import directio
+    from rnnconvert.speed import directio
 
     monkeypatch.setattr(directio, "BLOCK", 4096)
     layer = _layer(cell, bidi=True, I=30, H=20)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rnnconvert import api
-from rnnconvert.io.pool import REMEMBERED, ArrayPool
+from rnnconvert.speed.pool import REMEMBERED, ArrayPool
 
 from conftest import FIXTURES
 
@@ -67,7 +67,7 @@ def test_blas_controller_made_once_in_the_callers_thread(tmp_path, monkeypatch):
     (engine.verify.blas_controller)."""
     import threadpoolctl
 
-    from rnnconvert.engine import verify as verify_mod
+    from rnnconvert.verify import engine as verify_mod
 
     made = []
     real = threadpoolctl.ThreadpoolController.__init__

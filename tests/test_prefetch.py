@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rnnconvert.io import prefetch as pf
+from rnnconvert.speed import prefetch as pf
 
 
 def test_prefetch_reads_files_and_directories_without_following_links(tmp_path, monkeypatch):

@@ -57,7 +57,7 @@ def lazy_copy(ckpt: Checkpoint) -> Checkpoint:
 def test_streamed_pt_is_torch_save_byte_for_byte(src, block, tmp_path, monkeypatch):
     """(``direct_io_4k``: the output goes to the device in 4 KiB O_DIRECT blocks, io/directio.py.)"""
     if block:
-        from rnnconvert.io import directio
+        from rnnconvert.speed import directio
 
         monkeypatch.setattr(directio, "BLOCK", block)
     ckpt = rnnconvert.load(src)

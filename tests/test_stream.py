@@ -24,12 +24,12 @@ from rnnconvert import api
 from rnnconvert.engine import registry
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError, InconclusiveError, UnsupportedError
-from rnnconvert.io import directio
+from rnnconvert.speed import directio
 from rnnconvert.formats.storage import npz_fmt, safetensors_fmt
 from rnnconvert.formats.torch import torch_pt, torch_zip
 from rnnconvert.core.model import Checkpoint, DirectionParams, is_placeholder, placeholder
 from rnnconvert.engine.stream import writer_view
-from rnnconvert.engine.verify import verify as eager_verify
+from rnnconvert.verify.engine import verify as eager_verify
 
 from conftest import FIXTURES, FnSlabs, torch_rnn
 
@@ -312,7 +312,7 @@ def test_streamed_conversions_verified_and_bit_exact(kind, kw, tmp_path, monkeyp
 def test_streamed_report_reads_like_the_eager_one(large, tmp_path, monkeypatch):
     """Streamed and eager verification give the same report; with the sample of large checkpoints
     (``verify.SAMPLE_LARGE``, forced here by lowering verify.LARGE_BYTES) too, and torch agrees within tolerance."""
-    verify_mod = importlib.import_module("rnnconvert.engine.verify")  # the package exports a function of that name
+    verify_mod = importlib.import_module("rnnconvert.verify.engine")  # the package exports a function of that name
 
     if large:
         monkeypatch.setattr(verify_mod, "LARGE_BYTES", 0)
@@ -641,7 +641,7 @@ def test_target_engine_imported_in_background(tmp_path, monkeypatch):
     import threading
     from types import SimpleNamespace
 
-    from rnnconvert.engine import verify as verify_mod
+    from rnnconvert.verify import engine as verify_mod
 
     (tmp_path / "rnnc_fake_engine.py").write_text(
         "import threading\nTHREAD = threading.current_thread().name\n")

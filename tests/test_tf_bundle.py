@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES, ROOT, manifest
 
 from rnnconvert import api
-from rnnconvert.io import crc32c
+from rnnconvert.speed import crc32c
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError
 from rnnconvert.formats.tf import tf_bundle, tf_checkpoint, tf_table
@@ -360,7 +360,7 @@ def test_lazy_kernel_rows_checked_and_equal_to_tensorflow(tmp_path, monkeypatch,
     padded as ``interpreter._rows`` pads long ones, by a scatter read, also when the reads come back short):
     the streamed conversion equals the eager read of TensorFlow itself, and a flipped byte in a kernel is
     found by the block-wise crc32c before any of it is written."""
-    from rnnconvert.formats.keras import interpreter
+    from rnnconvert.conventions import keras_interpreter as interpreter
 
     tf = pytest.importorskip("tensorflow")
     monkeypatch.setattr(interpreter, "BLOCK_BYTES", 256)  # several blocks per kernel

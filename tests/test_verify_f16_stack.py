@@ -6,7 +6,7 @@ sequence parted from the source's float64 run by 0.0126 (the 8-slab float16 benc
 the numpy reference with each slab's output rounded to float16 reproduced it at the same element) or by
 0.09 (the 6-slab model below) where the tolerance is 0.01: a correct file FAILED. Each slab of a target that
 runs slabs alone (``target_forward_slab``: torch, onnxruntime) now starts from the source's own float32 input
-of that slab (:meth:`rnnconvert.engine.verify.StreamedVerification._by_slab`), as each one step starts from
+of that slab (:meth:`rnnconvert.verify.engine.StreamedVerification._by_slab`), as each one step starts from
 the source's own state. These tests show both sides: the correct float16 file is ``ok`` (it FAILED before),
 and layout slips in the same stack still FAIL. Oracle: torch (``torch.load`` of the written file, its own
 float16 ``nn.LSTM``) against the numpy float64 reference.

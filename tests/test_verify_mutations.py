@@ -8,7 +8,7 @@ its bias's scale, the two GRU bias rows swapped, directions swapped, layers swap
 hard_sigmoid read as sigmoid -- and requires verification to FAIL (not merely be inconclusive) both ways.
 
 The target sides are the frameworks that load the files (torch for ``.pt``, onnxruntime for ``.onnx``);
-the source sides are the files' own equations and the numpy reference (rnnconvert.engine.verify). The oracle of
+the source sides are the files' own equations and the numpy reference (rnnconvert.verify.engine). The oracle of
 the correct conversions is the frameworks' own outputs, tested elsewhere (test_realworld_keras.py,
 test_keras_fixtures.py); here the property under test is the verdict.
 """
@@ -338,7 +338,7 @@ LARGE_ONNX = [*[(MYCROFT, k, v) for k, v in MYCROFT_MUTATIONS.items()],
 def large_sample(monkeypatch):
     """Every checkpoint verified on the batch of a multi-GB one (``verify.SAMPLE_LARGE``: fewer sequences and
     steps than ``SAMPLE``), by lowering ``verify.LARGE_BYTES`` to 0."""
-    from rnnconvert.engine import verify as verify_mod
+    from rnnconvert.verify import engine as verify_mod
 
     monkeypatch.setattr(verify_mod, "LARGE_BYTES", 0)
     return verify_mod.SAMPLE_LARGE

@@ -29,7 +29,7 @@ The layout, and how sure we are of each part (details and sources: ``docs/cudnn-
   ``cudnnSetRNNProjectionLayers``; its GPU test has one bidirectional layer, so with more than one layer
   it is MXNet's code, CPU operator included, not a GPU measurement). Single pseudo-layer: also
   tf_keras' ``canonical_to_params`` (``tests/test_cudnn.py``). Where a GPU is present,
-  :func:`rnnconvert.gpu.cudnn_check.check_layout` compares :func:`layout` with the offsets cuDNN reports.
+  :func:`rnnconvert.verify.cudnn_layout.check_layout` compares :func:`layout` with the offsets cuDNN reports.
 * Until ``.cudnn.npz`` spec version 2, rnnconvert stored each pseudo-layer as one block (its matrices,
   then its biases): :func:`layout_v1`, kept only to read version-1 files (:func:`from_layout_v1`).
 

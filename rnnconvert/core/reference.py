@@ -68,7 +68,7 @@ class _Blocks:
         """``get(dt)``: this block in ``dt`` (each cast made once per block). ``get`` holds no reference to
         itself: no reference cycle keeps the block (a view of ``w``) alive after the loop, so ``w`` is
         freed as soon as its owner lets it go (a lazy reader reuses a released slab's arrays only then:
-        :class:`rnnconvert.io.pool.ArrayPool`)."""
+        :class:`rnnconvert.speed.pool.ArrayPool`)."""
         got = {blk.dtype: blk}
         f32 = np.dtype(np.float32)
 
@@ -191,7 +191,7 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
     ``init``: ``(h0, c0)`` initial states ``(B, out)``, ``(B, H)`` (``c0`` None for GRU/RNN) instead of zeros.
     ``record``: a dict that receives, for the first input of ``xs``, ``'h'`` ``(B, T, out)`` and ``'c'``
     ``(B, T, H)`` (LSTM) -- the state *before* each step, in input time order -- and ``'c_last'`` the final
-    cell state (the trajectory that :func:`rnnconvert.engine.verify` takes its one-step checks from).
+    cell state (the trajectory that :func:`rnnconvert.verify.engine` takes its one-step checks from).
     ``acts``: activation functions by name that replace :data:`ACT`'s (an emulation of a target's own
     arithmetic, :func:`forward_multi`)."""
     dts = [x.dtype for x in xs]
@@ -288,7 +288,7 @@ def forward_multi(layer: RNNLayer, xs: list[np.ndarray], acts: dict | None = Non
     """:func:`forward` of each input of ``xs`` in its own dtype, all in
     lockstep so that each weight matrix is read once per product for all of them (:func:`products`).
     ``acts``: ``{name: function}`` replacing activations of :data:`ACT` (e.g. a perturbed ``tanh`` that
-    emulates a target's less accurate one: :meth:`rnnconvert.gpu.cuda_target.CudaTarget.target_arithmetic`)."""
+    emulates a target's less accurate one: :meth:`rnnconvert.verify.cuda.CudaTarget.target_arithmetic`)."""
     ys = list(xs)
     for k in range(layer.num_layers):
         ys = forward_slab_multi(layer, layer.params[k], ys, acts)
@@ -326,13 +326,13 @@ def merge(y: np.ndarray, mode: str | None) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# One step from given states, and a bound on its floating-point error (rnnconvert.engine.verify's step rule).
+# One step from given states, and a bound on its floating-point error (rnnconvert.verify.engine's step rule).
 
 def trajectory(layer: RNNLayer, dirs: list[DirectionParams], x: np.ndarray) -> tuple[np.ndarray, list[dict]]:
     """Stacked layer ``k`` (params ``dirs``) on its input ``x`` ``(B, T, I_k)``, computed in ``x``'s dtype:
     its output ``(B, T, dirs*out)`` in input time order (:func:`forward_slab`) and, per direction, the state
     before every step (``{'h': (B, T, out), 'c': (B, T, H) or None}``, input time order): the points the
-    one-step comparison of :mod:`rnnconvert.engine.verify` starts the target from."""
+    one-step comparison of :mod:`rnnconvert.verify.engine` starts the target from."""
     ys, recs = trajectory_multi(layer, dirs, [x])
     return ys[0], recs
 
@@ -398,7 +398,7 @@ def act_error(name: str, z: np.ndarray, dz: np.ndarray, u: float, ulps: float = 
     largest value on ``[z - dz, z + dz]`` times ``dz`` (for smooth activations the slope at ``z`` plus
     ``max|act''| * dz``, capped by ``max|act'|``; piecewise-linear ones their Lipschitz constant), plus the
     evaluation's own rounding ``ulps * u * (1 + |act(z)|)`` (default :data:`ACT_ULPS`; a target that evaluates
-    its activations less accurately declares its own: :attr:`rnnconvert.gpu.cuda_target.CudaTarget.act_ulps`)."""
+    its activations less accurately declares its own: :attr:`rnnconvert.verify.cuda.CudaTarget.act_ulps`)."""
     if name in _SMOOTH:
         top, curv = _SMOOTH[name]
         slope = np.minimum(top, _slope(name, z) + curv * dz)

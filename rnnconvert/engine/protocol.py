@@ -28,7 +28,7 @@ Roles (each a group of fields):
   at once, in lockstep; ``record``: one dict per direction to fill with the states of ``xs[0]``'s run, as
   :func:`rnnconvert.core.reference.trajectory` records them, where the format can; left empty otherwise),
   ``target_step(path, ckpt, layer_name, k, x, states) -> [(h1, c1 or None)]`` (one step of stacked layer
-  ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.engine.verify`),
+  ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.verify.engine`),
   ``target_slab_check(path, ckpt, layer_name, k, x, xf, states) -> (y, steps)`` (both of slab ``k`` in one run
   of the framework, where it can), ``release()`` (drop a cached session), ``route`` (the words the report uses for the target side) and
   ``engine`` (the distribution whose version the report gives, e.g. ``'torch'``).
@@ -106,10 +106,10 @@ class FormatSpec:
     route: str = ""
     engine: str = ""
     #: a target less accurate than float32 numpy declares it (the cuDNN target,
-    #: :class:`rnnconvert.gpu.cuda_target.CudaTarget`): ``act_ulps``, the accuracy of its activations in ulps
+    #: :class:`rnnconvert.verify.cuda.CudaTarget`): ``act_ulps``, the accuracy of its activations in ulps
     #: that the one-step bound allows (None: :data:`rnnconvert.core.reference.ACT_ULPS`), and
     #: ``target_arithmetic(layer, x) -> y``, an emulation of its run of the canonical ``layer`` whose spread from
-    #: the canonical float64 run widens the sequence tolerance (:func:`rnnconvert.engine.verify.sequence_tolerance`)
+    #: the canonical float64 run widens the sequence tolerance (:func:`rnnconvert.verify.engine.sequence_tolerance`)
     act_ulps: float | None = None
     target_arithmetic: Callable[..., Any] | None = None
     # refusal hints

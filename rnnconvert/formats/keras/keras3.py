@@ -41,11 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from ...io import guard
+from ...safety import guard
 from ...engine import refusal
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Checkpoint, Cell, RNNLayer
-from . import interpreter, keras_config, keras_h5, keras_h5_write, naming
+from ...conventions import keras_interpreter as interpreter, keras_names as naming
+from . import keras_config, keras_h5, keras_h5_write
 
 ROUTE = "keras 3"
 HARD_SIGMOID_SCALE = keras_config.HARD_SIGMOID_SCALE  # Keras-2 hard_sigmoid(x) = Keras-3 hard_sigmoid(1.2 x)
@@ -241,7 +242,7 @@ def _expect(cls: str | None, want: str | None, path: str, name: str) -> None:
 def _read_store(path: Path, h5path: str, config: dict | None, gate_activation: str | None,
                 keras_version: str | None) -> Checkpoint:
     """Read the HDF5 store ``h5path`` as :func:`rnnconvert.formats.keras.keras_h5.read` reads HDF5: in a forked
-    child under a deadline (libhdf5 can loop forever on a damaged file; :mod:`rnnconvert.io.guard`), a
+    child under a deadline (libhdf5 can loop forever on a damaged file; :mod:`rnnconvert.safety.guard`), a
     large store only probed there and then read here."""
     args = (str(path), h5path, config, gate_activation, keras_version)
     if Path(h5path).stat().st_size <= keras_h5.FULL_ISOLATION_MAX:

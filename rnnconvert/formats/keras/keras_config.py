@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...errors import UnsupportedError, require
-from . import naming
+from ...conventions import keras_names as naming
 
 #: Keras 2 class -> Keras 3 class (CuDNN layers and the Keras 2 ``Model`` name translated).
 LAYERS = {c: c for c in (

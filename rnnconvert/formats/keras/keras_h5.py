@@ -1,7 +1,7 @@
 """Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader (writer: :mod:`.keras_h5_write`).
 
 This module is the HDF5 container (h5py access hardened against hostile files, the isolated child of
-:mod:`rnnconvert.io.guard`, lazy loading, the stored tensors re-read for verification); what the
+:mod:`rnnconvert.safety.guard`, lazy loading, the stored tensors re-read for verification); what the
 layers mean is decided by the Keras interpreter, :mod:`.interpreter`, which reads the file's tensors
 through :class:`Hdf5Tensors`.
 
@@ -43,11 +43,19 @@ from typing import Any
 
 import numpy as np
 
-from ...io import budget, filerows, guard
-from ...io.pool import ArrayPool
+from ...safety import budget, guard
+from ...speed import filerows
+from ...speed.pool import ArrayPool
 from ...errors import FormatError
 from ...core.model import Checkpoint, DirectionParams, placeholder
-from .interpreter import DirSpec, Interpreter, LayerEntry, convert_direction, index_configs
+from ...conventions.keras_interpreter import (
+    DirSpec,
+    Interpreter,
+    LayerEntry,
+    StoredTensors,
+    convert_direction,
+    index_configs,
+)
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
@@ -88,7 +96,7 @@ def check_links(f) -> None:
 
 def attr_list(group, name: str) -> list[str]:
     """Read a Keras string-list attribute, joining chunked ``name0, name1 ...`` attributes; at most the
-    ``names`` limit of :mod:`rnnconvert.io.budget` (checked from the attribute's shape before it is read).
+    ``names`` limit of :mod:`rnnconvert.safety.budget` (checked from the attribute's shape before it is read).
 
     Raises:
         BudgetError: more names than the limit."""
@@ -170,7 +178,7 @@ def _read_concat(path: str, locations: tuple[str, ...], out: np.ndarray | None =
         return np.concatenate([read_dataset(f[loc], f"{path}: {loc}") for loc in locations], axis=-1)
 
 
-class LazyRaw(Mapping):
+class LazyRaw(StoredTensors):
     """A direction's Keras tensors as stored in the HDF5 file (``kernel``, ``recurrent_kernel``, ``bias``),
     re-read from the file on each access instead of held in memory: a plain record of the file and the
     datasets' locations (``joined``: Keras 1 per-gate datasets, a tuple of locations per key, read and
@@ -181,12 +189,6 @@ class LazyRaw(Mapping):
     again through this mapping. Holding both would double the memory of a multi-GB checkpoint
     (docs/performance.md, "Large checkpoints").
     """
-
-    def __init__(self, path: str, locations: dict[str, Any], joined: bool = False):
-        self.path, self.locations, self.joined = path, dict(locations), joined
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.read(key)
 
     def read(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
         """The tensor ``key``; read into ``out`` when it has the dataset's shape and dtype (verification
@@ -207,12 +209,6 @@ class LazyRaw(Mapping):
                 # the comparison anyway.
                 return np.memmap(self.path, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
             return read_dataset(ds, f"{self.path}: {loc}", out)
-
-    def __iter__(self):
-        return iter(self.locations)
-
-    def __len__(self) -> int:
-        return len(self.locations)
 
 
 class Hdf5Tensors:
@@ -282,7 +278,7 @@ def hdf5_dialect(path: str | Path) -> str:
     """Which Keras writes this HDF5 file: ``'keras2'`` (``model_weights`` group or ``layer_names``
     attribute), ``'keras3'`` (top-level ``layers``/``vars`` groups), ``'other'``, or ``'damaged'``.
 
-    Looked at in the isolated child of :mod:`rnnconvert.io.guard` (libhdf5 can loop forever on a damaged
+    Looked at in the isolated child of :mod:`rnnconvert.safety.guard` (libhdf5 can loop forever on a damaged
     file even while opening it); cached per path, size and modification time, so that format detection
     forks once per file. A file the child cannot finish with is ``'damaged:<reason>'``.
     """
@@ -329,10 +325,10 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
 
     Raises:
         FormatError: not HDF5, not a Keras file, links outside the file, damaged tensors, NaN/Inf,
-            libhdf5 looping past the deadline or crashing (see :mod:`rnnconvert.io.guard`).
+            libhdf5 looping past the deadline or crashing (see :mod:`rnnconvert.safety.guard`).
         UnsupportedError: an activation or wrapper rnnconvert cannot represent.
 
-    Isolation (:mod:`rnnconvert.io.guard`): an eager read of a file up to :data:`FULL_ISOLATION_MAX` runs
+    Isolation (:mod:`rnnconvert.safety.guard`): an eager read of a file up to :data:`FULL_ISOLATION_MAX` runs
     wholly in the forked child. Otherwise (a large file, or ``lazy=True``) the child first walks every
     object header, attribute and chunk index (:func:`probe_path`: where libhdf5's loops live), and this
     process then reads the metadata again and the data (the slab source: contiguous extents the probe has seen
@@ -343,7 +339,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
         raise FormatError(d[len("damaged:"):])
     if d == "other":  # not Keras: the owner's own dataset names (rnnconvert.core.names, docs/foreign-names.md)
         from ...core import names
-        from ..storage.hdf5_plain import read_tensors
+        from .hdf5_plain import read_tensors
 
         return names.fallback(read_tensors(path), str(path), "keras_h5", _)
     if not lazy and Path(path).stat().st_size <= FULL_ISOLATION_MAX:
@@ -354,7 +350,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
     return _read_path(str(path), gate_activation, lazy)
 
 
-#: Files up to this size are read wholly in the isolated child (see :mod:`rnnconvert.io.guard`).
+#: Files up to this size are read wholly in the isolated child (see :mod:`rnnconvert.safety.guard`).
 FULL_ISOLATION_MAX = 64 << 20
 
 
@@ -391,7 +387,7 @@ def _damaged(path: str, exc: Exception) -> FormatError:
 
 def _read_path(path: str, gate_activation: str | None, lazy: bool = False) -> Checkpoint:
     """The skeleton of ``path`` and its slab source (:func:`read`); materialized unless ``lazy`` (an eager read
-    of a small file runs all of this in the isolated child of :func:`rnnconvert.io.guard.isolated`)."""
+    of a small file runs all of this in the isolated child of :func:`rnnconvert.safety.guard.isolated`)."""
     import h5py
 
     try:
@@ -411,7 +407,7 @@ class H5Slabs:
     """The :class:`~rnnconvert.core.model.SlabSource` of a Keras HDF5 file: ``read(i, 0)`` = layer ``i``'s
     directions read from ``path`` (one ``h5py.File`` open per slab, datasets read in row blocks straight
     into the canonical arrays); ``release`` gives the slab's arrays that nothing holds any more to the next
-    slab (:class:`~rnnconvert.io.pool.ArrayPool`: no fresh pages per slab); ``release_array`` does nothing."""
+    slab (:class:`~rnnconvert.speed.pool.ArrayPool`: no fresh pages per slab); ``release_array`` does nothing."""
 
     def __init__(self, path: str, specs: list[list[tuple[DirSpec, dict[str, Any]]]]) -> None:
         self.path, self.specs = path, specs

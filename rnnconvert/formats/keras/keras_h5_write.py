@@ -45,7 +45,7 @@ from ...engine import refusal, stream
 from ...errors import UnsupportedError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...core.transforms import summed_bias
-from . import naming
+from ...conventions import keras_names as naming
 
 ROUTE = "tf_keras"
 #: the distribution whose version verification reports for the target side

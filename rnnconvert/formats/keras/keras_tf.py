@@ -52,7 +52,7 @@ def _tf_keras_layer(keras, layer: RNNLayer, backwards: bool):
 
 def _file_weights(layer: RNNLayer, raw: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The direction's tensors as the file holds them (Keras 1: split back into its 12/9 per-gate tensors,
-    saved order, undoing the concatenation of :func:`rnnconvert.formats.keras.interpreter._merge_keras1`)."""
+    saved order, undoing the concatenation of :func:`rnnconvert.conventions.keras_interpreter._merge_keras1`)."""
     w = [raw["kernel"], raw["recurrent_kernel"]] + ([raw["bias"]] if "bias" in raw else [])
     if layer.source.get("family") != "keras1":
         return w

@@ -21,7 +21,7 @@ the written ``.keras`` (``keras.saving.load_model``), both on the same inputs: e
 output and the model outputs are compared, relative to the reference's scale:
 ``max|y3 - y2| <= TOL * max(1, max|y2|)``, ``TOL = 2e-5`` (issue #17). An output that misses it is judged
 again with ``+ 2 * max|y3 - y3_64|`` added, ``y3_64`` the written model run in float64 (the second stage of
-:mod:`rnnconvert.engine.verify`): an ill-conditioned layer (the Mycroft GRU: linear activation, outputs up
+:mod:`rnnconvert.verify.engine`): an ill-conditioned layer (the Mycroft GRU: linear activation, outputs up
 to 66) drifts by up to 5e-4 relative between two float32 evaluations, whichever framework runs them.
 """
 
@@ -36,8 +36,9 @@ import numpy as np
 
 from ...core.model import Cell, Checkpoint, RNNLayer
 from ...errors import FormatError, UnsupportedError
-from ...io import guard
-from . import keras_config, naming
+from ...safety import guard
+from . import keras_config
+from ...conventions import keras_names as naming
 
 #: relative tolerance of the whole-model comparison (issue #17): ``max|d| <= TOL * max(1, max|ref|)``
 TOL = 2e-5
@@ -363,7 +364,7 @@ def _as_float64(obj: Any) -> Any:
 def _float64_twin(k, model):
     """The written Keras 3 model rebuilt in float64 with its (float32) weights widened exactly, or ``None``
     when Keras cannot rebuild it: it measures how far two float32 evaluations may drift apart on this batch
-    (``2 * max|y32 - y64|``), the second stage of the rule of :mod:`rnnconvert.engine.verify`."""
+    (``2 * max|y32 - y64|``), the second stage of the rule of :mod:`rnnconvert.verify.engine`."""
     try:
         twin = type(model).from_config(_as_float64(model.get_config()))
         twin.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])
@@ -391,7 +392,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     import tempfile
     import warnings
 
-    from ...engine.checks import LayerCheck
+    from ...verify.checks import LayerCheck
 
     k = keras_config.import_keras3()
     tfm = source_model(src_path, full.config)
@@ -445,7 +446,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
                                  reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
     failed = [i for i, c in enumerate(checks) if not c.ok and np.isfinite(c.max_abs_err)]
     twin = _float64_twin(k, new) if failed else None
-    if twin is not None:  # stage 2 (the rule of rnnconvert.engine.verify): allow for the layer's conditioning
+    if twin is not None:  # stage 2 (the rule of rnnconvert.verify.engine): allow for the layer's conditioning
         args64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -5,7 +5,8 @@ runtime :mod:`.keras_tf`) and Keras 3 (:mod:`.keras3`)."""
 from __future__ import annotations
 
 from ...engine.protocol import FormatSpec
-from . import keras3, keras_h5, keras_h5_write, keras_math, keras_tf
+from . import keras3, keras_h5, keras_h5_write, keras_tf
+from ...verify import keras_equations as keras_math
 
 KERAS_H5 = FormatSpec(
     "keras_h5", sniff=keras_h5.sniff, read=keras_h5.read, lazy=True,

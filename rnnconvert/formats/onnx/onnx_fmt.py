@@ -33,7 +33,7 @@ import numpy as np
 
 from ...core import gates
 from ...engine import refusal
-from ...io import directio, filerows
+from ...speed import directio, filerows
 from ...errors import FormatError, OutputExistsError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
 from .onnx_read import META_KEY, read  # noqa: F401  (the reader lives in its own module)

@@ -119,11 +119,11 @@ LAZY_BYTES = 1 << 20
 def _consts(graph, numpy_helper, where: object = "ONNX graph", kept: dict | None = None) -> dict[str, Any]:
     """Initializers and Constant outputs, followed through Identity nodes: each node's output resolved
     once (a chain of any length and order costs time linear in it), the graph's node count within the
-    ``graph_nodes`` limit of :mod:`rnnconvert.io.budget`.
+    ``graph_nodes`` limit of :mod:`rnnconvert.safety.budget`.
 
     Raises:
         BudgetError: more nodes than the limit."""
-    from ...io import budget
+    from ...safety import budget
 
     budget.check_count(where, "graph_nodes", len(graph.node), "nodes in the graph")
     kept = kept or {}
@@ -289,7 +289,7 @@ def _records(text: str | None, by_node: dict[str, RNNLayer]) -> list[dict]:
 def _array(t: Stored, mapped: dict | None = None) -> np.ndarray:
     """The array of a :class:`Stored` initializer: a read-only view of its data file, mapped once per file
     in ``mapped`` (a dict the caller keeps; a fresh map without one)."""
-    from ...io.mapped import MappedFile
+    from ...speed.mapped import MappedFile
 
     mapped = {} if mapped is None else mapped
     if t.file not in mapped:

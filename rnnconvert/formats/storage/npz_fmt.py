@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ...io import budget
+from ...safety import budget
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 

@@ -20,8 +20,9 @@ import numpy as np
 from ...engine import stream
 from ...errors import FormatError, require
 from ...core.model import Checkpoint
-from ...io import directio
-from ..torch import naming, pt_writer, torch_pt
+from ...speed import directio
+from ...conventions import torch_names as naming
+from ..torch import pt_writer, torch_pt
 
 ROUTE = "torch (safetensors tensors)"
 #: the distribution whose version verification reports for the target side
@@ -121,14 +122,14 @@ LAZY = True
 
 def _read_lazy(p: Path, nonlinearity: str) -> Checkpoint | None:
     """The lazy checkpoint of a safetensors file of ``torch.nn`` recurrent keys: the header checked
-    (:func:`records`), every tensor a view of the mapped file (:class:`rnnconvert.io.mapped.MappedFile`), the
+    (:func:`records`), every tensor a view of the mapped file (:class:`rnnconvert.speed.mapped.MappedFile`), the
     recurrent parameters read one slab at a time (:func:`rnnconvert.formats.torch.torch_pt.lazy_state_dict`).
     ``None`` where the eager reader must decide (no ``torch.nn`` keys, hand-written cells beside them, a
     big-endian machine)."""
     import sys
 
     from ...core import names
-    from ...io.mapped import MappedFile
+    from ...speed.mapped import MappedFile
 
     if sys.byteorder != "little":
         return None

@@ -180,7 +180,7 @@ ENGINE = "tensorflow"
 def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
     """Verification: read the written checkpoint back with TensorFlow and apply the TF1 cell equations
     (:mod:`.tf1_math`) to the tensors exactly as TF returns them; float64."""
-    from .tf1_math import source_forward
+    from ...verify.tf1_equations import source_forward
     from .tf_checkpoint import read
 
     back = read(path)

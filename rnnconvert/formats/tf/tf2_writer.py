@@ -26,7 +26,7 @@ from ...core import gates
 from ...errors import require
 from ...core.model import Cell, Checkpoint, RNNLayer
 from ...core.transforms import summed_bias
-from ..keras import naming as keras_naming
+from ...conventions import keras_names as keras_naming
 from . import naming
 from .tf1_writer import fresh_directory
 

@@ -49,9 +49,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...io import crc32c
+from ...speed import crc32c
 from ...errors import FormatError
-from ...io import filerows
+from ...speed import filerows
 from .tf_table import (
     BundleUnsupported,
     TableError,
@@ -162,7 +162,7 @@ class BundleReader:
 
     Opening parses and checks the whole ``.index`` (every entry's shape against its size and its shard
     file's length); tensors are read one at a time on demand, each into a fresh array with one
-    ``readinto`` at its offset, then its crc32c is checked (:mod:`rnnconvert.io.crc32c`; numpy, about
+    ``readinto`` at its offset, then its crc32c is checked (:mod:`rnnconvert.speed.crc32c`; numpy, about
     1.5 GB/s on one core, unless a C implementation is installed).
 
     Raises:

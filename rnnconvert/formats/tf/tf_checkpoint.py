@@ -7,7 +7,7 @@ Two kinds, told apart by their keys (``docs/LAYOUTS.md`` §§7-9):
   /.ATTRIBUTES/VARIABLE_VALUE`` (CuDNNLSTM/CuDNNGRU without ``cell/``). The Keras layer kind is
   decided from the shapes exactly as for weights-only HDF5 files (recurrent width ``G*H``; bias
   ``(4H,)`` LSTM, ``(8H,)`` CuDNNLSTM, ``(3H,)`` GRU reset_after=False, ``(2, 3H)`` GRU
-  reset_after=True, ``(6H,)`` CuDNNGRU) by the Keras interpreter (:mod:`rnnconvert.formats.keras.interpreter`); gate
+  reset_after=True, ``(6H,)`` CuDNNGRU) by the Keras interpreter (:mod:`rnnconvert.conventions.keras_interpreter`); gate
   orders from :data:`rnnconvert.core.gates.TABLE` ``keras*`` entries. Object checkpoints carry no layer
   config: activations are the TF2 defaults (sigmoid gates, tanh) unless ``gate_activation`` is given
   (TF 1.x tf.keras defaulted to hard_sigmoid). Optimizer slots are skipped; Dense/Embedding tensors
@@ -33,7 +33,7 @@ TensorFlow is then not imported at all; it runs in this process, without the for
 C++ code runs: a damaged file can only raise FormatError from our own checks. A bundle it declines
 (:class:`~.tf_bundle.BundleUnsupported`: big-endian, compressed index blocks, other dtypes) is read by
 TensorFlow (imported only then). TensorFlow's C++ reader aborts the whole process on some forged
-``.index`` files, so that read runs in a forked child under a deadline (:func:`rnnconvert.io.guard.isolated`),
+``.index`` files, so that read runs in a forked child under a deadline (:func:`rnnconvert.safety.guard.isolated`),
 as HDF5 reads do; for checkpoints over 64 MiB the child only opens the checkpoint and lists its variables
 (where the aborts are), then this process reads the tensors. ``RNNCONVERT_TF_READER=tensorflow`` forces
 the TensorFlow path (to compare the two).
@@ -52,12 +52,12 @@ from typing import Any
 import numpy as np
 
 from ...core import cudnn
-from ...io import guard
-from ...io.pool import ArrayPool
+from ...safety import guard
+from ...speed.pool import ArrayPool
 from ...errors import FormatError, RNNConvertError, require
 from ...core.finite import all_finite
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, placeholder
-from ..keras.keras_h5 import LazyRaw
+from ...conventions.keras_interpreter import StoredTensors
 from . import tf_bundle
 from . import naming
 from .naming import ATTR, CELL_SCOPES, CUDNN_SCOPES, OPAQUE_KERNEL, SLOTS
@@ -173,7 +173,7 @@ def _open(path, pre: str):
 
     TensorFlow's C++ reader aborts the process (a failed ``CHECK``: SIGABRT) on an ``.index`` whose
     entries declare negative or overflowing shapes (``tests/data/bad/tfck_index_*``), which is why
-    :func:`read` runs this in a child process (:mod:`rnnconvert.io.guard`)."""
+    :func:`read` runs this in a child process (:mod:`rnnconvert.safety.guard`)."""
     import tensorflow as tf
 
     try:
@@ -268,12 +268,12 @@ def _object_paths(blob: bytes, where="") -> dict[str, str]:
 
 def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=None, rows_of=None) -> Checkpoint:
     """``names``: checkpoint key -> object path (``layer_with_weights-N/...``). With ``meta_of(key)`` (a
-    placeholder of the variable's shape and dtype) the Keras interpreter (:mod:`rnnconvert.formats.keras.interpreter`) builds the
+    placeholder of the variable's shape and dtype) the Keras interpreter (:mod:`rnnconvert.conventions.keras_interpreter`) builds the
     structure from placeholders, and ``ckpt.source`` (:class:`KerasBundleSlabs`) reads layer ``i``'s tensors (``rows_of(key)``:
     kernels as row-block sources, :class:`.tf_bundle.RowSource`, turned block by block as HDF5 datasets
     are; else ``get``) and converts them as the eager reader does (``interpreter.convert_direction``); other tensors
     (Dense) are read now."""
-    from ..keras.interpreter import LayerEntry, Interpreter
+    from ...conventions.keras_interpreter import LayerEntry, Interpreter
 
     by_path = {n: k for k, n in names.items()}
     keys = sorted(n for n in by_path if n.split("/")[0].startswith("layer"))
@@ -309,14 +309,14 @@ class KerasBundleSlabs:
     slab ``(i, 0)`` = layer ``i``'s directions, each tensor read by ``read(key)`` (kernels as row-block
     sources, :class:`.tf_bundle.RowSource`) and converted as the eager reader does
     (``interpreter.convert_direction``, from the interpreter's ``specs[i]``) into arrays of released slabs
-    nothing holds any more (:class:`~rnnconvert.io.pool.ArrayPool`); ``release_array`` does nothing."""
+    nothing holds any more (:class:`~rnnconvert.speed.pool.ArrayPool`); ``release_array`` does nothing."""
 
     def __init__(self, path: str, specs: list, read) -> None:
         self.path, self.specs, self.get = path, specs, read
         self.pool = ArrayPool()
 
     def read(self, i: int, k: int) -> list[DirectionParams]:
-        from ..keras.interpreter import convert_direction
+        from ...conventions.keras_interpreter import convert_direction
 
         if k != 0:
             raise IndexError(f"a Keras layer holds one stacked layer, not {k + 1}")
@@ -331,9 +331,9 @@ class KerasBundleSlabs:
         pass
 
 
-class BundleRaw(LazyRaw):
+class BundleRaw(StoredTensors):
     """A direction's Keras tensors in a TF2 object checkpoint, re-read on access by :func:`lazy_get`: the
-    HDF5 record (``keras_h5.LazyRaw``: path and locations, no reading function stored) with checkpoint keys
+    record of :class:`~rnnconvert.conventions.keras_interpreter.StoredTensors` (path and locations, no reading function stored) with checkpoint keys
     as locations."""
 
     def read(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
@@ -385,22 +385,22 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list |
     TF1 cell equations (:mod:`.tf1_math`) for TF1 cells, Keras equations (:mod:`.keras_math`) for TF2
     Keras layers."""
     if layer.source.get("class_name") in CELL_SCOPES:
-        from .tf1_math import source_forward as fwd
+        from ...verify.tf1_equations import source_forward as fwd
     else:
-        from ..keras.keras_math import source_forward as fwd
+        from ...verify.keras_equations import source_forward as fwd
     return fwd(layer, x, dtype, raw)
 
 
 def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None,
                          record: list[dict] | None = None) -> list[np.ndarray]:
     """:func:`source_forward` of each input of ``xs`` in its own dtype: a TF2 Keras layer's in lockstep
-    (:func:`rnnconvert.formats.keras.keras_math.source_forward_multi`: each stored tensor turned once and read once
+    (:func:`rnnconvert.verify.keras_equations.source_forward_multi`: each stored tensor turned once and read once
     per product for all dtypes, and ``record`` filled with the states of ``xs[0]``'s run), a TF1 cell's one dtype
     after the other (``record`` left empty)."""
     if layer.source.get("class_name") in CELL_SCOPES:
-        from .tf1_math import source_forward as fwd
+        from ...verify.tf1_equations import source_forward as fwd
         return [fwd(layer, x, x.dtype, raw) for x in xs]
-    from ..keras.keras_math import source_forward_multi as multi
+    from ...verify.keras_equations import source_forward_multi as multi
     return multi(layer, xs, raw, record)
 
 

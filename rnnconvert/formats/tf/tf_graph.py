@@ -7,7 +7,7 @@ Two kinds of names are recognised:
 * TF1 cell scopes (``lstm_cell``, ``gru_cell``, ...): read exactly like a TF1 name-based checkpoint
   (:mod:`.tf_checkpoint`), with its gate conventions and ``forget_bias`` defaults.
 * Keras layers (``<layer>/kernel``, ``recurrent_kernel``, ``bias``; Bidirectional ``forward_*`` /
-  ``backward_*``): read by the Keras interpreter of :mod:`rnnconvert.formats.keras.interpreter` (kind from the shapes). The
+  ``backward_*``): read by the Keras interpreter of :mod:`rnnconvert.conventions.keras_interpreter` (kind from the shapes). The
   activations are not stored as data; they are taken from the graph's ops under the layer's scope:
   ``Sigmoid`` ops -> sigmoid gates, ``Minimum``+``Maximum`` without ``Sigmoid`` -> Keras 2
   ``hard_sigmoid`` (``clip(0.2x+0.5, 0, 1)``, tf_keras ``backend.hard_sigmoid``); ``Tanh`` -> tanh,
@@ -110,7 +110,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
         UnsupportedError: an activation or cell rnnconvert cannot represent.
     """
     from . import naming, tf_checkpoint as tfc
-    from ..keras.interpreter import LayerEntry, Interpreter
+    from ...conventions.keras_interpreter import LayerEntry, Interpreter
 
     path = Path(path)
     tf, consts, ops = _consts(path)

@@ -11,7 +11,7 @@ offset is checked before use: damaged input raises :class:`TableError` (never In
 
 from __future__ import annotations
 
-from ...io import crc32c
+from ...speed import crc32c
 
 MAGIC = 0xDB4775248B80FB57
 FOOTER = 48

@@ -38,10 +38,10 @@ import numpy as np
 from ...core import gates
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
-from ...io import directio
+from ...speed import directio
 from . import pt_pickle, pt_zip
-from . import naming
-from .naming import describe_module, is_cell
+from ...conventions import torch_names as naming
+from ...conventions.torch_names import describe_module, is_cell
 
 #: torch's storage alignment (``torch.serialization._get_storage_alignment()``, default 64) and its
 #: ``version`` record for format version 3 (``caffe2/serialize/versions.h`` ``kProducedFileFormatVersion``

@@ -3,7 +3,7 @@
 Why: torch's writer (``caffe2/serialize/inline_container.cc`` on miniz 3.0.2) hands each tensor to
 the file in one ``write`` of the whole storage, after miniz's ``mz_crc32`` has read it once. This
 writer produces the same bytes writing each array straight from its memory in chunks of
-:data:`CHUNK` bytes (no copy), the CRC-32 (:data:`rnnconvert.io.crc32.crc32`) updated chunk by chunk while the chunk
+:data:`CHUNK` bytes (no copy), the CRC-32 (:data:`rnnconvert.speed.crc32.crc32`) updated chunk by chunk while the chunk
 is still in cache. Measured on the 2-core dev VM (torch 2.13 CPU wheel), 1 GiB of float32 to a file
 in ``/tmp``: the CRC itself is not the cost (miniz 0.17 s/GiB, zlib 0.19 s/GiB, in memory); the
 kernel time of one huge ``write`` per tensor is (see ``docs/pytorch.md`` for the numbers).
@@ -48,7 +48,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ...io.crc32 import crc32
+from ...speed.crc32 import crc32
 
 #: Bytes per write/CRC step for array data (1 MiB: fits in cache between the CRC and the write, and
 #: kept the kernel's share of the write lowest in the measurements of ``docs/pytorch.md``).

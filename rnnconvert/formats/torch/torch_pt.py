@@ -25,10 +25,11 @@ import numpy as np
 from ...core import gates
 from ...engine import refusal, stream
 from ...errors import FormatError, require
-from ...io import filerows
+from ...speed import filerows
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder, placeholder
-from . import naming, pt_writer
-from .naming import describe_module, module_args  # noqa: F401  (part of this module's API)
+from ...conventions import torch_names as naming
+from . import pt_writer
+from ...conventions.torch_names import describe_module, module_args  # noqa: F401  (part of this module's API)
 
 ZIP_MAGIC = b"PK\x03\x04"
 ROUTE = "torch"
@@ -367,7 +368,7 @@ def target_slab_check(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: 
 
 class MappedSlabs:
     """The :class:`~rnnconvert.core.model.SlabSource` of a state dict whose arrays are views of a mapped file
-    (:class:`rnnconvert.io.mapped.MappedFile`; the safetensors reader): slab ``(i, k)`` = the arrays named
+    (:class:`rnnconvert.speed.mapped.MappedFile`; the safetensors reader): slab ``(i, k)`` = the arrays named
     ``keys[i][k]`` put in canonical form (as :func:`group_state_dict` does); ``release`` gives back their
     pages, ``release_array`` one array's. Made by :func:`lazy_state_dict`."""
 
@@ -392,7 +393,7 @@ class MappedSlabs:
 
 def lazy_state_dict(sd: dict[str, np.ndarray], mapped, where: str, fmt: str, nonlinearity: str) -> Checkpoint:
     """:func:`group_state_dict` of ``sd`` (arrays that are views of ``mapped``, a
-    :class:`rnnconvert.io.mapped.MappedFile`) as a lazy checkpoint: placeholder parameters, read one slab at a
+    :class:`rnnconvert.speed.mapped.MappedFile`) as a lazy checkpoint: placeholder parameters, read one slab at a
     time through :class:`MappedSlabs`; the other tensors (``ckpt.tensors``) stay the mapped views.
 
     Raises:
@@ -409,9 +410,9 @@ LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # pi
 
 def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndarray]:
     """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped); each
-    container walked once, within the ``pickle_nodes`` limit (:func:`rnnconvert.io.budget.leaves`)."""
+    container walked once, within the ``pickle_nodes`` limit (:func:`rnnconvert.safety.budget.leaves`)."""
     torch = require("torch", "torch")
-    from ...io import budget
+    from ...safety import budget
 
     found = budget.leaves(obj, lambda o: isinstance(o, torch.Tensor), where, "pickle")
     for k, v in found.items():  # stride 0 / overlapping strides: more elements than the storage holds

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ...io import budget
-from ...io.mapped import release_view
+from ...safety import budget
+from ...speed.mapped import release_view
 from ...errors import FormatError
 
 #: ``torch.<Type>Storage`` -> numpy dtype (``torch/storage.py``); BFloat16/complex/quantized types are declined.
@@ -234,7 +234,7 @@ class Archive:
     def release_array(self, a: np.ndarray) -> None:
         """Drop the mapped pages that lie wholly inside array ``a``'s memory, when ``a`` is a view of this
         archive's map (``MADV_DONTNEED``; ``a`` stays valid: its pages are read again from the file if used;
-        :func:`rnnconvert.io.mapped.release_view`)."""
+        :func:`rnnconvert.speed.mapped.release_view`)."""
         release_view(self._mm, a)
 
     def release(self, tensors: list[LazyTensor]) -> None:
@@ -253,7 +253,7 @@ class Archive:
 def tensors(obj: Any, where: object = "data.pkl") -> dict[str, Any]:
     """The :class:`LazyTensor` leaves of nested dicts, keys joined with ``.`` (other leaves dropped), like
     :func:`rnnconvert.formats.torch_pt._flatten` does for ``torch.load`` output. Each container is walked
-    once (:func:`rnnconvert.io.budget.leaves`: a pickle's shared children cost nothing twice, the walk is
+    once (:func:`rnnconvert.safety.budget.leaves`: a pickle's shared children cost nothing twice, the walk is
     bounded by the ``pickle_nodes`` limit).
 
     Raises:

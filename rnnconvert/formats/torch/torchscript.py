@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ...io import budget
+from ...safety import budget
 from ...errors import FormatError
 from . import torch_zip
 
@@ -69,7 +69,7 @@ class _Unpickler(torch_zip.Unpickler):
 
 def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0, count: Any = None) -> None:
     """Every tensor under ``obj`` at any depth (modules, dicts, lists, tuples), keyed by its attribute path;
-    every object visited counts against the ``pickle_nodes`` limit (:mod:`rnnconvert.io.budget`)."""
+    every object visited counts against the ``pickle_nodes`` limit (:mod:`rnnconvert.safety.budget`)."""
     count = count or budget.Counter("data.pkl", "pickle_nodes", "objects visited in the TorchScript module tree")
     count.tick()
     if depth > 64:

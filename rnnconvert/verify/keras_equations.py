@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.gates import convention
-from ...core.model import Cell, RNNLayer
-from ...core.reference import ACT, left_products, products, widened
+from ..core.gates import convention
+from ..core.model import Cell, RNNLayer
+from ..core.reference import ACT, left_products, products, widened
 
 
 #: Kernels of at least this many bytes are evaluated with the input products of all steps hoisted

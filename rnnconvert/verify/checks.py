@@ -1,5 +1,5 @@
 """The record of one layer's verification (:class:`LayerCheck`): a leaf module, so that the engine
-(:mod:`rnnconvert.engine.verify`) and a format's own whole-model check (``formats/keras/keras_whole.py``)
+(:mod:`rnnconvert.verify.engine`) and a format's own whole-model check (``formats/keras/keras_whole.py``)
 report in the same terms without a format importing the verification engine."""
 
 from __future__ import annotations

@@ -29,13 +29,21 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ...core import gates
-from ...errors import FormatError, UnsupportedError
-from ...core.finite import all_finite
-from ...core.model import (ACTIVATIONS, Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, is_placeholder,
-                     placeholder)
-from . import naming
-from .naming import BIAS, KERNEL, RECURRENT_KERNEL, WEIGHTS, base_name as _base
+from ..core import gates
+from ..errors import FormatError, UnsupportedError
+from ..core.finite import all_finite
+from ..core.model import (
+    ACTIVATIONS,
+    Cell,
+    Checkpoint,
+    DirectionParams,
+    RNNLayer,
+    Semantics,
+    is_placeholder,
+    placeholder,
+)
+from . import keras_names as naming
+from .keras_names import BIAS, KERNEL, RECURRENT_KERNEL, WEIGHTS, base_name as _base
 
 _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu",
               "linear": "linear", "softsign": "softsign", None: "linear"}
@@ -56,6 +64,30 @@ class TensorSource(Protocol):
         ``layer.source['raw']`` for verification); ``None``: the container cannot re-read them (the
         interpreter then keeps the tensors it was given)."""
         ...
+
+
+class StoredTensors(Mapping):
+    """A direction's tensors as stored in a container (``kernel``, ``recurrent_kernel``, ``bias`` -> location),
+    re-read from the file on each access: a plain record of the file and the locations, no reading function
+    stored. A container defines :meth:`read` (the HDF5 reader's ``keras_h5.LazyRaw``, the TF2 checkpoint
+    reader's ``tf_checkpoint.BundleRaw``); ``joined``: Keras 1 per-gate tensors, a tuple of locations per key
+    read and joined along the last axis."""
+
+    def __init__(self, path: str, locations: dict[str, Any], joined: bool = False):
+        self.path, self.locations, self.joined = path, dict(locations), joined
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.read(key)
+
+    def read(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The tensor ``key``, read into ``out`` when it has the stored shape and dtype."""
+        raise NotImplementedError
+
+    def __iter__(self):
+        return iter(self.locations)
+
+    def __len__(self) -> int:
+        return len(self.locations)
 
 
 # --------------------------------------------------------------------------------------------
@@ -535,7 +567,7 @@ def _kernel(src: Any, spec: DirSpec, where: str, take=np.empty) -> np.ndarray:
     :func:`rnnconvert.core.gates.to_canonical_block`; CuDNN form: each gate slice's rows are a contiguous piece
     of cuDNN's row-major ``(H, width)`` matrix (see :func:`_cudnn_bytes_to_rows`), copied as they are.
     Bit-exact. ``take(shape, dtype)`` gives the result's array (default ``np.empty``; a lazy reader's
-    :class:`~rnnconvert.io.pool.ArrayPool`), every element of which is written."""
+    :class:`~rnnconvert.speed.pool.ArrayPool`), every element of which is written."""
     cell, conv, H = spec.cell, spec.conv, spec.hidden
     width = src.shape[0]
     out = take((cell.gates * H, width), src.dtype)

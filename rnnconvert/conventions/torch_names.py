@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ...core.model import Cell, RNNLayer
+from ..core.model import Cell, RNNLayer
 
 #: the ``torch.nn`` class of each cell (``RNN`` takes ``nonlinearity='relu'`` for RNN_RELU)
 MODULE = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_RELU: "RNN"}

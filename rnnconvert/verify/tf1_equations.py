@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.gates import convention
-from ...core.model import Cell, RNNLayer
-from ...core.reference import ACT
-from . import naming as n
+from ..core.gates import convention
+from ..core.model import Cell, RNNLayer
+from ..core.reference import ACT
+from ..formats.tf import naming as n
 
 sig = ACT["sigmoid"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 
-from ...core import gates
-from ...core.model import Cell
+from ..core import gates
+from ..core.model import Cell
 
 # --------------------------------------------------------------------------------------------
 # Weights

@@ -403,7 +403,7 @@ class StreamedVerification:
         #: whether the target format (``target``: the module the written file is judged with) runs one slab alone
         self.slab_targets = getattr(target, "target_forward_slab", None) is not None
         #: the accuracy of the target's activations in ulps, where it declares one (cuDNN's float32 ``tanh``:
-        #: :attr:`rnnconvert.gpu.cuda_target.CudaTarget.act_ulps`); None: :data:`rnnconvert.core.reference.ACT_ULPS`
+        #: :attr:`rnnconvert.verify.cuda.CudaTarget.act_ulps`); None: :data:`rnnconvert.core.reference.ACT_ULPS`
         self.act_ulps = getattr(target, "act_ulps", None)
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         self.x = _batches(src_ckpt, batch, steps, seed, inputs)

@@ -10,7 +10,7 @@ TF32 off), each checked against the source side like any other target:
 
 Before running, the region offsets cuDNN reports for the layer's spec are compared with
 :func:`rnnconvert.core.cudnn.layout`; a mismatch raises :class:`~rnnconvert.errors.VerificationError`
-naming the region that moved and the cuDNN version (:func:`rnnconvert.gpu.cudnn_check.check_layout`).
+naming the region that moved and the cuDNN version (:func:`rnnconvert.verify.cudnn_layout.check_layout`).
 ``dtype='float16'`` runs the weights in half precision (the verification tolerance becomes 1e-2).
 
 cuDNN's own arithmetic, measured (``bench/gpu_check.py``, "Activation accuracy"; docs/gpu-validation.md):
@@ -27,7 +27,7 @@ over 8 steps against a tolerance of 1.5e-5). So a :class:`CudaTarget` declares
 * :meth:`CudaTarget.target_arithmetic`: a float64-free emulation of its run (float32 with every ``tanh``
   off by :data:`CUDNN_TANH_ULPS` in a random direction; float16: weights, inputs and activations rounded
   to float16) whose spread from the float64 run enters the sequence tolerance
-  (:func:`rnnconvert.engine.verify.sequence_tolerance`) where it exceeds the source's own float32 spread.
+  (:func:`rnnconvert.verify.engine.sequence_tolerance`) where it exceeds the source's own float32 spread.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ CUDNN_ACT_ULPS = 128.0
 
 def require_cuda() -> None:
     """Raise :class:`DependencyError` (exit 7) unless torch sees a CUDA device with cuDNN."""
-    from . import cudnn_check
+    from . import cudnn_layout as cudnn_check
 
     if not cudnn_check.cuda_available():
         why = ("needs an NVIDIA GPU with cuDNN visible to torch (torch.cuda.is_available() is False here); run this "
@@ -133,7 +133,7 @@ class CudaTarget:
 
     def target_forward(self, path: Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
         from ..core import cudnn
-        from . import cudnn_check
+        from . import cudnn_layout as cudnn_check
 
         layer = _cast(self.read_back(path, ckpt, name), self.dtype)
         cudnn_check.check_layout(cudnn.Spec.of(layer), getattr(__import__("torch"), self.dtype))

@@ -54,7 +54,7 @@ def read_tensors(path: str | Path) -> dict[str, np.ndarray]:
     Raises:
         FormatError: damaged file, links out of the file, too many or too large datasets.
     """
-    from ...io import guard
+    from ...safety import guard
 
     try:
         return guard.isolated(_read, (str(path),), path, "HDF5")
