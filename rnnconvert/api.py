@@ -23,6 +23,7 @@ from .core.model import Checkpoint
 from .engine.refusal import Refused
 from .engine.stream import FoldingWriter, order, slab_bytes, stream_write, writer_view
 from .verify.engine import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
+from .verify.target import as_target
 
 
 @contextlib.contextmanager
@@ -256,7 +257,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     budget.regular_source(src_p)
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
-    if out_mod.verify_whole is None:  # integer inputs are for whole Keras models only
+    if as_target(out_mod).verify_whole is None:  # integer inputs are for whole Keras models only
         _float_inputs(verify_inputs)
     stream = in_mod.lazy and out_mod.stream
     if out_mod.write is None:
@@ -293,7 +294,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                     import_engine(out_mod)  # the target's framework loads while the file is written
                 rep.modules = list(out_mod.write(writer_view(ckpt, out_mod.forget_bias), tmp, **(write_opts or {})) or [])
                 if verify:
-                    whole = out_mod.verify_whole  # Keras 2 models written whole (#17)
+                    whole = as_target(out_mod).verify_whole  # Keras 2 models written whole (#17)
                     names = {layer.name for layer in ckpt.layers}
                     model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
                     rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed,
@@ -426,7 +427,7 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
                               cli=f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
         targets = [CudaTarget(out_mod, r, dtype) for r in ROUTES]
     elif device == "cpu":
-        if out_mod.target_forward is None:
+        if as_target(out_mod).target_forward is None:
             raise FormatError(f"rnnconvert cannot run {out_fmt.name} files for verification")
         targets = [out_mod]
     else:
@@ -519,8 +520,8 @@ def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str,
     Raises:
         UnsupportedError: a layer PyTorch cannot express.
     """
-    from .formats.torch import torch_pt
+    from .runtimes import torch as torch_rt
 
     ckpt = src if isinstance(src, Checkpoint) else load(src, **opts)
-    torch_pt.check(ckpt)  # modules() assumes it passed, as a writer does
-    return torch_pt.modules(ckpt)
+    registry.get("pt").load().check(ckpt)  # modules() assumes the .pt writer's check passed, as a writer does
+    return torch_rt.modules(ckpt)

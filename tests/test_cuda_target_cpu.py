@@ -17,6 +17,7 @@ from conftest import FIXTURES
 from rnnconvert.core import cudnn, reference
 from rnnconvert.core.model import Cell
 from rnnconvert.engine import registry
+from rnnconvert.verify.target import Target
 from rnnconvert.verify.cuda import CUDNN_ACT_ULPS, CUDNN_TANH_ULPS, CudaTarget
 from test_cudnn import random_layer
 
@@ -89,14 +90,13 @@ def test_target_emulation_cannot_cover_a_reader_slip(tmp_path, delta):
     """Only the sequence comparison (the file's own equations against the written file) sees a reader's
     slip; the emulated target's spread is measured from the canonical float64 run, so it cannot widen the
     tolerance over that gap. (Measured from the source's own run it did: 'ok' at 1e-3, 'inconclusive' at 3e-2.)"""
-    from dataclasses import replace
-
     from rnnconvert.verify import engine as verify
 
     src, bad, dst = _shifted_source(tmp_path, delta)
     emu = CudaTarget(None, "module", "float32")
-    pt = registry.get("pt").load()
-    like_cuda = replace(pt, act_ulps=emu.act_ulps, target_arithmetic=emu.target_arithmetic)
+    pt = Target(registry.get("pt").load())
+    like_cuda = Target(registry.get("pt").load())
+    like_cuda.act_ulps, like_cuda.target_arithmetic = emu.act_ulps, emu.target_arithmetic
     for target in (pt, like_cuda):
         rep = verify.verify(bad, registry.get("keras_h5").load(), dst, target, src_path=src)
         assert rep.layers[0].verdict != "ok", (target.name, rep.layers[0].reason)
@@ -107,7 +107,7 @@ def test_target_emulation_cannot_cover_a_reader_slip(tmp_path, delta):
 def test_cpu_targets_keep_the_default_accuracy(tmp_path):
     from rnnconvert.verify import engine as verify
 
-    pt = registry.get("pt").load()
+    pt = Target(registry.get("pt").load())
     assert pt.act_ulps is None and pt.target_arithmetic is None
     check = verify.StreamedVerification(rnnconvert.load(FIXTURES / "keras" / "lstm.h5"),
                                         registry.get("keras_h5").load(), target=pt)

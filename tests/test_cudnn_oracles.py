@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, manifest
+from rnnconvert.runtimes import onnxruntime as ort_rt
 from rnnconvert import api
 from rnnconvert.core import cudnn, reference
 from rnnconvert.core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
@@ -177,7 +178,7 @@ def test_cudnn_npz_of_oracle_to_pt_and_onnx(e, tmp_path):
     _assert_torch_reproduces(_pt_modules(tmp_path / "o.pt", spec)["rnn"], z)
     if not spec.proj_size:  # ONNX LSTM has no projection (refused)
         api.convert(src, tmp_path / "o.onnx")
-        assert np.abs(onnx_fmt.target_forward(tmp_path / "o.onnx", None, "rnn", z["x"]) - z["y"]).max() <= TOL
+        assert np.abs(ort_rt.forward(tmp_path / "o.onnx", None, "rnn", z["x"]) - z["y"]).max() <= TOL
 
 
 V1 = sorted((FIXTURES / "cudnn" / "v1").glob("*.cudnn.npz"))
@@ -254,7 +255,7 @@ def test_tf1_opaque_kernel_to_pt_reproduces_oracle(e, tmp_path):
 def test_tf1_opaque_kernel_to_onnx_reproduces_oracle(e, tmp_path):
     z = _oracle(e)
     api.convert(FIXTURES / e["file"], tmp_path / "m.onnx", read_opts=e["read_opts"])
-    assert np.abs(onnx_fmt.target_forward(tmp_path / "m.onnx", None, e["scope"], z["x"]) - z["y"]).max() <= TOL
+    assert np.abs(ort_rt.forward(tmp_path / "m.onnx", None, e["scope"], z["x"]) - z["y"]).max() <= TOL
 
 
 def test_cli_lone_opaque_to_pt(tmp_path):

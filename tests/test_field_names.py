@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT
+from rnnconvert.runtimes import onnxruntime as ort_rt
 from rnnconvert import api
 from rnnconvert.core import names
 from rnnconvert.errors import FormatError, UnsupportedError
@@ -69,7 +70,7 @@ def test_npz_to_onnx_runs_in_onnxruntime(tmp_path):
     ckpt = api.load(FIELD / "multi_rnn.npz")
     orc = _oracle("multi_rnn")
     for name in _layers(orc):
-        y = onnx_fmt.target_forward(dst, ckpt, name, orc[f"{name}__in"])
+        y = ort_rt.forward(dst, ckpt, name, orc[f"{name}__in"])
         np.testing.assert_allclose(y, orc[f"{name}__out"], atol=ATOL, rtol=0)
 
 
@@ -84,7 +85,7 @@ def test_keras_names_in_safetensors(tmp_path):
     ckpt = api.load(src)
     orc = _oracle("keras_names")
     for name in _layers(orc):
-        y = onnx_fmt.target_forward(dst, ckpt, name, orc[f"{name}__in"])
+        y = ort_rt.forward(dst, ckpt, name, orc[f"{name}__in"])
         np.testing.assert_allclose(y, orc[f"{name}__out"], atol=ATOL, rtol=0)
     ra = {layer.name.split("/")[0]: layer.semantics.reset_after for layer in ckpt.layers if layer.cell.value == "GRU"}
     assert ra == {"gru_a": False, "gru_b": True}

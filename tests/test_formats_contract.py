@@ -21,6 +21,7 @@ import pytest
 from rnnconvert import api
 from rnnconvert.cli import main
 from rnnconvert.core.model import Cell, Checkpoint
+from rnnconvert import runtimes
 from rnnconvert.engine import matrix, registry
 from rnnconvert.engine.protocol import FormatSpec
 from rnnconvert.errors import FormatError
@@ -50,7 +51,10 @@ def test_record_is_the_declared_contract(name):
     assert not spec.lazy or spec.read is not None
     assert not spec.stream or spec.write is not None
     if spec.write is not None:  # verification runs every written file in its framework
-        assert spec.target_forward is not None and spec.route
+        assert spec.runtime is not None and spec.route
+        assert runtimes.get(spec.runtime).forward is not None  # a registered runtime that runs the file
+    for name in (spec.equations, spec.framework):  # the source side's runtimes are registered too
+        assert name is None or runtimes.get(name).name == name
     assert not set(spec.read_options) & {"lazy"}, "laziness is the engine's choice, not a reader option"
 
 
@@ -199,10 +203,9 @@ def test_torch_modules_checks_before_building(monkeypatch):
     from rnnconvert.errors import UnsupportedError
 
     calls = _spy_writer(monkeypatch, "pt", refuse=True)
-    from rnnconvert.formats.torch import torch_pt
+    from rnnconvert.runtimes import torch as torch_rt
 
-    monkeypatch.setattr(torch_pt, "check", registry.get("pt").load().check)
-    monkeypatch.setattr(torch_pt, "modules", lambda *_: pytest.fail("modules built after check refused"))
+    monkeypatch.setattr(torch_rt, "modules", lambda *_: pytest.fail("modules built after check refused"))
     with pytest.raises(UnsupportedError, match="a feature this spy refuses"):
         api.torch_modules(_ckpt())
     assert len(calls) == 1

@@ -13,10 +13,13 @@ import h5py
 import numpy as np
 import pytest
 
+from rnnconvert.conventions import torch_names
+from rnnconvert.conventions import torch_state
 import rnnconvert
 from rnnconvert.core import reference
 from rnnconvert.errors import UnsupportedError
-from rnnconvert.formats.keras import keras_h5, keras_tf
+from rnnconvert.formats.keras import keras_h5
+from rnnconvert.runtimes import tf_keras as keras_tf
 from rnnconvert.verify import keras_equations as keras_math
 from rnnconvert.formats.torch import torch_pt
 
@@ -106,7 +109,7 @@ def test_convert_to_torch_or_refuse(entry, tmp_path):
     sd = torch.load(dst, weights_only=True)
     for layer in ckpt.layers:
         cls = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU}.get(layer.cell.value, torch.nn.RNN)
-        mod = cls(**torch_pt.module_args(layer))
+        mod = cls(**torch_names.module_args(layer))
         pre = layer.name + "."
         mod.load_state_dict({k[len(pre):]: v for k, v in sd.items()
                              if k.startswith(pre) and "." not in k[len(pre):]}, strict=True)
@@ -142,7 +145,7 @@ def test_carried_tensors_in_torch_layout(entry):
     import torch
 
     ckpt, o = loaded(entry)
-    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_pt.state_dict(ckpt).items()}
+    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_state.state_dict(ckpt).items()}
     _check_carried(entry, sd, o)
 
 
@@ -156,7 +159,7 @@ def _h5_group(f, name):
 def test_dense_kernels_are_transposed_bit_exactly(entry):
     """A fact from the file itself (h5py): torch ``<layer>.weight`` is the Keras kernel transposed, bit for bit."""
     ckpt, _ = loaded(entry)
-    sd = torch_pt.state_dict(ckpt)
+    sd = torch_state.state_dict(ckpt)
     with h5py.File(FIXTURES / entry["file"], "r") as f:
         for name, rec in entry["layers"].items():
             if "." in name or (rec["class"] != "Dense" and rec.get("inner") != "Dense"):
@@ -247,7 +250,7 @@ def _keras_to_torch(cls: str, w: list[np.ndarray]) -> dict[str, np.ndarray]:
 def test_rnn_tensors_are_copied_bit_exactly(entry):
     """Keras -> torch is only transposes, byte reinterpretations and block permutations: bit-exact."""
     ckpt, _ = loaded(entry)
-    sd = torch_pt.state_dict(ckpt)
+    sd = torch_state.state_dict(ckpt)
     checked = 0
     with h5py.File(FIXTURES / entry["file"], "r") as f:
         for name, rec in rnn_layers(entry).items():

@@ -8,6 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rnnconvert.runtimes import onnxruntime as ort_rt
+from rnnconvert.runtimes import torch as torch_rt
+from rnnconvert.conventions import torch_state
 from rnnconvert import api
 from rnnconvert.core import reference
 from rnnconvert.errors import FormatError, OutputExistsError, UnsupportedError
@@ -24,7 +27,7 @@ ort = pytest.importorskip("onnxruntime")
 
 def _run(path, name, x):
     """onnxruntime on a file rnnconvert wrote (independent of our reference)."""
-    return onnx_fmt.target_forward(path, None, name, x)
+    return ort_rt.forward(path, None, name, x)
 
 
 # ------------------------------------------------------------------------------------ real files
@@ -106,14 +109,14 @@ def test_pt_to_onnx_to_pt(cls, kw, tmp_path):
     api.convert(tmp_path / "a.pt", tmp_path / "a.onnx", read_opts=opts)
     assert np.abs(_run(tmp_path / "a.onnx", "rnn", x) - want).max() <= 1e-5
     # permutation-only path: .pt -> .onnx -> canonical -> torch keys is bit-exact
-    back = torch_pt.state_dict(api.load(tmp_path / "a.onnx"))
+    back = torch_state.state_dict(api.load(tmp_path / "a.onnx"))
     assert sorted(back) == sorted(sd)
     for k, v in sd.items():
         assert back[k].dtype == np.float32 and np.array_equal(back[k], v.numpy()), k
     # .onnx -> .pt runs in torch like onnxruntime runs the .onnx
     api.convert(tmp_path / "a.onnx", tmp_path / "b.pt")
     y_ort = _run(tmp_path / "a.onnx", "rnn", x)
-    y_pt = torch_pt.target_forward(tmp_path / "b.pt", api.load(tmp_path / "b.pt", **opts), "rnn", x)
+    y_pt = torch_rt.forward(tmp_path / "b.pt", api.load(tmp_path / "b.pt", **opts), "rnn", x, torch_pt.load)
     assert np.abs(y_pt - y_ort).max() <= 1e-5
 
 
@@ -133,7 +136,7 @@ def test_read_torch_onnx_export(cls, kw, tmp_path):
     # the exporter only permutes and concatenates: our reading equals the torch tensors bit for bit
     sd = mod.state_dict()
     for k, layer in enumerate(ckpt.layers):
-        got = torch_pt.state_dict(Checkpoint(layers=[replace(layer, name="m")]))
+        got = torch_state.state_dict(Checkpoint(layers=[replace(layer, name="m")]))
         for key, v in got.items():
             want = sd[key[2:].replace("_l0", f"_l{k}")].numpy()
             assert np.array_equal(v, want), (k, key)
@@ -315,7 +318,7 @@ def test_float64_written_exactly_and_verified(tmp_path):
     assert rep.verification.ok
     w = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "d.onnx")).graph.initializer}
     assert w["g.l1.W"].dtype == np.float64
-    back = torch_pt.state_dict(api.load(tmp_path / "d.onnx"))
+    back = torch_state.state_dict(api.load(tmp_path / "d.onnx"))
     for k, v in mod.state_dict().items():
         assert np.array_equal(back[f"g.{k}"], v.numpy()), k
 
@@ -419,15 +422,15 @@ def test_streamed_onnx_equals_whole_model_writer_and_runs_like_torch(external, t
     with torch.no_grad():
         want = m(torch.from_numpy(x))[0].double().numpy()
     ckpt = api.load(tmp_path / "s.onnx")
-    y = onnx_fmt.target_forward(tmp_path / "s.onnx", ckpt, ckpt.layers[0].name, x)
+    y = ort_rt.forward(tmp_path / "s.onnx", ckpt, ckpt.layers[0].name, x)
     layer = ckpt.layers[0]
     assert_within_float32_spread(layer, x, y, what="onnxruntime, whole layer")
     ys = x
     for k in range(3):
-        ys = onnx_fmt.target_forward_slab(tmp_path / "s.onnx", ckpt, ckpt.layers[0].name, k, ys)
+        ys = ort_rt.forward_slab(tmp_path / "s.onnx", ckpt, ckpt.layers[0].name, k, ys)
     assert_within_float32_spread(layer, x, ys, what="onnxruntime, slab by slab")
     assert_within_float32_spread(layer, x, want, what="torch")
-    onnx_fmt.release()
+    ort_rt.release()
 
 
 def test_streamed_onnx_failure_leaves_nothing(tmp_path):

@@ -15,6 +15,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rnnconvert.runtimes import torch as torch_rt
+from rnnconvert.conventions import torch_state
 import rnnconvert
 from rnnconvert.formats.torch import pt_writer, torch_pt
 from rnnconvert.core.model import Checkpoint, DirectionParams, placeholder
@@ -36,7 +38,7 @@ SOURCES = [
 
 def torch_save_bytes(ckpt: Checkpoint) -> bytes:
     buf = io.BytesIO()
-    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_pt.state_dict(ckpt).items()}, buf)
+    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_state.state_dict(ckpt).items()}, buf)
     return buf.getvalue()
 
 
@@ -71,7 +73,7 @@ def test_streamed_pt_is_torch_save_byte_for_byte(src, block, tmp_path, monkeypat
         assert z.testzip() is None  # every record's CRC-32 is right
     for mmap in (False, True):
         sd = torch.load(out, weights_only=True, mmap=mmap)
-        ref = torch_pt.state_dict(ckpt)
+        ref = torch_state.state_dict(ckpt)
         assert list(sd) == list(ref)
         for key, arr in ref.items():
             assert np.array_equal(sd[key].numpy(), arr) and sd[key].numpy().dtype == arr.dtype
@@ -117,7 +119,7 @@ def test_a_failing_slab_leaves_no_output(tmp_path):
 def test_entries_need_only_shapes():
     ckpt = rnnconvert.load(SOURCES[0])
     lazy = lazy_copy(ckpt)
-    assert pt_writer.entries(lazy) == [(k, v.shape, v.dtype) for k, v in torch_pt.state_dict(ckpt).items()]
+    assert pt_writer.entries(lazy) == [(k, v.shape, v.dtype) for k, v in torch_state.state_dict(ckpt).items()]
 
 
 def test_write_behind_holds_two_slabs_and_hands_back_writer_errors(tmp_path, monkeypatch):
@@ -163,7 +165,7 @@ def test_write_behind_holds_two_slabs_and_hands_back_writer_errors(tmp_path, mon
 
 def test_verification_runs_torch_native_kernels_and_restores_onednn(tmp_path, monkeypatch):
     """Verification's torch runs (the sequence and the one step) use torch's native CPU kernels
-    (torch_pt.native_kernels: oneDNN would copy every weight into its own layout on each call, the whole cost
+    (torch_rt.native_kernels: oneDNN would copy every weight into its own layout on each call, the whole cost
     of a multi-GB check); the user's setting is restored after, also when the run raises."""
     src = tmp_path / "src.pt"
     torch.save(torch_rnn("LSTM", 4, 6, num_layers=2, bidirectional=True).state_dict(), src)
@@ -184,7 +186,7 @@ def test_verification_runs_torch_native_kernels_and_restores_onednn(tmp_path, mo
     monkeypatch.setattr(torch.nn.LSTM, "forward", broken)
     with pytest.raises(RuntimeError, match="boom"):
         ckpt = rnnconvert.load(src)
-        torch_pt.target_forward(tmp_path / "out.pt", ckpt, ckpt.layers[0].name, np.zeros((1, 1, 4), np.float32))
+        torch_rt.forward(tmp_path / "out.pt", ckpt, ckpt.layers[0].name, np.zeros((1, 1, 4), np.float32), torch_pt.load)
     torch_pt.release()
     assert torch.backends.mkldnn.enabled
 
@@ -200,8 +202,8 @@ def test_stacked_layer_verified_one_slab_mapping_at_a_time(tmp_path):
     rnnconvert.save(ckpt, out)  # written by rnnconvert: the names verification looks for
     name = ckpt.layers[0].name
     x = np.zeros((1, 2, 4), np.float32)
-    y0 = torch_pt.target_forward_slab(out, ckpt, name, 0, x)
-    torch_pt.target_forward_slab(out, ckpt, name, 1, y0.astype(np.float32))
+    y0 = torch_rt.forward_slab(out, ckpt, name, 0, x, torch_pt.load)
+    torch_rt.forward_slab(out, ckpt, name, 1, y0.astype(np.float32), torch_pt.load)
     assert [key[-1] for key in torch_pt._STATE] == [1]
     torch_pt.release()
     assert not torch_pt._STATE

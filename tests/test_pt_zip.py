@@ -16,6 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from rnnconvert.conventions import torch_state
 import rnnconvert
 from rnnconvert.errors import UnsupportedError
 from rnnconvert.formats.torch import pt_writer, pt_zip, torch_pt
@@ -86,7 +87,7 @@ def test_every_fixture_written_as_pt_is_torch_save(tmp_path):
             rnnconvert.save(ckpt, tmp_path / "out.pt", force=True)
         except UnsupportedError:
             continue  # what .pt cannot express
-        sd = torch_pt.state_dict(ckpt)
+        sd = torch_state.state_dict(ckpt)
         assert (tmp_path / "out.pt").read_bytes() == torch_save_bytes(sd), src.name
         done += 1
     assert done >= 10

@@ -1,5 +1,5 @@
 """The source side's own equations run their float32 and float64 passes in lockstep (one read and turn of each
-stored tensor for both: ``FormatSpec.source_forward_multi``). The records of the Keras HDF5 and TF checkpoint
+stored tensor for both: ``Runtime.source_forward_multi`` of the source's equations runtime). The records of the Keras HDF5 and TF checkpoint
 formats declare it (lost once in a refactor: verification then ran the two passes one after the other, 0.26 s of
 CPU more on the 3 GB benchmark), and the lockstep run gives, bit for bit, what each single run gives. The
 equations themselves are checked against Keras and TF in tests/test_keras_math.py and the fixture tests."""
@@ -11,6 +11,7 @@ import pytest
 
 import rnnconvert
 from conftest import FIXTURES
+from rnnconvert import runtimes
 from rnnconvert.engine import registry
 
 CASES = [("keras_h5", "keras/bidi_lstm_concat.h5"), ("keras_h5", "keras/cudnn_gru.h5"),
@@ -21,7 +22,7 @@ CASES = [("keras_h5", "keras/bidi_lstm_concat.h5"), ("keras_h5", "keras/cudnn_gr
 
 @pytest.mark.parametrize("fmt,name", CASES)
 def test_lockstep_equals_single_runs(fmt, name):
-    spec = registry.get(fmt).load()
+    spec = runtimes.get(registry.get(fmt).load().equations)  # the source's own equations
     assert spec.source_forward_multi is not None
     ckpt = rnnconvert.load(FIXTURES / name)
     for layer in ckpt.layers:
@@ -44,7 +45,7 @@ def test_recorded_states_are_the_trajectory(name):
     0.5 that any misplaced step or direction moves a state by on these fixtures)."""
     from rnnconvert.core import reference
 
-    spec = registry.get("keras_h5").load()
+    spec = runtimes.get(registry.get("keras_h5").load().equations)
     ckpt = rnnconvert.load(FIXTURES / name)
     for layer in ckpt.layers:
         x = np.random.default_rng(1).normal(size=(2, 6, layer.input_size)).astype(np.float32)

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rnnconvert.runtimes import torch as torch_rt
+from rnnconvert.conventions import torch_state
 from rnnconvert import api
 from rnnconvert.engine import registry
 from rnnconvert.cli import main
@@ -30,6 +32,7 @@ from rnnconvert.formats.torch import torch_pt, torch_zip
 from rnnconvert.core.model import Checkpoint, DirectionParams, is_placeholder, placeholder
 from rnnconvert.engine.stream import writer_view
 from rnnconvert.verify.engine import verify as eager_verify
+from rnnconvert.verify.target import Target
 
 from conftest import FIXTURES, FnSlabs, torch_rnn
 
@@ -244,7 +247,7 @@ def _check_safetensors_bytes(ckpt: Checkpoint, tmp: Path) -> None:
 
 def _check_safetensors_bytes_once(ckpt: Checkpoint, tmp: Path) -> None:
     want = tmp / "lib.safetensors"
-    st_numpy.save_file({k: np.ascontiguousarray(v) for k, v in torch_pt.state_dict(ckpt).items()}, str(want),
+    st_numpy.save_file({k: np.ascontiguousarray(v) for k, v in torch_state.state_dict(ckpt).items()}, str(want),
                        metadata=safetensors_fmt.METADATA)
     for n, c in enumerate([ckpt, _lazy_copy(ckpt)]):
         got = tmp / f"ours{n}.safetensors"
@@ -254,7 +257,7 @@ def _check_safetensors_bytes_once(ckpt: Checkpoint, tmp: Path) -> None:
 
     with safe_open(str(got), framework="numpy") as f:
         assert f.metadata() == safetensors_fmt.METADATA
-        _assert_same({k: f.get_tensor(k) for k in f.keys()}, torch_pt.state_dict(ckpt))
+        _assert_same({k: f.get_tensor(k) for k in f.keys()}, torch_state.state_dict(ckpt))
 
 
 def test_safetensors_header_orders_like_the_library():
@@ -303,8 +306,8 @@ def test_streamed_conversions_verified_and_bit_exact(kind, kw, tmp_path, monkeyp
         assert check.ok and check.name == "enc.rnn" and check.steps_checked % (3 * 8) == 0 and check.steps_checked
         assert check.source_route == "numpy float64 equations (one step); numpy reference (sequence)"
         back = api.load(out, **opts)
-        _assert_same(torch_pt.state_dict(back), {k: v.numpy() for k, v in sd.items()})
-        assert np.array_equal(_run(torch_pt.modules(back)["enc.rnn"], x), want)
+        _assert_same(torch_state.state_dict(back), {k: v.numpy() for k, v in sd.items()})
+        assert np.array_equal(_run(torch_rt.modules(back)["enc.rnn"], x), want)
     assert len(opened) == 3  # streaming is the default for these pairs
 
 
@@ -331,8 +334,8 @@ def test_streamed_report_reads_like_the_eager_one(large, tmp_path, monkeypatch):
         ckpt = api.load(tmp_path / "src.pt", lazy=True)
         y = x
         for k in range(3):
-            y = fmt.target_forward_slab(tmp_path / f"a.{ext}", ckpt, "rnn", k, y)
-        np.testing.assert_allclose(y, fmt.target_forward(tmp_path / f"a.{ext}", ckpt, "rnn", x), rtol=0, atol=1e-6)
+            y = Target(fmt).target_forward_slab(tmp_path / f"a.{ext}", ckpt, "rnn", k, y)
+        np.testing.assert_allclose(y, Target(fmt).target_forward(tmp_path / f"a.{ext}", ckpt, "rnn", x), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("ext", ["npz", "safetensors", "pt"])

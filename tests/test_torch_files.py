@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rnnconvert.runtimes import onnxruntime as ort_rt
+from rnnconvert.runtimes import torch as torch_rt
 from rnnconvert import api
 from rnnconvert.engine import registry
 from rnnconvert.errors import FormatError
@@ -53,7 +55,7 @@ def test_pt_safetensors_npz_round_trips(cls, kw, tmp_path):
     _assert_same_sd({k: v.numpy() for k, v in torch.load(tmp_path / "b.pt", weights_only=True).items()}, sd)
     # .npz -> .onnx runs in onnxruntime like torch
     api.convert(tmp_path / "a.npz", tmp_path / "a.onnx")
-    assert np.abs(onnx_fmt.target_forward(tmp_path / "a.onnx", None, "enc.rnn", x) - want).max() <= 1e-5
+    assert np.abs(ort_rt.forward(tmp_path / "a.onnx", None, "enc.rnn", x) - want).max() <= 1e-5
 
 
 CELLS = [("LSTMCell", {}), ("GRUCell", {"bias": False}), ("RNNCell", {"nonlinearity": "relu"})]
@@ -83,12 +85,12 @@ def test_cells(cls, kw, tmp_path):
             ys.append(h.double().numpy())
     want = np.stack(ys, axis=1)
     api.convert(tmp_path / "c.pt", tmp_path / "c.onnx", read_opts={"nonlinearity": kw.get("nonlinearity", "tanh")})
-    assert np.abs(onnx_fmt.target_forward(tmp_path / "c.onnx", None, "cell", x) - want).max() <= 1e-5
+    assert np.abs(ort_rt.forward(tmp_path / "c.onnx", None, "cell", x) - want).max() <= 1e-5
     # written back as cell keys, bit-exact
     api.save(ckpt, tmp_path / "d.pt")
     _assert_same_sd({k: v.numpy() for k, v in torch.load(tmp_path / "d.pt", weights_only=True).items()},
                     {f"cell.{k}": v for k, v in cell.state_dict().items()})
-    assert np.abs(torch_pt.target_forward(tmp_path / "d.pt", ckpt, "cell", x) - want).max() <= 1e-5
+    assert np.abs(torch_rt.forward(tmp_path / "d.pt", ckpt, "cell", x, torch_pt.load) - want).max() <= 1e-5
 
 
 def _model():
@@ -102,7 +104,7 @@ def _model():
 def _check_read(path, mod, name="rnn"):
     ckpt = api.load(path)
     x = _x(seed=32)
-    got = torch_pt.modules(ckpt)[name]
+    got = torch_rt.modules(ckpt)[name]
     assert np.array_equal(_out(got, x), _out(mod, x))
     return ckpt
 
@@ -168,7 +170,7 @@ def test_npz_holds_keras_only_semantics(realworld, tmp_path):
     with np.load(tmp_path / "m.npz", allow_pickle=False) as z:
         assert "__rnnconvert__" in z.files
     api.convert(tmp_path / "m.npz", tmp_path / "m.onnx")
-    y = onnx_fmt.target_forward(tmp_path / "m.onnx", None, "net", o["net__in"])[:, -1]
+    y = ort_rt.forward(tmp_path / "m.onnx", None, "net", o["net__in"])[:, -1]
     # ill-conditioned layer: bound as in test_onnx.test_mycroft_gru_reproduces_oracle
     layer = api.load(realworld / "mycroft-precise-gru" / "hey-mycroft.net").layer("net")
     assert_within_float32_spread(layer, o["net__in"], y, last_step=True, what="onnxruntime")
@@ -209,7 +211,7 @@ def test_cuda_tagged_storages_map_to_cpu(tmp_path):
 @pytest.mark.parametrize("kind, kw", [("LSTM", {"bidirectional": True}), ("GRU", {"bidirectional": True}),
                                       ("LSTM", {"proj_size": 3}), ("RNN", {})])
 def test_one_packed_call_gives_the_sequence_and_the_steps(kind, kw, tmp_path):
-    """torch_pt.run_both (verification's target side: a packed batch of the short sequences from zero states
+    """torch_rt.run_both (verification's target side: a packed batch of the short sequences from zero states
     and of one-step sequences from given states) returns what the two plain calls return, torch computing
     both (run_module: the sequence; run_step: one step from each state), up to the order of GEMM sums
     (~1e-7 here: the values are O(1))."""
@@ -226,9 +228,9 @@ def test_one_packed_call_gives_the_sequence_and_the_steps(kind, kw, tmp_path):
     states = [(rng.standard_normal((7, layer.output_size)).astype(np.float32),
                rng.standard_normal((7, 5)).astype(np.float32) if kind == "LSTM" else None)
               for _ in range(layer.num_directions)]
-    y, steps = torch_pt.run_both(layer, sd, x, xf, states)
-    y1 = torch_pt.run_module(layer, sd, x)
-    s1 = torch_pt.run_step(layer, sd, xf, states)
+    y, steps = torch_rt.run_both(layer, sd, x, xf, states)
+    y1 = torch_rt.run_module(layer, sd, x)
+    s1 = torch_rt.run_step(layer, sd, xf, states)
     assert y.shape == y1.shape and np.abs(y - y1).max() <= 1e-5
     for (h, c), (h1, c1) in zip(steps, s1):
         assert np.abs(h - h1).max() <= 1e-5 and (c is None) == (c1 is None)

@@ -20,18 +20,12 @@ Roles (each a group of fields):
 * **slab writer** -- ``open_stream(ckpt, path, **options) -> SlabWriter`` (:class:`SlabWriter`); ``ckpt``
   may be lazy: the slabs arrive through ``write_slab``, and a writer done with one array of a slab may
   give its pages back with ``ckpt.release_array(a)`` (a no-op for an eager checkpoint).
-* **runtimes** (verification) -- ``source_forward(layer, x, dtype, raw)`` (the source's own equations on the
-  file's tensors: ``raw``, one mapping per direction read by verification from ``layer.source['raw']``;
-  the layer is never changed), ``framework_forward(path, ckpt, layer_name, x)`` (the source framework itself),
-  ``target_forward(path, ckpt, layer_name, x)`` and ``target_forward_slab(path, ckpt, layer_name, k, x)``
-  (the written file in its framework), ``source_forward_multi(layer, xs, raw, record=None)`` (several batches
-  at once, in lockstep; ``record``: one dict per direction to fill with the states of ``xs[0]``'s run, as
-  :func:`rnnconvert.core.reference.trajectory` records them, where the format can; left empty otherwise),
-  ``target_step(path, ckpt, layer_name, k, x, states) -> [(h1, c1 or None)]`` (one step of stacked layer
-  ``k`` from each of ``N`` states: verification's one-step comparison, :mod:`rnnconvert.verify.engine`),
-  ``target_slab_check(path, ckpt, layer_name, k, x, xf, states) -> (y, steps)`` (both of slab ``k`` in one run
-  of the framework, where it can), ``release()`` (drop a cached session), ``route`` (the words the report uses for the target side) and
-  ``engine`` (the distribution whose version the report gives, e.g. ``'torch'``).
+* **runtimes** (verification) -- a container names the :class:`Runtime` that executes what it holds
+  (:attr:`FormatSpec.runtime`, with :attr:`FormatSpec.load`, the container's way of handing a written file to
+  it), the runtime of the source's own equations (:attr:`FormatSpec.equations`) and the framework that runs a
+  source file (:attr:`FormatSpec.framework`). A runtime is declared once per framework
+  (``rnnconvert/runtimes/<framework>.py``, listed in :data:`rnnconvert.runtimes.RUNTIMES`); verification
+  (:mod:`rnnconvert.verify`) binds the two (:class:`rnnconvert.verify.target.Target`).
 
 A writer sees each layer as :attr:`FormatSpec.forget_bias` says (folded by the engine, or kept).
 
@@ -88,30 +82,24 @@ class FormatSpec:
     #: forget gate (one rounding per element) before ``write``/``open_stream``/``write_slab``, so the writer
     #: only ever sees ``forget_bias == 0``; ``"keep"`` -- the writer stores it with the layer (npz)
     forget_bias: str = "fold"
-    # runtimes (verification)
-    source_forward: Callable[..., Any] | None = None
-    framework_forward: Callable[..., Any] | None = None
-    source_forward_multi: Callable[..., Any] | None = None
-    target_forward: Callable[..., Any] | None = None
-    target_forward_slab: Callable[..., Any] | None = None
-    target_step: Callable[..., Any] | None = None
-    #: ``target_slab_check(path, ckpt, layer_name, k, x, xf, states) -> (y, steps)``: ``target_forward_slab`` on
-    #: ``x`` and ``target_step`` on ``xf`` from ``states`` in one run of the framework, for one that can do both
-    #: at once (torch: a packed batch; each weight read once for both); verification prefers it
-    target_slab_check: Callable[..., Any] | None = None
-    #: whole-model verification of a written Keras model (``verify_whole(ckpt, src_path, dst_path, inputs=,
-    #: seed=) -> list[LayerCheck]``), for writers that write a whole model, not only its recurrent layers
-    verify_whole: Callable[..., Any] | None = None
+    # verification: the runtimes that execute this container's tensors (docs/architecture.md "Runtimes")
+    #: the registered :class:`Runtime` (``rnnconvert.runtimes``) that runs a file written in this container
+    #: (verification's target side); ``None``: no runtime runs it (the numpy reference on the arrays read back)
+    runtime: str | None = None
+    #: how :attr:`runtime` gets the written file's tensors, in the form that runtime documents (e.g. the torch
+    #: runtime: ``load(path, layer, k) -> {state-dict key: tensor}``); ``None`` for runtimes that open the file
+    #: themselves (onnxruntime, Keras 3, TensorFlow)
+    load: Callable[..., Any] | None = None
+    #: drop what :attr:`load` keeps cached of the last written file (a mapping, a session)
     release: Callable[[], None] | None = None
+    #: the words the report uses for the target side (the runtime's version is appended)
     route: str = ""
-    engine: str = ""
-    #: a target less accurate than float32 numpy declares it (the cuDNN target,
-    #: :class:`rnnconvert.verify.cuda.CudaTarget`): ``act_ulps``, the accuracy of its activations in ulps
-    #: that the one-step bound allows (None: :data:`rnnconvert.core.reference.ACT_ULPS`), and
-    #: ``target_arithmetic(layer, x) -> y``, an emulation of its run of the canonical ``layer`` whose spread from
-    #: the canonical float64 run widens the sequence tolerance (:func:`rnnconvert.verify.engine.sequence_tolerance`)
-    act_ulps: float | None = None
-    target_arithmetic: Callable[..., Any] | None = None
+    #: the registered :class:`Runtime` holding the source's own equations on its stored tensors
+    #: (``source_forward``: Keras, TF1 cells), used when this container is the source; ``None``: the numpy reference
+    equations: str | None = None
+    #: the registered :class:`Runtime` that runs a source file of this container in its own framework
+    #: (``--verify framework``: ``framework_forward``)
+    framework: str | None = None
     # refusal hints
     #: ``rescale_plan(layer) -> plan | None``: a gate activation this writer meets only by scaled weights
     #: (Keras-2 hard_sigmoid into Keras 3): the way out names it "rescaled, not bit-exact"
@@ -132,3 +120,51 @@ class FormatSpec:
             what = "reader" if role == "read" else "writer"
             raise OptionError(f"the {self.name} {what} takes no option {', '.join(repr(u) for u in unknown)}; "
                               f"valid: {', '.join(valid) if valid else 'none'}")
+
+
+@dataclass(eq=False)
+class Runtime:
+    """A framework that executes canonical layers for verification, declared once per framework in
+    ``rnnconvert/runtimes/<framework>.py`` (``RUNTIME``) and named by the containers it runs
+    (:attr:`FormatSpec.runtime`, :attr:`FormatSpec.equations`, :attr:`FormatSpec.framework`). A ``None``
+    operation is one the framework does not offer.
+
+    Target side, on a written file ``path`` whose checkpoint is ``ckpt`` (``load``: the container's
+    :attr:`FormatSpec.load`, or ``None``); results float64, outputs ``(B, T, dirs*out)`` in the layer's own
+    time order, steps ``[(h1 (N, out), c1 (N, H) or None)]`` per direction:
+
+    * ``forward(path, ckpt, name, x, load)``: layer ``name`` on ``x`` ``(B, T, I)`` from zero states;
+    * ``forward_slab(path, ckpt, name, k, x, load)``: stacked layer ``k`` alone on its input;
+    * ``step(path, ckpt, name, k, x, states, load)``: one step of stacked layer ``k`` from each of ``N``
+      states (``states[d] = (h0, c0 or None)``), ``x`` ``(N, I_k)``: verification's one-step comparison;
+    * ``slab_check(path, ckpt, name, k, x, xf, states, load) -> (y, steps)``: ``forward_slab`` on ``x`` and
+      ``step`` on ``xf`` in one run, where the framework can (torch: a packed batch);
+    * ``verify_whole(ckpt, src_path, dst_path, inputs=, seed=) -> list[LayerCheck]``: a whole model written by
+      the container (Keras 3), run end to end against the source model's own framework.
+
+    Source side: ``source_forward(layer, x, dtype, raw)`` and ``source_forward_multi(layer, xs, raw,
+    record=None)`` (the source format's own equations on the file's tensors ``raw``, one mapping per
+    direction; ``record``: one dict per direction to fill with the states of ``xs[0]``'s run, as
+    :func:`rnnconvert.core.reference.trajectory` records them), ``framework_forward(path, ckpt, name, x)`` (a
+    source file run by its framework).
+
+    Accuracy: ``act_ulps``, the accuracy of the runtime's activations in ulps that the one-step bound allows
+    (``None``: :data:`rnnconvert.verify.bounds.ACT_ULPS`); ``arithmetic(layer, x) -> y``, an emulation of
+    its run whose spread from the canonical float64 run widens the sequence tolerance
+    (:func:`rnnconvert.verify.engine.sequence_tolerance`). ``engine``: the distribution whose version the
+    report gives (``'torch'``)."""
+
+    name: str
+    engine: str = ""
+    forward: Callable[..., Any] | None = None
+    forward_slab: Callable[..., Any] | None = None
+    step: Callable[..., Any] | None = None
+    slab_check: Callable[..., Any] | None = None
+    verify_whole: Callable[..., Any] | None = None
+    source_forward: Callable[..., Any] | None = None
+    source_forward_multi: Callable[..., Any] | None = None
+    framework_forward: Callable[..., Any] | None = None
+    act_ulps: float | None = None
+    arithmetic: Callable[..., Any] | None = None
+    #: drop what the runtime keeps cached of the last written file (an onnxruntime session)
+    release: Callable[[], None] | None = None

@@ -89,7 +89,7 @@ class CudaTarget:
         """Layer ``name`` of the written file, read back by rnnconvert's reader. A format that does not store
         ``nn.RNN``'s nonlinearity (a ``.pt`` or ``.safetensors`` state dict: the module's constructor holds it;
         the ``nonlinearity`` read option) is read with the source layer's, as torch's own target
-        (:func:`rnnconvert.formats.torch.torch_pt.target_step`) builds its module from the source's description:
+        (:func:`rnnconvert.runtimes.torch.step`) builds its module from the source's description:
         read as ``tanh``, a ``SimpleRNN(relu)`` file failed by 0.87 on a GPU."""
         opts = {}
         if "nonlinearity" in (getattr(self.dst_module, "read_options", None) or ()):
@@ -127,9 +127,9 @@ class CudaTarget:
         """Verification's one-step check on the GPU: stacked layer ``k`` of the file's weights (cast to
         ``dtype``) in a ``torch.nn`` module on CUDA (cuDNN), one step from each state; both routes (the
         packed-buffer route's full sequences are checked by :meth:`target_forward`)."""
-        from ..formats.torch import torch_pt
+        from ..runtimes import torch as torch_rt
 
-        return torch_pt.step_canonical(_cast(self.read_back(path, ckpt, name), self.dtype), k, x, states, device="cuda")
+        return torch_rt.step_canonical(_cast(self.read_back(path, ckpt, name), self.dtype), k, x, states, device="cuda")
 
     def target_forward(self, path: Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
         from ..core import cudnn

@@ -57,6 +57,7 @@ from ..core import reference
 from ..core.model import Checkpoint, RNNLayer
 from ..errors import DependencyError, FormatError, InconclusiveError, VerificationError
 from .checks import LayerCheck
+from .target import as_source, as_target
 
 #: unit roundoff of the accumulation assumed by the one-step bound: float32's (float16 weights are stored
 #: and rounded in float16 but summed in float32 by torch's CPU kernels and cuDNN's float compute type)
@@ -348,7 +349,7 @@ def import_engine(dst_module):
     import sys
     import threading
 
-    name = dst_module.engine
+    name = as_target(dst_module).engine
     if name not in BACKGROUND_IMPORT or name in sys.modules:
         return None
     blas_controller()  # listed now, in this thread: never while the import runs (see blas_controller)
@@ -398,6 +399,7 @@ class StreamedVerification:
                  target_dtype=None, target=None) -> None:
         batch, steps = _sample(src_ckpt, batch, steps)
         blas_controller()  # in the caller's thread, before the verifier thread and any background import
+        src_module, target = as_source(src_module), as_target(target)
         self.ckpt, self.src_module, self.mode, self.src_path = src_ckpt, src_module, mode, src_path
         self.first_tol, self.target_dtype = first_tol, target_dtype
         #: whether the target format (``target``: the module the written file is judged with) runs one slab alone
@@ -741,6 +743,7 @@ class StreamedVerification:
         """Run the written file in the target framework and compare, layer by layer; returns the report.
         ``progress(done, total)``: layers verified so far."""
         t0 = time.perf_counter()
+        dst_module = as_target(dst_module)
         target_route = _engine(dst_module)
         self.pool.clear()  # the source side is done: its buffers go before the target framework runs
         if progress is not None:
@@ -786,6 +789,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         a :class:`VerifyReport`; :meth:`VerifyReport.raise_if_failed` turns failure into an error.
     """
     t0 = time.perf_counter()
+    dst_module = as_target(dst_module)
     check = StreamedVerification(src_ckpt, src_module, mode=mode, src_path=src_path, seed=seed, batch=batch,
                                  steps=steps, inputs=inputs, first_tol=first_tol, target_dtype=target_dtype,
                                  target=dst_module)

@@ -15,6 +15,7 @@ import numpy as np
 from ..core.gates import convention
 from ..core.model import Cell, RNNLayer
 from ..core.reference import ACT, left_products, products, widened
+from ..engine.protocol import Runtime
 
 
 #: Kernels of at least this many bytes are evaluated with the input products of all steps hoisted
@@ -203,3 +204,6 @@ def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None
         bw = _direction(kind, layer.cell, raws[1], layer, xs, True, rec[1])
         return [np.concatenate([a, b], axis=-1) for a, b in zip(fw, bw)]
     return _direction(kind, layer.cell, raws[0], layer, xs, layer.semantics.go_backwards, rec[0])
+
+
+RUNTIME = Runtime("keras_equations", source_forward=source_forward, source_forward_multi=source_forward_multi)

@@ -1,4 +1,6 @@
-"""TF1 cell equations on the TF1 tensors as stored: the source side of verification for TF1 checkpoints.
+"""TF1 cell equations on the TF1 tensors as stored: the source side of verification for TF checkpoints (the
+``tf_equations`` runtime, :data:`RUNTIME`), and the target side of a written TF1 checkpoint read back by
+TensorFlow (:func:`forward`).
 
 Independent of the conversion code: it never uses the canonical parameters or the permutations of
 :mod:`rnnconvert.core.gates`, only the gate *letters* of the ``tf1``/``tf1_gates`` table entries. It
@@ -20,7 +22,9 @@ import numpy as np
 from ..core.gates import convention
 from ..core.model import Cell, RNNLayer
 from ..core.reference import ACT
+from ..engine.protocol import Runtime
 from ..formats.tf import naming as n
+from . import keras_equations
 
 sig = ACT["sigmoid"]
 
@@ -66,7 +70,7 @@ def _run(cname: str, raw: dict, layer: RNNLayer, x: np.ndarray, reverse: bool, d
     return out
 
 
-def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list | None = None) -> np.ndarray:
+def tf1_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list | None = None) -> np.ndarray:
     """Run a TF1-checkpoint layer from its stored TF1 tensors (``raw``, else ``layer.source['raw']``: one
     mapping per pseudo-layer); output convention of :func:`rnnconvert.core.reference.forward`. ``layer`` is
     not changed."""
@@ -77,3 +81,38 @@ def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list |
                 for d in range(layer.num_directions)]
         y = np.concatenate(outs, axis=-1)
     return y
+
+
+def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list | None = None) -> np.ndarray:
+    """A TF checkpoint's layer on its own equations: the source side of verification, from the tensors as stored (``raw``, else ``layer.source['raw']``):
+    TF1 cell equations (:func:`tf1_forward`) for TF1 cells, Keras equations (:mod:`.keras_equations`) for TF2
+    Keras layers."""
+    if layer.source.get("class_name") in n.CELL_SCOPES:
+        fwd = tf1_forward
+    else:
+        fwd = keras_equations.source_forward
+    return fwd(layer, x, dtype, raw)
+
+
+def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None,
+                         record: list[dict] | None = None) -> list[np.ndarray]:
+    """:func:`source_forward` of each input of ``xs`` in its own dtype: a TF2 Keras layer's in lockstep
+    (:func:`rnnconvert.verify.keras_equations.source_forward_multi`: each stored tensor turned once and read once
+    per product for all dtypes, and ``record`` filled with the states of ``xs[0]``'s run), a TF1 cell's one dtype
+    after the other (``record`` left empty)."""
+    if layer.source.get("class_name") in n.CELL_SCOPES:
+        fwd = tf1_forward
+        return [fwd(layer, x, x.dtype, raw) for x in xs]
+    return keras_equations.source_forward_multi(layer, xs, raw, record)
+
+
+def forward(path, ckpt, name: str, x: np.ndarray, load) -> np.ndarray:
+    """A written TF1 checkpoint's layer ``name``: its tensors as TensorFlow reads them back (the container's
+    ``load(path, ckpt, name) -> RNNLayer``, with the TF1 source's run-time clips) through the TF1 cell equations
+    (:func:`tf1_forward`); float64. Its one-step check is the numpy reference on those arrays (no TF1 cell runs in
+    TensorFlow 2 without tf_keras' legacy layers)."""
+    return tf1_forward(load(path, ckpt, name), x, np.float64)
+
+
+RUNTIME = Runtime("tf_equations", engine="tensorflow", forward=forward, source_forward=source_forward,
+                  source_forward_multi=source_forward_multi)

@@ -43,15 +43,13 @@ import numpy as np
 
 from ...safety import guard
 from ...engine import refusal
-from ...errors import FormatError, UnsupportedError, require
+from ...errors import FormatError
 from ...core.model import Checkpoint, Cell, RNNLayer
 from ...conventions import keras_interpreter as interpreter, keras_names as naming
 from . import keras_config, keras_h5, keras_h5_write
 
 ROUTE = "keras 3"
 HARD_SIGMOID_SCALE = keras_config.HARD_SIGMOID_SCALE  # Keras-2 hard_sigmoid(x) = Keras-3 hard_sigmoid(1.2 x)
-#: the distribution whose version verification reports for the target side
-ENGINE = "keras"
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_MEMBER_BYTES = 1 << 34  # 16 GiB: no real RNN checkpoint is larger
 MAX_RATIO = 200  # uncompressed / compressed per member (HDF5 weights barely compress)
@@ -481,7 +479,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
     """
     from . import keras_whole
 
-    full = _whole_model(ckpt, None)
+    full = whole_model(ckpt, None)
     if full is not None:
         model, tr, lines = keras_whole.build(full, ckpt)
         rescaled = keras_whole.rescaled_layers(tr)
@@ -509,23 +507,8 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
             for layer, in_name, names in keras_h5_write.plan(ckpt)]
 
 
-def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
-                 seed: int = 0) -> list:
-    """Whole-model verification of a written ``.keras`` (:func:`.keras_whole.verify_model`): the source model
-    run by tf_keras against Keras 3 running ``dst_path``; ``[]`` when ``ckpt`` is not a whole Keras 2 model
-    or the output is a ``.weights.h5``. Returns :class:`rnnconvert.verify.LayerCheck` entries."""
-    from . import keras_whole
 
-    with open(dst_path, "rb") as fh:
-        if fh.read(4) != ZIP_MAGIC:
-            return []
-    full = _whole_model(ckpt, dst_path)
-    if full is None:
-        return []
-    return keras_whole.verify_model(str(src_path), str(dst_path), full, inputs=inputs, seed=seed)
-
-
-def _whole_model(ckpt: Checkpoint, written: str | Path | None):
+def whole_model(ckpt: Checkpoint, written: str | Path | None):
     """The Keras 2 full model (:func:`.keras_whole.read_full_model`) when ``ckpt`` is written (or, for
     ``written``, was written) whole: not with ``recurrent_only``, and a written ``.keras`` whose
     ``metadata.json`` says ``rnnconvert_layout: recurrent`` (or, from before the key, whose model is named
@@ -595,14 +578,6 @@ def _resolve(model, name: str):
     return lay
 
 
-def _sequence_run(k, lay, h: np.ndarray) -> np.ndarray:
-    """Run a Keras 3 recurrent layer of a whole model on ``h`` as a copy returning the full sequence."""
-    cfg = lay.get_config()
-    cfg.update(return_sequences=True, return_state=False, stateful=False)
-    twin = type(lay).from_config(cfg)
-    twin.build((None, None, h.shape[-1]))
-    twin.set_weights(lay.get_weights())
-    return k.ops.convert_to_numpy(twin(h))
 def _load(path: str | Path, ckpt: Checkpoint):
     """The written Keras 3 file as a Keras 3 model: ``.keras`` by ``keras.saving.load_model`` (safe mode),
     ``.weights.h5`` by ``load_weights`` into the model :func:`build` makes."""
@@ -616,76 +591,28 @@ def _load(path: str | Path, ckpt: Checkpoint):
             return k.saving.load_model(local, compile=False, safe_mode=True)
         from . import keras_whole
 
-        full = _whole_model(ckpt, path)
+        full = whole_model(ckpt, path)
         model = keras_whole.build(full, ckpt)[0] if full is not None else build(ckpt, with_weights=False)
         model.load_weights(local)
         return model
 
 
-def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
-    """Verification's one-step check: stacked layer ``k`` of layer ``name`` of the written file, loaded in
-    Keras 3, one step through its cell from each state (Bidirectional: each direction's layer from its own
-    states); ``[(h1, c1 or None)]`` per direction, float64."""
+def load(path: str | Path, ckpt: Checkpoint, name: str, k: int | None = None) -> tuple[list, bool]:
+    """The Keras 3 runtime's view of a written file (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`,
+    :mod:`rnnconvert.runtimes.keras3`): ``(chain, whole)``, the Keras 3 layers of layer ``name`` (``k`` ``None``) or
+    of its stacked layer ``k``, from the file loaded by :func:`_load`; ``whole``: a whole Keras 2 model, whose
+    layer is found by its dotted path (one stacked layer: ``k`` must be ``None`` or 0).
+
+    Raises:
+        KeyError: no such layer in the written file."""
     model = _load(path, ckpt)
-    if _whole_model(ckpt, path) is not None:  # a whole Keras 2 model: the layer by its dotted path
-        layer, last = ckpt.layer(name), _resolve(model, name)
-        if last is None or k != 0:
-            raise KeyError(name)
-        subs = [last.forward_layer, last.backward_layer] if layer.bidirectional else [last]
-        return [keras_h5_write.cell_step(sub, x, st, layer.dtype, keras3().ops.convert_to_tensor)
-                for sub, st in zip(subs, states)]
-    for layer, _, names in keras_h5_write.plan(ckpt):
-        if layer.name == name:
-            last = model.get_layer(names[k])
-            subs = [last.forward_layer, last.backward_layer] if layer.bidirectional else [last]
-            return [keras_h5_write.cell_step(sub, x, st, layer.dtype, keras3().ops.convert_to_tensor)
-                    for sub, st in zip(subs, states)]
-    raise KeyError(name)
-
-
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Run layer ``name`` of a written Keras 3 file in Keras 3 on ``x`` ``(B, T, I)``; ``(B, T, dirs*H)`` float64.
-
-    ``.keras`` files are opened with ``keras.saving.load_model``; ``.weights.h5`` files are loaded with
-    ``load_weights`` into the model :func:`build` (or, for a whole Keras 2 model, :func:`.keras_whole.build`)
-    makes. A whole model's layer is found by its dotted path and run as a copy with ``return_sequences=True``.
-    """
-    from . import keras_whole
-
-    k = keras3()
-    with open(path, "rb") as fh:
-        is_zip = fh.read(4) == ZIP_MAGIC
-    full = _whole_model(ckpt, path)
-    with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
-        local = os.path.join(tmp, "model.keras" if is_zip else "model.weights.h5")
-        shutil.copyfile(path, local)
-        if is_zip:
-            model = k.saving.load_model(local, compile=False, safe_mode=True)
-        else:
-            model = keras_whole.build(full, ckpt)[0] if full is not None else build(ckpt, with_weights=False)
-            model.load_weights(local)
-    if full is not None:
-        layer = ckpt.layer(name)
+    if whole_model(ckpt, path) is not None:
         last = _resolve(model, name)
-        if last is None:
+        if last is None or k not in (None, 0):
             raise KeyError(name)
-        h = np.asarray(x, dtype=layer.dtype)
-        if layer.bidirectional:
-            fw = _sequence_run(k, last.forward_layer, h)
-            bw = _sequence_run(k, last.backward_layer, h)[:, ::-1]
-            return np.asarray(np.concatenate([fw, bw], axis=-1), dtype=np.float64)
-        return np.asarray(_sequence_run(k, last, h), dtype=np.float64)
+        return [last], True
     for layer, _, names in keras_h5_write.plan(ckpt):
         if layer.name == name:
-            h = np.asarray(x, dtype=layer.dtype)
-            for nm in names[:-1]:
-                h = model.get_layer(nm)(h)
-            last = model.get_layer(names[-1])
-            if layer.bidirectional:
-                fw = k.ops.convert_to_numpy(last.forward_layer(h))
-                bw = k.ops.convert_to_numpy(last.backward_layer(h))[:, ::-1]
-                y = np.concatenate([fw, bw], axis=-1)
-            else:
-                y = k.ops.convert_to_numpy(last(h))
-            return np.asarray(y, dtype=np.float64)
+            return [model.get_layer(nm) for nm in (names if k is None else names[k:k + 1])], False
     raise KeyError(name)
+

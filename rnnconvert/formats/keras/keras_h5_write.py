@@ -47,9 +47,6 @@ from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...core.transforms import summed_bias
 from ...conventions import keras_names as naming
 
-ROUTE = "tf_keras"
-#: the distribution whose version verification reports for the target side
-ENGINE = "tf_keras"
 _K2_ACTS = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
 
 
@@ -575,27 +572,6 @@ def open_stream(ckpt: Checkpoint, path: str | Path, *, cudnn: bool = False, **_:
     return KerasH5Stream(ckpt, path, cudnn)
 
 
-def _run_last(last, h, bidirectional: bool) -> np.ndarray:
-    """The last Keras layer of a chain on ``h``; a Bidirectional's directions concatenated (merge not
-    applied), the backward one in input time order."""
-    import tensorflow as tf
-
-    if bidirectional:
-        fw = last.forward_layer(h)
-        bw = tf.reverse(last.backward_layer(h), axis=[1])
-        return np.asarray(tf.concat([fw, bw], axis=-1), dtype=np.float64)
-    return np.asarray(last(h), dtype=np.float64)
-
-
-def run_layer(model, names: list[str], bidirectional: bool, x: np.ndarray) -> np.ndarray:
-    """Run Keras layers ``names`` of ``model`` in a chain on ``x``; the last one's directions concatenated."""
-    import tensorflow as tf
-
-    h = tf.convert_to_tensor(x)
-    for nm in names[:-1]:
-        h = model.get_layer(nm)(h)
-    return _run_last(model.get_layer(names[-1]), h, bidirectional)
-
 
 def _text(v: Any) -> str:
     return v.decode("utf8") if isinstance(v, bytes) else str(v)
@@ -613,70 +589,21 @@ def _zero_init(cfg: Any) -> Any:
     return cfg
 
 
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Run layer ``name`` of the written file in tf_keras on ``x`` ``(B, T, I)``; ``(B, T, dirs*H)`` float64.
-
-    Only that layer's Keras layers are made, one at a time (built, loaded, run, dropped: memory is one
-    Keras layer plus TensorFlow, whatever the file's size), by what ``tf_keras.models.load_model`` does
-    for each layer: see :func:`_loaded_layers`.
-    """
-    import tensorflow as tf
-
-    layer, names = _planned(ckpt, name)
-    h = tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype))
-    for kk, klayer in _loaded_layers(path, layer, names, range(len(names))):
-        if kk < len(names) - 1:
-            h = klayer(h)
-        else:
-            return _run_last(klayer, h, layer.bidirectional)
-    raise AssertionError("unreachable")
-
-
-def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
-    """:func:`target_forward` for stacked layer ``k`` of layer ``name`` alone (its Keras layer
-    ``<name>_l<k>``), ``x`` its input; output ``(B, T, dirs*H)`` float64 in input time order."""
-    import tensorflow as tf
-
-    layer, names = _planned(ckpt, name)
-    for _, klayer in _loaded_layers(path, layer, names, [k]):
-        y = _run_last(klayer, tf.convert_to_tensor(np.asarray(x, dtype=layer.dtype)), layer.bidirectional)
-        return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
-    raise AssertionError("unreachable")
-
-
-def cell_step(sub, x: np.ndarray, state: tuple, dtype, to_tensor=None) -> tuple[np.ndarray, np.ndarray | None]:
-    """One step of a Keras recurrent layer ``sub`` (tf_keras or Keras 3) through its own cell: ``sub.cell(x,
-    [h0(, c0)])`` on ``x`` ``(N, I)``, states ``state = (h0 (N, out), c0 (N, H) or None)``; returns
-    ``(h1, c1 or None)`` float64. The cell is what the layer's loop calls at every time step.
-    ``to_tensor``: the framework's tensor constructor (default ``tf.convert_to_tensor``)."""
-    if to_tensor is None:
-        import tensorflow as tf
-
-        to_tensor = tf.convert_to_tensor
-    init = [to_tensor(np.asarray(state[0], dtype))] + ([] if state[1] is None else [to_tensor(np.asarray(state[1], dtype))])
-    _, new = sub.cell(to_tensor(np.asarray(x, dtype)), init)
-    new = list(new) if isinstance(new, (list, tuple)) else [new]
-    h1 = np.asarray(new[0], np.float64)
-    return h1, (np.asarray(new[1], np.float64) if state[1] is not None else None)
-
-
-def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
-    """Verification's one-step check: the Keras layer of stacked layer ``k`` of layer ``name``, made and
-    loaded from the written file as ``load_model`` does (:func:`_loaded_layers`), one step through its
-    cell from each state (:func:`cell_step`; a Bidirectional's forward and backward layers each from
-    their own states). ``[(h1, c1 or None)]`` per direction, float64."""
-    layer, names = _planned(ckpt, name)
-    for _, klayer in _loaded_layers(path, layer, names, [k]):
-        subs = [klayer.forward_layer, klayer.backward_layer] if layer.bidirectional else [klayer]
-        return [cell_step(sub, x, st, layer.dtype) for sub, st in zip(subs, states)]
-    raise AssertionError("unreachable")
-
 
 def _planned(ckpt: Checkpoint, name: str) -> tuple[RNNLayer, list[str]]:
     for layer, _, names in plan(ckpt):
         if layer.name == name:
             return layer, names
     raise KeyError(name)
+
+
+def load(path: str | Path, ckpt: Checkpoint, name: str, which=None):
+    """The tf_keras runtime's view of a written file (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`,
+    :mod:`rnnconvert.runtimes.tf_keras`): ``(dtype, iterator of (k, Keras layer))`` for the stacked layers ``k`` in
+    ``which`` (``None``: all) of layer ``name``, each made and loaded as ``load_model`` does (:func:`_loaded_layers`),
+    one at a time."""
+    layer, names = _planned(ckpt, name)
+    return layer.dtype, _loaded_layers(path, layer, names, range(len(names)) if which is None else which)
 
 
 def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):

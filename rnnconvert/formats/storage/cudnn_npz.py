@@ -35,7 +35,7 @@ import numpy as np
 
 from ...core import cudnn
 from ...errors import FormatError
-from ...core.model import Cell, Checkpoint
+from ...core.model import Cell, Checkpoint, RNNLayer
 
 SPEC_KEY = "__cudnn_spec__"
 MAGIC = "rnnconvert-cudnn-buffer"
@@ -167,22 +167,9 @@ def read(path: str | Path, **_: Any) -> Checkpoint:
     return ckpt
 
 
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Verification: unpack the written buffer and run it through ``torch.nn`` on CPU (float64 result)."""
-    from ..torch import torch_pt
+def load(path: str | Path, name: str, k: int | None = None) -> RNNLayer:
+    """The canonical runtime's view of a written buffer file (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`):
+    layer ``name`` unpacked (:func:`read`), or its stacked layer ``k`` alone as a one-layer layer."""
+    layer = read(path).layer(name)
+    return layer if k is None else layer.one_slab(k)
 
-    back = read(path)
-    mods = torch_pt.modules(Checkpoint(layers=[back.layer(name)]))
-    import torch
-
-    with torch.no_grad():
-        y = mods[name](torch.from_numpy(np.asarray(x)).to(next(mods[name].parameters()).dtype))[0]
-    return y.double().numpy()
-
-
-def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
-    """Verification's one-step check: the written buffer unpacked (:func:`read`) and stacked layer ``k``
-    of layer ``name`` run one step from each state in ``torch.nn`` on CPU."""
-    from ..torch import torch_pt
-
-    return torch_pt.step_canonical(read(path).layer(name), k, x, states)

@@ -21,8 +21,6 @@ Written with fixed zip timestamps, members in a fixed order: identical input giv
 
 from __future__ import annotations
 
-import importlib.util
-
 import json
 import zipfile
 import zlib
@@ -33,14 +31,12 @@ from typing import Any
 import numpy as np
 
 from ...safety import budget
-from ...errors import FormatError, require
+from ...errors import FormatError
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
 SCHEMA = 1
 META = "__rnnconvert__"
 ROUTE = "torch (re-read arrays) or numpy reference"
-#: the distribution whose version verification reports for the target side
-ENGINE = "torch"
 _FIELDS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr", "peep")
 
 
@@ -228,43 +224,8 @@ def _read(p: Path, only: str | None = None, slab: int | None = None, foreign: di
     return replace(ckpt, tensors={k[len("tensors/"):]: v for k, v in arrays.items() if k.startswith("tensors/")})
 
 
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Re-read ``path`` and run layer ``name``: in ``torch.nn`` when torch can express it, else with the
-    numpy reference on the re-read arrays -- then this is a re-read check (the archive round-trips the
-    canonical model), not an independent framework. float64 ``(B, T, dirs*H)``."""
-    return _run(_read(Path(path), only=name).layer(name), x)
+def load(path: str | Path, name: str, k: int | None = None) -> RNNLayer:
+    """The canonical runtime's view of a written ``.npz`` (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`):
+    layer ``name`` re-read (only its members), or its stacked layer ``k`` alone as a one-layer layer."""
+    return _read(Path(path), only=name, slab=k).layer(name)
 
-
-def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
-    """:func:`target_forward` for stacked layer ``k`` of layer ``name`` alone (only its members are read);
-    ``x`` is its input. The output is in input time order (:func:`rnnconvert.core.reference.forward_slab`)."""
-    layer = _read(Path(path), only=name, slab=k).layer(name)
-    if layer.semantics.go_backwards and not layer.bidirectional:
-        from ...core import reference
-
-        return reference.forward_slab(layer, layer.params[0], x)  # forward() would flip the time axis
-    return _run(layer, x)
-
-
-def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
-    """Verification's one-step check of stacked layer ``k`` of layer ``name``, re-read from ``path``: in
-    ``torch.nn`` when torch can express it, else the numpy reference step on the re-read arrays."""
-    from ..torch import torch_pt
-
-    layer = _read(Path(path), only=name, slab=k).layer(name)  # stacked layer k alone, as a one-layer layer
-    if torch_pt.refusals(layer) or importlib.util.find_spec("torch") is None:
-        from ...core import reference
-
-        return [reference.step(layer, p, x, s[0], s[1]) for p, s in zip(layer.params[0], states)]
-    return torch_pt.step_canonical(layer, 0, x, states)
-
-
-def _run(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
-    from ...core import reference
-    from ..torch import torch_pt
-
-    if torch_pt.refusals(layer):
-        return reference.forward(layer, x)
-    torch = require("torch", "torch")
-    sd = torch_pt.state_dict(Checkpoint(layers=[layer]))
-    return torch_pt.run_module(layer, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, x)

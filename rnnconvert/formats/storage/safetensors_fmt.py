@@ -1,10 +1,10 @@
-"""safetensors files (``.safetensors``) with PyTorch's key names: writer, reader, torch verification.
+"""safetensors files (``.safetensors``) with PyTorch's key names: writer, reader, and the torch runtime's view of a written file (:func:`load`).
 
-The tensors and key names are exactly those of :func:`rnnconvert.formats.torch.torch_pt.state_dict`
+The tensors and key names are exactly those of :func:`rnnconvert.conventions.torch_state.state_dict`
 (``<layer>.weight_ih_l{k}[_reverse]`` ``(G*H, in)``, gates LSTM i,f,g,o / GRU r,z,n; LAYOUTS.md §12),
 so ``model.load_state_dict(safetensors.torch.load_file(path))`` loads them into ``nn.LSTM/GRU/RNN``.
 Reading needs no torch (``safetensors.numpy``); the key grouping is shared with the ``.pt`` reader
-(:func:`rnnconvert.formats.torch.torch_pt.group_state_dict`). The file format itself (8-byte little-endian
+(:func:`rnnconvert.conventions.torch_state.group_state_dict`). The file format itself (8-byte little-endian
 header length, JSON header, raw little-endian data) cannot hold code.
 """
 
@@ -22,12 +22,9 @@ from ...errors import FormatError, require
 from ...core.model import Checkpoint
 from ...speed import directio
 from ...conventions import torch_names as naming
-from ..torch import pt_writer, torch_pt
+from ...conventions import torch_state
 
 ROUTE = "torch (safetensors tensors)"
-#: the distribution whose version verification reports for the target side
-ENGINE = "torch"
-
 
 def sniff(head: bytes, path: Path) -> bool:
     """8-byte little-endian header length followed by a JSON object (the safetensors layout)."""
@@ -123,7 +120,7 @@ LAZY = True
 def _read_lazy(p: Path, nonlinearity: str) -> Checkpoint | None:
     """The lazy checkpoint of a safetensors file of ``torch.nn`` recurrent keys: the header checked
     (:func:`records`), every tensor a view of the mapped file (:class:`rnnconvert.speed.mapped.MappedFile`), the
-    recurrent parameters read one slab at a time (:func:`rnnconvert.formats.torch.torch_pt.lazy_state_dict`).
+    recurrent parameters read one slab at a time (:func:`rnnconvert.conventions.torch_state.lazy_state_dict`).
     ``None`` where the eager reader must decide (no ``torch.nn`` keys, hand-written cells beside them, a
     big-endian machine)."""
     import sys
@@ -138,10 +135,10 @@ def _read_lazy(p: Path, nonlinearity: str) -> Checkpoint | None:
         mf = MappedFile(p)
     except OSError as exc:
         raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
-    sd = torch_pt.strip_module_prefix({key: mf.array(start, dt, shape) for key, dt, shape, start, _ in recs})
-    if not torch_pt.has_torch_names(sd):
+    sd = torch_state.strip_module_prefix({key: mf.array(start, dt, shape) for key, dt, shape, start, _ in recs})
+    if not torch_state.has_torch_names(sd):
         return None
-    ckpt = torch_pt.lazy_state_dict(sd, mf, str(p), "safetensors", nonlinearity)
+    ckpt = torch_state.lazy_state_dict(sd, mf, str(p), "safetensors", nonlinearity)
     return None if names.candidates(ckpt.tensors) else ckpt
 
 
@@ -161,20 +158,20 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", map: Any = None, lazy:
         ckpt = _read_lazy(p, nonlinearity)
         if ckpt is not None:
             return ckpt
-    sd = torch_pt.strip_module_prefix(_load(p))
-    if map is not None or not torch_pt.has_torch_names(sd):
+    sd = torch_state.strip_module_prefix(_load(p))
+    if map is not None or not torch_state.has_torch_names(sd):
         from ...core import names
 
         return names.fallback(sd, str(p), "safetensors", {"map": map, "nonlinearity": nonlinearity})
     from ...core import names
 
-    ckpt = torch_pt.group_state_dict(sd, str(p), "safetensors", nonlinearity)
+    ckpt = torch_state.group_state_dict(sd, str(p), "safetensors", nonlinearity)
     return names.add_rest(ckpt, str(p), "safetensors", nonlinearity)  # hand-written cells beside them
 
 
 def check(ckpt: Checkpoint, **opts: Any) -> list[str]:
-    """What ``torch.nn`` cannot express is refused here too (see :func:`rnnconvert.formats.torch.torch_pt.check`)."""
-    return torch_pt.check(ckpt, **opts)
+    """What ``torch.nn`` cannot express is refused here too (see :func:`rnnconvert.conventions.torch_state.check`)."""
+    return torch_state.check(ckpt, **opts)
 
 
 #: The writer streams (one slab at a time; docs/performance.md "Streaming conversion").
@@ -238,7 +235,7 @@ class StreamWriter:
         for i, layer in enumerate(ckpt.layers):
             for k, dirs in enumerate(layer.params):
                 self.pending.add((i, k))
-                for key, d, f in pt_writer.slab_plan(layer, k):
+                for key, d, f in torch_state.slab_plan(layer, k):
                     a = getattr(dirs[d], f)
                     specs[key] = (a.dtype, tuple(a.shape))  # torch's layout is the canonical one: same shapes
         for key, arr in ckpt.tensors.items():
@@ -265,7 +262,7 @@ class StreamWriter:
 
     def write_slab(self, i: int, k: int, dirs: list) -> None:
         """Write stacked layer ``k`` of ``layers[i]`` (its directions ``dirs``, canonical arrays)."""
-        for key, arr in pt_writer.slab_items(self.ckpt.layers[i], k, dirs):
+        for key, arr in torch_state.slab_items(self.ckpt.layers[i], k, dirs):
             self._put(key, arr)
             self.ckpt.release_array(arr)  # written: its pages of a mapped source go now
         self.pending.discard((i, k))
@@ -285,7 +282,7 @@ class StreamWriter:
 def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> StreamWriter:
     """Start writing ``ckpt`` (a lazy skeleton is enough: shapes, names, carried tensors) to ``path``.
 
-    The bytes equal ``safetensors.numpy.save_file(torch_pt.state_dict(ckpt), path, metadata=METADATA)``
+    The bytes equal ``safetensors.numpy.save_file(torch_state.state_dict(ckpt), path, metadata=METADATA)``
     (tested). Assumes :func:`check` passed (the engine calls it,
     once: :mod:`rnnconvert.engine.protocol`)."""
     return StreamWriter(ckpt, path)
@@ -332,38 +329,12 @@ def mapped(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
     return out
 
 
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Load the file's tensors into the ``torch.nn`` module of layer ``name`` and run it; float64 ``(B, T, dirs*H)``.
-
-    The tensors are memory maps of the written file (:func:`mapped`), only those of layer ``name``."""
+def load(path: str | Path, layer, k: int | None = None) -> dict:
+    """The torch runtime's view of a written safetensors file (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`):
+    layer ``layer``'s ``torch.nn`` tensors as torch tensors over memory maps of the file (:func:`mapped`; nothing is
+    read until used). ``k`` is not needed: only what the runtime asks for is touched."""
     torch = require("torch", "torch")
-    sd = {k: torch.from_numpy(v) for k, v in mapped(path, f"{name}.").items()
-          if naming.PARAM_NAME.match(k[len(name) + 1:])}  # a carried tensor under the same prefix is not the module's
-    return torch_pt.run_module(ckpt.layer(name), sd, x)
+    name = layer.name
+    return {key: torch.from_numpy(v) for key, v in mapped(path, f"{name}.").items()
+            if naming.PARAM_NAME.match(key[len(name) + 1:])}  # a carried tensor under the same prefix is not the module's
 
-
-def target_forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
-    """Stacked layer ``k`` of layer ``name`` alone, loaded from the file's memory-mapped tensors into a
-    one-layer ``torch.nn`` module (:func:`rnnconvert.formats.torch.torch_pt.run_slab`); ``x`` is its input."""
-    torch = require("torch", "torch")
-    m = mapped(path, f"{name}.")
-    return torch_pt.run_slab(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]), x)
-
-
-def target_slab_check(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, xf: np.ndarray,
-                      states: list) -> tuple:
-    """:func:`target_forward_slab` on ``x`` and :func:`target_step` on ``xf`` from ``states``, in one torch call
-    (:func:`rnnconvert.formats.torch.torch_pt.run_both`)."""
-    torch = require("torch", "torch")
-    m = mapped(path, f"{name}.")
-    one, sd = torch_pt.slab_state(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]))
-    return torch_pt.run_both(one, sd, x, xf, states)
-
-
-def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
-    """Verification's one-step check: stacked layer ``k`` of layer ``name``, its memory-mapped tensors
-    loaded into a one-layer ``torch.nn`` module (:func:`rnnconvert.formats.torch.torch_pt.run_step`)."""
-    torch = require("torch", "torch")
-    m = mapped(path, f"{name}.")
-    one, sd = torch_pt.slab_state(ckpt.layer(name), k, lambda key: torch.from_numpy(m[key]))
-    return torch_pt.run_step(one, sd, x, states)

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ...core import gates
-from ...errors import FormatError, UnsupportedError, require
+from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
 from . import naming
 
@@ -171,20 +171,16 @@ def write(ckpt: Checkpoint, path: str | Path, **_) -> list[str]:
 
 
 #: Verification runs a written TF1 checkpoint as TensorFlow reads it back, through the TF1 cell equations
-#: (:mod:`.tf1_math`, numpy); its one-step check is the numpy reference on those arrays (no TF1 cell runs
-#: in TensorFlow 2 without tf_keras' legacy layers).
+#: (the ``tf_equations`` runtime, :mod:`rnnconvert.verify.tf1_equations`, numpy).
 ROUTE = "TensorFlow read-back + TF1 cell equations (numpy)"
-ENGINE = "tensorflow"
 
 
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Verification: read the written checkpoint back with TensorFlow and apply the TF1 cell equations
-    (:mod:`.tf1_math`) to the tensors exactly as TF returns them; float64."""
-    from ...verify.tf1_equations import source_forward
+def load(path: str | Path, ckpt: Checkpoint, name: str) -> RNNLayer:
+    """The ``tf_equations`` runtime's view of a written TF1 checkpoint
+    (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`): layer ``name`` as the checkpoint reader gives it back
+    (TensorFlow's reading), with the source layer's run-time clips (not stored in a TF1 checkpoint)."""
     from .tf_checkpoint import read
 
-    back = read(path)
     src = ckpt.layer(name)
-    lay = back.layer(name)
-    lay = lay.with_semantics(cell_clip=src.semantics.cell_clip, proj_clip=src.semantics.proj_clip)
-    return source_forward(lay, x, np.float64)
+    return read(path).layer(name).with_semantics(cell_clip=src.semantics.cell_clip, proj_clip=src.semantics.proj_clip)
+

@@ -131,8 +131,6 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
 
 
 ROUTE = "tf_keras (layers restored by TensorFlow from the checkpoint)"
-#: the distribution whose version verification reports for the target side
-ENGINE = "tensorflow"
 
 
 def _restored(path: str | Path, ckpt: Checkpoint):
@@ -149,22 +147,11 @@ def _restored(path: str | Path, ckpt: Checkpoint):
     return by_name
 
 
-def target_step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
-    """Verification's one-step check: the tf_keras layer of stacked layer ``k`` of layer ``name``, restored
-    from the written checkpoint by TensorFlow, one step through its cell from each state."""
-    from ..keras.keras_h5_write import cell_step
-
-    lay = _restored(path, ckpt)[name][k]
-    layer = ckpt.layer(name)
-    subs = [lay.forward_layer, lay.backward_layer] if layer.bidirectional else [lay]
-    return [cell_step(sub, x, st, np.float32) for sub, st in zip(subs, states)]
-
-
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Verification: fresh tf_keras layers restored from the written checkpoint by TensorFlow, run on ``x``."""
-    tf = require("tensorflow", "tensorflow")
-    by_name = _restored(path, ckpt)
-    y = tf.constant(np.asarray(x, np.float32))
-    for lay in by_name[name]:
-        y = lay(y)
-    return np.asarray(y, np.float64)
+def load(path: str | Path, ckpt: Checkpoint, name: str, which=None):
+    """The tf_keras runtime's view of a written TF2 object checkpoint
+    (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`, :mod:`rnnconvert.runtimes.tf_keras`): fresh tf_keras
+    layers restored from it by TensorFlow (:func:`_restored`), ``(float32, iterator of (k, Keras layer))`` for the
+    stacked layers ``k`` in ``which`` (``None``: all) of layer ``name``."""
+    lays = _restored(path, ckpt)[name]
+    ks = range(len(lays)) if which is None else which
+    return np.float32, ((k, lays[k]) for k in ks)

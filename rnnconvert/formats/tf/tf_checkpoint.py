@@ -380,29 +380,6 @@ def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
 # TF1 name-based
 # ------------------------------------------------------------------------------------------------
 
-def source_forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, raw: list | None = None) -> np.ndarray:
-    """The source side of verification, from the tensors as stored (``raw``, else ``layer.source['raw']``):
-    TF1 cell equations (:mod:`.tf1_math`) for TF1 cells, Keras equations (:mod:`.keras_math`) for TF2
-    Keras layers."""
-    if layer.source.get("class_name") in CELL_SCOPES:
-        from ...verify.tf1_equations import source_forward as fwd
-    else:
-        from ...verify.keras_equations import source_forward as fwd
-    return fwd(layer, x, dtype, raw)
-
-
-def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None,
-                         record: list[dict] | None = None) -> list[np.ndarray]:
-    """:func:`source_forward` of each input of ``xs`` in its own dtype: a TF2 Keras layer's in lockstep
-    (:func:`rnnconvert.verify.keras_equations.source_forward_multi`: each stored tensor turned once and read once
-    per product for all dtypes, and ``record`` filled with the states of ``xs[0]``'s run), a TF1 cell's one dtype
-    after the other (``record`` left empty)."""
-    if layer.source.get("class_name") in CELL_SCOPES:
-        from ...verify.tf1_equations import source_forward as fwd
-        return [fwd(layer, x, x.dtype, raw) for x in xs]
-    from ...verify.keras_equations import source_forward_multi as multi
-    return multi(layer, xs, raw, record)
-
 
 def read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip) -> Checkpoint:
     ckpt = Checkpoint(format="tf_checkpoint", meta={**meta, "kind": "tf1_name"})

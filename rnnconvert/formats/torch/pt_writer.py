@@ -37,53 +37,17 @@ import numpy as np
 
 from ...core import gates
 from ...errors import FormatError, require
-from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
+from ...core.model import Cell, Checkpoint, DirectionParams
 from ...speed import directio
 from . import pt_pickle, pt_zip
-from ...conventions import torch_names as naming
-from ...conventions.torch_names import describe_module, is_cell
+from ...conventions.torch_names import describe_module
+from ...conventions.torch_state import slab_items, slab_plan
 
 #: torch's storage alignment (``torch.serialization._get_storage_alignment()``, default 64) and its
 #: ``version`` record for format version 3 (``caffe2/serialize/versions.h`` ``kProducedFileFormatVersion``
 #: 0x3; ``inline_container.cc`` ``writeEndOfFile``), as torch 2.13 writes them.
 ALIGNMENT = 64
 VERSION_RECORD = b"3\n"
-
-#: (state-dict key, direction, field) of one slab; field is a DirectionParams attribute.
-Plan = list[tuple[str, int, str]]
-
-
-def slab_plan(layer: RNNLayer, k: int) -> Plan:
-    """The state-dict keys of slab ``k`` of ``layer`` in ``torch.nn`` naming and order
-    (``weight_ih, weight_hh, bias_ih, bias_hh, weight_hr`` per direction; ``torch/nn/modules/rnn.py``)."""
-    out: Plan = []
-    cell = is_cell(layer)
-    for d in range(layer.num_directions):
-        for stem, fld in naming.PARAMS:
-            if (fld in ("b_ih", "b_hh") and not layer.bias) or (fld == "w_hr" and not layer.proj_size):
-                continue
-            out.append((naming.param_key(layer.name, stem, k, d, cell), d, fld))
-    return out
-
-
-def slab_items(layer: RNNLayer, k: int, dirs: list[DirectionParams]) -> list[tuple[str, np.ndarray]]:
-    """The state-dict entries of slab ``k`` (loaded ``dirs``): torch's gate order is the canonical one
-    (``gates.TABLE[('torch', cell)]``), so each array is the canonical one made C-contiguous. ``dirs`` has
-    no run-time ``forget_bias`` left: the engine folded it (``FormatSpec.forget_bias``), or
-    :func:`rnnconvert.formats.torch.torch_pt.state_dict` did."""
-    one = layer.one_slab(k, dirs)
-    cv = gates.convention("torch", layer.cell)
-    out = []
-    for key, d, fld in slab_plan(layer, k):
-        arr = getattr(one.params[0][d], fld)
-        if fld in ("w_ih", "w_hh"):
-            arr = gates.from_canonical(arr, cv, layer.cell)
-        elif fld in ("b_ih", "b_hh"):
-            arr = gates.vec_from_canonical(arr, cv, layer.cell)
-        else:
-            arr = np.ascontiguousarray(arr)
-        out.append((key, arr))
-    return out
 
 
 def entries(ckpt: Checkpoint) -> list[tuple[str, tuple[int, ...], np.dtype]]:

@@ -1,6 +1,15 @@
-"""The source side of ``--verify framework`` for Keras HDF5 files: tf_keras itself runs the layer.
+"""The tf_keras runtime: tf_keras layers run a written Keras HDF5 file or TF2 object checkpoint (verification's
+target side), and a Keras HDF5 source file (``--verify framework``, :func:`framework_forward`).
 
-tf_keras is imported inside :func:`framework_forward` only. Each direction of a layer is rebuilt as a
+Target side: a container hands this runtime a written file through its
+:attr:`~rnnconvert.engine.protocol.FormatSpec.load`: ``load(path, ckpt, name, which) -> (dtype, layers)``, the
+dtype its Keras layers compute in and an iterator of ``(k, Keras layer of stacked layer k)`` for ``k`` in
+``which`` (``None``: every stacked layer, in order), each made and loaded from the file as that container's
+own loader does (``keras_h5_write.load``: ``load_model``'s per-layer steps; ``tf2_writer.load``:
+``tf.train.Checkpoint.restore``). A Bidirectional's directions are concatenated, the backward one in input
+time order (:func:`run_last`); one steps go through each direction's own cell (:func:`cell_step`).
+
+``--verify framework``: tf_keras is imported inside :func:`framework_forward` only. Each direction of a layer is rebuilt as a
 tf_keras layer from the file's layer config (weights-only files: from the layer kind, sizes and
 semantics the reader found); the file's own tensors go through tf_keras' legacy HDF5 loader conversion
 (``tf_keras/src/saving/legacy/hdf5_format.py`` ``preprocess_weights_for_loading``: Keras-1 per-gate
@@ -13,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import UnsupportedError
-from ...core.model import Checkpoint, RNNLayer
+from ..core.model import Checkpoint, RNNLayer
+from ..engine.protocol import Runtime
+from ..errors import UnsupportedError
 
 
 def _tf_keras_layer(keras, layer: RNNLayer, backwards: bool):
@@ -85,7 +95,7 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
     """
     import os
 
-    from ...errors import require
+    from ..errors import require
 
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     keras = require("tf_keras", "tensorflow")
@@ -103,3 +113,76 @@ def framework_forward(src_path: str | Path, ckpt: Checkpoint, layer_name: str, x
         y = np.asarray(klayer(xs), dtype=np.float64)
         outs.append(y[:, ::-1] if d == 1 else y)
     return np.concatenate(outs, axis=-1)
+
+
+def run_last(last, h, bidirectional: bool) -> np.ndarray:
+    """The last Keras layer of a chain on ``h``; a Bidirectional's directions concatenated (merge not
+    applied), the backward one in input time order."""
+    import tensorflow as tf
+
+    if bidirectional:
+        fw = last.forward_layer(h)
+        bw = tf.reverse(last.backward_layer(h), axis=[1])
+        return np.asarray(tf.concat([fw, bw], axis=-1), dtype=np.float64)
+    return np.asarray(last(h), dtype=np.float64)
+
+
+def cell_step(sub, x: np.ndarray, state: tuple, dtype, to_tensor=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """One step of a Keras recurrent layer ``sub`` (tf_keras or Keras 3) through its own cell: ``sub.cell(x,
+    [h0(, c0)])`` on ``x`` ``(N, I)``, states ``state = (h0 (N, out), c0 (N, H) or None)``; returns
+    ``(h1, c1 or None)`` float64. The cell is what the layer's loop calls at every time step.
+    ``to_tensor``: the framework's tensor constructor (default ``tf.convert_to_tensor``)."""
+    if to_tensor is None:
+        import tensorflow as tf
+
+        to_tensor = tf.convert_to_tensor
+    init = [to_tensor(np.asarray(state[0], dtype))] + ([] if state[1] is None else [to_tensor(np.asarray(state[1], dtype))])
+    _, new = sub.cell(to_tensor(np.asarray(x, dtype)), init)
+    new = list(new) if isinstance(new, (list, tuple)) else [new]
+    h1 = np.asarray(new[0], np.float64)
+    return h1, (np.asarray(new[1], np.float64) if state[1] is not None else None)
+
+
+def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load) -> np.ndarray:
+    """Run layer ``name`` of the written file in tf_keras on ``x`` ``(B, T, I)``; ``(B, T, dirs*H)`` float64.
+    The container's ``load`` makes its Keras layers one at a time (memory: one Keras layer plus TensorFlow)."""
+    import tensorflow as tf
+
+    layer = ckpt.layer(name)
+    dtype, layers = load(path, ckpt, name, None)
+    h = tf.convert_to_tensor(np.asarray(x, dtype=dtype))
+    for kk, klayer in layers:
+        if kk < layer.num_layers - 1:
+            h = klayer(h)
+        else:
+            return run_last(klayer, h, layer.bidirectional)
+    raise AssertionError("unreachable")
+
+
+def forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, load) -> np.ndarray:
+    """:func:`forward` for stacked layer ``k`` of layer ``name`` alone, ``x`` its input; output
+    ``(B, T, dirs*H)`` float64 in input time order."""
+    import tensorflow as tf
+
+    layer = ckpt.layer(name)
+    dtype, layers = load(path, ckpt, name, [k])
+    for _, klayer in layers:
+        y = run_last(klayer, tf.convert_to_tensor(np.asarray(x, dtype=dtype)), layer.bidirectional)
+        return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
+    raise AssertionError("unreachable")
+
+
+def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list, load) -> list:
+    """Verification's one-step check: the Keras layer of stacked layer ``k`` of layer ``name``, one step through
+    its cell from each state (:func:`cell_step`; a Bidirectional's forward and backward layers each from their
+    own states). ``[(h1, c1 or None)]`` per direction, float64."""
+    layer = ckpt.layer(name)
+    dtype, layers = load(path, ckpt, name, [k])
+    for _, klayer in layers:
+        subs = [klayer.forward_layer, klayer.backward_layer] if layer.bidirectional else [klayer]
+        return [cell_step(sub, x, st, dtype) for sub, st in zip(subs, states)]
+    raise AssertionError("unreachable")
+
+
+RUNTIME = Runtime("tf_keras", engine="tf_keras", forward=forward, forward_slab=forward_slab, step=step,
+                  framework_forward=framework_forward)

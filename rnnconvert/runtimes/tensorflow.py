@@ -1,4 +1,5 @@
-"""``--verify framework`` for TensorFlow sources: TensorFlow itself runs the layer from the source file.
+"""The TensorFlow runtime: ``--verify framework`` for TensorFlow sources, TensorFlow itself running the layer from
+the source file.
 
 * TF1 cells (``lstm_cell``, ``basic_lstm_cell``, ``gru_cell``, ``basic_rnn_cell``): a ``tf.compat.v1``
   graph of the same cells (``LSTMCell`` with the layer's peepholes, ``num_proj``, clipping and
@@ -19,9 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import VerificationError, require
-from ...core.finite import all_finite
-from ...core.model import Checkpoint, RNNLayer
+from ..errors import VerificationError, require
+from ..core.finite import all_finite
+from ..core.model import Checkpoint, RNNLayer
+from ..engine.protocol import Runtime
 
 _TF1_CELLS = ("lstm_cell", "basic_lstm_cell", "gru_cell", "basic_rnn_cell")
 
@@ -99,7 +101,7 @@ def framework_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarr
         VerificationError: TF 2.21 cannot run this kind of layer on CPU (the reason is named).
     """
     tf = require("tensorflow", "tensorflow")
-    from .tf_checkpoint import prefix_of
+    from ..formats.tf.tf_checkpoint import prefix_of
 
     layer = ckpt.layer(name)
     prefix = prefix_of(path)
@@ -117,3 +119,6 @@ def _refuse(why: str, after: str = "") -> None:
     and the CLI's words."""
     raise VerificationError(f"framework verification (verify='framework'): {why}; use verify='reference'{after}",
                             cli=f"--verify framework: {why}; use --verify reference{after}")
+
+
+RUNTIME = Runtime("tensorflow", engine="tensorflow", framework_forward=framework_forward)

@@ -1,0 +1,209 @@
+"""The onnxruntime runtime: a written ONNX model run by onnxruntime on CPU, for verification's target side.
+
+The model is opened from its path (no :attr:`~rnnconvert.engine.protocol.FormatSpec.load`): a layer's sequence
+runs in the written graph pruned to that layer's output (:func:`pruned`, :func:`session`); a slab and its one
+steps run in a one-node graph of the written node (:func:`one_node`). Weights in external data stay in the
+file, mapped by onnxruntime (:func:`options`). onnx and onnxruntime are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.model import Checkpoint
+from ..engine.protocol import Runtime
+from ..errors import FormatError, require
+from ..speed import filerows
+
+
+#: the distribution whose version verification reports for the target side
+
+
+def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=None) -> np.ndarray:
+    """Run layer ``name`` of the written model in onnxruntime (CPU) on ``x`` ``(B, T, I)``.
+
+    Returns the full output sequence ``(B, T, dirs*H)`` as float64, directions concatenated, forward
+    first; ``go_backwards`` layers in processing order (as :func:`rnnconvert.core.reference.forward`).
+    Only the nodes that ``{name}__out`` depends on run (the written graph pruned to that output: a
+    multi-layer model's other layers are neither loaded nor run); weights in external data stay in the
+    file, mapped by onnxruntime (:func:`session`).
+    """
+    return run(session(path, f"{name}__out"), path, name, x)
+
+
+def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list, load=None) -> list:
+    """Verification's one-step check in onnxruntime: the written LSTM/GRU/RNN node of stacked layer ``k``
+    of layer ``name`` (its attributes and weight initializers, external data included, as written), alone
+    in a one-node graph fed ``x`` ``(N, I)`` as ``N`` sequences of length 1 with ``initial_h`` (and
+    ``initial_c``) ``(D, N, H)`` from ``states`` (:func:`one_node`). Returns ``[(Y_h[d], Y_c[d] or None)]``
+    per direction, float64. Only that node's weights are read: external data stays in the file, mapped by
+    onnxruntime."""
+    sess, lstm, dt = one_node(path, ckpt, name, k, states=True)
+    feeds = {"X": np.asarray(x, dt)[None], "initial_h": np.stack([np.asarray(st[0], dt) for st in states])}
+    if lstm:
+        feeds["initial_c"] = np.stack([np.asarray(st[1], dt) for st in states])
+    got = sess.run(["Y", "Y_h"] + (["Y_c"] if lstm else []), feeds)
+    return [(np.asarray(got[1][d], np.float64), np.asarray(got[2][d], np.float64) if lstm else None)
+            for d in range(len(states))]
+
+
+def forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, load=None) -> np.ndarray:
+    """Stacked layer ``k`` of layer ``name`` of the written model alone, in onnxruntime: its node in a one-node
+    graph (:func:`one_node`) fed ``x`` ``(B, T, I_k)`` from zero states. Returns ``(B, T, dirs*H)``
+    float64, directions concatenated, forward first (what the model's ``Transpose``+``Reshape`` after the
+    node give the next stacked layer). Only that node's weights are mapped, and unmapped when this
+    returns: a stacked layer of a multi-GB model is checked without all its slabs in memory."""
+    sess, _, dt = one_node(path, ckpt, name, k, states=False)
+    y = sess.run(["Y"], {"X": np.ascontiguousarray(np.asarray(x, dt).transpose(1, 0, 2))})[0]  # (T, D, B, H)
+    T, D, B, H = y.shape
+    return np.asarray(y, np.float64).transpose(2, 0, 1, 3).reshape(B, T, D * H)
+
+
+def one_node(path: str | Path, ckpt: Checkpoint, name: str, k: int, states: bool):
+    """``(session, is_lstm, dtype)``: the written node of stacked layer ``k`` of layer ``name`` (attributes and
+    weight initializers as written; external data left in the file, mapped by onnxruntime: :func:`options`)
+    alone in a graph with input ``X`` ``(T, N, I)`` and, when ``states``, ``initial_h`` (and ``initial_c``)
+    ``(D, N, H)``; outputs ``Y``, ``Y_h`` (, ``Y_c``). Float64 initializers are run as float32 (onnxruntime's
+    RNN kernels are float32 only, see :func:`session`)."""
+    ort = require("onnxruntime", "onnx")
+    onnx = require("onnx", "onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    layer = ckpt.layer(name)
+    node_name = name if layer.num_layers == 1 else f"{name}.l{k}"
+    model = onnx.load(str(path), load_external_data=False)
+    node = next((n for n in model.graph.node if n.name == node_name), None)
+    if node is None:
+        raise FormatError(f"{path}: no node '{node_name}' (not written by rnnconvert?)")
+    lstm = node.op_type == "LSTM"
+    ins = list(node.input) + [""] * (8 - len(node.input))
+    ins[0], ins[4], ins[5] = "X", "", "initial_h" if states else ""
+    if lstm:
+        ins[6] = "initial_c" if states else ""
+    ins = ins[:8 if lstm else 6]
+    while ins and not ins[-1]:
+        ins.pop()
+    by_name = {t.name: t for t in model.graph.initializer}
+    tensors = []
+    for n in ins:
+        if n in by_name:
+            t = by_name[n]  # external data stays a reference: onnxruntime maps it (options)
+            if t.data_type == TensorProto.DOUBLE:  # onnxruntime's RNN kernels are float32 only (see session)
+                t = onnx.TensorProto()
+                t.CopyFrom(by_name[n])
+                if uses_external_data(t):
+                    load_external_data_for_tensor(t, str(Path(path).resolve().parent))
+                t = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), n)
+            tensors.append(t)
+    dt = np.float16 if any(t.data_type == TensorProto.FLOAT16 for t in tensors) else np.float32
+    elem = TensorProto.FLOAT16 if dt == np.float16 else TensorProto.FLOAT
+    outs = ["Y", "Y_h"] + (["Y_c"] if lstm else [])
+    step = helper.make_node(node.op_type, ins, outs, name=node.name)
+    step.attribute.extend(node.attribute)
+    H, D = layer.hidden_size, layer.num_directions
+    feeds = [helper.make_tensor_value_info("X", elem, ["T", "N", None])]
+    if states:
+        feeds += [helper.make_tensor_value_info(key, elem, [D, "N", H])
+                  for key in (["initial_h", "initial_c"] if lstm else ["initial_h"])]
+    graph = helper.make_graph([step], "rnnconvert_step", feeds,
+                              [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=tensors)
+    m = helper.make_model(graph, opset_imports=model.opset_import)
+    m.ir_version = model.ir_version
+    return ort.InferenceSession(m.SerializeToString(), options(path), providers=["CPUExecutionProvider"]), lstm, dt
+
+
+#: One onnxruntime session, keyed by the file's identity and the output it computes: verification runs
+#: one layer at a time, and a session maps (or, inline, holds) the weights it needs.
+#: :func:`release` (called by verification when it is done) drops it.
+_SESSION: dict[tuple, Any] = {}
+
+
+def release() -> None:
+    """Drop the cached onnxruntime session (and the weights it holds)."""
+    _SESSION.clear()
+
+
+def options(path: str | Path):
+    """Session options of verification's runs: no pre-packing (the LSTM/GRU kernels otherwise re-lay every
+    weight matrix for their GEMMs when the session is built: 8 s and a private copy of the weights for the 3
+    GB benchmark model; without it they read the weights as stored, at the same outputs,
+    docs/performance.md), and external data found beside ``path`` for a model given as bytes
+    (``session.model_external_initializers_file_folder_path``: onnxruntime maps the data file, no copy)."""
+    ort = require("onnxruntime", "onnx")
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.disable_prepacking", "1")
+    opts.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                  str(Path(path).resolve().parent))
+    return opts
+
+
+def pruned(model, outputs: list[str]):
+    """``model`` (an ``onnx.ModelProto``, external data not loaded) reduced to what ``outputs`` depend on:
+    the nodes on a path to them (walking the topologically sorted node list backwards), the initializers
+    and graph inputs those nodes read; external data references kept as they are."""
+    from onnx import helper
+
+    need, keep = set(outputs), []
+    for node in reversed(model.graph.node):
+        if any(o in need for o in node.output):
+            keep.append(node)
+            need.update(i for i in node.input if i)
+    keep.reverse()
+    inits = [t for t in model.graph.initializer if t.name in need]
+    names = {t.name for t in inits}
+    graph = helper.make_graph(keep, model.graph.name or "rnnconvert",
+                              [v for v in model.graph.input if v.name in need and v.name not in names],
+                              [v for v in model.graph.output if v.name in outputs], initializer=inits)
+    m = helper.make_model(graph, opset_imports=model.opset_import)
+    m.ir_version = model.ir_version
+    return m
+
+
+def session(path: str | Path, output: str):
+    """A session computing graph output ``output`` of the written model (:func:`pruned`), cached."""
+    ort = require("onnxruntime", "onnx")
+    onnx = require("onnx", "onnx")
+    from onnx import TensorProto, numpy_helper
+
+    key = (*filerows.identity(path), output)
+    if key in _SESSION:
+        return _SESSION[key]
+    _SESSION.clear()
+    model = onnx.load(str(path), load_external_data=False)
+    doubles = any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer)
+    if doubles:
+        # onnxruntime's CPU LSTM/GRU/RNN kernels are float32 only ("does not support double yet"):
+        # run a float32 copy; the verification tolerance already allows for float32 evaluation.
+        model = onnx.load(str(path))
+        for t in list(model.graph.initializer):
+            if t.data_type == TensorProto.DOUBLE:
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+        for v in list(model.graph.input) + list(model.graph.output):
+            v.type.tensor_type.elem_type = TensorProto.FLOAT
+    small = pruned(model, [output])
+    if len(small.graph.node) == len(model.graph.node) and not doubles:  # nothing to prune: onnxruntime
+        sess = ort.InferenceSession(str(path), options(path), providers=["CPUExecutionProvider"])  # reads the file
+    else:
+        sess = ort.InferenceSession(small.SerializeToString(), options(path), providers=["CPUExecutionProvider"])
+    _SESSION[key] = sess
+    return sess
+
+
+def run(sess, path, name: str, x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    feeds = {}
+    for i in sess.get_inputs():
+        dt = np.float64 if i.type == "tensor(double)" else np.float32
+        feeds[i.name] = x.astype(dt) if i.name == f"{name}__in" else np.zeros((x.shape[0], x.shape[1], i.shape[2]), dt)
+    if f"{name}__in" not in feeds:
+        raise FormatError(f"{path}: no graph input '{name}__in' (not written by rnnconvert?)")
+    (y,) = sess.run([f"{name}__out"], feeds)
+    return np.asarray(y, dtype=np.float64)
+
+
+RUNTIME = Runtime("onnxruntime", engine="onnxruntime", forward=forward, forward_slab=forward_slab, step=step,
+                  release=release)
