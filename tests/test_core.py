@@ -95,10 +95,12 @@ def test_verification_catches_a_wrong_file(tmp_path):
 
 @pytest.mark.parametrize("family,cell", [("keras", Cell.LSTM), ("keras", Cell.GRU), ("onnx", Cell.LSTM)])
 def test_large_kernels_take_the_tiled_transpose_bit_exactly(family, cell):
-    """Kernels above 65536 elements go through the tiled copy of gates.contiguous (issue 7): the canonical
-    matrix must equal, bit for bit, the file's gate blocks picked by hand (Keras: column block j of the
-    (in, G*H) kernel, transposed), with odd sizes so that the last tile is partial."""
+    """Kernels above 65536 elements go through the tiled copy of speed.transpose.contiguous (issue 7): the
+    canonical matrix must equal, bit for bit, the file's gate blocks picked by hand (Keras: column block j of the
+    (in, G*H) kernel, transposed), with odd sizes so that the last tile is partial; and the plain turns of
+    core.gates give the same bits."""
     from rnnconvert.core import gates
+    from rnnconvert.speed import transpose
 
     G, H, I = cell.gates, 67, 401
     conv = gates.convention(family, cell)
@@ -109,8 +111,9 @@ def test_large_kernels_take_the_tiled_transpose_bit_exactly(family, cell):
     else:
         k = np.asfortranarray(rng.standard_normal((G * H, I)).astype(np.float32))  # a transposed view's layout
         blocks = {g: k[j * H:(j + 1) * H] for j, g in enumerate(conv.gate_order)}
-    out = gates.to_canonical(k, conv, cell)
+    out = transpose.to_canonical(k, conv, cell)
     assert out.flags.c_contiguous and k.size > 65536
     assert np.array_equal(out, np.concatenate([blocks[g] for g in CANONICAL[cell]]))
-    back = gates.from_canonical(out, conv, cell)
-    assert np.array_equal(back, k)
+    assert np.array_equal(gates.to_canonical(k, conv, cell), out)
+    back = transpose.from_canonical(out, conv, cell)
+    assert np.array_equal(back, k) and np.array_equal(gates.from_canonical(out, conv, cell), k)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rnnconvert.verify import bounds
 import rnnconvert
 from conftest import FIXTURES
 from rnnconvert.core import cudnn, reference
@@ -23,7 +24,7 @@ from test_cudnn import random_layer
 
 
 def _off_tanh(sign):
-    u = reference.unit_roundoff(np.float32)
+    u = bounds.unit_roundoff(np.float32)
     return lambda z: np.tanh(z) + sign * CUDNN_TANH_ULPS * u * (1 + np.abs(np.tanh(z)))
 
 
@@ -35,11 +36,11 @@ def test_declared_accuracy_bounds_a_step_with_tanh_off_by_the_measured_error(cel
     x = np.random.default_rng(3).normal(size=(64, 8)).astype(np.float32)
     h0 = np.zeros((64, 16), np.float32)
     c0 = h0 if cell is Cell.LSTM else None
-    u = reference.unit_roundoff(np.float32)
-    (h1, _), (dh, _) = reference.step_with_bound(layer, p, x, h0, c0, u, act_ulps=CUDNN_ACT_ULPS)
+    u = bounds.unit_roundoff(np.float32)
+    (h1, _), (dh, _) = bounds.step_with_bound(layer, p, x, h0, c0, u, act_ulps=CUDNN_ACT_ULPS)
     off = reference.forward_multi(layer, [x[:, None, :]], acts={"tanh": _off_tanh(sign)})[0][:, 0]
     assert (np.abs(off - h1) <= dh).all()
-    (_, _), (dh16, _) = reference.step_with_bound(layer, p, x, h0, c0, u)
+    (_, _), (dh16, _) = bounds.step_with_bound(layer, p, x, h0, c0, u)
     assert (np.abs(off - h1) > dh16).any()  # the default 16 ulps would fail this step
 
 

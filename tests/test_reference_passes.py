@@ -10,6 +10,8 @@ over ``W_hh``) equals ``step`` and ``step_bound`` up to float64 rounding, and le
 import numpy as np
 import pytest
 
+from rnnconvert.speed import kernels
+from rnnconvert.verify import bounds
 from rnnconvert.core import reference
 from rnnconvert.core.model import Cell, DirectionParams, RNNLayer
 
@@ -27,24 +29,29 @@ def _layer(cell, dtype, bidirectional=True, I=5, H=70):
                     params=[[dp() for _ in range(2 if bidirectional else 1)]])
 
 
+@pytest.mark.parametrize("kern", ["plain", "fast"])
 @pytest.mark.parametrize("cell", [Cell.LSTM, Cell.GRU, "GRU reset_before", Cell.RNN_TANH])
-def test_trajectory_multi_is_trajectory_and_forward(cell):
+def test_trajectory_multi_is_trajectory_and_forward(cell, kern):
+    """The same equations with either implementation of the products: the readable default
+    (:data:`rnnconvert.core.reference.PLAIN`) and verification's (:data:`rnnconvert.speed.kernels.FAST`), and the
+    two agree in float64 (they differ only in the order of BLAS's sums)."""
+    kw = {"kernels": kernels.FAST} if kern == "fast" else {}
     layer = _layer(cell, np.float32)
     x = np.random.default_rng(1).standard_normal((3, 6, 5)).astype(np.float32)
     dirs = layer.params[0]
-    y, recs = reference.trajectory(layer, dirs, x)
-    (y32, y64), recs2 = reference.trajectory_multi(layer, dirs, [x, x.astype(np.float64)])
+    y, recs = reference.trajectory(layer, dirs, x, **kw)
+    (y32, y64), recs2 = reference.trajectory_multi(layer, dirs, [x, x.astype(np.float64)], **kw)
     assert y32.dtype == np.float32 and np.array_equal(y32, y)
     for a, b in zip(recs, recs2):
         assert np.array_equal(a["h"], b["h"])
-    ref = reference.forward_slab(layer, dirs, x)
+    ref = reference.forward_slab(layer, dirs, x)  # the plain products, in float64
     assert np.allclose(y64, ref, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("cell", [Cell.LSTM, Cell.GRU, "GRU reset_before", Cell.RNN_TANH])
 def test_step_with_bound_is_step_and_bound(cell, dtype, monkeypatch):
-    monkeypatch.setattr(reference, "BLOCK_BYTES", 1)  # 64-row blocks: several blocks and a short last one
+    monkeypatch.setattr(kernels, "BLOCK_BYTES", 1)  # 64-row blocks: several blocks and a short last one
     layer = _layer(cell, dtype, bidirectional=False)
     p = layer.params[0][0]
     before = p.w_hh.copy()
@@ -52,18 +59,18 @@ def test_step_with_bound_is_step_and_bound(cell, dtype, monkeypatch):
     x = rng.standard_normal((9, 5)).astype(np.float32)
     h0 = rng.standard_normal((9, 70)).astype(np.float32)
     c0 = rng.standard_normal((9, 70)).astype(np.float32) if cell is Cell.LSTM else None
-    u = reference.unit_roundoff(np.float32)
-    (h1, c1), (dh, dc) = reference.step_with_bound(layer, p, x, h0, c0, u)
+    u = bounds.unit_roundoff(np.float32)
+    (h1, c1), (dh, dc) = bounds.step_with_bound(layer, p, x, h0, c0, u)
     assert np.array_equal(p.w_hh, before)
     eh, ec = reference.step(layer, p, x, h0, c0)
-    bh, bc = reference.step_bound(layer, p, x, h0, c0, u)
+    bh, bc = bounds.step_bound(layer, p, x, h0, c0, u)
     assert np.allclose(h1, eh, rtol=1e-12, atol=1e-12) and np.allclose(dh, bh, rtol=1e-9, atol=0)
     if cell is Cell.LSTM:
         assert np.allclose(c1, ec, rtol=1e-12, atol=1e-12) and np.allclose(dc, bc, rtol=1e-9, atol=0)
 
 
 def test_float32_magnitudes_bound_the_exact_ones():
-    """reference._lin's magnitude of float32/float16 weights, summed in float32 and raised by its own error
+    """bounds.lin's magnitude of float32/float16 weights, summed in float32 and raised by its own error
     bound (reference._magnitude32), is never below the exact ``|v| @ |w|.T``: checked against exact rational
     sums (fractions) on rows with wide-ranging, tiny (products below float32's normal range) and huge
     (float32 overflow: float64 fallback) values, and states that are not float32 numbers (rounded up)."""
@@ -79,7 +86,7 @@ def test_float32_magnitudes_bound_the_exact_ones():
     v[2, :3] = 10.0
     v[0, 0] = 1.0 + 2.0 ** -40  # not a float32 number
     for wt in (w, np.clip(w, -6e4, 6e4).astype(np.float16)):  # float16 weights: widened per block
-        _, mag = reference._lin(wt, v)
+        _, mag = bounds.lin(wt, v)
         for a in range(v.shape[0]):
             for b in range(wt.shape[0]):
                 exact = sum(Fraction(abs(float(x))) * Fraction(abs(float(y))) for x, y in zip(v[a], wt[b]))
@@ -87,7 +94,7 @@ def test_float32_magnitudes_bound_the_exact_ones():
 
 
 def test_float16_widening_is_exact_by_torch_or_numpy(monkeypatch):
-    """reference.widen_into: every finite float16 (and the infinities), subnormals and signed zeros included,
+    """kernels.widen_into: every finite float16 (and the infinities), subnormals and signed zeros included,
     widened to float32 bit for bit as numpy's own cast does (the oracle: numpy's IEEE conversion), through
     torch when it is imported (a vectorised conversion, in pieces of torch's grain size) and through numpy
     when it is not, or while it is still importing."""
@@ -99,15 +106,15 @@ def test_float16_widening_is_exact_by_torch_or_numpy(monkeypatch):
     h = np.concatenate([h[~np.isnan(h)]] * 3)  # longer than one torch piece
     want = h.astype(np.float32)
     pytest.importorskip("torch")
-    got = reference.widen_into(np.empty(h.shape, np.float32), h)
+    got = kernels.widen_into(np.empty(h.shape, np.float32), h)
     assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
     half = types.ModuleType("torch")
     half.__spec__ = types.SimpleNamespace(_initializing=True)  # a torch still being imported: not used
     monkeypatch.setitem(sys.modules, "torch", half)
-    got = reference.widen_into(np.empty(h.shape, np.float32), h)
+    got = kernels.widen_into(np.empty(h.shape, np.float32), h)
     assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
     monkeypatch.delitem(sys.modules, "torch")
-    got = reference.widen_into(np.empty(h.shape, np.float32), h)
+    got = kernels.widen_into(np.empty(h.shape, np.float32), h)
     assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
 
 
@@ -120,7 +127,7 @@ def test_zero_rows_skip_the_products_and_change_nothing(dtype):
     w = (rng.standard_normal((300, 40)) * 0.5).astype(dtype)
     v = rng.standard_normal((6, 40)).astype(np.float32).astype(np.float64)
     v[[0, 2, 5]] = 0.0
-    val, mag = reference._lin(w, v)
+    val, mag = bounds.lin(w, v)
     assert not val[[0, 2, 5]].any() and not mag[[0, 2, 5]].any()
     dense = v[[1, 3, 4]] @ w.astype(np.float64).T
     np.testing.assert_allclose(val[[1, 3, 4]], dense, rtol=1e-12, atol=1e-12)
@@ -129,5 +136,5 @@ def test_zero_rows_skip_the_products_and_change_nothing(dtype):
         np.testing.assert_allclose(mag[[1, 3, 4]], exact, rtol=1e-12)
     else:  # float32/float16: summed in float32 and raised to a bound (_magnitude32)
         assert (mag[[1, 3, 4]] >= exact).all()
-    zval, zmag = reference._lin(w, np.zeros((3, 40)))
+    zval, zmag = bounds.lin(w, np.zeros((3, 40)))
     assert zval.shape == zmag.shape == (3, 300) and not zval.any() and not zmag.any()

@@ -4,9 +4,9 @@
 
 Rule (``engine/verify.py``, ``docs/cli.md`` "Verdicts"): where the bound exceeds ``fraction(u)`` of the
 output's scale, the layer is ``ok`` only if every gate-block swap (in ``W_ih``, ``W_hh``, the biases, or
-all three: :func:`rnnconvert.core.reference.swap_escapes`) would fail the comparison on the same states;
+all three: :func:`rnnconvert.core.escapes.swap_escapes`) would fail the comparison on the same states;
 otherwise ``inconclusive``, naming a swap that could pass. The states include three probes
-(:func:`rnnconvert.core.reference.probe_rows`: zero input and state, one-hot input, one-hot state) whose
+(:func:`rnnconvert.core.escapes.probe_rows`: zero input and state, one-hot input, one-hot state) whose
 bound stays small, so that swaps of the biases show where ``|W x|`` dwarfs them. These tests show the rule can fail both ways:
 a wrongly ordered file still FAILS where the rule says ``ok``, and a model whose swapped gates compute
 the same function (so no check can see the swap) stays ``inconclusive``. Oracle of the numbers compared:
@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rnnconvert.verify import escapes
+from rnnconvert.verify import bounds
 from rnnconvert import api
 from rnnconvert.core import reference
 from rnnconvert.core.model import Cell, DirectionParams, RNNLayer, Semantics
@@ -44,9 +46,9 @@ def _src(path, tie_if: bool = False):
 
 @pytest.fixture(params=[256, 3], ids=["all-units", "unit-subset-first"])
 def swap_units(request, monkeypatch):
-    """``reference.SWAP_UNITS``: the default (above this layer's 16 units: one round per set of rows) and 3 (a
+    """``escapes.SWAP_UNITS``: the default (above this layer's 16 units: one round per set of rows) and 3 (a
     first round on 3 of the 16 units, as a large layer's): the verdicts below must not depend on it."""
-    monkeypatch.setattr(reference, "SWAP_UNITS", request.param)
+    monkeypatch.setattr(escapes, "SWAP_UNITS", request.param)
     return request.param
 
 
@@ -89,8 +91,8 @@ def test_swap_escapes_says_where_it_cannot_tell(kind, kw, why, tmp_path):
     h0 = 0.5 * rng.standard_normal((4, layer.output_size))
     c0 = 0.5 * rng.standard_normal((4, 5)) if kind == "LSTM" else None
     parts: dict = {}
-    reference.step_with_bound(layer, p, x, h0, c0, 2.0 ** -24, parts=parts)
-    got = reference.swap_escapes(layer, p, h0, c0, parts, 2.0 ** -24)
+    bounds.step_with_bound(layer, p, x, h0, c0, 2.0 ** -24, parts=parts)
+    got = escapes.swap_escapes(layer, p, h0, c0, parts, 2.0 ** -24)
     if why:
         assert got.startswith("n/a") and why in got
     else:
@@ -126,11 +128,11 @@ def test_swap_escapes_answer_does_not_depend_on_the_unit_subset(cell, monkeypatc
         h0 = 0.5 * rng.standard_normal((7, Hs)).astype(np.float32)
         c0 = rng.standard_normal((7, Hs)).astype(np.float32) if c is Cell.LSTM else None
         parts: dict = {}
-        reference.step_with_bound(layer, p, x, h0, c0, 2.0 ** -24, parts=parts)
+        bounds.step_with_bound(layer, p, x, h0, c0, 2.0 ** -24, parts=parts)
         answers = []
         for units in (10 ** 6, 4):
-            monkeypatch.setattr(reference, "SWAP_UNITS", units)
-            answers.append([reference.swap_escapes(layer, p, h0, c0, parts, 2.0 ** -24, rows=rows)
+            monkeypatch.setattr(escapes, "SWAP_UNITS", units)
+            answers.append([escapes.swap_escapes(layer, p, h0, c0, parts, 2.0 ** -24, rows=rows)
                             for rows in (None, np.r_[0:2, 4:7])])
         assert answers[0] == answers[1], trial
         seen.update(a is None for a in answers[0])

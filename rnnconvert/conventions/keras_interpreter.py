@@ -44,6 +44,7 @@ from ..core.model import (
 )
 from . import keras_names as naming
 from .keras_names import BIAS, KERNEL, RECURRENT_KERNEL, WEIGHTS, base_name as _base
+from ..speed import transpose
 
 _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu",
               "linear": "linear", "softsign": "softsign", None: "linear"}
@@ -564,7 +565,7 @@ def _rows(src: Any, where: str):
 def _kernel(src: Any, spec: DirSpec, where: str, take=np.empty) -> np.ndarray:
     """A Keras kernel ``(width, G*H)`` (array or dataset) as canonical ``(G*H, width)``, row block by row
     block (peak memory: the result plus one block). Plain families: the tiled turn of
-    :func:`rnnconvert.core.gates.to_canonical_block`; CuDNN form: each gate slice's rows are a contiguous piece
+    :func:`rnnconvert.speed.transpose.to_canonical_block`; CuDNN form: each gate slice's rows are a contiguous piece
     of cuDNN's row-major ``(H, width)`` matrix (see :func:`_cudnn_bytes_to_rows`), copied as they are.
     Bit-exact. ``take(shape, dtype)`` gives the result's array (default ``np.empty``; a lazy reader's
     :class:`~rnnconvert.speed.pool.ArrayPool`), every element of which is written."""
@@ -578,7 +579,7 @@ def _kernel(src: Any, spec: DirSpec, where: str, take=np.empty) -> np.ndarray:
             for cols, rows in moves:
                 out[rows].reshape(-1)[r0 * H:(r0 + n) * H].reshape(n, H)[...] = block[:, cols]
         else:
-            gates.to_canonical_block(block, conv, cell, out, r0)
+            transpose.to_canonical_block(block, conv, cell, out, r0)
     return out
 
 

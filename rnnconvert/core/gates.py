@@ -106,36 +106,14 @@ def convention(family: str, cell: Cell) -> Convention:
     return TABLE[(family, cell)]
 
 
-_TILE = 16  # rows per tile of the blocked transpose (16 float32 = one 64-byte cache line per output row)
-#: Rows per tile of the one-pass :func:`to_canonical_block` when the block's row stride is not a multiple of 1 KiB
-#: (the padded read buffer of ``interpreter._rows``): such rows do not share L1 cache sets, so longer tiles pay
-#: (measured, docs/performance.md Session 3). Rows a multiple of 1 KiB apart (every large ``G*H``) use :data:`_TILE`.
-_TILE_SPREAD = 64
 
-
-def contiguous(m: np.ndarray) -> np.ndarray:
-    """``m`` as a C-contiguous array: ``m`` itself when it already is, else a copy.
-
-    A transposed 2-D view (the ``(in, G*H)`` -> ``(G*H, in)`` turn of every Keras/TF kernel) is copied in
-    tiles of :data:`_TILE` source rows, so that each output row receives a full cache line per tile:
-    about 5x faster than ``np.ascontiguousarray(m)`` on multi-MB matrices (docs/performance.md). Bit-exact.
-    """
-    if m.flags.c_contiguous:
-        return m
-    if m.ndim != 2 or not m.flags.f_contiguous or m.size < (1 << 16):
-        return np.ascontiguousarray(m)
-    out = np.empty(m.shape, m.dtype)
-    src = m.T  # C-contiguous (cols, rows)
-    for i in range(0, src.shape[0], _TILE):
-        out[:, i:i + _TILE] = src[i:i + _TILE].T
-    return out
-
-
-def reorder(blocks: np.ndarray, src: str, dst: str, axis: int = 0) -> np.ndarray:
+def reorder(blocks: np.ndarray, src: str, dst: str, axis: int = 0, *, turn=np.ascontiguousarray) -> np.ndarray:
     """Reorder the ``len(src)`` equal gate blocks of ``blocks`` along ``axis`` from ``src`` to ``dst``.
 
     A pure permutation: the result is bit-identical element by element (C-contiguous; ``blocks``
-    itself when it is C-contiguous and ``src == dst``, else a new array).
+    itself when it is C-contiguous and ``src == dst``, else a new array). ``turn``: how a non-contiguous
+    (transposed) matrix is made C-contiguous (plain numpy; :mod:`rnnconvert.speed.transpose` passes a faster,
+    bit-exact one).
 
     Raises:
         ValueError: ``src`` and ``dst`` are not permutations of each other, or the axis length is
@@ -147,26 +125,26 @@ def reorder(blocks: np.ndarray, src: str, dst: str, axis: int = 0) -> np.ndarray
     if n % len(src):
         raise ValueError(f"axis of length {n} does not split into {len(src)} gate blocks")
     if src == dst:
-        return contiguous(blocks)
+        return turn(blocks)
     if axis == 0 and blocks.ndim == 2 and not blocks.flags.c_contiguous:
-        blocks = contiguous(blocks)  # turn first (tiled), then move whole row blocks (memcpy speed)
+        blocks = turn(blocks)  # turn first, then move whole row blocks
     parts = dict(zip(src, np.split(blocks, len(src), axis=axis)))
     return np.ascontiguousarray(np.concatenate([parts[g] for g in dst], axis=axis))
 
 
-def to_canonical(mat: np.ndarray, conv: Convention, cell: Cell) -> np.ndarray:
+def to_canonical(mat: np.ndarray, conv: Convention, cell: Cell, *, turn=np.ascontiguousarray) -> np.ndarray:
     """Turn a matrix stored under ``conv`` into canonical ``(G*H, in)`` in canonical gate order.
 
     Only transposes and block permutations: bit-exact.
     """
     m = mat.T if conv.orientation == "in_out" else mat
-    return reorder(m, conv.gate_order, CANONICAL[cell], axis=0)
+    return reorder(m, conv.gate_order, CANONICAL[cell], axis=0, turn=turn)
 
 
-def from_canonical(mat: np.ndarray, conv: Convention, cell: Cell) -> np.ndarray:
+def from_canonical(mat: np.ndarray, conv: Convention, cell: Cell, *, turn=np.ascontiguousarray) -> np.ndarray:
     """Inverse of :func:`to_canonical`: canonical ``(G*H, in)`` into the layout of ``conv``."""
-    m = reorder(mat, CANONICAL[cell], conv.gate_order, axis=0)
-    return contiguous(m.T) if conv.orientation == "in_out" else m
+    m = reorder(mat, CANONICAL[cell], conv.gate_order, axis=0, turn=turn)
+    return turn(m.T) if conv.orientation == "in_out" else m
 
 
 def vec_to_canonical(vec: np.ndarray, conv: Convention, cell: Cell) -> np.ndarray:
@@ -194,51 +172,3 @@ def gate_moves(src: str, dst: str, hidden: int) -> list[tuple[slice, slice]]:
             for j, g in enumerate(src)]
 
 
-def to_canonical_block(block: np.ndarray, conv: Convention, cell: Cell, out: np.ndarray, col: int) -> None:
-    """Rows ``col : col + n`` of an ``in_out`` matrix stored under ``conv`` (``block``, ``(n, G*H)``) into
-    columns ``col : col + n`` of the canonical ``out`` ``(G*H, in)``: :func:`to_canonical` one row block at
-    a time, so that a multi-GB kernel is turned without a second full-size copy (streaming reads,
-    docs/performance.md). Any strides work. Bit-exact.
-
-    Two ways, the faster one measured per item size (docs/performance.md, Session 3): 2-byte items (float16)
-    in one pass, each tile of block rows (:data:`_TILE`, or :data:`_TILE_SPREAD` when the rows do not share
-    cache sets) transposed straight into the rows of ``out`` that its gate blocks go to (:func:`gate_moves`);
-    wider items through a cache-sized temporary (the block turned with :func:`contiguous`), then whole gate
-    blocks moved as ``4n``-byte (or wider) row pieces, which measured 5-15% faster than the one pass.
-
-    Raises:
-        ValueError: ``conv`` is not ``in_out``, or the block's width is not ``G*H`` of ``out``.
-    """
-    if conv.orientation != "in_out" or block.ndim != 2 or block.shape[1] != out.shape[0]:
-        raise ValueError(f"block {block.shape} does not fit canonical {out.shape} ({conv.orientation})")
-    n = block.shape[0]
-    moves = gate_moves(conv.gate_order, CANONICAL[cell], out.shape[0] // len(conv.gate_order))
-    if block.itemsize > 2:
-        t = contiguous(block.T)  # (G*H, n) in the stored gate order
-        for src, dst in moves:
-            out[dst, col:col + n] = t[src]
-        return
-    if all(src == dst for src, dst in moves):  # stored in canonical order (Keras LSTM): one move per tile
-        moves = [(slice(0, out.shape[0]), slice(0, out.shape[0]))]
-    rows = _TILE if block.strides[0] % 1024 == 0 else _TILE_SPREAD
-    for i in range(0, n, rows):
-        tile = block[i:i + rows]
-        cols = slice(col + i, col + i + tile.shape[0])
-        for src, dst in moves:
-            out[dst, cols] = tile[:, src].T
-
-
-def from_canonical_block(mat: np.ndarray, conv: Convention, cell: Cell, r0: int, r1: int) -> np.ndarray:
-    """Rows ``r0:r1`` of :func:`from_canonical` ``(mat)`` for an ``in_out`` convention, ``(r1 - r0, G*H)``
-    C-contiguous, computed from columns ``r0:r1`` of the canonical ``mat`` only (streaming writes).
-    Bit-exact.
-
-    Raises:
-        ValueError: ``conv`` is not ``in_out``.
-    """
-    if conv.orientation != "in_out":
-        raise ValueError(f"from_canonical_block needs an in_out convention, not {conv.orientation}")
-    t = np.empty((mat.shape[0], r1 - r0), mat.dtype)
-    for dst, src in gate_moves(conv.gate_order, CANONICAL[cell], mat.shape[0] // len(conv.gate_order)):
-        t[dst] = mat[src, r0:r1]
-    return contiguous(t.T)

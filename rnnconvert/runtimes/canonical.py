@@ -20,6 +20,7 @@ from ..core import reference
 from ..core.model import Checkpoint, RNNLayer
 from ..engine.protocol import Runtime
 from ..errors import require
+from ..speed.kernels import FAST
 from . import torch as torch_rt
 
 
@@ -27,7 +28,7 @@ def run(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
     """``layer`` on ``x`` ``(B, T, I)`` in ``torch.nn`` when torch can express it, else the numpy reference;
     float64 ``(B, T, dirs*out)``."""
     if torch_state.refusals(layer):
-        return reference.forward(layer, x)
+        return reference.forward(layer, x, kernels=FAST)
     torch = require("torch", "torch")
     sd = torch_state.state_dict(Checkpoint(layers=[layer]))
     return torch_rt.run_module(layer, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, x)
@@ -43,7 +44,7 @@ def forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nd
     the output in input time order (:func:`rnnconvert.core.reference.forward_slab`)."""
     layer = load(path, name, k)
     if layer.semantics.go_backwards and not layer.bidirectional:
-        return reference.forward_slab(layer, layer.params[0], x)  # forward() would flip the time axis
+        return reference.forward_slab(layer, layer.params[0], x, kernels=FAST)  # forward() would flip the time axis
     return run(layer, x)
 
 
@@ -52,7 +53,7 @@ def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, s
     express it and is installed, else the numpy reference step on the re-read arrays."""
     layer = load(path, name, k)  # stacked layer k alone, as a one-layer layer
     if torch_state.refusals(layer) or importlib.util.find_spec("torch") is None:
-        return [reference.step(layer, p, x, s[0], s[1]) for p, s in zip(layer.params[0], states)]
+        return [reference.step(layer, p, x, s[0], s[1], kernels=FAST) for p, s in zip(layer.params[0], states)]
     return torch_rt.step_canonical(layer, 0, x, states)
 
 

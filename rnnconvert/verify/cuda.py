@@ -22,7 +22,7 @@ differs from the float64 reference by more than float32 numpy does (the realworl
 over 8 steps against a tolerance of 1.5e-5). So a :class:`CudaTarget` declares
 
 * :attr:`CudaTarget.act_ulps`: the activation accuracy the one-step bound allows
-  (:func:`rnnconvert.core.reference.act_error`): :data:`CUDNN_ACT_ULPS` in float32, about twice the
+  (:func:`rnnconvert.verify.bounds.act_error`): :data:`CUDNN_ACT_ULPS` in float32, about twice the
   largest error measured;
 * :meth:`CudaTarget.target_arithmetic`: a float64-free emulation of its run (float32 with every ``tanh``
   off by :data:`CUDNN_TANH_ULPS` in a random direction; float16: weights, inputs and activations rounded
@@ -45,7 +45,7 @@ ROUTES = ("module", "buffer")
 #: (``bench/gpu_check.py``, docs/gpu-validation.md)
 CUDNN_TANH_ULPS = 73.0
 #: the activation accuracy (ulps) the one-step bound allows a cuDNN float32 run: about twice
-#: :data:`CUDNN_TANH_ULPS` (float16 runs keep :data:`rnnconvert.core.reference.ACT_ULPS`: one ulp measured)
+#: :data:`CUDNN_TANH_ULPS` (float16 runs keep :data:`rnnconvert.verify.bounds.ACT_ULPS`: one ulp measured)
 CUDNN_ACT_ULPS = 128.0
 
 
@@ -106,22 +106,24 @@ class CudaTarget:
         runs). Verification takes its spread from the float64 run as the size of this target's rounding
         along the sequence (module docstring); it is an estimate, as the source's own float32 spread is."""
         from ..core import reference
+        from ..speed.kernels import FAST
+        from . import bounds
 
         rng = np.random.default_rng(0)
         if self.dtype == "float32":
-            u = reference.unit_roundoff(np.float32)
+            u = bounds.unit_roundoff(np.float32)
 
             def tanh(z):
                 t = np.tanh(z)
                 return t + rng.choice(np.array([-1.0, 1.0], t.dtype), t.shape) * (CUDNN_TANH_ULPS * u) * (1 + np.abs(t))
-            return reference.forward_multi(layer, [np.asarray(x, np.float32)], acts={"tanh": tanh})[0]
+            return reference.forward_multi(layer, [np.asarray(x, np.float32)], acts={"tanh": tanh}, kernels=FAST)[0]
         f16 = np.float16
 
         def rounded(f):
             return lambda z: f(z).astype(f16).astype(z.dtype)
         acts = {k: rounded(reference.ACT[k]) for k in ("tanh", "sigmoid")}
         half = _cast(_cast(layer, "float16"), "float32")
-        return reference.forward_multi(half, [np.asarray(x, f16).astype(np.float32)], acts=acts)[0].astype(f16)
+        return reference.forward_multi(half, [np.asarray(x, f16).astype(np.float32)], acts=acts, kernels=FAST)[0].astype(f16)
 
     def target_step(self, path: Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
         """Verification's one-step check on the GPU: stacked layer ``k`` of the file's weights (cast to

@@ -12,7 +12,7 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    initial states (torch ``h0, c0``; onnxruntime ``initial_h``/``initial_c``; Keras ``initial_state`` /
    the layer's cell; ``target_step`` of the target format module). The same steps are computed exactly
    (float64, :func:`rnnconvert.core.reference.step`), and each element of ``h_t`` (and ``c_t``) must agree
-   within :func:`rnnconvert.core.reference.step_bound`: a forward error bound of one step evaluated in
+   within :func:`rnnconvert.core.bounds.step_bound`: a forward error bound of one step evaluated in
    float32 (unit roundoff ``u``; float16 ``u`` for float16 weights or ``--dtype float16``), a few
    roundings of the step's own magnitudes. Errors cannot compound: each step starts from exactly the
    same numbers on both sides, so the tolerance does not grow with the sequence length.
@@ -54,6 +54,9 @@ from typing import Any
 import numpy as np
 
 from ..core import reference
+from ..speed import kernels
+from ..speed.kernels import FAST
+from . import bounds, escapes
 from ..core.model import Checkpoint, RNNLayer
 from ..errors import DependencyError, FormatError, InconclusiveError, VerificationError
 from .checks import LayerCheck
@@ -64,7 +67,7 @@ from .target import as_source, as_target
 U_ACC = 2.0 ** -24
 #: the full-sequence comparison uses the first this-many steps of each layer's batch
 SEQ_STEPS = 8
-#: the trajectory states :func:`rnnconvert.core.reference.swap_escapes` uses besides the probes (its cost, 24
+#: the trajectory states :func:`rnnconvert.core.escapes.swap_escapes` uses besides the probes (its cost, 24
 #: elementwise evaluations of the step per LSTM direction, is linear in the states; the probes do most of the
 #: work: their bound is a few ``u``)
 SWAP_STATES = 2
@@ -140,10 +143,10 @@ SAMPLE = (3, 8)
 #: both (issue #18: 27 columns, 16 pseudo-layers of 50 M weights, 60 s of a 2-core machine; 2 x 4 steps -> 4 x
 #: 2: 13.1-13.3 s -> 11.3-12.2 s for the whole 3 GB conversion). 8 states from the trajectory (4 of them
 #: nonzero: every ``W_hh`` entry meets a nonzero state at step 2) plus the 3 probes
-#: (:func:`rnnconvert.core.reference.probe_rows`) still test every weight of the step, tell the directions and
+#: (:func:`rnnconvert.core.escapes.probe_rows`) still test every weight of the step, tell the directions and
 #: ``go_backwards`` apart (two steps, not one: the mutation tests run on this sample too,
 #: tests/test_verify_mutations.py), and show every gate-block swap where the bound is loose
-#: (:func:`rnnconvert.core.reference.swap_escapes`).
+#: (:func:`rnnconvert.core.escapes.swap_escapes`).
 SAMPLE_LARGE = (4, 2)
 LARGE_BYTES = 256 << 20
 
@@ -237,7 +240,7 @@ def _source(src_module, layer: RNNLayer, xs: list[np.ndarray], raw: list | None 
         if multi is not None:
             return multi(layer, xs, raw, record)
         return [src_module.source_forward(layer, x, x.dtype, raw) for x in xs]
-    return reference.forward_multi(layer, xs)
+    return reference.forward_multi(layer, xs, kernels=FAST)
 
 
 def _first(layer: RNNLayer, first_tol: float | None) -> float:
@@ -246,7 +249,7 @@ def _first(layer: RNNLayer, first_tol: float | None) -> float:
 
 def _one_blas_thread(fn):
     """``fn`` run with numpy's BLAS limited to one thread (``threadpoolctl``): verification multiplies each
-    weight matrix block by block (1 MiB blocks, :func:`rnnconvert.core.reference.block_rows`) by a few dozen
+    weight matrix block by block (1 MiB blocks, :func:`rnnconvert.speed.kernels.block_rows`) by a few dozen
     states, products too small to share between threads, while the conversion's reader and writer threads
     need the other core; a multithreaded BLAS then spends its time waiting for its threads (measured on
     the 2-core machine, ``docs/performance.md``: 2.3-2.5x the wall time of a verified conversion)."""
@@ -285,7 +288,7 @@ def unit_roundoff(layer: RNNLayer, target_dtype=None) -> float:
     """``u`` of the step bound: float16's ``2**-11`` for float16 weights or a float16 target run, else
     float32's ``2**-24`` (float64 files are run in float32 by onnxruntime; float32 covers them)."""
     f16 = layer.dtype == np.float16 or (target_dtype is not None and np.dtype(target_dtype) == np.float16)
-    return reference.unit_roundoff(np.float16 if f16 else np.float32)
+    return bounds.unit_roundoff(np.float16 if f16 else np.float32)
 
 
 def sequence_tolerance(y64: np.ndarray, y32: np.ndarray, first: float, spread: float = 0.0) -> float:
@@ -379,7 +382,7 @@ class StreamedVerification:
 
     * :meth:`source_slab` while slab ``(i, k)`` is loaded (called in order): the trajectory of the slab in
       float32 from its input (the batch, or the previous slab's trajectory output), the exact one-step
-      results from every state and their bounds (:func:`rnnconvert.core.reference.step_bound`), and the short
+      results from every state and their bounds (:func:`rnnconvert.core.bounds.step_bound`), and the short
       sequence in float32 and float64 (the numpy reference chained over slabs; a layer the source format
       runs with its own equations, ``source_forward`` on the file's tensors (``layer.source['raw']`` read, passed
       as ``raw=``, the layer left as it is), at its last slab -- or, for a one-slab layer whose batch is the
@@ -405,7 +408,7 @@ class StreamedVerification:
         #: whether the target format (``target``: the module the written file is judged with) runs one slab alone
         self.slab_targets = getattr(target, "target_forward_slab", None) is not None
         #: the accuracy of the target's activations in ulps, where it declares one (cuDNN's float32 ``tanh``:
-        #: :attr:`rnnconvert.verify.cuda.CudaTarget.act_ulps`); None: :data:`rnnconvert.core.reference.ACT_ULPS`
+        #: :attr:`rnnconvert.verify.cuda.CudaTarget.act_ulps`); None: :data:`rnnconvert.verify.bounds.ACT_ULPS`
         self.act_ulps = getattr(target, "act_ulps", None)
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         self.x = _batches(src_ckpt, batch, steps, seed, inputs)
@@ -479,25 +482,25 @@ class StreamedVerification:
             pass
         elif shared:
             x64 = xs.astype(np.float64) if k == 0 else np.asarray(xin, np.float64) if per else self.y64[i]
-            (y, y64), recs = reference.trajectory_multi(one, dirs, [np.asarray(xin, np.float32), x64])
+            (y, y64), recs = reference.trajectory_multi(one, dirs, [np.asarray(xin, np.float32), x64], kernels=FAST)
             if per:
                 self.seq_slabs[i][k] = (np.asarray(xin, np.float32), y, y64)
         else:
-            y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32))
+            y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32), kernels=FAST)
         B, T, I = xin.shape
-        N, P = B * T, reference.N_PROBES
-        px, ph, pc = reference.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
+        N, P = B * T, escapes.N_PROBES
+        px, ph, pc = escapes.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
         xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
         entries = []
         for d, (p, rec) in enumerate(zip(dirs, recs)):
             h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
             c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
             parts: dict = {}
-            exact, bound = reference.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
+            exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
             entries.append(((h0, c0), exact, bound))
             if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the swaps show?
                 rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
-                self.escapes[i].append((k, d, reference.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows,
+                self.escapes[i].append((k, d, escapes.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows,
                                                                      act_ulps=self.act_ulps)))
             del parts
         self.slabs[i][k] = (xf, entries)
@@ -514,7 +517,7 @@ class StreamedVerification:
             prev = [xs.astype(np.float32), xs.astype(np.float64)] if k == 0 else [self.y32[i], self.y64[i]]
             if per and k:
                 prev[1] = np.asarray(prev[0], np.float64)
-            self.y32[i], self.y64[i] = reference.forward_slab_multi(layer, dirs, prev)
+            self.y32[i], self.y64[i] = reference.forward_slab_multi(layer, dirs, prev, kernels=FAST)
             if per:
                 self.seq_slabs[i][k] = (np.asarray(prev[0], np.float32), self.y32[i], self.y64[i])
             if last:
@@ -543,7 +546,7 @@ class StreamedVerification:
         if whole is None:                                       # forget_bias into b_f)
             return None, why
         back = whole.one_slab(k)
-        got = [reference.step(back, p, xf, s[0], s[1]) for p, s in zip(back.params[0], states)]
+        got = [reference.step(back, p, xf, s[0], s[1], kernels=FAST) for p, s in zip(back.params[0], states)]
         return got, f"one step by the numpy reference on the arrays read back ({why})"
 
     def _step_check(self, i: int, dst_path, dst_module) -> tuple[dict, str]:
@@ -576,7 +579,7 @@ class StreamedVerification:
                     worst["err"] = max(worst["err"], float(np.nanmax(np.abs(tv - ev))))
                     worst["tol"] = max(worst["tol"], float(bd.max()))
                     worst["scale"] = max(worst["scale"], scale)
-                    worst["n"] += ev.shape[0] - reference.N_PROBES if what == "h" else 0
+                    worst["n"] += ev.shape[0] - escapes.N_PROBES if what == "h" else 0
         return worst, note
 
     def _read_back(self, dst_path, dst_module, layer: RNNLayer) -> RNNLayer | None:
@@ -626,7 +629,7 @@ class StreamedVerification:
                     back = self._read_back(dst_path, dst_module, layer)
                     if back is None:
                         raise
-                    y = reference.forward_slab(back, back.params[k], xk, np.float32)
+                    y = reference.forward_slab(back, back.params[k], xk, np.float32, kernels=FAST)
                     note = f"sequence by the numpy reference on the arrays read back ({NOT_INSTALLED})"
                 out.append(tuple(reference.finish(layer, a) if k == last else a for a in (y, y32, y64)))
             return out, note
@@ -641,7 +644,7 @@ class StreamedVerification:
             back = self._read_back(dst_path, dst_module, layer)
             if back is None:
                 raise
-            y = reference.forward(back, xs, np.float32)  # finish applied, as target_forward returns it
+            y = reference.forward(back, xs, np.float32, kernels=FAST)  # finish applied, as target_forward returns it
             return [(y, self.y32[i], ref)], f"sequence by the numpy reference on the arrays read back ({NOT_INSTALLED})"
 
     def judge(self, i: int, dst_path, dst_module, target_route: str) -> LayerCheck:
@@ -660,7 +663,7 @@ class StreamedVerification:
             # from the CANONICAL float64 run, never the source's own equations (``y64`` of a Keras or TF1
             # file): a gap between those (a reader's slip) must stay outside the tolerance, or it would
             # widen the tolerance to cover itself
-            canon = reference.forward(layer, xs) if _own_equations(self.src_module, layer) else self.y64[i]
+            canon = reference.forward(layer, xs, kernels=FAST) if _own_equations(self.src_module, layer) else self.y64[i]
             spread = float(np.abs(canon - emulate(layer, xs)).max())
         seqs = []  # (err, tolerance, scale) of the whole layer, or of each slab
         for y, y32, ref in runs:
@@ -735,7 +738,7 @@ class StreamedVerification:
 
     def _swaps_caught(self, i: int) -> bool:
         """Whether every loose direction of layer ``i`` showed that all its gate-block swaps are caught
-        (:func:`rnnconvert.core.reference.swap_escapes` returned None for each)."""
+        (:func:`rnnconvert.core.escapes.swap_escapes` returned None for each)."""
         return bool(self.escapes[i]) and all(e is None for _, _, e in self.escapes[i])
 
     @_one_blas_thread
@@ -757,7 +760,7 @@ class StreamedVerification:
             release = dst_module.release  # a cached target session (onnxruntime)
             if release is not None:
                 release()
-            reference.release_scratch()
+            kernels.release_scratch()
             self._back = None
         self.rep.seconds = self.seconds + time.perf_counter() - t0
         return self.rep
@@ -798,7 +801,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
             for k in range(layer.num_layers):
                 check.source_slab(i, k, layer.params[k])
     finally:
-        reference.release_scratch()
+        kernels.release_scratch()
     rep = check.target_side(dst_path, dst_module)
     rep.seconds = time.perf_counter() - t0
     return rep

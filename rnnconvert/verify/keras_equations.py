@@ -14,7 +14,8 @@ import numpy as np
 
 from ..core.gates import convention
 from ..core.model import Cell, RNNLayer
-from ..core.reference import ACT, left_products, products, widened
+from ..core.reference import ACT
+from ..speed.kernels import left_products, products, widened
 from ..engine.protocol import Runtime
 
 
@@ -45,7 +46,7 @@ def _block_t(m: np.ndarray, j: int, H: int, dt) -> np.ndarray:
 def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.ndarray],
                reverse: bool, record: dict | None = None) -> list[np.ndarray]:
     """One direction on each input of ``xs`` (one per dtype, each computed in its own dtype), in lockstep:
-    the products of all hoisted dtypes read each turned weight block once (:func:`rnnconvert.core.reference.products`).
+    the products of all hoisted dtypes read each turned weight block once (:func:`rnnconvert.speed.kernels.products`).
     ``record``: a dict that receives the states of ``xs[0]``'s run as :func:`rnnconvert.core.reference.trajectory`
     records them (``'h'``, ``'c'`` before each step, input time order; ``'c_last'``)."""
     s = layer.semantics
@@ -78,7 +79,7 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     B, T, _ = xs[0].shape
     # float64 (and float32 for kernels of HOIST_BYTES or more): the input part ``x_t @ K`` does not depend
     # on the state and is computed for all steps at once, and every product reads the stored matrices by
-    # row blocks (reference.left_products; cast per block, no float64 copy of a whole kernel) for all
+    # row blocks (kernels.left_products; cast per block, no float64 copy of a whole kernel) for all
     # hoisted dtypes at once; cuDNN layers' per-gate matrices are turned once (_block_t). Smaller float32
     # layers keep Keras' own step-by-step products. (float16 tensors are widened to float32 once: numpy's
     # float16 casts are slow, float32 -> float64 fast.)

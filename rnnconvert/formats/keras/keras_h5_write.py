@@ -46,6 +46,7 @@ from ...errors import UnsupportedError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...core.transforms import summed_bias
 from ...conventions import keras_names as naming
+from ...speed import transpose
 
 _K2_ACTS = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
 
@@ -187,7 +188,7 @@ def keras_weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.n
         conv = naming.convention(cell, True, "keras_cudnn")
         out = []
         for w in (p.w_ih, p.w_hh):
-            rows = gates.reorder(w, gates.CANONICAL[cell], conv.gate_order)  # (G*H, in), file slice order
+            rows = transpose.reorder(w, gates.CANONICAL[cell], conv.gate_order)  # (G*H, in), file slice order
             width = rows.shape[1]
             out.append(np.ascontiguousarray(np.concatenate(
                 [np.ascontiguousarray(rows[j * H:(j + 1) * H]).reshape(width, H) for j in range(G)], axis=1)))
@@ -196,7 +197,7 @@ def keras_weights(layer: RNNLayer, p: DirectionParams, cudnn: bool) -> list[np.n
         return out
     ra = cell is Cell.GRU and layer.semantics.reset_after
     conv = naming.convention(cell, layer.semantics.reset_after)
-    out = [gates.from_canonical(p.w_ih, conv, cell), gates.from_canonical(p.w_hh, conv, cell)]
+    out = [transpose.from_canonical(p.w_ih, conv, cell), transpose.from_canonical(p.w_hh, conv, cell)]
     if layer.bias:
         if ra:
             out.append(np.stack([gates.vec_from_canonical(p.b_ih, conv, cell),
@@ -507,7 +508,7 @@ class KerasH5Stream:
 
     def _kernel(self, layer: RNNLayer, w: np.ndarray, ds) -> None:
         """Write canonical ``w`` ``(G*H, in)`` into the Keras kernel dataset ``ds`` ``(in, G*H)``, row block
-        by row block (bit-exact; see :func:`rnnconvert.core.gates.from_canonical_block`)."""
+        by row block (bit-exact; see :func:`rnnconvert.speed.transpose.from_canonical_block`)."""
         cell, H = layer.cell, layer.hidden_size
         w = np.ascontiguousarray(w)
         width, GH = ds.shape
@@ -524,7 +525,7 @@ class KerasH5Stream:
                 for cols, rows in moves:
                     block[:, cols] = w[rows].reshape(-1)[r0 * H:r1 * H].reshape(r1 - r0, H)
             else:
-                block = gates.from_canonical_block(w, conv, cell, r0, r1)
+                block = transpose.from_canonical_block(w, conv, cell, r0, r1)
             ds.write_direct(block, np.s_[0:r1 - r0], np.s_[r0:r1])
 
     def close(self) -> list[str]:

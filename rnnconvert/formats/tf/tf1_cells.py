@@ -17,6 +17,7 @@ from ...errors import FormatError, UnsupportedError
 from ...core.model import Cell, DirectionParams, Semantics
 from . import naming as n
 from .naming import CELL_RE, CELL_SCOPES, REFUSED
+from ...speed import transpose
 
 
 def cell_vars(shapes) -> dict[tuple[str, str], dict[str, str | tuple[str, ...]]]:
@@ -86,7 +87,7 @@ def _lstm(v, get, name) -> tuple[DirectionParams, int, int, int]:
     peep = None
     if n.peephole("i") in v:
         peep = np.stack([get(v[n.peephole(g)]) for g in "ifo"])
-    dp = DirectionParams(gates.to_canonical(kern[:I], conv, Cell.LSTM), gates.to_canonical(kern[I:], conv, Cell.LSTM),
+    dp = DirectionParams(transpose.to_canonical(kern[:I], conv, Cell.LSTM), transpose.to_canonical(kern[I:], conv, Cell.LSTM),
                          gates.vec_to_canonical(bias, conv, Cell.LSTM), np.zeros(4 * H, bias.dtype),
                          None if proj is None else np.ascontiguousarray(proj.T), peep)
     return dp, I, H, P
@@ -129,8 +130,8 @@ def _rnn(v, get, name) -> tuple[DirectionParams, int, int, int]:
     if kern.shape[1] != H or I < 1:
         raise FormatError(f"cell '{name}': kernel {kern.shape} does not fit a basic RNN cell of {H} units")
     conv = gates.convention("tf1", Cell.RNN_TANH)
-    return DirectionParams(gates.to_canonical(kern[:I], conv, Cell.RNN_TANH),
-                           gates.to_canonical(kern[I:], conv, Cell.RNN_TANH), bias.copy(),
+    return DirectionParams(transpose.to_canonical(kern[:I], conv, Cell.RNN_TANH),
+                           transpose.to_canonical(kern[I:], conv, Cell.RNN_TANH), bias.copy(),
                            np.zeros(H, bias.dtype)), I, H, 0
 
 

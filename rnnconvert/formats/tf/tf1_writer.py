@@ -33,6 +33,7 @@ from ...core import gates
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
 from . import naming
+from ...speed import transpose
 
 
 def refusals(layer: RNNLayer) -> list[str]:
@@ -102,8 +103,8 @@ def _variables(layer: RNNLayer, cell: str) -> dict[str, np.ndarray]:
                 if cell == "lstm_cell":
                     b = b.copy()
                     b[sl] = b[sl] - np.asarray(1.0, b.dtype)
-                out[f"{scope}/{naming.KERNEL}"] = np.concatenate([gates.from_canonical(p.w_ih, conv, Cell.LSTM),
-                                                         gates.from_canonical(p.w_hh, conv, Cell.LSTM)], axis=0)
+                out[f"{scope}/{naming.KERNEL}"] = np.concatenate([transpose.from_canonical(p.w_ih, conv, Cell.LSTM),
+                                                         transpose.from_canonical(p.w_hh, conv, Cell.LSTM)], axis=0)
                 out[f"{scope}/{naming.BIAS}"] = gates.vec_from_canonical(b, conv, Cell.LSTM)
                 if p.w_hr is not None:
                     out[f"{scope}/{naming.PROJECTION_KERNEL}"] = np.ascontiguousarray(p.w_hr.T)
@@ -129,8 +130,8 @@ def _variables(layer: RNNLayer, cell: str) -> dict[str, np.ndarray]:
                     out[f"{scope}/{naming.CAND_HIDDEN_BIAS}"] = p.b_hh[n].copy()
             else:
                 conv = gates.convention("tf1", layer.cell)
-                out[f"{scope}/{naming.KERNEL}"] = np.concatenate([gates.from_canonical(p.w_ih, conv, layer.cell),
-                                                         gates.from_canonical(p.w_hh, conv, layer.cell)], axis=0)
+                out[f"{scope}/{naming.KERNEL}"] = np.concatenate([transpose.from_canonical(p.w_ih, conv, layer.cell),
+                                                         transpose.from_canonical(p.w_hh, conv, layer.cell)], axis=0)
                 out[f"{scope}/{naming.BIAS}"] = b.copy()
     return out
 

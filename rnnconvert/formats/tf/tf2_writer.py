@@ -29,6 +29,7 @@ from ...core.transforms import summed_bias
 from ...conventions import keras_names as keras_naming
 from . import naming
 from .tf1_writer import fresh_directory
+from ...speed import transpose
 
 _KERAS_ACT = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}
 
@@ -76,7 +77,7 @@ def _one(keras, layer: RNNLayer, k: int, d: int, name: str):
     else:
         lay, conv = keras.layers.SimpleRNN(H, **kw), gates.convention("keras", cell)
         bias = summed_bias(p)
-    return lay, [gates.from_canonical(p.w_ih, conv, cell), gates.from_canonical(p.w_hh, conv, cell), bias]
+    return lay, [transpose.from_canonical(p.w_ih, conv, cell), transpose.from_canonical(p.w_hh, conv, cell), bias]
 
 
 def _build(layers: list[RNNLayer], merge: bool = True) -> tuple[list[Any], dict[str, list]]:
