@@ -15,6 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .engine import commit, registry
+from .engine.checked import CheckedSlabs
+from .engine.finite import check_finite  # noqa: F401  (public: rnnconvert.api.check_finite)
 from .safety import budget
 from .speed.prefetch import ReadAhead, ahead_window, prefetch
 from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
@@ -78,65 +80,6 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     return replace(ckpt, format=fmt.name,
                    source=None if ckpt.source is None else CheckedSlabs(ckpt, str(path), fmt.name))
 
-
-class CheckedSlabs:
-    """The :class:`~rnnconvert.core.model.SlabSource` :func:`load` gives a lazy checkpoint: its reader's
-    source with :func:`load`'s rules applied to every slab read: low-level errors become FormatError,
-    NaN/Inf is refused. A memory-mapped source's pages are then given back array by array (the reader's
-    ``release_array``), so that a writer holds one tensor's pages at a time, not the slab's."""
-
-    def __init__(self, ckpt: Checkpoint, where: str, fmt: str) -> None:
-        self.inner, self.layers, self.where, self.fmt = ckpt.source, ckpt.layers, where, fmt
-
-    def read(self, i: int, k: int):
-        try:
-            dirs = self.inner.read(i, k)
-        except RNNConvertError:
-            raise
-        except Exception as exc:  # the file changed or is damaged past its header
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise FormatError(f"{self.where}: malformed {self.fmt} file ({type(exc).__name__}: {first})") from exc
-        layer = self.layers[i]
-        view = layer.one_slab(k, dirs)
-        if layer.num_layers > 1:  # messages name the stacked layer
-            view = replace(view, name=f"{layer.name}[{k}]")
-        check_finite(Checkpoint(layers=[view]), self.where, self.inner.release_array)
-        return dirs
-
-    def release(self, i: int, k: int) -> None:
-        self.inner.release(i, k)
-
-    def release_array(self, a) -> None:
-        self.inner.release_array(a)
-
-
-def check_finite(ckpt: Checkpoint, where: str, checked: Callable[[Any], None] | None = None) -> None:
-    """Refuse NaN/Inf in any recurrent parameter or carried tensor, naming the first one found.
-
-    Every reader goes through :func:`load`, so the rule is the same for every format: a
-    non-finite weight means a damaged (or diverged) checkpoint, and converting it exactly would
-    only move the damage. ``checked(a)``, when given, is called on each recurrent parameter once it
-    passed (a lazy reader's ``release_array``). Raises :class:`FormatError`.
-    """
-    import numpy as np
-
-    from .core.model import is_placeholder
-
-    for layer in ckpt.layers:
-        for k, dirs in enumerate(layer.params):
-            for d, dp in enumerate(dirs):
-                for name, arr in dp.arrays().items():
-                    a = np.asarray(arr)
-                    if is_placeholder(a):  # a lazy checkpoint's slab not loaded yet: checked when it is
-                        continue
-                    if not all_finite(a):
-                        raise FormatError(f"{where}: layer '{layer.name}' (layer {k}, direction {d}) {name} "
-                                          f"contains NaN or Inf values; the checkpoint is damaged")
-                    if checked is not None:
-                        checked(a)
-    for name, arr in ckpt.tensors.items():
-        if not all_finite(np.asarray(arr)):
-            raise FormatError(f"{where}: tensor '{name}' contains NaN or Inf values; the checkpoint is damaged")
 
 
 @dataclass

@@ -41,7 +41,7 @@ def _shown(text: object) -> str:
 
 def _is_checkpoint_dir(src: Path) -> bool:
     """A directory that is ONE TensorFlow checkpoint/SavedModel (not a batch of files)."""
-    from .formats.tf.tf_checkpoint import prefix_of
+    from .formats.tf.sniff import prefix_of
 
     return prefix_of(src) is not None
 

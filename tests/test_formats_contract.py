@@ -28,7 +28,7 @@ from rnnconvert.errors import FormatError
 
 READERS = [f.name for f in registry.FORMATS if f.load().read is not None]
 WRITERS = [f.name for f in registry.FORMATS if f.load().write is not None]
-SNIFFED = [f.name for f in registry.FORMATS if f.load().sniff is not None]
+SNIFFED = [f.name for f in registry.FORMATS if f.sniff]
 #: the format whose sniffer claims what a writer wrote (a TF2 object checkpoint reads as tf_checkpoint)
 READ_AS = {"tf2_checkpoint": "tf_checkpoint"}
 

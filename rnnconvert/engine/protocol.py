@@ -7,8 +7,7 @@ is a capability the format does not have; nothing is probed with ``getattr``/``h
 
 Roles (each a group of fields):
 
-* **reader** -- ``sniff(head: bytes, path: Path) -> bool`` (the first 64 bytes; ``b""`` for a path that
-  names no file, e.g. a TF checkpoint prefix), ``read(path, **options) -> Checkpoint``, the option names
+* **reader** -- ``read(path, **options) -> Checkpoint``, the option names
   it accepts (:attr:`read_options`; anything else is refused with the valid ones named, see
   :meth:`FormatSpec.check_options`), and ``lazy``: ``read(path, lazy=True)`` gives a checkpoint of
   placeholder parameters whose ``source`` is a :class:`~rnnconvert.core.model.SlabSource` (built with the
@@ -39,7 +38,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import OptionError
@@ -67,7 +65,6 @@ class FormatSpec:
 
     name: str
     # reader
-    sniff: Callable[[bytes, Path], bool] | None = None
     read: Callable[..., Any] | None = None
     read_options: tuple[str, ...] = ()
     lazy: bool = False

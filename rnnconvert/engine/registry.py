@@ -29,6 +29,11 @@ class Format:
     spec: str
     extensions: tuple[str, ...]
     description: str
+    #: where its sniffer lives (``"module:function"``, the family's light ``sniff`` module), or ``""`` for a
+    #: format detected as another (``tf2_checkpoint``) or only named (``tf_graph``): ``sniff(head, path) ->
+    #: bool`` claims a file from its first 64 bytes (``b""`` for a path naming no file: a TF checkpoint
+    #: prefix) and its layout; detection runs every sniffer, so a sniff module imports nothing heavy
+    sniff: str = ""
 
     def load(self) -> FormatSpec:
         """The format's declared record (its family's modules are imported on first use)."""
@@ -37,6 +42,13 @@ class Format:
         if not isinstance(spec, FormatSpec) or spec.name != self.name:
             raise RuntimeError(f"{self.spec} is not the FormatSpec of {self.name!r}")
         return spec
+
+    def sniffer(self):
+        """The format's sniffer (:attr:`sniff`), or None; imports only the family's ``sniff`` module."""
+        if not self.sniff:
+            return None
+        module, _, attr = self.sniff.partition(":")
+        return getattr(importlib.import_module(module), attr)
 
     @property
     def can_read(self) -> bool:
@@ -49,29 +61,37 @@ class Format:
 
 FORMATS: tuple[Format, ...] = (
     Format("keras_h5", "rnnconvert.formats.keras.spec:KERAS_H5", (".h5", ".hdf5", ".net"),
-           "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)"),
+           "Keras 1/2, tf.keras, tf_keras HDF5 (full model or weights only)",
+           sniff="rnnconvert.formats.keras.sniff:keras_h5"),
     # keras_h5's sniff declines HDF5 files without model_weights/layer_names (Keras 3 stores)
     Format("keras3", "rnnconvert.formats.keras.spec:KERAS3", (".keras", ".weights.h5"),
-           "Keras 3 .keras archive or .weights.h5 (vars/0..2 under class-name paths)"),
+           "Keras 3 .keras archive or .weights.h5 (vars/0..2 under class-name paths)",
+           sniff="rnnconvert.formats.keras.sniff:keras3"),
     Format("pt", "rnnconvert.formats.torch.spec:PT", (".pt", ".pth"),
-           "PyTorch state dict, training checkpoint or TorchScript archive (weights only)"),
+           "PyTorch state dict, training checkpoint or TorchScript archive (weights only)",
+           sniff="rnnconvert.formats.torch.sniff:pt"),
     Format("tf_checkpoint", "rnnconvert.formats.tf.spec:TF_CHECKPOINT", (),
            "TensorFlow checkpoint: TF1 name-based (cells, cuDNN opaque_kernel) or TF2 object-based "
-           "(tf.keras save_weights); give the prefix, the .index file or the directory"),
+           "(tf.keras save_weights); give the prefix, the .index file or the directory",
+           sniff="rnnconvert.formats.tf.sniff:tf_checkpoint"),
     Format("tf2_checkpoint", "rnnconvert.formats.tf.spec:TF2_CHECKPOINT", (),
            "TF2 object checkpoint of tf_keras layers (layer_with_weights-N), written as a directory; "
            "read like tf_checkpoint"),
     Format("tf_graph", "rnnconvert.formats.tf.spec:TF_GRAPH", (".pb",),
            "TensorFlow 1 frozen GraphDef (weights as Const nodes)"),
     Format("onnx", "rnnconvert.formats.onnx.spec:ONNX", (".onnx",),
-           "ONNX model with LSTM/GRU/RNN nodes (onnxruntime runs it)"),
+           "ONNX model with LSTM/GRU/RNN nodes (onnxruntime runs it)",
+           sniff="rnnconvert.formats.onnx.sniff:onnx"),
     Format("safetensors", "rnnconvert.formats.storage.spec:SAFETENSORS", (".safetensors",),
-           "safetensors with PyTorch state-dict key names"),
+           "safetensors with PyTorch state-dict key names",
+           sniff="rnnconvert.formats.storage.sniff:safetensors"),
     # both are zips of .npy members: cudnn_npz's sniff looks for its spec member, npz's for its schema member
     Format("cudnn_npz", "rnnconvert.formats.storage.spec:CUDNN_NPZ", (".cudnn.npz",),
-           "raw cuDNN parameter buffers (one per layer) + JSON spec, in one .npz"),
+           "raw cuDNN parameter buffers (one per layer) + JSON spec, in one .npz",
+           sniff="rnnconvert.formats.storage.sniff:cudnn_npz"),
     Format("npz", "rnnconvert.formats.storage.spec:NPZ", (".npz",),
-           "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)"),
+           "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)",
+           sniff="rnnconvert.formats.storage.sniff:npz"),
 )
 
 _BY_NAME: dict[str, Format] = {}
@@ -103,7 +123,7 @@ def _sniffed(head: bytes, p: Path) -> list[Format]:
     """Every format whose sniffer claims ``p`` (``head``: its first 64 bytes, ``b""`` for no file)."""
     out = []
     for f in FORMATS:
-        sniff = f.load().sniff
+        sniff = f.sniffer()
         if sniff is None:
             continue
         try:

@@ -69,7 +69,8 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     run by tf_keras against Keras 3 running ``dst_path``; ``[]`` when ``ckpt`` is not a whole Keras 2 model
     or the output is a ``.weights.h5``. Returns :class:`rnnconvert.verify.LayerCheck` entries."""
     from ..formats.keras import keras_whole
-    from ..formats.keras.keras3 import ZIP_MAGIC, whole_model
+    from ..formats.keras.keras3 import whole_model
+    from ..formats.keras.sniff import ZIP_MAGIC
 
     with open(dst_path, "rb") as fh:
         if fh.read(4) != ZIP_MAGIC:

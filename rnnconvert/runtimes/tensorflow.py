@@ -101,7 +101,7 @@ def framework_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarr
         VerificationError: TF 2.21 cannot run this kind of layer on CPU (the reason is named).
     """
     tf = require("tensorflow", "tensorflow")
-    from ..formats.tf.tf_checkpoint import prefix_of
+    from ..formats.tf.sniff import prefix_of
 
     layer = ckpt.layer(name)
     prefix = prefix_of(path)

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,6 +59,8 @@ from . import bounds, escapes
 from ..core.model import Checkpoint, RNNLayer
 from ..errors import DependencyError, FormatError, InconclusiveError, VerificationError
 from .checks import LayerCheck
+from . import source
+from .raw import raw_tensors
 from .target import as_source, as_target
 
 #: unit roundoff of the accumulation assumed by the one-step bound: float32's (float16 weights are stored
@@ -191,57 +192,6 @@ def _batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict |
     return out
 
 
-def _own_equations(src_module, layer: RNNLayer) -> bool:
-    """Whether the source format can run ``layer`` from its own stored tensors (``source_forward``)."""
-    return src_module.source_forward is not None and layer.source.get("raw") is not None
-
-
-class _OnAccess(Mapping):
-    """A direction's stored tensors read from the file at each access (``LazyRaw.read``): large plain tensors
-    as read-only memory maps, unmapped as soon as the equations drop them, so that the source side holds
-    one tensor's mapped pages at a time, not a layer's (they count in the process's memory: the 3 GB
-    benchmark's source side mapped 384 MB per layer, and the pool kept the last layer's mapped until the next
-    one). Other tensors are read into ``pool``'s arrays of the same shape (no fresh multi-MB allocations)."""
-
-    def __init__(self, raw, pool: dict | None, d: int) -> None:
-        self.raw, self.pool, self.d = raw, pool, d
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        got = self.raw.read(key, None if self.pool is None else self.pool.get((self.d, key)))
-        if self.pool is not None and got.flags.writeable:  # a buffer to read into next time, not a map
-            self.pool[self.d, key] = got
-        return got
-
-    def __iter__(self):
-        return iter(self.raw)
-
-    def __len__(self) -> int:
-        return len(self.raw)
-
-
-def _raw_tensors(layer: RNNLayer, pool: dict | None = None) -> list:
-    """``layer.source['raw']`` as mappings, one per direction (or TF1 pseudo-layer), for one pass of the
-    source side (``source_forward(..., raw=...)``): lazily re-read tensors (Keras HDF5 / TF2
-    :class:`~rnnconvert.formats.keras.keras_h5.LazyRaw`) are read from the file at each access
-    (:class:`_OnAccess`; with a ``pool``, a dict the caller keeps across layers, into the previous layer's
-    arrays of the same shape), in-memory ones are plain dicts. ``layer`` is not changed."""
-    return [_OnAccess(r, pool, d) if hasattr(r, "read") else dict(r) for d, r in enumerate(layer.source["raw"])]
-
-
-def _source(src_module, layer: RNNLayer, xs: list[np.ndarray], raw: list | None = None,
-            record: list[dict] | None = None) -> list[np.ndarray]:
-    """The source side of the sequence comparison for ``layer`` on each input of ``xs`` (float32 and float64,
-    each computed in its own dtype): the source format's own equations on its stored tensors
-    (``source_forward``), else the numpy reference on the canonical parameters. ``record``: one dict per
-    direction that a format's ``source_forward_multi`` fills with the states of ``xs[0]``'s run where it can
-    (Keras equations), else leaves empty."""
-    if _own_equations(src_module, layer):
-        multi = src_module.source_forward_multi
-        if multi is not None:
-            return multi(layer, xs, raw, record)
-        return [src_module.source_forward(layer, x, x.dtype, raw) for x in xs]
-    return reference.forward_multi(layer, xs, kernels=FAST)
-
 
 def _first(layer: RNNLayer, first_tol: float | None) -> float:
     return first_tol or (1e-2 if layer.dtype == np.float16 else 1e-5)
@@ -299,18 +249,6 @@ def sequence_tolerance(y64: np.ndarray, y32: np.ndarray, first: float, spread: f
     own = float(np.abs(y64 - np.asarray(y32, np.float64)).max())
     return first * max(1.0, float(np.abs(y64).max())) + 2.0 * max(own, spread)
 
-
-def _route(src_module, layer: RNNLayer, mode: str) -> str:
-    seq = ("source framework" if mode == "framework" else
-           "source equations (numpy)" if _own_equations(src_module, layer) else "numpy reference")
-    return f"numpy float64 equations (one step); {seq} (sequence)"
-
-
-def _framework(src_module, src_path, src_ckpt: Checkpoint, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
-    fw = src_module.framework_forward
-    if fw is None:
-        raise VerificationError(f"--verify framework is not available for {src_module.name}")
-    return fw(src_path, src_ckpt, layer.name, x)
 
 
 def _engine(dst_module) -> str:
@@ -441,7 +379,7 @@ class StreamedVerification:
         and the 8-slab float16 benchmark LSTM amplified that to 0.0126 at one element of its output after 8
         slabs (a tolerance of 0.01: a correct file failed; docs/performance.md, session 8)."""
         return (self.slab_targets and layer.num_layers > 1 and self.mode != "framework"
-                and not _own_equations(self.src_module, layer))
+                and not source.own_equations(self.src_module, layer))
 
     def _own_run(self, i: int, record: list[dict] | None = None) -> list[dict] | None:
         """The short sequence of layer ``i`` by the source format's own equations on the file's tensors, in
@@ -449,8 +387,8 @@ class StreamedVerification:
         states where the format records them (:func:`_source`)."""
         layer = self.ckpt.layers[i]
         xs = self._seq_x(i)
-        raw = _raw_tensors(layer, self.pool)
-        self.y32[i], self.y64[i] = _source(self.src_module, layer, [xs.astype(np.float32), xs.astype(np.float64)],
+        raw = raw_tensors(layer, self.pool)
+        self.y32[i], self.y64[i] = source.run(self.src_module, layer, [xs.astype(np.float32), xs.astype(np.float64)],
                                            raw, record)
         return record
 
@@ -463,7 +401,7 @@ class StreamedVerification:
         u = unit_roundoff(layer, self.target_dtype)
         xin = self.x[i] if k == 0 else self.traj[i]
         xs = self._seq_x(i)
-        own = _own_equations(self.src_module, layer)
+        own = source.own_equations(self.src_module, layer)
         # The short sequence's batch is the whole batch (steps <= SEQ_STEPS) and the numpy reference runs it:
         # its float32 run IS the trajectory (same inputs, weights, dtype and code), so it is computed once,
         # in lockstep with the float64 run (one read of each weight matrix per step for both).
@@ -523,9 +461,9 @@ class StreamedVerification:
             if last:
                 self.y32[i], self.y64[i] = (reference.finish(layer, a) for a in (self.y32[i], self.y64[i]))
         if last:
-            self.routes[i] = _route(self.src_module, layer, self.mode)
+            self.routes[i] = source.route(self.src_module, layer, self.mode)
             if self.mode == "framework":
-                self.yfw[i] = _framework(self.src_module, self.src_path, self.ckpt, layer, xs)
+                self.yfw[i] = source.framework_run(self.src_module, self.src_path, self.ckpt, layer, xs)
         self.seconds += time.perf_counter() - t0
 
     def _target_step(self, dst_module, dst_path, layer: RNNLayer, k: int, xf, states) -> tuple[list | None, str]:
@@ -663,7 +601,7 @@ class StreamedVerification:
             # from the CANONICAL float64 run, never the source's own equations (``y64`` of a Keras or TF1
             # file): a gap between those (a reader's slip) must stay outside the tolerance, or it would
             # widen the tolerance to cover itself
-            canon = reference.forward(layer, xs, kernels=FAST) if _own_equations(self.src_module, layer) else self.y64[i]
+            canon = reference.forward(layer, xs, kernels=FAST) if source.own_equations(self.src_module, layer) else self.y64[i]
             spread = float(np.abs(canon - emulate(layer, xs)).max())
         seqs = []  # (err, tolerance, scale) of the whole layer, or of each slab
         for y, y32, ref in runs:

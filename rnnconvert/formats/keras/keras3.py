@@ -47,10 +47,10 @@ from ...errors import FormatError
 from ...core.model import Checkpoint, Cell, RNNLayer
 from ...conventions import keras_interpreter as interpreter, keras_names as naming
 from . import keras_config, keras_h5, keras_h5_write
+from .sniff import HDF5_MAGIC, ZIP_MAGIC
 
 ROUTE = "keras 3"
 HARD_SIGMOID_SCALE = keras_config.HARD_SIGMOID_SCALE  # Keras-2 hard_sigmoid(x) = Keras-3 hard_sigmoid(1.2 x)
-ZIP_MAGIC = b"PK\x03\x04"
 MAX_MEMBER_BYTES = 1 << 34  # 16 GiB: no real RNN checkpoint is larger
 MAX_RATIO = 200  # uncompressed / compressed per member (HDF5 weights barely compress)
 MAX_CONFIG_BYTES = 64 << 20
@@ -66,22 +66,6 @@ keras3 = keras_config.import_keras3
 # --------------------------------------------------------------------------------------------
 # Detection and safe reading
 # --------------------------------------------------------------------------------------------
-
-def sniff(head: bytes, path: Path | None = None) -> bool:
-    """A zip holding ``config.json`` and ``model.weights.h5``, or an HDF5 file with a top-level
-    ``layers`` or ``vars`` group and no Keras 2 ``model_weights`` group / ``layer_names`` attribute."""
-    if path is None:
-        return False
-    if head.startswith(ZIP_MAGIC):
-        try:
-            with zipfile.ZipFile(path) as z:
-                names = set(z.namelist()[:256])
-            return "config.json" in names and ("model.weights.h5" in names or "model.weights.npz" in names)
-        except (zipfile.BadZipFile, OSError):
-            return False
-    if head.startswith(keras_h5.HDF5_MAGIC):
-        return keras_h5.hdf5_dialect(path) == "keras3"  # looked at in an isolated child
-    return False
 
 
 def _safe_member(z: zipfile.ZipFile, name: str, path: Path) -> zipfile.ZipInfo:
@@ -300,7 +284,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, **_: Any) -> C
     p = Path(path)
     with open(p, "rb") as fh:
         head = fh.read(8)
-    if head.startswith(keras_h5.HDF5_MAGIC):
+    if head.startswith(HDF5_MAGIC):
         return _read_store(p, str(p), None, gate_activation, None)
     try:
         z = zipfile.ZipFile(p)

@@ -8,7 +8,7 @@ from ...engine.protocol import FormatSpec
 from . import keras3, keras_h5, keras_h5_write
 
 KERAS_H5 = FormatSpec(
-    "keras_h5", sniff=keras_h5.sniff, read=keras_h5.read, lazy=True,
+    "keras_h5", read=keras_h5.read, lazy=True,
     # map, nonlinearity: a plain (not Keras) HDF5 file read by its tensor names (rnnconvert.core.names)
     read_options=("gate_activation", "map", "nonlinearity"),
     refusals=keras_h5_write.refusals, check=keras_h5_write.check, write=keras_h5_write.write,
@@ -17,7 +17,7 @@ KERAS_H5 = FormatSpec(
     equations="keras_equations", framework="tf_keras")
 
 KERAS3 = FormatSpec(
-    "keras3", sniff=keras3.sniff, read=keras3.read, read_options=("gate_activation",),
+    "keras3", read=keras3.read, read_options=("gate_activation",),
     refusals=keras3.refusals, check=keras3.check, write=keras3.write,
     write_options=("weights_only", "recurrent_only"),
     runtime="keras3", load=keras3.load, route=keras3.ROUTE, rescale_plan=keras3.rescale_plan)

@@ -36,22 +36,12 @@ import numpy as np
 from ...core import cudnn
 from ...errors import FormatError
 from ...core.model import Cell, Checkpoint, RNNLayer
+from .sniff import SPEC_KEY
 
-SPEC_KEY = "__cudnn_spec__"
 MAGIC = "rnnconvert-cudnn-buffer"
 #: Spec version written; 1 = the old per-pseudo-layer layout (read, never written).
 VERSION = 2
 
-
-def sniff(head: bytes, path: Path) -> bool:
-    """A zip (npz) with a ``__cudnn_spec__.npy`` member."""
-    if not head.startswith(b"PK\x03\x04"):
-        return False
-    try:
-        with zipfile.ZipFile(path) as z:
-            return f"{SPEC_KEY}.npy" in z.namelist()
-    except (zipfile.BadZipFile, OSError):
-        return False
 
 
 def refusals(layer) -> list[str]:

@@ -33,22 +33,12 @@ import numpy as np
 from ...safety import budget
 from ...errors import FormatError
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from .sniff import META
 
 SCHEMA = 1
-META = "__rnnconvert__"
 ROUTE = "torch (re-read arrays) or numpy reference"
 _FIELDS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr", "peep")
 
-
-def sniff(head: bytes, path: Path) -> bool:
-    """A zip whose members include ``__rnnconvert__.npy``."""
-    if not head.startswith(b"PK\x03\x04"):
-        return False
-    try:
-        with zipfile.ZipFile(path) as z:
-            return f"{META}.npy" in z.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
-        return False
 
 
 def _member(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:

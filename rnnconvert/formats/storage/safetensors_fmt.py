@@ -26,16 +26,6 @@ from ...conventions import torch_state
 
 ROUTE = "torch (safetensors tensors)"
 
-def sniff(head: bytes, path: Path) -> bool:
-    """8-byte little-endian header length followed by a JSON object (the safetensors layout)."""
-    if len(head) < 10 or head[8:9] != b"{":
-        return False
-    n = struct.unpack("<Q", head[:8])[0]
-    try:
-        return 2 <= n <= path.stat().st_size - 8
-    except OSError:
-        return False
-
 
 def _load(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of the file: by the safetensors library when installed, else by :func:`load_own`."""

@@ -8,17 +8,17 @@ from ...engine.protocol import FormatSpec
 from . import cudnn_npz, npz_fmt, safetensors_fmt
 
 SAFETENSORS = FormatSpec(
-    "safetensors", sniff=safetensors_fmt.sniff, read=safetensors_fmt.read,
+    "safetensors", read=safetensors_fmt.read,
     read_options=("nonlinearity", "map"),  # map: tensors under their owner's own names (rnnconvert.core.names)
     lazy=safetensors_fmt.LAZY, check=safetensors_fmt.check,
     write=safetensors_fmt.write, open_stream=safetensors_fmt.open_stream,
     runtime="torch", load=safetensors_fmt.load, route=safetensors_fmt.ROUTE)
 
 CUDNN_NPZ = FormatSpec(
-    "cudnn_npz", sniff=cudnn_npz.sniff, read=cudnn_npz.read, refusals=cudnn_npz.refusals, check=cudnn_npz.check,
+    "cudnn_npz", read=cudnn_npz.read, refusals=cudnn_npz.refusals, check=cudnn_npz.check,
     write=cudnn_npz.write, runtime="canonical", load=cudnn_npz.load, route="cudnn_npz")
 
 NPZ = FormatSpec(
-    "npz", sniff=npz_fmt.sniff, read=npz_fmt.read, read_options=("nonlinearity", "map"),
+    "npz", read=npz_fmt.read, read_options=("nonlinearity", "map"),
     write=npz_fmt.write, open_stream=npz_fmt.open_stream, forget_bias="keep",
     runtime="canonical", load=npz_fmt.load, route=npz_fmt.ROUTE)

@@ -15,7 +15,7 @@ CHECKPOINT_OPTIONS = ("forget_bias", "gate_activation", "num_layers", "hidden_si
                       "cell_clip", "proj_clip")
 
 TF_CHECKPOINT = FormatSpec(
-    "tf_checkpoint", sniff=tf_checkpoint.sniff, read=tf_checkpoint.read, read_options=CHECKPOINT_OPTIONS,
+    "tf_checkpoint", read=tf_checkpoint.read, read_options=CHECKPOINT_OPTIONS,
     lazy=True, refusals=tf1_writer.refusals, check=tf1_writer.check, write=tf1_writer.write,
     runtime="tf_equations", load=tf1_writer.load, route=tf1_writer.ROUTE,
     equations="tf_equations", framework="tensorflow")

@@ -137,7 +137,7 @@ ROUTE = "tf_keras (layers restored by TensorFlow from the checkpoint)"
 def _restored(path: str | Path, ckpt: Checkpoint):
     """Fresh tf_keras layers (weights zeroed) restored from the written checkpoint by TensorFlow."""
     tf = require("tensorflow", "tensorflow")
-    from .tf_checkpoint import prefix_of
+    from .sniff import prefix_of
 
     built, by_name = _build(ckpt.layers, merge=False)
     for lay in built:  # forget the weights we set: everything must come from the file

@@ -10,6 +10,6 @@ from ...engine.protocol import FormatSpec
 from . import torch_pt
 
 PT = FormatSpec(
-    "pt", sniff=torch_pt.sniff, read=torch_pt.read, read_options=("nonlinearity", "map"), lazy=True,
+    "pt", read=torch_pt.read, read_options=("nonlinearity", "map"), lazy=True,
     refusals=torch_state.refusals, check=torch_state.check, write=torch_pt.write, open_stream=torch_pt.open_stream,
     runtime="torch", load=torch_pt.load, release=torch_pt.release, route=torch_pt.ROUTE)

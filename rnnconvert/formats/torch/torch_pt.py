@@ -25,26 +25,9 @@ from ...engine import stream
 from ...errors import FormatError, require
 from ...speed import filerows
 from . import pt_writer
+from .sniff import ZIP_MAGIC
 
-ZIP_MAGIC = b"PK\x03\x04"
 ROUTE = "torch"
-
-def sniff(head: bytes, path: Path) -> bool:
-    """A zip whose member names look like ``torch.save`` / ``torch.jit.save`` output (``<archive>/data.pkl``),
-    or a legacy (non-zip) ``torch.save`` file, which starts with the pickled magic number
-    ``0x1950a86a20f9469cfc6c`` (``torch/serialization.py`` ``MAGIC_NUMBER``)."""
-    if head.startswith(LEGACY_MAGIC):
-        return True
-    if not head.startswith(ZIP_MAGIC):
-        return False
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            return any(n.endswith("/data.pkl") or n == "data.pkl" for n in z.namelist()[:64])
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError):  # damaged zip
-        return False
-
 
 
 #: this writer takes one slab at a time (:mod:`rnnconvert.formats.torch.pt_writer`).
@@ -109,8 +92,6 @@ def load_failure(exc: BaseException) -> str:
 
 #: Keys under which training scripts commonly nest the state dict (checked in this order).
 WRAPPERS = ("state_dict", "model_state_dict", "model_state", "model", "net", "network", "module", "weights")
-LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # pickled torch magic number
-
 
 def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndarray]:
     """Tensors of nested dicts as numpy arrays, keys joined with ``.`` (non-tensor leaves dropped); each
