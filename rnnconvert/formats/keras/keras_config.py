@@ -69,7 +69,10 @@ INERT_KEYS: dict[str, Callable[[Any], bool] | None] = {
     "input_dtype": None,
     "build_config": None,
 }
+#: integer dtypes a Keras 2 layer config may carry: the dtype of the input its batch_input_shape makes
+INPUT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _INIT_SUFFIX = "_initializer"
+_INPUT_DTYPE = "dtype (input)"
 _REG_CLASSES = {"L1L2", "L1", "L2", "OrthogonalRegularizer"}
 _CONSTRAINT_CLASSES = {"MaxNorm", "NonNeg", "UnitNorm", "MinMaxNorm"}
 
@@ -144,7 +147,10 @@ def translate(model_config: dict[str, Any], accepted: Callable[[str], set[str] |
     ctx.tr.config = _model(ctx, model_config, "")
     for key, paths in sorted(ctx.dropped.items()):
         what = ("initializers (they only seed training from scratch; every weight is set from the file)"
-                if key == _INIT_SUFFIX else f"'{key}' (no effect on a trained model's outputs)")
+                if key == _INIT_SUFFIX else
+                "an integer 'dtype' (in Keras 2 the dtype of the model input, carried by the InputLayer; "
+                "the layer's weights stay float)" if key == _INPUT_DTYPE
+                else f"'{key}' (no effect on a trained model's outputs)")
         ctx.tr.notes.append(f"dropped {what} from {len(paths)} layer config(s): {', '.join(sorted(paths)[:6])}"
                             f"{' ...' if len(paths) > 6 else ''}")
     return ctx.tr
@@ -298,6 +304,14 @@ def _keys(ctx: _Ctx, path: str, src_cls: str, cls: str, conf: dict) -> dict:
     ok = ctx.accepted(cls)
     out = {}
     dtype = conf.get("dtype")
+    if cls != "InputLayer" and dtype in INPUT_DTYPES and conf.get("batch_input_shape") is not None:
+        # Keras 2.0/2.1: an integer dtype on a layer is the dtype of the model input made from its
+        # batch_input_shape (the InputLayer above carries it); its weights are float (Keras 2.0 add_weight
+        # defaults to floatx). As a Keras 3 layer dtype it would make the weights integers (an Embedding's
+        # RandomUniform(-0.05, 0.05) initializer then fails: "Need minval < maxval, got 0 >= 0").
+        conf = {k: v for k, v in conf.items() if k != "dtype"}
+        ctx.drop(_INPUT_DTYPE, path)
+        dtype = None
     if dtype is not None and not (isinstance(dtype, str) and dtype in ("float32", "float64", "float16", "int32")):
         if not (isinstance(dtype, dict) and (dtype.get("config") or {}).get("name") == "float32"):
             ctx.refuse(path, src_cls, f"dtype {dtype!r} (mixed precision policies are not translated)")

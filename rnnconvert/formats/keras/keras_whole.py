@@ -268,11 +268,30 @@ def _tf_keras_config(config: dict) -> dict:
             elif out.get("class_name") == "GRU" and isinstance(out.get("config"), dict) \
                     and "reset_after" not in out["config"]:  # Keras 2.0/2.1: reset-before (LAYOUTS.md §3.4)
                 out["config"] = {**out["config"], "reset_after": False}
+            if out.get("class_name") == "Sequential":
+                _input_dtype_first(out)
             return out
         if isinstance(obj, list):
             return [fix(v) for v in obj]
         return obj
     return fix(config)
+
+
+def _input_dtype_first(seq: dict) -> None:
+    """A Keras 2.0/2.1 Sequential whose first layer carries an integer ``dtype`` with its
+    ``batch_input_shape`` (the dtype of the model input; its weights are float): the same model for tf_keras,
+    which would make that layer's weights integers, is an ``InputLayer`` of that dtype before the layer."""
+    try:
+        recs = keras_config.layer_records(seq)
+    except UnsupportedError:
+        return
+    c = recs[0].get("config") if recs else None
+    if not isinstance(c, dict) or recs[0].get("class_name") == "InputLayer" \
+            or c.get("dtype") not in keras_config.INPUT_DTYPES or c.get("batch_input_shape") is None:
+        return
+    recs[0] = {**recs[0], "config": {k: v for k, v in c.items() if k != "dtype"}}
+    recs.insert(0, {"class_name": "InputLayer", "config": {
+        "batch_input_shape": c["batch_input_shape"], "dtype": c["dtype"], "name": f"{c.get('name', 'input')}_input"}})
 
 
 def source_model(path: str, config: dict):
