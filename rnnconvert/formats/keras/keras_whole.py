@@ -118,20 +118,20 @@ def _accepted(k):
             klass = getattr(k.layers, cls, None)
             if klass is None:
                 cache[cls] = set()
-            else:
-                keys = set(base)
+            else:  # the keywords of each __init__ up the MRO while they pass on **kwargs
+                keys: set[str] = set()
                 for c in klass.__mro__:
-                    if "__init__" in vars(c):
-                        keys |= set(pyinspect.signature(vars(c)["__init__"]).parameters) - {"self", "kwargs"}
+                    if "__init__" not in vars(c):
+                        continue
+                    params = pyinspect.signature(vars(c)["__init__"]).parameters
+                    keys |= {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+                    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+                        break  # e.g. SpatialDropout1D(rate, seed, name, dtype): no trainable, no noise_shape
+                else:
+                    keys |= base
                 cache[cls] = keys
         return cache[cls]
     return accepted
-
-
-#: the way out of a whole-model refusal (API words, CLI words)
-WAY_OUT = ("convert the recurrent layers alone: write option recurrent_only=True (a .keras of the recurrent "
-           "layers), or another target (.onnx, .pt)")
-WAY_OUT_CLI = "convert the recurrent layers alone: --recurrent-only (a .keras of the recurrent layers), or --to onnx / .pt"
 
 
 class Unfiltered:
@@ -204,7 +204,7 @@ def failure(exc: BaseException, what: str, full: FullModel, tr: keras_config.Tra
         if names:
             where = f"layer '{names[0]}'"
     head = f"{full.path}: {where} cannot be written as a whole Keras 3 model: {what} raised {err}; "
-    return UnsupportedError(head + WAY_OUT, cli=head + WAY_OUT_CLI)
+    return UnsupportedError(head + keras_config.WAY_OUT, cli=head + keras_config.WAY_OUT_CLI)
 
 
 def _passes(exc: BaseException) -> bool:
