@@ -44,7 +44,8 @@ from . import naming
 #: the way out of a whole-model refusal (API words, CLI words)
 WAY_OUT = ("convert the recurrent layers alone: write option recurrent_only=True (a .keras of the recurrent "
            "layers), or another target (.onnx, .pt)")
-WAY_OUT_CLI = "convert the recurrent layers alone: --recurrent-only (a .keras of the recurrent layers), or --to onnx / .pt"
+WAY_OUT_CLI = ("convert the recurrent layers alone: --recurrent-only (a .keras of the recurrent layers), "
+               "or --to onnx / .pt")
 
 #: Keras 2 class -> Keras 3 class (CuDNN layers and the Keras 2 ``Model`` name translated).
 LAYERS = {c: c for c in (
