@@ -202,11 +202,27 @@ def _verify_mode(verify: Optional[str], no_verify: bool) -> str:
 
 
 def _rule(c) -> str:
-    """How a layer was judged (rnnconvert.verify.engine): the one-step comparison (largest error, and its ratio to
-    the elementwise bound) and the short full-sequence one."""
-    step = (f"one step: max abs error {c.step_err:.2e}, {c.step_ratio:.2g} of its bound, {c.steps_checked} steps; "
-            if c.steps_checked else "")
-    return f"{step}sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})"
+    """How a layer was judged, in the numbers that were measured and only those (``--json`` gives the same
+    numbers in full): for a layer judged by :mod:`rnnconvert.verify.engine`, the one-step comparison (largest
+    error, its ratio to the elementwise bound) where it ran and the short full-sequence one (a measured
+    sequence tolerance is never 0); for any other check (a format's whole-model comparison: no step or
+    sequence fields), its own largest error and tolerance (``reference`` ``'float64'``: the tolerance
+    includes twice the float32/float64 spread of the written model); nothing where nothing was measured."""
+    parts = []
+    if c.steps_checked:
+        parts.append(f"one step: max abs error {c.step_err:.2e}, {c.step_ratio:.2g} of its bound, "
+                     f"{c.steps_checked} steps")
+    if c.seq_tol > 0 or c.seq_err > 0:
+        parts.append(f"sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})")
+    if parts:
+        return "; ".join(parts)
+    if c.max_abs_err != c.max_abs_err or c.max_abs_err == float("inf"):
+        return "not compared"
+    if c.tolerance <= 0 and c.max_abs_err == 0:
+        return "not measured"
+    spread = " with the float32/float64 spread" if c.reference == "float64" else ""
+    return (f"max abs error {c.max_abs_err:.2e} (tolerance {c.tolerance:.1e}{spread}; "
+            f"output scale {c.max_abs_ref:.2e})")
 
 
 class _Bar:
@@ -420,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         args.insert(0, "convert")
     from .process import signals
 
-    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/process/signals.py)
+    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/io/signals.py)
     # TensorFlow's C++ log lines (CUDA probing, a failed write's own report) are not for the user: errors
     # reach them as rnnconvert's one line (RNNCONVERT_DEBUG=1 or a TF_CPP_MIN_LOG_LEVEL of one's own shows them)
     if not os.environ.get("RNNCONVERT_DEBUG"):

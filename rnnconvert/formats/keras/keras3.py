@@ -476,9 +476,12 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
         if wo:
             model.save_weights(out)
             shutil.copyfile(out, path)
+        elif full is not None:
+            keras_whole.save_model(model, out, full, tr)
+            _repack(out, path, rescaled, "whole")
         else:
             model.save(out)
-            _repack(out, path, rescaled, "whole" if full is not None else "recurrent")
+            _repack(out, path, rescaled, "recurrent")
     if lines is not None:
         how = ("model.load_weights(path) into the same architecture built in Keras 3" if wo
                else "keras.saving.load_model(path)")

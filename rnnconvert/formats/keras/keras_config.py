@@ -41,6 +41,12 @@ from typing import Any, Callable
 from ...errors import UnsupportedError, require
 from ...conventions import keras_names as naming
 
+#: the way out of a whole-model refusal (API words, CLI words)
+WAY_OUT = ("convert the recurrent layers alone: write option recurrent_only=True (a .keras of the recurrent "
+           "layers), or another target (.onnx, .pt)")
+WAY_OUT_CLI = ("convert the recurrent layers alone: --recurrent-only (a .keras of the recurrent layers), "
+               "or --to onnx / .pt")
+
 #: Keras 2 class -> Keras 3 class (CuDNN layers and the Keras 2 ``Model`` name translated).
 LAYERS = {c: c for c in (
     "InputLayer", "Dense", "Embedding", "Conv1D", "Dropout", "SpatialDropout1D", "GaussianNoise",
@@ -48,8 +54,44 @@ LAYERS = {c: c for c in (
     "Concatenate", "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "BatchNormalization",
     "LayerNormalization", "MaxPooling1D", "AveragePooling1D", "GlobalMaxPooling1D", "GlobalAveragePooling1D",
     "ZeroPadding1D", "Cropping1D", "UpSampling1D", "LSTM", "GRU", "SimpleRNN", "Bidirectional",
-    "TimeDistributed", "Sequential", "Functional", "ReLU", "LeakyReLU", "ELU", "Softmax")}
+    "TimeDistributed", "Sequential", "Functional", "ReLU", "LeakyReLU", "ELU", "Softmax",
+    # identity at inference (an activity penalty; random augmentations drawn in training only)
+    "ActivityRegularization", "Identity", "SpatialDropout2D", "SpatialDropout3D", "RandomFlip", "RandomRotation",
+    "RandomZoom", "RandomTranslation", "RandomContrast", "RandomBrightness",
+    # the same function in both (checked layer by layer against tf_keras: tests/test_keras_whole_layers.py)
+    "PReLU", "UnitNormalization", "GroupNormalization", "Rescaling", "EinsumDense", "Conv1DTranspose",
+    "SeparableConv1D", "DepthwiseConv1D", "Conv2D", "Conv2DTranspose", "SeparableConv2D", "DepthwiseConv2D",
+    "Conv3D", "Conv3DTranspose", "MaxPooling2D", "AveragePooling2D", "GlobalMaxPooling2D",
+    "GlobalAveragePooling2D", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "MaxPooling3D", "AveragePooling3D",
+    "GlobalMaxPooling3D", "GlobalAveragePooling3D", "ZeroPadding3D", "Cropping3D", "UpSampling3D")}
 LAYERS.update({"Model": "Functional", **naming.CUDNN_TWIN, **naming.CLASS_ALIASES})
+#: Keras 3 built-ins that Keras 2 also has, not translated, and why (said in the refusal)
+NOT_TRANSLATED = {
+    "Lambda": "a Lambda layer's function is Python code, which is never deserialized",
+    "ConvLSTM1D": "a convolutional LSTM is not read as a recurrent layer here (its gates, Keras 2's default "
+                  "hard_sigmoid among them, are not translated)",
+    "Attention": "the attention layers are not checked against tf_keras yet",
+    "AdditiveAttention": "the attention layers are not checked against tf_keras yet",
+    "MultiHeadAttention": "the attention layers are not checked against tf_keras yet",
+    "Dot": "not checked against tf_keras yet",
+    "SpectralNormalization": "its kernel is renormalized by a stored power-iteration state; not checked",
+    "RNN": "a generic RNN wrapper of a cell: not translated (LSTM / GRU / SimpleRNN layers are)",
+    "StackedRNNCells": "stacked cells in one RNN layer: not translated",
+    "Normalization": "a preprocessing layer with adapted state: not checked",
+    "Discretization": "a preprocessing layer with adapted state: not checked",
+    "CategoryEncoding": "a preprocessing layer: not checked",
+    "Hashing": "a preprocessing layer (hash function): not checked",
+    "HashedCrossing": "a preprocessing layer (hash function): not checked",
+    "IntegerLookup": "a lookup layer with a vocabulary asset: not translated",
+    "StringLookup": "a lookup layer with a vocabulary asset: not translated",
+    "TextVectorization": "a text layer with a vocabulary asset: not translated",
+    "Resizing": "image resizing (interpolation implementations differ): not checked",
+    "CenterCrop": "image cropping with resizing: not checked",
+    "RandomCrop": "not the identity at inference (a center crop and resize): not checked",
+}
+NOT_TRANSLATED.update({c: NOT_TRANSLATED["ConvLSTM1D"] for c in ("ConvLSTM2D", "ConvLSTM3D")})
+NOT_TRANSLATED.update({c: "Keras 3 has no such layer" for c in (
+    "ThresholdedReLU", "LocallyConnected1D", "LocallyConnected2D", "DenseFeatures", "RandomHeight", "RandomWidth")})
 RECURRENT = set(naming.KERAS_CLASS.values())
 
 #: Activations both Keras 2 and Keras 3 define as the same function under the same name.
@@ -68,8 +110,21 @@ INERT_KEYS: dict[str, Callable[[Any], bool] | None] = {
     "batch_input_shape": None,  # moved into an InputLayer where it matters
     "input_dtype": None,
     "build_config": None,
+    "trainable": None,  # only where Keras 3 does not take it (SpatialDropout1D): no effect at inference
+    "noise_shape": lambda v: v is None,  # SpatialDropout: Keras 3 derives it, as Keras 2 did when None
+    "groups": lambda v: v == 1,  # Conv*Transpose / SeparableConv / DepthwiseConv: Keras 3 has one group only
+    "rng_type": None,  # random augmentation layers (identity at inference): which generator draws in training
 }
+#: Keras 2 key -> the Keras 3 key of the same meaning, per class
+RENAMED_KEYS = {("LeakyReLU", "alpha"): "negative_slope"}
+#: layers whose pre-activation is linear in all their weights (kernel(s) applied once, bias): a Keras-2
+#: hard_sigmoid activation is rescaled on every weight (:class:`Rescale` ``all``); SimpleRNN: see the docstring
+LINEAR_ALL = ("Dense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose",
+              "DepthwiseConv1D", "DepthwiseConv2D", "EinsumDense", "SimpleRNN")
+#: integer dtypes a Keras 2 layer config may carry: the dtype of the input its batch_input_shape makes
+INPUT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _INIT_SUFFIX = "_initializer"
+_INPUT_DTYPE = "dtype (input)"
 _REG_CLASSES = {"L1L2", "L1", "L2", "OrthogonalRegularizer"}
 _CONSTRAINT_CLASSES = {"MaxNorm", "NonNeg", "UnitNorm", "MinMaxNorm"}
 
@@ -80,7 +135,7 @@ class Rescale:
 
     ``gates``: for LSTM/GRU, the Keras gate blocks (LSTM ``i f c o`` = 0 1 2 3, GRU ``z r h`` = 0 1 2) whose
     kernel / recurrent-kernel columns and bias entries are scaled; ``all``: every weight of a
-    Dense / Conv1D / SimpleRNN (kernel, recurrent kernel, bias).
+    layer of :data:`LINEAR_ALL` (kernel, recurrent kernel, bias).
     """
 
     path: str
@@ -109,8 +164,8 @@ class _Ctx:
         self.dropped: dict[str, set[str]] = {}
 
     def refuse(self, path: str, cls: str, why: str) -> None:
-        raise UnsupportedError(f"layer '{path}' ({cls}) cannot be written as a whole Keras 3 model: {why}. "
-                               "Convert the recurrent layers alone (a weights-only .h5, or --to onnx / .pt)")
+        head = f"layer '{path}' ({cls}) cannot be written as a whole Keras 3 model: {why}; "
+        raise UnsupportedError(head + WAY_OUT, cli=head + WAY_OUT_CLI)
 
     def drop(self, key: str, path: str) -> None:
         self.dropped.setdefault(key, set()).add(path)
@@ -144,7 +199,10 @@ def translate(model_config: dict[str, Any], accepted: Callable[[str], set[str] |
     ctx.tr.config = _model(ctx, model_config, "")
     for key, paths in sorted(ctx.dropped.items()):
         what = ("initializers (they only seed training from scratch; every weight is set from the file)"
-                if key == _INIT_SUFFIX else f"'{key}' (no effect on a trained model's outputs)")
+                if key == _INIT_SUFFIX else
+                "an integer 'dtype' (in Keras 2 the dtype of the model input, carried by the InputLayer; "
+                "the layer's weights stay float)" if key == _INPUT_DTYPE
+                else f"'{key}' (no effect on a trained model's outputs)")
         ctx.tr.notes.append(f"dropped {what} from {len(paths)} layer config(s): {', '.join(sorted(paths)[:6])}"
                             f"{' ...' if len(paths) > 6 else ''}")
     return ctx.tr
@@ -225,8 +283,8 @@ def _layer(ctx: _Ctx, r: dict, prefix: str) -> dict:
     path = prefix + conf["name"]
     cls = LAYERS.get(src_cls)
     if cls is None:
-        ctx.refuse(path, src_cls, "Keras 3 has no built-in layer of that class that computes the same function "
-                   "(custom and Lambda layers are never deserialized)")
+        ctx.refuse(path, src_cls, NOT_TRANSLATED.get(src_cls) or "Keras 3 has no built-in layer of that class that "
+                   "computes the same function (custom and Lambda layers are never deserialized)")
     ctx.tr.classes[path] = cls
     ctx.tr.source_classes[path] = src_cls
     if cls in ("Sequential", "Functional"):
@@ -283,7 +341,7 @@ def _activations(ctx: _Ctx, path: str, src_cls: str, cls: str, conf: dict) -> No
             gates += [0, 1, 3]
         elif cls == "GRU":
             gates += [0, 1] if key == "recurrent_activation" else [2]
-        elif cls in ("Dense", "Conv1D", "SimpleRNN") and key == "activation":
+        elif cls in LINEAR_ALL and key == "activation":
             ctx.tr.rescale[path] = Rescale(path, cls, all=True)
         else:
             why = ("an LSTM's activation also squashes the cell state, which no weight scaling reaches"
@@ -298,6 +356,14 @@ def _keys(ctx: _Ctx, path: str, src_cls: str, cls: str, conf: dict) -> dict:
     ok = ctx.accepted(cls)
     out = {}
     dtype = conf.get("dtype")
+    if cls != "InputLayer" and dtype in INPUT_DTYPES and conf.get("batch_input_shape") is not None:
+        # Keras 2.0/2.1: an integer dtype on a layer is the dtype of the model input made from its
+        # batch_input_shape (the InputLayer above carries it); its weights are float (Keras 2.0 add_weight
+        # defaults to floatx). As a Keras 3 layer dtype it would make the weights integers (an Embedding's
+        # RandomUniform(-0.05, 0.05) initializer then fails: "Need minval < maxval, got 0 >= 0").
+        conf = {k: v for k, v in conf.items() if k != "dtype"}
+        ctx.drop(_INPUT_DTYPE, path)
+        dtype = None
     if dtype is not None and not (isinstance(dtype, str) and dtype in ("float32", "float64", "float16", "int32")):
         if not (isinstance(dtype, dict) and (dtype.get("config") or {}).get("name") == "float32"):
             ctx.refuse(path, src_cls, f"dtype {dtype!r} (mixed precision policies are not translated)")
@@ -308,7 +374,14 @@ def _keys(ctx: _Ctx, path: str, src_cls: str, cls: str, conf: dict) -> dict:
             conf["batch_shape"] = conf.pop("batch_input_shape")
         if conf.get("sparse") or conf.get("ragged"):
             ctx.refuse(path, src_cls, "sparse or ragged inputs")
-    for key, val in conf.items():
+    if cls == "BatchNormalization" and isinstance(conf.get("axis"), list):  # tf_keras writes [axis]
+        if len(conf["axis"]) != 1 or not isinstance(conf["axis"][0], int):
+            ctx.refuse(path, src_cls, f"axis={conf['axis']!r}: Keras 3 normalizes over one axis only")
+        conf = {**conf, "axis": conf["axis"][0]}
+    for key, val in list(conf.items()):
+        new_key = RENAMED_KEYS.get((cls, key))
+        if new_key is not None and new_key not in conf and (ok is None or new_key in ok):
+            key = new_key
         if key.endswith(_INIT_SUFFIX):
             ctx.drop(_INIT_SUFFIX, path)
             continue
@@ -323,6 +396,8 @@ def _keys(ctx: _Ctx, path: str, src_cls: str, cls: str, conf: dict) -> dict:
                 ctx.drop(key, path)
             continue
         if key in ("recurrent_dropout", "dropout") and not val:
+            continue
+        if key.endswith(("_regularizer", "_constraint")) and val is None:  # e.g. SeparableConv's unused kernel_*
             continue
         ctx.refuse(path, src_cls, f"config key {key}={val!r} has no Keras 3 equivalent")
     return out

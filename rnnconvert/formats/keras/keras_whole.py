@@ -119,14 +119,100 @@ def _accepted(k):
             klass = getattr(k.layers, cls, None)
             if klass is None:
                 cache[cls] = set()
-            else:
-                keys = set(base)
+            else:  # the keywords of each __init__ up the MRO while they pass on **kwargs
+                keys: set[str] = set()
                 for c in klass.__mro__:
-                    if "__init__" in vars(c):
-                        keys |= set(pyinspect.signature(vars(c)["__init__"]).parameters) - {"self", "kwargs"}
+                    if "__init__" not in vars(c):
+                        continue
+                    params = pyinspect.signature(vars(c)["__init__"]).parameters
+                    keys |= {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+                    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+                        break  # e.g. SpatialDropout1D(rate, seed, name, dtype): no trainable, no noise_shape
+                else:
+                    keys |= base
                 cache[cls] = keys
         return cache[cls]
     return accepted
+
+
+class Unfiltered:
+    """Keras 3 and tf_keras cut their own frames out of the tracebacks they raise; inside this block they
+    keep them (restored after), so that :func:`failure` can find the layer being built or run."""
+
+    def __init__(self, k=None, tf=None):
+        self.k, self.tf, self.was = k, tf, (None, None)
+
+    def __enter__(self) -> "Unfiltered":
+        kw = self.k.config.is_traceback_filtering_enabled() if self.k is not None else None
+        tw = self.tf.debugging.is_traceback_filtering_enabled() if self.tf is not None else None
+        self.was = (kw, tw)
+        if kw:
+            self.k.config.disable_traceback_filtering()
+        if tw:
+            self.tf.debugging.disable_traceback_filtering()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.was[0]:
+            self.k.config.enable_traceback_filtering()
+        if self.was[1]:
+            self.tf.debugging.enable_traceback_filtering()
+
+
+def culprit(exc: BaseException, base: type, container: tuple[type, ...] = ()) -> list[str]:
+    """The names of the layers (instances of ``base``, not of ``container``: models) whose methods are on
+    ``exc``'s traceback, innermost first: the layer being built or run when it was raised."""
+    names: list[str] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:  # the exception and what it was raised from
+        seen.add(id(e))
+        tb = e.__traceback__
+        frames = []
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        for fr in reversed(frames):
+            obj = fr.f_locals.get("self")
+            if isinstance(obj, base) and not isinstance(obj, container):
+                name = getattr(obj, "name", None)
+                if isinstance(name, str) and name not in names:
+                    names.append(name)
+        e = e.__cause__ or e.__context__
+    return names
+
+
+def failure(exc: BaseException, what: str, full: FullModel, tr: keras_config.Translation | None,
+            names: list[str]) -> UnsupportedError:
+    """The one-line refusal for an exception raised inside Keras 3 / tf_keras / TensorFlow while ``what``
+    (e.g. "Keras 3 builds the translated model"): it names the layer being built or run (``names``, from
+    :func:`culprit`, matched against the translation's layer paths), its source class, the error's first line
+    and the way out."""
+    import re
+
+    first = (str(exc).strip().splitlines() or [""])[0].strip()
+    first = re.sub(r"\s*\[Op:[^\]]*\].*$", "", re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", first))  # TF's op frame
+    first = first[:240] + ("..." if len(first) > 240 else "")
+    err = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    paths = list(tr.source_classes) if tr is not None else []
+    where = "a layer it does not name"
+    for n in names:
+        hit = next((p for p in paths if p == n or p.rsplit(".", 1)[-1] == n or p.rsplit("/", 1)[-1] == n), None)
+        if hit is not None:
+            where = f"layer '{hit}' ({tr.source_classes[hit]})"
+            break
+    else:
+        if names:
+            where = f"layer '{names[0]}'"
+    head = f"{full.path}: {where} cannot be written as a whole Keras 3 model: {what} raised {err}; "
+    return UnsupportedError(head + keras_config.WAY_OUT, cli=head + keras_config.WAY_OUT_CLI)
+
+
+def _passes(exc: BaseException) -> bool:
+    """Errors that keep their own meaning (ours, out of memory, an interrupted run) and are not refusals."""
+    from ...errors import RNNConvertError
+
+    return isinstance(exc, (RNNConvertError, MemoryError))
 
 
 def translate(full: FullModel) -> keras_config.Translation:
@@ -232,14 +318,49 @@ def build(full: FullModel, ckpt: Checkpoint):
 
     k = keras_config.import_keras3()
     tr = translate(full)
-    try:
-        model = k.saving.deserialize_keras_object(tr.config, safe_mode=True)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise UnsupportedError(f"{full.path}: Keras 3 cannot build the translated model ({type(exc).__name__}: "
-                               f"{first}); convert the recurrent layers alone (a weights-only .h5)") from exc
-    lines = set_weights(k, model, full, tr, ckpt)
+    with Unfiltered(k, _tf_module()):
+        try:
+            model = k.saving.deserialize_keras_object(tr.config, safe_mode=True)
+        except Exception as exc:  # noqa: BLE001 - whatever Keras 3 / TensorFlow raise: a refusal naming the layer
+            if _passes(exc):
+                raise
+            raise failure(exc, "Keras 3 building the translated layer", full, tr,
+                          culprit(exc, k.layers.Layer, (k.Model,))) from exc
+        try:
+            lines = set_weights(k, model, full, tr, ckpt)
+        except Exception as exc:  # noqa: BLE001
+            if _passes(exc):
+                raise
+            raise failure(exc, "Keras 3 setting the layer's weights", full, tr,
+                          culprit(exc, k.layers.Layer, (k.Model,))) from exc
     return model, tr, lines
+
+
+def _tf_module():
+    """TensorFlow when it is imported already (Keras 3's TensorFlow backend, tf_keras), else ``None``."""
+    import sys
+
+    return sys.modules.get("tensorflow")
+
+
+def save_model(model, out: str, full: FullModel, tr: keras_config.Translation) -> None:
+    """``model.save(out)``; an exception raised inside Keras 3 (a layer whose config it cannot serialize)
+    is the refusal of :func:`failure`; an operating-system error (full disk, ...) stays one."""
+    import sys
+
+    from ...engine import commit
+
+    k = sys.modules.get("keras")
+    with Unfiltered(k, _tf_module()):
+        try:
+            model.save(out)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if _passes(exc) or commit.output_error(exc, Path(out)) is not None:  # the environment: exit 10
+                raise
+            raise failure(exc, "Keras 3 saving the translated model", full, tr,
+                          culprit(exc, k.layers.Layer, (k.Model,))) from exc
 
 
 def rescaled_layers(tr: keras_config.Translation) -> list[str]:
@@ -254,10 +375,21 @@ def rescaled_layers(tr: keras_config.Translation) -> list[str]:
 def _tf_keras_config(config: dict) -> dict:
     """The source config with CuDNN layers replaced by tf_keras' CPU equivalents (the weights are then
     converted by tf_keras' own legacy loader: ``hdf5_format._convert_rnn_weights``), and ``reset_after=False``
-    written out for GRU configs of Keras 2.0/2.1, which predate the key (tf_keras' default is ``True``)."""
+    written out for GRU configs of Keras 2.0/2.1, which predate the key (tf_keras' default is ``True``); a
+    Keras 2.0/2.1 layer's integer ``dtype`` beside its ``batch_input_shape`` is the model input's (see
+    :func:`.keras_config.translate`): given to an ``InputLayer`` (:func:`_input_dtype_first`), not to the layer."""
+    import copy
+
     def fix(obj):
         if isinstance(obj, dict):
+            if obj.get("class_name") == "Sequential":
+                obj = copy.deepcopy(obj)
+                _input_dtype_first(obj)
             out = {k: fix(v) for k, v in obj.items()}
+            c = out.get("config")
+            if out.get("class_name") != "InputLayer" and isinstance(c, dict) \
+                    and c.get("dtype") in keras_config.INPUT_DTYPES and c.get("batch_input_shape") is not None:
+                out["config"] = {k: v for k, v in c.items() if k != "dtype"}
             if out.get("class_name") in naming.CUDNN_TWIN and isinstance(out.get("config"), dict):
                 gru = out["class_name"] == naming.CUDNN_CLASS[Cell.GRU]
                 out["class_name"] = naming.CUDNN_TWIN[out["class_name"]]
@@ -274,6 +406,23 @@ def _tf_keras_config(config: dict) -> dict:
             return [fix(v) for v in obj]
         return obj
     return fix(config)
+
+
+def _input_dtype_first(seq: dict) -> None:
+    """A Keras 2.0/2.1 Sequential whose first layer carries an integer ``dtype`` with its
+    ``batch_input_shape`` (the dtype of the model input; its weights are float): the same model for tf_keras,
+    which would make that layer's weights integers, is an ``InputLayer`` of that dtype before the layer."""
+    try:
+        recs = keras_config.layer_records(seq)
+    except UnsupportedError:
+        return
+    c = recs[0].get("config") if recs else None
+    if not isinstance(c, dict) or recs[0].get("class_name") == "InputLayer" \
+            or c.get("dtype") not in keras_config.INPUT_DTYPES or c.get("batch_input_shape") is None:
+        return
+    recs[0] = {**recs[0], "config": {k: v for k, v in c.items() if k != "dtype"}}
+    recs.insert(0, {"class_name": "InputLayer", "config": {
+        "batch_input_shape": c["batch_input_shape"], "dtype": c["dtype"], "name": f"{c.get('name', 'input')}_input"}})
 
 
 def source_model(path: str, config: dict):
@@ -369,7 +518,32 @@ def _float64_twin(k, model):
         twin = type(model).from_config(_as_float64(model.get_config()))
         twin.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])
         return twin
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except Exception as exc:  # noqa: BLE001 - whatever Keras 3 / TensorFlow raise: no second stage
+        if _passes(exc):
+            raise
+        return None
+
+
+def _guarded(run, what: str, full: FullModel, tr: keras_config.Translation | None, framework: str):
+    """``run()``; an exception raised inside ``framework`` ('keras': Keras 3, 'tf_keras') or TensorFlow
+    becomes the refusal of :func:`failure`, naming the layer on its traceback."""
+    import sys
+
+    with Unfiltered(sys.modules.get("keras") if framework == "keras" else None, _tf_module()):
+        try:
+            return run()
+        except Exception as exc:  # noqa: BLE001
+            if _passes(exc):
+                raise
+            fw = sys.modules.get(framework)
+            names = culprit(exc, fw.layers.Layer, (fw.Model,)) if fw is not None else []
+            raise failure(exc, what, full, tr if tr is not None else _quiet_translation(full), names) from exc
+
+
+def _quiet_translation(full: FullModel) -> keras_config.Translation | None:
+    try:
+        return translate(full)
+    except Exception:  # noqa: BLE001 - only for naming the layer in a refusal
         return None
 
 
@@ -395,7 +569,8 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     from ...verify.checks import LayerCheck
 
     k = keras_config.import_keras3()
-    tfm = source_model(src_path, full.config)
+    tfm = _guarded(lambda: source_model(src_path, full.config), "tf_keras loading the source model (the "
+                   "reference of the whole-model check)", full, None, "tf_keras")
     names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
     if inputs:
         missing = [n for n in names_in if n not in inputs]
@@ -409,15 +584,17 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         local = os.path.join(tmp, "model.keras")
         shutil.copyfile(dst_path, local)
-        new = k.saving.load_model(local, compile=False, safe_mode=True)
+        new = _guarded(lambda: k.saving.load_model(local, compile=False, safe_mode=True),
+                       "Keras 3 loading the written model", full, None, "keras")
     args = [xs[n] for n in names_in]
     single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
               and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
     checks = []
-    y2 = tfm(args if len(args) > 1 else args[0], training=False)
+    y2 = _guarded(lambda: tfm(args if len(args) > 1 else args[0], training=False),
+                  "tf_keras running the source model (the reference of the whole-model check)", full, None, "tf_keras")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
-        y3 = new(args, training=False)
+        y3 = _guarded(lambda: new(args, training=False), "Keras 3 running the written model", full, None, "keras")
     y2 = y2 if isinstance(y2, (list, tuple)) else [y2]
     y3 = y3 if isinstance(y3, (list, tuple)) else [y3]
     pairs = [(f"model output {i}", a, b) for i, (a, b) in enumerate(zip(y2, y3))]
@@ -447,25 +624,30 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     failed = [i for i, c in enumerate(checks) if not c.ok and np.isfinite(c.max_abs_err)]
     twin = _float64_twin(k, new) if failed else None
     if twin is not None:  # stage 2 (the rule of rnnconvert.verify.engine): allow for the layer's conditioning
-        args64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y64 = twin(args64, training=False)
-            y64 = y64 if isinstance(y64, (list, tuple)) else [y64]
-            for i in failed:
-                c, (_, _, b) = checks[i], pairs[i]
-                if c.name.startswith("model output"):
-                    z = y64[int(c.name.rsplit(" ", 1)[1])]
-                else:
-                    n = c.name.split(":", 1)[1]
-                    z = k.Model(twin.inputs, twin.get_layer(n).output)(args64, training=False)
-                spread = float(np.max(np.abs(np.asarray(k.ops.convert_to_numpy(z), np.float64)
-                                             - np.asarray(k.ops.convert_to_numpy(b), np.float64)), initial=0.0))
-                tol = c.tolerance + 2 * spread
-                checks[i] = LayerCheck(c.name, c.max_abs_err, tol, c.max_abs_ref, c.source_route, c.target_route,
-                                       "float64", verdict="ok" if c.max_abs_err <= tol else "fail",
-                                       reason="" if c.max_abs_err <= tol else
-                                       f"differs by {c.max_abs_err:.3g} (tolerance {tol:.3g} with the float64 spread)")
+        try:  # a float64 twin Keras 3 cannot run: no second stage, the float32 verdicts stand
+            args64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y64 = twin(args64, training=False)
+                y64 = y64 if isinstance(y64, (list, tuple)) else [y64]
+                for i in failed:
+                    c, (_, _, b) = checks[i], pairs[i]
+                    if c.name.startswith("model output"):
+                        z = y64[int(c.name.rsplit(" ", 1)[1])]
+                    else:
+                        n = c.name.split(":", 1)[1]
+                        z = k.Model(twin.inputs, twin.get_layer(n).output)(args64, training=False)
+                    spread = float(np.max(np.abs(np.asarray(k.ops.convert_to_numpy(z), np.float64)
+                                                 - np.asarray(k.ops.convert_to_numpy(b), np.float64)), initial=0.0))
+                    tol = c.tolerance + 2 * spread
+                    checks[i] = LayerCheck(c.name, c.max_abs_err, tol, c.max_abs_ref, c.source_route, c.target_route,
+                                           "float64", verdict="ok" if c.max_abs_err <= tol else "fail",
+                                           reason="" if c.max_abs_err <= tol else
+                                           f"differs by {c.max_abs_err:.3g} "
+                                           f"(tolerance {tol:.3g} with the float64 spread)")
+        except Exception as exc:  # noqa: BLE001
+            if _passes(exc):
+                raise
     if len(y2) != len(y3):
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
                                  "keras 3 load_model", "float32", verdict="fail",
