@@ -169,10 +169,10 @@ def test_each_family_naming_table_is_read_by_its_readers_and_writers():
     that spells the names itself no longer imports its table."""
     graph = _graph()[0]
     users = {"rnnconvert.formats.tf.naming": [
-                 "rnnconvert.formats.tf." + m for m in ("tf1_cells", "tf_checkpoint", "tf_graph", "tf1_writer", "tf2_writer")]
+                 "rnnconvert.formats.tf." + m for m in ("tf1_cells", "checkpoint_read", "graph_read", "tf1_write", "tf2_write")]
              + ["rnnconvert.verify.tf1_equations"],
              "rnnconvert.conventions.torch_names": [
-                 "rnnconvert.conventions.torch_state", "rnnconvert.formats.torch.torch_pt", "rnnconvert.formats.torch.pt_writer",
+                 "rnnconvert.conventions.torch_state", "rnnconvert.formats.torch.pt_read", "rnnconvert.formats.torch.pt_write",
                  "rnnconvert.formats.storage.safetensors_fmt", "rnnconvert.runtimes.torch"]}
     missing = [f"{m} does not import {table}" for table, mods in users.items() for m in mods if table not in graph[m]]
     assert not missing, "\n".join(missing)

@@ -339,7 +339,7 @@ def test_checkpoint_state_file_is_not_followed_outside_its_folder(tmp_path):
     shutil.copytree(TF / "bidi_lstm", outside)
     for target in ("../outside/ckpt", str(outside / "ckpt")):
         folder = gen.tf_checkpoint_escape(tmp_path / "ck", target)
-        from rnnconvert.formats.tf.tf_checkpoint import prefix_of
+        from rnnconvert.formats.tf.checkpoint_read import prefix_of
 
         assert prefix_of(folder) == str(folder / "ckpt")
         with pytest.raises(FormatError):

@@ -183,7 +183,7 @@ def _segfault_self():
 def test_fuzz_found_libhdf5_loop_is_refused(tmp_path, monkeypatch, capsys, full_read):
     """A mutated Keras file found by bench/fuzz on which libhdf5 loops forever holding the GIL; small files
     are read wholly in the isolated child, large ones only probed there (as if this one were large)."""
-    from rnnconvert.formats.keras import keras_h5
+    from rnnconvert.formats.keras import h5_read as keras_h5
 
     if not full_read:
         monkeypatch.setattr(keras_h5, "FULL_ISOLATION_MAX", 0)

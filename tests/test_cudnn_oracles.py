@@ -35,7 +35,7 @@ from rnnconvert import api
 from rnnconvert.core import cudnn, reference
 from rnnconvert.core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from rnnconvert.errors import FormatError
-from rnnconvert.formats.onnx import onnx_fmt
+from rnnconvert.formats.onnx import onnx_write as onnx_fmt
 from rnnconvert.formats.storage import cudnn_npz
 
 ENTRIES = manifest("cudnn")
@@ -273,7 +273,7 @@ def test_cli_lone_opaque_to_pt(tmp_path):
 def test_companions_that_disagree_are_refused(tmp_path):
     """Mutation: a companion checkpoint whose opaque_kernel has two pseudo-layers' bias regions swapped
     (everything else equal) is refused as disagreeing, naming where."""
-    from rnnconvert.formats.tf import tf_checkpoint
+    from rnnconvert.formats.tf import checkpoint_read as tf_checkpoint
 
     e = next(e for e in COMPANIONS if e["spec"]["cell"] == "LSTM" and e["spec"]["num_layers"] == 2
              and e["spec"]["bidirectional"])
@@ -324,7 +324,7 @@ def test_live_oracle(fw, env, tmp_path):
 def test_basic_rnn_cell_companions_need_the_scope_to_tell_tanh_from_relu():
     """CudnnRNNTanh and CudnnRNNRelu save the same ``basic_rnn_cell`` names: the scope decides; an unnamed
     scope is refused, not read as tanh."""
-    from rnnconvert.formats.tf import tf_checkpoint
+    from rnnconvert.formats.tf import checkpoint_read as tf_checkpoint
 
     e = next(e for e in COMPANIONS if e["spec"]["cell"] == "RNN_RELU" and e["spec"]["bidirectional"])
     companion = tf_checkpoint.read(FIXTURES / e["file"]).layers[0]

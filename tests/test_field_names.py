@@ -63,7 +63,7 @@ def test_npz_with_own_names_several_rnns(tmp_path):
 
 def test_npz_to_onnx_runs_in_onnxruntime(tmp_path):
     pytest.importorskip("onnxruntime")
-    from rnnconvert.formats.onnx import onnx_fmt
+    from rnnconvert.formats.onnx import onnx_write as onnx_fmt
 
     dst = tmp_path / "out.onnx"
     api.convert(FIELD / "multi_rnn.npz", dst)
@@ -77,7 +77,7 @@ def test_npz_to_onnx_runs_in_onnxruntime(tmp_path):
 def test_keras_names_in_safetensors(tmp_path):
     """tf_keras variable names (kernel in_out, gates i f c o / z r h, GRU bias (3H,) or (2, 3H))."""
     pytest.importorskip("onnxruntime")
-    from rnnconvert.formats.onnx import onnx_fmt
+    from rnnconvert.formats.onnx import onnx_write as onnx_fmt
 
     src = FIELD / "keras_names.safetensors"
     dst = tmp_path / "out.onnx"

@@ -150,7 +150,7 @@ def test_keras_slab_source_is_keyed_by_position():
     """The Keras HDF5 slab source knows how to load each layer by position (layer index, direction), not by
     the ``id()`` of its placeholder arrays: a copy of the checkpoint with new placeholder objects loads the
     same slabs."""
-    from rnnconvert.formats.keras import keras_h5
+    from rnnconvert.formats.keras import h5_read as keras_h5
 
     path = FIXTURES / "keras" / "bidi_lstm_concat.h5"
     ckpt = keras_h5.read(path, lazy=True)

@@ -18,10 +18,10 @@ from rnnconvert.conventions import torch_state
 import rnnconvert
 from rnnconvert.core import reference
 from rnnconvert.errors import UnsupportedError
-from rnnconvert.formats.keras import keras_h5
+from rnnconvert.formats.keras import h5_read as keras_h5
 from rnnconvert.runtimes import tf_keras as keras_tf
 from rnnconvert.verify import keras_equations as keras_math
-from rnnconvert.formats.torch import torch_pt
+from rnnconvert.formats.torch import pt_read as torch_pt
 
 from conftest import FIXTURES, assert_within_float32_spread, manifest
 

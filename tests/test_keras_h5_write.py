@@ -70,7 +70,7 @@ def test_torch_to_keras2_h5(tmp_path, k2, kind, kw, cudnn):
         with h5py.File(dst, "r") as f:
             cfg = f.attrs["model_config"]
         assert "CuDNN" in (cfg.decode() if isinstance(cfg, bytes) else cfg)
-        from rnnconvert.formats.keras.keras_h5_write import build
+        from rnnconvert.formats.keras.h5_write import build
 
         model = build(rnnconvert.load(src, **read_opts), with_weights=False, twin=True)  # fresh LSTM/GRU
         model.load_weights(dst)

@@ -18,7 +18,7 @@ from rnnconvert import api
 from rnnconvert.core import gates
 from rnnconvert.errors import FormatError
 from rnnconvert.conventions import keras_interpreter as interpreter
-from rnnconvert.formats.keras import keras_h5, keras_h5_write
+from rnnconvert.formats.keras import h5_read as keras_h5, h5_write as keras_h5_write
 from rnnconvert.core.model import Cell, is_placeholder
 from rnnconvert.engine.stream import writer_view
 

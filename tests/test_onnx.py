@@ -14,8 +14,8 @@ from rnnconvert.conventions import torch_state
 from rnnconvert import api
 from rnnconvert.core import reference
 from rnnconvert.errors import FormatError, OutputExistsError, UnsupportedError
-from rnnconvert.formats.onnx import onnx_fmt
-from rnnconvert.formats.torch import torch_pt
+from rnnconvert.formats.onnx import onnx_write as onnx_fmt
+from rnnconvert.formats.torch import pt_read as torch_pt
 from rnnconvert.core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
 from conftest import assert_within_float32_spread

@@ -1,4 +1,4 @@
-"""The torch-free ``.pt`` pieces (rnnconvert/formats/torch/pt_pickle.py) against torch's own bytes.
+"""The torch-free ``.pt`` pieces (rnnconvert/formats/torch/pickle_write.py) against torch's own bytes.
 
 Oracle: ``torch.save(state_dict, fileobj)`` (its ``archive/data.pkl`` and ``.data/serialization_id``)
 and ``torch._C.PyTorchFileWriter`` for the serialization id of arbitrary record names. The last test
@@ -17,7 +17,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from rnnconvert.formats.torch import pt_pickle, pt_zip
+from rnnconvert.formats.torch import pickle_write as pt_pickle, zip_write as pt_zip
 
 from conftest import FIXTURES, ROOT
 

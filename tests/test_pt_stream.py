@@ -1,4 +1,4 @@
-"""The slab-by-slab ``.pt`` writer (rnnconvert/formats/torch/pt_writer.py) against ``torch.save`` itself.
+"""The slab-by-slab ``.pt`` writer (rnnconvert/formats/torch/pt_write.py) against ``torch.save`` itself.
 
 Oracle: ``torch.save`` of the same state dict (torch tensors) into an open file. The streamed file must
 be the same bytes, load with ``torch.load(weights_only=True)`` (with and without ``mmap``), pass zip's
@@ -18,7 +18,7 @@ import pytest
 from rnnconvert.runtimes import torch as torch_rt
 from rnnconvert.conventions import torch_state
 import rnnconvert
-from rnnconvert.formats.torch import pt_writer, torch_pt
+from rnnconvert.formats.torch import pt_write as pt_writer, pt_read as torch_pt
 from rnnconvert.core.model import Checkpoint, DirectionParams, placeholder
 from rnnconvert.errors import OutputError
 

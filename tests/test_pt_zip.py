@@ -1,4 +1,4 @@
-"""Our ``.pt`` zip writer (rnnconvert/formats/torch/pt_zip.py) against torch's own bytes.
+"""Our ``.pt`` zip writer (rnnconvert/formats/torch/zip_write.py) against torch's own bytes.
 
 Oracle: ``torch.save(state_dict, fileobj)`` of the same arrays (``torch.from_numpy``), and
 ``torch._C.PyTorchFileWriter`` itself for the container alone. Every file must be the same bytes, pass
@@ -19,7 +19,7 @@ import pytest
 from rnnconvert.conventions import torch_state
 import rnnconvert
 from rnnconvert.errors import UnsupportedError
-from rnnconvert.formats.torch import pt_writer, pt_zip, torch_pt
+from rnnconvert.formats.torch import pt_write as pt_writer, zip_write as pt_zip, pt_read as torch_pt
 from rnnconvert.core.model import Checkpoint
 
 from conftest import FIXTURES

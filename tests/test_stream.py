@@ -28,7 +28,7 @@ from rnnconvert.cli import main
 from rnnconvert.errors import FormatError, InconclusiveError, UnsupportedError
 from rnnconvert.speed import directio
 from rnnconvert.formats.storage import npz_fmt, safetensors_fmt
-from rnnconvert.formats.torch import torch_pt, torch_zip
+from rnnconvert.formats.torch import pt_read as torch_pt, zip_read as torch_zip
 from rnnconvert.core.model import Checkpoint, DirectionParams, is_placeholder, placeholder
 from rnnconvert.engine.stream import writer_view
 from rnnconvert.verify.engine import verify as eager_verify

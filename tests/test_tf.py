@@ -142,7 +142,7 @@ def test_realworld_dinornn_gru_to_pt(dinornn, tmp_path):
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_source_side_equations_match_tf(entry):
     """The verification source side (TF1/Keras equations on the stored tensors) reproduces TF too."""
-    from rnnconvert.formats.tf import tf_checkpoint  # noqa: PLC0415
+    from rnnconvert.formats.tf import checkpoint_read as tf_checkpoint  # noqa: PLC0415
 
     ckpt = api.load(FIXTURES / entry["file"], **entry.get("read_opts", {}))
     oracle = np.load(FIXTURES / entry["oracle"], allow_pickle=False)
@@ -246,7 +246,7 @@ def test_verify_framework_runs_tensorflow_on_the_source(entry, tmp_path):
 
 def test_framework_forward_equals_oracle():
     """The framework route itself reproduces the fixture outputs TF computed when the fixture was made."""
-    from rnnconvert.formats.tf import tf_checkpoint  # noqa: PLC0415
+    from rnnconvert.formats.tf import checkpoint_read as tf_checkpoint  # noqa: PLC0415
     from rnnconvert.runtimes import tensorflow as tf_framework  # noqa: PLC0415
 
     for e in ENTRIES:

@@ -1,4 +1,4 @@
-"""rnnconvert's own TensorFlow bundle reader (rnnconvert/formats/tf/tf_bundle.py) against TensorFlow's
+"""rnnconvert's own TensorFlow bundle reader (rnnconvert/formats/tf/bundle_read.py) against TensorFlow's
 (``tf.train.load_checkpoint``) as the oracle: every key of every TF fixture bit-equal, the object graph as
 TF's protobuf classes decode it, TF-written checkpoints of every plain dtype, strings, several shards and
 tensors large enough for the lane-parallel crc32c; damaged copies refused with FormatError, never a crash."""
@@ -19,8 +19,8 @@ from rnnconvert import api
 from rnnconvert.speed import crc32c
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError
-from rnnconvert.formats.tf import tf_bundle, tf_checkpoint, tf_table
-from rnnconvert.formats.tf.tf_bundle import BundleReader, BundleUnsupported
+from rnnconvert.formats.tf import bundle_read as tf_bundle, checkpoint_read as tf_checkpoint, table_read as tf_table
+from rnnconvert.formats.tf.bundle_read import BundleReader, BundleUnsupported
 
 PREFIXES = sorted(str(p)[: -len(".index")] for p in (FIXTURES / "tf").rglob("*.index"))
 

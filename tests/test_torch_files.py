@@ -11,8 +11,8 @@ from rnnconvert.runtimes import torch as torch_rt
 from rnnconvert import api
 from rnnconvert.engine import registry
 from rnnconvert.errors import FormatError
-from rnnconvert.formats.onnx import onnx_fmt
-from rnnconvert.formats.torch import torch_pt
+from rnnconvert.formats.onnx import onnx_write as onnx_fmt
+from rnnconvert.formats.torch import pt_read as torch_pt
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
@@ -216,7 +216,7 @@ def test_one_packed_call_gives_the_sequence_and_the_steps(kind, kw, tmp_path):
     both (run_module: the sequence; run_step: one step from each state), up to the order of GEMM sums
     (~1e-7 here: the values are O(1))."""
     from rnnconvert import api
-    from rnnconvert.formats.torch import torch_pt
+    from rnnconvert.formats.torch import pt_read as torch_pt
 
     m = getattr(torch.nn, kind)(6, 5, batch_first=True, **kw)
     sd = {f"rnn.{k}": v.detach().clone() for k, v in m.state_dict().items()}

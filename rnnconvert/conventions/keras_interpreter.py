@@ -1,8 +1,8 @@
 """The Keras interpreter: Keras layer records (weight names, shapes, layer configs) -> canonical layers.
 
 Shared by every container of Keras tensors: Keras 1/2 HDF5 (:mod:`.keras_h5`), the Keras 3 weights
-store (:mod:`.keras3`), TF2 object checkpoints (:mod:`rnnconvert.formats.tf.tf_checkpoint`) and frozen
-graphs (:mod:`rnnconvert.formats.tf.tf_graph`). A container hands each layer over as a
+store (:mod:`.keras3`), TF2 object checkpoints (:mod:`rnnconvert.formats.tf.checkpoint_read`) and frozen
+graphs (:mod:`rnnconvert.formats.tf.graph_read`). A container hands each layer over as a
 :class:`LayerEntry` (names, arrays or :func:`~rnnconvert.core.model.placeholder` s, config) and, when its
 tensors stay in the file, reads them through the :class:`TensorSource` given to :class:`Interpreter`.
 

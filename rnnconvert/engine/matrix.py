@@ -114,10 +114,10 @@ def _hard_sigmoid_rescaled(layer: RNNLayer, back: RNNLayer) -> RNNLayer | None:
     with the gate rows that feed it scaled as the writers scale them (1.2, :data:`.keras_config.
     HARD_SIGMOID_SCALE`; 5/6, :data:`.keras_h5_write.K3_TO_K2_SCALE`; taken from the format modules) and
     ``back``'s activation names."""
-    from ..formats.keras import keras3, keras_h5_write
+    from ..formats.keras import keras3, h5_write
 
     pairs = {("hard_sigmoid", "hard_sigmoid_k3"): keras3.HARD_SIGMOID_SCALE,
-             ("hard_sigmoid_k3", "hard_sigmoid"): keras_h5_write.K3_TO_K2_SCALE}
+             ("hard_sigmoid_k3", "hard_sigmoid"): h5_write.K3_TO_K2_SCALE}
     s, t = layer.semantics, back.semantics
     moved = [(a, pairs[(getattr(s, a), getattr(t, a))]) for a in ("gate_activation", "activation")
              if (getattr(s, a), getattr(t, a)) in pairs]

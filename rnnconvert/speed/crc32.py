@@ -1,5 +1,5 @@
 """CRC-32 of zip archives (ISO-HDLC polynomial, as :func:`zlib.crc32`): the checksum of every record of a
-``.pt`` file (:mod:`rnnconvert.formats.torch.pt_zip`).
+``.pt`` file (:mod:`rnnconvert.formats.torch.zip_write`).
 
 :data:`crc32` is ISA-L's (``isal.isal_zlib.crc32``, the ``fast`` extra) when importable, else :func:`zlib.crc32`:
 the same function (``tests/test_crc32.py`` checks it against zlib, third-party code, on random buffers,

@@ -1,5 +1,5 @@
 """CRC-32C (Castagnoli, reflected polynomial ``0x82F63B78``), the checksum of TensorFlow checkpoint
-bundles and of leveldb-style table blocks (see :mod:`rnnconvert.formats.tf.tf_bundle`).
+bundles and of leveldb-style table blocks (see :mod:`rnnconvert.formats.tf.bundle_read`).
 
 :func:`value` uses a C implementation when one is importable (``google_crc32c`` or ``crc32c`` from
 PyPI, both optional) and otherwise a numpy one. The numpy one splits the buffer into ``L``

@@ -524,7 +524,7 @@ class StreamedVerification:
         """``layer`` as the written file holds it, read back by rnnconvert's reader (the fallback target of
         both comparisons when the target's framework is missing): the file's own semantics, but for the
         run-time clips a checkpoint does not store (as the TF1 target does:
-        rnnconvert.formats.tf.tf1_writer.target_forward). ``None`` when rnnconvert cannot read the format."""
+        rnnconvert.formats.tf.tf1_write.target_forward). ``None`` when rnnconvert cannot read the format."""
         if dst_module.read is None:
             return None
         if self._back is None:

@@ -46,7 +46,7 @@ from ...engine import refusal
 from ...errors import FormatError
 from ...core.model import Checkpoint, Cell, RNNLayer
 from ...conventions import keras_interpreter as interpreter, keras_names as naming
-from . import keras_config, keras_h5, keras_h5_write
+from . import keras_config, h5_read, h5_write
 from .sniff import HDF5_MAGIC, ZIP_MAGIC
 
 ROUTE = "keras 3"
@@ -115,12 +115,12 @@ def _vars(group) -> list[np.ndarray]:
         return []
     v = group[naming.K3_VARS]
     keys = sorted((k for k in v.keys() if k.isdigit()), key=int)
-    return [keras_h5.read_dataset(v[k], f"{group.name}/vars/{k}") for k in keys]
+    return [h5_read.read_dataset(v[k], f"{group.name}/vars/{k}") for k in keys]
 
 
 def _user_name(group, fallback: str) -> str:
     if naming.K3_VARS in group:
-        n = keras_h5.attr_str(group[naming.K3_VARS], "name")
+        n = h5_read.attr_str(group[naming.K3_VARS], "name")
         if n:
             return n
     return fallback
@@ -223,13 +223,13 @@ def _expect(cls: str | None, want: str | None, path: str, name: str) -> None:
 
 def _read_store(path: Path, h5path: str, config: dict | None, gate_activation: str | None,
                 keras_version: str | None) -> Checkpoint:
-    """Read the HDF5 store ``h5path`` as :func:`rnnconvert.formats.keras.keras_h5.read` reads HDF5: in a forked
+    """Read the HDF5 store ``h5path`` as :func:`rnnconvert.formats.keras.h5_read.read` reads HDF5: in a forked
     child under a deadline (libhdf5 can loop forever on a damaged file; :mod:`rnnconvert.safety.guard`), a
     large store only probed there and then read here."""
     args = (str(path), h5path, config, gate_activation, keras_version)
-    if Path(h5path).stat().st_size <= keras_h5.FULL_ISOLATION_MAX:
+    if Path(h5path).stat().st_size <= h5_read.FULL_ISOLATION_MAX:
         return guard.isolated(_read_store_in, args, h5path, "HDF5")
-    guard.isolated(keras_h5.probe_path, (h5path,), h5path, "HDF5")
+    guard.isolated(h5_read.probe_path, (h5path,), h5path, "HDF5")
     return _read_store_in(*args)
 
 
@@ -243,7 +243,7 @@ def _read_store_in(path: str, h5path: str, config: dict | None, gate_activation:
         raise FormatError(f"{path}: not a readable HDF5 weights store ({exc})") from exc
     with f:
         try:
-            keras_h5.check_links(f)
+            h5_read.check_links(f)
             rd = interpreter.Interpreter(str(path), keras_version or "3.0.0", gate_activation)
             _walk(rd, f, _layer_configs(config), "")
         except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:  # damaged store
@@ -339,7 +339,7 @@ def refusals(layer: RNNLayer) -> list[str]:
     or GRU's gates, a GRU's or SimpleRNN's ``activation``; an LSTM's ``activation`` (it also squashes the
     cell state) is refused.
     """
-    s, why = layer.semantics, keras_h5_write.keras_structure_refusals(layer)
+    s, why = layer.semantics, h5_write.keras_structure_refusals(layer)
     for what, a in (("activation", s.activation), ("recurrent_activation", s.gate_activation)):
         if a == "hard_sigmoid":
             if what == "activation" and layer.cell is Cell.LSTM:
@@ -429,7 +429,7 @@ def build(ckpt: Checkpoint, *, with_weights: bool = True):
     """The Keras 3 ``Model`` that :func:`write` saves."""
     k = keras3()
     inputs, outputs = [], []
-    for layer, in_name, names in keras_h5_write.plan(ckpt):
+    for layer, in_name, names in h5_write.plan(ckpt):
         inp = k.Input(shape=(None, layer.input_size), name=in_name, dtype=str(layer.dtype))
         h = inp
         for kk, nm in enumerate(names):
@@ -438,7 +438,7 @@ def build(ckpt: Checkpoint, *, with_weights: bool = True):
             if with_weights:
                 from .keras_whole import rescale
 
-                ws = [w for p in layer.params[kk] for w in keras_h5_write.keras_weights(layer, p, False)]
+                ws = [w for p in layer.params[kk] for w in h5_write.keras_weights(layer, p, False)]
                 lay.set_weights(rescale(ws, rescale_plan(layer), layer.hidden_size))
         inputs.append(inp)
         outputs.extend(h if isinstance(h, (list, tuple)) else [h])
@@ -491,7 +491,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, weights_only: bool | None = Non
            else "keras.saving.load_model(path)")
     return [f"{layer.name}: Keras 3 {naming.KERAS_CLASS[layer.cell]} layer(s) {', '.join(names)} "
             f"(input '{in_name}', return_sequences=True); {how}"
-            for layer, in_name, names in keras_h5_write.plan(ckpt)]
+            for layer, in_name, names in h5_write.plan(ckpt)]
 
 
 
@@ -598,7 +598,7 @@ def load(path: str | Path, ckpt: Checkpoint, name: str, k: int | None = None) ->
         if last is None or k not in (None, 0):
             raise KeyError(name)
         return [last], True
-    for layer, _, names in keras_h5_write.plan(ckpt):
+    for layer, _, names in h5_write.plan(ckpt):
         if layer.name == name:
             return [model.get_layer(nm) for nm in (names if k is None else names[k:k + 1])], False
     raise KeyError(name)

@@ -60,13 +60,13 @@ class FullModel:
 def _read_in(path: str) -> FullModel | None:
     import h5py
 
-    from . import keras_h5
+    from . import h5_read
 
     with h5py.File(path, "r") as f:
-        keras_h5.check_links(f)
+        h5_read.check_links(f)
         if "model_weights" not in f:
             return None
-        cfg_s = keras_h5.attr_str(f, "model_config")
+        cfg_s = h5_read.attr_str(f, "model_config")
         if not cfg_s:
             return None
         try:
@@ -74,16 +74,16 @@ def _read_in(path: str) -> FullModel | None:
         except json.JSONDecodeError as exc:
             raise FormatError(f"{path}: model_config is not valid JSON ({exc})") from exc
         g = f["model_weights"]
-        version = keras_h5.attr_str(g, "keras_version") or keras_h5.attr_str(f, "keras_version")
+        version = h5_read.attr_str(g, "keras_version") or h5_read.attr_str(f, "keras_version")
         if (version or "").startswith("3"):  # Keras 3's own legacy .h5: its config is Keras 3's already
             return None
         full = FullModel(path, config, version)
-        for lname in keras_h5.attr_list(g, "layer_names"):
+        for lname in h5_read.attr_list(g, "layer_names"):
             if lname not in g:
                 raise FormatError(f"{path}: layer '{lname}' is listed in layer_names but has no group")
             grp = g[lname]
-            full.weights[lname] = [(wn, keras_h5.read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
-                                   for wn in keras_h5.attr_list(grp, "weight_names")]
+            full.weights[lname] = [(wn, h5_read.read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
+                                   for wn in h5_read.attr_list(grp, "weight_names")]
         return full
 
 
@@ -244,7 +244,7 @@ def rescale(weights: list[np.ndarray], rs: keras_config.Rescale | None, units: i
 
 
 def _rnn_weights(layer: RNNLayer) -> list[np.ndarray]:
-    from .keras_h5_write import keras_weights
+    from .h5_write import keras_weights
 
     return [w for p in layer.params[0] for w in keras_weights(layer, p, False)]
 

@@ -1,6 +1,6 @@
 """Reading ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes into the canonical model (the ``onnx`` format's ``read``).
 
-Layout facts: see :mod:`rnnconvert.formats.onnx.onnx_fmt` and LAYOUTS.md §13. ``activation_alpha`` /
+Layout facts: see :mod:`rnnconvert.formats.onnx.onnx_write` and LAYOUTS.md §13. ``activation_alpha`` /
 ``activation_beta`` hold values only for the activations that take them, consumed in order (how
 onnxruntime reads them, ``rnn_helpers.cc``; checked against onnxruntime 1.31 by the test suite).
 """

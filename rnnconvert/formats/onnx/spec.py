@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from ...engine.protocol import FormatSpec
-from . import onnx_fmt, onnx_read
+from . import onnx_write, onnx_read
 
 ONNX = FormatSpec(
-    "onnx", read=onnx_read.read, lazy=True, refusals=onnx_fmt.refusals, check=onnx_fmt.check,
-    write=onnx_fmt.write, open_stream=onnx_fmt.open_stream, write_options=("external_data", "external_min_bytes"),
-    runtime="onnxruntime", route=onnx_fmt.ROUTE)
+    "onnx", read=onnx_read.read, lazy=True, refusals=onnx_write.refusals, check=onnx_write.check,
+    write=onnx_write.write, open_stream=onnx_write.open_stream, write_options=("external_data", "external_min_bytes"),
+    runtime="onnxruntime", route=onnx_write.ROUTE)

@@ -7,7 +7,12 @@ own equations are the ``tf_equations`` runtime, TensorFlow itself (``--verify fr
 from __future__ import annotations
 
 from ...engine.protocol import FormatSpec
-from . import tf1_writer, tf2_writer, tf_checkpoint, tf_graph
+from . import (
+    tf1_write,
+    tf2_write,
+    checkpoint_read,
+    graph_read,
+)
 
 #: options of the checkpoint reader: a TF1 cell's forget_bias/gate activation/clips are not in the file;
 #: num_layers/hidden_size/bidirectional pick a cuDNN opaque buffer's spec
@@ -15,15 +20,15 @@ CHECKPOINT_OPTIONS = ("forget_bias", "gate_activation", "num_layers", "hidden_si
                       "cell_clip", "proj_clip")
 
 TF_CHECKPOINT = FormatSpec(
-    "tf_checkpoint", read=tf_checkpoint.read, read_options=CHECKPOINT_OPTIONS,
-    lazy=True, refusals=tf1_writer.refusals, check=tf1_writer.check, write=tf1_writer.write,
-    runtime="tf_equations", load=tf1_writer.load, route=tf1_writer.ROUTE,
+    "tf_checkpoint", read=checkpoint_read.read, read_options=CHECKPOINT_OPTIONS,
+    lazy=True, refusals=tf1_write.refusals, check=tf1_write.check, write=tf1_write.write,
+    runtime="tf_equations", load=tf1_write.load, route=tf1_write.ROUTE,
     equations="tf_equations", framework="tensorflow")
 
-#: no sniffer: a TF2 object checkpoint is detected (and read) as ``tf_checkpoint``
+#: no sniffer: a TF2 object checkpoint is detected (and read) as ``checkpoint_read``
 TF2_CHECKPOINT = FormatSpec(
-    "tf2_checkpoint", read=tf_checkpoint.read, read_options=CHECKPOINT_OPTIONS,
-    refusals=tf2_writer.refusals, check=tf2_writer.check, write=tf2_writer.write,
-    runtime="tf_keras", load=tf2_writer.load, route=tf2_writer.ROUTE)
+    "tf2_checkpoint", read=checkpoint_read.read, read_options=CHECKPOINT_OPTIONS,
+    refusals=tf2_write.refusals, check=tf2_write.check, write=tf2_write.write,
+    runtime="tf_keras", load=tf2_write.load, route=tf2_write.ROUTE)
 
-TF_GRAPH = FormatSpec("tf_graph", read=tf_graph.read, read_options=("activation",) + CHECKPOINT_OPTIONS)
+TF_GRAPH = FormatSpec("tf_graph", read=graph_read.read, read_options=("activation",) + CHECKPOINT_OPTIONS)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from ...conventions import torch_state
 from ...engine.protocol import FormatSpec
-from . import torch_pt
+from . import pt_write, pt_read
 
 PT = FormatSpec(
-    "pt", read=torch_pt.read, read_options=("nonlinearity", "map"), lazy=True,
-    refusals=torch_state.refusals, check=torch_state.check, write=torch_pt.write, open_stream=torch_pt.open_stream,
-    runtime="torch", load=torch_pt.load, release=torch_pt.release, route=torch_pt.ROUTE)
+    "pt", read=pt_read.read, read_options=("nonlinearity", "map"), lazy=True,
+    refusals=torch_state.refusals, check=torch_state.check, write=pt_write.write, open_stream=pt_write.open_stream,
+    runtime="torch", load=pt_read.load, release=pt_read.release, route=pt_read.ROUTE)

@@ -21,32 +21,11 @@ from ...conventions import torch_names as naming
 from ...conventions.torch_state import direction, foreign, group_state_dict, has_torch_names, strip_module_prefix
 from ...conventions.torch_state import group as group_keys
 from ...core.model import Checkpoint, DirectionParams, RNNLayer, placeholder
-from ...engine import stream
 from ...errors import FormatError, require
 from ...speed import filerows
-from . import pt_writer
 from .sniff import ZIP_MAGIC
 
 ROUTE = "torch"
-
-
-#: this writer takes one slab at a time (:mod:`rnnconvert.formats.torch.pt_writer`).
-STREAM = True
-
-
-def open_stream(ckpt: Checkpoint, path: str | Path, **opts: Any):
-    """Start a slab-by-slab ``.pt`` (:class:`rnnconvert.formats.torch.pt_writer.PtStream`)."""
-    return pt_writer.open_stream(ckpt, path, **opts)
-
-
-def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
-    """Write ``ckpt`` as a ``torch.save`` dict of tensors, byte for byte what ``torch.save(state_dict,
-    open(path, 'wb'))`` writes (root folder ``archive``), one slab at a time; returns one line per layer
-    naming its module.
-
-    Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
-    """
-    return stream.stream_write(open_stream(ckpt, path), ckpt)
 
 
 
@@ -129,10 +108,10 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
     """Read a PyTorch file: a state dict of ``nn.LSTM/GRU/RNN`` or ``nn.*Cell`` modules (any prefix), a
     training checkpoint wrapping one (:data:`WRAPPERS`, ``module.`` prefix stripped), a legacy
     (non-zip) ``torch.save`` file, or a TorchScript archive (tensors read by the restricted reader of
-    :mod:`rnnconvert.formats.torch.torchscript`, no code run). CUDA storages are mapped to the CPU.
+    :mod:`rnnconvert.formats.torch.torchscript_read`, no code run). CUDA storages are mapped to the CPU.
 
     ``torch.save`` zip files are read without torch by the allow-list unpickler of
-    :mod:`rnnconvert.formats.torch.torch_zip` (tensors are views of a memory map of the file); what it
+    :mod:`rnnconvert.formats.torch.zip_read` (tensors are views of a memory map of the file); what it
     declines (legacy files, bfloat16, other globals, ...) is loaded with ``torch.load(weights_only=True)``.
     ``lazy=True`` (zip files read by the restricted reader): the recurrent parameters are placeholders
     read one slab at a time from ``ckpt.source`` (:class:`ZipSlabs`), whose ``release`` drops a slab's mapped pages.
@@ -147,20 +126,20 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
         FormatError: not loadable with ``weights_only=True``, no recurrent keys, or inconsistent shapes.
     """
     from ...core import names
-    from . import torch_zip, torchscript
+    from . import zip_read, torchscript_read
 
     p = Path(path)
-    if torchscript.is_torchscript(p):
-        sd = strip_module_prefix(torchscript.read_tensors(p))
+    if torchscript_read.is_torchscript(p):
+        sd = strip_module_prefix(torchscript_read.read_tensors(p))
         if map is not None or not has_torch_names(sd):
             return foreign(sd, str(p), nonlinearity, map, "TorchScript")
         ckpt = names.add_rest(group_state_dict(sd, str(p), "pt", nonlinearity), str(p), "pt", nonlinearity)
         ckpt.meta["container"] = "TorchScript"
         return ckpt
     try:
-        arch = torch_zip.Archive(p)
-        found = strip_module_prefix(torch_zip.tensors(unwrap(arch.load()), p))
-    except torch_zip.Declined:
+        arch = zip_read.Archive(p)
+        found = strip_module_prefix(zip_read.tensors(unwrap(arch.load()), p))
+    except zip_read.Declined:
         sd = strip_module_prefix(_flatten(unwrap(load_state(p)), p))
         if map is not None or not has_torch_names(sd):
             return foreign(sd, str(p), nonlinearity, map)

@@ -27,7 +27,7 @@ Two kinds, told apart by their keys (``docs/LAYOUTS.md`` §§7-9):
   (spec from the companion canonical variables, else from ``num_layers``/``hidden_size``/
   ``bidirectional`` options and the size). Slow contrib cells are refused by name.
 
-Two readers. :class:`rnnconvert.formats.tf.tf_bundle.BundleReader` (pure Python and numpy) reads every V2
+Two readers. :class:`rnnconvert.formats.tf.bundle_read.BundleReader` (pure Python and numpy) reads every V2
 bundle of plain dtypes (partitioned variables and several shards included) -- the common case -- and
 TensorFlow is then not imported at all; it runs in this process, without the forked child, because no
 C++ code runs: a damaged file can only raise FormatError from our own checks. A bundle it declines
@@ -58,7 +58,7 @@ from ...errors import FormatError, RNNConvertError, require
 from ...core.finite import all_finite
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, placeholder
 from ...conventions.keras_interpreter import StoredTensors
-from . import tf_bundle
+from . import bundle_read
 from . import naming
 from .naming import ATTR, CELL_SCOPES, CUDNN_SCOPES, OPAQUE_KERNEL, SLOTS
 from .tf1_cells import read_cell, cell_semantics, cell_vars, cell_structure, getter
@@ -116,7 +116,7 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
     return _read_prefix(*args)
 
 
-def _bundle(pre: str, path) -> tf_bundle.BundleReader | None:
+def _bundle(pre: str, path) -> bundle_read.BundleReader | None:
     """The pure reader of the bundle at ``pre``, or None where it declines (then TensorFlow reads it).
 
     Raises:
@@ -124,8 +124,8 @@ def _bundle(pre: str, path) -> tf_bundle.BundleReader | None:
     if os.environ.get("RNNCONVERT_TF_READER", "auto") == "tensorflow":
         return None
     try:
-        return tf_bundle.BundleReader(pre, path)
-    except tf_bundle.BundleUnsupported:
+        return bundle_read.BundleReader(pre, path)
+    except bundle_read.BundleUnsupported:
         return None
 
 
@@ -213,7 +213,7 @@ def natural_key(s: str):
 def _object_paths(blob: bytes, where="") -> dict[str, str]:
     """Checkpoint key -> the shortest ``layer_with_weights-N/...`` object path reaching it, from the
     serialized ``TrackableObjectGraph`` (SavedModel ``variables/`` keys are ``variables/<k>/...``; LAYOUTS §7)."""
-    nodes = tf_bundle.object_graph(blob, where)  # our own protobuf decoding: no TensorFlow needed
+    nodes = bundle_read.object_graph(blob, where)  # our own protobuf decoding: no TensorFlow needed
     best: dict[str, str] = {}
     seen, queue = {0}, [(0, "")] if nodes else []
     while queue:
@@ -335,7 +335,7 @@ def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
             return got
     if rd is None:
         rd = require("tensorflow", "tensorflow").train.load_checkpoint(pre)
-    arr = _tensor(rd, key, path, out=out if isinstance(rd, tf_bundle.BundleReader) else None)
+    arr = _tensor(rd, key, path, out=out if isinstance(rd, bundle_read.BundleReader) else None)
     if arr.dtype.kind == "f" and not all_finite(arr):
         raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
     return arr

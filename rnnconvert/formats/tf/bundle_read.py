@@ -52,16 +52,7 @@ import numpy as np
 from ...speed import crc32c
 from ...errors import FormatError
 from ...speed import filerows
-from .tf_table import (
-    BundleUnsupported,
-    TableError,
-    fields,
-    int64,
-    read_table,
-    slice_key,
-    text,
-    varint,
-)
+from .table_read import BundleUnsupported, TableError, fields, int64, read_table, slice_key, text, varint
 
 #: TensorFlow ``DataType`` enum values (types.proto) -> numpy dtype; 7 (DT_STRING) is handled apart.
 DTYPES = {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i8", 10: "?", 17: "<u2",

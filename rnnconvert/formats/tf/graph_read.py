@@ -109,7 +109,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
             ``saved_model.pb`` holds none: read its ``variables/`` checkpoint instead).
         UnsupportedError: an activation or cell rnnconvert cannot represent.
     """
-    from . import naming, tf_checkpoint as tfc
+    from . import naming, checkpoint_read as tfc
     from ...conventions.keras_interpreter import LayerEntry, Interpreter
 
     path = Path(path)

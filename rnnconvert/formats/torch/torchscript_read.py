@@ -8,7 +8,7 @@ names (every other global is refused):
 * ``__torch__.*`` module classes -> an inert record of the attributes the pickle stores;
 * ``torch._utils._rebuild_tensor_v2`` and ``torch.<Type>Storage`` -> numpy arrays read from
   ``<archive>/data/<key>`` (little-endian unless ``<archive>/byteorder`` says ``big``), by the
-  restricted reader shared with plain ``torch.save`` files (:mod:`rnnconvert.formats.torch.torch_zip`);
+  restricted reader shared with plain ``torch.save`` files (:mod:`rnnconvert.formats.torch.zip_read`);
 * ``collections.OrderedDict``, ``torch.jit._pickle.restore_type_tag`` / ``build_*list`` -> plain values.
 
 Layout facts from inspecting ``torch.jit.save`` output of torch 2.13 (``pickletools.dis`` of
@@ -27,7 +27,7 @@ import numpy as np
 
 from ...safety import budget
 from ...errors import FormatError
-from . import torch_zip
+from . import zip_read
 
 
 class _Module:
@@ -52,7 +52,7 @@ def is_torchscript(path: Path) -> bool:
     return any("/code/" in n for n in names) and any(n.endswith("/data.pkl") for n in names)
 
 
-class _Unpickler(torch_zip.Unpickler):
+class _Unpickler(zip_read.Unpickler):
     def find_class(self, module: str, name: str):
         if module.startswith("__torch__"):
             return _Module
@@ -74,7 +74,7 @@ def _walk(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0, count: Any
     count.tick()
     if depth > 64:
         raise FormatError("modules nested deeper than 64 levels")
-    if isinstance(obj, torch_zip.LazyTensor):
+    if isinstance(obj, zip_read.LazyTensor):
         out[prefix] = obj
         return
     items = obj.attrs.items() if isinstance(obj, _Module) else obj.items() if isinstance(obj, dict) else \
@@ -90,7 +90,7 @@ def _public(found: dict[str, Any]) -> dict[str, Any]:
     def private(name: str) -> bool:
         return any(part.startswith("_") for part in name.split("."))
 
-    def ident(t: torch_zip.LazyTensor) -> tuple:
+    def ident(t: zip_read.LazyTensor) -> tuple:
         return (t.storage.key, t.offset, t.shape, t.stride)
 
     public = {ident(t) for n, t in found.items() if not private(n)}
@@ -114,11 +114,11 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
         FormatError: not a TorchScript archive, or it refers to names outside the allow-list.
     """
     try:
-        arch = torch_zip.Archive(Path(path))
+        arch = zip_read.Archive(Path(path))
         lazy: dict[str, Any] = {}
         _walk(arch.load(_Unpickler), "", lazy)
         return {k: np.array(arch.array(t), copy=True) for k, t in _public(lazy).items()}
     except FormatError as exc:
         raise type(exc)(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
-    except torch_zip.Declined as exc:
+    except zip_read.Declined as exc:
         raise FormatError(f"{path}: not a readable TorchScript archive: {exc}") from exc

@@ -4,15 +4,15 @@
 file while holding one slab (stacked layer ``k`` of a layer, all directions) of parameters, and imports
 no torch (a plain install writes ``.pt``):
 
-1. the pickle ``archive/data.pkl`` is made by :func:`rnnconvert.formats.torch.pt_pickle.data_pkl` from the
+1. the pickle ``archive/data.pkl`` is made by :func:`rnnconvert.formats.torch.pickle_write.data_pkl` from the
    keys, shapes and dtypes alone (storage keys ``0..N-1`` in state-dict order), then torch's small
    records (``.format_version`` ``1``, ``.storage_alignment`` ``64``, ``byteorder``);
-2. the zip container is written by :class:`rnnconvert.formats.torch.pt_zip.ZipWriter`, our Python rebuild
+2. the zip container is written by :class:`rnnconvert.formats.torch.zip_write.ZipWriter`, our Python rebuild
    of torch's zip writer ``torch._C.PyTorchFileWriter`` (what ``torch.save`` writes with: 64-byte
    aligned records, CRC-32 of each, ``version`` and ``.data/serialization_id`` at the end, zip64 end
    records): the same bytes, each slab's tensors written as ``data/<key>`` records straight from the
    arrays' memory in 1 MiB chunks (CRC-32 by :func:`zlib.crc32`) as the slab arrives. Layout facts and
-   their sources: the :mod:`~rnnconvert.formats.torch.pt_zip` and :mod:`~rnnconvert.formats.torch.pt_pickle`
+   their sources: the :mod:`~rnnconvert.formats.torch.zip_write` and :mod:`~rnnconvert.formats.torch.pickle_write`
    docstrings (the serialization id's name half as torch's Linux wheels compute it).
 
 Layout facts: ``torch/serialization.py`` (``_save``: record order ``data.pkl``, ``.format_version``,
@@ -38,8 +38,9 @@ import numpy as np
 from ...core import gates
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams
+from ...engine import stream
 from ...speed import directio
-from . import pt_pickle, pt_zip
+from . import pickle_write, zip_write
 from ...conventions.torch_names import describe_module
 from ...conventions.torch_state import slab_items, slab_plan
 
@@ -96,7 +97,7 @@ class PtStream:
         self.plan = entries(ckpt)
         self.next = 0  # index into self.plan of the next tensor to write
         self.zw: Any = None
-        self.tail: pt_zip.Tail | None = None
+        self.tail: zip_write.Tail | None = None
         self.held: dict[str, Any] = {}
         self.WRITE_BEHIND = False
         if fast_zip:
@@ -105,22 +106,22 @@ class PtStream:
             self._open_torch()
 
     def _open_own(self) -> None:
-        """Every byte made here (no torch): :func:`pt_pickle.data_pkl`, torch's small records, the data
-        records through :class:`pt_zip.ZipWriter`, torch's tail (``version``) and its serialization id
-        (:func:`pt_pickle.serialization_id_names`)."""
+        """Every byte made here (no torch): :func:`pickle_write.data_pkl`, torch's small records, the data
+        records through :class:`zip_write.ZipWriter`, torch's tail (``version``) and its serialization id
+        (:func:`pickle_write.serialization_id_names`)."""
         import sys
 
-        head = [("data.pkl", pt_pickle.data_pkl(self.plan)), (".format_version", b"1"),
+        head = [("data.pkl", pickle_write.data_pkl(self.plan)), (".format_version", b"1"),
                 (".storage_alignment", str(ALIGNMENT).encode()), ("byteorder", sys.byteorder.encode())]
         self.sizes = [math.prod(shape) * np.dtype(dt).itemsize for _, shape, dt in self.plan]
         tail = [("version", VERSION_RECORD)]
         names = [n for n, _ in head] + [f"data/{i}" for i in range(len(self.plan))] + [n for n, _ in tail]
-        self.tail = pt_zip.Tail(tail, pt_pickle.serialization_id_names(names))
+        self.tail = zip_write.Tail(tail, pickle_write.serialization_id_names(names))
         # the CRC (io/crc32.py) and write() release the GIL: stream.stream_write may run the writing one slab
         # behind the reading, in a thread (two slabs in memory; the goal of a .pt is the file size)
         self.WRITE_BEHIND = True
         self.fh = directio.DirectWriter(self.path)  # around the page cache where allowed
-        self.zw = pt_zip.ZipWriter(self.fh, ALIGNMENT)
+        self.zw = zip_write.ZipWriter(self.fh, ALIGNMENT)
         for name, data in head:
             self.zw.write_record(name, data)
 
@@ -229,3 +230,14 @@ def open_stream(ckpt: Checkpoint, path: str | Path, **_: Any) -> PtStream:
         FormatError: two tensors with one name, a dtype torch lacks.
     """
     return PtStream(ckpt, path)
+
+
+def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
+    """Write ``ckpt`` as a ``torch.save`` dict of tensors, byte for byte what ``torch.save(state_dict,
+    open(path, 'wb'))`` writes (root folder ``archive``), one slab at a time; returns one line per layer
+    naming its module.
+
+    Assumes the record's ``check`` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
+    """
+    return stream.stream_write(open_stream(ckpt, path), ckpt)
+

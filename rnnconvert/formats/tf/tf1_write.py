@@ -180,7 +180,7 @@ def load(path: str | Path, ckpt: Checkpoint, name: str) -> RNNLayer:
     """The ``tf_equations`` runtime's view of a written TF1 checkpoint
     (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`): layer ``name`` as the checkpoint reader gives it back
     (TensorFlow's reading), with the source layer's run-time clips (not stored in a TF1 checkpoint)."""
-    from .tf_checkpoint import read
+    from .checkpoint_read import read
 
     src = ckpt.layer(name)
     return read(path).layer(name).with_semantics(cell_clip=src.semantics.cell_clip, proj_clip=src.semantics.proj_clip)

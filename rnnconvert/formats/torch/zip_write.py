@@ -32,7 +32,7 @@ At the end torch adds ``version`` (and ``byteorder`` when absent) and ``.data/se
 iteration order of a ``std::unordered_set``, 20 for a ``hash_combine`` fold over the data
 descriptors' CRCs in write order -- and over bytes 4-8 of any record whose data itself starts with
 the data-descriptor signature (torch spots descriptors by their first bytes in every write). The
-name half is computed without torch by :func:`rnnconvert.formats.torch.pt_pickle.serialization_id_names`
+name half is computed without torch by :func:`rnnconvert.formats.torch.pickle_write.serialization_id_names`
 (given to :class:`Tail`); :func:`torch_tail` learns it, and the tail records, from torch itself
 (``PyTorchFileWriter`` on the same record names with empty data: no tensor bytes, instant) and checks
 that this module rebuilds that small archive byte for byte -- the tests' reference.
@@ -125,7 +125,7 @@ class ZipWriter:
 
     def serialization_id(self, name_half: str) -> str:
         """torch's ``.data/serialization_id`` for the records written so far (``name_half``: the 20
-        digits of the record-name hash: :func:`~rnnconvert.formats.torch.pt_pickle.serialization_id_names`)."""
+        digits of the record-name hash: :func:`~rnnconvert.formats.torch.pickle_write.serialization_id_names`)."""
         return f"{name_half}{self.crc_fold:020d}"
 
     def finish(self) -> None:

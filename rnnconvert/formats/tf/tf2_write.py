@@ -28,7 +28,7 @@ from ...core.model import Cell, Checkpoint, RNNLayer
 from ...core.transforms import summed_bias
 from ...conventions import keras_names as keras_naming
 from . import naming
-from .tf1_writer import fresh_directory
+from .tf1_write import fresh_directory
 from ...speed import transpose
 
 _KERAS_ACT = {"sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign"}

@@ -1,7 +1,7 @@
 """The parts of a ``.pt`` file that ``torch.save`` computes in Python or C++, made without torch.
 
-With :class:`rnnconvert.formats.torch.pt_zip.ZipWriter` (the zip container) this lets
-:mod:`rnnconvert.formats.torch.pt_writer` write the bytes of ``torch.save(state_dict, fileobj)`` where torch
+With :class:`rnnconvert.formats.torch.zip_write.ZipWriter` (the zip container) this lets
+:mod:`rnnconvert.formats.torch.pt_write` write the bytes of ``torch.save(state_dict, fileobj)`` where torch
 is not installed. Two pieces:
 
 * :func:`data_pkl`: ``archive/data.pkl``, the protocol-2 pickle that ``torch.serialization._save``

@@ -294,7 +294,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
         raise FormatError(d[len("damaged:"):])
     if d == "other":  # not Keras: the owner's own dataset names (rnnconvert.core.names, docs/foreign-names.md)
         from ...core import names
-        from .hdf5_plain import read_tensors
+        from .plain_h5_read import read_tensors
 
         return names.fallback(read_tensors(path), str(path), "keras_h5", _)
     if not lazy and Path(path).stat().st_size <= FULL_ISOLATION_MAX:

@@ -402,7 +402,7 @@ def _template_subprocess(stand_in: Checkpoint, cudnn: bool) -> dict[str, Any]:
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
            "PYTHONPATH": os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
-    code = "from rnnconvert.formats.keras.keras_h5_write import _template_main; _template_main()"
+    code = "from rnnconvert.formats.keras.h5_write import _template_main; _template_main()"
     data = pickle.dumps((_materialized(stand_in), cudnn))
     res = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, env=env, check=False)
     if res.returncode != 0:
@@ -620,7 +620,7 @@ def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):
 
     import h5py
 
-    from .keras_h5 import attr_list
+    from .h5_read import attr_list
 
     k = tf_keras()
     from tf_keras.src.saving.legacy import hdf5_format
