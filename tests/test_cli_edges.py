@@ -173,7 +173,7 @@ def test_tensorflow_cpp_log_lines_kept_off_stderr(tmp_path):
 def test_native_log_diversion_catches_fd2_writes(tmp_path):
     """The diversion itself (able to fail): writes to descriptor 2 before it reach stderr, after it land
     in the log file, while Python's sys.stderr still reaches the real stderr."""
-    code = ("import os, sys; from rnnconvert.io import native_log; native_log.install(); "
+    code = ("import os, sys; from rnnconvert.process import native_log; native_log.install(); "
             "assert 'tensorflow' not in sys.modules; os.write(2, b'BEFORE\\n'); native_log.divert(); "
             "os.write(2, b'NATIVE LINE\\n'); print('OURS', file=sys.stderr)")
     log = tmp_path / "n.log"

@@ -119,7 +119,9 @@ def test_written_file_is_claimed_by_exactly_one_sniffer(name, tmp_path):
 def test_two_sniffers_claiming_a_file_is_an_error_naming_both(tmp_path, monkeypatch):
     src = tmp_path / "a.npz"
     api.save(_ckpt(), src, "npz")
-    monkeypatch.setattr(registry.get("safetensors").load(), "sniff", lambda head, path: True)
+    from rnnconvert.formats.storage import sniff
+
+    monkeypatch.setattr(sniff, "safetensors", lambda head, path: True)
     with pytest.raises(FormatError) as info:
         registry.detect(src)
     msg = str(info.value)
