@@ -6,12 +6,12 @@ Public API::
     ckpt = rnnconvert.load("model.h5")                  # canonical Checkpoint
     rnnconvert.convert("model.h5", "model.pt")           # write + verify + atomic rename
     mods = rnnconvert.torch_modules("model.h5")          # {'lstm': nn.LSTM(...)} ready to run
+    rnnconvert.list_formats()                            # what each format reads and writes
 
 Heavy frameworks (torch, tensorflow, onnx) are imported only inside the formats that need them.
 """
 
-from . import formats  # noqa: F401 -- the package, callable: rnnconvert.formats() lists the formats
-from .api import ConversionReport, convert, inspect, load, load_inputs, save, torch_modules, verify
+from .api import ConversionReport, convert, inspect, list_formats, load, load_inputs, save, torch_modules, verify
 from .errors import (DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError,
                      UnsupportedError, VerificationError)
 from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
@@ -21,5 +21,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Cell", "Checkpoint", "ConversionReport", "DependencyError", "DirectionParams", "FormatError",
     "OptionError", "OutputExistsError", "RNNConvertError", "RNNLayer", "Semantics", "UnsupportedError",
-    "VerificationError", "convert", "formats", "inspect", "load", "load_inputs", "save", "torch_modules", "verify",
+    "VerificationError", "convert", "inspect", "list_formats", "load", "load_inputs", "save", "torch_modules", "verify",
 ]

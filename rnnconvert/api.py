@@ -427,11 +427,10 @@ def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return got
 
 
-def formats() -> list[dict[str, Any]]:
+def list_formats() -> list[dict[str, Any]]:
     """The formats rnnconvert knows, in detection order: for each a dict with ``name`` (the name
     ``format=``/``to=`` take), ``extensions``, ``read`` and ``write`` (bools: what rnnconvert can do
-    with it), ``read_options`` (the reader options it accepts) and ``description``. Also reachable as
-    ``rnnconvert.formats()``."""
+    with it), ``read_options`` (the reader options it accepts) and ``description``."""
     return [{"name": f.name, "extensions": list(f.extensions), "read": f.can_read, "write": f.can_write,
              "read_options": list(registry.read_options(f)), "description": f.description}
             for f in registry.FORMATS]

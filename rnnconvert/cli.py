@@ -414,7 +414,7 @@ def formats(as_json: JsonOpt = False) -> None:
     """List the formats rnnconvert reads and writes."""
     from . import api
 
-    rows = api.formats()  # with each format's read_options
+    rows = api.list_formats()  # with each format's read_options
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

@@ -79,7 +79,7 @@ def test_unknown_reader_option_refused_naming_the_valid_ones(tmp_path, capsys):
 
 
 def test_formats_lists_read_options():
-    got = {f["name"]: f for f in rnnconvert.formats()}
+    got = {f["name"]: f for f in rnnconvert.list_formats()}
     assert [f.name for f in registry.FORMATS] == list(got)
     assert got["tf_checkpoint"]["read_options"][:2] == ["forget_bias", "gate_activation"]
     assert got["onnx"]["read_options"] == [] and got["pt"]["write"] is True
@@ -89,7 +89,7 @@ def test_formats_lists_read_options():
 def test_formats_command_json_has_read_options(capsys):
     assert main(["formats", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows == {f["name"]: f for f in rnnconvert.formats()}
+    assert rows == {f["name"]: f for f in rnnconvert.list_formats()}
 
 
 # ---------------------------------------------------------------------------------------------- batch
