@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ...io import budget, filerows, guard
+from ...io import budget, filerows, guard, hdf5_safety
 from ...io.pool import ArrayPool
 from ...errors import FormatError
 from ...core.model import Checkpoint, DirectionParams, placeholder
@@ -59,31 +59,9 @@ HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 # --------------------------------------------------------------------------------------------
 
 def check_links(f) -> None:
-    """Refuse soft/external links and external or virtual datasets (they reach outside the file)."""
-    import h5py
-
-    bad: list[str] = []
-
-
-    def walk(group, prefix=""):
-        for key in group.keys():
-            link = group.get(key, getlink=True)
-            path = f"{prefix}/{key}"
-            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
-                bad.append(f"{path} is a {type(link).__name__}")
-                continue
-            obj = group.get(key)
-            if isinstance(obj, h5py.Group):
-                if path.count("/") > 64:
-                    raise FormatError(f"HDF5 groups nested deeper than 64 levels at {path}")
-                walk(obj, path)
-            elif isinstance(obj, h5py.Dataset):
-                if obj.external or obj.is_virtual:
-                    bad.append(f"{path} is an external or virtual dataset")
-
-    walk(f)
-    if bad:
-        raise FormatError(f"refusing HDF5 file with links outside the file: {bad[0]}")
+    """Refuse soft/external links and external or virtual datasets (they reach outside the file), each object
+    visited once: :func:`rnnconvert.io.hdf5_safety.check_file`, the check of every HDF5 route."""
+    hdf5_safety.check_file(f)
 
 
 def attr_list(group, name: str) -> list[str]:
