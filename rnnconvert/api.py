@@ -73,6 +73,9 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     except Exception as exc:  # last line of defence: a reader let a low-level error through
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise FormatError(f"{path}: malformed {fmt.name} file ({type(exc).__name__}: {first})") from exc
+    # every reader: a bounded number of layers and tensors (the readers that walk a list check it before)
+    budget.check_count(path, "layers", sum(layer.num_layers for layer in ckpt.layers), "recurrent layers")
+    budget.check_count(path, "names", len(ckpt.tensors), "tensors")
     check_finite(ckpt, str(path))
     return replace(ckpt, format=fmt.name,
                    source=None if ckpt.source is None else CheckedSlabs(ckpt, str(path), fmt.name))

@@ -18,6 +18,12 @@ limit                  environment variable            default     what it bound
 ``names``              ``RNNCONVERT_MAX_NAMES``        100000      layer/weight names of an HDF5 file, members
                                                                    of a zip, tensors of a checkpoint
 ``graph_nodes``        ``RNNCONVERT_MAX_GRAPH_NODES``  1000000     nodes of an ONNX graph (constants followed)
+``layers``             ``RNNCONVERT_MAX_LAYERS``       2000        layers a file lists (HDF5 ``layer_names``,
+                                                                   before it is walked) and recurrent layers
+                                                                   read (ONNX recurrent nodes, stacked layers
+                                                                   of every checkpoint: ``api.load``)
+``header_bytes``       ``RNNCONVERT_MAX_HEADER_BYTES`` 16777216    a safetensors JSON header (parsing costs
+                                                                   about 20 times its size in memory)
 =====================  ==============================  ==========  =============================================
 
 Only regular files (and checkpoint folders) are read: :func:`regular_source` refuses FIFOs, devices,
@@ -50,6 +56,8 @@ LIMITS = {lim.name: lim for lim in (
     Limit("pickle_nodes", "RNNCONVERT_MAX_PICKLE_NODES", 1_000_000, "pickle walk (containers and tensor names)"),
     Limit("names", "RNNCONVERT_MAX_NAMES", 100_000, "name count"),
     Limit("graph_nodes", "RNNCONVERT_MAX_GRAPH_NODES", 1_000_000, "graph node count"),
+    Limit("layers", "RNNCONVERT_MAX_LAYERS", 2_000, "layer count"),
+    Limit("header_bytes", "RNNCONVERT_MAX_HEADER_BYTES", 16 << 20, "header size (bytes)"),
 )}
 
 

@@ -66,21 +66,33 @@ def check_links(f) -> None:
 
 def attr_list(group, name: str) -> list[str]:
     """Read a Keras string-list attribute, joining chunked ``name0, name1 ...`` attributes; at most the
-    ``names`` limit of :mod:`rnnconvert.io.budget` (checked from the attribute's shape before it is read).
+    ``names`` limit of :mod:`rnnconvert.io.budget` (checked from the attribute's shape before it is read);
+    ``layer_names`` also within the ``layers`` limit, each layer listed once.
 
     Raises:
-        BudgetError: more names than the limit."""
+        BudgetError: more names (layers) than the limit.
+        FormatError: a layer listed twice."""
     where = f"{group.file.filename}: attribute '{name}' of {group.name}"
+
+    def bounded(count: int) -> None:
+        budget.check_count(where, "names", count, "names")
+        if name == "layer_names":  # each listed layer costs a walk: bounded before the list is read
+            budget.check_count(where, "layers", count, "layers listed")
+
     if name in group.attrs:
-        budget.check_count(where, "names", _attr_len(group, name), "names")
+        bounded(_attr_len(group, name))
         vals = list(group.attrs[name])
     else:
         vals, i = [], 0
         while f"{name}{i}" in group.attrs:
-            budget.check_count(where, "names", len(vals) + _attr_len(group, f"{name}{i}"), "names")
+            bounded(len(vals) + _attr_len(group, f"{name}{i}"))
             vals.extend(group.attrs[f"{name}{i}"])
             i += 1
-    return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in vals]
+    out = [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in vals]
+    if name == "layer_names" and len(set(out)) != len(out):
+        twice = next(n for i, n in enumerate(out) if n in out[:i])
+        raise FormatError(f"{where}: layer '{twice}' is listed more than once; refused (each layer is saved once)")
+    return out
 
 
 def _attr_len(group, name: str) -> int:

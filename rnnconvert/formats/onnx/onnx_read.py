@@ -362,11 +362,15 @@ def read(path: str | Path, *, lazy: bool = False, **_: Any) -> Checkpoint:
     rnn = [n for n in g.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]
     if not rnn:
         raise FormatError(f"{path}: no LSTM, GRU or RNN node in this ONNX model")
-    singles = []
+    from ...io import budget
+
+    budget.check_count(path, "layers", len(rnn), "recurrent nodes")  # before any node is read
+    singles, taken = [], set()
     for i, n in enumerate(rnn):
         name = n.name or f"{n.op_type}_{i}"
-        if any(l.name == name for l in singles):  # node names need not be unique in ONNX
+        if name in taken:  # node names need not be unique in ONNX
             name = f"{name}_{i}"
+        taken.add(name)
         singles.append(_node_layer(n, vals, path, name))
     by_node = {l.name: l for l in singles}
     meta = {p.key: p.value for p in model.metadata_props}
