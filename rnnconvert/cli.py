@@ -488,11 +488,26 @@ def run() -> None:  # console_scripts entry point
     from .io import native_log
 
     native_log.install()  # TensorFlow's C++ log lines kept off the terminal
+    quiet_warnings()
     rc = main()
     from .io import signals
 
     signals.ignore()  # done: a signal during the interpreter's teardown must not turn rc into a kill
     leave(rc)
+
+
+def quiet_warnings() -> None:
+    """Python, torch and numpy warnings go to the ``py.warnings`` logger, which prints nothing, instead of
+    stderr: a refusal is one line, and a library's ``UserWarning`` about a file it was handed is not the
+    user's business (issue 29: refusals printed 3-13 lines). ``RNNCONVERT_DEBUG=1`` leaves them on stderr."""
+    import logging
+
+    if os.environ.get("RNNCONVERT_DEBUG"):
+        return
+    logging.captureWarnings(True)
+    log = logging.getLogger("py.warnings")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
 
 
 def leave(rc: int) -> None:

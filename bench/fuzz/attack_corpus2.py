@@ -240,8 +240,11 @@ def _st_head(sd: dict[str, np.ndarray]) -> tuple[dict, bytes]:
 def safetensors_aliased(path: Path, copies: int = 2000, nbytes: int = 1 << 20) -> Path:
     """``copies`` entries sharing one ``nbytes`` range of ``data_offsets``: 2 GB out from 1 MB."""
     n = nbytes // 4
-    head = {f"t{i}": {"dtype": "F32", "shape": [n], "data_offsets": [0, nbytes]} for i in range(copies)}
-    return safetensors_raw(path, head, b"\0" * nbytes)
+    head, data = _st_head(_torch_lstm())
+    end = len(data)
+    head.update({f"extra.t{i}": {"dtype": "F32", "shape": [n], "data_offsets": [end, end + nbytes]}
+                 for i in range(copies)})
+    return safetensors_raw(path, head, data + b"\0" * nbytes)
 
 
 def safetensors_overlap(path: Path) -> Path:
@@ -300,7 +303,8 @@ def pt_views(path: Path, views: int = 2000, numel: int = 1 << 18) -> Path:
     import torch
 
     base = torch.zeros(numel)
-    torch.save({f"t{i}": base[:] for i in range(views)}, path)
+    sd = {k: torch.from_numpy(v) for k, v in _torch_lstm().items()}
+    torch.save({**sd, **{f"extra.t{i}": base[:] for i in range(views)}}, path)
     return path
 
 

@@ -93,6 +93,16 @@ def check_expansion(where: object, declared: int, stored: int, what: str = "a te
         raise exceeded(where, "expansion", f"{what} declares {declared:,} bytes from {stored:,} stored bytes")
 
 
+def check_aliasing(where: object, views: list[tuple[object, int]], storages: dict[object, int]) -> None:
+    """Refuse tensors that view shared storage (``views``: ``(storage key, bytes the tensor declares)``;
+    ``storages``: bytes held per storage key) when together they declare more than the ``expansion`` limit
+    times the bytes stored: each view is written out in full, so 2,000 views of one 1 MiB storage would
+    write 2 GB (tied weights, twice the stored bytes, pass)."""
+    declared = sum(n for _, n in views)
+    stored = sum(storages.get(k, 0) for k in {k for k, _ in views})
+    check_expansion(where, declared, stored, f"{len(views):,} tensors viewing {len(storages):,} storages")
+
+
 class Counter:
     """A running count against limit ``name`` (a walk: one :meth:`tick` per node visited)."""
 
