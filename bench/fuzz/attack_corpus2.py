@@ -357,7 +357,10 @@ def onnx_negative_dim(path: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper
 
-    w = helper.make_tensor("W", TensorProto.FLOAT, [1, -16, IN], [])
+    w = TensorProto()
+    w.name, w.data_type = "W", TensorProto.FLOAT
+    w.dims.extend([1, -16, IN])
+    w.raw_data = np.zeros(4 * H * IN, np.float32).tobytes()
     r = helper.make_tensor("R", TensorProto.FLOAT, [1, 4 * H, H], np.zeros(4 * H * H, np.float32).tolist())
     n = helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=H, name="lstm")
     g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, IN])],
@@ -396,22 +399,29 @@ def onnx_external_symlink(folder: Path) -> Path:
 # -------------------------------------------------------------------------------------- npz, cudnn.npz
 
 
+def _edit_json_member(src: Path, dst: Path, key: str, edit) -> Path:
+    """``src`` (an npz) written to ``dst`` with its JSON string member ``key`` changed by ``edit(dict)``."""
+    with np.load(src, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    doc = json.loads(str(arrays[key]))
+    edit(doc)
+    arrays[key] = np.array(json.dumps(doc))
+    with open(dst, "wb") as fh:
+        np.savez(fh, **arrays)
+    src.unlink()
+    return dst
+
+
 def npz_schema_string_bias(path: Path) -> Path:
     """An rnnconvert ``.npz`` whose schema says ``"forget_bias": "NaN"`` (a string)."""
     import rnnconvert.api as api
 
-    ckpt = api.load(Path(__file__).resolve().parents[2] / "fixtures" / "keras" / "lstm.npz")
-    tmp = path.with_name("ok_" + path.name)
-    api.save(ckpt, tmp, "npz")
-    with zipfile.ZipFile(tmp) as zin, zipfile.ZipFile(path, "w") as zout:
-        for info in zin.infolist():
-            data = zin.read(info)
-            if info.filename.endswith(".json") or b"forget_bias" in data[:4096] and info.filename.endswith(".npy"):
-                data = data.replace(b'"forget_bias": 0.0', b'"forget_bias": "NaN"').replace(
-                    b'"forget_bias":0.0', b'"forget_bias":"NaN"')
-            zout.writestr(info, data)
-    tmp.unlink()
-    return path
+    ok = path.with_name("ok_" + path.name)
+    api.save(api.load(Path(__file__).resolve().parents[2] / "fixtures" / "keras" / "lstm.h5"), ok, "npz")
+
+    def edit(doc):
+        doc["layers"][0].setdefault("semantics", {})["forget_bias"] = "NaN"
+    return _edit_json_member(ok, path, "__rnnconvert__", edit)
 
 
 def npz_complex(path: Path) -> Path:
@@ -421,30 +431,12 @@ def npz_complex(path: Path) -> Path:
 
 
 def cudnn_huge_spec(path: Path) -> Path:
-    """A ``.cudnn.npz`` whose spec declares 2**62 elements."""
-    from rnnconvert.formats.storage import cudnn_npz  # noqa: F401 - the format's names
+    """A ``.cudnn.npz`` whose spec declares 2**62 elements (input and hidden sizes of 2**31)."""
     import rnnconvert.api as api
 
     ok = path.with_name("ok.cudnn.npz")
-    api.save(api.load(Path(__file__).resolve().parents[2] / "fixtures" / "keras" / "lstm.npz"), ok, "cudnn_npz")
-    with zipfile.ZipFile(ok) as zin, zipfile.ZipFile(path, "w") as zout:
-        for info in zin.infolist():
-            data = zin.read(info)
-            if b"hidden_size" in data:
-                spec = data
-                i = spec.find(b"{")
-                j = spec.rfind(b"}") + 1
-                js = json.loads(spec[i:j])
-                _grow(js)
-                body = json.dumps(js).encode()
-                data = spec[:i] + body + spec[j:] if info.filename.endswith(".json") else data
-                if not info.filename.endswith(".json"):  # a .npy of a string: rebuild it
-                    buf = io.BytesIO()
-                    np.save(buf, np.array(json.dumps(js)))
-                    data = buf.getvalue()
-            zout.writestr(info, data)
-    ok.unlink()
-    return path
+    api.save(api.load(Path(__file__).resolve().parents[2] / "fixtures" / "keras" / "lstm.h5"), ok, "cudnn_npz")
+    return _edit_json_member(ok, path, "__cudnn_spec__", _grow)
 
 
 def _grow(js) -> None:
