@@ -254,9 +254,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         read_opts = {**(read_opts or {}), "map": map}
     out_fmt = registry.for_output(dst_p, to)
     commit.check_destination(dst_p, force)
+    budget.regular_source(src_p)  # before anything resolves SRC: a symlink loop is refused here
     if dst_p.resolve() == src_p.resolve():
         raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
-    budget.regular_source(src_p)
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
     if out_mod.verify_whole is None:  # integer inputs are for whole Keras models only

@@ -489,11 +489,34 @@ def run() -> None:  # console_scripts entry point
 
     native_log.install()  # TensorFlow's C++ log lines kept off the terminal
     quiet_warnings()
+    private = private_tmpdir()
     rc = main()
     from .io import signals
 
     signals.ignore()  # done: a signal during the interpreter's teardown must not turn rc into a kill
+    if private:
+        import shutil
+
+        shutil.rmtree(private, ignore_errors=True)
     leave(rc)
+
+
+def private_tmpdir() -> str | None:
+    """A private folder (``$TMPDIR/rnnconvert-XXXXXXXX``, mode 0700) made the process's ``TMPDIR`` for the
+    command, removed by :func:`run` when it is done: what libraries leave in the temporary folder stays
+    out of the user's. onnxruntime writes ``$TMPDIR/.ses`` when it is imported (1.32: verification of every
+    ONNX output), the Keras 3 writer its ``rnnconvert-k3-*`` folders (removed by their own ``finally``).
+    Set before anything is imported by a command; child processes (batch workers, the tf_keras helper)
+    inherit it. ``None`` (the user's ``TMPDIR`` kept) when no folder can be made there."""
+    import tempfile
+
+    try:
+        d = tempfile.mkdtemp(prefix="rnnconvert-")
+    except OSError:
+        return None
+    os.environ["TMPDIR"] = d
+    tempfile.tempdir = d
+    return d
 
 
 def quiet_warnings() -> None:

@@ -469,6 +469,20 @@ def tf_folder_with_outside_symlink(folder: Path, fixture: Path, which: str) -> P
     return folder
 
 
+def tf_savedmodel_outside_variables(folder: Path, fixture: Path) -> Path:
+    """A SavedModel-shaped folder whose ``variables/`` is a symlink to a folder outside it holding
+    ``variables.index`` and ``variables.data-*`` (the checkpoint of ``fixture``)."""
+    outside = folder.parent / (folder.name + "_vars_outside")
+    outside.mkdir(parents=True)
+    for p in fixture.iterdir():
+        if p.name.endswith(".index") or ".data-" in p.name:
+            (outside / ("variables" + p.name[p.name.index("."):])).write_bytes(p.read_bytes())
+    folder.mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"")
+    (folder / "variables").symlink_to(outside)
+    return folder
+
+
 def tf_state_nul(folder: Path, fixture: Path) -> Path:
     import shutil
 

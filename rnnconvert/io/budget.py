@@ -121,11 +121,15 @@ def regular_source(path: str | os.PathLike, *, dirs: bool = True) -> None:
     exist passes (the reader says what is missing: TF checkpoint prefixes are not files).
 
     Raises:
-        FormatError: a FIFO, socket, character or block device (or a symlink to one).
+        FormatError: a FIFO, socket, character or block device (or a symlink to one), a symlink loop.
     """
     try:
         st = os.stat(path)
-    except OSError:
+    except OSError as exc:
+        import errno
+
+        if exc.errno == errno.ELOOP:  # a symlink to itself (or a cycle of them)
+            raise FormatError(f"{path}: a symlink loop (it never reaches a file)") from None
         return
     if stat.S_ISREG(st.st_mode) or (dirs and stat.S_ISDIR(st.st_mode)):
         return
