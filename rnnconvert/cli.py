@@ -273,7 +273,7 @@ def _batch(src: Path, dst: Path, to: Optional[str], jobs: int, quiet: bool, as_j
 
     if not to:
         raise FormatError("a directory SRC needs --to FORMAT (see `rnnconvert formats`)")
-    total = sum(1 for _ in candidates(src))
+    total = sum(1 for _ in candidates(src, skip=dst))
     show = not quiet and not as_json and sys.stderr.isatty()
     if show:
         from rich.progress import Progress
