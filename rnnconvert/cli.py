@@ -455,9 +455,29 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
+        limited = environment_limit(exc)
+        if limited:  # not a bug: the process's limits (ulimit -v, threads) left too little to work with
+            return _fail(f"{limited}; nothing was written", 10, "OutputError", as_json)
         return _fail(f"internal error: {type(exc).__name__}: {_shown(exc)} (set RNNCONVERT_DEBUG=1 for a traceback; "
                      "please report it)", 1, "InternalError", as_json)
     return 0
+
+
+def environment_limit(exc: BaseException) -> str | None:
+    """What the environment refused, when ``exc`` (or its cause) is the process running out of what its
+    limits allow rather than a bug: memory (``MemoryError``), a thread (``can't start new thread`` under
+    ``ulimit -v``), a library left half-imported by either. ``None`` otherwise."""
+    seen = [exc, exc.__cause__, exc.__context__]
+    for e in seen:
+        if isinstance(e, MemoryError):
+            return "out of memory (the process's memory limit, e.g. ulimit -v, is too low for this command)"
+        text = str(e) if e is not None else ""
+        if isinstance(e, RuntimeError) and "can't start new thread" in text:
+            return "cannot start a thread (the process's memory or thread limit, e.g. ulimit -v, is too low)"
+        if isinstance(e, (AttributeError, ImportError)) and "partially initialized module" in text:
+            return (f"a library failed to load ({_shown(text)[:120]}); the process's memory limit (e.g. ulimit -v) "
+                    "is probably too low")
+    return None
 
 
 def _command_typo(args: list[str]) -> str | None:
