@@ -298,13 +298,15 @@ def safetensors_huge_header(path: Path, nbytes: int = 90 << 20) -> Path:
 # ------------------------------------------------------------------------------------------------- .pt
 
 
-def pt_views(path: Path, views: int = 2000, numel: int = 1 << 18) -> Path:
-    """``views`` state-dict entries viewing one ``numel``-float storage (1 MiB): 2 GB of output."""
+def pt_views(path: Path, views: int = 2000, numel: int = 1 << 18, legacy: bool = False) -> Path:
+    """``views`` state-dict entries viewing one ``numel``-float storage (1 MiB): 2 GB of output. ``legacy``:
+    the pre-zip ``torch.save`` format (read by ``torch.load(weights_only=True)``, not the restricted reader)."""
     import torch
 
     base = torch.zeros(numel)
     sd = {k: torch.from_numpy(v) for k, v in _torch_lstm().items()}
-    torch.save({**sd, **{f"extra.t{i}": base[:] for i in range(views)}}, path)
+    torch.save({**sd, **{f"extra.t{i}": base[:] for i in range(views)}}, path,
+               _use_new_zipfile_serialization=not legacy)
     return path
 
 
