@@ -233,3 +233,23 @@ def test_batch_output_inside_input_is_not_converted_again(tmp_path):
         assert r.returncode == 0, r.stderr
         assert [Path(x["src"]).name for x in json.loads(r.stdout)] == ["model.h5"]
     assert sorted(p.name for p in (src / "out").iterdir()) == ["model.safetensors"]
+
+
+@pytest.mark.parametrize("dtype,says", [("int32", "integer weights (int32)"), ("bool", "boolean weights"),
+                                        ("complex64", "complex weights"), ("longdouble", "extended floats")])
+def test_every_reader_refuses_non_float_parameters_by_name(dtype, says):
+    """The check sits in the layer record every reader builds (TF bundles included, whose int32 variables
+    reached torch as a TypeError); float16/32/64 pass."""
+    import numpy as np
+
+    from rnnconvert.core.model import Cell, DirectionParams, RNNLayer
+    from rnnconvert.errors import FormatError
+
+    def layer(dt):
+        z = lambda *s: np.zeros(s, dt)  # noqa: E731
+        return RNNLayer("lstm", Cell.LSTM, 5, 4, params=[[DirectionParams(z(16, 5), z(16, 4), z(16), z(16))]])
+
+    for ok in ("float16", "float32", "float64"):
+        layer(ok)
+    with pytest.raises(FormatError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        layer(dtype)
