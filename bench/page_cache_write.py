@@ -5,7 +5,7 @@
 
 Writes 3 GiB in 1 MiB ``write`` calls to ``DIR/z.tmp`` and prints wall and CPU seconds per 370 MiB (one slab of
 the issue-#18 benchmark model). ``plain``: ordinary writes; ``sfr``: ``sync_file_range`` starts each 64 MiB's
-writeback as it is written (what rnnconvert's verified writer does, ``io/directio.start_writeback``);
+writeback as it is written (what rnnconvert's verified writer does, ``speed/directio.start_writeback``);
 ``fadv``: also waits for the 64 MiB before that to reach the disk and drops it from the cache
 (``posix_fadvise(DONTNEED)``), so that later writes reuse its pages. The file is removed at the end.
 """

@@ -76,6 +76,9 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     except Exception as exc:  # last line of defence: a reader let a low-level error through
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise FormatError(f"{path}: malformed {fmt.name} file ({type(exc).__name__}: {first})") from exc
+    # every reader: a bounded number of layers and tensors (the readers that walk a list check it before)
+    budget.check_count(path, "layers", sum(layer.num_layers for layer in ckpt.layers), "recurrent layers")
+    budget.check_count(path, "names", len(ckpt.tensors), "tensors")
     check_finite(ckpt, str(path))
     return replace(ckpt, format=fmt.name,
                    source=None if ckpt.source is None else CheckedSlabs(ckpt, str(path), fmt.name))
@@ -195,9 +198,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         read_opts = {**(read_opts or {}), "map": map}
     out_fmt = registry.for_output(dst_p, to)
     commit.check_destination(dst_p, force)
+    budget.regular_source(src_p)  # before anything resolves SRC: a symlink loop is refused here
     if dst_p.resolve() == src_p.resolve():
         raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
-    budget.regular_source(src_p)
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
     if as_target(out_mod).verify_whole is None:  # integer inputs are for whole Keras models only
@@ -222,7 +225,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         raise FormatError(f"{dst_p.parent}: output directory does not exist")
     from .speed import directio
 
-    # a verified output is read back at once: written through the page cache (io/directio.py)
+    # a verified output is read back at once: written through the page cache (speed/directio.py)
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
     tmp = None
     try:
@@ -379,7 +382,7 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     inputs = _float_inputs(inputs)
     lazy = device == "cpu" and in_mod.lazy
     # DST is read into the page cache while the source side runs: torch faulting a cold multi-GB file in as it
-    # maps it was 3x slower than reading it ahead (io/prefetch.py)
+    # maps it was 3x slower than reading it ahead (speed/prefetch.py)
     prefetch(dst)
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:

@@ -39,11 +39,15 @@ def _tf_companion(name: str, files: list[str]) -> bool:
         name == "checkpoint" and any(f.endswith(".index") for f in files))
 
 
-def candidates(src_dir: Path) -> Iterator[Path]:
+def candidates(src_dir: Path, skip: Path | None = None) -> Iterator[Path]:
     """Regular files under ``src_dir`` in sorted order (hidden files, symlinks and TF checkpoint
-    companions -- ``*.data-*`` shards, the ``checkpoint`` file -- skipped: the ``.index`` stands for them)."""
+    companions -- ``*.data-*`` shards, the ``checkpoint`` file -- skipped: the ``.index`` stands for them).
+    ``skip``: a folder never entered (the batch's own output folder inside its input folder: a second run
+    would convert its own outputs)."""
+    skip_r = skip.resolve() if skip is not None else None
     for root, dirs, files in os.walk(src_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                         and (skip_r is None or (Path(root) / d).resolve() != skip_r))
         for name in sorted(files):
             p = Path(root) / name
             if not name.startswith(".") and p.is_file() and not p.is_symlink() and not _tf_companion(name, files):
@@ -102,7 +106,7 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
     ext = fmt.extensions[0] if fmt.extensions else ""  # a directory format (TF checkpoints): DST_DIR/<stem>/
     work, order = [], []
     results: dict[str, FileResult] = {}
-    for p in candidates(src_dir):
+    for p in candidates(src_dir, skip=dst_dir):
         rel = p.relative_to(src_dir)
         s, d = str(p), str(dst_dir / rel.parent / (rel.name.split(".")[0] + ext))
         order.append(s)

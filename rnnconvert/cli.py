@@ -289,7 +289,7 @@ def _batch(src: Path, dst: Path, to: Optional[str], jobs: int, quiet: bool, as_j
 
     if not to:
         raise FormatError("a directory SRC needs --to FORMAT (see `rnnconvert formats`)")
-    total = sum(1 for _ in candidates(src))
+    total = sum(1 for _ in candidates(src, skip=dst))
     show = not quiet and not as_json and sys.stderr.isatty()
     if show:
         from rich.progress import Progress
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         args.insert(0, "convert")
     from .process import signals
 
-    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/io/signals.py)
+    signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/process/signals.py)
     # TensorFlow's C++ log lines (CUDA probing, a failed write's own report) are not for the user: errors
     # reach them as rnnconvert's one line (RNNCONVERT_DEBUG=1 or a TF_CPP_MIN_LOG_LEVEL of one's own shows them)
     if not os.environ.get("RNNCONVERT_DEBUG"):
@@ -471,9 +471,29 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
+        limited = environment_limit(exc)
+        if limited:  # not a bug: the process's limits (ulimit -v, threads) left too little to work with
+            return _fail(f"{limited}; nothing was written", 10, "OutputError", as_json)
         return _fail(f"internal error: {type(exc).__name__}: {_shown(exc)} (set RNNCONVERT_DEBUG=1 for a traceback; "
                      "please report it)", 1, "InternalError", as_json)
     return 0
+
+
+def environment_limit(exc: BaseException) -> str | None:
+    """What the environment refused, when ``exc`` (or its cause) is the process running out of what its
+    limits allow rather than a bug: memory (``MemoryError``), a thread (``can't start new thread`` under
+    ``ulimit -v``), a library left half-imported by either. ``None`` otherwise."""
+    seen = [exc, exc.__cause__, exc.__context__]
+    for e in seen:
+        if isinstance(e, MemoryError):
+            return "out of memory (the process's memory limit, e.g. ulimit -v, is too low for this command)"
+        text = str(e) if e is not None else ""
+        if isinstance(e, RuntimeError) and "can't start new thread" in text:
+            return "cannot start a thread (the process's memory or thread limit, e.g. ulimit -v, is too low)"
+        if isinstance(e, (AttributeError, ImportError)) and "partially initialized module" in text:
+            return (f"a library failed to load ({_shown(text)[:120]}); the process's memory limit (e.g. ulimit -v) "
+                    "is probably too low")
+    return None
 
 
 def _command_typo(args: list[str]) -> str | None:
@@ -504,11 +524,49 @@ def run() -> None:  # console_scripts entry point
     from .process import native_log
 
     native_log.install()  # TensorFlow's C++ log lines kept off the terminal
+    quiet_warnings()
+    private = private_tmpdir()
     rc = main()
     from .process import signals
 
     signals.ignore()  # done: a signal during the interpreter's teardown must not turn rc into a kill
+    if private:
+        import shutil
+
+        shutil.rmtree(private, ignore_errors=True)
     leave(rc)
+
+
+def private_tmpdir() -> str | None:
+    """A private folder (``$TMPDIR/rnnconvert-XXXXXXXX``, mode 0700) made the process's ``TMPDIR`` for the
+    command, removed by :func:`run` when it is done: what libraries leave in the temporary folder stays
+    out of the user's. onnxruntime writes ``$TMPDIR/.ses`` when it is imported (1.32: verification of every
+    ONNX output), the Keras 3 writer its ``rnnconvert-k3-*`` folders (removed by their own ``finally``).
+    Set before anything is imported by a command; child processes (batch workers, the tf_keras helper)
+    inherit it. ``None`` (the user's ``TMPDIR`` kept) when no folder can be made there."""
+    import tempfile
+
+    try:
+        d = tempfile.mkdtemp(prefix="rnnconvert-")
+    except OSError:
+        return None
+    os.environ["TMPDIR"] = d
+    tempfile.tempdir = d
+    return d
+
+
+def quiet_warnings() -> None:
+    """Python, torch and numpy warnings go to the ``py.warnings`` logger, which prints nothing, instead of
+    stderr: a refusal is one line, and a library's ``UserWarning`` about a file it was handed is not the
+    user's business (issue 29: refusals printed 3-13 lines). ``RNNCONVERT_DEBUG=1`` leaves them on stderr."""
+    import logging
+
+    if os.environ.get("RNNCONVERT_DEBUG"):
+        return
+    logging.captureWarnings(True)
+    log = logging.getLogger("py.warnings")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
 
 
 def leave(rc: int) -> None:

@@ -20,7 +20,8 @@ Exit codes (documented in ``docs/cli.md``):
 9     :class:`InconclusiveError` -- verification could not decide (its tolerance was too loose to tell a
       broken file from a correct one); no output kept unless ``--accept-inconclusive``
 10    :class:`OutputError` -- the output could not be written (no space left, read-only file system,
-      permission denied); nothing was left behind
+      permission denied), or the process's limits left too little memory or threads (the CLI's
+      ``environment_limit``); nothing was left behind
 11    :class:`BudgetError` -- the file asks for more than the resource budget (``rnnconvert.safety.budget``)
 129   SIGHUP, 130 SIGINT (Ctrl-C), 143 SIGTERM: interrupted; temporaries removed, DST as it was
 ====  =====================================================================

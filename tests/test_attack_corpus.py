@@ -91,7 +91,8 @@ def test_bombs_end_with_one_line_within_the_budget(name, make, code, says, tmp_p
 
 def test_budget_limits_are_raised_by_their_variable(tmp_path):
     src = gen.h5_many_layer_names(tmp_path / "names.h5", 150_000)
-    r = cli(str(src), str(tmp_path / "o.npz"), env={"RNNCONVERT_MAX_NAMES": "200000"})
+    r = cli(str(src), str(tmp_path / "o.npz"), env={"RNNCONVERT_MAX_NAMES": "200000",
+                                                              "RNNCONVERT_MAX_LAYERS": "200000"})
     assert r.returncode == 3 and "listed in layer_names but has no group" in one_line(r.stderr)
 
 

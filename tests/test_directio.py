@@ -1,4 +1,4 @@
-"""io/directio.py: large outputs written with O_DIRECT in whole aligned blocks, the tail buffered.
+"""speed/directio.py: large outputs written with O_DIRECT in whole aligned blocks, the tail buffered.
 
 The bytes must be exactly what was written, whether O_DIRECT is used, refused at open, or refused at the
 first write; the .pt and ONNX writers that use it stay byte-identical to torch.save / the embedded model
@@ -56,7 +56,7 @@ def test_bytes_are_what_was_written(mode, tmp_path, monkeypatch):
 @pytest.mark.parametrize("writer", ["DirectWriter", "ScatterWriter"])
 def test_other_errors_are_raised(writer, tmp_path, monkeypatch):
     """A failing write (a full disk) is raised in the writer's thread: at once when written here, by the next
-    write or by ``close`` when it was an O_DIRECT block written in the background (io/directio._InFlight);
+    write or by ``close`` when it was an O_DIRECT block written in the background (speed/directio._InFlight);
     after it nothing more is written."""
     calls = []
 

@@ -32,7 +32,7 @@ H5_FIXTURES = sorted(p.name for p in (FIXTURES / "keras").glob("*.h5"))
 def rows_mode(monkeypatch, mode: str) -> list:
     """How ``interpreter._rows`` gets its row blocks: ``rows`` (read into a buffer of exactly the stored rows),
     ``padded_rows`` (long rows padded), ``direct`` (every plain 2-D dataset read from the file by
-    io/filerows.py instead of h5py, into padded rows). Returns the list of direct readers made (the
+    speed/filerows.py instead of h5py, into padded rows). Returns the list of direct readers made (the
     test asserts the mode was really taken)."""
     from rnnconvert.speed import filerows
 
@@ -82,7 +82,7 @@ def _independent(layer, d: int):
 def test_lazy_skeleton_and_loader(name, mode, monkeypatch):
     """``lazy=True``: placeholders only until ``loader(i, 0)``; what it loads (in many row blocks, read into a
     buffer whose rows are exactly the stored rows, or padded as long rows are, or read from the file by
-    io/filerows.py) equals the whole-tensor permutation of the file's datasets bit for bit, and the eager read."""
+    speed/filerows.py) equals the whole-tensor permutation of the file's datasets bit for bit, and the eager read."""
     monkeypatch.setattr(interpreter, "BLOCK_BYTES", 256)  # 16-row blocks: every kernel takes several
     made = rows_mode(monkeypatch, mode)
     path = FIXTURES / "keras" / name

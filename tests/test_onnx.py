@@ -203,7 +203,7 @@ def test_deterministic_bytes(tmp_path):
 @pytest.mark.parametrize("cell", [Cell.LSTM, Cell.GRU])
 def test_external_data_is_the_embedded_model(cell, tmp_path, monkeypatch):
     """External data is written piece by piece (each direction's gate row blocks in ONNX order, float16
-    widened piece by piece; to the device in 4 KiB O_DIRECT blocks here, io/directio.py): the same
+    widened piece by piece; to the device in 4 KiB O_DIRECT blocks here, speed/directio.py): the same
     tensors as the embedded model, and onnxruntime computes the same."""
     from rnnconvert.speed import directio
 

@@ -1,4 +1,4 @@
-"""io/prefetch.py: a written file read ahead into the page cache (a hint: the bytes are never changed)."""
+"""speed/prefetch.py: a written file read ahead into the page cache (a hint: the bytes are never changed)."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def lazy_copy(ckpt: Checkpoint) -> Checkpoint:
 @pytest.mark.parametrize("block", [None, 4096], ids=["default_block", "direct_io_4k"])
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_streamed_pt_is_torch_save_byte_for_byte(src, block, tmp_path, monkeypatch):
-    """(``direct_io_4k``: the output goes to the device in 4 KiB O_DIRECT blocks, io/directio.py.)"""
+    """(``direct_io_4k``: the output goes to the device in 4 KiB O_DIRECT blocks, speed/directio.py.)"""
     if block:
         from rnnconvert.speed import directio
 

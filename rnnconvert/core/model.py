@@ -29,6 +29,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from . import weight_dtypes
+from ..errors import FormatError
+
 
 class Cell(str, enum.Enum):
     """Recurrent cell kind. ``gates`` is the number of gate blocks ``G``."""
@@ -183,8 +186,13 @@ class RNNLayer:
 
         Raises:
             ValueError: naming the layer, the tensor and both shapes.
+            FormatError: integer, boolean, complex or extended-float parameters (:mod:`.weight_dtypes`); an
+                input or hidden size of 0.
         """
         g, h, p = self.cell.gates, self.hidden_size, self.proj_size
+        if self.input_size < 1 or h < 1:  # a (0, 4H) kernel: a layer of no inputs or no units computes nothing
+            raise FormatError(f"layer '{self.name}': input size {self.input_size}, hidden size {h}: an empty "
+                              "layer is not a trained RNN's parameters; refused")
         if p and self.cell is not Cell.LSTM:
             raise ValueError(f"layer '{self.name}': a projection exists only for LSTM")
         if len(self.params) != self.num_layers:
@@ -204,6 +212,7 @@ class RNNLayer:
                 if (dp.w_hr is not None) != bool(p):
                     raise ValueError(f"layer '{self.name}': projection weights and proj_size={p} disagree")
                 for key, arr in dp.arrays().items():
+                    weight_dtypes.check(f"layer '{self.name}' (layer {k}, direction {d})", key, arr.dtype)
                     if tuple(arr.shape) != want[key]:
                         raise ValueError(
                             f"layer '{self.name}' (layer {k}, direction {d}): {key} has shape "

@@ -20,20 +20,57 @@ from ..errors import OutputError, OutputExistsError
 STALE_TEMP_SECONDS = 3600
 
 
+#: The extended attribute that marks a temporary as rnnconvert's own (its value: the temporary's name).
+TEMP_MARK = "user.rnnconvert.temp"
+
+
+def _ours(old: Path, dst: Path) -> bool:
+    """Whether ``old`` is a temporary rnnconvert made for ``dst``: a regular file (not a symlink) of this
+    user, named as :func:`temp_beside` names them (``mkstemp``'s 8 random characters), carrying the
+    :data:`TEMP_MARK` attribute with its own name. A user's lookalike (no attribute) is never deleted."""
+    import stat
+
+    if not re.fullmatch(rf"\.{re.escape(dst.name)}\.[a-z0-9_]{{8}}\.rnnconvert-tmp", old.name):
+        return False
+    try:
+        st = old.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return False
+        return os.getxattr(old, TEMP_MARK, follow_symlinks=False) == old.name.encode()
+    except (OSError, AttributeError):  # no such attribute, or a file system / platform without them
+        return False
+
+
 def temp_beside(dst: Path) -> Path:
-    """A new ``.<name>.*.rnnconvert-tmp`` beside ``dst``; temporaries of the same name older than an hour
-    (left by a killed run: nothing else removes them) are deleted first."""
+    """A new ``.<name>.*.rnnconvert-tmp`` beside ``dst``, marked as rnnconvert's own (the extended attribute
+    :data:`TEMP_MARK`, where the file system keeps one); marked temporaries of the same name older than an
+    hour (left by a killed run: nothing else removes them) are deleted first, and nothing else is
+    (:func:`_ours`). A temporary that could not be marked, or that a writer replaced by a folder, is left for
+    the user to remove (docs/security.md).
+
+    Raises:
+        OutputError: the folder takes no new file (``/proc``, permissions): exit 10.
+    """
     import glob
     import time
 
     for old in dst.parent.glob(f".{glob.escape(dst.name)}.*.rnnconvert-tmp"):
         try:
-            if time.time() - old.stat().st_mtime > STALE_TEMP_SECONDS:
-                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+            if time.time() - old.lstat().st_mtime > STALE_TEMP_SECONDS and _ours(old, dst):
+                old.unlink()
         except OSError:
             pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".rnnconvert-tmp", dir=dst.parent)
-    os.close(fd)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".rnnconvert-tmp", dir=dst.parent)
+    except OSError as exc:
+        raise OutputError(f"{dst}: cannot write the output: {dst.parent} takes no new file "
+                          f"({exc.strerror or exc}); nothing was written") from exc
+    try:
+        os.setxattr(fd, TEMP_MARK, Path(tmp).name.encode())
+    except (OSError, AttributeError):
+        pass
+    finally:
+        os.close(fd)
     return Path(tmp)
 
 
@@ -144,6 +181,10 @@ def commit(tmp: Path, dst: Path, force: bool = True) -> None:
     """
     _set_mode(tmp, dst)
     if not tmp.is_dir():
+        try:  # the output is the user's file now: no temporary's mark on it
+            os.removexattr(tmp, TEMP_MARK)
+        except (OSError, AttributeError):
+            pass
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
     if not force:

@@ -18,6 +18,12 @@ limit                  environment variable            default     what it bound
 ``names``              ``RNNCONVERT_MAX_NAMES``        100000      layer/weight names of an HDF5 file, members
                                                                    of a zip, tensors of a checkpoint
 ``graph_nodes``        ``RNNCONVERT_MAX_GRAPH_NODES``  1000000     nodes of an ONNX graph (constants followed)
+``layers``             ``RNNCONVERT_MAX_LAYERS``       2000        layers a file lists (HDF5 ``layer_names``,
+                                                                   before it is walked) and recurrent layers
+                                                                   read (ONNX recurrent nodes, stacked layers
+                                                                   of every checkpoint: ``api.load``)
+``header_bytes``       ``RNNCONVERT_MAX_HEADER_BYTES`` 16777216    a safetensors JSON header (parsing costs
+                                                                   about 20 times its size in memory)
 =====================  ==============================  ==========  =============================================
 
 Only regular files (and checkpoint folders) are read: :func:`regular_source` refuses FIFOs, devices,
@@ -50,6 +56,8 @@ LIMITS = {lim.name: lim for lim in (
     Limit("pickle_nodes", "RNNCONVERT_MAX_PICKLE_NODES", 1_000_000, "pickle walk (containers and tensor names)"),
     Limit("names", "RNNCONVERT_MAX_NAMES", 100_000, "name count"),
     Limit("graph_nodes", "RNNCONVERT_MAX_GRAPH_NODES", 1_000_000, "graph node count"),
+    Limit("layers", "RNNCONVERT_MAX_LAYERS", 2_000, "layer count"),
+    Limit("header_bytes", "RNNCONVERT_MAX_HEADER_BYTES", 16 << 20, "header size (bytes)"),
 )}
 
 
@@ -85,6 +93,16 @@ def check_expansion(where: object, declared: int, stored: int, what: str = "a te
         raise exceeded(where, "expansion", f"{what} declares {declared:,} bytes from {stored:,} stored bytes")
 
 
+def check_aliasing(where: object, views: list[tuple[object, int]], storages: dict[object, int]) -> None:
+    """Refuse tensors that view shared storage (``views``: ``(storage key, bytes the tensor declares)``;
+    ``storages``: bytes held per storage key) when together they declare more than the ``expansion`` limit
+    times the bytes stored: each view is written out in full, so 2,000 views of one 1 MiB storage would
+    write 2 GB (tied weights, twice the stored bytes, pass)."""
+    declared = sum(n for _, n in views)
+    stored = sum(storages.get(k, 0) for k in {k for k, _ in views})
+    check_expansion(where, declared, stored, f"{len(views):,} tensors viewing {len(storages):,} storages")
+
+
 class Counter:
     """A running count against limit ``name`` (a walk: one :meth:`tick` per node visited)."""
 
@@ -103,11 +121,15 @@ def regular_source(path: str | os.PathLike, *, dirs: bool = True) -> None:
     exist passes (the reader says what is missing: TF checkpoint prefixes are not files).
 
     Raises:
-        FormatError: a FIFO, socket, character or block device (or a symlink to one).
+        FormatError: a FIFO, socket, character or block device (or a symlink to one), a symlink loop.
     """
     try:
         st = os.stat(path)
-    except OSError:
+    except OSError as exc:
+        import errno
+
+        if exc.errno == errno.ELOOP:  # a symlink to itself (or a cycle of them)
+            raise FormatError(f"{path}: a symlink loop (it never reaches a file)") from None
         return
     if stat.S_ISREG(st.st_mode) or (dirs and stat.S_ISDIR(st.st_mode)):
         return

@@ -81,7 +81,10 @@ def prefetch(path: str | os.PathLike) -> threading.Thread | None:
     if not hasattr(os, "sendfile"):
         return None
     t = threading.Thread(target=_read, args=(_files(Path(path)),), name="rnnconvert-prefetch", daemon=True)
-    t.start()
+    try:
+        t.start()
+    except RuntimeError:  # no thread under a tight memory limit (ulimit -v): a hint, not needed
+        return None
     return t
 
 
@@ -131,8 +134,12 @@ class ReadAhead:
 
     def start(self) -> ReadAhead:
         if hasattr(os, "sendfile") and self.files:
-            self.thread = threading.Thread(target=self._run, name="rnnconvert-readahead", daemon=True)
-            self.thread.start()
+            thread = threading.Thread(target=self._run, name="rnnconvert-readahead", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # no thread under a tight memory limit (ulimit -v): read without it
+                return self
+            self.thread = thread
         return self
 
     def advance(self, done: int, total: int) -> None:

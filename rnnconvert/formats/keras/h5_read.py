@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ...safety import budget, guard
+from ...safety import budget, guard, hdf5_checks
 from ...speed import filerows
 from ...speed.pool import ArrayPool
 from ...errors import FormatError
@@ -64,50 +64,40 @@ from .sniff import hdf5_dialect
 # --------------------------------------------------------------------------------------------
 
 def check_links(f) -> None:
-    """Refuse soft/external links and external or virtual datasets (they reach outside the file)."""
-    import h5py
-
-    bad: list[str] = []
-
-
-    def walk(group, prefix=""):
-        for key in group.keys():
-            link = group.get(key, getlink=True)
-            path = f"{prefix}/{key}"
-            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
-                bad.append(f"{path} is a {type(link).__name__}")
-                continue
-            obj = group.get(key)
-            if isinstance(obj, h5py.Group):
-                if path.count("/") > 64:
-                    raise FormatError(f"HDF5 groups nested deeper than 64 levels at {path}")
-                walk(obj, path)
-            elif isinstance(obj, h5py.Dataset):
-                if obj.external or obj.is_virtual:
-                    bad.append(f"{path} is an external or virtual dataset")
-
-    walk(f)
-    if bad:
-        raise FormatError(f"refusing HDF5 file with links outside the file: {bad[0]}")
+    """Refuse soft/external links and external or virtual datasets (they reach outside the file), each object
+    visited once: :func:`rnnconvert.safety.hdf5_checks.check_file`, the check of every HDF5 route."""
+    hdf5_checks.check_file(f)
 
 
 def attr_list(group, name: str) -> list[str]:
     """Read a Keras string-list attribute, joining chunked ``name0, name1 ...`` attributes; at most the
-    ``names`` limit of :mod:`rnnconvert.safety.budget` (checked from the attribute's shape before it is read).
+    ``names`` limit of :mod:`rnnconvert.safety.budget` (checked from the attribute's shape before it is read);
+    ``layer_names`` also within the ``layers`` limit, each layer listed once.
 
     Raises:
-        BudgetError: more names than the limit."""
+        BudgetError: more names (layers) than the limit.
+        FormatError: a layer listed twice."""
     where = f"{group.file.filename}: attribute '{name}' of {group.name}"
+
+    def bounded(count: int) -> None:
+        budget.check_count(where, "names", count, "names")
+        if name == "layer_names":  # each listed layer costs a walk: bounded before the list is read
+            budget.check_count(where, "layers", count, "layers listed")
+
     if name in group.attrs:
-        budget.check_count(where, "names", _attr_len(group, name), "names")
+        bounded(_attr_len(group, name))
         vals = list(group.attrs[name])
     else:
         vals, i = [], 0
         while f"{name}{i}" in group.attrs:
-            budget.check_count(where, "names", len(vals) + _attr_len(group, f"{name}{i}"), "names")
+            bounded(len(vals) + _attr_len(group, f"{name}{i}"))
             vals.extend(group.attrs[f"{name}{i}"])
             i += 1
-    return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in vals]
+    out = [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in vals]
+    if name == "layer_names" and len(set(out)) != len(out):
+        twice = next(n for i, n in enumerate(out) if n in out[:i])
+        raise FormatError(f"{where}: layer '{twice}' is listed more than once; refused (each layer is saved once)")
+    return out
 
 
 def _attr_len(group, name: str) -> int:
@@ -244,7 +234,7 @@ def plain_offset(src: Any) -> int | None:
 
 def _direct(src: Any) -> Any:
     """``src``, or for a plain dataset (:func:`plain_offset`) a :class:`.filerows.FileRows` reading its bytes
-    straight from the file (io/filerows.py: about half the kernel time of h5py's ``read_direct``)."""
+    straight from the file (speed/filerows.py: about half the kernel time of h5py's ``read_direct``)."""
 
     offset = plain_offset(src)
     if offset is None:

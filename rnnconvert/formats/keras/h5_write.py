@@ -620,12 +620,14 @@ def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):
 
     import h5py
 
+    from ...safety import hdf5_checks
     from .h5_read import attr_list
 
     k = tf_keras()
     from tf_keras.src.saving.legacy import hdf5_format
 
     with h5py.File(str(path), "r") as f:
+        hdf5_checks.check_file(f)  # `verify SRC DST` hands a stranger's file here: nothing read from outside it
         recs = {r["config"]["name"]: r for r in json.loads(_text(f.attrs["model_config"]))["config"]["layers"]}
         g = f["model_weights"]
         version, backend = _text(g.attrs.get("keras_version", "")), _text(g.attrs.get("backend", ""))

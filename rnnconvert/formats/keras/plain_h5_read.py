@@ -2,8 +2,10 @@
 (:mod:`rnnconvert.core.names`): ``{path inside the file: array}``, nothing else interpreted.
 
 Read in the isolated child of :mod:`rnnconvert.guard` (libhdf5 can loop on a damaged file); only hard
-links are followed (``h5py`` ``visititems``), soft and external links are refused, and the count and total
-size of the datasets are bounded whatever the file declares.
+links are followed, each object once (``h5py`` ``visititems``); soft and external links, external raw storage and
+virtual datasets are refused (:func:`rnnconvert.safety.hdf5_checks.check_file`, as on every HDF5 route); the count
+and total size of the datasets are bounded, and each dataset's declared bytes against what it stores (the
+``expansion`` limit of :mod:`rnnconvert.safety.budget`), whatever the file declares.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import FormatError
+from ...safety import hdf5_checks
 
 MAX_DATASETS = 4096
 MAX_BYTES = 1 << 31
@@ -24,24 +27,22 @@ def _read(path: str) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     total = 0
     with h5py.File(path, "r") as f:
-        found, bad = [], []
+        # links, external storage, virtual datasets refused; each object visited once (a DAG of hard links)
+        hdf5_checks.check_file(f, path)
+        found: list[str] = []
 
-        def visit(name: str, link) -> None:
-            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
-                bad.append(name)
-            elif isinstance(f.get(name), h5py.Dataset):
+        def visit(name: str, obj) -> None:  # H5Ovisit: one name per object, however many links reach it
+            if isinstance(obj, h5py.Dataset):
                 found.append(name)
+                if len(found) > MAX_DATASETS:
+                    raise FormatError(f"{path}: more than {MAX_DATASETS} datasets; refused")
 
-        f.visititems_links(visit)  # links themselves: a soft or external link is never followed
-        if bad:
-            raise FormatError(f"{path}: soft or external links ({', '.join(bad[:3])}); refused")
-        if len(found) > MAX_DATASETS:
-            raise FormatError(f"{path}: {len(found)} datasets; refused (at most {MAX_DATASETS})")
+        f.visititems(visit)
         for name in found:
             ds = f[name]
             if ds.dtype.kind not in "fiub" or ds.shape is None:
                 continue
-            total += int(np.prod(ds.shape, dtype=np.int64)) * ds.dtype.itemsize
+            total += hdf5_checks.check_dataset_size(ds, f"{path}: {name}")
             if total > MAX_BYTES:
                 raise FormatError(f"{path}: datasets declare more than {MAX_BYTES >> 30} GiB; refused")
             out[name] = np.asarray(ds[()])

@@ -90,6 +90,8 @@ def _load(path: Path, keep: dict | None = None):
     base = path.resolve().parent
     n_init = len(model.graph.initializer)  # _all_tensors yields the graph's initializers first
     for j, t in enumerate(_all_tensors(model.graph)):
+        if any(d < 0 for d in t.dims):  # numpy would read a negative dim as "whatever fits" (-1)
+            raise FormatError(f"{path}: tensor '{t.name}' declares dims {list(t.dims)}; negative dims refused")
         if not ext.uses_external_data(t):
             continue
         loc = {e.key: e.value for e in t.external_data}.get("location", "")
@@ -105,11 +107,35 @@ def _load(path: Path, keep: dict | None = None):
             if got is not None:
                 keep[t.name] = got
                 continue
-        try:
-            ext.load_external_data_for_tensor(t, str(base))
-        except Exception as exc:
-            raise FormatError(f"{path}: cannot load external data of '{t.name}': {exc}") from exc
+        _load_external(t, target, path)
     return model
+
+
+def _load_external(t, target: Path, path: Path) -> None:
+    """Tensor ``t``'s external data read from ``target`` (its location resolved and checked to be inside the
+    model's folder by the caller: an in-folder symlink is followed there, which ``onnx``'s own loader refuses
+    outright), its ``offset``/``length`` checked against the file; the tensor then holds the bytes as
+    ``raw_data``, as ``onnx.external_data_helper.load_external_data_for_tensor`` leaves it."""
+    from onnx import TensorProto
+
+    info = {e.key: e.value for e in t.external_data}
+    try:
+        offset = int(info.get("offset") or 0)
+        length = None if info.get("length") in (None, "") else int(info["length"])
+        size = target.stat().st_size
+        if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
+            raise FormatError(f"{path}: external data of '{t.name}' (offset {offset}, length {length}) lies "
+                              f"outside its {size}-byte file")
+        with open(target, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(size - offset if length is None else length)
+    except ValueError as exc:
+        raise FormatError(f"{path}: tensor '{t.name}' has a malformed external data record") from exc
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot load external data of '{t.name}': {exc.strerror or exc}") from exc
+    t.raw_data = data
+    del t.external_data[:]
+    t.data_location = TensorProto.DEFAULT
 
 
 #: float initializers of at least this many bytes (as float32) stay in their external data file in a lazy read
@@ -362,11 +388,15 @@ def read(path: str | Path, *, lazy: bool = False, **_: Any) -> Checkpoint:
     rnn = [n for n in g.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]
     if not rnn:
         raise FormatError(f"{path}: no LSTM, GRU or RNN node in this ONNX model")
-    singles = []
+    from ...safety import budget
+
+    budget.check_count(path, "layers", len(rnn), "recurrent nodes")  # before any node is read
+    singles, taken = [], set()
     for i, n in enumerate(rnn):
         name = n.name or f"{n.op_type}_{i}"
-        if any(l.name == name for l in singles):  # node names need not be unique in ONNX
+        if name in taken:  # node names need not be unique in ONNX
             name = f"{name}_{i}"
+        taken.add(name)
         singles.append(_node_layer(n, vals, path, name))
     by_node = {l.name: l for l in singles}
     meta = {p.key: p.value for p in model.metadata_props}

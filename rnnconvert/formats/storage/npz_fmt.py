@@ -196,7 +196,8 @@ def _read(p: Path, only: str | None = None, slab: int | None = None, foreign: di
                     if row[-1].w_ih is None or row[-1].w_hh is None or row[-1].b_ih is None:
                         raise FormatError(f"{p}: member {pre}w_ih, w_hh or b_ih is missing")
                 params.append(row)
-            sem = Semantics(**{k: v for k, v in rec.get("semantics", {}).items() if k in known})
+            sem = Semantics(**{k: _semantic(p, rec.get("name"), k, v)
+                               for k, v in rec.get("semantics", {}).items() if k in known})
             n_in, n_layers = rec["input_size"], rec["num_layers"]
             if slab is not None:  # stacked layer `slab` alone: its input is the previous one's output
                 if not 0 <= slab < n_layers:
@@ -212,6 +213,34 @@ def _read(p: Path, only: str | None = None, slab: int | None = None, foreign: di
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"{p}: layer record {i}: {exc}") from exc
     return replace(ckpt, tensors={k[len("tensors/"):]: v for k, v in arrays.items() if k.startswith("tensors/")})
+
+
+_NUMBERS = ("forget_bias", "cell_clip", "proj_clip")
+_FLAGS = ("reset_after", "go_backwards")
+
+
+def _semantic(p: Path, layer: object, key: str, v: Any) -> Any:
+    """Semantics field ``key`` of the schema checked for its JSON type: numbers finite (``"NaN"``, a string, or
+    ``NaN`` would reach the arithmetic), flags booleans, activations and merge modes strings."""
+    import math
+
+    if key in _NUMBERS:
+        ok = (v is None and key != "forget_bias") or (type(v) in (int, float) and math.isfinite(v))
+    elif key in _FLAGS:
+        ok = type(v) is bool
+    else:
+        ok = isinstance(v, str) or (v is None and key == "merge_mode")
+    if not ok:
+        raise FormatError(f"{p}: layer '{layer}': semantics field '{key}' is {v!r:.40}, not a "
+                          f"{'finite number' if key in _NUMBERS else 'boolean' if key in _FLAGS else 'string'}")
+    return float(v) if key in _NUMBERS and v is not None else v
+
+
+def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Re-read ``path`` and run layer ``name``: in ``torch.nn`` when torch can express it, else with the
+    numpy reference on the re-read arrays -- then this is a re-read check (the archive round-trips the
+    canonical model), not an independent framework. float64 ``(B, T, dirs*H)``."""
+    return _run(_read(Path(path), only=name).layer(name), x)
 
 
 def load(path: str | Path, name: str, k: int | None = None) -> RNNLayer:

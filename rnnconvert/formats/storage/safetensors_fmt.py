@@ -31,6 +31,7 @@ def _load(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of the file: by the safetensors library when installed, else by :func:`load_own`."""
     import importlib
 
+    records(path)  # the header checked strictly first (the library is laxer: floats, overlaps, BOMs)
     try:
         st = importlib.import_module("safetensors.numpy")
     except ImportError:
@@ -62,44 +63,112 @@ def load_own(path: str | Path) -> dict[str, np.ndarray]:
         raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
 
 
-def records(path: str | Path) -> list[tuple[str, np.dtype, tuple[int, ...], int, int]]:
-    """The tensors of a safetensors file's header, checked: ``(name, little-endian dtype, shape, byte offset
-    in the file, byte count)`` in header order (sizes match shapes, data inside the file's data section).
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise FormatError(f"the header names '{k}' twice (which record is meant is not defined)")
+        out[k] = v
+    return out
+
+
+def _is_count(v: object) -> bool:
+    """A non-negative JSON integer: not a float (``16.5``, ``16.0``), a bool or a string."""
+    return type(v) is int and v >= 0
+
+
+def read_header(path: str | Path) -> tuple[dict[str, Any], int, int]:
+    """The parsed JSON header of safetensors file ``path``, its length and the file's size, checked as the
+    format's specification says (``safetensors/README.md``): the 8-byte length inside the file and within the
+    ``header_bytes`` limit of :mod:`rnnconvert.safety.budget` (json parsing costs about 20 times the header's size
+    in memory: a 90 MB header took 1.6 GB), UTF-8 without a byte-order mark, one JSON object, no key twice.
 
     Raises:
-        FormatError: a malformed header, an unknown dtype, a tensor outside the data section.
+        FormatError: a malformed header. BudgetError: a header over the limit.
     """
+    from ...safety import budget
+
     p = Path(path)
-    names = {v[0]: k for k, v in DTYPES.items()}
     try:
         size = p.stat().st_size
         with open(p, "rb") as fh:
             n = struct.unpack("<Q", fh.read(8))[0] if size >= 8 else -1
             if not 2 <= n <= size - 8:
                 raise FormatError(f"{p}: not a readable safetensors file (header of {n} bytes in {size})")
-            head = json.loads(fh.read(n))
+            if n > budget.limit("header_bytes"):
+                raise budget.exceeded(p, "header_bytes", f"a safetensors header of {n:,} bytes")
+            raw = fh.read(n)
     except OSError as exc:
         raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise FormatError(f"{p}: safetensors header starts with a byte-order mark; the format's header is "
+                          "UTF-8 JSON without one")
+    try:
+        head = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{p}: safetensors header is not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    except json.JSONDecodeError as exc:
         raise FormatError(f"{p}: safetensors header is not valid JSON ({exc})") from exc
+    except FormatError as exc:
+        raise FormatError(f"{p}: safetensors header is ambiguous: {exc}") from exc
+    except RecursionError as exc:
+        raise FormatError(f"{p}: safetensors header nested too deeply") from exc
     if not isinstance(head, dict):
         raise FormatError(f"{p}: safetensors header is not a JSON object")
+    return head, n, size
+
+
+def records(path: str | Path) -> list[tuple[str, np.dtype, tuple[int, ...], int, int]]:
+    """The tensors of a safetensors file's header, checked: ``(name, little-endian dtype, shape, byte offset
+    in the file, byte count)`` in header order. Strictly as the specification says: shapes and
+    ``data_offsets`` are non-negative JSON integers (not floats, bools or strings), sizes match shapes, and the
+    byte ranges, sorted, tile the data section from its start to the end of the file without overlap or
+    hole: no two tensors alias one range (2,000 names sharing 1 MiB would write 2 GB), no byte is left
+    unaccounted for. At most the ``names`` limit of tensors.
+
+    Raises:
+        FormatError: a malformed header, an unknown dtype, a tensor outside the data section, overlapping
+            or non-contiguous ranges. BudgetError: too many tensors, too large a header.
+    """
+    from ...safety import budget
+
+    p = Path(path)
+    names = {v[0]: k for k, v in DTYPES.items()}
+    head, n, size = read_header(p)
+    budget.check_count(p, "names", len(head), "tensors in the header")
     base = 8 + n
     out = []
     for key, rec in head.items():
         if key == "__metadata__":
+            if not isinstance(rec, dict) or not all(isinstance(v, str) for v in rec.values()):
+                raise FormatError(f"{p}: safetensors __metadata__ must map strings to strings")
             continue
         try:
             dt = np.dtype(names[rec["dtype"]]).newbyteorder("<")
-            shape = tuple(int(d) for d in rec["shape"])
-            b, e = (int(v) for v in rec["data_offsets"])
+            shape, offsets = rec["shape"], rec["data_offsets"]
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"{p}: tensor '{key}' has a header record rnnconvert cannot read: {rec!r:.200}"
                               ) from exc
-        if min(shape, default=0) < 0 or not 0 <= b <= e <= size - base or \
-                e - b != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
+        if not (isinstance(shape, list) and all(_is_count(d) for d in shape) and isinstance(offsets, list)
+                and len(offsets) == 2 and all(_is_count(v) for v in offsets)):
+            raise FormatError(f"{p}: tensor '{key}': shape and data_offsets must be lists of non-negative "
+                              f"integers; found {rec!r:.200}")
+        b, e = offsets
+        shape = tuple(shape)
+        if not b <= e <= size - base or e - b != int(np.prod(shape, dtype=object)) * dt.itemsize:
             raise FormatError(f"{p}: tensor '{key}' has a bad header record {rec!r:.200}")
         out.append((key, dt, shape, base + b, e - b))
+    end = base
+    for key, _, _, start, nbytes in sorted(out, key=lambda r: (r[3], r[3] + r[4])):
+        if start != end:
+            raise FormatError(f"{p}: tensor '{key}' starts at data offset {start - base:,}, not at "
+                              f"{end - base:,} where the previous tensor ends: "
+                              f"{'ranges overlap' if start < end else 'a hole in the data'}; refused (the "
+                              "format's tensors tile the data section)")
+        end = start + nbytes
+    if end != size:
+        raise FormatError(f"{p}: the tensors end at data offset {end - base:,}, the file at {size - base:,}; "
+                          "refused (the format's tensors tile the data section)")
     return out
 
 
@@ -292,30 +361,25 @@ _NP_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64}
 def mapped(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
     """The float tensors of a safetensors file whose names start with ``prefix``, as copy-on-write memory
     maps of the file (nothing is read until used; no copy of a multi-GB file). Used for verification of
-    a file rnnconvert just wrote; the header is still checked (offsets inside the file, sizes = shapes).
+    a file rnnconvert just wrote; the header is still checked (:func:`records`).
 
     Raises:
         FormatError: a malformed header or a tensor outside the data section.
     """
     p = Path(path)
+    recs = records(p)
     size = p.stat().st_size
-    with open(p, "rb") as fh:
-        n = struct.unpack("<Q", fh.read(8))[0]
-        if n > size - 8:
-            raise FormatError(f"{p}: safetensors header of {n} bytes in a {size}-byte file")
-        header = json.loads(fh.read(n))
-    base, data_len = 8 + n, size - 8 - n
+    base = min((start for _, _, _, start, _ in recs), default=size)
+    data_len = size - base
     mm = np.memmap(p, dtype=np.uint8, mode="c", offset=base, shape=(data_len,)) if data_len else None
     out = {}
-    for key, rec in header.items():
-        if key == "__metadata__" or not key.startswith(prefix):
+    for key, dt, shape, start, nbytes in recs:
+        if not key.startswith(prefix):
             continue
-        dt = _NP_DTYPES.get(rec.get("dtype"))
-        b, e = rec["data_offsets"]
-        shape = tuple(int(d) for d in rec["shape"])
-        if dt is None or not 0 <= b <= e <= data_len or e - b != int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize:
-            raise FormatError(f"{p}: tensor '{key}' has a bad header record {rec}")
-        out[key] = mm[b:e].view(dt).reshape(shape)
+        if dt.newbyteorder("=") not in [np.dtype(t) for t in _NP_DTYPES.values()]:
+            raise FormatError(f"{p}: tensor '{key}' is not a float tensor ({dt})")
+        b = start - base
+        out[key] = mm[b:b + nbytes].view(dt.newbyteorder("=")).reshape(shape) if nbytes else np.zeros(shape, dt)
     return out
 
 

@@ -65,6 +65,27 @@ from .tf1_cells import read_cell, cell_semantics, cell_vars, cell_structure, get
 from .sniff import prefix_of
 
 
+def check_inside(path: str | Path, pre: str) -> None:
+    """Refuse a checkpoint whose files leave its folder through symlinks: the ``.index``, every
+    ``.data-*`` shard of ``pre`` and (a SavedModel) its ``variables/`` folder, each resolved, must lie
+    inside the folder given (``path`` when it is a folder, else the prefix's own folder). A symlink inside
+    the folder to another file of the folder is fine.
+
+    Raises:
+        FormatError: naming the file and where it leads.
+    """
+    given = Path(path)
+    root = (given if given.is_dir() else Path(pre).parent).resolve()
+    folder = Path(pre).parent
+    stem = Path(pre).name
+    files = [folder] + [f for f in folder.iterdir() if f.name == stem + ".index" or f.name.startswith(stem + ".data-")]
+    for f in files:
+        r = f.resolve()
+        if r != root and root not in r.parents:
+            raise FormatError(f"{path}: {f} leads to {r}, outside the checkpoint's folder {root}; refused (a "
+                              "checkpoint is read from inside its folder only)")
+
+
 
 #: TF2 object checkpoints read by the bundle reader can be read lazily (one Keras layer at a time).
 LAZY = True
@@ -100,6 +121,7 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
     pre = prefix_of(path)
     if pre is None:
         raise FormatError(f"{path}: not a TensorFlow checkpoint (no .index file or 'checkpoint' file)")
+    check_inside(path, pre)
     args = (path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
     rd = _bundle(pre, path)
     if rd is not None:  # no TensorFlow, no child process: only our own checks run on the file

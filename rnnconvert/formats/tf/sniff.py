@@ -7,6 +7,8 @@ import os
 import re
 from pathlib import Path
 
+from ...errors import FormatError
+
 
 def prefix_of(path: str | Path) -> str | None:
     """The checkpoint prefix for a prefix, a ``.index`` file, or a directory holding ``checkpoint``."""
@@ -22,6 +24,9 @@ def prefix_of(path: str | Path) -> str | None:
         m = re.search(r'^model_checkpoint_path:\s*"(.*)"', text, re.M)
         if not m:
             return None
+        if "\x00" in m.group(1):
+            raise FormatError(f"{ck}: model_checkpoint_path holds a NUL byte; not a TensorFlow checkpoint "
+                              "state file")
         q = Path(m.group(1))
         q = q if q.is_absolute() else p / q
         inside = p.resolve() in Path(os.path.abspath(q)).resolve().parents

@@ -85,6 +85,15 @@ def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndar
         except (RuntimeError, NotImplementedError):  # a tensor without storage (meta, sparse): no data
             stored = 0
         budget.check_expansion(where, v.numel() * v.element_size(), stored, f"tensor '{k}' of shape {tuple(v.shape)}")
+    keys = {}
+    for v in found.values():  # views of shared storages: each written out in full
+        try:
+            st = v.untyped_storage()
+            keys[id(v)] = (st.data_ptr(), st.nbytes()) if st.nbytes() else (id(v), 0)
+        except (RuntimeError, NotImplementedError):
+            keys[id(v)] = (id(v), 0)
+    budget.check_aliasing(where, [(keys[id(v)][0], v.numel() * v.element_size()) for v in found.values()],
+                          dict(keys.values()))
     return {k: v.detach().cpu().numpy() for k, v in found.items()}
 
 

@@ -117,7 +117,7 @@ class PtStream:
         tail = [("version", VERSION_RECORD)]
         names = [n for n, _ in head] + [f"data/{i}" for i in range(len(self.plan))] + [n for n, _ in tail]
         self.tail = zip_write.Tail(tail, pickle_write.serialization_id_names(names))
-        # the CRC (io/crc32.py) and write() release the GIL: stream.stream_write may run the writing one slab
+        # the CRC (speed/crc32.py) and write() release the GIL: stream.stream_write may run the writing one slab
         # behind the reading, in a thread (two slabs in memory; the goal of a .pt is the file size)
         self.WRITE_BEHIND = True
         self.fh = directio.DirectWriter(self.path)  # around the page cache where allowed

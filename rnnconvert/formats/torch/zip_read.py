@@ -257,5 +257,14 @@ def tensors(obj: Any, where: object = "data.pkl") -> dict[str, Any]:
     bounded by the ``pickle_nodes`` limit).
 
     Raises:
-        FormatError: containers nested deeper than 32 levels. BudgetError: the walk's limit."""
-    return budget.leaves(obj, lambda o: isinstance(o, LazyTensor), where, "data.pkl")
+        FormatError: containers nested deeper than 32 levels. BudgetError: the walk's limit, or views of
+            shared storages declaring more than the ``expansion`` limit allows (:func:`budget.check_aliasing`)."""
+    found = budget.leaves(obj, lambda o: isinstance(o, LazyTensor), where, "data.pkl")
+    views = []
+    for t in found.values():
+        numel = 1
+        for n in t.shape:
+            numel *= n
+        views.append((t.storage.key, numel * t.dtype.itemsize))
+    budget.check_aliasing(where, views, {t.storage.key: t.storage.numel * t.dtype.itemsize for t in found.values()})
+    return found
