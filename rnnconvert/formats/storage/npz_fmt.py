@@ -236,12 +236,6 @@ def _semantic(p: Path, layer: object, key: str, v: Any) -> Any:
     return float(v) if key in _NUMBERS and v is not None else v
 
 
-def target_forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
-    """Re-read ``path`` and run layer ``name``: in ``torch.nn`` when torch can express it, else with the
-    numpy reference on the re-read arrays -- then this is a re-read check (the archive round-trips the
-    canonical model), not an independent framework. float64 ``(B, T, dirs*H)``."""
-    return _run(_read(Path(path), only=name).layer(name), x)
-
 
 def load(path: str | Path, name: str, k: int | None = None) -> RNNLayer:
     """The canonical runtime's view of a written ``.npz`` (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`):
