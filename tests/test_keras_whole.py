@@ -19,6 +19,7 @@ import pytest
 
 import rnnconvert
 from conftest import FIXTURES, ROOT, manifest
+from rnnconvert.verify import keras_whole_check
 from rnnconvert.errors import FormatError, UnsupportedError
 
 TOL = 2e-5  # issue #17: relative to the output's scale, max|d| <= TOL * max(1, max|ref|)
@@ -248,8 +249,8 @@ def test_whole_model_check_catches(what, converted, k3, tmp_path):
     bad = _mutated(k3, good, tmp_path / "bad.keras", how)
     src = FIXTURES / "keras_whole" / f"{stem}.h5"
     full = keras_whole.read_full_model(rnnconvert.load(src))
-    assert all(c.ok for c in keras_whole.verify_model(str(src), str(good), full))
-    checks = keras_whole.verify_model(str(src), str(bad), full)
+    assert all(c.ok for c in keras_whole_check.verify_model(str(src), str(good), full))
+    checks = keras_whole_check.verify_model(str(src), str(bad), full)
     assert not all(c.ok for c in checks), what
     assert any(not c.ok for c in checks if c.name.startswith("model output"))
     # judged by the second stage too: the written model rebuilt in float64 measured the float32 drift

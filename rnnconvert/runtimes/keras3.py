@@ -65,10 +65,10 @@ def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, s
 
 def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
                  seed: int = 0) -> list:
-    """Whole-model verification of a written ``.keras`` (:func:`rnnconvert.formats.keras.keras_whole.verify_model`): the source model
+    """Whole-model verification of a written ``.keras`` (:func:`rnnconvert.verify.keras_whole_check.verify_model`): the source model
     run by tf_keras against Keras 3 running ``dst_path``; ``[]`` when ``ckpt`` is not a whole Keras 2 model
     or the output is a ``.weights.h5``. Returns :class:`rnnconvert.verify.LayerCheck` entries."""
-    from ..formats.keras import keras_whole
+    from ..verify import keras_whole_check
     from ..formats.keras.keras3 import whole_model
     from ..formats.keras.sniff import ZIP_MAGIC
 
@@ -78,7 +78,7 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     full = whole_model(ckpt, dst_path)
     if full is None:
         return []
-    return keras_whole.verify_model(str(src_path), str(dst_path), full, inputs=inputs, seed=seed)
+    return keras_whole_check.verify_model(str(src_path), str(dst_path), full, inputs=inputs, seed=seed)
 
 
 RUNTIME = Runtime("keras3", engine="keras", forward=forward, step=step, verify_whole=verify_whole)

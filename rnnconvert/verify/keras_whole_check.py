@@ -1,0 +1,146 @@
+"""The end-to-end check of a Keras 2 model written whole as Keras 3 (the keras3 runtime's ``verify_whole``,
+:mod:`rnnconvert.runtimes.keras3`): the source model run by tf_keras (the file as stored) against Keras 3 loading
+the written ``.keras``, every top-level layer with one call and every model output; a failure re-judged with the
+float32/float64 spread of the written model (the second stage of the rule of :mod:`.engine`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..formats.keras import keras_config, keras_whole
+from ..errors import FormatError
+from ..formats.keras.keras_whole import TOL, FullModel
+
+
+def as_float64(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if obj.get("class_name") in ("DTypePolicy", "Policy") and (obj.get("config") or {}).get("name") == "float32":
+            return "float64"
+        return {k: ("float64" if k == "dtype" and v == "float32" else as_float64(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [as_float64(v) for v in obj]
+    return obj
+
+
+def float64_twin(k, model):
+    """The written Keras 3 model rebuilt in float64 with its (float32) weights widened exactly, or ``None``
+    when Keras cannot rebuild it: it measures how far two float32 evaluations may drift apart on this batch
+    (``2 * max|y32 - y64|``), the second stage of the rule of :mod:`rnnconvert.verify.engine`."""
+    try:
+        twin = type(model).from_config(as_float64(model.get_config()))
+        twin.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])
+        return twin
+    except Exception as exc:  # noqa: BLE001 - whatever Keras 3 / TensorFlow raise: no second stage
+        if keras_whole.passes(exc):
+            raise
+        return None
+
+
+def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None = None,
+                 seed: int = 0) -> list:
+    """Compare the source model (tf_keras, file as stored) with the written ``.keras`` (Keras 3
+    ``load_model``): every top-level layer with one call and every model output.
+
+    Args:
+        inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`make_inputs`).
+
+    Returns:
+        :class:`rnnconvert.verify.LayerCheck` entries named ``model:<layer>`` and ``model output <i>``.
+
+    Raises:
+        FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
+    """
+    import os
+    import shutil
+    import tempfile
+    import warnings
+
+    from .checks import LayerCheck
+
+    k = keras_config.import_keras3()
+    tfm = keras_whole.guarded(lambda: keras_whole.source_model(src_path, full.config), "tf_keras loading the source model (the "
+                   "reference of the whole-model check)", full, None, "tf_keras")
+    names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
+    if inputs:
+        missing = [n for n in names_in if n not in inputs]
+        extra = [n for n in inputs if n not in names_in]
+        if missing or extra:
+            raise FormatError(f"whole-model verification inputs must name the model inputs "
+                              f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
+        xs = {n: np.asarray(inputs[n]) for n in names_in}
+    else:
+        xs = keras_whole.make_inputs(tfm, full.config, seed)
+    with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
+        local = os.path.join(tmp, "model.keras")
+        shutil.copyfile(dst_path, local)
+        new = keras_whole.guarded(lambda: k.saving.load_model(local, compile=False, safe_mode=True),
+                       "Keras 3 loading the written model", full, None, "keras")
+    args = [xs[n] for n in names_in]
+    single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
+              and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
+    checks = []
+    y2 = keras_whole.guarded(lambda: tfm(args if len(args) > 1 else args[0], training=False),
+                  "tf_keras running the source model (the reference of the whole-model check)", full, None, "tf_keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
+        y3 = keras_whole.guarded(lambda: new(args, training=False), "Keras 3 running the written model", full, None, "keras")
+    y2 = y2 if isinstance(y2, (list, tuple)) else [y2]
+    y3 = y3 if isinstance(y3, (list, tuple)) else [y3]
+    pairs = [(f"model output {i}", a, b) for i, (a, b) in enumerate(zip(y2, y3))]
+    for n in single:  # one probe per layer: a layer Keras 3 cannot probe alone is still covered by the outputs
+        try:
+            a = keras_whole.tf_keras_model(tfm, n)(args if len(args) > 1 else args[0], training=False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                b = k.Model(new.inputs, new.get_layer(n).output)(args, training=False)
+        except (ValueError, AttributeError, KeyError, TypeError):
+            continue
+        pairs.append((f"model:{n}", a, b))
+    for name, a, b in pairs:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(k.ops.convert_to_numpy(b), dtype=np.float64)
+        if a.shape != b.shape:
+            checks.append(LayerCheck(name, float("inf"), 0.0, float(np.max(np.abs(a), initial=0.0)),
+                                     "tf_keras (whole model)", "keras 3 load_model", "float32", verdict="fail",
+                                     reason=f"shape {b.shape} where the source gives {a.shape}"))
+            continue
+        ref = float(np.max(np.abs(a), initial=0.0))
+        err = float(np.max(np.abs(a - b), initial=0.0))
+        tol = TOL * max(1.0, ref)
+        checks.append(LayerCheck(name, err, tol, ref, "tf_keras (whole model)", "keras 3 load_model", "float32",
+                                 verdict="ok" if err <= tol else "fail",
+                                 reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
+    failed = [i for i, c in enumerate(checks) if not c.ok and np.isfinite(c.max_abs_err)]
+    twin = float64_twin(k, new) if failed else None
+    if twin is not None:  # stage 2 (the rule of rnnconvert.verify.engine): allow for the layer's conditioning
+        try:  # a float64 twin Keras 3 cannot run: no second stage, the float32 verdicts stand
+            args64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y64 = twin(args64, training=False)
+                y64 = y64 if isinstance(y64, (list, tuple)) else [y64]
+                for i in failed:
+                    c, (_, _, b) = checks[i], pairs[i]
+                    if c.name.startswith("model output"):
+                        z = y64[int(c.name.rsplit(" ", 1)[1])]
+                    else:
+                        n = c.name.split(":", 1)[1]
+                        z = k.Model(twin.inputs, twin.get_layer(n).output)(args64, training=False)
+                    spread = float(np.max(np.abs(np.asarray(k.ops.convert_to_numpy(z), np.float64)
+                                                 - np.asarray(k.ops.convert_to_numpy(b), np.float64)), initial=0.0))
+                    tol = c.tolerance + 2 * spread
+                    checks[i] = LayerCheck(c.name, c.max_abs_err, tol, c.max_abs_ref, c.source_route, c.target_route,
+                                           "float64", verdict="ok" if c.max_abs_err <= tol else "fail",
+                                           reason="" if c.max_abs_err <= tol else
+                                           f"differs by {c.max_abs_err:.3g} "
+                                           f"(tolerance {tol:.3g} with the float64 spread)")
+        except Exception as exc:  # noqa: BLE001
+            if keras_whole.passes(exc):
+                raise
+    if len(y2) != len(y3):
+        checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
+                                 "keras 3 load_model", "float32", verdict="fail",
+                                 reason=f"{len(y3)} outputs where the source has {len(y2)}"))
+    return checks
