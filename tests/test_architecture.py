@@ -115,14 +115,77 @@ def test_no_private_name_imported_across_modules():
 
 
 def test_formats_do_not_import_the_registry_or_the_orchestration():
-    """A format module is loaded by the registry; it may use core/, io/ and the engine's leaf helpers
-    (protocol, refusal, stream), never the registry, verification, api or cli."""
+    """A format module is loaded by the registry; it may use core/, conventions/, safety/, speed/ and the engine's
+    leaf helpers (protocol, refusal, stream, commit), never the registry, a runtime, verification, api or cli."""
     graph = _graph()[0]
-    banned = {"rnnconvert.engine.registry", "rnnconvert.verify.engine", "rnnconvert.engine.matrix",
-              "rnnconvert.api", "rnnconvert.cli", "rnnconvert.batch"}
+    banned = {"rnnconvert.engine.registry", "rnnconvert.engine.matrix", "rnnconvert.api", "rnnconvert.cli",
+              "rnnconvert.batch"}
     bad = [f"{m} imports {t}" for m, ts in graph.items() if m.startswith("rnnconvert.formats.")
-           for t in ts if t in banned]
+           for t in ts if t in banned or t.startswith(("rnnconvert.verify", "rnnconvert.runtimes"))]
     assert not bad, "\n".join(bad)
+
+
+def _family(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "formats" else None
+
+
+def test_no_format_family_imports_another():
+    """A format family is one folder; what two families share is a convention (rnnconvert/conventions/)."""
+    graph = _graph()[0]
+    bad = [f"{m} imports {t}" for m, ts in graph.items() for t in ts
+           if _family(m) and _family(t) and _family(m) != _family(t)]
+    assert not bad, "\n".join(bad)
+
+
+def test_sniff_modules_are_light():
+    """Detection runs every family's sniffer, so a sniff module imports only the package's light modules
+    (errors, safety, speed), never the rest of its family nor a framework at module level."""
+    graph = _graph()[0]
+    bad = [f"{m} imports {t}" for m, ts in graph.items() if m.endswith(".sniff") and _family(m)
+           for t in ts if not t.startswith(("rnnconvert.errors", "rnnconvert.safety", "rnnconvert.speed"))]
+    assert not bad, "\n".join(bad)
+
+
+def test_core_holds_no_performance_code():
+    """core/ is the readable model and equations: no threads, no borrowing of loaded frameworks through
+    sys.modules, no scratch buffers (the fast paths live in rnnconvert/speed/ and are passed in)."""
+    bad = []
+    for mod, path in _modules().items():
+        if mod.startswith("rnnconvert.core."):
+            text = path.read_text()
+            for needle in ("import threading", "threading.local", "sys.modules", "O_DIRECT", "mmap"):
+                if needle in text:
+                    bad.append(f"{mod}: {needle}")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_module_is_on_the_map():
+    """docs/architecture.md's module map names every module of the package, and nothing that is gone."""
+    import re
+
+    doc = (PKG.parent / "docs" / "architecture.md").read_text()
+    listed = set(re.findall(r"^\| `(rnnconvert/[\w/]+\.py)` \|", doc, re.M))
+    def code(p: Path) -> bool:  # a package __init__ is on the map when it holds more than a docstring
+        body = ast.parse(p.read_text()).body
+        return any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body)
+
+    have = {str(p.relative_to(PKG.parent)) for p in PKG.rglob("*.py") if p.name != "__init__.py" or code(p)}
+    assert not have - listed, f"modules missing from docs/architecture.md: {sorted(have - listed)}"
+    assert not listed - have, f"docs/architecture.md lists modules that do not exist: {sorted(listed - have)}"
+
+
+def test_every_container_names_registered_runtimes():
+    """A runtime is declared once per framework (rnnconvert.runtimes.RUNTIMES); containers name them."""
+    from rnnconvert import runtimes
+    from rnnconvert.engine import registry
+
+    for name, loc in runtimes.RUNTIMES.items():
+        assert runtimes.get(name).name == name, loc
+    for f in registry.FORMATS:
+        spec = f.load()
+        for rt in (spec.runtime, spec.equations, spec.framework):
+            assert rt is None or rt in runtimes.RUNTIMES, (f.name, rt)
 
 
 def test_core_is_numpy_only():

@@ -98,16 +98,19 @@ def test_budget_limits_are_raised_by_their_variable(tmp_path):
 
 def test_pickle_walk_is_memoised_not_refused_for_shared_children(monkeypatch):
     # a dict reached twice costs its walk once; its tensors appear under both paths
-    leaf = object()
+    class Leaf:
+        pass
+
+    leaf = Leaf()
     shared = {"w": leaf}
-    got = budget.leaves({"a": shared, "b": shared}, lambda o: o is leaf, "x")
+    got = budget.leaves({"a": shared, "b": shared}, Leaf, "x")
     assert got == {"a.w": leaf, "b.w": leaf}
     monkeypatch.setenv("RNNCONVERT_MAX_PICKLE_NODES", "100")
     d: dict = {"w": leaf}
     for _ in range(10):  # 2**10 names
         d = {"a": d, "b": d}
     with pytest.raises(BudgetError, match="RNNCONVERT_MAX_PICKLE_NODES"):
-        budget.leaves(d, lambda o: o is leaf, "x")
+        budget.leaves(d, Leaf, "x")
 
 
 def test_onnx_identity_chain_is_folded_in_linear_time(tmp_path):

@@ -52,7 +52,7 @@ _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tan
 
 class TensorSource(Protocol):
     """Where the stored tensors of a :class:`LayerEntry` with ``locations`` are read from (the container:
-    an open HDF5 file, :class:`.keras_h5.Hdf5Tensors`; a TF2 checkpoint, ``tf_checkpoint.BundleTensors``)."""
+    an open HDF5 file, :class:`rnnconvert.formats.keras.h5_access.Hdf5Tensors`; a TF2 checkpoint, ``tf_checkpoint.BundleTensors``)."""
 
     def value(self, location: str) -> np.ndarray:
         """The tensor at ``location``, read now (a non-recurrent tensor, kept in ``ckpt.tensors``: NaN/Inf
@@ -67,28 +67,15 @@ class TensorSource(Protocol):
         ...
 
 
-class StoredTensors(Mapping):
+class StoredTensors(Protocol):
     """A direction's tensors as stored in a container (``kernel``, ``recurrent_kernel``, ``bias`` -> location),
-    re-read from the file on each access: a plain record of the file and the locations, no reading function
-    stored. A container defines :meth:`read` (the HDF5 reader's ``keras_h5.LazyRaw``, the TF2 checkpoint
-    reader's ``tf_checkpoint.BundleRaw``); ``joined``: Keras 1 per-gate tensors, a tuple of locations per key
-    read and joined along the last axis."""
+    re-read from the file on each access: a ``Mapping`` that is a plain record of the file and the locations, no
+    reading function stored (the HDF5 reader's ``h5_access.LazyRaw``, the TF2 checkpoint reader's
+    ``checkpoint_read.BundleRaw``); ``read(key, out)`` reads into ``out`` when it has the stored shape and dtype."""
 
-    def __init__(self, path: str, locations: dict[str, Any], joined: bool = False):
-        self.path, self.locations, self.joined = path, dict(locations), joined
+    def __getitem__(self, key: str) -> np.ndarray: ...
 
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.read(key)
-
-    def read(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
-        """The tensor ``key``, read into ``out`` when it has the stored shape and dtype."""
-        raise NotImplementedError
-
-    def __iter__(self):
-        return iter(self.locations)
-
-    def __len__(self) -> int:
-        return len(self.locations)
+    def read(self, key: str, out: np.ndarray | None = None) -> np.ndarray: ...
 
 
 # --------------------------------------------------------------------------------------------

@@ -166,8 +166,9 @@ def source_size(path: str | os.PathLike) -> int:
         return 0
 
 
-def leaves(obj: object, is_leaf, where: object, what: str = "pickle", max_depth: int = 32) -> dict[str, object]:
-    """The leaves (``is_leaf(x)`` true) of nested dicts, keys joined with ``.`` (other leaves dropped), in
+def leaves(obj: object, leaf: type | tuple[type, ...], where: object, what: str = "pickle",
+           max_depth: int = 32) -> dict[str, object]:
+    """The leaves (instances of ``leaf``) of nested dicts, keys joined with ``.`` (other leaves dropped), in
     insertion order, walked once per container: a container reached again (a pickle can reference one
     object from many places) gives back the names it gave the first time without being walked again, and
     every container visited and every name produced counts against the ``pickle_nodes`` limit, so a file
@@ -184,7 +185,7 @@ def leaves(obj: object, is_leaf, where: object, what: str = "pickle", max_depth:
 
     def walk(o: object, depth: int) -> list[tuple[str, object]]:
         count.tick()
-        if is_leaf(o):
+        if isinstance(o, leaf):
             return [("", o)]
         if not isinstance(o, dict):
             return []

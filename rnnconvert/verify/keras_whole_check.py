@@ -60,8 +60,9 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     from .checks import LayerCheck
 
     k = keras_config.import_keras3()
-    tfm = keras_whole.guarded(lambda: keras_whole.source_model(src_path, full.config), "tf_keras loading the source model (the "
-                   "reference of the whole-model check)", full, None, "tf_keras")
+    with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full, None,
+                             "tf_keras"):
+        tfm = keras_whole.source_model(src_path, full.config)
     names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
     if inputs:
         missing = [n for n in names_in if n not in inputs]
@@ -75,17 +76,19 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         local = os.path.join(tmp, "model.keras")
         shutil.copyfile(dst_path, local)
-        new = keras_whole.guarded(lambda: k.saving.load_model(local, compile=False, safe_mode=True),
-                       "Keras 3 loading the written model", full, None, "keras")
+        with keras_whole.guarded("Keras 3 loading the written model", full, None, "keras"):
+            new = k.saving.load_model(local, compile=False, safe_mode=True)
     args = [xs[n] for n in names_in]
     single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
               and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
     checks = []
-    y2 = keras_whole.guarded(lambda: tfm(args if len(args) > 1 else args[0], training=False),
-                  "tf_keras running the source model (the reference of the whole-model check)", full, None, "tf_keras")
+    with keras_whole.guarded("tf_keras running the source model (the reference of the whole-model check)", full, None,
+                             "tf_keras"):
+        y2 = tfm(args if len(args) > 1 else args[0], training=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
-        y3 = keras_whole.guarded(lambda: new(args, training=False), "Keras 3 running the written model", full, None, "keras")
+        with keras_whole.guarded("Keras 3 running the written model", full, None, "keras"):
+            y3 = new(args, training=False)
     y2 = y2 if isinstance(y2, (list, tuple)) else [y2]
     y3 = y3 if isinstance(y3, (list, tuple)) else [y3]
     pairs = [(f"model output {i}", a, b) for i, (a, b) in enumerate(zip(y2, y3))]

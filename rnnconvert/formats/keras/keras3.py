@@ -46,7 +46,7 @@ from ...engine import refusal
 from ...errors import FormatError
 from ...core.model import Checkpoint, Cell, RNNLayer
 from ...conventions import keras_interpreter as interpreter, keras_names as naming
-from . import keras_config, h5_read, h5_write
+from . import h5_access, h5_read, h5_write, keras_config
 from .sniff import HDF5_MAGIC, ZIP_MAGIC
 
 ROUTE = "keras 3"
@@ -115,12 +115,12 @@ def _vars(group) -> list[np.ndarray]:
         return []
     v = group[naming.K3_VARS]
     keys = sorted((k for k in v.keys() if k.isdigit()), key=int)
-    return [h5_read.read_dataset(v[k], f"{group.name}/vars/{k}") for k in keys]
+    return [h5_access.read_dataset(v[k], f"{group.name}/vars/{k}") for k in keys]
 
 
 def _user_name(group, fallback: str) -> str:
     if naming.K3_VARS in group:
-        n = h5_read.attr_str(group[naming.K3_VARS], "name")
+        n = h5_access.attr_str(group[naming.K3_VARS], "name")
         if n:
             return n
     return fallback
@@ -243,7 +243,7 @@ def _read_store_in(path: str, h5path: str, config: dict | None, gate_activation:
         raise FormatError(f"{path}: not a readable HDF5 weights store ({exc})") from exc
     with f:
         try:
-            h5_read.check_links(f)
+            h5_access.check_links(f)
             rd = interpreter.Interpreter(str(path), keras_version or "3.0.0", gate_activation)
             _walk(rd, f, _layer_configs(config), "")
         except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:  # damaged store

@@ -419,3 +419,32 @@ def import_keras3():
     if not str(getattr(k, "__version__", "0")).startswith("3"):
         raise UnsupportedError(f"'import keras' gives Keras {k.__version__}; the keras3 format needs Keras 3")
     return k
+
+
+def keras3_keywords(k):
+    """``accepted(keras3_class) -> set`` for :func:`translate`: the constructor keywords Keras 3 (the module ``k``)
+    takes for that class, read from its ``__init__`` signatures up the MRO while they pass on ``**kwargs``."""
+    import inspect as pyinspect
+
+    cache: dict[str, set[str] | None] = {}
+    base = {"name", "dtype", "trainable", "autocast", "activity_regularizer", "input_shape", "input_dim"}
+
+    def accepted(cls: str) -> set[str] | None:
+        if cls not in cache:
+            klass = getattr(k.layers, cls, None)
+            if klass is None:
+                cache[cls] = set()
+            else:  # the keywords of each __init__ up the MRO while they pass on **kwargs
+                keys: set[str] = set()
+                for c in klass.__mro__:
+                    if "__init__" not in vars(c):
+                        continue
+                    params = pyinspect.signature(vars(c)["__init__"]).parameters
+                    keys |= {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+                    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+                        break  # e.g. SpatialDropout1D(rate, seed, name, dtype): no trainable, no noise_shape
+                else:
+                    keys |= base
+                cache[cls] = keys
+        return cache[cls]
+    return accepted

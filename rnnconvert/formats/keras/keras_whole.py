@@ -27,6 +27,8 @@ to 66) drifts by up to 5e-4 relative between two float32 evaluations, whichever 
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,13 +62,13 @@ class FullModel:
 def _read_in(path: str) -> FullModel | None:
     import h5py
 
-    from . import h5_read
+    from . import h5_access
 
     with h5py.File(path, "r") as f:
-        h5_read.check_links(f)
+        h5_access.check_links(f)
         if "model_weights" not in f:
             return None
-        cfg_s = h5_read.attr_str(f, "model_config")
+        cfg_s = h5_access.attr_str(f, "model_config")
         if not cfg_s:
             return None
         try:
@@ -74,16 +76,16 @@ def _read_in(path: str) -> FullModel | None:
         except json.JSONDecodeError as exc:
             raise FormatError(f"{path}: model_config is not valid JSON ({exc})") from exc
         g = f["model_weights"]
-        version = h5_read.attr_str(g, "keras_version") or h5_read.attr_str(f, "keras_version")
+        version = h5_access.attr_str(g, "keras_version") or h5_access.attr_str(f, "keras_version")
         if (version or "").startswith("3"):  # Keras 3's own legacy .h5: its config is Keras 3's already
             return None
         full = FullModel(path, config, version)
-        for lname in h5_read.attr_list(g, "layer_names"):
+        for lname in h5_access.attr_list(g, "layer_names"):
             if lname not in g:
                 raise FormatError(f"{path}: layer '{lname}' is listed in layer_names but has no group")
             grp = g[lname]
-            full.weights[lname] = [(wn, h5_read.read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
-                                   for wn in h5_read.attr_list(grp, "weight_names")]
+            full.weights[lname] = [(wn, h5_access.read_dataset(grp[wn], f"{path}: {lname}/{wn}"))
+                                   for wn in h5_access.attr_list(grp, "weight_names")]
         return full
 
 
@@ -108,31 +110,6 @@ def read_full_model(ckpt: Checkpoint) -> FullModel | None:
 # Building in Keras 3
 # --------------------------------------------------------------------------------------------
 
-def _accepted(k):
-    import inspect as pyinspect
-
-    cache: dict[str, set[str] | None] = {}
-    base = {"name", "dtype", "trainable", "autocast", "activity_regularizer", "input_shape", "input_dim"}
-
-    def accepted(cls: str) -> set[str] | None:
-        if cls not in cache:
-            klass = getattr(k.layers, cls, None)
-            if klass is None:
-                cache[cls] = set()
-            else:  # the keywords of each __init__ up the MRO while they pass on **kwargs
-                keys: set[str] = set()
-                for c in klass.__mro__:
-                    if "__init__" not in vars(c):
-                        continue
-                    params = pyinspect.signature(vars(c)["__init__"]).parameters
-                    keys |= {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
-                    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-                        break  # e.g. SpatialDropout1D(rate, seed, name, dtype): no trainable, no noise_shape
-                else:
-                    keys |= base
-                cache[cls] = keys
-        return cache[cls]
-    return accepted
 
 
 class Unfiltered:
@@ -219,7 +196,7 @@ def translate(full: FullModel) -> keras_config.Translation:
     """:func:`.keras_config.translate` with Keras 3's accepted keywords."""
 
     try:
-        return keras_config.translate(full.config, _accepted(keras_config.import_keras3()))
+        return keras_config.translate(full.config, keras_config.keras3_keywords(keras_config.import_keras3()))
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:  # a malformed model_config
         raise FormatError(f"{full.path}: malformed model_config ({type(exc).__name__}: {str(exc)[:160]})") from exc
 
@@ -501,14 +478,15 @@ def tf_keras_model(tfm, name: str):
 
 
 
-def guarded(run, what: str, full: FullModel, tr: keras_config.Translation | None, framework: str):
-    """``run()``; an exception raised inside ``framework`` ('keras': Keras 3, 'tf_keras') or TensorFlow
+@contextlib.contextmanager
+def guarded(what: str, full: FullModel, tr: keras_config.Translation | None, framework: str):
+    """A block in which an exception raised inside ``framework`` ('keras': Keras 3, 'tf_keras') or TensorFlow
     becomes the refusal of :func:`failure`, naming the layer on its traceback."""
     import sys
 
     with Unfiltered(sys.modules.get("keras") if framework == "keras" else None, _tf_module()):
         try:
-            return run()
+            yield
         except Exception as exc:  # noqa: BLE001
             if passes(exc):
                 raise

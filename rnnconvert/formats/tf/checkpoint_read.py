@@ -42,7 +42,6 @@ the TensorFlow path (to compare the two).
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections import defaultdict
 from dataclasses import replace
@@ -54,15 +53,14 @@ import numpy as np
 from ...core import cudnn
 from ...safety import guard
 from ...speed.pool import ArrayPool
-from ...errors import FormatError, RNNConvertError, require
-from ...core.finite import all_finite
+from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, placeholder
-from ...conventions.keras_interpreter import StoredTensors
 from . import bundle_read
 from . import naming
 from .naming import ATTR, CELL_SCOPES, CUDNN_SCOPES, OPAQUE_KERNEL, SLOTS
 from .tf1_cells import read_cell, cell_semantics, cell_vars, cell_structure, getter
 from .sniff import prefix_of
+from .tensors import BundleTensors, CheckedGetter, bundle, tensor
 
 
 def check_inside(path: str | Path, pre: str) -> None:
@@ -123,7 +121,7 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
         raise FormatError(f"{path}: not a TensorFlow checkpoint (no .index file or 'checkpoint' file)")
     check_inside(path, pre)
     args = (path, pre, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip)
-    rd = _bundle(pre, path)
+    rd = bundle(pre, path)
     if rd is not None:  # no TensorFlow, no child process: only our own checks run on the file
         ckpt = _interpret(rd, rd.get_variable_to_shape_map(), {"reader": "rnnconvert.tf_bundle"}, *args,
                           dtypes=rd.get_variable_to_dtype_map())
@@ -137,18 +135,6 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
     guard.isolated(_probe_prefix, (path, pre), index, "TensorFlow checkpoint")  # large: metadata in the child
     return _read_prefix(*args)
 
-
-def _bundle(pre: str, path) -> bundle_read.BundleReader | None:
-    """The pure reader of the bundle at ``pre``, or None where it declines (then TensorFlow reads it).
-
-    Raises:
-        FormatError: the bundle is damaged (from :class:`~.tf_bundle.BundleReader`)."""
-    if os.environ.get("RNNCONVERT_TF_READER", "auto") == "tensorflow":
-        return None
-    try:
-        return bundle_read.BundleReader(pre, path)
-    except bundle_read.BundleUnsupported:
-        return None
 
 
 #: Checkpoints whose ``.data`` files hold up to this many bytes are read wholly in the isolated child.
@@ -191,17 +177,13 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
     """Layers from a reader with ``get_tensor(key)`` (either reader) and its variable-to-shape map. With
     ``dtypes`` (numpy dtypes by key: the bundle reader) a TF2 object checkpoint's recurrent tensors are
     placeholders and the checkpoint gets a slab source (:class:`KerasBundleSlabs`, :func:`_read_tf2`)."""
-    def get(key: str) -> np.ndarray:
-        arr = _tensor(rd, key, path)
-        if arr.dtype.kind == "f" and not all_finite(arr):
-            raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
-        return arr
+    get = CheckedGetter(rd, path)
 
     meta = {"path": str(path), "prefix": pre, **info}
     if any(k.endswith(ATTR) for k in shapes):
         names = {k: k[: -len(ATTR)] for k in shapes if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k}
         if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
-            paths = _object_paths(_tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
+            paths = _object_paths(tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
             names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
         meta_of = None if dtypes is None else (lambda key: placeholder(shapes[key], dtypes[key]))
         return _read_tf2(path, names, get, gate_activation, meta, meta_of, getattr(rd, "rows", None))
@@ -209,19 +191,6 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
         num_layers=num_layers, hidden_size=hidden_size, bidirectional=bidirectional),
         cell_clip=cell_clip, proj_clip=proj_clip)
 
-
-def _tensor(rd, key: str, path, raw: bool = False, out=None):
-    """``rd.get_tensor(key)`` (into ``out``: the bundle reader only); a damaged ``.data`` file (checksum mismatch: ``OpError``; shorter than the
-    index says: ``IndexError``, both found by bench/fuzz) raises FormatError naming the variable."""
-    try:
-        value = rd.get_tensor(key) if out is None else rd.get_tensor(key, out)
-        return value if raw else np.asarray(value)
-    except RNNConvertError:  # the pure reader's own FormatError names file and variable already
-        raise
-    except Exception as exc:  # tf.errors.OpError, IndexError, ValueError ...
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
-        raise FormatError(f"{path}: cannot read variable '{key}' of the TensorFlow checkpoint; the .data file is "
-                          f"damaged or shorter than its .index says ({type(exc).__name__}: {first})") from exc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -317,50 +286,6 @@ class KerasBundleSlabs:
     def release_array(self, a: np.ndarray) -> None:
         pass
 
-
-class BundleRaw(StoredTensors):
-    """A direction's Keras tensors in a TF2 object checkpoint, re-read on access by :func:`lazy_get`: the
-    record of :class:`~rnnconvert.conventions.keras_interpreter.StoredTensors` (path and locations, no reading function stored) with checkpoint keys
-    as locations."""
-
-    def read(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
-        return lazy_get(self.path, self.locations[key], out)
-
-
-class BundleTensors:
-    """The Keras interpreter's tensor source (``interpreter.TensorSource``) of a TF2 object checkpoint:
-    values read now by :func:`lazy_get`, stored tensors as :class:`BundleRaw` (checkpoint keys as
-    locations); Keras 1 per-gate tensors are not re-read (``None``)."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def value(self, location: str) -> np.ndarray:
-        return lazy_get(self.path, location)
-
-    def stored(self, locations) -> BundleRaw | None:
-        if any(isinstance(v, tuple) for v in locations.values()):
-            return None
-        return BundleRaw(self.path, dict(locations))
-
-
-def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
-    """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
-    :class:`BundleRaw`): large plain tensors memory-mapped
-    (:meth:`.tf_bundle.BundleReader.mapped`), others read into ``out`` when the bundle reader can, NaN/Inf
-    refused as in :func:`read`."""
-    pre = prefix_of(path)
-    rd = _bundle(pre, path)
-    if rd is not None:
-        got = rd.mapped(key)  # large tensors: read in place from the page cache (checked by the conversion)
-        if got is not None:
-            return got
-    if rd is None:
-        rd = require("tensorflow", "tensorflow").train.load_checkpoint(pre)
-    arr = _tensor(rd, key, path, out=out if isinstance(rd, bundle_read.BundleReader) else None)
-    if arr.dtype.kind == "f" and not all_finite(arr):
-        raise FormatError(f"{path}: variable '{key}' contains NaN or Inf")
-    return arr
 
 
 # ------------------------------------------------------------------------------------------------

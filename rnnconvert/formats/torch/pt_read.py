@@ -78,7 +78,7 @@ def _flatten(obj: Any, where: object = "torch.load output") -> dict[str, np.ndar
     torch = require("torch", "torch")
     from ...safety import budget
 
-    found = budget.leaves(obj, lambda o: isinstance(o, torch.Tensor), where, "pickle")
+    found = budget.leaves(obj, torch.Tensor, where, "pickle")
     for k, v in found.items():  # stride 0 / overlapping strides: more elements than the storage holds
         try:
             stored = v.untyped_storage().nbytes()

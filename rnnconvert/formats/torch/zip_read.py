@@ -259,7 +259,7 @@ def tensors(obj: Any, where: object = "data.pkl") -> dict[str, Any]:
     Raises:
         FormatError: containers nested deeper than 32 levels. BudgetError: the walk's limit, or views of
             shared storages declaring more than the ``expansion`` limit allows (:func:`budget.check_aliasing`)."""
-    found = budget.leaves(obj, lambda o: isinstance(o, LazyTensor), where, "data.pkl")
+    found = budget.leaves(obj, LazyTensor, where, "data.pkl")
     views = []
     for t in found.values():
         numel = 1
