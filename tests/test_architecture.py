@@ -6,6 +6,8 @@ Every import counts, also those inside functions: a lazy import still ties the t
 from __future__ import annotations
 
 import ast
+
+import pytest
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "rnnconvert"
@@ -239,3 +241,54 @@ def test_each_family_naming_table_is_read_by_its_readers_and_writers():
                  "rnnconvert.formats.storage.safetensors_fmt", "rnnconvert.runtimes.torch"]}
     missing = [f"{m} does not import {table}" for table, mods in users.items() for m in mods if table not in graph[m]]
     assert not missing, "\n".join(missing)
+
+
+_TRACE = r'''
+import json, sys, threading
+edges = set()
+def prof(frame, event, arg):
+    if event != "call" or frame.f_back is None:
+        return
+    callee, caller = frame.f_globals.get("__name__", ""), frame.f_back.f_globals.get("__name__", "")
+    if callee != caller and callee.startswith("rnnconvert") and caller.startswith("rnnconvert"):
+        edges.add((caller, callee))
+sys.setprofile(prof); threading.setprofile(prof)
+import rnnconvert
+rnnconvert.convert(sys.argv[1], sys.argv[2])
+sys.setprofile(None); threading.setprofile(None)
+print(json.dumps({"modules": sorted(m for m in sys.modules if m.startswith("rnnconvert.")), "edges": sorted(edges)}))
+'''
+
+
+@pytest.mark.parametrize("src,dst,families", [
+    ("keras/cudnn_lstm.h5", "out.pt", {"keras", "torch"}),
+    ("tf/lstm_cell/ckpt", "out.onnx", {"tf", "onnx"}),
+    ("src.pt", "out.safetensors", {"torch", "storage"}),
+], ids=["keras-pt", "tf1-onnx", "pt-safetensors"])
+def test_a_traced_conversion_uses_only_its_families_and_no_module_pair_calls_both_ways(src, dst, families, tmp_path):
+    """A verified default conversion, traced (every call between two rnnconvert modules, in every thread): it
+    imports of the format families only the two it reads and writes (every family's light ``sniff`` module
+    aside: detection asks them all), and no two modules call each other both ways (a callback or a shared
+    helper living in the wrong module shows up as such a pair)."""
+    import json
+    import subprocess
+    import sys
+
+    fixtures = PKG.parent / "fixtures"
+    if src == "src.pt":
+        import rnnconvert
+
+        rnnconvert.convert(fixtures / "keras" / "bidi_lstm_concat.h5", tmp_path / "src.pt", verify=None)
+        path = tmp_path / "src.pt"
+    else:
+        path = fixtures / src
+    r = subprocess.run([sys.executable, "-c", _TRACE, str(path), str(tmp_path / dst)], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    used = {m.split(".")[2] for m in got["modules"] if m.count(".") >= 3 and m.startswith("rnnconvert.formats.")
+            and not m.endswith(".sniff")}
+    assert used == families, used
+    edges = {tuple(e) for e in got["edges"]}
+    both = sorted({tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges})
+    assert not both, f"module pairs calling each other both ways: {both}"
