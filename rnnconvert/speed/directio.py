@@ -26,6 +26,8 @@ import ctypes
 import mmap
 import os
 
+from . import backend
+
 #: Bytes staged before each ``O_DIRECT`` write (a multiple of every logical block size in use).
 BLOCK = 16 << 20
 #: ``O_DIRECT`` writes of one writer in flight at once, each in a thread of its own (:class:`_InFlight`): the
@@ -59,7 +61,7 @@ def through_page_cache():
 def _open_direct(path: str) -> int:
     """A second, ``O_DIRECT`` descriptor of ``path``, or -1 where it is missing, refused, or not allowed now."""
     flag = getattr(os, "O_DIRECT", 0)
-    if flag and _ALLOWED.get():
+    if flag and _ALLOWED.get() and not backend.plain():
         try:
             return os.open(path, os.O_WRONLY | flag)
         except OSError:

@@ -16,6 +16,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..core import reference
+from . import backend
+
 
 class Blocks:
     """Row blocks ``w[i:i+rows]`` of a weight matrix in each dtype a product asks for, through buffers reused
@@ -159,5 +162,6 @@ def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
     return widen_into(buf[:a.size].reshape(a.shape), np.ascontiguousarray(a))
 
 
-#: the kernels verification passes to :mod:`rnnconvert.core.reference` (``kernels=FAST``)
-FAST = SimpleNamespace(products=products, widened=widened)
+#: the kernels verification passes to :mod:`rnnconvert.core.reference` (``kernels=FAST``); with the plain fallback
+#: (:mod:`.backend`) the reference's own plain numpy products
+FAST = reference.PLAIN if backend.plain() else SimpleNamespace(products=products, widened=widened)

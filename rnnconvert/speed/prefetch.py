@@ -22,6 +22,8 @@ import stat
 import threading
 from pathlib import Path
 
+from . import backend
+
 #: bytes per ``os.sendfile`` call
 CHUNK = 64 << 20
 
@@ -78,7 +80,7 @@ def _read(files: list[Path], chunk: int | None = None, room=None) -> None:
 def prefetch(path: str | os.PathLike) -> threading.Thread | None:
     """Start reading ``path`` (a file, or the files of a directory) into the page cache in a daemon thread;
     returns the thread (``None`` where ``os.sendfile`` is missing). Errors are ignored (a hint)."""
-    if not hasattr(os, "sendfile"):
+    if not hasattr(os, "sendfile") or backend.plain():
         return None
     t = threading.Thread(target=_read, args=(_files(Path(path)),), name="rnnconvert-prefetch", daemon=True)
     try:
@@ -133,7 +135,7 @@ class ReadAhead:
         self.thread: threading.Thread | None = None
 
     def start(self) -> ReadAhead:
-        if hasattr(os, "sendfile") and self.files:
+        if hasattr(os, "sendfile") and self.files and not backend.plain():
             thread = threading.Thread(target=self._run, name="rnnconvert-readahead", daemon=True)
             try:
                 thread.start()

@@ -15,6 +15,9 @@ import numpy as np
 from ..core import gates
 from ..core.gates import Convention
 from ..core.model import Cell
+from . import backend
+
+_PLAIN = backend.plain()
 
 
 _TILE = 16  # rows per tile of the blocked transpose (16 float32 = one 64-byte cache line per output row)
@@ -35,6 +38,8 @@ def contiguous(m: np.ndarray) -> np.ndarray:
     """
     if m.flags.c_contiguous:
         return m
+    if _PLAIN:  # the plain fallback (speed/backend.py): numpy's own copy
+        return np.ascontiguousarray(m)
     if m.ndim != 2 or not m.flags.f_contiguous or m.size < (1 << 16):
         return np.ascontiguousarray(m)
     out = np.empty(m.shape, m.dtype)
