@@ -116,3 +116,39 @@ def test_cpu_targets_keep_the_default_accuracy(tmp_path):
     emu = CudaTarget(pt, "module", "float32")
     assert verify.StreamedVerification(rnnconvert.load(FIXTURES / "keras" / "lstm.h5"),
                                        registry.get("keras_h5").load(), target=emu).act_ulps == CUDNN_ACT_ULPS
+
+
+def test_cudnn_modules_are_built_without_random_initialisation(monkeypatch):
+    """Issue #33: the cuDNN route's modules are made on the meta device and given empty storage (no
+    ``reset_parameters`` on multi-GB layers): no initialiser runs, and the module has torch's flat weights in the
+    order the layout check reads them."""
+    import torch
+
+    from rnnconvert.core import cudnn
+    from rnnconvert.core.model import Cell
+    from rnnconvert.verify import cudnn_layout
+
+    devices = []
+    real = torch.nn.init.uniform_
+    monkeypatch.setattr(torch.nn.init, "uniform_", lambda t, *a, **k: devices.append(t.device.type) or real(t, *a, **k))
+    spec = cudnn.Spec(Cell.GRU, 5, 7, 2, True, 0)
+    m = cudnn_layout._module(spec, torch.float32, device="cpu")
+    assert list(m._flat_weights_names) == [n for n, *_ in cudnn_layout._names(spec)]
+    assert all(w.device.type == "cpu" and w.dtype == torch.float32 for w in m._flat_weights)
+    assert devices and set(devices) == {"meta"}  # torch's initialiser ran on meta tensors only: no values made
+
+
+def test_cudnn_layout_is_checked_once_per_spec(monkeypatch):
+    """Issue #33: ``check_layout`` asks cuDNN for a spec's offsets once per process, not once per layer."""
+    from rnnconvert.core import cudnn
+    from rnnconvert.core.model import Cell
+    from rnnconvert.verify import cudnn_layout
+
+    calls = []
+    monkeypatch.setattr(cudnn_layout, "compare_offsets", lambda spec, dtype=None: calls.append(spec) or [])
+    cudnn_layout._layout_mismatches.cache_clear()
+    spec = cudnn.Spec(Cell.LSTM, 3, 4, 1, False, 0)
+    for _ in range(3):
+        cudnn_layout.check_layout(spec)
+    assert calls == [spec]
+    cudnn_layout._layout_mismatches.cache_clear()

@@ -15,6 +15,8 @@ without ``torch.cuda.is_available()``; torch is imported inside the functions.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..core import cudnn
@@ -35,6 +37,10 @@ def cuda_available() -> bool:
 
 
 def _module(spec: cudnn.Spec, dtype=None, device: str = "cuda"):
+    """A ``torch.nn.LSTM/GRU/RNN`` of ``spec`` on ``device`` with UNINITIALISED parameters: built on the meta
+    device and given empty storage there (``to_empty``), so that no random initialisation runs (on the CPU it
+    was 15.5 s of a 42 s ``verify --device cuda`` of the 3 GB benchmark, issue #33); every caller either loads
+    weights into it or only reads where cuDNN placed them."""
     torch = require("torch", "torch")
     cls = {Cell.LSTM: torch.nn.LSTM, Cell.GRU: torch.nn.GRU}.get(spec.cell, torch.nn.RNN)
     kw = {"num_layers": spec.num_layers, "bidirectional": spec.bidirectional, "batch_first": True}
@@ -42,7 +48,8 @@ def _module(spec: cudnn.Spec, dtype=None, device: str = "cuda"):
         kw["proj_size"] = spec.proj_size
     if spec.cell in (Cell.RNN_TANH, Cell.RNN_RELU):
         kw["nonlinearity"] = "relu" if spec.cell is Cell.RNN_RELU else "tanh"
-    return cls(spec.input_size, spec.hidden_size, **kw).to(device=device, dtype=dtype or torch.float32)
+    m = cls(spec.input_size, spec.hidden_size, device="meta", dtype=dtype or torch.float32, **kw)
+    return m.to_empty(device=device)
 
 
 def _names(spec: cudnn.Spec) -> list[tuple[str, int, str, int]]:
@@ -161,7 +168,16 @@ def check_layout(spec: cudnn.Spec, dtype=None) -> None:
     """
     from ..errors import VerificationError
 
-    bad = compare_offsets(spec, dtype)
+    bad = _layout_mismatches(spec, str(dtype))
     if bad:
         raise VerificationError(f"cuDNN {versions()['cudnn']} buffer layout differs from rnnconvert's for {spec}: "
                                 + "; ".join(bad) + ". Read such buffers through their canonical variables")
+
+
+@functools.lru_cache(maxsize=64)
+def _layout_mismatches(spec: cudnn.Spec, dtype_name: str) -> tuple[str, ...]:
+    """:func:`compare_offsets` once per spec and dtype in a process (each asks cuDNN to lay out a fresh buffer:
+    11.2 s of the 42 s ``verify --device cuda`` of the 3 GB benchmark when repeated for every layer, issue #33)."""
+    torch = require("torch", "torch")
+    dtype = None if dtype_name == "None" else getattr(torch, dtype_name.replace("torch.", ""))
+    return tuple(compare_offsets(spec, dtype))
