@@ -161,7 +161,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None,
             progress: Callable[[str, float, float], None] | None = None,
             verify_inputs: dict[str, Any] | None = None, map: Any = None,
-            accept_inconclusive: bool = False) -> ConversionReport:
+            accept_inconclusive: bool = False, device: str = "cpu") -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -185,6 +185,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             option, like ``read_opts={"map": ...}``.
         accept_inconclusive: keep the output when verification is inconclusive (a tolerance too loose to
             decide, :mod:`rnnconvert.verify.engine`); by default that raises :class:`InconclusiveError`.
+        device: ``'cpu'`` (the written file run by its own framework) or ``'cuda'``: the written file's weights run
+            through cuDNN on the GPU, both routes of :mod:`rnnconvert.verify.cuda` (the nn module and our packed
+            buffer), as ``verify(..., device='cuda')`` does; the conversion is then read whole (not streamed),
+            and DST must be a format rnnconvert reads back.
 
     Returns:
         a :class:`ConversionReport`.
@@ -203,9 +207,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
     in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
     in_mod, out_mod = in_fmt.load(), out_fmt.load()
+    targets = _device_targets(device, out_fmt.name, out_mod, dst_p) if verify else [out_mod]
     if as_target(out_mod).verify_whole is None:  # integer inputs are for whole Keras models only
         _float_inputs(verify_inputs)
-    stream = in_mod.lazy and out_mod.stream
+    stream = in_mod.lazy and out_mod.stream and targets == [out_mod]
     if out_mod.write is None:
         raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
     out_mod.check_options("write", write_opts or {})
@@ -243,9 +248,12 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                     whole = as_target(out_mod).verify_whole  # Keras 2 models written whole (#17)
                     names = {layer.name for layer in ckpt.layers}
                     model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
-                    rep.verification = _verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed,
-                                               inputs=_float_inputs({k: v for k, v in (verify_inputs or {}).items()
-                                                                     if k not in model_in}) or None)
+                    layer_in = _float_inputs({k: v for k, v in (verify_inputs or {}).items() if k not in model_in})
+                    reps = [_verify(ckpt, in_mod, tmp, t, mode=verify, src_path=src_p, seed=seed,
+                                    inputs=layer_in or None) for t in targets]
+                    rep.verification = reps[0]
+                    for other in reps[1:]:  # the cuDNN routes: one report
+                        rep.verification.layers += other.layers
                     if whole:
                         try:
                             rep.verification.layers += whole(ckpt, src_p, tmp, inputs=model_in or None, seed=seed)
@@ -457,6 +465,22 @@ def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> 
         "layers": [layer.describe() for layer in ckpt.layers],
         "tensors": {k: list(v.shape) for k, v in ckpt.tensors.items()},
     }
+
+
+def _device_targets(device: str, name: str, out_mod, dst: Path) -> list:
+    """The targets a conversion's verification runs the written file with: its own framework (``'cpu'``), or
+    cuDNN's two routes (``'cuda'``: :class:`rnnconvert.verify.cuda.CudaTarget`, float32)."""
+    if device == "cpu":
+        return [out_mod]
+    if device != "cuda":
+        raise FormatError(f"unknown device '{device}' (cpu or cuda)")
+    from .verify.cuda import ROUTES, CudaTarget, require_cuda
+
+    require_cuda()
+    if out_mod.read is None:
+        raise FormatError(f"device='cuda' reads {dst} back, and rnnconvert cannot read {name}",
+                          cli=f"--device cuda reads {dst} back, and rnnconvert cannot read {name}")
+    return [CudaTarget(out_mod, r, "float32") for r in ROUTES]
 
 
 def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str, Any]:

@@ -129,6 +129,8 @@ def convert(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     inputs: InputsOpt = None,
     accept_inconclusive: AcceptOpt = False,
+    device: Annotated[str, typer.Option("--device", help="Verify with cpu (DST's own framework, default) or cuda "
+                                        "(cuDNN on the GPU, two routes).")] = "cpu",
     as_json: JsonOpt = False,
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
@@ -145,6 +147,10 @@ def convert(
                   read_opts=_read_opts(gate_activation, read_opt, name_map),
                   write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {})}
                   or None, accept_inconclusive=accept_inconclusive)
+    if device not in ("cpu", "cuda"):
+        raise typer.BadParameter("--device is cpu or cuda")
+    if device != "cpu":
+        kwargs["device"] = device
     if src.is_dir() and not _is_checkpoint_dir(src):
         if inputs is not None:
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")

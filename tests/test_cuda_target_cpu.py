@@ -152,3 +152,39 @@ def test_cudnn_layout_is_checked_once_per_spec(monkeypatch):
         cudnn_layout.check_layout(spec)
     assert calls == [spec]
     cudnn_layout._layout_mismatches.cache_clear()
+
+
+def test_convert_device_cuda_without_a_gpu_is_one_line_and_writes_nothing(tmp_path):
+    """Issue #33: ``rnnconvert SRC DST --device cuda`` verifies the conversion itself through cuDNN; without a GPU it
+    says so in one line (exit 7, a missing dependency) before anything is written."""
+    import subprocess
+    import sys
+
+    from rnnconvert.verify import cudnn_layout
+
+    if cudnn_layout.cuda_available():
+        pytest.skip("a GPU is visible: the cuda tests cover this path")
+    r = subprocess.run([sys.executable, "-m", "rnnconvert", str(FIXTURES / "keras" / "lstm.h5"),
+                        str(tmp_path / "out.pt"), "--device", "cuda"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 7 and len(r.stderr.strip().splitlines()) == 1 and "--device cuda" in r.stderr
+    assert not (tmp_path / "out.pt").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_convert_device_cuda_verifies_with_both_routes(tmp_path, monkeypatch):
+    """The wiring of ``convert(device='cuda')``: the written file is verified by each cuDNN route (here stand-ins
+    that run the file in torch on the CPU, named like the routes), one report holding both routes' layers."""
+    from rnnconvert import api
+    from rnnconvert.verify import cuda
+
+    class Route(Target):
+        def __init__(self, spec, route, dtype):
+            super().__init__(spec)
+            self.route = f"stand-in for cuDNN {route}"
+
+    monkeypatch.setattr(cuda, "require_cuda", lambda: None)
+    monkeypatch.setattr(cuda, "CudaTarget", Route)
+    rep = api.convert(FIXTURES / "keras" / "lstm.h5", tmp_path / "out.pt", device="cuda")
+    routes = [c.target_route for c in rep.verification.layers]
+    assert len(routes) == 2 * len(rnnconvert.load(FIXTURES / "keras" / "lstm.h5").layers)
+    assert len({r.split(" (")[0].rsplit(" ", 3)[0] for r in routes}) == 2, routes  # one entry per layer per route
+    assert rep.verification.ok and (tmp_path / "out.pt").exists()
