@@ -94,7 +94,7 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     it of the two verification may use: the numpy reference in float32, and for a layer read from a
     Keras file the Keras equations on its stored tensors (``keras_math.source_forward``, Keras' order
     of operations). A layout slip (swapped gates, a dropped bias) moves the output by O(1) of its
-    scale, far outside that bound (``tests/test_realworld_keras.py`` checks that it catches a 1%
+    scale, far outside that bound (``tests/formats/test_realworld_keras.py`` checks that it catches a 1%
     nudge).
 
     ``last_step``: ``y`` is the last step only (a layer with ``return_sequences=False``)."""
@@ -123,39 +123,39 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
 #: tf_keras / Keras 3 models or running many conversions. A new slow test may also carry
 #: ``@pytest.mark.slow`` itself.
 SLOW = (
-    "tests/test_kill.py::test_sigkill_at_random_moments_leaves_dst_intact",
-    "tests/test_keras3.py::test_keras2_model_to_keras3_and_back",
-    "tests/test_keras3.py::test_go_backwards_merge_sum_and_dtypes",
-    "tests/test_keras3.py::test_malformed_config_never_crashes",
-    "tests/test_keras3.py::test_tf_keras_written_keras_archive",
-    "tests/test_keras3.py::test_textgenrnn_cudnnlstm_to_keras3",
-    "tests/test_keras3.py::test_pytorch_to_keras3",
-    "tests/test_keras3.py::test_outputs_are_byte_stable",
-    "tests/test_keras3.py::test_keras3_hard_sigmoid_is_read_as_keras3",
-    "tests/test_matrix.py::test_support_matrix_is_current_and_consistent",
-    "tests/test_any_to_any.py::test_pair[[]*-keras_h5[]]",
-    "tests/test_any_to_any.py::test_pair[[]*-keras3[]]",
-    "tests/test_any_to_any.py::test_pair[[]*-tf2_checkpoint[]]",
-    "tests/test_any_to_any.py::test_two_hops_equal_one*",
-    "tests/test_keras_stream.py::test_stream_file_is_what_model_save_writes*",
-    "tests/test_keras_stream.py::test_stream_written_file_runs_in_tf_keras*",
-    "tests/test_keras_stream.py::test_template_subprocess_equals_in_process",
-    "tests/test_keras_stream.py::test_target_forward_slab_chains_to_target_forward",
-    "tests/test_keras_stream.py::test_one_slab_alive_and_nothing_left_on_failure",
-    "tests/test_keras_stream.py::test_target_side_sees_a_damaged_layer*",
-    "tests/test_keras_h5_write.py::test_torch_to_keras2_h5*",
-    "tests/test_keras_h5_write.py::test_textgenrnn_to_keras2_h5_both_forms",
-    "tests/test_keras_h5_write.py::test_keras2_roundtrip_cudnn_and_reset_before",
-    "tests/test_stream.py::test_every_lazy_reader_into_every_stream_writer[[]*-keras_h5[]]",
-    "tests/test_guides.py::test_guide_runs*",
-    "tests/test_tf_bundle.py::test_every_flipped_byte_is_refused_or_harmless*",
-    "tests/test_tf_bundle.py::test_no_tensorflow_import_on_the_pure_path",
-    "tests/test_tf.py::test_framework_forward_equals_oracle",
-    "tests/test_pt_zip.py::test_more_than_65535_records",
-    "tests/test_pt_zip.py::test_every_fixture_written_as_pt_is_torch_save",
-    "tests/test_cli.py::test_batch_directory",
-    "tests/test_bad_inputs.py::test_tensorflow_abort_is_contained_to_one_line",
-    "tests/test_bad_inputs.py::test_output_bytes_are_deterministic*",
+    "tests/security/test_kill.py::test_sigkill_at_random_moments_leaves_dst_intact",
+    "tests/formats/test_keras3.py::test_keras2_model_to_keras3_and_back",
+    "tests/formats/test_keras3.py::test_go_backwards_merge_sum_and_dtypes",
+    "tests/formats/test_keras3.py::test_malformed_config_never_crashes",
+    "tests/formats/test_keras3.py::test_tf_keras_written_keras_archive",
+    "tests/formats/test_keras3.py::test_textgenrnn_cudnnlstm_to_keras3",
+    "tests/formats/test_keras3.py::test_pytorch_to_keras3",
+    "tests/formats/test_keras3.py::test_outputs_are_byte_stable",
+    "tests/formats/test_keras3.py::test_keras3_hard_sigmoid_is_read_as_keras3",
+    "tests/engine/test_matrix.py::test_support_matrix_is_current_and_consistent",
+    "tests/engine/test_any_to_any.py::test_pair[[]*-keras_h5[]]",
+    "tests/engine/test_any_to_any.py::test_pair[[]*-keras3[]]",
+    "tests/engine/test_any_to_any.py::test_pair[[]*-tf2_checkpoint[]]",
+    "tests/engine/test_any_to_any.py::test_two_hops_equal_one*",
+    "tests/formats/test_keras_stream.py::test_stream_file_is_what_model_save_writes*",
+    "tests/formats/test_keras_stream.py::test_stream_written_file_runs_in_tf_keras*",
+    "tests/formats/test_keras_stream.py::test_template_subprocess_equals_in_process",
+    "tests/formats/test_keras_stream.py::test_target_forward_slab_chains_to_target_forward",
+    "tests/formats/test_keras_stream.py::test_one_slab_alive_and_nothing_left_on_failure",
+    "tests/formats/test_keras_stream.py::test_target_side_sees_a_damaged_layer*",
+    "tests/formats/test_keras_h5_write.py::test_torch_to_keras2_h5*",
+    "tests/formats/test_keras_h5_write.py::test_textgenrnn_to_keras2_h5_both_forms",
+    "tests/formats/test_keras_h5_write.py::test_keras2_roundtrip_cudnn_and_reset_before",
+    "tests/engine/test_stream.py::test_every_lazy_reader_into_every_stream_writer[[]*-keras_h5[]]",
+    "tests/cli/test_guides.py::test_guide_runs*",
+    "tests/formats/test_tf_bundle.py::test_every_flipped_byte_is_refused_or_harmless*",
+    "tests/formats/test_tf_bundle.py::test_no_tensorflow_import_on_the_pure_path",
+    "tests/formats/test_tf.py::test_framework_forward_equals_oracle",
+    "tests/formats/test_pt_zip.py::test_more_than_65535_records",
+    "tests/formats/test_pt_zip.py::test_every_fixture_written_as_pt_is_torch_save",
+    "tests/cli/test_cli.py::test_batch_directory",
+    "tests/security/test_bad_inputs.py::test_tensorflow_abort_is_contained_to_one_line",
+    "tests/security/test_bad_inputs.py::test_output_bytes_are_deterministic*",
 )
 
 
@@ -191,3 +191,38 @@ def cuda_mark():
     why = ("needs torch.cuda.is_available() with cuDNN" + ("" if CUDA_TESTS else
            "; the suite hides GPUs unless RNNCONVERT_CUDA_TESTS=1 (docs/gpu-validation.md)"))
     return pytest.mark.skipif(not (CUDA_TESTS and cuda_available()), reason=why)
+
+
+def cudnn_gate_distinct(rng, shape, gates_, axis=0):
+    """Gate block k uniform in [0.1k-0.05, 0.1k+0.05] plus a small signed noise."""
+    import numpy as np
+
+    n = shape[axis] // gates_
+    blocks = []
+    for k in range(gates_):
+        s = list(shape)
+        s[axis] = n
+        blocks.append(rng.uniform(0.1 * k - 0.05, 0.1 * k + 0.05, s) * rng.choice([-1, 1], s))
+    return np.concatenate(blocks, axis=axis).astype(np.float32)
+
+
+def random_layer(spec, seed=0, dtype=None):
+    """A canonical layer of the cuDNN ``spec`` with gate-distinct weights (:func:`cudnn_gate_distinct`)."""
+    import numpy as np
+
+    from rnnconvert.core.model import Cell, DirectionParams, RNNLayer, Semantics
+
+    dtype = np.float32 if dtype is None else dtype
+    rng = np.random.default_rng(seed)
+    G, H, P = spec.cell.gates, spec.hidden_size, spec.proj_size
+    params = []
+    for k in range(spec.num_layers):
+        params.append([DirectionParams(
+            w_ih=cudnn_gate_distinct(rng, (G * H, spec.layer_input_size(k)), G).astype(dtype),
+            w_hh=cudnn_gate_distinct(rng, (G * H, P or H), G).astype(dtype),
+            b_ih=cudnn_gate_distinct(rng, (G * H,), G).astype(dtype),
+            b_hh=cudnn_gate_distinct(rng, (G * H,), G).astype(dtype),
+            w_hr=rng.uniform(-0.5, 0.5, (P, H)).astype(dtype) if P else None) for _ in range(spec.dirs)])
+    sem = Semantics(activation="relu" if spec.cell is Cell.RNN_RELU else "tanh")
+    return RNNLayer("l", spec.cell, spec.input_size, H, spec.num_layers, spec.bidirectional, P,
+                    semantics=sem, params=params)

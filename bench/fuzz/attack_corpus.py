@@ -1,7 +1,7 @@
 """Generators of the outside attack corpus (issue 19), one function per family; each writes a small file
 (kilobytes) that declares far more work or memory than it holds, or that a careless reader would follow.
 
-Nothing here is committed as data: ``tests/test_attack_corpus.py`` regenerates what it needs under a
+Nothing here is committed as data: ``tests/security/test_attack_corpus.py`` regenerates what it needs under a
 temporary folder, and ``python bench/fuzz/attack_corpus.py OUTDIR`` writes the whole corpus for a manual
 run (``for f in OUTDIR/*; do rnnconvert "$f" /tmp/out.npz; done`` under ``ulimit -v``/``timeout``).
 

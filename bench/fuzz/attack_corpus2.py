@@ -1,6 +1,6 @@
 """Generators of the second attack corpus (issue 29), one function per family; each writes a small file (or
 folder) into the path it is given and returns it. Nothing here is committed as data:
-``tests/test_attack_corpus2.py`` regenerates every case under a temporary folder, and
+``tests/security/test_attack_corpus_outside_data.py`` regenerates every case under a temporary folder, and
 ``python bench/fuzz/attack_corpus2.py OUTDIR`` writes the whole corpus for a manual run.
 
 Families (the issue's numbering): 1 data from outside the file (HDF5 external storage, virtual datasets,

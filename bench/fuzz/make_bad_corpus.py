@@ -1,4 +1,4 @@
-"""Write the seed corpus of crafted bad files into ``tests/data/bad/`` (replayed by tests/test_bad_inputs.py).
+"""Write the seed corpus of crafted bad files into ``tests/data/bad/`` (replayed by tests/security/test_bad_inputs.py).
 
 Each file is tiny and breaks one rule a reader must enforce; ``expected.json`` maps file name to
 the exit code the CLI must give (3: FormatError, 4: UnsupportedError). Made with the real

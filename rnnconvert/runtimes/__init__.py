@@ -39,7 +39,7 @@ def get(name: str) -> Runtime:
 
     Raises:
         KeyError: no runtime of that name (a container naming an unregistered runtime is a programming error,
-        caught by ``tests/test_formats_contract.py``)."""
+        caught by ``tests/engine/test_formats_contract.py``)."""
     module, _, attr = RUNTIMES[name].partition(":")
     rt = getattr(importlib.import_module(module), attr)
     if not isinstance(rt, Runtime) or rt.name != name:

@@ -3,7 +3,7 @@ mechanism of :mod:`rnnconvert.speed` off -- ``O_DIRECT`` output (:mod:`.directio
 threads (:mod:`.prefetch`), ISA-L's CRC-32 (:mod:`.crc32`: zlib's), the tiled transpose (:mod:`.transpose`:
 ``np.ascontiguousarray``) and verification's blocked products (:mod:`.kernels`: the plain numpy products of
 :mod:`rnnconvert.core.reference`). The bytes written and the verdicts are the same either way: the suite runs
-conversions both ways and compares them (``tests/test_speed_backend.py``). Read once, when a module asks.
+conversions both ways and compares them (``tests/performance/test_speed_backend.py``). Read once, when a module asks.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ equals ``w.astype(dt) @ v`` up to the order of BLAS's sums (docs/performance.md,
 
 :data:`FAST` is the kernels object verification hands :mod:`rnnconvert.core.reference`
 (``kernels=``: ``products``, ``widened``); the reference's own default (:data:`rnnconvert.core.reference.PLAIN`)
-is plain numpy, which the suite compares these with (``tests/test_reference_passes.py``).
+is plain numpy, which the suite compares these with (``tests/verify/test_reference_passes.py``).
 """
 
 from __future__ import annotations

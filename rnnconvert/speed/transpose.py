@@ -3,7 +3,7 @@ the conventions and their plain implementation): a transposed copy made in cache
 about 5x ``np.ascontiguousarray`` on multi-MB matrices, docs/performance.md), the whole-matrix turns with it
 (:func:`to_canonical`, :func:`from_canonical`, :func:`reorder`: ``core.gates``'s with ``turn=contiguous``), and the
 row-block turns of streamed reads and writes (:func:`to_canonical_block`, :func:`from_canonical_block`). Only
-copies, transposes and block moves: the results equal the plain ones bit for bit (``tests/test_core.py``).
+copies, transposes and block moves: the results equal the plain ones bit for bit (``tests/engine/test_core.py``).
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ SAMPLE = (3, 8)
 #: nonzero: every ``W_hh`` entry meets a nonzero state at step 2) plus the 3 probes
 #: (:func:`rnnconvert.core.escapes.probe_rows`) still test every weight of the step, tell the directions and
 #: ``go_backwards`` apart (two steps, not one: the mutation tests run on this sample too,
-#: tests/test_verify_mutations.py), and show every gate-block swap where the bound is loose
+#: tests/verify/test_verify_mutations.py), and show every gate-block swap where the bound is loose
 #: (:func:`rnnconvert.core.escapes.swap_escapes`).
 SAMPLE_LARGE = (4, 2)
 LARGE_BYTES = 256 << 20

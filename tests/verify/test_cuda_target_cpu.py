@@ -1,6 +1,6 @@
 """The parts of the cuDNN verification target that run without a GPU (rnnconvert/verify/cuda.py).
 
-What cuDNN computes is measured on a GPU (tests/test_cuda_verify.py, bench/gpu_check.py; docs/gpu-validation.md):
+What cuDNN computes is measured on a GPU (tests/verify/test_cuda_verify.py, bench/gpu_check.py; docs/gpu-validation.md):
 its float32 tanh is off by up to CUDNN_TANH_ULPS. Here: the one-step bound with the target's declared accuracy
 holds for a step whose every tanh is off by that much, and the written file is read back with the source's
 nn.RNN nonlinearity (a state dict does not store it; read as tanh, a SimpleRNN(relu) file failed by 0.87 on
@@ -20,7 +20,7 @@ from rnnconvert.core.model import Cell
 from rnnconvert.engine import registry
 from rnnconvert.verify.target import Target
 from rnnconvert.verify.cuda import CUDNN_ACT_ULPS, CUDNN_TANH_ULPS, CudaTarget
-from test_cudnn import random_layer
+from conftest import random_layer
 
 
 def _off_tanh(sign):

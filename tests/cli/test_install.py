@@ -7,7 +7,7 @@ that converts to .pt, .npz and .safetensors.
 * :func:`test_plain_install_converts` runs only when ``RNNCONVERT_PLAIN_PYTHON`` names the Python of an
   environment made with ``pip install /path/to/rnnconvert`` (no extra), e.g.
   ``python3 -m venv /tmp/plain && /tmp/plain/bin/pip install -e . &&
-  RNNCONVERT_PLAIN_PYTHON=/tmp/plain/bin/python pytest tests/test_install.py``.
+  RNNCONVERT_PLAIN_PYTHON=/tmp/plain/bin/python pytest tests/cli/test_install.py``.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_a_streamed_conversion_reads_ahead_only_the_files_its_reader_reads(tmp_p
 
     from rnnconvert import api
 
-    root = Path(__file__).resolve().parents[1] / "fixtures"
+    root = Path(__file__).resolve().parents[2] / "fixtures"
     src = tmp_path / "ck"
     shutil.copytree(root / "tf" / "keras_lstm_bigru", src)
     (src / "events.out.tfevents.1.host").write_bytes(b"e" * 100)

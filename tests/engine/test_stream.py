@@ -39,7 +39,7 @@ from conftest import FIXTURES, FnSlabs, torch_rnn
 torch = pytest.importorskip("torch")
 st_numpy = pytest.importorskip("safetensors.numpy")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _restricted(path: Path) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ from rnnconvert.safety import guard
 from rnnconvert.cli import main
 from rnnconvert.errors import FormatError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BAD = ROOT / "tests" / "data" / "bad"
 EXPECTED = json.loads((BAD / "expected.json").read_text())
 

@@ -10,7 +10,7 @@ import ast
 import pytest
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "rnnconvert"
+PKG = Path(__file__).resolve().parents[2] / "rnnconvert"
 
 
 def _modules() -> dict[str, Path]:

@@ -23,7 +23,7 @@ from rnnconvert.engine import commit
 from rnnconvert.safety import budget
 from rnnconvert.errors import BudgetError, FormatError, OutputExistsError, printable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "fuzz"))
 import attack_corpus as gen  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The cuDNN buffer layout: tf_keras' own packing (CPU), round trips, and real cuDNN (tests marked cuda).
 
-The third-party oracles of the multi-pseudo-layer layout (JAX, MXNet) are in ``tests/test_cudnn_oracles.py``.
+The third-party oracles of the multi-pseudo-layer layout (JAX, MXNet) are in ``tests/formats/test_cudnn_oracles.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
-from conftest import cuda_mark
+from conftest import cuda_mark, cudnn_gate_distinct, random_layer
 from rnnconvert.core import cudnn, gates, reference
 from rnnconvert.verify import cudnn_layout as cudnn_check
 from rnnconvert.errors import FormatError, UnsupportedError
@@ -23,32 +23,6 @@ GRID = [cudnn.Spec(c, i, h, nl, bi, p)
 
 needs_cuda = cuda_mark()
 
-
-def gate_distinct(rng, shape, gates_, axis=0):
-    """Gate block k uniform in [0.1k-0.05, 0.1k+0.05] plus a small signed noise."""
-    n = shape[axis] // gates_
-    blocks = []
-    for k in range(gates_):
-        s = list(shape)
-        s[axis] = n
-        blocks.append(rng.uniform(0.1 * k - 0.05, 0.1 * k + 0.05, s) * rng.choice([-1, 1], s))
-    return np.concatenate(blocks, axis=axis).astype(np.float32)
-
-
-def random_layer(spec: cudnn.Spec, seed=0, dtype=np.float32) -> RNNLayer:
-    rng = np.random.default_rng(seed)
-    G, H, P = spec.cell.gates, spec.hidden_size, spec.proj_size
-    params = []
-    for k in range(spec.num_layers):
-        params.append([DirectionParams(
-            w_ih=gate_distinct(rng, (G * H, spec.layer_input_size(k)), G).astype(dtype),
-            w_hh=gate_distinct(rng, (G * H, P or H), G).astype(dtype),
-            b_ih=gate_distinct(rng, (G * H,), G).astype(dtype),
-            b_hh=gate_distinct(rng, (G * H,), G).astype(dtype),
-            w_hr=rng.uniform(-0.5, 0.5, (P, H)).astype(dtype) if P else None) for _ in range(spec.dirs)])
-    sem = Semantics(activation="relu" if spec.cell is Cell.RNN_RELU else "tanh")
-    return RNNLayer("l", spec.cell, spec.input_size, H, spec.num_layers, spec.bidirectional, P,
-                    semantics=sem, params=params)
 
 
 # ---- CPU: tf_keras' own packing helper -----------------------------------------------------------
@@ -71,10 +45,10 @@ def test_single_layer_pack_equals_tf_keras_canonical_to_params(tf, cell):
     layer_k.build((None, 2, I))
     rng = np.random.default_rng(1)
     G = cell.gates
-    kernel = gate_distinct(rng, (I, G * H), G, axis=1)
-    rec = gate_distinct(rng, (H, G * H), G, axis=1)
-    bias = gate_distinct(rng, (G * H,), G) if cell is Cell.LSTM else np.stack(
-        [gate_distinct(rng, (G * H,), G), gate_distinct(rng, (G * H,), G)])
+    kernel = cudnn_gate_distinct(rng, (I, G * H), G, axis=1)
+    rec = cudnn_gate_distinct(rng, (H, G * H), G, axis=1)
+    bias = cudnn_gate_distinct(rng, (G * H,), G) if cell is Cell.LSTM else np.stack(
+        [cudnn_gate_distinct(rng, (G * H,), G), cudnn_gate_distinct(rng, (G * H,), G)])
     layer_k.set_weights([kernel, rec, bias])
     k, r, b = (v.numpy() for v in layer_k.cell.weights)
     if cell is Cell.LSTM:  # tf_keras lstm.py gpu_lstm
