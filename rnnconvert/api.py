@@ -44,7 +44,7 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     Args:
         path: the source file (or directory, for directory formats).
         format: a registry name (``'keras_h5'``, ``'pt'``, ...) or ``None`` to detect by content.
-        lazy: ask for a lazy checkpoint (:attr:`Checkpoint.source`: parameters read one slab at a time,
+        lazy: ask for a lazy checkpoint (:attr:`Checkpoint.slabs`: parameters read one slab at a time,
             placeholders until then) when the format's reader can do it (``FormatSpec.lazy``);
             otherwise, or when false, everything is read now. Loaded slabs are checked for NaN/Inf too.
         **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files);
@@ -81,7 +81,7 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     budget.check_count(path, "names", len(ckpt.tensors), "tensors")
     check_finite(ckpt, str(path))
     return replace(ckpt, format=fmt.name,
-                   source=None if ckpt.source is None else CheckedSlabs(ckpt, str(path), fmt.name))
+                   slabs=None if ckpt.slabs is None else CheckedSlabs(ckpt, str(path), fmt.name))
 
 
 

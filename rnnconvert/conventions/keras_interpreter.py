@@ -159,14 +159,14 @@ def default_reset_after(keras_version: str | None) -> bool | None:
 
 class Interpreter:
     """Turns :class:`LayerEntry` records (:meth:`entry`, in file order) into ``self.ckpt``'s canonical layers
-    and tensors. ``source``: where entries with ``locations`` are read from (``None``: entries hold arrays)."""
+    and tensors. ``tensors``: where entries with ``locations`` are read from (``None``: entries hold arrays)."""
 
     def __init__(self, path: str, keras_version: str | None, gate_activation: str | None,
-                 source: TensorSource | None = None):
+                 tensors: TensorSource | None = None):
         self.path = path
         self.keras_version = keras_version
         self.gate_override = gate_activation
-        self.source = source
+        self.tensors = tensors
         self.ckpt = Checkpoint(format="keras_h5", meta={"path": path, "keras_version": keras_version})
         # by position, parallel to self.ckpt.layers: specs[i][d] = how direction d of layer i is loaded
         # (None: read from arrays, nothing to load)
@@ -175,8 +175,8 @@ class Interpreter:
     def value(self, e: LayerEntry, j: int) -> np.ndarray:
         """Weight ``j`` of ``e`` as an array (read now when the entry holds placeholders)."""
         w = e.weights[j]
-        if is_placeholder(w) and e.locations is not None and self.source is not None:
-            return self.source.value(e.locations[j])
+        if is_placeholder(w) and e.locations is not None and self.tensors is not None:
+            return self.tensors.value(e.locations[j])
         return w
 
     def layer_specs(self) -> list[list[tuple["DirSpec", dict[str, Any]]]]:
@@ -410,13 +410,13 @@ class Interpreter:
         else:
             dp = convert_direction(spec, raw, f"{self.path}: layer '{name}'")
             how = None
-        if e.locations is not None and self.source is not None:
+        if e.locations is not None and self.tensors is not None:
             # the file's tensors are re-read when needed (verification), never held beside the canonical copy
             if keras1:
                 loc = e.locations
-                stored = self.source.stored({key: tuple(loc[j::3]) for j, key in enumerate(WEIGHTS)})
+                stored = self.tensors.stored({key: tuple(loc[j::3]) for j, key in enumerate(WEIGHTS)})
             else:
-                stored = self.source.stored(dict(zip(WEIGHTS, e.locations[:len(w)])))
+                stored = self.tensors.stored(dict(zip(WEIGHTS, e.locations[:len(w)])))
             if stored is not None:
                 raw = stored
         return RNNLayer(

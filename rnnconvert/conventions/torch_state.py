@@ -143,7 +143,7 @@ def lazy_state_dict(sd: dict[str, np.ndarray], mapped, where: str, fmt: str, non
         FormatError: as :func:`group_state_dict`."""
     stub = {k: placeholder(v.shape, v.dtype) if v.dtype.kind in "fc" else v for k, v in sd.items()}
     ckpt, keys = group(stub, where, fmt, nonlinearity)
-    return replace(ckpt, tensors={k: sd[k] for k in ckpt.tensors}, source=MappedSlabs(mapped, sd, keys, ckpt.layers))
+    return replace(ckpt, tensors={k: sd[k] for k in ckpt.tensors}, slabs=MappedSlabs(mapped, sd, keys, ckpt.layers))
 
 
 def has_torch_names(sd: dict[str, Any]) -> bool:

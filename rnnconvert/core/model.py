@@ -235,7 +235,7 @@ class RNNLayer:
             "gate_activation": s.gate_activation,
             "activation": s.activation,
             "return_sequences": self.return_sequences,
-            "source_class": self.source.get("class_name"),
+            "source_class": self.slabs.get("class_name"),
         }
         if self.cell is Cell.GRU:
             out["reset_after"] = s.reset_after
@@ -267,7 +267,7 @@ class SlabSource(Protocol):
     """Where a *lazy* :class:`Checkpoint`'s recurrent parameters come from (the file, still open or mapped).
 
     A reader called with ``lazy=True`` builds its checkpoint with one of these as
-    :attr:`Checkpoint.source`; the checkpoint's ``layers[i].params[k]`` are then :func:`placeholder`
+    :attr:`Checkpoint.slabs`; the checkpoint's ``layers[i].params[k]`` are then :func:`placeholder`
     arrays (right shapes and dtypes, no memory) until a slab is read. Slab ``(i, k)`` = stacked layer
     ``k`` of ``layers[i]``, all its directions (the unit of streaming conversion and verification).
     Implementations: ``torch_pt.ZipSlabs`` (memory-mapped ``torch.save`` zip), ``keras_h5``'s HDF5
@@ -303,7 +303,7 @@ class Checkpoint:
             in PyTorch naming and orientation: ``<layer>.weight`` ``(out, in)``, ``<layer>.bias``).
         format: the format name the checkpoint was read from (see :mod:`rnnconvert.engine.registry`).
         meta: provenance (path, framework version, ...).
-        source: ``None`` for an eagerly read checkpoint (every parameter held). For a *lazy* one
+        slabs: ``None`` for an eagerly read checkpoint (every parameter held). For a *lazy* one
             (readers called with ``lazy=True``: streaming conversion), the :class:`SlabSource` its
             slabs are read from, one at a time (:meth:`slab`); until then ``layers[i].params[k]``
             hold :func:`placeholder` arrays. Set when the checkpoint is built, never afterwards.
@@ -316,12 +316,12 @@ class Checkpoint:
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
     format: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
-    source: SlabSource | None = None
+    slabs: SlabSource | None = None
 
     @property
     def lazy(self) -> bool:
-        """Whether some parameters are still placeholders to be read from :attr:`source`."""
-        return self.source is not None
+        """Whether some parameters are still placeholders to be read from :attr:`slabs`."""
+        return self.slabs is not None
 
     def slab(self, i: int, k: int) -> list[DirectionParams]:
         """The directions of stacked layer ``k`` of ``layers[i]``: read from :attr:`source` for a lazy
@@ -330,9 +330,9 @@ class Checkpoint:
         The unit of streaming conversion: a bidirectional stacked layer's two directions. Raises
         ``ValueError`` when the loaded arrays' shapes or dtypes differ from the placeholders'."""
         held = self.layers[i].params[k]
-        if self.source is None:
+        if self.slabs is None:
             return held
-        dirs = self.source.read(i, k)
+        dirs = self.slabs.read(i, k)
         if len(dirs) != len(held):
             raise ValueError(f"layer '{self.layers[i].name}' (layer {k}): {len(dirs)} directions loaded, "
                              f"{len(held)} declared")
@@ -344,23 +344,23 @@ class Checkpoint:
         return dirs
 
     def release(self, i: int, k: int) -> None:
-        """:meth:`SlabSource.release` of a lazy checkpoint's source; nothing for an eager one."""
-        if self.source is not None:
-            self.source.release(i, k)
+        """:meth:`SlabSource.release` of a lazy checkpoint's slabs; nothing for an eager one."""
+        if self.slabs is not None:
+            self.slabs.release(i, k)
 
     def release_array(self, a: np.ndarray) -> None:
-        """:meth:`SlabSource.release_array` of a lazy checkpoint's source; nothing for an eager one."""
-        if self.source is not None:
-            self.source.release_array(a)
+        """:meth:`SlabSource.release_array` of a lazy checkpoint's slabs; nothing for an eager one."""
+        if self.slabs is not None:
+            self.slabs.release_array(a)
 
     def materialize(self) -> "Checkpoint":
         """An eager checkpoint: every slab of a lazy one read (through :meth:`slab`) into new layers;
         ``self`` unchanged. An eager checkpoint is returned as it is."""
-        if self.source is None:
+        if self.slabs is None:
             return self
         layers = [replace(layer, params=[self.slab(i, k) for k in range(layer.num_layers)])
                   for i, layer in enumerate(self.layers)]
-        return replace(self, layers=layers, source=None)
+        return replace(self, layers=layers, slabs=None)
 
     def layer(self, name: str) -> RNNLayer:
         """The layer called ``name``; raises ``KeyError`` listing the names there are."""

@@ -25,7 +25,7 @@ class CheckedSlabs:
     ``release_array``), so that a writer holds one tensor's pages at a time, not the slab's."""
 
     def __init__(self, ckpt: Checkpoint, where: str, fmt: str) -> None:
-        self.inner, self.layers, self.where, self.fmt = ckpt.source, ckpt.layers, where, fmt
+        self.inner, self.layers, self.where, self.fmt = ckpt.slabs, ckpt.layers, where, fmt
 
     def read(self, i: int, k: int):
         try:

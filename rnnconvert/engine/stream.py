@@ -176,7 +176,7 @@ def writer_view(ckpt: Checkpoint, forget_bias: str) -> Checkpoint:
     if not ckpt.lazy:
         return replace(ckpt, layers=[fold_forget_bias(layer) for layer in ckpt.layers])
     return replace(ckpt, layers=[layer.with_semantics(forget_bias=0.0) if layer.semantics.forget_bias else layer
-                                 for layer in ckpt.layers], source=FoldedSlabs(ckpt))
+                                 for layer in ckpt.layers], slabs=FoldedSlabs(ckpt))
 
 
 def folded_slab(layer, k: int, dirs: list[DirectionParams]) -> list[DirectionParams]:

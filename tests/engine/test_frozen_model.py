@@ -110,7 +110,7 @@ def test_verified_streamed_conversion_leaves_the_checkpoint_as_it_was(case, tmp_
     assert len(got) == 1
     ckpt = got[0]
     if case != "tf1":  # TF1 checkpoints are read eagerly either way
-        assert ckpt.lazy and isinstance(ckpt.source, SlabSource)
+        assert ckpt.lazy and isinstance(ckpt.slabs, SlabSource)
     if spec is not None and spec.source_forward is not None and case != "pt":
         assert calls, "the source side ran the source's own equations"
     assert _snapshot(ckpt) == before[0]
@@ -120,7 +120,7 @@ def test_no_callable_is_stored_in_a_checkpoint(tmp_path):
     """A lazy checkpoint's parts are data and one source object, never a function."""
     for src in (FIXTURES / "keras" / "bidi_lstm_concat.h5", FIXTURES / "tf" / "keras_lstm_bigru", _pt_source(tmp_path)):
         ckpt = rnnconvert.load(src, lazy=True)
-        assert ckpt.lazy and isinstance(ckpt.source, SlabSource)
+        assert ckpt.lazy and isinstance(ckpt.slabs, SlabSource)
         for f in dataclasses.fields(ckpt):
             if f.name != "source":
                 assert not callable(getattr(ckpt, f.name)), f.name
@@ -129,7 +129,7 @@ def test_no_callable_is_stored_in_a_checkpoint(tmp_path):
             for raw in layer.source.get("raw") or []:  # the stored tensors re-read for verification: records
                 assert not any(callable(v) for v in vars(raw).values()), (src, type(raw))  # (file, locations)
         eager = ckpt.materialize()
-        assert eager.source is None and not eager.lazy and ckpt.lazy  # a new checkpoint, the lazy one unchanged
+        assert eager.slabs is None and not eager.lazy and ckpt.lazy  # a new checkpoint, the lazy one unchanged
 
 
 def test_model_fields_cannot_be_assigned():
@@ -154,7 +154,7 @@ def test_keras_slab_source_is_keyed_by_position():
 
     path = FIXTURES / "keras" / "bidi_lstm_concat.h5"
     ckpt = keras_h5.read(path, lazy=True)
-    specs = ckpt.source.specs
+    specs = ckpt.slabs.specs
     assert isinstance(specs, list) and len(specs) == len(ckpt.layers)
     assert [len(s) for s in specs] == [layer.num_directions for layer in ckpt.layers]
     copy = dataclasses.replace(ckpt, layers=[dataclasses.replace(layer, params=[[dataclasses.replace(p) for p in dirs]

@@ -206,7 +206,7 @@ def _lazy_copy(ckpt: Checkpoint) -> Checkpoint:
                                       for p in dirs] for dirs in layer.params]) for layer in ckpt.layers]
     loader = lambda i, k: [DirectionParams(**{n: a.copy() for n, a in p.arrays().items()})  # noqa: E731
                            for p in ckpt.layers[i].params[k]]
-    return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, source=FnSlabs(loader))
+    return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, slabs=FnSlabs(loader))
 
 
 def _pt_sources(tmp: Path) -> list[Path]:
@@ -574,7 +574,7 @@ def test_verifier_thread_sees_slabs_in_order_with_two_alive(behind, tmp_path):
     src = tmp_path / "src.pt"
     torch.save(torch_rnn("LSTM", 4, 6, num_layers=5).state_dict(), src)
     ckpt = rnnconvert_load_lazy(src)
-    good = ckpt.source
+    good = ckpt.slabs
     events: list = []
 
     class Logged(FnSlabs):
@@ -591,7 +591,7 @@ def test_verifier_thread_sees_slabs_in_order_with_two_alive(behind, tmp_path):
         assert dirs[0].w_ih.shape == (24, 4 if k == 0 else 6)
         events.append(("verified", k))
 
-    lazy = replace(ckpt, source=Logged(loader))
+    lazy = replace(ckpt, slabs=Logged(loader))
     writer = _Recorder(events)
     writer.WRITE_BEHIND = behind
     assert stream_write(writer, lazy, on_slab=on_slab) == [] and writer.closed and not writer.aborted

@@ -264,7 +264,7 @@ def test_one_slab_alive_and_nothing_left_on_failure(tmp_path, k2):
         alive.append(weakref.ref(dirs[0].w_ih))
         return dirs
 
-    ck = replace(ck, source=FnSlabs(loader))
+    ck = replace(ck, slabs=FnSlabs(loader))
     api.save(ck, tmp_path / "ok.h5")
     assert len(alive) == 3
 
@@ -274,7 +274,7 @@ def test_one_slab_alive_and_nothing_left_on_failure(tmp_path, k2):
         return loader(i, k)
 
     alive.clear()
-    ck = replace(ck, source=FnSlabs(failing))
+    ck = replace(ck, slabs=FnSlabs(failing))
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(FormatError, match="slab 2"):

@@ -439,7 +439,7 @@ def test_streamed_onnx_failure_leaves_nothing(tmp_path):
 
     _, src = _stacked_pt(tmp_path, "GRU", layers=4)
     lazy = api.load(src, lazy=True)
-    good = lazy.source
+    good = lazy.slabs
 
     def failing(i, k):
         if k == 2:
@@ -448,7 +448,7 @@ def test_streamed_onnx_failure_leaves_nothing(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(FormatError, match="slab 2"):
-        api.save(replace(lazy, source=FnSlabs(failing)), out / "m.onnx", external_data=True, external_min_bytes=64)
+        api.save(replace(lazy, slabs=FnSlabs(failing)), out / "m.onnx", external_data=True, external_min_bytes=64)
     assert list(out.iterdir()) == []
 
 

@@ -51,7 +51,7 @@ def lazy_copy(ckpt: Checkpoint) -> Checkpoint:
         layers.append(replace(layer, params=ph))
     loader = lambda i, k: [DirectionParams(**{n: a.copy() for n, a in dp.arrays().items()})  # noqa: E731
                            for dp in ckpt.layers[i].params[k]]
-    return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, source=FnSlabs(loader))
+    return Checkpoint(layers=layers, tensors=ckpt.tensors, format=ckpt.format, meta=ckpt.meta, slabs=FnSlabs(loader))
 
 
 @pytest.mark.parametrize("block", [None, 4096], ids=["default_block", "direct_io_4k"])
@@ -100,14 +100,14 @@ def test_a_failing_slab_leaves_no_output(tmp_path):
     src = tmp_path / "src.pt"
     torch.save(torch_rnn("GRU", 4, 6, num_layers=3).state_dict(), src)
     ckpt = lazy_copy(rnnconvert.load(src))
-    good = ckpt.source
+    good = ckpt.slabs
 
     def loader(i, k):
         if k == 2:
             raise rnnconvert.errors.FormatError("slab 2 is damaged")
         return good.read(i, k)
 
-    ckpt = replace(ckpt, source=FnSlabs(loader))
+    ckpt = replace(ckpt, slabs=FnSlabs(loader))
     out = tmp_path / "out.pt"
     out.write_bytes(b"previous content")
     with pytest.raises(rnnconvert.errors.FormatError, match="slab 2"):
@@ -140,12 +140,12 @@ def test_write_behind_holds_two_slabs_and_hands_back_writer_errors(tmp_path, mon
         events.append(("written", k))
     monkeypatch.setattr(pt_writer.PtStream, "write_slab", write_slab)
     ckpt = rnnconvert.load(src, lazy=True)
-    good = ckpt.source
+    good = ckpt.slabs
 
     def loader(i, k):
         events.append(("read", k))
         return good.read(i, k)
-    ckpt = replace(ckpt, source=FnSlabs(loader))
+    ckpt = replace(ckpt, slabs=FnSlabs(loader))
     out = tmp_path / "out.pt"
     rnnconvert.save(ckpt, out)
     assert out.read_bytes() == torch_save_bytes(rnnconvert.load(src))

@@ -75,7 +75,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
             when a weights-only file cannot tell.
         lazy: return the structure only (layers, semantics, ``source`` provenance with the
             :class:`LazyRaw` tensor maps, Dense/Embedding tensors) with
-            :func:`~rnnconvert.core.model.placeholder` parameters, and ``ckpt.source`` (:class:`H5Slabs`) reading layer
+            :func:`~rnnconvert.core.model.placeholder` parameters, and ``ckpt.slabs`` (:class:`H5Slabs`) reading layer
             ``i``'s datasets (both directions of a Bidirectional: one slab) when asked. ``False``: the same,
             every slab loaded before returning (one code path).
 
@@ -159,7 +159,7 @@ def _read_path(path: str, gate_activation: str | None, lazy: bool = False) -> Ch
             rd = _read_file(f, path, gate_activation)
         except (OSError, RuntimeError, KeyError, ValueError) as exc:  # h5py on damaged B-trees, heaps
             raise _damaged(path, exc) from exc
-    ckpt = replace(rd.ckpt, source=H5Slabs(path, rd.layer_specs()))
+    ckpt = replace(rd.ckpt, slabs=H5Slabs(path, rd.layer_specs()))
     return ckpt if lazy else ckpt.materialize()
 
 

@@ -425,5 +425,5 @@ def read(path: str | Path, *, lazy: bool = False, **_: Any) -> Checkpoint:
         return ckpt
     if any(st is None for sl in stored for st in sl):  # some nodes' weights in the model, some not: whole
         return read(path)
-    return replace(ckpt, source=OnnxSlabs(stored, ckpt.layers))
+    return replace(ckpt, slabs=OnnxSlabs(stored, ckpt.layers))
 

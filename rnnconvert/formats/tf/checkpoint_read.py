@@ -225,7 +225,7 @@ def _object_paths(blob: bytes, where="") -> dict[str, str]:
 def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=None, rows_of=None) -> Checkpoint:
     """``names``: checkpoint key -> object path (``layer_with_weights-N/...``). With ``meta_of(key)`` (a
     placeholder of the variable's shape and dtype) the Keras interpreter (:mod:`rnnconvert.conventions.keras_interpreter`) builds the
-    structure from placeholders, and ``ckpt.source`` (:class:`KerasBundleSlabs`) reads layer ``i``'s tensors (``rows_of(key)``:
+    structure from placeholders, and ``ckpt.slabs`` (:class:`KerasBundleSlabs`) reads layer ``i``'s tensors (``rows_of(key)``:
     kernels as row-block sources, :class:`.tf_bundle.RowSource`, turned block by block as HDF5 datasets
     are; else ``get``) and converts them as the eager reader does (``interpreter.convert_direction``); other tensors
     (Dense) are read now."""
@@ -256,7 +256,7 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     for lay in kr.ckpt.layers:
         lay.source["format"] = "tf_checkpoint"
     if meta_of is not None:
-        return replace(kr.ckpt, source=KerasBundleSlabs(str(path), kr.layer_specs(), rows_of or get))
+        return replace(kr.ckpt, slabs=KerasBundleSlabs(str(path), kr.layer_specs(), rows_of or get))
     return kr.ckpt
 
 

@@ -123,7 +123,7 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
     :mod:`rnnconvert.formats.torch.zip_read` (tensors are views of a memory map of the file); what it
     declines (legacy files, bfloat16, other globals, ...) is loaded with ``torch.load(weights_only=True)``.
     ``lazy=True`` (zip files read by the restricted reader): the recurrent parameters are placeholders
-    read one slab at a time from ``ckpt.source`` (:class:`ZipSlabs`), whose ``release`` drops a slab's mapped pages.
+    read one slab at a time from ``ckpt.slabs`` (:class:`ZipSlabs`), whose ``release`` drops a slab's mapped pages.
 
     ``nonlinearity`` (``'tanh'``/``'relu'``) tells an ``nn.RNN``'s activation, which the file does not store.
 
@@ -162,7 +162,7 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
             np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in found.items()}
     ckpt, keys = group_keys(stub, str(p), "pt", nonlinearity)
     ckpt = replace(ckpt, tensors={k: arch.array(found[k]) for k in ckpt.tensors},
-                   source=ZipSlabs(arch, found, keys, ckpt.layers))
+                   slabs=ZipSlabs(arch, found, keys, ckpt.layers))
     if names.candidates(ckpt.tensors):  # hand-written cells beside torch.nn modules: read eagerly
         return names.add_rest(ckpt.materialize(), str(p), "pt", nonlinearity)
     return ckpt if lazy else ckpt.materialize()
