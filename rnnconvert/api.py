@@ -251,7 +251,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                                 "model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", "keras 3 load_model",
                                 verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
         if rep.verification is not None:
-            rep.verification.raise_if_failed(accept_inconclusive)
+            try:
+                rep.verification.raise_if_failed(accept_inconclusive)
+            except RNNConvertError as exc:
+                exc.report = rep  # what was measured, for the caller's --report
+                raise
         commit.commit(tmp, dst_p, force)
         if progress is not None:  # DST is in place: whatever the caller does with this, it succeeded
             try:
@@ -535,7 +539,7 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
             rep.verification = verify(src, dst, src_format=s_ckpt.format, dst_format=d_ckpt.format,
                                       read_opts=read_opts, seed=seed)
         except RNNConvertError as exc:
-            rep.verification_error = str(exc)
+            rep.verification_error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if fix is not None:
         rep.fixed, rep.fix_verification = _write_fixed(s_ckpt, d_ckpt, layers, Path(src), Path(fix), force,
                                                        read_opts, seed)

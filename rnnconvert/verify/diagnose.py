@@ -360,8 +360,8 @@ def diagnose_layer(name: str, s_layer: RNNLayer, d_layer: RNNLayer, fmt: str, se
             note = (f"{name}: the same function written differently ("
                     + ("b_ih and b_hh summed: harmless for this cell" if summed else
                        f"{', '.join(sorted(set(diff)))} differ within rounding") + ")")
-        return LayerDiagnosis(name, s_layer.name, "ok", note=note,
-                              errors={"source": err, "tolerance": tol}, src_index=-1)
+        return LayerDiagnosis(name, s_layer.name, "ok", note=note, errors={"source": err, "tolerance": tol},
+                              plan=plan or {})
     if plan is None or any(r is None for _, rec in plan.values() for r in rec.values()) or any(
             not _extras_same(e_layer.params[k2][d2], d_layer.params[k][d]) for (k, d), ((k2, d2), _) in plan.items()):
         missing = [] if plan is None else [f"{S.where(name, k, d)} {S.tensor_name(fmt, t, k, d)}"
@@ -470,8 +470,11 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
         params = [[None] * e_layer.num_directions for _ in range(e_layer.num_layers)]
         for (k, d), ((k2, d2), rec) in ld.plan.items():
             ep, dp = e_layer.params[k2][d2], d_layer.params[k][d]
-            params[k2][d2] = replace(ep, **{t: _invert(rec[t], t, getattr(dp, t), ep, e_layer.cell, fb,
-                                                       e_layer.hidden_size) for t in S.TENSORS})
+            # a tensor without a recipe belongs to a layer computing the source's function already (an exchanged
+            # layer written differently): the source's tensor
+            params[k2][d2] = replace(ep, **{t: np.array(getattr(ep, t)) if rec[t] is None else
+                                            _invert(rec[t], t, getattr(dp, t), ep, e_layer.cell, fb,
+                                                    e_layer.hidden_size) for t in S.TENSORS})
             for t in S.TENSORS:
                 if not S.same(getattr(params[k2][d2], t), getattr(ep, t), exact=False):
                     raise ValueError(f"layer '{ld.name}': undoing the slips did not give back the source's {t}")
