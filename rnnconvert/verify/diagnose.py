@@ -440,8 +440,15 @@ def diagnose(src: Checkpoint, dst: Checkpoint, seed: int = 0) -> list[LayerDiagn
                                              src.layers[i].name,
                                              f"{d_layer.name}: holds the parameters of source layer '{other.name}' "
                                              f"where '{src.layers[i].name}' belongs: layers exchanged"))
+                    # the other layer's slipped (or plain) function reproduces DST's; the layer's own source
+                    # comparison is kept where it could run (not where the shapes differ)
+                    if alt.verdict == "ok":
+                        alt.errors["slipped"] = alt.errors.pop("source")
+                    else:
+                        alt.errors.pop("source", None)
+                    if "source" in got.errors:
+                        alt.errors["source"] = got.errors["source"]
                     alt.verdict, alt.src_index = "slip", i2
-                    alt.errors["source"] = got.errors.get("source", float("inf"))
                     got = alt
                     break
         out.append(got)
