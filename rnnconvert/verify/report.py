@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..core.transforms import fold_forget_bias
-from ..errors import DependencyError, RNNConvertError
+from ..errors import RNNConvertError
+from ..errors import require as require_module
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;
@@ -291,11 +292,7 @@ def render(c: Content) -> str:
 
 def require() -> None:
     """Raise :class:`DependencyError` now when matplotlib (the ``report`` extra) is missing, before any work."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise DependencyError("--report needs matplotlib, which is not installed: "
-                              "pip install 'rnnconvert[report]' -c constraints.txt") from exc
+    require_module("matplotlib", "report")
 
 
 def write(path, content: Content) -> None:
