@@ -239,19 +239,23 @@ def _semantic_slips(name: str, e: RNNLayer, d: RNNLayer, fmt: str) -> list[Slip]
         if want == got:
             continue
         who = S.target_name(fmt)
+        # where DST's framework has no such choice (cuDNN/PyTorch: sigmoid gates, tanh, reset-after), the way out
+        # is another format; elsewhere (ONNX, Keras) DST's own attribute is wrong
+        out_of = (f"; {who} cannot express the source's: convert it to a format that does (ONNX)"
+                  if fmt in ("pt", "safetensors", "cudnn_npz") else f"; set DST's {f} to {want}")
         if f == "gate_activation":
             msg = (f"{name}: gates are run with {got} where the source uses {want}"
                    + (" (Keras-2 hard_sigmoid = clip(0.2 x + 0.5, 0, 1))" if want == "hard_sigmoid" else "")
-                   + f"; {who} cannot take it from the weights: convert to a format that expresses it (ONNX)")
+                   + out_of)
         elif f == "activation":
-            msg = (f"{name}: the candidate activation is {got} where the source uses {want}; "
-                   f"convert to a format that expresses it (ONNX)")
+            msg = f"{name}: the candidate activation is {got} where the source uses {want}" + out_of
         elif f == "reset_after":
             ra = "reset-after (r * (W_hn h + b_hn), PyTorch/cuDNN, Keras reset_after=True)"
             rb = "reset-before (W_hn (r * h), Keras reset_after=False, TF1 GRUCell)"
             msg = (f"{name}: the GRU is run {ra if got else rb} where the source is {rb if got else ra}; "
-                   f"the same weights compute another function: convert to a format with that variant (ONNX "
-                   f"linear_before_reset)")
+                   f"the same weights compute another function" + out_of.replace("set DST's reset_after to",
+                                                                                 "set DST's reset_after (ONNX "
+                                                                                 "linear_before_reset) to"))
         else:  # go_backwards
             msg = (f"{name}: the source reads the sequence backwards (Keras go_backwards=True) and DST forwards: "
                    f"go_backwards ignored (reverse the input in time, and the output back)" if want else
