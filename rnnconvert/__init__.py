@@ -11,7 +11,7 @@ Public API::
 Heavy frameworks (torch, tensorflow, onnx) are imported only inside the formats that need them.
 """
 
-from .api import ConversionReport, convert, inspect, list_formats, load, load_inputs, save, torch_modules, verify
+from .api import ConversionReport, DiagnosisReport, convert, diagnose, inspect, list_formats, load, load_inputs, save, torch_modules, verify
 from .errors import (DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError,
                      UnsupportedError, VerificationError)
 from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
@@ -19,7 +19,7 @@ from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cell", "Checkpoint", "ConversionReport", "DependencyError", "DirectionParams", "FormatError",
+    "Cell", "Checkpoint", "ConversionReport", "DiagnosisReport", "diagnose", "DependencyError", "DirectionParams", "FormatError",
     "OptionError", "OutputExistsError", "RNNConvertError", "RNNLayer", "Semantics", "UnsupportedError",
     "VerificationError", "convert", "inspect", "list_formats", "load", "load_inputs", "save", "torch_modules", "verify",
 ]

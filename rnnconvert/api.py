@@ -262,7 +262,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                                 "model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", "keras 3 load_model",
                                 verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
         if rep.verification is not None:
-            rep.verification.raise_if_failed(accept_inconclusive)
+            try:
+                rep.verification.raise_if_failed(accept_inconclusive)
+            except RNNConvertError as exc:
+                exc.report = rep  # what was measured, for the caller's --report
+                raise
         commit.commit(tmp, dst_p, force)
         if progress is not None:  # DST is in place: whatever the caller does with this, it succeeded
             try:
@@ -494,3 +498,111 @@ def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str,
     ckpt = src if isinstance(src, Checkpoint) else load(src, **opts)
     registry.get("pt").load().check(ckpt)  # modules() assumes the .pt writer's check passed, as a writer does
     return torch_rt.modules(ckpt)
+
+
+@dataclass
+class DiagnosisReport:
+    """What :func:`diagnose` found: per DST layer a :class:`rnnconvert.verify.diagnose.LayerDiagnosis`
+    (``'ok'``, ``'slip'`` with its slips, or ``'unexplained'``), the ordinary verification of DST against SRC
+    where it could run (``verification``; else ``verification_error``), and the corrected file when asked."""
+
+    src: str
+    dst: str
+    src_format: str
+    dst_format: str
+    layers: list = field(default_factory=list)
+    verification: VerifyReport | None = None
+    verification_error: str = ""
+    fixed: str | None = None
+    fix_verification: VerifyReport | None = None
+
+    @property
+    def verdict(self) -> str:
+        """``'ok'`` (every layer computes the source's function), ``'slip'`` (every other layer explained by
+        known slips) or ``'unexplained'``."""
+        got = {ld.verdict for ld in self.layers}
+        return "unexplained" if "unexplained" in got else "slip" if "slip" in got else "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "dst": self.dst, "src_format": self.src_format, "dst_format": self.dst_format,
+                "verdict": self.verdict, "layers": [ld.to_dict() for ld in self.layers],
+                "verification": self.verification.to_dict() if self.verification else None,
+                "verification_error": self.verification_error or None, "fixed": self.fixed,
+                "fix_verification": self.fix_verification.to_dict() if self.fix_verification else None}
+
+
+def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.PathLike | None = None,
+             force: bool = False, src_format: str | None = None, dst_format: str | None = None,
+             read_opts: dict[str, Any] | None = None, seed: int = 0, run_verify: bool = True) -> DiagnosisReport:
+    """Name the slip that makes ``dst`` (someone's conversion of ``src``) compute something else
+    (:mod:`rnnconvert.verify.diagnose`; docs/diagnose.md).
+
+    Both files are read by rnnconvert's readers (``read_opts`` for ``src``); each DST layer is compared with its
+    source layer tensor by tensor, the slip found is confirmed by the float64 equations. ``run_verify``: also
+    run the ordinary verification of DST (:func:`verify`; its numbers go to the report).
+
+    Args:
+        fix: write DST with every slip undone here, with DST's own format's writer (:func:`save`), verified
+            against ``src`` (:func:`verify`) before it is put in place.
+
+    Raises:
+        FormatError, UnsupportedError (``fix``: DST's format cannot express the source's layer, e.g. a Keras-2
+        ``hard_sigmoid`` in ``.pt``; the way out is named), VerificationError (``fix``: some layer is
+        unexplained, or the corrected file does not verify), OutputExistsError.
+    """
+    from .verify import diagnose as dg
+
+    budget.regular_source(src)
+    budget.regular_source(dst)
+    s_ckpt = load(src, src_format, **(read_opts or {})).materialize()
+    d_ckpt = load(dst, dst_format).materialize()
+    try:
+        layers = dg.diagnose(s_ckpt, d_ckpt, seed)
+    except ValueError as exc:
+        raise FormatError(f"{dst}: {exc}") from exc
+    rep = DiagnosisReport(str(src), str(dst), s_ckpt.format, d_ckpt.format, layers)
+    if run_verify:
+        try:
+            rep.verification = verify(src, dst, src_format=s_ckpt.format, dst_format=d_ckpt.format,
+                                      read_opts=read_opts, seed=seed)
+        except RNNConvertError as exc:
+            rep.verification_error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if fix is not None:
+        rep.fixed, rep.fix_verification = _write_fixed(s_ckpt, d_ckpt, layers, Path(src), Path(fix), force,
+                                                       read_opts, seed)
+    return rep
+
+
+def _write_fixed(s_ckpt: Checkpoint, d_ckpt: Checkpoint, layers: list, src: Path, out: Path, force: bool,
+                 read_opts: dict[str, Any] | None, seed: int) -> tuple[str, VerifyReport]:
+    """The corrected DST written with DST's format's writer into a folder beside ``out``, verified against
+    ``src``, then put in place (nothing is left at ``out`` on any error)."""
+    import shutil
+    import tempfile
+
+    from .errors import VerificationError
+    from .verify import diagnose as dg
+
+    commit.check_destination(out, force)
+    bad = [ld.name for ld in layers if ld.verdict == "unexplained"]
+    if bad:
+        raise VerificationError(f"--fix: no known slip explains layer(s) {', '.join(bad)}; nothing was written")
+    try:
+        fixed = dg.fixed_checkpoint(s_ckpt, d_ckpt, layers)
+    except ValueError as exc:
+        raise VerificationError(f"--fix: {exc}; nothing was written") from exc
+    if not out.parent.exists():
+        raise FormatError(f"{out.parent}: output directory does not exist")
+    folder = Path(tempfile.mkdtemp(prefix=".rnnconvert-fix-", dir=out.parent))
+    try:
+        tmp = folder / out.name
+        save(fixed, tmp, d_ckpt.format)
+        rep = verify(src, tmp, src_format=s_ckpt.format, dst_format=d_ckpt.format, read_opts=read_opts, seed=seed)
+        if rep.verdict != "ok":
+            c = next(c for c in rep.layers if not c.ok)
+            raise VerificationError(f"--fix: the corrected file does not verify: layer '{c.name}': {c.reason}; "
+                                    f"nothing was written")
+        commit.commit(tmp, out, force)
+        return str(out), rep
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -20,7 +20,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Convert trained LSTM/GRU/RNN weights between formats, exactly, and verify the result.")
 
-COMMANDS = {"convert", "inspect", "verify", "formats"}
+COMMANDS = {"convert", "inspect", "verify", "formats", "diagnose"}
 
 
 def _console(stderr: bool = False):
@@ -85,6 +85,9 @@ InputsOpt = Annotated[Optional[Path], typer.Option(
 AcceptOpt = Annotated[bool, typer.Option(
     "--accept-inconclusive", help="Keep the output (convert) or exit 0 (verify) when verification cannot decide "
                                   "(exit 9 otherwise).")]
+ReportOpt = Annotated[Optional[Path], typer.Option(
+    "--report", help="Also write a self-contained HTML report here (layers, exactness, notes, verdict, error plots; "
+                     "needs the 'report' extra: matplotlib).", show_default=False)]
 ReadOpt = Annotated[Optional[list[str]], typer.Option(
     "--read-opt", help="Reader option KEY=VALUE, repeatable (TensorFlow: forget_bias=0, cell_clip=3, "
                        "num_layers=2, hidden_size=256, bidirectional=true, activation=linear).")]
@@ -132,10 +135,12 @@ def convert(
     device: Annotated[str, typer.Option("--device", help="Verify with cpu (DST's own framework, default) or cuda "
                                         "(cuDNN on the GPU, two routes).")] = "cpu",
     as_json: JsonOpt = False,
+    report: ReportOpt = None,
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
     every recognised file under it into DST_DIR (--to required), in parallel with -j."""
     from . import api
+    from .errors import RNNConvertError
 
     verify = _verify_mode(verify, no_verify)
     if skip_existing and force:
@@ -154,11 +159,24 @@ def convert(
     if src.is_dir() and not _is_checkpoint_dir(src):
         if inputs is not None:
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
+        if report is not None:
+            raise typer.BadParameter("--report describes one conversion; it does not apply to a directory")
         raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, {**kwargs, "skip_existing": skip_existing}))
+    if report is not None:
+        from .verify import report as html_report
+
+        html_report.require()
     with _progress(quiet, f"converting {src.name}") as bar:
         try:
             rep = api.convert(src, dst, to=to, progress=bar.update,
                               verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
+        except RNNConvertError as exc:
+            if report is not None:  # the refusal or failure, with what was measured
+                done = getattr(exc, "report", None)
+                _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=src_format, error=exc.cli_message(),
+                      modules=done.modules if done else (), notes=done.notes if done else (),
+                      verification=done.verification if done else None, read_dst=False)
+            raise
         except KeyboardInterrupt:
             if not (bar.stage and bar.stage[0] == "done"):
                 raise
@@ -168,10 +186,22 @@ def convert(
             print(f"rnnconvert: {_shown(dst)} was written; interrupted before the report", file=sys.stderr)
             return
     try:  # DST is in place: whatever happens while reporting, the conversion succeeded (exit 0)
+        if report is not None:
+            _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=rep.src_format,
+                  dst_format=rep.dst_format, modules=rep.modules, notes=rep.notes, verification=rep.verification)
         _report(rep, as_json)
     except Exception as exc:  # noqa: BLE001 - e.g. a closed stdout
         print(f"rnnconvert: warning: {_shown(rep.dst)} was written; the report could not be printed "
               f"({type(exc).__name__}: {_shown(exc)})", file=sys.stderr)
+
+
+def _html(path: Path, kind: str, src, dst, read_opts: dict, read_dst: bool = True, **content) -> None:
+    """Write the HTML report (:mod:`rnnconvert.verify.report`) of a command to ``path``."""
+    from .verify import report as html_report
+
+    src_format, dst_format = content.pop("src_format", None), content.pop("dst_format", None)
+    html_report.write(path, html_report.gather(kind, src, dst if read_dst else None, src_format=src_format,
+                                               dst_format=dst_format, read_opts=read_opts, **content))
 
 
 def _report(rep, as_json: bool) -> None:
@@ -377,6 +407,7 @@ def verify(
     inputs: InputsOpt = None,
     accept_inconclusive: AcceptOpt = False,
     as_json: JsonOpt = False,
+    report: ReportOpt = None,
 ) -> None:
     """Check that DST computes what SRC computes, on a random batch (or --inputs); exit 5 if not, 9 when
     the check cannot decide."""
@@ -385,9 +416,15 @@ def verify(
 
     if device not in ("cpu", "cuda") or dtype not in ("float32", "float16"):
         raise typer.BadParameter("--device is cpu or cuda; --dtype is float32 or float16")
-    rep = api.verify(src, dst, mode=mode, read_opts=_read_opts(gate_activation, read_opt, name_map),
-                     device=device, dtype=dtype,
+    if report is not None:
+        from .verify import report as html_report
+
+        html_report.require()
+    opts = _read_opts(gate_activation, read_opt, name_map)
+    rep = api.verify(src, dst, mode=mode, read_opts=opts, device=device, dtype=dtype,
                      inputs=None if inputs is None else api.load_inputs(inputs))
+    if report is not None:
+        _html(report, "verification", src, dst, opts, verification=rep)
     if as_json:
         out = rep.to_dict()
         if device == "cuda":
@@ -413,6 +450,53 @@ def verify(
 
         raise InconclusiveError(f"verification of {dst} against {src} is inconclusive (see above; "
                                 f"--accept-inconclusive to accept)")
+
+
+@app.command()
+def diagnose(
+    src: Annotated[Path, typer.Argument(help="Source checkpoint.", show_default=False)],
+    dst: Annotated[Path, typer.Argument(help="Someone's conversion of SRC to diagnose.", show_default=False)],
+    fix: Annotated[Optional[Path], typer.Option("--fix", help="Write DST with the slips undone here (DST's format; "
+                                                "verified against SRC).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing --fix output.")] = False,
+    gate_activation: GateOpt = None,
+    read_opt: ReadOpt = None,
+    name_map: MapOpt = None,
+    as_json: JsonOpt = False,
+    report: ReportOpt = None,
+) -> None:
+    """Name the slip (gate order, transpose, biases, directions, activations...) that makes DST compute
+    something else than SRC, per layer; exit 0 when DST is right (or --fix wrote a verified file), 5 if not
+    (docs/diagnose.md)."""
+    from . import api
+    from .errors import VerificationError
+
+    if report is not None:
+        from .verify import report as html_report
+
+        html_report.require()
+    opts = _read_opts(gate_activation, read_opt, name_map)
+    rep = api.diagnose(src, dst, fix=fix, force=force, read_opts=opts)
+    if report is not None:
+        _html(report, "diagnosis", src, dst, opts, src_format=rep.src_format, dst_format=rep.dst_format,
+              verification=rep.verification, diagnosis=rep)
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        con = _console()
+        for ld in rep.layers:
+            tag = {"ok": "ok  ", "slip": "SLIP", "unexplained": "UNEXPLAINED"}[ld.verdict]
+            if ld.verdict == "ok":
+                con.print(f"{tag} {_shown(ld.note or ld.name)}")
+            elif ld.verdict == "slip":
+                for s in ld.slips:
+                    con.print(f"{tag} {_shown(s.message)}")
+            else:
+                con.print(f"{tag} {_shown(ld.note)}")
+        if rep.fixed:
+            con.print(_shown(f"fixed: {rep.fixed} written and verified against {src}"))
+    if rep.verdict != "ok" and not rep.fixed:
+        raise typer.Exit(VerificationError.exit_code)
 
 
 @app.command()

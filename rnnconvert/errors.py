@@ -119,6 +119,7 @@ EXTRAS = {
     "safetensors": "nothing required (rnnconvert reads and writes the format itself); the library is used "
                    "when present",
     "fast": "a C CRC-32C for TensorFlow checkpoint checksums",
+    "report": "the plots of the HTML report (--report)",
 }
 
 

@@ -4,7 +4,7 @@ report in the same terms without a format importing the verification engine."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -16,7 +16,12 @@ class LayerCheck:
     ``<= 1``). ``seq_err``/``seq_tol``: the short full-sequence comparison (of a stacked layer compared slab by slab, the slab
     closest to failing; ``max_abs_ref`` is then that slab's output scale). ``max_abs_err``/``tolerance``:
     the comparison closer to failing of the two (for one-line reports). ``verdict``: ``'ok'``, ``'fail'``
-    or ``'inconclusive'``; ``reason`` says why when not ok."""
+    or ``'inconclusive'``; ``reason`` says why when not ok.
+
+    Per time step (input time order; for the plots of the HTML report, ``--report``; empty where that comparison
+    did not run): ``step_err_t``/``step_bound_t``, the largest one-step error and the largest element of its
+    bound over the sequences, stacked layers, directions, ``h`` and ``c`` of the trajectory states before step
+    ``t`` (the probes left out); ``seq_err_t``, the largest error of the short sequence at step ``t``."""
 
     name: str
     max_abs_err: float
@@ -34,6 +39,9 @@ class LayerCheck:
     seq_err: float = 0.0
     seq_tol: float = 0.0
     steps_checked: int = 0
+    step_err_t: list[float] = field(default_factory=list)
+    step_bound_t: list[float] = field(default_factory=list)
+    seq_err_t: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -492,6 +492,8 @@ class StreamedVerification:
         layer = self.ckpt.layers[i]
         worst = {"ratio": 0.0, "err": 0.0, "bound": 0.0, "tol": 0.0, "loose": 0.0, "where": "", "n": 0,
                  "scale": 0.0}
+        B, T = self.x[i].shape[:2]
+        per_t = np.zeros((2, T))  # the largest error and bound element at each step t (the report's plot)
         note = ""
         for k, (xf, entries) in enumerate(self.slabs[i]):
             got, why = self._target_step(dst_module, dst_path, layer, k, xf, [e[0] for e in entries])
@@ -514,10 +516,15 @@ class StreamedVerification:
                               f"sequence {j[0] // T}, step {j[0] % T}")
                         worst.update(ratio=ratio, err=err, bound=bound,
                                      where=f"stacked layer {k}, direction {d}, {what}, {at}")
+                    rows = B * T  # the trajectory's states (row b * T + t), then the probes
+                    e_t = np.nan_to_num(np.abs(tv[:rows] - ev[:rows]), nan=np.inf).reshape(B, T, -1).max(axis=(0, 2))
+                    per_t[0] = np.maximum(per_t[0], e_t)
+                    per_t[1] = np.maximum(per_t[1], bd[:rows].reshape(B, T, -1).max(axis=(0, 2)))
                     worst["err"] = max(worst["err"], float(np.nanmax(np.abs(tv - ev))))
                     worst["tol"] = max(worst["tol"], float(bd.max()))
                     worst["scale"] = max(worst["scale"], scale)
                     worst["n"] += ev.shape[0] - escapes.N_PROBES if what == "h" else 0
+        worst["err_t"], worst["bound_t"] = per_t[0].tolist(), per_t[1].tolist()
         return worst, note
 
     def _read_back(self, dst_path, dst_module, layer: RNNLayer) -> RNNLayer | None:
@@ -604,11 +611,14 @@ class StreamedVerification:
             canon = reference.forward(layer, xs, kernels=FAST) if source.own_equations(self.src_module, layer) else self.y64[i]
             spread = float(np.abs(canon - emulate(layer, xs)).max())
         seqs = []  # (err, tolerance, scale) of the whole layer, or of each slab
+        seq_t = None  # the largest error at each step (the report's plot)
         for y, y32, ref in runs:
             y = np.asarray(y, np.float64)
             if y.shape != ref.shape:
                 raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
                                         f"differs from the source's {ref.shape}")
+            e_t = np.nan_to_num(np.abs(y - ref), nan=np.inf).max(axis=(0, 2))
+            seq_t = e_t if seq_t is None or seq_t.shape != e_t.shape else np.maximum(seq_t, e_t)
             own = float(np.abs(ref - np.asarray(y32, np.float64)).max())
             seqs.append((float(np.abs(y - ref).max()) if np.isfinite(y).all() else float("inf"),
                          sequence_tolerance(ref, y32, first, spread), float(np.abs(ref).max()), spread > own))
@@ -629,8 +639,10 @@ class StreamedVerification:
                 route += f"; {why}"
         c = LayerCheck(layer.name, seq_err, seq_tol, seq_scale, self.routes[i], route, "sequence",
                        seq_err=seq_err, seq_tol=seq_tol)
+        c.seq_err_t = [] if seq_t is None else seq_t.tolist()
         if st:
             c.step_err, c.step_tol, c.step_ratio, c.steps_checked = st["err"], st["tol"], st["ratio"], st["n"]
+            c.step_err_t, c.step_bound_t = st["err_t"], st["bound_t"]
             if st["ratio"] >= seq_err / max(seq_tol, 1e-300):
                 c.max_abs_err, c.tolerance, c.reference = st["err"], st["bound"], "step"
         T = self._seq_x(i).shape[1]

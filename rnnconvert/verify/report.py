@@ -1,0 +1,323 @@
+"""The HTML report of ``convert``, ``verify`` and ``diagnose`` (``--report PATH``): one self-contained file
+(inline CSS, PNG plots as base64 ``data:`` URIs; it opens in a browser with no server and nothing fetched).
+
+What it holds: source and target (paths, formats); every layer of both with its cell, sizes and semantics;
+per layer and tensor what the target holds against the source's canonical parameters (bit-exact, or the
+largest difference measured: rounded or rescaled); the conversion's notes, module lines and any refusal or
+error; the verdict with the numbers verification measured (:class:`rnnconvert.verify.checks.LayerCheck`:
+nothing that was not measured is printed: a comparison that did not run shows a dash); the diagnosis
+(:mod:`rnnconvert.verify.diagnose`) with its slips; and two matplotlib plots per verified layer: the one-step
+error against its bound per time step (``step_err_t``, ``step_bound_t``) and the short sequence's error per
+step against its tolerance (``seq_err_t``, ``seq_tol``).
+
+matplotlib is the ``report`` extra: without it :func:`write` raises :class:`~rnnconvert.errors.DependencyError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.transforms import fold_forget_bias
+from ..errors import RNNConvertError
+from ..errors import require as require_module
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;
+color:#1b1f24;background:#fff;padding:0 1em}
+h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;border-bottom:1px solid #d0d7de;padding-bottom:.2em;
+margin-top:1.6em}h3{font-size:1.05em}
+.wide{overflow-x:auto}table{border-collapse:collapse;margin:.5em 0;font-size:.9em}th,td{border:1px solid #d0d7de;padding:.25em .55em;
+text-align:left;vertical-align:top}th{background:#f6f8fa}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.92em}
+.badge{display:inline-block;padding:.15em .6em;border-radius:1em;font-weight:600;color:#fff}
+.ok{background:#1a7f37}.fail,.slip,.unexplained{background:#cf222e}.inconclusive{background:#9a6700}
+.none{background:#57606a}
+.note{color:#57606a}.plot{max-width:100%;border:1px solid #d0d7de;margin:.4em 0}
+ul{margin:.3em 0 .3em 1.2em;padding:0}
+"""
+
+
+@dataclass
+class Content:
+    """What one report shows; ``kind``: ``'conversion'``, ``'verification'`` or ``'diagnosis'``."""
+
+    kind: str
+    src: str
+    dst: str
+    src_format: str = ""
+    dst_format: str = ""
+    src_ckpt: Any = None
+    dst_ckpt: Any = None
+    modules: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+    verification: Any = None
+    diagnosis: Any = None
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x))
+
+
+def _num(x: float, fmt: str = ".3g") -> str:
+    return format(x, fmt) if np.isfinite(x) else str(x)
+
+
+def _load(path: str, fmt: str | None, opts: dict | None) -> tuple[Any, str]:
+    """The checkpoint at ``path`` read eagerly by rnnconvert's reader, or ``(None, why)``."""
+    from .. import api  # a lazy import: api does not import this module
+
+    try:
+        return api.load(path, fmt or None, **(opts or {})).materialize(), ""
+    except RNNConvertError as exc:
+        return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - a report is written whatever the files are
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def gather(kind: str, src, dst, *, src_format: str | None = None, dst_format: str | None = None,
+           read_opts: dict | None = None, modules=(), notes=(), error: str = "", verification=None,
+           diagnosis=None) -> Content:
+    """A :class:`Content` with both files read (where they can be) for the layer tables and the parameter
+    comparison."""
+    c = Content(kind, str(src), str(dst), src_format or "", dst_format or "", modules=list(modules),
+                notes=list(notes), error=error, verification=verification, diagnosis=diagnosis)
+    if src is not None and Path(src).exists():
+        c.src_ckpt, why = _load(str(src), src_format, read_opts)
+        if c.src_ckpt is not None:
+            c.src_format = c.src_ckpt.format
+        elif why:
+            c.notes.append(f"source not read for this report: {why}")
+    if dst is not None and Path(dst).exists():
+        c.dst_ckpt, why = _load(str(dst), dst_format, None)
+        if c.dst_ckpt is not None:
+            c.dst_format = c.dst_ckpt.format
+        elif why:
+            c.notes.append(f"target not read back for this report: {why}")
+    return c
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sections
+
+def _layers_table(ckpt) -> str:
+    cols = ["name", "cell", "input_size", "hidden_size", "num_layers", "bidirectional", "proj_size", "bias",
+            "dtype", "gate_activation", "activation", "reset_after", "forget_bias", "go_backwards", "merge_mode",
+            "source_class"]
+    rows = [layer.describe() for layer in ckpt.layers]
+    cols = [c for c in cols if any(c in r for r in rows)]
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{_e(r.get(c, '–'))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
+
+
+def _params_table(src, dst) -> str:
+    """Per layer and tensor: bit-exact, or the largest measured difference between the target's parameters (read
+    back) and the source's canonical ones (a TF1 forget bias folded)."""
+    names = {layer.name: layer for layer in dst.layers}
+    rows = []
+    for s in src.layers:
+        d = names.get(s.name)
+        if d is None or (s.cell, s.input_size, s.hidden_size, s.num_layers, s.bidirectional) != (
+                d.cell, d.input_size, d.hidden_size, d.num_layers, d.bidirectional):
+            rows.append(f"<tr><td>{_e(s.name)}</td><td colspan=3>not compared: the target holds no layer of this "
+                        f"name and shape</td></tr>")
+            continue
+        e = fold_forget_bias(s)
+        for k in range(e.num_layers):
+            for di in range(e.num_directions):
+                ea, da = e.params[k][di].arrays(), d.params[k][di].arrays()
+                for t in ea:
+                    a, b = ea[t], da.get(t)
+                    if b is None or a.shape != b.shape:
+                        what = "not held by the target" if b is None else f"shape {b.shape} vs {a.shape}"
+                    elif np.array_equal(a, b):
+                        what = "bit-exact" + ("" if a.dtype == b.dtype else f" ({a.dtype} -> {b.dtype})")
+                    else:
+                        diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+                        rel = float((diff / np.maximum(np.abs(np.asarray(a, np.float64)), 1e-300)).max())
+                        what = (f"differs: max abs {_num(float(diff.max()))}, max relative {_num(rel)} "
+                                f"({'rounded' if rel < 1e-5 else 'rescaled or changed'})")
+                    rows.append(f"<tr><td>{_e(s.name)}</td><td>{k}</td><td>{'backward' if di else 'forward'}</td>"
+                                f"<td><code>{_e(t)}</code>: {_e(what)}</td></tr>")
+    return ("<table><tr><th>layer</th><th>stacked</th><th>direction</th><th>target against source</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _measured(c, attr: str, fmt: str = ".3g") -> str:
+    v = getattr(c, attr)
+    return "–" if (attr.startswith("step") and not c.steps_checked) or (
+        attr.startswith("seq") and not (c.seq_tol > 0 or c.seq_err > 0)) else _e(_num(v, fmt))
+
+
+def _verification(rep) -> str:
+    rows = []
+    for c in rep.layers:
+        rows.append(
+            f"<tr><td>{_e(c.name)}</td><td><span class='badge {_e(c.verdict)}'>{_e(c.verdict)}</span></td>"
+            f"<td>{_measured(c, 'step_err')}</td><td>{_measured(c, 'step_ratio')}</td>"
+            f"<td>{c.steps_checked or '–'}</td><td>{_measured(c, 'seq_err')}</td><td>{_measured(c, 'seq_tol')}</td>"
+            f"<td>{_e(c.source_route)}<br>vs {_e(c.target_route)}</td><td>{_e(c.reason) or '–'}</td></tr>")
+    head = ("<tr><th>layer</th><th>verdict</th><th>one-step max abs error</th><th>error / bound</th>"
+            "<th>steps</th><th>sequence max abs error</th><th>sequence tolerance</th><th>engines</th>"
+            "<th>reason</th></tr>")
+    meta = (f"<p class='note'>batch {rep.batch} x {rep.steps} steps, seed {rep.seed}, "
+            f"{rep.seconds:.2f} s</p>") if rep.batch else ""
+    return f"{meta}<table>{head}{''.join(rows)}</table>"
+
+
+def _plot(c) -> str:
+    """Two panels as one PNG data URI ``<img>``: one-step error and bound per step; sequence error and tolerance
+    per step. Empty when neither was measured."""
+    if not (c.step_err_t or c.seq_err_t):
+        return ""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.2), dpi=90)
+    axes = fig.subplots(1, 2)
+
+    def pos(v):  # log axes: an exact 0 is not drawn (said in the legend)
+        a = np.asarray(v, np.float64)
+        return np.where(a > 0, a, np.nan)
+
+    ax = axes[0]
+    if c.step_err_t:
+        t = np.arange(len(c.step_err_t))
+        ax.semilogy(t, pos(c.step_err_t), "o-", color="#cf222e", label="max |target - exact| (h, c)")
+        ax.semilogy(t, pos(c.step_bound_t), "s--", color="#0969da", label="max element of the bound")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "one-step comparison not run", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title(f"{c.name}: one step from the source's states", fontsize=9)
+    ax.set_xlabel("time step t (state before step t)", fontsize=8)
+    ax = axes[1]
+    if c.seq_err_t:
+        t = np.arange(len(c.seq_err_t))
+        ax.semilogy(t, pos(c.seq_err_t), "o-", color="#cf222e", label="max |target - source|")
+        if c.seq_tol > 0:
+            ax.axhline(c.seq_tol, color="#0969da", ls="--", label=f"tolerance {c.seq_tol:.2g}")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "sequence comparison not run", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title(f"{c.name}: the short sequence", fontsize=9)
+    ax.set_xlabel("time step", fontsize=8)
+    for ax in axes:
+        ax.tick_params(labelsize=8)
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return (f"<img class='plot' alt='errors of {_e(c.name)} per time step' "
+            f"src='data:image/png;base64,{data}'>")
+
+
+def _diagnosis(dg) -> str:
+    out = []
+    for ld in dg.layers:
+        nums = ", ".join(f"{k} {_num(v)}" for k, v in ld.errors.items())
+        out.append(f"<h3>{_e(ld.name)} <span class='badge {_e(ld.verdict)}'>{_e(ld.verdict)}</span></h3>"
+                   f"<p class='note'>compared with source layer <code>{_e(ld.source)}</code> by the float64 "
+                   f"equations; max abs output difference: {_e(nums) or '–'}</p>")
+        if ld.slips:
+            out.append("<ul>" + "".join(f"<li>{_e(s.message)}</li>" for s in ld.slips) + "</ul>")
+        if ld.note:
+            out.append(f"<p>{_e(ld.note)}</p>")
+    if dg.fixed:
+        out.append(f"<p>Corrected file written: <code>{_e(dg.fixed)}</code> (verified: "
+                   f"{_e(dg.fix_verification.verdict if dg.fix_verification else '–')})</p>")
+    return "".join(out)
+
+
+def render(c: Content) -> str:
+    """The report's HTML text.
+
+    Raises:
+        DependencyError: matplotlib is missing and there is something to plot."""
+    from .. import __version__
+
+    verdict = ""
+    if c.error:
+        verdict = "fail"
+    if c.verification is not None:
+        verdict = c.verification.verdict
+    if c.diagnosis is not None:
+        verdict = c.diagnosis.verdict
+    title = {"conversion": "Conversion", "verification": "Verification", "diagnosis": "Diagnosis"}[c.kind]
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>rnnconvert {title.lower()} "
+             f"report</title><style>{CSS}</style></head><body>",
+             f"<h1>rnnconvert {title.lower()} report <span class='badge {_e(verdict or 'none')}'>"
+             f"{_e(verdict or 'not verified')}</span></h1>",
+             f"<p class='note'>rnnconvert {_e(__version__)}</p>",
+             "<h2>Source and target</h2><table>"
+             f"<tr><th>source</th><td class='mono'>{_e(c.src)}</td><td>{_e(c.src_format or '–')}</td></tr>"
+             f"<tr><th>target</th><td class='mono'>{_e(c.dst)}</td><td>{_e(c.dst_format or '–')}</td></tr></table>"]
+    if c.error:
+        parts.append(f"<h2>Refusal or error</h2><p><code>{_e(c.error)}</code></p>")
+    parts.append("<h2>Layers</h2>")
+    if c.src_ckpt is not None:
+        parts.append("<h3>source</h3>" + _layers_table(c.src_ckpt))
+    if c.dst_ckpt is not None:
+        parts.append("<h3>target, read back</h3>" + _layers_table(c.dst_ckpt))
+    if c.src_ckpt is not None and c.dst_ckpt is not None:
+        parts.append("<h2>Parameters: exact, rounded or rescaled</h2>" + _params_table(c.src_ckpt, c.dst_ckpt))
+    if c.modules or c.notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(m)}</li>" for m in [*c.modules, *c.notes]) + "</ul>")
+    if c.diagnosis is not None:
+        parts.append("<h2>Diagnosis</h2>" + _diagnosis(c.diagnosis))
+    rep = c.verification
+    if rep is not None:
+        parts.append("<h2>Verification</h2>" + _verification(rep))
+        plots = [p for p in (_plot(lc) for lc in rep.layers) if p]
+        if plots:
+            parts.append("<h2>Errors per time step</h2><p class='note'>Left: the largest one-step error against "
+                         "the largest element of its float bound; right: the short sequence's largest error "
+                         "against its tolerance (log scale; an exact 0 is not drawn).</p>" + "".join(plots))
+    elif c.kind != "diagnosis" or (c.diagnosis is not None and c.diagnosis.verification_error):
+        why = c.diagnosis.verification_error if c.diagnosis is not None else "not verified"
+        parts.append(f"<h2>Verification</h2><p>{_e(why or 'not verified')}</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def require() -> None:
+    """Raise :class:`DependencyError` now when matplotlib (the ``report`` extra) is missing, before any work."""
+    require_module("matplotlib", "report")
+
+
+def write(path, content: Content) -> None:
+    """Write the report of ``content`` to ``path`` (a temporary file beside it, then renamed).
+
+    Raises:
+        DependencyError: matplotlib (the ``report`` extra) is not installed.
+        OutputError: the file cannot be written."""
+    from ..engine import commit
+
+    require()
+    text = render(content)
+    dst = Path(path)
+    tmp = None
+    try:
+        tmp = commit.temp_beside(dst)
+        tmp.write_text(text, encoding="utf-8")
+        commit.commit(tmp, dst, True)
+    except RNNConvertError:
+        raise
+    except Exception as exc:
+        env = commit.output_error(exc, dst)
+        if env is None:
+            raise
+        raise env from exc
+    finally:
+        if tmp is not None:
+            commit.discard(tmp)

@@ -1,0 +1,184 @@
+"""``rnnconvert diagnose`` (issue #32) on a slip corpus of hand ports (fixtures/gen_slips.py: PyTorch state
+dicts made with h5py, numpy and ``torch.save`` from the framework-made Keras fixtures, the real-world textgenrnn
+and mycroft checkpoints, a TF1 checkpoint read by TensorFlow, a torch-made LSTM; never rnnconvert's writer).
+
+Oracles: the correct ports (controls) are settled by the frameworks -- ``torch.nn`` running the hand-made state
+dict reproduces Keras's own outputs stored beside the fixture (``<layer>__out``); a ``--fix`` output likewise
+runs in ``torch.nn`` to Keras's outputs. Each slip and each pair must be named exactly (layer, kind, tensor);
+the confirmation numbers (the slipped source reproduces DST, the source does not) are asserted as measured."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "fixtures"))
+import gen_slips  # noqa: E402
+
+from rnnconvert import api  # noqa: E402
+from rnnconvert.cli import main  # noqa: E402
+from rnnconvert.errors import UnsupportedError, VerificationError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("slips")
+    return {c["name"]: c for c in gen_slips.build(out)}
+
+
+NAMES = ["control_lstm", "control_gru_reset_after", "control_textgenrnn", "control_textgenrnn_summed_biases",
+         "lstm_w_hh_onnx_order", "lstm_w_ih_reshaped", "lstm_w_hh_blocks_not_transposed", "gru_keras_gate_order",
+         "gru_biases_summed", "gru_b_hh_dropped", "bidi_directions_exchanged", "textgenrnn_layers_exchanged",
+         "textgenrnn_cudnn_kernel_transposed", "lstm_hard_sigmoid_as_sigmoid", "gru_reset_before_as_after",
+         "lstm_go_backwards_ignored", "torch_stacked_layers_exchanged", "pair_gru_keras_order_b_hh_dropped",
+         "pair_bidi_exchanged_w_hh_onnx", "pair_hard_sigmoid_w_ih_reshaped",
+         "pair_textgenrnn_onnx_order_b_hh_dropped", "mycroft_keras_order_in_torch"]
+
+
+def _torch_run(state: dict, prefix: str, x: np.ndarray) -> np.ndarray:
+    """``torch.nn`` built from a hand-made state dict's shapes, run on ``x`` (batch first)."""
+    sd = {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+    w = sd["weight_ih_l0"]
+    H = sd["weight_hh_l0"].shape[1]
+    cls = {4: torch.nn.LSTM, 3: torch.nn.GRU}[w.shape[0] // H]
+    m = cls(w.shape[1], H, batch_first=True, bidirectional=any(k.endswith("_reverse") for k in sd))
+    m.load_state_dict(sd)
+    with torch.no_grad():
+        return m(torch.from_numpy(np.ascontiguousarray(x, np.float32)))[0].numpy()
+
+
+def test_corpus_is_complete(corpus):
+    assert sorted(corpus) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("control_") and "summed" not in n])
+def test_controls_reproduce_the_frameworks_outputs(corpus, name):
+    """The generator's correct ports are right by Keras's own numbers (oracle: Keras outputs in the fixture's
+    .npz, torch.nn running the port)."""
+    c = corpus[name]
+    npz, layer = c["oracle"]
+    z = np.load(ROOT / "fixtures" / npz)
+    y = _torch_run(torch.load(c["dst"], weights_only=True), layer, z[f"{layer}__in"])
+    want = z[f"{layer}__out"]
+    assert np.abs(y - want).max() <= 1e-4 * max(1.0, float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_slip_is_named(corpus, name):
+    c = corpus[name]
+    rep = api.diagnose(c["src"], c["dst"], run_verify=False)
+    got = sorted({(s.layer, s.kind, s.tensor) for ld in rep.layers for s in ld.slips})
+    assert got == sorted(tuple(e) for e in c["expect"])
+    assert rep.verdict == ("ok" if c["ok"] else "slip")
+    for ld in rep.layers:
+        e = ld.errors
+        if ld.verdict == "slip":  # confirmed: the slipped source gives DST's outputs, the source does not
+            # (layers exchanged across shapes: the layer's own source cannot even run on DST's sizes)
+            assert e["slipped"] <= e["tolerance"] < e.get("source", np.inf)
+            assert all(s.message for s in ld.slips)
+        else:
+            assert e["source"] <= e["tolerance"]
+
+
+def test_summed_lstm_biases_are_ok_and_said(corpus):
+    c = corpus["control_textgenrnn_summed_biases"]
+    rep = api.diagnose(c["src"], c["dst"], run_verify=False)
+    assert rep.verdict == "ok" and all("summed" in ld.note for ld in rep.layers)
+
+
+def test_gate_order_message_names_the_order(corpus):
+    c = corpus["gru_keras_gate_order"]
+    ld = api.diagnose(c["src"], c["dst"], run_verify=False).layers[0]
+    s = next(s for s in ld.slips if s.tensor == "w_hh")
+    assert (s.frm, s.to, s.depth, s.direction) == ("zrn", "rzn", 0, 0)
+    assert s.message.startswith("gru (layer 0, forward): weight_hh_l0 gate blocks are in order z,r,n")
+    assert "where PyTorch expects r,z,n (z and r exchanged)" in s.message
+
+
+@pytest.mark.parametrize("name", ["lstm_w_hh_onnx_order", "lstm_w_ih_reshaped", "lstm_w_hh_blocks_not_transposed",
+                                  "gru_keras_gate_order", "gru_biases_summed", "pair_gru_keras_order_b_hh_dropped",
+                                  "pair_bidi_exchanged_w_hh_onnx", "textgenrnn_layers_exchanged",
+                                  "textgenrnn_cudnn_kernel_transposed", "torch_stacked_layers_exchanged"])
+def test_fix_is_verified(corpus, name, tmp_path):
+    c = corpus[name]
+    out = tmp_path / "fixed.pt"
+    rep = api.diagnose(c["src"], c["dst"], fix=out, run_verify=False)
+    assert rep.fixed == str(out) and rep.fix_verification.verdict == "ok"
+    assert api.verify(c["src"], out).verdict == "ok"
+    assert api.diagnose(c["src"], out, run_verify=False).verdict == "ok"
+    assert [p.name for p in tmp_path.iterdir()] == ["fixed.pt"]  # nothing else left beside it
+    src = Path(c["src"])
+    oracle = src.with_suffix(".npz")
+    if oracle.exists() and src.parent.name == "keras":  # Keras's own outputs: torch.nn runs the fixed file to them
+        z = np.load(oracle)
+        state = torch.load(out, weights_only=True)
+        layer = next(k.split(".")[0] for k in state)
+        y = _torch_run(state, layer, z[f"{layer}__in"])
+        assert np.abs(y - z[f"{layer}__out"]).max() <= 1e-4 * max(1.0, float(np.abs(z[f"{layer}__out"]).max()))
+
+
+@pytest.mark.parametrize("name", ["lstm_hard_sigmoid_as_sigmoid", "gru_reset_before_as_after"])
+def test_fix_refused_where_pytorch_cannot_express_the_source(corpus, name, tmp_path):
+    c = corpus[name]
+    with pytest.raises(UnsupportedError, match="onnx"):
+        api.diagnose(c["src"], c["dst"], fix=tmp_path / "fixed.pt", run_verify=False)
+    assert not list(tmp_path.iterdir())
+
+
+def test_unexplained_names_the_first_diverging_step(corpus, tmp_path):
+    """A nudged bias (no known slip) is said unexplained, with where the outputs part; --fix refuses."""
+    c = corpus["control_lstm"]
+    state = torch.load(c["dst"], weights_only=True)
+    state["lstm.bias_ih_l0"] = state["lstm.bias_ih_l0"].clone()
+    state["lstm.bias_ih_l0"][1] += 0.25  # the i gate: the outputs part at the first step
+    dst = tmp_path / "nudged.pt"
+    torch.save(state, dst)
+    rep = api.diagnose(c["src"], dst, run_verify=False)
+    ld = rep.layers[0]
+    assert rep.verdict == "unexplained" and not ld.slips
+    assert ld.diverge["step"] == 0 and ld.diverge["direction"] == 0
+    assert ld.diverge["max_abs_diff"] > ld.diverge["tolerance"]
+    assert "no known slip explains it" in ld.note and "bias_ih_l0" in ld.note and "step 0" in ld.note
+    with pytest.raises(VerificationError):
+        api.diagnose(c["src"], dst, fix=tmp_path / "fixed.pt", run_verify=False)
+    assert not (tmp_path / "fixed.pt").exists()
+
+
+def test_cli_json_carries_the_slip(corpus, capsys):
+    c = corpus["pair_gru_keras_order_b_hh_dropped"]
+    rc = main(["diagnose", c["src"], c["dst"], "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == VerificationError.exit_code and out["verdict"] == "slip"
+    slips = out["layers"][0]["slips"]
+    drop = next(s for s in slips if s["kind"] == "bias_dropped")
+    assert {k: drop[k] for k in ("layer", "depth", "direction", "tensor", "from", "to")} == {
+        "layer": "gru", "depth": 0, "direction": 0, "tensor": "b_hh", "from": "zeros", "to": "b_hh"}
+    assert out["verification"]["verdict"] == "fail"  # the ordinary verification, run alongside
+
+
+def test_cli_ok_and_lines(corpus, capsys):
+    c = corpus["control_lstm"]
+    assert main(["diagnose", c["src"], c["dst"]]) == 0
+    c = corpus["lstm_w_ih_reshaped"]
+    assert main(["diagnose", c["src"], c["dst"]]) == VerificationError.exit_code
+    assert "SLIP lstm (layer 0, forward): weight_ih_l0 is the (in, 4*H) kernel reshaped" in capsys.readouterr().out
+
+
+def test_tf1_forget_bias(tmp_path):
+    """TF1 LSTMCell (TensorFlow reads the fixture): forget_bias not folded, alone and with TF1's gate order."""
+    pytest.importorskip("tensorflow")
+    for c in gen_slips.build_tf1(tmp_path):
+        rep = api.diagnose(c["src"], c["dst"], run_verify=False)
+        got = sorted({(s.layer, s.kind, s.tensor) for ld in rep.layers for s in ld.slips})
+        assert got == sorted(tuple(e) for e in c["expect"]), c["name"]
+        assert rep.verdict == ("ok" if c["ok"] else "slip"), c["name"]
+        if not c["ok"]:
+            out = tmp_path / f"fixed_{c['name']}.pt"
+            assert api.diagnose(c["src"], c["dst"], fix=out, run_verify=False).fix_verification.verdict == "ok"
