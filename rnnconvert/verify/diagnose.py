@@ -493,4 +493,4 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
         name = dst.layers[target].name
         layers[target] = replace(d_layer, name=name, semantics=e_layer.semantics, params=params,
                                  source=dst.layers[target].source)
-    return replace(dst, layers=layers, source=None)
+    return replace(dst, layers=layers, slabs=None)

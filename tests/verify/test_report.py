@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from rnnconvert.cli import main  # noqa: E402
 from rnnconvert.errors import UnsupportedError, VerificationError  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KERAS = ROOT / "fixtures" / "keras"
 IMG = re.compile(r"<img [^>]*src='data:image/png;base64,([A-Za-z0-9+/=]+)'")
 

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "fixtures"))
 import gen_slips  # noqa: E402
 
