@@ -44,7 +44,8 @@ class Convention:
         orientation: ``"in_out"`` (``(in, G*H)``, ``x @ K``) or ``"out_in"`` (``(G*H, in)``, ``W x``).
         bias: ``"single"`` (one vector, ``b_ih + b_hh``), ``"double"`` (two vectors ``b_ih``,
             ``b_hh``), ``"double_rows"`` (Keras GRU ``(2, G*H)``: row 0 input, row 1 recurrent),
-            ``"double_flat"`` (Keras CuDNN layers ``(2*G*H,)``: input biases then recurrent).
+            ``"double_flat"`` (Keras CuDNN layers ``(2*G*H,)``: input biases then recurrent),
+            ``"b_bhn"`` (MLX GRU: ``b`` ``(3H,)`` = ``b_ih`` with ``b_hr``, ``b_hz`` summed in, and ``bhn`` = ``b_hn``).
         source: where the fact comes from.
     """
 
@@ -94,6 +95,12 @@ TABLE: dict[tuple[str, Cell], Convention] = {
     ("cudnn", _G): Convention("rzn", "out_in", "double", "cuDNN cudnnGetRNNLinLayerMatrixParams doc (linLayerID 0-2 r,z,n)"),
     ("cudnn", _T): Convention("h", "out_in", "double", "cuDNN doc"),
     ("cudnn", _R): Convention("h", "out_in", "double", "cuDNN doc"),
+    # MLX nn.LSTM Wx (4H, I) split i,f,g,o, one bias; nn.GRU Wx (3H, I) r,z,n, b (3H) + bhn (H); nn.RNN Wxh.
+    # MLX < 0.18 stored the transpose (in, G*H): the reader detects it from shapes (mlx_read).
+    ("mlx", _L): Convention("ifgo", "out_in", "single", "mlx/nn/layers/recurrent.py v0.32.4 (LSTM.__call__ split i, f, g, o)"),
+    ("mlx", _G): Convention("rzn", "out_in", "b_bhn", "mlx/nn/layers/recurrent.py v0.32.4 (GRU: x_rz, x_n; b, bhn)"),
+    ("mlx", _T): Convention("h", "out_in", "single", "mlx/nn/layers/recurrent.py v0.32.4 (RNN)"),
+    ("mlx", _R): Convention("h", "out_in", "single", "mlx/nn/layers/recurrent.py v0.32.4 (RNN, nonlinearity=relu)"),
 }
 
 

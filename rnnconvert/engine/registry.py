@@ -92,6 +92,10 @@ FORMATS: tuple[Format, ...] = (
     Format("npz", "rnnconvert.formats.storage.spec:NPZ", (".npz",),
            "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)",
            sniff="rnnconvert.formats.storage.sniff:npz"),
+    # mlx's sniff claims safetensors/.npz files of MLX recurrent key sets; safetensors' sniff declines them
+    Format("mlx", "rnnconvert.formats.mlx.spec:MLX", (".mlx.safetensors",),
+           "MLX mlx.nn.LSTM/GRU/RNN weights (save_weights .safetensors or .npz; written as safetensors)",
+           sniff="rnnconvert.formats.mlx.sniff:mlx"),
 )
 
 _BY_NAME: dict[str, Format] = {}
