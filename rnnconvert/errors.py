@@ -118,6 +118,7 @@ EXTRAS = {
     "safetensors": "nothing required (rnnconvert reads and writes the format itself); the library is used "
                    "when present",
     "fast": "a C CRC-32C for TensorFlow checkpoint checksums",
+    "openvino": "OpenVINO IR output and its verification by the OpenVINO runtime (reading IRs needs nothing)",
     "mlx": "verification of MLX output by MLX running the written file (reading MLX files needs nothing)",
 }
 

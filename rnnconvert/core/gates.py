@@ -95,6 +95,12 @@ TABLE: dict[tuple[str, Cell], Convention] = {
     ("cudnn", _G): Convention("rzn", "out_in", "double", "cuDNN cudnnGetRNNLinLayerMatrixParams doc (linLayerID 0-2 r,z,n)"),
     ("cudnn", _T): Convention("h", "out_in", "double", "cuDNN doc"),
     ("cudnn", _R): Convention("h", "out_in", "double", "cuDNN doc"),
+    # OpenVINO LSTMSequence-5 W [D, 4H, I] gates f,i,c,o, one summed B; GRUSequence-5 z,r,h, B 3H summed or
+    # 4H [z, r summed; h input; hn recurrent] under linear_before_reset; RNNSequence-5 one block.
+    ("openvino", _L): Convention("figo", "out_in", "single", "OpenVINO opset spec LSTMSequence-5 (gate order f, i, c, o)"),
+    ("openvino", _G): Convention("zrn", "out_in", "single", "OpenVINO opset spec GRUSequence-5 (z, r, h; linear_before_reset B 4H)"),
+    ("openvino", _T): Convention("h", "out_in", "single", "OpenVINO opset spec RNNSequence-5"),
+    ("openvino", _R): Convention("h", "out_in", "single", "OpenVINO opset spec RNNSequence-5 (activations relu)"),
     # MLX nn.LSTM Wx (4H, I) split i,f,g,o, one bias; nn.GRU Wx (3H, I) r,z,n, b (3H) + bhn (H); nn.RNN Wxh.
     # MLX < 0.18 stored the transpose (in, G*H): the reader detects it from shapes (mlx_read).
     ("mlx", _L): Convention("ifgo", "out_in", "single", "mlx/nn/layers/recurrent.py v0.32.4 (LSTM.__call__ split i, f, g, o)"),

@@ -96,6 +96,10 @@ FORMATS: tuple[Format, ...] = (
     Format("mlx", "rnnconvert.formats.mlx.spec:MLX", (".mlx.safetensors",),
            "MLX mlx.nn.LSTM/GRU/RNN weights (save_weights .safetensors or .npz; written as safetensors)",
            sniff="rnnconvert.formats.mlx.sniff:mlx"),
+    Format("openvino", "rnnconvert.formats.openvino.spec:OPENVINO", (),
+           "OpenVINO IR with LSTMSequence/GRUSequence/RNNSequence nodes: read from the .xml (its .bin beside it) "
+           "or a folder holding one; written as a folder DST/ with model.xml and model.bin",
+           sniff="rnnconvert.formats.openvino.sniff:openvino"),
 )
 
 _BY_NAME: dict[str, Format] = {}
