@@ -227,3 +227,18 @@ def test_header_offsets_outside_the_file_are_refused(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(len(js).to_bytes(8, "little") + js + src[8 + n:])
     with pytest.raises(FormatError, match="bad header record"):
         api.load(tmp_path / "bad.safetensors", "mlx")
+
+
+def test_verification_catches_swapped_gates_in_a_written_mlx_file(tmp_path):
+    pytest.importorskip("mlx.core")
+    from dataclasses import replace
+
+    torch.save(torch.nn.GRU(3, 4).state_dict(), tmp_path / "m.pt")
+    good = api.load(tmp_path / "m.pt")
+    layer = good.layers[0]
+    p, H = layer.params[0][0], layer.hidden_size
+    bad = replace(layer, params=[[replace(p, w_hh=np.concatenate([p.w_hh[H:2 * H], p.w_hh[:H], p.w_hh[2 * H:]]))]])
+    api.save(replace(good, layers=[bad]), tmp_path / "bad.mlx.safetensors", "mlx")
+    rep = api.verify(tmp_path / "m.pt", tmp_path / "bad.mlx.safetensors")
+    assert any(c.verdict != "ok" for c in rep.layers)
+    assert "MLX" in rep.layers[0].target_route

@@ -101,6 +101,12 @@ TABLE: dict[tuple[str, Cell], Convention] = {
     ("openvino", _G): Convention("zrn", "out_in", "single", "OpenVINO opset spec GRUSequence-5 (z, r, h; linear_before_reset B 4H)"),
     ("openvino", _T): Convention("h", "out_in", "single", "OpenVINO opset spec RNNSequence-5"),
     ("openvino", _R): Convention("h", "out_in", "single", "OpenVINO opset spec RNNSequence-5 (activations relu)"),
+    # PaddlePaddle nn.LSTM/GRU/SimpleRNN cells: weight_ih (G*H, in), x @ W.T, i,f,g,o / r,z,n, two biases;
+    # weight_ho (H, P) is the transpose of torch's weight_hr (pdparams_read).
+    ("paddle", _L): Convention("ifgo", "out_in", "double", "paddle/nn/layer/rnn.py 3.3.1 (LSTMCell.forward: chunked_gates i, f, c, o)"),
+    ("paddle", _G): Convention("rzn", "out_in", "double", "paddle/nn/layer/rnn.py 3.3.1 (GRUCell.forward: x_r, x_z, x_c)"),
+    ("paddle", _T): Convention("h", "out_in", "double", "paddle/nn/layer/rnn.py 3.3.1 (SimpleRNNCell)"),
+    ("paddle", _R): Convention("h", "out_in", "double", "paddle/nn/layer/rnn.py 3.3.1 (SimpleRNNCell, activation='relu')"),
     # MLX nn.LSTM Wx (4H, I) split i,f,g,o, one bias; nn.GRU Wx (3H, I) r,z,n, b (3H) + bhn (H); nn.RNN Wxh.
     # MLX < 0.18 stored the transpose (in, G*H): the reader detects it from shapes (mlx_read).
     ("mlx", _L): Convention("ifgo", "out_in", "single", "mlx/nn/layers/recurrent.py v0.32.4 (LSTM.__call__ split i, f, g, o)"),

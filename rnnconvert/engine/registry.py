@@ -100,6 +100,9 @@ FORMATS: tuple[Format, ...] = (
            "OpenVINO IR with LSTMSequence/GRUSequence/RNNSequence nodes: read from the .xml (its .bin beside it) "
            "or a folder holding one; written as a folder DST/ with model.xml and model.bin",
            sniff="rnnconvert.formats.openvino.sniff:openvino"),
+    Format("paddle", "rnnconvert.formats.paddle.spec:PADDLE", (".pdparams",),
+           "PaddlePaddle paddle.save state dict of nn.LSTM/GRU/SimpleRNN (read by an allow-list unpickler)",
+           sniff="rnnconvert.formats.paddle.sniff:paddle"),
 )
 
 _BY_NAME: dict[str, Format] = {}
