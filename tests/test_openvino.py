@@ -220,3 +220,15 @@ def test_unsafe_and_damaged_ir_is_one_line(tmp_path):
     (tmp_path / "d.bin").unlink()
     with pytest.raises(FormatError, match="no weights file"):
         api.load(tmp_path / "d.xml", "openvino")
+
+
+def test_force_replaces_a_written_ir_folder(tmp_path):
+    pytest.importorskip("openvino")
+    from rnnconvert.errors import OutputExistsError
+
+    torch.save(torch.nn.GRU(3, 4).state_dict(), tmp_path / "m.pt")
+    api.convert(tmp_path / "m.pt", tmp_path / "ir", to="openvino")
+    with pytest.raises(OutputExistsError):
+        api.convert(tmp_path / "m.pt", tmp_path / "ir", to="openvino")
+    api.convert(tmp_path / "m.pt", tmp_path / "ir", to="openvino", force=True)
+    assert sorted(p.name for p in (tmp_path / "ir").iterdir()) == ["model.bin", "model.xml"]

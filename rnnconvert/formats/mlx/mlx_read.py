@@ -164,7 +164,7 @@ def read(path: str | Path, *, orientation: str = "auto", nonlinearity: str = "ta
         if o is None:
             raise FormatError(f"{p}: MLX RNN '{pre or 'rnn'}' has input size = hidden size, so its (out, in) "
                               "layout (MLX >= 0.18) and (in, out) layout (MLX < 0.18) cannot be told apart; "
-                              "name it with orientation=out_in or orientation=in_out (--read-opt)")
+                              "name it with orientation=out_in or orientation=in_out (MLX < 0.18; the CLI's --read-opt)")
         ckpt.layers.append(_layer(p, pre, cls, own[pre], o, nonlinearity))
     claimed = {mlx_names.join(pre, leaf) for pre in found for leaf in own[pre]}
     from dataclasses import replace
