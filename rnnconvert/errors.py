@@ -120,6 +120,8 @@ EXTRAS = {
                    "when present",
     "fast": "a C CRC-32C for TensorFlow checkpoint checksums",
     "report": "the plots of the HTML report (--report)",
+    "openvino": "OpenVINO IR output and its verification by the OpenVINO runtime (reading IRs needs nothing)",
+    "mlx": "verification of MLX output by MLX running the written file (reading MLX files needs nothing)",
 }
 
 

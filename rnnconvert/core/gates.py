@@ -44,7 +44,8 @@ class Convention:
         orientation: ``"in_out"`` (``(in, G*H)``, ``x @ K``) or ``"out_in"`` (``(G*H, in)``, ``W x``).
         bias: ``"single"`` (one vector, ``b_ih + b_hh``), ``"double"`` (two vectors ``b_ih``,
             ``b_hh``), ``"double_rows"`` (Keras GRU ``(2, G*H)``: row 0 input, row 1 recurrent),
-            ``"double_flat"`` (Keras CuDNN layers ``(2*G*H,)``: input biases then recurrent).
+            ``"double_flat"`` (Keras CuDNN layers ``(2*G*H,)``: input biases then recurrent),
+            ``"b_bhn"`` (MLX GRU: ``b`` ``(3H,)`` = ``b_ih`` with ``b_hr``, ``b_hz`` summed in, and ``bhn`` = ``b_hn``).
         source: where the fact comes from.
     """
 
@@ -94,6 +95,24 @@ TABLE: dict[tuple[str, Cell], Convention] = {
     ("cudnn", _G): Convention("rzn", "out_in", "double", "cuDNN cudnnGetRNNLinLayerMatrixParams doc (linLayerID 0-2 r,z,n)"),
     ("cudnn", _T): Convention("h", "out_in", "double", "cuDNN doc"),
     ("cudnn", _R): Convention("h", "out_in", "double", "cuDNN doc"),
+    # OpenVINO LSTMSequence-5 W [D, 4H, I] gates f,i,c,o, one summed B; GRUSequence-5 z,r,h, B 3H summed or
+    # 4H [z, r summed; h input; hn recurrent] under linear_before_reset; RNNSequence-5 one block.
+    ("openvino", _L): Convention("figo", "out_in", "single", "OpenVINO opset spec LSTMSequence-5 (gate order f, i, c, o)"),
+    ("openvino", _G): Convention("zrn", "out_in", "single", "OpenVINO opset spec GRUSequence-5 (z, r, h; linear_before_reset B 4H)"),
+    ("openvino", _T): Convention("h", "out_in", "single", "OpenVINO opset spec RNNSequence-5"),
+    ("openvino", _R): Convention("h", "out_in", "single", "OpenVINO opset spec RNNSequence-5 (activations relu)"),
+    # PaddlePaddle nn.LSTM/GRU/SimpleRNN cells: weight_ih (G*H, in), x @ W.T, i,f,g,o / r,z,n, two biases;
+    # weight_ho (H, P) is the transpose of torch's weight_hr (pdparams_read).
+    ("paddle", _L): Convention("ifgo", "out_in", "double", "paddle/nn/layer/rnn.py 3.3.1 (LSTMCell.forward: chunked_gates i, f, c, o)"),
+    ("paddle", _G): Convention("rzn", "out_in", "double", "paddle/nn/layer/rnn.py 3.3.1 (GRUCell.forward: x_r, x_z, x_c)"),
+    ("paddle", _T): Convention("h", "out_in", "double", "paddle/nn/layer/rnn.py 3.3.1 (SimpleRNNCell)"),
+    ("paddle", _R): Convention("h", "out_in", "double", "paddle/nn/layer/rnn.py 3.3.1 (SimpleRNNCell, activation='relu')"),
+    # MLX nn.LSTM Wx (4H, I) split i,f,g,o, one bias; nn.GRU Wx (3H, I) r,z,n, b (3H) + bhn (H); nn.RNN Wxh.
+    # MLX < 0.18 stored the transpose (in, G*H): the reader detects it from shapes (mlx_read).
+    ("mlx", _L): Convention("ifgo", "out_in", "single", "mlx/nn/layers/recurrent.py v0.32.4 (LSTM.__call__ split i, f, g, o)"),
+    ("mlx", _G): Convention("rzn", "out_in", "b_bhn", "mlx/nn/layers/recurrent.py v0.32.4 (GRU: x_rz, x_n; b, bhn)"),
+    ("mlx", _T): Convention("h", "out_in", "single", "mlx/nn/layers/recurrent.py v0.32.4 (RNN)"),
+    ("mlx", _R): Convention("h", "out_in", "single", "mlx/nn/layers/recurrent.py v0.32.4 (RNN, nonlinearity=relu)"),
 }
 
 

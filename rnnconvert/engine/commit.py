@@ -100,9 +100,9 @@ def _set_mode(tmp: Path, dst: Path) -> None:
         pass
 
 
-#: The entries of a TF checkpoint folder rnnconvert writes (formats/tf1_writer.py, tf2_writer.py): the only
-#: ones ``--force`` replaces.
-OWN_TF_ENTRY = re.compile(r"^(checkpoint|ckpt(-\d+)?\.(index|data-\d{5}-of-\d{5}))$")
+#: The entries of a folder rnnconvert writes (a TF checkpoint: formats/tf/tf1_write.py, tf2_write.py; an OpenVINO
+#: IR: formats/openvino/ir_write.py): the only ones ``--force`` replaces.
+OWN_TF_ENTRY = re.compile(r"^(checkpoint|ckpt(-\d+)?\.(index|data-\d{5}-of-\d{5})|model\.(xml|bin))$")
 
 
 def check_destination(dst: Path, force: bool) -> None:

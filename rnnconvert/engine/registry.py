@@ -92,6 +92,17 @@ FORMATS: tuple[Format, ...] = (
     Format("npz", "rnnconvert.formats.storage.spec:NPZ", (".npz",),
            "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)",
            sniff="rnnconvert.formats.storage.sniff:npz"),
+    # mlx's sniff claims safetensors/.npz files of MLX recurrent key sets; safetensors' sniff declines them
+    Format("mlx", "rnnconvert.formats.mlx.spec:MLX", (".mlx.safetensors",),
+           "MLX mlx.nn.LSTM/GRU/RNN weights (save_weights .safetensors or .npz; written as safetensors)",
+           sniff="rnnconvert.formats.mlx.sniff:mlx"),
+    Format("openvino", "rnnconvert.formats.openvino.spec:OPENVINO", (),
+           "OpenVINO IR with LSTMSequence/GRUSequence/RNNSequence nodes: read from the .xml (its .bin beside it) "
+           "or a folder holding one; written as a folder DST/ with model.xml and model.bin",
+           sniff="rnnconvert.formats.openvino.sniff:openvino"),
+    Format("paddle", "rnnconvert.formats.paddle.spec:PADDLE", (".pdparams",),
+           "PaddlePaddle paddle.save state dict of nn.LSTM/GRU/SimpleRNN (read by an allow-list unpickler)",
+           sniff="rnnconvert.formats.paddle.sniff:paddle"),
 )
 
 _BY_NAME: dict[str, Format] = {}

@@ -1,0 +1,254 @@
+"""The OpenVINO IR reader: ``LSTMSequence``, ``GRUSequence`` and ``RNNSequence`` nodes of an IR (``model.xml`` +
+``model.bin``), read without OpenVINO.
+
+Layout (OpenVINO opset specifications ``LSTMSequence-5``, ``GRUSequence-5``, ``RNNSequence-5``; the IR format,
+docs.openvino.ai "OpenVINO IR format"): each ``<layer type="Const">`` names ``element_type``, ``shape``,
+``offset`` and ``size`` of its bytes in the ``.bin``; ``<edges>`` connect ``from-layer``/``from-port`` to
+``to-layer``/``to-port``, a layer's input ports numbered in input order. ``W [D, G*H, I]``, ``R [D, G*H, H]``
+(``W x`` orientation, PyTorch's), gates LSTM ``f, i, c, o``, GRU ``z, r, h`` (``core/gates.py`` rows
+``("openvino", cell)``); LSTM and RNN ``B [D, G*H]`` is one summed bias (canonical ``b_ih = B``, ``b_hh = 0``);
+GRU ``linear_before_reset=true``: ``B [D, 4H]`` = ``[b_z, b_r`` (input and recurrent summed), ``b_h`` (input),
+``b_hn`` (recurrent, inside the reset product)``]`` -> ``b_ih = [b_r, b_z, b_h]``, ``b_hh = [0, 0, b_hn]``;
+``linear_before_reset=false``: ``B [D, 3H]`` summed, a reset-before GRU (``reset_after=False``). A weight may
+reach the node through a ``Convert`` (an f16 IR: ``compress_to_fp16`` stores f16 constants and converts them
+at run time): the stored f16 array is read as it is (the conversion to f32 is exact). All copies: bit-exact.
+
+Safety: the XML is parsed by ``xml.etree`` after refusing any ``<!DOCTYPE``/``<!ENTITY`` (no entity expansion,
+no external references) and above :data:`MAX_XML` bytes; at most the ``graph_nodes`` budget of layers; a
+constant is read only inside the ``.bin`` and only when its declared size equals its shape's.
+
+Each sequence node is one canonical layer (one stacked layer; ``bidirectional`` from ``direction``), named by its
+friendly name (:func:`.naming.layer_name`).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import gates
+from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from ...errors import FormatError, UnsupportedError
+from ...safety import budget
+from . import naming
+
+#: the largest ``.xml`` read
+MAX_XML = 256 << 20
+#: IR element types the reader takes for weights
+DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
+#: every element type a Const may declare (for its size check)
+ITEMSIZE = {"f32": 4, "f16": 2, "f64": 8, "bf16": 2, "i64": 8, "i32": 4, "u64": 8, "u32": 4, "i8": 1, "u8": 1,
+            "boolean": 1, "i16": 2, "u16": 2}
+
+
+def paths(path: str | Path) -> tuple[Path, Path]:
+    """``(xml, bin)`` of an IR given as its ``.xml`` or as a folder holding one ``.xml`` (rnnconvert writes
+    ``model.xml``/``model.bin``); the ``.bin`` has the ``.xml``'s stem.
+
+    Raises:
+        FormatError: no ``.xml``, several, or no ``.bin`` beside it.
+    """
+    p = Path(path)
+    if p.is_dir():
+        xmls = sorted(p.glob("*.xml"))
+        if len(xmls) != 1:
+            raise FormatError(f"{p}: a folder with {len(xmls)} .xml files; give the IR's .xml")
+        p = xmls[0]
+    b = p.with_suffix(".bin")
+    if not b.is_file():
+        raise FormatError(f"{p}: no weights file {b.name} beside it (an OpenVINO IR is .xml + .bin)")
+    return p, b
+
+
+def parse(xml: Path) -> ET.Element:
+    """The IR's XML root (``<net>``), parsed safely (module docstring).
+
+    Raises:
+        FormatError: too large, a DTD or entity declaration, not XML, not an IR.
+    """
+    size = xml.stat().st_size
+    if size > MAX_XML:
+        raise FormatError(f"{xml}: {size} bytes of XML; rnnconvert reads IRs up to {MAX_XML} bytes")
+    text = xml.read_bytes()
+    if b"<!DOCTYPE" in text or b"<!ENTITY" in text:
+        raise FormatError(f"{xml}: the XML declares a DTD or entities; refused (an OpenVINO IR has none)")
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise FormatError(f"{xml}: not readable as XML ({exc})") from exc
+    if root.tag != "net" or root.find("layers") is None:
+        raise FormatError(f"{xml}: not an OpenVINO IR (no <net><layers>)")
+    return root
+
+
+class Graph:
+    """The layers and edges of a parsed IR, and its constants read from the ``.bin`` on demand."""
+
+    def __init__(self, xml: Path, binp: Path) -> None:
+        root = parse(xml)
+        self.xml, self.bin, self.bin_size = xml, binp, binp.stat().st_size
+        self.layers: dict[str, ET.Element] = {}
+        for el in root.find("layers"):
+            if el.tag == "layer":
+                self.layers[el.get("id", "")] = el
+        budget.check_count(xml, "graph_nodes", len(self.layers), "IR layers")
+        self.into: dict[tuple[str, str], tuple[str, str]] = {}
+        edges = root.find("edges")
+        for e in (edges if edges is not None else []):
+            self.into[(e.get("to-layer", ""), e.get("to-port", ""))] = (e.get("from-layer", ""), e.get("from-port", ""))
+
+    def inputs(self, el: ET.Element) -> list[str]:
+        """The port ids of ``el``'s inputs, in input order."""
+        ins = el.find("input")
+        return [] if ins is None else [p.get("id", "") for p in ins if p.tag == "port"]
+
+    def producer(self, el: ET.Element, i: int) -> ET.Element | None:
+        """The layer feeding input ``i`` of ``el`` (``None``: not connected)."""
+        ports = self.inputs(el)
+        if i >= len(ports):
+            return None
+        src = self.into.get((el.get("id", ""), ports[i]))
+        return None if src is None else self.layers.get(src[0])
+
+    def const(self, el: ET.Element, where: str) -> np.ndarray:
+        """The stored array of a ``Const`` layer, or of a ``Const`` through one ``Convert`` (f16 IR), in its
+        stored element type.
+
+        Raises:
+            FormatError: a bad record, bytes outside the ``.bin``; UnsupportedError: computed at run time, or
+            an element type rnnconvert does not read (bf16).
+        """
+        if el.get("type") == "Convert":
+            src = self.producer(el, 0)
+            if src is None or src.get("type") != "Const":
+                raise UnsupportedError(f"{where}: comes from a Convert of a {src.get('type') if src is not None else 'missing'} "
+                                       "layer, not of a constant")
+            el = src
+        if el.get("type") != "Const":
+            raise UnsupportedError(f"{where}: comes from a {el.get('type')} layer '{el.get('name')}', computed at "
+                                   "run time; rnnconvert reads weights stored as constants")
+        data = el.find("data")
+        try:
+            et = data.get("element_type")
+            shape = tuple(int(s) for s in data.get("shape", "").split(",") if s.strip() != "")
+            off, size = int(data.get("offset")), int(data.get("size"))
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise FormatError(f"{where}: a Const record rnnconvert cannot read") from exc
+        if et not in DTYPES:
+            raise UnsupportedError(f"{where}: element type {et}; rnnconvert reads f32, f16 and f64 weights")
+        n = int(np.prod(shape, dtype=np.int64)) * ITEMSIZE[et]
+        if min(shape, default=1) < 0 or size != n or off < 0 or off + size > self.bin_size:
+            raise FormatError(f"{where}: constant of shape {shape} ({et}) declares {size} bytes at offset {off} "
+                              f"of a {self.bin_size}-byte .bin")
+        with open(self.bin, "rb") as fh:
+            fh.seek(off)
+            raw = fh.read(size)
+        return np.frombuffer(raw, np.dtype(DTYPES[et]).newbyteorder("<")).reshape(shape).astype(DTYPES[et])
+
+
+def _activations(el: ET.Element, cls: str, where: str) -> tuple[str, str]:
+    data = el.find("data")
+    acts = [a.strip() for a in (data.get("activations", "") if data is not None else "").split(",") if a.strip()]
+    default = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"], "RNN": ["tanh"]}[cls]
+    acts = acts or default
+    if len(acts) != len(default) or any(a not in ("sigmoid", "tanh", "relu") for a in acts):
+        raise UnsupportedError(f"{where}: activations {','.join(acts)}; rnnconvert reads sigmoid, tanh and relu")
+    if cls == "LSTM" and acts[1] != acts[2]:
+        raise UnsupportedError(f"{where}: LSTM candidate and output activations differ ({acts[1]}, {acts[2]})")
+    return ("sigmoid", acts[0]) if cls == "RNN" else (acts[0], acts[1])
+
+
+def _layer(g: Graph, el: ET.Element, name: str) -> RNNLayer:
+    op = el.get("type")
+    cls, wi = naming.SEQUENCE_OPS[op]
+    where = f"{g.xml}: layer '{el.get('name')}' ({op})"
+    data = el.find("data")
+    at = dict(data.attrib) if data is not None else {}
+    direction = at.get("direction", "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise FormatError(f"{where}: direction {direction!r:.40} is not forward, reverse or bidirectional")
+    if direction == "reverse":
+        raise UnsupportedError(f"{where}: direction=reverse alone (reverse the sequence and convert the forward layer)")
+    if float(at.get("clip", "0") or 0) != 0:
+        raise UnsupportedError(f"{where}: clip={at['clip']} clips the gates' inputs; no other format computes that")
+    gate_act, act = _activations(el, cls, where)
+    cell = {"LSTM": Cell.LSTM, "GRU": Cell.GRU}.get(cls) or (Cell.RNN_RELU if act == "relu" else Cell.RNN_TANH)
+    lbr = at.get("linear_before_reset", "false").lower() in ("true", "1")
+    for i, what in ((1, "initial hidden state"), (2, "initial cell state")):
+        if i == 2 and cls != "LSTM":
+            continue
+        src = g.producer(el, i)
+        if src is not None and src.get("type") in ("Const", "Convert"):
+            try:
+                v = g.const(src, f"{where} {what}")
+            except UnsupportedError:
+                continue
+            if np.any(v):
+                raise UnsupportedError(f"{where}: a stored non-zero {what}; rnnconvert layers start from zero state")
+    W, R, B = (g.const(g.producer(el, wi + j) if g.producer(el, wi + j) is not None else el, f"{where} input {w}")
+               for j, w in enumerate("WRB"))
+    D = 2 if direction == "bidirectional" else 1
+    G = cell.gates
+    if W.ndim != 3 or R.ndim != 3 or W.shape[:2] != (D, W.shape[1]) or W.shape[1] % G or R.shape != (D, W.shape[1], W.shape[1] // G):
+        raise FormatError(f"{where}: W {W.shape} / R {R.shape} do not fit {D} direction(s) of {cls}")
+    H = W.shape[1] // G
+    if int(at.get("hidden_size", H)) != H:
+        raise FormatError(f"{where}: hidden_size={at.get('hidden_size')} but W holds {H} per gate")
+    nb = 4 * H if (cell is Cell.GRU and lbr) else G * H
+    if B.shape != (D, nb):
+        raise FormatError(f"{where}: B has shape {B.shape}, expected {(D, nb)}")
+    cv = gates.convention("openvino", cell)
+    row = []
+    for d in range(D):
+        w_ih, w_hh = gates.to_canonical(W[d], cv, cell), gates.to_canonical(R[d], cv, cell)
+        b_hh = np.zeros(G * H, B.dtype)
+        if cell is Cell.GRU and lbr:
+            b_ih = gates.vec_to_canonical(np.ascontiguousarray(B[d, :3 * H]), cv, cell)
+            b_hh[gates.gate_slice(cell, "n", H)] = B[d, 3 * H:]
+        else:
+            b_ih = gates.vec_to_canonical(np.ascontiguousarray(B[d]), cv, cell)
+        row.append(DirectionParams(w_ih, w_hh, b_ih, b_hh))
+    try:
+        return RNNLayer(name=name, cell=cell, input_size=W.shape[2], hidden_size=H, bidirectional=D == 2,
+                        semantics=Semantics(gate_activation=gate_act, activation=act,
+                                            reset_after=lbr if cell is Cell.GRU else True),
+                        params=[row], source={"format": "openvino", "class_name": op, "node": el.get("name")})
+    except ValueError as exc:
+        raise FormatError(f"{where}: {exc}") from exc
+
+
+def read(path: str | Path, **_: Any) -> Checkpoint:
+    """Read every ``LSTMSequence``/``GRUSequence``/``RNNSequence`` node of an IR (its ``.xml``, or a folder
+    holding one ``.xml`` and its ``.bin``) into canonical layers (module docstring), in the order of the XML.
+
+    Raises:
+        FormatError: unreadable or unsafe XML, no ``.bin``, no sequence node, bad constants or shapes;
+        UnsupportedError: weights computed at run time, clip, other activations, a lone reverse direction,
+        stored non-zero initial states, bf16 weights.
+    """
+    p = Path(path)
+    budget.regular_source(p)
+    try:
+        xml, binp = paths(p)
+        g = Graph(xml, binp)
+    except OSError as exc:
+        raise FormatError(f"{p}: cannot read ({exc.strerror})") from exc
+    nodes = [el for el in g.layers.values() if el.get("type") in naming.SEQUENCE_OPS]
+    if not nodes:
+        raise FormatError(f"{xml}: no LSTMSequence, GRUSequence or RNNSequence layer")
+    ckpt = Checkpoint(format="openvino", meta={"path": str(xml)})
+    seen: set[str] = set()
+    for el in nodes:
+        name = naming.layer_name(el.get("name", ""))
+        base, n = name, 2
+        while name in seen:
+            name, n = f"{base}_{n}", n + 1
+        seen.add(name)
+        try:
+            ckpt.layers.append(_layer(g, el, name))
+        except OSError as exc:
+            raise FormatError(f"{xml}: cannot read the .bin ({exc.strerror})") from exc
+    return ckpt

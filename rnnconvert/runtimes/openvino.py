@@ -1,0 +1,146 @@
+"""The OpenVINO runtime: a written IR read by OpenVINO (``Core.read_model``) and run on the CPU plugin with
+``INFERENCE_PRECISION_HINT=f32`` (the CPU plugin would otherwise run f32 models in bf16 on CPUs that have it),
+for verification's target side. The IR is opened from its path (a folder with ``model.xml``/``model.bin``, or
+the ``.xml``); no :attr:`~rnnconvert.engine.protocol.FormatSpec.load`. openvino is imported inside the functions.
+
+* ``forward``: the whole written model, fed the layer's input ``name__in`` (zeros for other layers' inputs),
+  its output ``name__out``;
+* ``forward_slab``/``step``: the written sequence node of stacked layer ``k`` (found by its friendly name,
+  :func:`rnnconvert.formats.openvino.naming.node_name` -- the same rule is repeated here as a runtime may not
+  import a format) rebuilt with its attributes on new ``Parameter`` inputs for ``X`` and the initial states and OpenVINO's
+  own constants for ``W``, ``R``, ``B`` as read from the file, in a one-node model.
+
+Results float64; outputs ``(B, T, D*H)``; steps ``[(h1 (N, H), c1 (N, H) or None)]`` per direction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.model import Cell, Checkpoint
+from ..engine.protocol import Runtime
+from ..errors import FormatError, require
+from ..speed import filerows
+
+#: the last IR read, keyed by its identity (:func:`release` drops it)
+_CACHE: dict[tuple, Any] = {}
+CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def release() -> None:
+    """Drop the cached model and compiled models."""
+    _CACHE.clear()
+
+
+def _xml(path: str | Path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        xmls = sorted(p.glob("*.xml"))
+        if len(xmls) != 1:
+            raise FormatError(f"{p}: a folder with {len(xmls)} .xml files")
+        p = xmls[0]
+    return p
+
+
+def _model(path: str | Path):
+    xml = _xml(path)
+    key = filerows.identity(xml)
+    if _CACHE.get("key") != key:
+        ov = require("openvino", "openvino")
+        _CACHE.clear()
+        core = ov.Core()
+        _CACHE.update(key=key, core=core, model=core.read_model(str(xml)), compiled={})
+    return _CACHE
+
+
+def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=None) -> np.ndarray:
+    """Layer ``name`` of the written IR in OpenVINO on ``x`` ``(B, T, I)`` from zero states: ``(B, T, D*H)``."""
+    c = _model(path)
+    if "whole" not in c["compiled"]:
+        c["compiled"]["whole"] = c["core"].compile_model(c["model"], "CPU", CONFIG)
+    cm = c["compiled"]["whole"]
+    x = np.asarray(x, np.float32)
+    feeds = {}
+    for inp in cm.inputs:
+        nm = inp.get_any_name()
+        feeds[nm] = x if nm == f"{name}__in" else np.zeros((x.shape[0], x.shape[1], inp.get_partial_shape()[2].get_length()), np.float32)
+    if f"{name}__in" not in feeds:
+        raise FormatError(f"{path}: no input '{name}__in' (not written by rnnconvert?)")
+    out = cm(feeds)
+    return np.asarray(out[cm.output(f"{name}__out")], np.float64)
+
+
+def _node(path, ckpt: Checkpoint, name: str, k: int, states: bool):
+    """``(compiled one-node model, is_lstm, D)`` of stacked layer ``k`` (module docstring)."""
+    ops = require("openvino.opset13", "openvino")
+    ov = require("openvino", "openvino")
+    c = _model(path)
+    key = (name, k, states)
+    layer = ckpt.layer(name)
+    if key in c["compiled"]:
+        return c["compiled"][key]
+    want = name if layer.num_layers == 1 else f"{name}.l{k}"
+    node = next((n for n in c["model"].get_ordered_ops() if n.get_friendly_name() == want), None)
+    if node is None or not node.get_type_name().endswith("Sequence"):
+        raise FormatError(f"{path}: no sequence node '{want}' (not written by rnnconvert?)")
+    lstm = node.get_type_name() == "LSTMSequence"
+    D, H, I = layer.num_directions, layer.hidden_size, layer.layer_input_size(k)
+    x = ops.parameter([-1, -1, I], np.float32, name="X")
+    params = [x]
+    if states:
+        h0 = ops.parameter([-1, D, H], np.float32, name="H0")
+        params.append(h0)
+        if lstm:
+            c0 = ops.parameter([-1, D, H], np.float32, name="C0")
+            params.append(c0)
+    shape = ops.shape_of(x, "i64")
+    batch = ops.gather(shape, ops.constant(np.array([0], np.int64)), ops.constant(np.array(0, np.int64)))
+    steps = ops.gather(shape, ops.constant(np.array([1], np.int64)), ops.constant(np.array(0, np.int64)))
+    if not states:
+        zeros = ops.broadcast(ops.constant(np.array(0, np.float32)),
+                              ops.concat([batch, ops.constant(np.array([D, H], np.int64))], 0))
+        h0 = c0 = zeros
+    lengths = ops.broadcast(ops.convert(steps, "i32"), batch)
+    W, R, B = list(node.input_values())[4 if lstm else 3:]  # OpenVINO's own constants, as read from the file
+    at = node.get_attributes()
+    kw = {"activations": at["activations"], "clip": at["clip"]}
+    if lstm:
+        new = ops.lstm_sequence(x, h0, c0, lengths, W, R, B, at["hidden_size"], at["direction"], **kw)
+    elif node.get_type_name() == "GRUSequence":
+        new = ops.gru_sequence(x, h0, lengths, W, R, B, at["hidden_size"], at["direction"],
+                               linear_before_reset=at["linear_before_reset"], **kw)
+    else:
+        new = ops.rnn_sequence(x, h0, lengths, W, R, B, at["hidden_size"], at["direction"], **kw)
+    outs = [ops.result(new.output(j)) for j in range(len(new.outputs()))]
+    compiled = (c["core"].compile_model(ov.Model(outs, params, "rnnconvert_step"), "CPU", CONFIG), lstm, D)
+    c["compiled"][key] = compiled
+    return compiled
+
+
+def forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, load=None) -> np.ndarray:
+    """Stacked layer ``k`` of layer ``name`` alone in OpenVINO (its written node, :func:`_node`) on ``x``
+    ``(B, T, I_k)`` from zero states: ``(B, T, D*H)`` float64, directions concatenated, forward first."""
+    cm, _, D = _node(path, ckpt, name, k, states=False)
+    y = np.asarray(cm(np.asarray(x, np.float32))[0], np.float64)  # (B, D, T, H)
+    B, _, T, H = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(B, T, D * H)
+
+
+def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list, load=None) -> list:
+    """One step of stacked layer ``k`` in OpenVINO from each of ``N`` states (``states[d] = (h0, c0 or None)``),
+    ``x`` ``(N, I_k)``: ``[(Y_h[:, d], Y_c[:, d] or None)]`` float64."""
+    cm, lstm, D = _node(path, ckpt, name, k, states=True)
+    feeds = [np.asarray(x, np.float32)[:, None, :], np.stack([np.asarray(s[0], np.float32) for s in states], 1)]
+    if lstm:
+        feeds.append(np.stack([np.asarray(s[1], np.float32) for s in states], 1))
+    out = cm(feeds)
+    yh = np.asarray(out[1], np.float64)
+    yc = np.asarray(out[2], np.float64) if lstm else None
+    return [(yh[:, d], None if yc is None else yc[:, d]) for d in range(D)]
+
+
+RUNTIME = Runtime("openvino", engine="openvino", forward=forward, forward_slab=forward_slab, step=step,
+                  release=release)
