@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.model import Cell, Checkpoint
+from ..core.model import Checkpoint
 from ..engine.protocol import Runtime
 from ..errors import FormatError, require
 from ..speed import filerows

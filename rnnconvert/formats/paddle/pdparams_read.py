@@ -133,7 +133,7 @@ def arrays(p: Path) -> dict[str, np.ndarray]:
         raise FormatError(f"{p}: not a readable paddle.save pickle ({type(exc).__name__}: {exc})"[:300]) from exc
     if not isinstance(obj, dict):
         raise FormatError(f"{p}: the pickle holds a {type(obj).__name__}, not a state dict")
-    leaves = budget.leaves(obj, lambda o: isinstance(o, _Pending), p, ".pdparams")
+    leaves = budget.leaves(obj, _Pending, p, ".pdparams")
     return {k: v.array(f"{p}: '{k}'") for k, v in leaves.items()}
 
 
