@@ -55,6 +55,21 @@ def _child(fn: Callable[..., Any], args: tuple, w: int) -> None:
         os._exit(0)
 
 
+def _die_with(parent: int) -> None:
+    """In the child: be killed when the parent dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so that a
+    parent killed before its deadline (SIGKILL, an OOM kill) leaves no reader looping on a damaged file; and
+    exit at once if the parent is already gone."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG (linux/prctl.h) = 1
+    except (OSError, AttributeError):  # not Linux: the parent's deadline still bounds the child
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
 def isolated(fn: Callable[..., Any], args: tuple, path: str | Path, what: str) -> Any:
     """``fn(*args)`` in a forked child under the deadline of :func:`budget`; its result or exception.
 
@@ -68,9 +83,11 @@ def isolated(fn: Callable[..., Any], args: tuple, path: str | Path, what: str) -
         return fn(*args)
     seconds = budget(path)
     r, w = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         os.close(r)
+        _die_with(parent)
         try:  # a C library dying in the child (TF's CHECK failures print a stack) must not reach the user
             import faulthandler
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import time
 import zipfile
@@ -230,3 +231,39 @@ def test_output_bytes_are_deterministic(name, to, tmp_path):
     time.sleep(1.1)  # a timestamp in the file would show
     api.convert(src, b, to=to, verify=None)
     assert _tree(a) == _tree(b)
+
+
+def test_isolated_reader_dies_with_its_parent(tmp_path):
+    """A parent killed while its isolated reader runs (SIGKILL, an OOM kill: no chance to kill the child itself)
+    leaves no reader behind looping on the file: the child asked the kernel to kill it with its parent."""
+    import signal
+    import subprocess
+    import sys
+
+    pidfile = tmp_path / "child.pid"
+    code = ("import os, time, sys; from rnnconvert.safety import guard\n"
+            "def loop(p):\n"
+            "    open(p, 'w').write(str(os.getpid()))\n"
+            "    time.sleep(120)\n"
+            f"guard.isolated(loop, ({str(pidfile)!r},), {str(BAD / 'h5_nan.h5')!r}, 'test')\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "RNNCONVERT_READ_TIMEOUT": "300"})
+    try:
+        for _ in range(600):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.1)
+        child = int(pidfile.read_text())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        for _ in range(100):  # the kernel delivers the child's SIGKILL as the parent exits
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                return
+            if open(f"/proc/{child}/stat").read().split()[2] == "Z":  # a zombie until init reaps it: dead
+                return
+            time.sleep(0.1)
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the isolated reader outlived its parent")
+    finally:
+        parent.kill()
