@@ -130,9 +130,20 @@ def require(module: str, extra: str):
     what that extra adds (:data:`EXTRAS`)."""
     import importlib
 
+    import importlib.util
+
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
+        try:
+            installed = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            installed = False
+        if installed:  # installed, but its import failed (a process memory limit, a broken install): say that
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise DependencyError(f"the Python package '{module}' is installed but could not be imported here "
+                                  f"({first}); a process memory limit (ulimit -v) or a damaged install does "
+                                  "this") from exc
         adds = f" (the '{extra}' extra adds {EXTRAS[extra]})" if extra in EXTRAS else ""
         raise DependencyError(
             f"this needs the Python package '{module}', which is not installed: "

@@ -311,7 +311,7 @@ def import_engine(dst_module):
 
 
 #: Why a comparison ran in the numpy reference on the arrays read back instead of the target framework.
-NOT_INSTALLED = "its framework is not installed"
+NOT_INSTALLED = "its framework is not installed or failed to import"
 
 
 class StreamedVerification:
@@ -633,7 +633,7 @@ class StreamedVerification:
         route = target_route + (" one-step + sequence" if st and not note else " (sequence)")
         if note.endswith(f"({NOT_INSTALLED})") and seq_note:  # neither comparison ran in the target framework
             route = (f"numpy reference on the arrays read back from the written file, one step + sequence "
-                     f"({target_route.split(' ', 1)[0]} is not installed)")
+                     f"({target_route.split(' ', 1)[0]} is not installed or failed to import)")
         else:
             for why in (w for w in (note, seq_note) if w):
                 route += f"; {why}"
