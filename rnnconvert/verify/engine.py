@@ -429,18 +429,22 @@ class StreamedVerification:
         N, P = B * T, escapes.N_PROBES
         px, ph, pc = escapes.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
         xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
-        entries = []
+        entries, loose = [], []
         for d, (p, rec) in enumerate(zip(dirs, recs)):
             h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
             c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
             parts: dict = {}
             exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
             entries.append(((h0, c0), exact, bound))
-            if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the swaps show?
+            if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the slips show?
                 rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
-                self.escapes[i].append((k, d, escapes.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows,
-                                                                     act_ulps=self.act_ulps)))
+                esc = escapes.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows, act_ulps=self.act_ulps)
+                loose.append((d, esc))
             del parts
+        for d, esc in loose:  # the directions exchanged: on the probes, which both directions share
+            if esc is None and len(dirs) == 2:
+                esc = escapes.directions_escape(entries[d][1:], entries[1 - d][1:], slice(N, N + P))
+            self.escapes[i].append((k, d, esc))
         self.slabs[i][k] = (xf, entries)
         self.traj[i] = y if k < layer.num_layers - 1 else None
         last = k == layer.num_layers - 1
@@ -657,7 +661,7 @@ class StreamedVerification:
                 f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale "
                 f"({st['scale']:.3g}): too loose to tell a broken file from a correct one"
                 + (f" ({esc.removeprefix('n/a: ')})" if esc.startswith("n/a") else
-                   f" (a file with {esc} could pass it)" if esc else ""))
+                   f" (a file with this slip could pass it: {esc})" if esc else ""))
         elif ill:
             e = max(ill, key=lambda e: (e[1] - first * max(1.0, e[2])) / max(e[2], 1e-300))
             tol, scale, by_target = e[1:]
@@ -671,7 +675,7 @@ class StreamedVerification:
                 + (f" at {self.target_dtype.__name__}" if self.target_dtype is not None else ""))
         elif st["loose"] > rho:
             c.reason = (f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale, "
-                        f"but every gate-block swap would fail it on these states")
+                        f"but every gate-block swap and other layout slip checked would fail it on these states")
         return c
 
     def _swaps_caught(self, i: int) -> bool:
