@@ -244,6 +244,15 @@ def unit_roundoff(layer: RNNLayer, target_dtype=None) -> float:
     return bounds.unit_roundoff(np.float16 if f16 else np.float32)
 
 
+def _unfinished(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
+    """``layer`` run on ``x`` in float64 by the numpy reference, its outputs in input time order (no
+    :func:`rnnconvert.core.reference.finish`): what :meth:`StreamedVerification._sequence_escapes` compares."""
+    y = np.asarray(x, np.float64)
+    for k in range(layer.num_layers):
+        y = reference.forward_slab(layer, layer.params[k], y, kernels=FAST)
+    return y
+
+
 def sequence_tolerance(y64: np.ndarray, y32: np.ndarray, first: float, spread: float = 0.0) -> float:
     """The full-sequence comparison's tolerance ``first * max(1, max|y64|) + 2 * max(max|y64 - y32|, spread)``:
     the second term is the spread of the source's own float32 and float64 runs over these few steps, or
@@ -712,27 +721,46 @@ class StreamedVerification:
             except (OSError, ValueError, FormatError) as e:
                 return f"a slip only a sequence shows (the layer could not be read again: {e})"
         xs = self._seq_x(i)
-        canon = reference.forward(layer, xs, kernels=FAST)
-        scale = max(float(np.abs(canon).max()), 1e-300)
-        ref = self.yfw[i] if self.mode == "framework" else self.y64[i]
-        if ref is None or ref.shape != canon.shape or float(np.abs(canon - ref).max()) > 1e-3 * rho * max(1.0, scale):
-            return "a reader's slip (the source's own equations and rnnconvert's reading part)"
-        variants = []
-        if not layer.bidirectional:
-            variants.append(("the time order flipped (go_backwards)",
-                             layer.with_semantics(go_backwards=not layer.semantics.go_backwards)))
-        for k in range(layer.num_layers):
-            if layer.bidirectional:
-                params = list(layer.params)
-                params[k] = list(reversed(params[k]))
-                variants.append((f"the directions of stacked layer {k} exchanged", replace(layer, params=params)))
-            if k + 1 < layer.num_layers and layer.layer_input_size(k) == layer.layer_input_size(k + 1):
-                params = list(layer.params)
-                params[k], params[k + 1] = params[k + 1], params[k]
-                variants.append((f"stacked layers {k} and {k + 1} exchanged", replace(layer, params=params)))
-        for desc, var in variants:
-            if float(np.abs(reference.forward(var, xs, kernels=FAST) - canon).max()) <= 2.0 * rho * scale:
-                return desc
+        cases = []  # (input, the correct layer, [(slip, slipped layer)]): slab by slab, or the whole layer
+        if self._by_slab(layer):  # each slab of the target from the source's float32 input of that slab
+            for k in range(layer.num_layers):
+                one = layer.one_slab(k)
+                slips = [(f"the directions of stacked layer {k} exchanged",
+                          replace(one, params=[list(reversed(one.params[0]))]))] if layer.bidirectional else []
+                for j in (k - 1, k + 1):  # a neighbour's weights in its place
+                    if 0 <= j < layer.num_layers and all(
+                            a.shape == b.shape for pa, pb in zip(layer.params[j], one.params[0])
+                            for a, b in zip(pa.arrays().values(), pb.arrays().values())):
+                        slips.append((f"stacked layer {j}'s weights in layer {k}'s place",
+                                      replace(one, params=[layer.params[j]])))
+                cases.append((self.seq_slabs[i][k][0], one, slips))
+        else:
+            canon = reference.forward(layer, xs, kernels=FAST)
+            ref = self.yfw[i] if self.mode == "framework" else self.y64[i]
+            if ref is None or ref.shape != canon.shape or \
+                    float(np.abs(canon - ref).max()) > 1e-3 * rho * max(1.0, float(np.abs(canon).max())):
+                return "a reader's slip (the source's own equations and rnnconvert's reading of them part)"
+            slips = []
+            for k in range(layer.num_layers):
+                if layer.bidirectional:
+                    params = list(layer.params)
+                    params[k] = list(reversed(params[k]))
+                    slips.append((f"the directions of stacked layer {k} exchanged", replace(layer, params=params)))
+                if k + 1 < layer.num_layers and layer.layer_input_size(k) == layer.layer_input_size(k + 1):
+                    params = list(layer.params)
+                    params[k], params[k + 1] = params[k + 1], params[k]
+                    slips.append((f"stacked layers {k} and {k + 1} exchanged", replace(layer, params=params)))
+            cases.append((xs, layer, slips))
+        for x, good, slips in cases:
+            if not good.bidirectional:
+                slips.append(("the time order flipped (go_backwards)",
+                              good.with_semantics(go_backwards=not good.semantics.go_backwards)))
+            base = _unfinished(good, x)
+            scale = max(float(np.abs(base).max()), 1e-300)
+            for desc, var in slips:
+                moved = _unfinished(var, x)
+                if float(np.abs(moved - base).max()) <= 2.0 * rho * scale:
+                    return desc
         return None
 
     def _swaps_caught(self, i: int) -> bool:
