@@ -653,7 +653,10 @@ class StreamedVerification:
         if st and st["ratio"] > 1.0:
             c.verdict, c.reason = "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
                                            f"float bound allows {st['bound']:.3g} ({st['where']})")
-        elif over and not hard and (seq_esc := self._sequence_escapes(i, rho)) is not None:
+        seq_esc = ill_esc = None
+        if over and not hard:
+            seq_esc = self._sequence_escapes(i, rho, [e[1] for e in seqs])
+        if seq_esc is not None:
             # every step passed its bound, and the sequences part by less than a layout slip moves them: the
             # tolerance's float32 term (one float32 run's spread) is an estimate, not a bound, and a target's
             # own float32 rounding along the sequence can exceed it on wide-range inputs (a torch GRU on
@@ -675,7 +678,8 @@ class StreamedVerification:
                 f"({st['scale']:.3g}): too loose to tell a broken file from a correct one"
                 + (f" ({esc.removeprefix('n/a: ')})" if esc.startswith("n/a") else
                    f" (a file with this slip could pass it: {esc})" if esc else ""))
-        elif ill:
+        elif ill and (any(e[3] for e in ill) or
+                      (ill_esc := self._sequence_escapes(i, rho, [e[1] for e in seqs])) is not None):
             e = max(ill, key=lambda e: (e[1] - first * max(1.0, e[2])) / max(e[2], 1e-300))
             tol, scale, by_target = e[1:]
             ill_at = "" if len(seqs) == 1 else f" of stacked layer {seqs.index(e)}"
@@ -685,21 +689,26 @@ class StreamedVerification:
                 f"the sequence tolerance{ill_at} {tol:.3g} ({parted} part by "
                 f"{(tol - first * max(1.0, scale)) / 2:.3g}) exceeds {rho:.3g} of "
                 f"the output's scale ({scale:.3g}): the layer is ill-conditioned on these inputs"
-                + (f" at {self.target_dtype.__name__}" if self.target_dtype is not None else ""))
+                + (f" at {self.target_dtype.__name__}" if self.target_dtype is not None else "")
+                + (f" (a file with this slip could pass it: {ill_esc})" if ill_esc else ""))
         elif st["loose"] > rho:
             c.reason = (f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale, "
                         f"but every gate-block swap and other layout slip checked would fail it on these states")
-        if c.verdict == "ok" and over:
+        if c.verdict == "ok" and (over or ill):
             c.reason = "; ".join(r for r in (c.reason, (
                 f"the first {T} steps as a sequence{where} differ by {seq_err:.3g}, above the float32 estimate "
-                f"{seq_tol:.3g} but within {rho:.3g} of the output's scale, while every step passed its bound and "
-                f"every sequence-level slip (directions exchanged or run in the other time order) would move the "
-                f"sequence by more than {2 * rho:.3g} of it")) if r)
+                f"{seq_tol:.3g} but within {rho:.3g} of the output's scale" if over else
+                f"the sequence tolerance ({max(e[1] for e in seqs):.3g}) exceeds {rho:.3g} of the output's scale "
+                f"(the source's float32 and float64 runs part)") + (
+                ", while every step passed its bound and every sequence-level slip (directions exchanged, stacked "
+                "layers exchanged, run in the other time order) would move the float64 sequence by more than twice "
+                "that")) if r)
         return c
 
-    def _sequence_escapes(self, i: int, rho: float) -> str | None:
+    def _sequence_escapes(self, i: int, rho: float, tols: list[float]) -> str | None:
         """Whether every slip that only the sequence comparison sees would move the short sequence of layer
-        ``i`` (float64, the canonical equations) by more than ``2 rho`` of the output's scale: a lone direction
+        ``i`` (float64, the canonical equations) by more than twice ``rho`` of the output's scale or twice
+        the sequence tolerance (``tols``: of the whole layer, or of each slab compared alone): a lone direction
         run in the other time order (``go_backwards`` flipped), the two directions of a slab exchanged, two
         stacked slabs of equal shapes exchanged. ``None`` when each does (a file holding one of them parts from
         the source by more than ``rho`` of the scale unless its own float32 rounding moved it by more than
@@ -751,7 +760,7 @@ class StreamedVerification:
                     params[k], params[k + 1] = params[k + 1], params[k]
                     slips.append((f"stacked layers {k} and {k + 1} exchanged", replace(layer, params=params)))
             cases.append((xs, layer, slips))
-        for x, good, slips in cases:
+        for (x, good, slips), tol in zip(cases, tols):
             if not good.bidirectional:
                 slips.append(("the time order flipped (go_backwards)",
                               good.with_semantics(go_backwards=not good.semantics.go_backwards)))
@@ -759,7 +768,7 @@ class StreamedVerification:
             scale = max(float(np.abs(base).max()), 1e-300)
             for desc, var in slips:
                 moved = _unfinished(var, x)
-                if float(np.abs(moved - base).max()) <= 2.0 * rho * scale:
+                if float(np.abs(moved - base).max()) <= 2.0 * max(rho * scale, tol):
                     return desc
         return None
 
