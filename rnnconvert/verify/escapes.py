@@ -15,9 +15,11 @@ from ..core.model import Cell, DirectionParams, RNNLayer
 from .bounds import abs_products, lin, step_terms
 
 
-#: swaps :func:`swap_escapes` evaluates in one elementwise pass (its temporaries: ``SWAP_CHUNK x rows x G*H``
-#: float64 each, 2.6 MB for 8 swaps of 5 rows of an LSTM(2048))
-SWAP_CHUNK = 8
+#: slips :func:`swap_escapes` evaluates in one elementwise pass (its temporaries: ``SWAP_CHUNK x rows x G*H``
+#: float64 each, 4.6 MB for 14 slips of 5 rows of an LSTM(2048)); 14: an LSTM's 24 gate swaps and 2 dropped
+#: biases in two passes, as many as its 24 swaps took at 8 before issue #28 (with 3 passes: 12 ms more per
+#: loose LSTM(2048) direction, measured)
+SWAP_CHUNK = 14
 
 
 #: the gate-block swaps :func:`swap_escapes` tries: the rows of two gate blocks exchanged in ``W_ih`` alone,
@@ -125,10 +127,10 @@ class _Slip:
 def _separable(layer: RNNLayer, p: DirectionParams, slip: _Slip) -> bool:
     """Whether ``slip``'s step at a hidden unit needs only that unit's columns of the products (then a
     round on a subset of units can evaluate it): not for a projection (``W_hr`` mixes the units), a
-    reset-before evaluation, the file's or the slip's (``W_hn (r * h)`` needs every unit's ``r``), or a
-    transposed ``W_hh``."""
+    reset-before evaluation, the file's or the slip's (``W_hn (r * h)`` needs every unit's ``r``). (A transposed
+    ``W_hh`` is: on the states zero but for unit 0, unit ``j``'s column of ``W^T h`` is ``h_0 W[0, j]``.)"""
     before = layer.cell is Cell.GRU and not (layer.semantics.reset_after and slip.reset_after in (None, True))
-    return p.w_hr is None and not slip.transposed and not before
+    return p.w_hr is None and not before
 
 
 def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, parts: dict,
@@ -195,7 +197,7 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
         for key, group in groups.items():
             for j in range(0, len(group), SWAP_CHUNK):  # a few slips at a time: bounded temporaries
                 left.update(id(sl) for sl in _uncaught(layer, p, chosen, cols, correct, u, u_acc,
-                                                       group[j:j + SWAP_CHUNK], sub, key))
+                                                       group[j:j + SWAP_CHUNK], sub, key, h0[sel]))
         slips = [sl for sl in slips if (id(sl) in left or sl not in todo)]
         if not slips:
             return None
@@ -211,32 +213,44 @@ def _swap_order(blocks: int, hc: int, pair: tuple[int, int]) -> np.ndarray:
 
 
 def _uncaught(layer: RNNLayer, p: DirectionParams, rows: tuple, cols, correct: tuple, u: float, u_acc,
-              slips: list, sub: dict, key: tuple) -> list:
+              slips: list, sub: dict, key: tuple, h_full: np.ndarray) -> list:
     """The entries of ``slips`` (:class:`_Slip`, all evaluated alike: ``key``) that the one-step comparison on
     the elements ``rows`` (``(h0, c0, zx, ax, zh, ah)`` of the chosen rows at the columns ``cols``, and units:
     ``sub``, the ``units``/``n_h`` of :func:`~.bounds.step_terms`) would not catch (:func:`swap_escapes`):
     every slipped step evaluated by :func:`~.bounds.step_terms` at once, the slips' rows stacked (their
-    biases per row), against the correct step ``correct`` (``step_terms`` of ``rows``)."""
+    biases per row), against the correct step ``correct`` (``step_terms`` of ``rows``). ``h_full``: the chosen
+    states at every unit (a transposed ``W_hh`` is evaluated on those zero but for unit 0)."""
     h0, c0, zx, ax, zh, ah = rows
     dh, dc, h1, c1 = correct
     reset_after, beta, transposed, peep = key
     cell, H = layer.cell, layer.hidden_size
     keep = np.arange(h0.shape[0])
     if transposed:  # only the states zero but for unit 0: W^T h = h[0] * (row 0 of each block)
-        keep = np.flatnonzero(~h0[:, 1:].any(axis=1))
+        keep = np.flatnonzero(~np.asarray(h_full)[:, 1:].any(axis=1))
         if not len(keep):
             return slips
         h0, c0, zx, ax = h0[keep], None if c0 is None else c0[keep], zx[keep], ax[keep]
         w0 = np.concatenate([np.asarray(p.w_hh[g * H], np.float64) for g in range(cell.gates)])[cols]
-        zh = h0[:, :1] * w0
+        zh = np.asarray(h_full, np.float64)[keep, :1] * w0
         ah = np.abs(zh)
     V, m = len(slips), h0.shape[0]
     lay = layer if reset_after is None else layer.with_semantics(reset_after=reset_after)
     pp = p if peep is None else replace(p, peep=np.asarray(p.peep)[list(peep)])
+    pos = None
+    if not isinstance(cols, slice):  # positions of the chosen columns among them, once for all the slips
+        pos = np.full(cell.gates * H, -1, np.intp)
+        pos[cols] = np.arange(len(cols))
+    orders: dict = {}
+
+    def order(o):  # a slip's column order restricted to the chosen columns (each order computed once)
+        if pos is None:
+            return o
+        if id(o) not in orders:
+            orders[id(o)] = pos[o[cols]]
+        return orders[id(o)]
 
     def stack(arr, k):  # (V * m, G*H): the columns of ``arr`` in each slip's order ``k``
-        return np.concatenate([arr if getattr(sl, k) is None else arr[:, _sub_order(getattr(sl, k), cols)]
-                               for sl in slips])
+        return np.concatenate([arr if getattr(sl, k) is None else arr[:, order(getattr(sl, k))] for sl in slips])
     bi = np.repeat(np.stack([sl.b_ih[cols] for sl in slips]), m, axis=0)
     bh = np.repeat(np.stack([sl.b_hh[cols] for sl in slips]), m, axis=0)
     tile = (lambda a: None if a is None else np.tile(a, (V, 1)))
@@ -250,18 +264,6 @@ def _uncaught(layer: RNNLayer, p: DirectionParams, rows: tuple, cols, correct: t
     if c1 is not None:
         caught |= (np.abs(mc1 - tile(c1[keep])) > tile(dc[keep]) + mdc).reshape(V, -1).any(axis=1)
     return [sl for sl, ok in zip(slips, caught) if not ok]
-
-
-def _sub_order(order: np.ndarray, cols) -> np.ndarray:
-    """``order`` (a column order of all ``G*H`` columns that maps gate blocks onto gate blocks, unit for unit)
-    restricted to the chosen columns ``cols``: positions into the chosen columns."""
-    if isinstance(cols, slice):
-        return order
-    pos = np.full(order.shape[0], -1, np.intp)
-    pos[cols] = np.arange(len(cols))
-    got = pos[order[cols]]
-    assert (got >= 0).all()  # a gate-block swap maps unit j of a block to unit j of another
-    return got
 
 
 def _n_products(p: DirectionParams, H: int, block: int, transposed: bool):
