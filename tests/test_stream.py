@@ -25,7 +25,7 @@ from rnnconvert.conventions import torch_state
 from rnnconvert import api
 from rnnconvert.engine import registry
 from rnnconvert.cli import main
-from rnnconvert.errors import FormatError, InconclusiveError, UnsupportedError
+from rnnconvert.errors import FormatError, UnsupportedError
 from rnnconvert.speed import directio
 from rnnconvert.formats.storage import npz_fmt, safetensors_fmt
 from rnnconvert.formats.torch import pt_read as torch_pt, zip_read as torch_zip
