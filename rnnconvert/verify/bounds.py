@@ -194,7 +194,8 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
 
 def step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, zx: np.ndarray,
                 ax: np.ndarray, zh: np.ndarray, ah: np.ndarray, b_ih, b_hh, u: float, u_acc: float | None,
-                units: np.ndarray | None = None, n_h: int | None = None, act_ulps: float | None = None):
+                units: np.ndarray | None = None, n_h: int | None = None, act_ulps: float | None = None,
+                n_products=None):
     """The elementwise part of :func:`step_bound` from the products ``zx = x W_ih^T``, ``ax = |x||W_ih|^T``,
     ``zh``, ``ah`` (float64, ``(N, G*H)``) and the biases: ``(dh, dc, h1, c1)``, the bounds and the exact step
     they are bounds of (float64; ``c1`` None but for LSTM). :func:`swap_escapes` calls it on permuted
@@ -202,7 +203,12 @@ def step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarr
     whose columns (of each gate block) ``zx``, ``ax``, ``zh``, ``ah``, the biases, ``h0`` and ``c0`` hold, in gate
     order; ``n_h`` the fan-in of ``W_hh`` (default ``h0.shape[1]``; the whole state's width when ``h0`` holds
     only ``units``). Every term but the fan-ins is elementwise per unit (LSTM without projection, GRU with
-    ``reset_after``), so the subset's results are the whole computation's at those units."""
+    ``reset_after``), so the subset's results are the whole computation's at those units.
+
+    ``n_products``: a reset-before GRU's candidate product, ``f(rh, drh) -> (W rh, |W| |rh|, |W| drh)`` for
+    ``rh = r * h0`` and its bound ``drh`` (float64 ``(N, H)``), rows of ``W`` the ``n`` block of ``W_hh``
+    by default; :func:`~.escapes.swap_escapes` passes another block of ``W_hh`` (a slipped file's ``n``
+    gate) or a transposed one."""
     f64 = np.float64
     ua = u if u_acc is None else u_acc
 
@@ -274,11 +280,15 @@ def step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarr
         else:
             rh = r * h0
             drh = np.abs(h0) * dr + u * np.abs(rh)
-            w_hn = p.w_hh[n_sl]
-            whrh, awhrh = lin(w_hn, rh)
+            if n_products is None:
+                w_hn = p.w_hh[n_sl]
+                whrh, awhrh = lin(w_hn, rh)
+                dprod = abs_products(w_hn, np.ascontiguousarray(drh.T)).T
+            else:
+                whrh, awhrh, dprod = n_products(rh, drh)
             npre = zx[:, n_sl] + b_ih[..., n_sl] + whrh + b_hh[..., n_sl]
             dn_pre = (acc(I + out + 2) * (ax[:, n_sl] + np.abs(b_ih[..., n_sl]) + awhrh + np.abs(b_hh[..., n_sl]))
-                      + abs_products(w_hn, np.ascontiguousarray(drh.T)).T)
+                      + dprod)
         nn, dn = ACT[act](npre), act_err(act, npre, dn_pre, u)
         ah0, an, az_ = np.abs(h0), np.abs(nn), np.abs(zg)
         dh = (ah0 + an) * dzz + (1.0 + az_) * dn + dzz * dn + 4.0 * u * (an + ah0 + az_ * (ah0 + an))

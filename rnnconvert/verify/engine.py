@@ -72,6 +72,9 @@ SEQ_STEPS = 8
 #: elementwise evaluations of the step per LSTM direction, is linear in the states; the probes do most of the
 #: work: their bound is a few ``u``)
 SWAP_STATES = 2
+#: the largest layer (bytes of parameters) a streamed conversion reads again to rule out the slips only a
+#: sequence shows (:meth:`StreamedVerification._sequence_escapes`), in the rare case that needs it
+SEQ_SLIP_BYTES = 64 << 20
 
 
 def fraction(u: float) -> float:
@@ -239,6 +242,15 @@ def unit_roundoff(layer: RNNLayer, target_dtype=None) -> float:
     float32's ``2**-24`` (float64 files are run in float32 by onnxruntime; float32 covers them)."""
     f16 = layer.dtype == np.float16 or (target_dtype is not None and np.dtype(target_dtype) == np.float16)
     return bounds.unit_roundoff(np.float16 if f16 else np.float32)
+
+
+def _unfinished(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
+    """``layer`` run on ``x`` in float64 by the numpy reference, its outputs in input time order (no
+    :func:`rnnconvert.core.reference.finish`): what :meth:`StreamedVerification._sequence_escapes` compares."""
+    y = np.asarray(x, np.float64)
+    for k in range(layer.num_layers):
+        y = reference.forward_slab(layer, layer.params[k], y, kernels=FAST)
+    return y
 
 
 def sequence_tolerance(y64: np.ndarray, y32: np.ndarray, first: float, spread: float = 0.0) -> float:
@@ -429,18 +441,22 @@ class StreamedVerification:
         N, P = B * T, escapes.N_PROBES
         px, ph, pc = escapes.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
         xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
-        entries = []
+        entries, loose = [], []
         for d, (p, rec) in enumerate(zip(dirs, recs)):
             h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
             c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
             parts: dict = {}
             exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
             entries.append(((h0, c0), exact, bound))
-            if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the swaps show?
+            if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the slips show?
                 rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
-                self.escapes[i].append((k, d, escapes.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows,
-                                                                     act_ulps=self.act_ulps)))
+                esc = escapes.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows, act_ulps=self.act_ulps)
+                loose.append((d, esc))
             del parts
+        for d, esc in loose:  # the directions exchanged: on the probes, which both directions share
+            if esc is None and len(dirs) == 2:
+                esc = escapes.directions_escape(entries[d][1:], entries[1 - d][1:], slice(N, N + P))
+            self.escapes[i].append((k, d, esc))
         self.slabs[i][k] = (xf, entries)
         self.traj[i] = y if k < layer.num_layers - 1 else None
         last = k == layer.num_layers - 1
@@ -649,7 +665,10 @@ class StreamedVerification:
         if st and st["ratio"] > 1.0:
             c.verdict, c.reason = "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
                                            f"float bound allows {st['bound']:.3g} ({st['where']})")
-        elif over and not hard:
+        seq_esc = ill_esc = None
+        if over and not hard:
+            seq_esc = self._sequence_escapes(i, rho, [e[1] for e in seqs])
+        if seq_esc is not None:
             # every step passed its bound, and the sequences part by less than a layout slip moves them: the
             # tolerance's float32 term (one float32 run's spread) is an estimate, not a bound, and a target's
             # own float32 rounding along the sequence can exceed it on wide-range inputs (a torch GRU on
@@ -657,7 +676,8 @@ class StreamedVerification:
             c.verdict, c.reason = "inconclusive", (
                 f"the first {T} steps as a sequence{where} differ by {seq_err:.3g}, above the tolerance {seq_tol:.3g} "
                 f"but within {rho:.3g} of the output's scale ({seq_scale:.3g}) while every step passed its "
-                f"bound: float32 rounding along the sequence could explain it")
+                f"bound: float32 rounding along the sequence could explain it, and so could a file with "
+                f"{seq_esc}")
         elif hard:
             c.verdict, c.reason = "fail", (f"the first {T} steps as a sequence{where} differ by {seq_err:.3g} "
                                            f"(tolerance {seq_tol:.3g})")
@@ -669,8 +689,9 @@ class StreamedVerification:
                 f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale "
                 f"({st['scale']:.3g}): too loose to tell a broken file from a correct one"
                 + (f" ({esc.removeprefix('n/a: ')})" if esc.startswith("n/a") else
-                   f" (a file with {esc} could pass it)" if esc else ""))
-        elif ill:
+                   f" (a file with this slip could pass it: {esc})" if esc else ""))
+        elif ill and (any(e[3] for e in ill) or
+                      (ill_esc := self._sequence_escapes(i, rho, [e[1] for e in seqs])) is not None):
             e = max(ill, key=lambda e: (e[1] - first * max(1.0, e[2])) / max(e[2], 1e-300))
             tol, scale, by_target = e[1:]
             ill_at = "" if len(seqs) == 1 else f" of stacked layer {seqs.index(e)}"
@@ -680,11 +701,88 @@ class StreamedVerification:
                 f"the sequence tolerance{ill_at} {tol:.3g} ({parted} part by "
                 f"{(tol - first * max(1.0, scale)) / 2:.3g}) exceeds {rho:.3g} of "
                 f"the output's scale ({scale:.3g}): the layer is ill-conditioned on these inputs"
-                + (f" at {self.target_dtype.__name__}" if self.target_dtype is not None else ""))
+                + (f" at {self.target_dtype.__name__}" if self.target_dtype is not None else "")
+                + (f" (a file with this slip could pass it: {ill_esc})" if ill_esc else ""))
         elif st["loose"] > rho:
             c.reason = (f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale, "
-                        f"but every gate-block swap would fail it on these states")
+                        f"but every gate-block swap and other layout slip checked would fail it on these states")
+        if c.verdict == "ok" and (over or ill):
+            c.reason = "; ".join(r for r in (c.reason, (
+                f"the first {T} steps as a sequence{where} differ by {seq_err:.3g}, above the float32 estimate "
+                f"{seq_tol:.3g} but within {rho:.3g} of the output's scale" if over else
+                f"the sequence tolerance ({max(e[1] for e in seqs):.3g}) exceeds {rho:.3g} of the output's scale "
+                f"(the source's float32 and float64 runs part)") + (
+                ", while every step passed its bound and every sequence-level slip (directions exchanged, stacked "
+                "layers exchanged, run in the other time order) would move the float64 sequence by more than twice "
+                "that")) if r)
         return c
+
+    def _sequence_escapes(self, i: int, rho: float, tols: list[float]) -> str | None:
+        """Whether every slip that only the sequence comparison sees would move the short sequence of layer
+        ``i`` (float64, the canonical equations) by more than twice ``rho`` of the output's scale or twice
+        the sequence tolerance (``tols``: of the whole layer, or of each slab compared alone): a lone direction
+        run in the other time order (``go_backwards`` flipped), the two directions of a slab exchanged, two
+        stacked slabs of equal shapes exchanged. ``None`` when each does (a file holding one of them parts from
+        the source by more than ``rho`` of the scale unless its own float32 rounding moved it by more than
+        ``rho``, a hundred times what the source's own float32 run moved: the verdict is then ``fail``), else
+        the first that does not, or why it cannot be checked: the source's parameters are not in memory (a
+        streamed conversion), or the source's own equations and the canonical ones part (what the sequence
+        comparison is there to see: a reader's slip). docs/cli.md "Verdicts"."""
+        from dataclasses import replace
+
+        layer = self.ckpt.layers[i]
+        if self.ckpt.lazy:  # a streamed conversion: read the layer again where it is small (this case is rare)
+            nbytes = sum(int(a.size) * a.dtype.itemsize for dirs in layer.params for dp in dirs
+                         for a in dp.arrays().values())
+            if nbytes > SEQ_SLIP_BYTES:
+                return (f"a slip only a sequence shows (the layer's {nbytes >> 20} MiB are not read again "
+                        f"to rule it out)")
+            try:
+                layer = replace(layer, params=[self.ckpt.slab(i, k) for k in range(layer.num_layers)])
+            except (OSError, ValueError, FormatError) as e:
+                return f"a slip only a sequence shows (the layer could not be read again: {e})"
+        xs = self._seq_x(i)
+        cases = []  # (input, the correct layer, [(slip, slipped layer)]): slab by slab, or the whole layer
+        if self._by_slab(layer):  # each slab of the target from the source's float32 input of that slab
+            for k in range(layer.num_layers):
+                one = layer.one_slab(k)
+                slips = [(f"the directions of stacked layer {k} exchanged",
+                          replace(one, params=[list(reversed(one.params[0]))]))] if layer.bidirectional else []
+                for j in (k - 1, k + 1):  # a neighbour's weights in its place
+                    if 0 <= j < layer.num_layers and all(
+                            a.shape == b.shape for pa, pb in zip(layer.params[j], one.params[0])
+                            for a, b in zip(pa.arrays().values(), pb.arrays().values())):
+                        slips.append((f"stacked layer {j}'s weights in layer {k}'s place",
+                                      replace(one, params=[layer.params[j]])))
+                cases.append((self.seq_slabs[i][k][0], one, slips))
+        else:
+            canon = reference.forward(layer, xs, kernels=FAST)
+            ref = self.yfw[i] if self.mode == "framework" else self.y64[i]
+            if ref is None or ref.shape != canon.shape or \
+                    float(np.abs(canon - ref).max()) > 1e-3 * rho * max(1.0, float(np.abs(canon).max())):
+                return "a reader's slip (the source's own equations and rnnconvert's reading of them part)"
+            slips = []
+            for k in range(layer.num_layers):
+                if layer.bidirectional:
+                    params = list(layer.params)
+                    params[k] = list(reversed(params[k]))
+                    slips.append((f"the directions of stacked layer {k} exchanged", replace(layer, params=params)))
+                if k + 1 < layer.num_layers and layer.layer_input_size(k) == layer.layer_input_size(k + 1):
+                    params = list(layer.params)
+                    params[k], params[k + 1] = params[k + 1], params[k]
+                    slips.append((f"stacked layers {k} and {k + 1} exchanged", replace(layer, params=params)))
+            cases.append((xs, layer, slips))
+        for (x, good, slips), tol in zip(cases, tols):
+            if not good.bidirectional:
+                slips.append(("the time order flipped (go_backwards)",
+                              good.with_semantics(go_backwards=not good.semantics.go_backwards)))
+            base = _unfinished(good, x)
+            scale = max(float(np.abs(base).max()), 1e-300)
+            for desc, var in slips:
+                moved = _unfinished(var, x)
+                if float(np.abs(moved - base).max()) <= 2.0 * max(rho * scale, tol):
+                    return desc
+        return None
 
     def _swaps_caught(self, i: int) -> bool:
         """Whether every loose direction of layer ``i`` showed that all its gate-block swaps are caught

@@ -58,7 +58,7 @@ def test_loose_bound_is_ok_when_every_gate_swap_is_caught_and_a_swapped_file_fai
     (c,) = rep.layers
     assert c.verdict == "ok" and rep.ok
     assert c.step_tol > 0.01 * c.max_abs_ref  # the bound alone is too loose (this is the case under test)
-    assert "every gate-block swap would fail it" in c.reason
+    assert "every gate-block swap and other layout slip checked would fail it" in c.reason
     sd = torch.load(tmp_path / "a.pt", weights_only=True)
     for name in ("rnn.weight_hh_l0", "rnn.weight_ih_l0", "rnn.bias_ih_l0"):  # f and g blocks swapped: torch i f g o
         bad = {k: v.clone() for k, v in sd.items()}
@@ -77,29 +77,26 @@ def test_loose_bound_with_a_swap_no_check_can_see_is_inconclusive(tmp_path, swap
     assert not (tmp_path / "a.pt").exists()
 
 
-@pytest.mark.parametrize("kind, kw, why", [("RNN", {}, "simple RNN"), ("GRU", {}, None),
-                                           ("LSTM", {"proj_size": 4}, "projected LSTM")])
-def test_swap_escapes_says_where_it_cannot_tell(kind, kw, why, tmp_path):
-    """``swap_escapes`` on the canonical layer read back: n/a for cells whose swapped step needs a new
-    product; a torch GRU (reset_after) is checked."""
+@pytest.mark.parametrize("kind, kw", [("RNN", {}), ("GRU", {}), ("LSTM", {"proj_size": 4})])
+def test_swap_escapes_checks_every_cell_kind(kind, kw, tmp_path):
+    """``swap_escapes`` on the canonical layer read back (torch-made): a simple RNN (its biases, a transposed
+    ``W_hh``), a GRU (reset_after) and a projected LSTM (each slipped step through ``W_hr``) are all checked:
+    with a tight bound and random weights, every slip is caught (issue #28: these were "n/a")."""
     m = torch_rnn(kind, 6, 5, seed=1, **kw)
     torch.save({f"rnn.{k}": v for k, v in m.state_dict().items()}, tmp_path / "m.pt")
     layer = api.load(tmp_path / "m.pt").layers[0]
     p = layer.params[0][0]
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 6))
-    h0 = 0.5 * rng.standard_normal((4, layer.output_size))
-    c0 = 0.5 * rng.standard_normal((4, 5)) if kind == "LSTM" else None
+    px, ph, pc = escapes.probe_rows(layer.cell, 6, layer.output_size, 5)  # zero, one-hot input, one-hot state
+    x = np.concatenate([rng.standard_normal((4, 6)), px])
+    h0 = np.concatenate([0.5 * rng.standard_normal((4, layer.output_size)), ph])
+    c0 = np.concatenate([0.5 * rng.standard_normal((4, 5)), pc]) if kind == "LSTM" else None
     parts: dict = {}
     bounds.step_with_bound(layer, p, x, h0, c0, 2.0 ** -24, parts=parts)
-    got = escapes.swap_escapes(layer, p, h0, c0, parts, 2.0 ** -24)
-    if why:
-        assert got.startswith("n/a") and why in got
-    else:
-        assert got is None  # tight bound, gate-distinct weights: every swap caught
+    assert escapes.swap_escapes(layer, p, h0, c0, parts, 2.0 ** -24) is None
 
 
-@pytest.mark.parametrize("cell", ["LSTM", "LSTM-peephole", "GRU"])
+@pytest.mark.parametrize("cell", ["LSTM", "LSTM-peephole", "GRU", "GRU-reset-before"])
 def test_swap_escapes_answer_does_not_depend_on_the_unit_subset(cell, monkeypatch):
     """The first round of ``swap_escapes`` looks at a few hidden units only (``SWAP_UNITS``, for speed on large
     layers); a swap it leaves goes on to every unit. So the answer is the one of a single round on every
@@ -107,7 +104,7 @@ def test_swap_escapes_answer_does_not_depend_on_the_unit_subset(cell, monkeypatc
     the subset {0, 5, 10, 15}) and where no unit does (equal blocks)."""
     rng = np.random.default_rng(5)
     seen = set()
-    c = Cell.GRU if cell == "GRU" else Cell.LSTM
+    c = Cell.GRU if cell.startswith("GRU") else Cell.LSTM
     G, Hs, In = c.gates, 16, 5
     for trial in range(12):
         w_ih = rng.standard_normal((G * Hs, In)).astype(np.float32) * (30.0 if trial % 2 else 1.0)
@@ -123,10 +120,11 @@ def test_swap_escapes_answer_does_not_depend_on_the_unit_subset(cell, monkeypatc
         p = DirectionParams(w_ih, w_hh, b_ih, b_hh, peep=peep)
         layer = RNNLayer(name="l", cell=c, input_size=In, hidden_size=Hs, num_layers=1,
                                    bidirectional=False, params=[[p]],
-                                   semantics=Semantics(reset_after=c is Cell.GRU))
-        x = (rng.standard_normal((7, In)) * (1000.0 if trial % 4 == 3 else 1.0)).astype(np.float32)
-        h0 = 0.5 * rng.standard_normal((7, Hs)).astype(np.float32)
-        c0 = rng.standard_normal((7, Hs)).astype(np.float32) if c is Cell.LSTM else None
+                                   semantics=Semantics(reset_after=cell == "GRU"))
+        px, ph, pc = escapes.probe_rows(c, In, Hs, Hs)  # the last 3 rows: verification's probes
+        x = np.concatenate([rng.standard_normal((4, In)) * (1000.0 if trial % 4 == 3 else 1.0), px]).astype(np.float32)
+        h0 = np.concatenate([0.5 * rng.standard_normal((4, Hs)), ph]).astype(np.float32)
+        c0 = np.concatenate([rng.standard_normal((4, Hs)), pc]).astype(np.float32) if c is Cell.LSTM else None
         parts: dict = {}
         bounds.step_with_bound(layer, p, x, h0, c0, 2.0 ** -24, parts=parts)
         answers = []

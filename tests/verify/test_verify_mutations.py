@@ -359,3 +359,180 @@ def test_mutation_fails_on_the_large_model_sample(tmp_path, large_sample, src, w
     bad = _onnx_mutate(good, tmp_path, fn) if onnx_case else _pt_mutate(src, good, tmp_path, fn, "bad")
     rep = api.verify(src, bad)
     assert rep.failed, (what, [(c.name, c.verdict, c.step_ratio, c.seq_err, c.seq_tol) for c in rep.layers])
+
+
+# -------------------------------------------- issue #28: every cell kind, every slip, where the bound is loose
+
+LOOSE = FIXTURES / "loose"
+KGRU = LOOSE / "keras_bidi_gru_before.h5"  # tf_keras 2.x: 2 x Bidirectional GRU(40, reset_after=False, hard_sigmoid)
+KGRU_LONG = dict(npz=LOOSE / "keras_bidi_gru_before.npz", keys={"bg1": "bg1__in", "bg2": "bg2__in"}, reps=40)
+TGRU = LOOSE / "tf1_gru_stack.pb"  # TF1 frozen graph: MultiRNNCell of 3 GRUCell(80)
+TGRU_LONG = dict(npz=LOOSE / "tf1_gru_stack.npz", keys={"stack": "x"}, reps=40)
+SRNNS = LOOSE / "keras_simple_rnn_stack.h5"  # SimpleRNN(16) relu, linear, tanh
+SRNNS_LONG = dict(npz=LOOSE / "keras_simple_rnn_stack.npz",
+                  keys={"rnn_relu": "rnn_relu__in", "rnn_linear": "rnn_linear__in", "rnn_tanh": "rnn_tanh__in"}, reps=40)
+PROJ = LOOSE / "tf1_lstm_proj_peep.pb"  # TF1 LSTMCell(16, num_proj=8, use_peepholes=True)
+PROJ_LONG = dict(npz=LOOSE / "tf1_lstm_proj_peep.npz", keys={"enc": "x"}, reps=40)
+
+
+def _onnx_swap_only(node: str, H: int, a: int, b: int, part: str):
+    """Gate blocks ``a, b`` (ONNX order) swapped in ``W`` alone, ``R`` alone, or both halves of ``B``."""
+    def fn(model, arrays):
+        if part == "B":
+            for half in (0, 3):
+                _onnx_swap(f"{node}.B", H, half + a, half + b, 1)(model, arrays)
+        else:
+            _onnx_swap(f"{node}.{part}", H, a, b, 1)(model, arrays)
+    return fn
+
+
+def _onnx_zero_half(node: str, H: int, G: int, half: int):
+    """``Wb`` (half 0) or ``Rb`` (half 1) of ``B`` set to zero: a bias dropped."""
+    def fn(model, arrays):
+        arrays[f"{node}.B"][:, half * G * H:(half + 1) * G * H] = 0.0
+    return fn
+
+
+def _onnx_transpose_all(node: str, H: int, G: int):
+    def fn(model, arrays):
+        for g in range(G):
+            _onnx_transpose(f"{node}.R", H, g)(model, arrays)
+    return fn
+
+
+def _onnx_set(node: str, name: str, value):
+    def fn(model, arrays):
+        from onnx import helper
+
+        n = next(n for n in model.graph.node if n.name == node)
+        keep = [a for a in n.attribute if a.name != name]
+        del n.attribute[:]
+        n.attribute.extend(keep)
+        n.attribute.append(helper.make_attribute(name, value))
+    return fn
+
+
+def _onnx_n_bias_inside(node: str, H: int):
+    """Reset-before read as reset-after with the n gate's biases all inside the reset (``Rbh = Wbh + Rbh``)."""
+    def fn(model, arrays):
+        b = arrays[f"{node}.B"]
+        b[:, 5 * H:6 * H] += b[:, 2 * H:3 * H]
+        b[:, 2 * H:3 * H] = 0.0
+        _onnx_set(node, "linear_before_reset", 1)(model, arrays)
+    return fn
+
+
+def _onnx_directions(node: str):
+    def fn(model, arrays):
+        for key in ("W", "R", "B"):
+            arrays[f"{node}.{key}"] = arrays[f"{node}.{key}"][::-1].copy()
+    return fn
+
+
+def _gru_before_slips(node: str, H: int, bidirectional: bool, hard: bool) -> dict:
+    """Every slip of docs/cli.md "Verdicts" rule A for a reset-before GRU written as ONNX (gates z r h)."""
+    out = {**_onnx_gate_swaps(node, "zrh", H)}
+    for a, b in itertools.combinations(range(3), 2):
+        for part in ("W", "R", "B"):
+            out[f"swap {'zrh'[a]}{'zrh'[b]} in {part} only"] = _onnx_swap_only(node, H, a, b, part)
+    out.update({
+        "Wb dropped": _onnx_zero_half(node, H, 3, 0),
+        "R transposed (each gate block)": _onnx_transpose_all(node, H, 3),
+        "read as reset-after": _onnx_set(node, "linear_before_reset", 1),
+        "read as reset-after, n biases inside the reset": _onnx_n_bias_inside(node, H),
+        "B[5] + 1e-3 scale": _onnx_nudge(f"{node}.B", 5),
+    })
+    if bidirectional:
+        out["directions exchanged"] = _onnx_directions(node)
+    if hard:
+        out["hard_sigmoid read as sigmoid"] = _onnx_attr(node, _hard_to_sigmoid)
+    return out
+
+
+KGRU_SLIPS = _gru_before_slips("bg2", 40, True, True)
+TGRU_SLIPS = _gru_before_slips("stack.l1", 80, False, False)
+# (Rb dropped is no slip here: rnnconvert writes TF1's gates and candidate biases as Wb, Rb is zero)
+TGRU_SLIPS["stacked layers 1 and 2 exchanged"] = lambda model, arrays: [
+    arrays.update({f"stack.l1.{k}": arrays[f"stack.l2.{k}"], f"stack.l2.{k}": arrays[f"stack.l1.{k}"]})
+    for k in ("W", "R", "B")]
+SRNNS_SLIPS = {
+    "Wb dropped (rnn_relu)": _onnx_zero_half("rnn_relu", 16, 1, 0),
+    "R transposed (rnn_linear)": _onnx_transpose("rnn_linear.R", 16, 0),
+    "B[3] + 1e-3 scale (rnn_tanh)": _onnx_nudge("rnn_tanh.B", 3),
+    "layers rnn_linear and rnn_tanh exchanged": lambda model, arrays: [
+        arrays.update({f"rnn_linear.{k}": arrays[f"rnn_tanh.{k}"], f"rnn_tanh.{k}": arrays[f"rnn_linear.{k}"]})
+        for k in ("W", "R", "B")],
+}
+
+
+@pytest.fixture(scope="module")
+def loose_onnx(tmp_path_factory):
+    """The correct ONNX conversions of the issue #28 fixtures, verified ``ok`` by default and on long inputs
+    (their one-step bound is loose: rule A decides; tests/test_verify_loose_fixtures.py shows it is)."""
+    pytest.importorskip("onnxruntime")
+    d = tmp_path_factory.mktemp("loose")
+    out = {}
+    for src, long in ((KGRU, KGRU_LONG), (TGRU, TGRU_LONG), (SRNNS, SRNNS_LONG)):
+        out[src] = d / f"{src.stem}.onnx"
+        assert api.convert(src, out[src]).verification.ok
+        assert api.verify(src, out[src], inputs=_long(**long)).ok
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("src,long,what,fn", [
+    *[(KGRU, KGRU_LONG, k, v) for k, v in KGRU_SLIPS.items()],
+    *[(TGRU, TGRU_LONG, k, v) for k, v in TGRU_SLIPS.items()],
+    *[(SRNNS, SRNNS_LONG, k, v) for k, v in SRNNS_SLIPS.items()],
+], ids=lambda v: v.stem if hasattr(v, "stem") else v if isinstance(v, str) else "")
+def test_loose_fixture_slip_fails(loose_onnx, tmp_path, src, long, what, fn):
+    """Every slip of docs/cli.md "Verdicts" rule A, made in the written ONNX file (onnxruntime runs it), FAILS
+    on the default batch and on the fixture's oracle inputs tiled to 200 steps: the reset-before GRUs of
+    tf_keras (hard_sigmoid, bidirectional, stacked) and TF1 (3 stacked GRUCells), and the simple RNNs
+    (relu, linear, tanh)."""
+    bad = _onnx_mutate(loose_onnx[src], tmp_path, fn)
+    for inputs in (None, _long(**long)):
+        rep = api.verify(src, bad, inputs=inputs)
+        assert rep.failed, (what, [(c.name, c.verdict, c.step_ratio, c.seq_err, c.seq_tol) for c in rep.layers])
+
+
+def _npz_mutate(good, tmp_path, fn):
+    z = dict(np.load(good))
+    fn(z)
+    out = tmp_path / "bad.npz"
+    np.savez(out, **z)
+    return out
+
+
+def _npz_rows(key: str, H: int, a: int, b: int):
+    def fn(z):
+        w = z[key].copy()
+        w[a * H:(a + 1) * H], w[b * H:(b + 1) * H] = z[key][b * H:(b + 1) * H], z[key][a * H:(a + 1) * H]
+        z[key] = w
+    return fn
+
+
+P0 = "layers/0/l0/d0/"
+PROJ_SLIPS = {
+    **{f"swap {'ifgo'[a]}{'ifgo'[b]} in {t}": _npz_rows(P0 + t, 16, a, b)
+       for a, b in itertools.combinations(range(4), 2) for t in ("w_ih", "w_hh", "b_ih")},
+    **{f"peepholes {'ifo'[a]} and {'ifo'[b]} exchanged": _npz_rows(P0 + "peep", 1, a, b)
+       for a, b in itertools.combinations(range(3), 2)},
+    "b_ih dropped": lambda z: z.update({P0 + "b_ih": np.zeros_like(z[P0 + "b_ih"])}),
+    "w_hr transposed halves": lambda z: z.update({P0 + "w_hr": z[P0 + "w_hr"][::-1].copy()}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("what", list(PROJ_SLIPS))
+def test_projected_peephole_lstm_slip_fails(tmp_path, what):
+    """The TF1 ``LSTMCell(num_proj, use_peepholes)`` written as rnnconvert's ``.npz`` (the only target besides a
+    TF1 checkpoint that expresses it; read back and run by the numpy reference): every gate swap, peephole
+    exchange, a dropped bias and a reordered projection FAIL on the default batch and on long inputs."""
+    good = tmp_path / "good.npz"
+    assert api.convert(PROJ, good).verification.ok
+    assert api.verify(PROJ, good, inputs=_long(**PROJ_LONG)).ok
+    bad = _npz_mutate(good, tmp_path, PROJ_SLIPS[what])
+    for inputs in (None, _long(**PROJ_LONG)):
+        rep = api.verify(PROJ, bad, inputs=inputs)
+        assert rep.failed, (what, [(c.name, c.verdict, c.step_ratio, c.seq_err, c.seq_tol) for c in rep.layers])
