@@ -92,6 +92,9 @@ FORMATS: tuple[Format, ...] = (
     Format("npz", "rnnconvert.formats.storage.spec:NPZ", (".npz",),
            "numpy .npz in rnnconvert's canonical schema (docs/pytorch.md)",
            sniff="rnnconvert.formats.storage.sniff:npz"),
+    Format("pickle", "rnnconvert.formats.pickle.spec:PICKLE", (".pkl", ".pickle"),
+           "pickled numpy arrays under a project's own names (dicts, lists, objects; allow-list unpickler)",
+           sniff="rnnconvert.formats.pickle.sniff:pickle"),
 )
 
 _BY_NAME: dict[str, Format] = {}
