@@ -118,6 +118,7 @@ EXTRAS = {
     "safetensors": "nothing required (rnnconvert reads and writes the format itself); the library is used "
                    "when present",
     "fast": "a C CRC-32C for TensorFlow checkpoint checksums",
+    "tflite": "reading .tflite flatbuffers (the TensorFlow Lite schema package)",
 }
 
 

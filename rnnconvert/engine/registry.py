@@ -95,6 +95,9 @@ FORMATS: tuple[Format, ...] = (
     Format("pickle", "rnnconvert.formats.pickle.spec:PICKLE", (".pkl", ".pickle"),
            "pickled numpy arrays under a project's own names (dicts, lists, objects; allow-list unpickler)",
            sniff="rnnconvert.formats.pickle.sniff:pickle"),
+    Format("tflite", "rnnconvert.formats.tflite.spec:TFLITE", (".tflite",),
+           "TensorFlow Lite / LiteRT flatbuffer with fused UNIDIRECTIONAL_SEQUENCE_LSTM ops",
+           sniff="rnnconvert.formats.tflite.sniff:tflite"),
 )
 
 _BY_NAME: dict[str, Format] = {}
