@@ -119,6 +119,7 @@ EXTRAS = {
                    "when present",
     "fast": "a C CRC-32C for TensorFlow checkpoint checksums",
     "tflite": "reading .tflite flatbuffers (the TensorFlow Lite schema package)",
+    "jax": "reading Flax .msgpack files (msgpack), and JAX/Flax themselves",
 }
 
 

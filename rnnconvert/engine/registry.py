@@ -98,6 +98,9 @@ FORMATS: tuple[Format, ...] = (
     Format("tflite", "rnnconvert.formats.tflite.spec:TFLITE", (".tflite",),
            "TensorFlow Lite / LiteRT flatbuffer with fused UNIDIRECTIONAL_SEQUENCE_LSTM ops",
            sniff="rnnconvert.formats.tflite.sniff:tflite"),
+    Format("flax_msgpack", "rnnconvert.formats.jax.spec:FLAX_MSGPACK", (".msgpack",),
+           "Flax linen/NNX parameters saved with flax.serialization (msgpack): LSTM, GRU, SimpleCell",
+           sniff="rnnconvert.formats.jax.sniff:flax_msgpack"),
 )
 
 _BY_NAME: dict[str, Format] = {}
