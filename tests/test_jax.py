@@ -104,3 +104,86 @@ def test_bad_msgpack(tmp_path):
         src.write_bytes(blob)
         with pytest.raises(FormatError):
             api.load(src, "flax_msgpack")
+
+
+# --- the writer: .pt / .onnx sources into Flax msgpack, run by Flax itself
+
+
+def _flax_run(path, name: str, cell: str, hidden: int, layers: int, bidi: bool, x: np.ndarray) -> np.ndarray:
+    """Flax (not rnnconvert) restores the written file and applies linen cells to it."""
+    import jax.numpy as jnp
+    from flax import linen as nn
+    from flax import serialization
+
+    tree = serialization.msgpack_restore(path.read_bytes())["params"][name]
+    mk = lambda: nn.RNN(getattr(nn, cell)(hidden))  # noqa: E731
+    mod = nn.Bidirectional(mk(), mk()) if bidi else mk()
+    h = jnp.asarray(x)
+    for k in range(layers):
+        h = mod.apply({"params": tree[f"layers_{k}"] if layers > 1 else tree}, h)
+    return np.asarray(h)
+
+
+@pytest.mark.parametrize("via", ["pt", "onnx"])
+def test_pt_and_onnx_sources_run_in_flax(tmp_path, via):
+    """torch's own nn.LSTM (2 layers, bidirectional) and nn.GRU, saved by torch.save; the .msgpack written from
+    the .pt (or from the .onnx written from it) reproduces torch's outputs in Flax."""
+    pytest.importorskip("flax")
+    if via == "onnx":
+        pytest.importorskip("onnxruntime")
+    torch.manual_seed(31)
+    lstm = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    gru = torch.nn.GRU(5, 3, batch_first=True)
+    sd = {f"enc.{k}": v for k, v in lstm.state_dict().items()} | {f"dec.{k}": v for k, v in gru.state_dict().items()}
+    torch.save(sd, tmp_path / "src.pt")
+    x = np.random.default_rng(0).standard_normal((2, 6, 3)).astype(np.float32)
+    xg = np.random.default_rng(1).standard_normal((2, 6, 5)).astype(np.float32)
+    with torch.no_grad():
+        y, yg = lstm(torch.from_numpy(x))[0].numpy(), gru(torch.from_numpy(xg))[0].numpy()
+    src = tmp_path / "src.pt"
+    if via == "onnx":
+        api.convert(src, tmp_path / "src.onnx")
+        src = tmp_path / "src.onnx"
+    rep = api.convert(src, tmp_path / "out.msgpack")
+    assert [c.name for c in rep.verification.layers] == ["enc", "dec"]
+    np.testing.assert_allclose(_flax_run(tmp_path / "out.msgpack", "enc", "LSTMCell", 4, 2, True, x), y,
+                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(_flax_run(tmp_path / "out.msgpack", "dec", "GRUCell", 3, 1, False, xg), yg,
+                               rtol=RTOL, atol=ATOL)
+    back = api.load(tmp_path / "out.msgpack")
+    assert [(la.name, la.num_layers, la.bidirectional) for la in back.layers] == [("enc", 2, True), ("dec", 1, False)]
+
+
+def test_verification_catches_swapped_gates_in_the_written_file(tmp_path, monkeypatch):
+    """Mutation: a writer that swapped the LSTM's hi/hf Dense is caught by the Flax runtime's verification."""
+    pytest.importorskip("flax")
+    from rnnconvert.errors import VerificationError
+    from rnnconvert.formats.jax import msgpack_write
+
+    real = msgpack_write.cell_params
+
+    def swapped(layer, p):
+        d = real(layer, p)
+        if "hi" in d:
+            d["hi"], d["hf"] = d["hf"], d["hi"]
+        return d
+
+    monkeypatch.setattr(msgpack_write, "cell_params", swapped)
+    with pytest.raises(VerificationError):
+        api.convert(FIXTURES / "pickle" / "torch_dicts.pkl", tmp_path / "out.msgpack")
+    assert not (tmp_path / "out.msgpack").exists()
+
+
+def test_writer_refusals(tmp_path):
+    """What linen cells cannot compute is refused naming the feature: a ReLU RNN (activation_fn is not
+    stored), an LSTM projection, TF's cell_clip."""
+    torch.manual_seed(0)
+    torch.save({f"r.{k}": v for k, v in torch.nn.RNN(3, 4, nonlinearity="relu").state_dict().items()},
+               tmp_path / "relu.pt")
+    with pytest.raises(UnsupportedError, match="ReLU"):
+        api.convert(tmp_path / "relu.pt", tmp_path / "a.msgpack", read_opts={"nonlinearity": "relu"})
+    torch.save({f"p.{k}": v for k, v in torch.nn.LSTM(3, 4, proj_size=2).state_dict().items()}, tmp_path / "p.pt")
+    with pytest.raises(UnsupportedError, match="projection"):
+        api.convert(tmp_path / "p.pt", tmp_path / "b.msgpack")
+    with pytest.raises(UnsupportedError, match="cell_clip"):
+        api.convert(FIXTURES / "tflite" / "lstm.tflite", tmp_path / "c.msgpack")

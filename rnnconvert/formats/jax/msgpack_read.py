@@ -204,9 +204,10 @@ def _cell(d: dict, where: str) -> tuple[Cell, DirectionParams, str]:
     return cell, dp, name
 
 
-def _layer_name(path: tuple[str, ...]) -> str:
+def _layer_name(path: tuple[str, ...], strip_cell: bool = False) -> str:
+    """The layer's name: its path without ``params`` (and, for a bare cell map, without its own ``cell`` key)."""
     p = [s for s in path if s != "params"]
-    if p and p[-1] == naming.CELL:
+    if strip_cell and p and p[-1] == naming.CELL:
         p = p[:-1]
     return ".".join(p) or "rnn"
 
@@ -230,15 +231,46 @@ def read(path: str | Path) -> Checkpoint:
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
 
-    def add(name: str, dirs: list[tuple[Cell, DirectionParams, str]], where: str) -> None:
-        cell, first, cname = dirs[0]
-        if len(dirs) == 2 and (dirs[1][0] is not cell or dirs[1][1].w_ih.shape != first.w_ih.shape):
-            raise UnsupportedError(f"{where}: forward_rnn and backward_rnn hold different cells; refused")
+    def unit(o: Any, where: str) -> list[tuple[Cell, DirectionParams, str]] | None:
+        """The directions of an ``nn.RNN`` (``{'cell': ...}``) or ``nn.Bidirectional`` map, else None."""
+        if not isinstance(o, dict):
+            return None
+        if set(o) == {naming.CELL} and isinstance(o[naming.CELL], dict) and _kind(o[naming.CELL]):
+            return [_cell(o[naming.CELL], where)]
+        fw, bw = o.get(naming.FORWARD), o.get(naming.BACKWARD)
+        if set(o) == {naming.FORWARD, naming.BACKWARD} and all(
+                isinstance(x, dict) and set(x) == {naming.CELL} and isinstance(x[naming.CELL], dict)
+                and _kind(x[naming.CELL]) for x in (fw, bw)):
+            dirs = [_cell(fw[naming.CELL], f"{where}/forward_rnn"), _cell(bw[naming.CELL], f"{where}/backward_rnn")]
+            if dirs[1][0] is not dirs[0][0] or dirs[1][1].w_ih.shape != dirs[0][1].w_ih.shape:
+                raise UnsupportedError(f"{where}: forward_rnn and backward_rnn hold different cells; refused")
+            return dirs
+        return None
+
+    def stacked(o: dict, where: str) -> list[list[tuple[Cell, DirectionParams, str]]] | None:
+        """``layers_0..layers_{n-1}`` (``nn.Sequential``) of equal cells chained by size, else None."""
+        n = len(o)
+        if n < 2 or set(o) != {f"{naming.LAYERS}{k}" for k in range(n)}:
+            return None
+        units = [unit(o[f"{naming.LAYERS}{k}"], f"{where}/{naming.LAYERS}{k}") for k in range(n)]
+        if any(u is None for u in units):
+            return None
+        first = units[0]
+        for prev, u in zip(units, units[1:]):
+            if (len(u), u[0][0], u[0][1].w_hh.shape) != (len(first), first[0][0], first[0][1].w_hh.shape) \
+                    or u[0][1].w_ih.shape[1] != len(prev) * prev[0][1].w_hh.shape[1]:
+                return None
+        return units
+
+    def add(name: str, slabs: list[list[tuple[Cell, DirectionParams, str]]], where: str) -> None:
+        cell, first, cname = slabs[0][0]
+        bidi = len(slabs[0]) == 2
         try:
             layers.append(RNNLayer(
                 name=name, cell=cell, input_size=first.w_ih.shape[1], hidden_size=first.w_hh.shape[1],
-                bidirectional=len(dirs) == 2, semantics=Semantics(), params=[[d[1] for d in dirs]],
-                source={"format": "flax_msgpack", "class_name": cname + (" x2 (Bidirectional)" if len(dirs) == 2 else ""),
+                num_layers=len(slabs), bidirectional=bidi, semantics=Semantics(),
+                params=[[d[1] for d in dirs] for dirs in slabs],
+                source={"format": "flax_msgpack", "class_name": cname + (" x2 (Bidirectional)" if bidi else ""),
                         "path": where}))
         except ValueError as exc:
             raise FormatError(f"{p}: {name}: {exc}") from exc
@@ -255,17 +287,24 @@ def read(path: str | Path) -> Checkpoint:
             return
         if not isinstance(o, dict):
             return  # a step counter, a string: not a parameter
-        if _kind(o) is not None:
-            add(_layer_name(path), [_cell(o, where)], where)
+        if _kind(o) is not None:  # a cell not under nn.RNN's 'cell'
+            add(_layer_name(path, strip_cell=True), [[_cell(o, where)]], where)
             return
+        u = unit(o, where)
+        if u is not None:
+            add(_layer_name(path), [u], where)
+            return
+        st = stacked(o, where)
+        if st is not None:
+            add(_layer_name(path), st, where)
+            return
+        rest = o
         fw, bw = o.get(naming.FORWARD), o.get(naming.BACKWARD)
-        if isinstance(fw, dict) and isinstance(bw, dict) and set(fw) == {naming.CELL} == set(bw) \
-                and all(isinstance(x[naming.CELL], dict) and _kind(x[naming.CELL]) for x in (fw, bw)):
-            add(_layer_name(path), [_cell(fw[naming.CELL], f"{where}/forward_rnn"),
-                                    _cell(bw[naming.CELL], f"{where}/backward_rnn")], where)
-            rest = {k: v for k, v in o.items() if k not in (naming.FORWARD, naming.BACKWARD)}
-        else:
-            rest = o
+        if fw is not None and bw is not None:  # a Bidirectional beside other parameters
+            u = unit({naming.FORWARD: fw, naming.BACKWARD: bw}, where)
+            if u is not None:
+                add(_layer_name(path), [u], where)
+                rest = {k: v for k, v in o.items() if k not in (naming.FORWARD, naming.BACKWARD)}
         for k, v in rest.items():
             walk(v, path + (str(k),), depth + 1)
 

@@ -15,7 +15,8 @@ Every kernel is a ``Dense``/``Linear`` kernel ``(in, out)`` applied as ``x @ ker
 * ``MGUCell`` (``if in hf hn``): no target format computes it (refused).
 * ``nn.RNN(cell)`` / ``nnx.RNN(cell)`` put the cell's parameters under ``cell``; ``nn.Bidirectional``
   under ``forward_rnn``/``backward_rnn`` (the backward one run with ``reverse=True, keep_order=True``, the two
-  outputs merged by ``merge_fn``, concatenation by default: not stored).
+  outputs merged by ``merge_fn``, concatenation by default: not stored); ``nn.Sequential`` names its
+  sub-modules ``layers_0``, ``layers_1``, ... (applied in that order: read as one stacked layer).
 """
 
 from __future__ import annotations
@@ -34,3 +35,5 @@ MGU = frozenset({"if", "in", "hf", "hn"})
 FUSED = ("dense_i", "dense_h")
 #: the sub-module names nn.RNN / nn.Bidirectional give
 CELL, FORWARD, BACKWARD = "cell", "forward_rnn", "backward_rnn"
+#: ``nn.Sequential``'s sub-module names: stacked layers ``layers_0``, ``layers_1``, ... applied in order
+LAYERS = "layers_"
