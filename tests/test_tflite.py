@@ -121,3 +121,101 @@ def test_damaged(tmp_path):
         src.write_bytes(blob)
         with pytest.raises(FormatError):
             api.load(src)
+
+
+# --- the writer: .pt / .onnx sources into fused TFLite LSTM ops, run by the TFLite interpreter itself
+
+
+def _interpret(path, name: str, x: np.ndarray) -> np.ndarray:
+    """tf.lite.Interpreter (not rnnconvert) on the written file: input '<name>__in', output '<name>__out'."""
+    import tensorflow as tf
+
+    it = tf.lite.Interpreter(model_path=str(path))
+    inp = next(d for d in it.get_input_details() if d["name"] == f"{name}__in")
+    it.resize_tensor_input(inp["index"], list(x.shape))
+    it.allocate_tensors()
+    it.set_tensor(inp["index"], x)
+    it.invoke()
+    return it.get_tensor(next(d["index"] for d in it.get_output_details() if d["name"] == f"{name}__out"))
+
+
+@pytest.fixture(scope="module")
+def torch_src(tmp_path_factory):
+    """torch's own nn.LSTM (2 layers, bidirectional) and nn.LSTM(proj_size=2), saved by torch.save, and their
+    outputs on a batch of 2 (the oracle)."""
+    d = tmp_path_factory.mktemp("tfl_src")
+    torch.manual_seed(3)
+    lstm = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    proj = torch.nn.LSTM(4, 5, proj_size=2, batch_first=True)
+    torch.save({f"enc.{k}": v for k, v in lstm.state_dict().items()}
+               | {f"proj.{k}": v for k, v in proj.state_dict().items()}, d / "src.pt")
+    rng = np.random.default_rng(3)
+    x, xp = rng.standard_normal((2, 6, 3)).astype(np.float32), rng.standard_normal((2, 6, 4)).astype(np.float32)
+    with torch.no_grad():
+        return d / "src.pt", {"enc": (x, lstm(torch.from_numpy(x))[0].numpy()),
+                              "proj": (xp, proj(torch.from_numpy(xp))[0].numpy())}
+
+
+@pytest.mark.parametrize("via", ["pt", "onnx"])
+def test_pt_and_onnx_sources_run_in_the_interpreter(tmp_path, torch_src, via):
+    pytest.importorskip("tensorflow")
+    src, orc = torch_src
+    if via == "onnx":  # ONNX has no projection: the projected layer stays in the .pt route
+        pytest.importorskip("onnxruntime")
+        ckpt = api.load(src)
+        from dataclasses import replace as _r
+
+        api.save(_r(ckpt, layers=[la for la in ckpt.layers if la.name == "enc"]), tmp_path / "src.onnx")
+        src, orc = tmp_path / "src.onnx", {"enc": orc["enc"]}
+    rep = api.convert(src, tmp_path / "out.tflite", write_opts={"batch": 2})
+    assert [c.name for c in rep.verification.layers] == list(orc)
+    for name, (x, y) in orc.items():
+        np.testing.assert_allclose(_interpret(tmp_path / "out.tflite", name, x), y, rtol=RTOL, atol=ATOL)
+    back = api.load(tmp_path / "out.tflite")
+    assert [(la.name, la.num_layers, la.bidirectional) for la in back.layers][:1] == [("enc", 2, True)]
+
+
+def test_verification_catches_swapped_gates_in_the_written_file(tmp_path, torch_src, monkeypatch):
+    """Mutation: a writer that stored the forget gate's weights as the input gate's is caught by the
+    interpreter's run."""
+    pytest.importorskip("tensorflow")
+    from rnnconvert.errors import VerificationError
+    from rnnconvert.formats.tflite import tflite_write
+
+    real = tflite_write.gates.from_canonical
+
+    def swapped(mat, conv, cell, **kw):
+        m = real(mat, conv, cell, **kw).copy()
+        H = m.shape[0] // 4
+        m[:H], m[H:2 * H] = m[H:2 * H].copy(), m[:H].copy()
+        return m
+
+    monkeypatch.setattr(tflite_write.gates, "from_canonical", swapped)
+    with pytest.raises(VerificationError):
+        api.convert(torch_src[0], tmp_path / "out.tflite")
+    assert not (tmp_path / "out.tflite").exists()
+
+
+def test_writer_refuses_gru(tmp_path):
+    with pytest.raises(UnsupportedError, match="WHILE loops"):
+        api.convert(FIXTURES / "pickle" / "torch_dicts.pkl", tmp_path / "out.tflite")
+
+
+@pytest.mark.parametrize("feature", ["peep", "proj"])
+def test_peepholes_projection_and_cell_clip_as_the_interpreter_computes_them(tmp_path, feature):
+    """TFLite's peepholes (the output one on the new c), projection and cell_clip are the canonical (TF1/ONNX)
+    ones: the interpreter running the written op agrees with the float64 equations, and the clip is active."""
+    pytest.importorskip("tensorflow")
+    from dataclasses import replace as _r
+
+    from rnnconvert.core.model import Cell, Checkpoint
+    from rnnconvert.engine import matrix
+
+    layer = matrix.gate_distinct_layer("t", Cell.LSTM, **{feature: True if feature == "peep" else 2})
+    layer = _r(layer, semantics=_r(layer.semantics, cell_clip=0.3))
+    api.save(Checkpoint(layers=[layer]), tmp_path / "p.tflite", batch=3)
+    x = np.random.default_rng(0).standard_normal((3, 7, layer.input_size)).astype(np.float32)
+    y = _interpret(tmp_path / "p.tflite", layer.name, x)
+    np.testing.assert_allclose(y, reference.forward(layer, x), rtol=RTOL, atol=1e-6)
+    unclipped = reference.forward(_r(layer, semantics=_r(layer.semantics, cell_clip=None)), x)
+    assert np.max(np.abs(unclipped - y)) > 1e-3

@@ -343,10 +343,12 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
     for s, (sg, ops) in enumerate(zip(sgs, per_sg)):
         producers = {o: op for _, _, outs, op in ops for o in outs}
         pairs = _bidirectional_pairs(flat, sg, ops)
-        for j, (name, ins, _, op) in enumerate(ops):
+        made = {o: j for j, (_, _, outs, _) in enumerate(ops) for o in outs}
+        units = []  # (dirs, row, sem, time_major, input tensor, output tensor)
+        for j, (name, ins, outs, op) in enumerate(ops):
             if name != LSTM_OP or j in pairs:
                 continue
-            lname = f"lstm_{len(layers)}"
+            lname = f"lstm_{len(layers) + len(units)}"
             dirs = [j] + [b for b, f in pairs.items() if f == j]
             row, sems, srcs = [], [], []
             for d, k in enumerate(dirs):
@@ -358,18 +360,49 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
             if len(set(sems)) != 1 or len({(x.w_ih.shape, x.w_hh.shape, x.w_hr is None, x.peep is None) for x in row}) != 1:
                 raise UnsupportedError(f"{p}: {lname}: the two directions of a Bidirectional pair differ in sizes or "
                                        "options; refused")
-            first = row[0]
-            if drop_clip and sems[0].cell_clip is not None:
-                notes.append(f"{lname}: cell_clip {sems[0].cell_clip:g} of the TFLite op dropped (--read-opt "
+            out = outs[0]
+            if len(dirs) == 2:  # the CONCATENATION that ends the pattern
+                out = next(o[2][0] for o in ops if o[0] == "CONCATENATION" and o[1] and o[1][0] == outs[0])
+            units.append((dirs, row, sems[0], srcs[0]["time_major"], ins[0], out))
+        # rnnconvert's own files: a chain of units from graph input '<name>__in' to output '<name>__out' is one
+        # stacked layer '<name>' (tflite_write); every other unit is a layer of its own
+        tname = lambda t: (sg.Tensors(t).Name() or b"").decode("utf-8", "replace")  # noqa: E731
+        by_input = {u[4]: u for u in units}
+        taken: set[int] = set()
+        groups = []
+        for u in units:
+            if id(u) in taken:
+                continue
+            chain = [u]
+            nm = tname(u[4])
+            if nm.endswith("__in") and made.get(u[4]) is None:
+                while not tname(chain[-1][5]).endswith("__out") and chain[-1][5] in by_input \
+                        and by_input[chain[-1][5]][2] == u[2] and len(chain) <= len(units):
+                    chain.append(by_input[chain[-1][5]])
+                if tname(chain[-1][5]) == nm[:-4] + "__out" and len({(len(c[0]), c[3]) for c in chain}) == 1:
+                    groups.append((nm[:-4], chain))
+                    taken.update(id(c) for c in chain)
+                    continue
+                chain = [u]
+            groups.append((None, chain))
+            taken.add(id(u))
+        for gname, chain in groups:
+            lname = gname or f"lstm_{len(layers)}"
+            sem = chain[0][2]
+            first = chain[0][1][0]
+            if drop_clip and sem.cell_clip is not None:
+                notes.append(f"{lname}: cell_clip {sem.cell_clip:g} of the TFLite op dropped (--read-opt "
                              "cell_clip=none): equal to the TFLite model while |c| stays below it")
-                sems[0] = replace(sems[0], cell_clip=None)
+                sem = replace(sem, cell_clip=None)
             try:
                 layers.append(RNNLayer(
                     name=lname, cell=Cell.LSTM, input_size=first.w_ih.shape[1], hidden_size=first.w_hh.shape[0] // 4,
-                    bidirectional=len(row) == 2, proj_size=0 if first.w_hr is None else first.w_hr.shape[0],
-                    semantics=sems[0], params=[row],
-                    source={"format": "tflite", "class_name": LSTM_OP + (" x2 (Bidirectional)" if len(row) == 2 else ""),
-                            "subgraph": s, "ops": dirs, "time_major": srcs[0]["time_major"]}))
+                    num_layers=len(chain), bidirectional=len(chain[0][0]) == 2,
+                    proj_size=0 if first.w_hr is None else first.w_hr.shape[0], semantics=sem,
+                    params=[c[1] for c in chain],
+                    source={"format": "tflite",
+                            "class_name": LSTM_OP + (" x2 (Bidirectional)" if len(chain[0][0]) == 2 else ""),
+                            "subgraph": s, "ops": [c[0] for c in chain], "time_major": chain[0][3]}))
             except ValueError as exc:
                 raise FormatError(f"{p}: {lname}: {exc}") from exc
     if not layers:
