@@ -401,7 +401,9 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
                     proj_size=0 if first.w_hr is None else first.w_hr.shape[0], semantics=sem,
                     params=[c[1] for c in chain],
                     source={"format": "tflite",
-                            "class_name": LSTM_OP + (" x2 (Bidirectional)" if len(chain[0][0]) == 2 else ""),
+                            "class_name": LSTM_OP + (" x2 (Bidirectional)" if len(chain[0][0]) == 2 else "")
+                            + (f", cell_clip {sem.cell_clip:g}: --read-opt cell_clip=none drops it"
+                               if sem.cell_clip is not None else ""),
                             "subgraph": s, "ops": [c[0] for c in chain], "time_major": chain[0][3]}))
             except ValueError as exc:
                 raise FormatError(f"{p}: {lname}: {exc}") from exc
