@@ -219,3 +219,13 @@ def test_peepholes_projection_and_cell_clip_as_the_interpreter_computes_them(tmp
     np.testing.assert_allclose(y, reference.forward(layer, x), rtol=RTOL, atol=1e-6)
     unclipped = reference.forward(_r(layer, semantics=_r(layer.semantics, cell_clip=None)), x)
     assert np.max(np.abs(unclipped - y)) > 1e-3
+
+
+def test_float16_weights_behind_dequantize(tmp_path):
+    """The converter's float16 quantisation stores weights as float16 constants that DEQUANTIZE ops widen for
+    the LSTM op: read as float32 (exact), they reproduce the interpreter."""
+    orc = _oracle("lstm_f16")
+    ckpt = api.load(TF / "lstm_f16.tflite", **NOCLIP)
+    assert ckpt.layers[0].params[0][0].w_ih.dtype == np.float32
+    api.convert(TF / "lstm_f16.tflite", tmp_path / "out.pt", read_opts=NOCLIP)
+    np.testing.assert_allclose(_chain_pt(tmp_path / "out.pt", orc["x"]), orc["y"], rtol=RTOL, atol=ATOL)

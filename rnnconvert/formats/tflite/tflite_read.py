@@ -156,6 +156,7 @@ class Flat:
             src = int(producers[idx].Inputs(0))
             if src >= 0 and sg.Tensors(src).Type() == 1:
                 a = self.array(sg, src, what)
+                a = None if a is None else a.astype(np.float32)  # what the op sees (exact widening)
         return a
 
 
