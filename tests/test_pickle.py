@@ -130,11 +130,12 @@ def _attacks(sentinel) -> dict[str, bytes]:
         "subprocess.Popen": pickle.dumps(_Call(subprocess.Popen, ["touch", str(sentinel)]), protocol=5),
         "numpy.load": pickle.dumps(_Call(np.load, str(sentinel), None, True), protocol=4),
         "numpy object dtype": pickle.dumps({"w": np.array([_Call(os.system, cmd)], dtype=object)}, protocol=2),
+        "bytearray size": pickle.dumps({"w": _Call(bytearray, 1 << 40)}, protocol=2),
     }
 
 
 @pytest.mark.parametrize("attack", ["os.system", "builtins.eval", "builtins.exec", "subprocess.Popen", "numpy.load",
-                                    "numpy object dtype"])
+                                    "numpy object dtype", "bytearray size"])
 def test_malicious_pickles_refused(tmp_path, attack):
     sentinel = tmp_path / "PWNED"
     src = tmp_path / "evil.pkl"
@@ -154,6 +155,18 @@ def test_malicious_pickle_cli_one_line(tmp_path):
     assert r.returncode != 0
     assert len(r.stderr.strip().splitlines()) == 1 and "posix.system" in r.stderr and "Traceback" not in r.stderr
     assert not sentinel.exists() and not (tmp_path / "out.pt").exists()
+
+
+def test_defaultdict_and_builtin_containers(tmp_path):
+    """A project's collections.defaultdict of arrays and a set/bytes field read as plain data."""
+    import collections
+
+    d = collections.defaultdict(list)
+    d["enc"] = {"weight_ih_l0": np.ones((8, 3), np.float32), "weight_hh_l0": np.ones((8, 2), np.float32)}
+    src = tmp_path / "dd.pkl"
+    src.write_bytes(pickle.dumps({"model": d, "tags": {"a", "b"}, "blob": bytearray(b"xy")}, protocol=2))
+    ckpt = api.load(src)
+    assert [(la.name, la.cell.value, la.hidden_size) for la in ckpt.layers] == [("model.enc", "LSTM", 2)]
 
 
 def test_shared_children_bounded(tmp_path, monkeypatch):

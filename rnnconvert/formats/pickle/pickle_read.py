@@ -18,7 +18,9 @@ or ``copyreg._reconstructor(C, object, None)`` (protocol 0/1), then ``BUILD`` wi
 * the numpy names above -> records that build the array from the bytes with ``np.frombuffer`` after checking
   that the dtype is a plain number (``f2 f4 f8 i1..i8 u1..u8 b1``: no object arrays, no structured dtypes) and
   that the shape matches the bytes exactly (nothing is expanded);
-* ``collections.OrderedDict``, ``builtins.object``/``set``/``frozenset``/``bytearray``/``complex``,
+* ``collections.OrderedDict``, ``collections.defaultdict`` (a plain dict: its factory is never called),
+  ``builtins.object``, the builtin containers and numbers (``set frozenset bytearray bytes complex list dict
+  tuple int float bool str``: called with no argument or one plain value only, never a size),
   ``copyreg._reconstructor`` (ours: a stand-in instance), ``_codecs.encode`` (``str`` to ``latin1`` bytes only);
 * any other ``module.Name`` outside Python's standard library and the frameworks below -> a :class:`Record`
   class made on the spot (its module is never imported): calling it, ``NEWOBJ``, ``BUILD``, ``APPENDS``,
@@ -191,6 +193,29 @@ def _codecs_encode(s: Any, encoding: Any = "utf-8", *rest: Any) -> bytes:
     return s.encode("latin1")
 
 
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+
+
+def _ctor(kind: type):
+    """A builtin container/number type as a pickle may call it: with no argument or one plain value, never an
+    integer size (``bytearray(10**12)`` would allocate a terabyte)."""
+    def make(*args: Any) -> Any:
+        if not args:
+            return kind()
+        if kind in (bytes, bytearray) and len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1"):
+            return kind(args[0].encode("latin1"))
+        if len(args) != 1 or not isinstance(args[0], _PLAIN) or (isinstance(args[0], int) and kind in (bytes, bytearray, str)):
+            raise FormatError(f"builtins.{kind.__name__} called with {len(args)} argument(s) of "
+                              f"{', '.join(type(a).__name__ for a in args)}; refused")
+        return kind(args[0])
+    return make
+
+
+def _defaultdict(factory: Any = None, *rest: Any) -> dict:
+    """``collections.defaultdict(factory)``: a plain dict (the factory is never called)."""
+    return {}
+
+
 def _reconstructor(cls: Any, base: Any, state: Any = None) -> Any:
     if not (isinstance(cls, type) and issubclass(cls, Record)) or base is not object or state is not None:
         raise FormatError(f"copyreg._reconstructor of {cls!r:.60} on {base!r:.40}")
@@ -200,8 +225,9 @@ def _reconstructor(cls: Any, base: Any, state: Any = None) -> Any:
 SAFE = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("builtins", "object"): object, ("__builtin__", "object"): object,
-    ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "bytearray"): bytearray,
-    ("builtins", "complex"): complex,
+    **{(m, k.__name__): _ctor(k) for m in ("builtins", "__builtin__")
+       for k in (set, frozenset, bytearray, bytes, complex, list, dict, tuple, int, float, bool, str)},
+    ("collections", "defaultdict"): _defaultdict,
     ("copyreg", "_reconstructor"): _reconstructor, ("copy_reg", "_reconstructor"): _reconstructor,
     ("_codecs", "encode"): _codecs_encode,
 }
