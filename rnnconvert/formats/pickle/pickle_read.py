@@ -331,11 +331,10 @@ def arrays(obj: Any, where: object) -> dict[str, np.ndarray]:
     budget.check_count(where, "names", len(found), "arrays")
     out: dict[str, np.ndarray] = {}
     for k, a in found:
+        k = k or "array"  # the pickle is one array
         if k in out:
             raise FormatError(f"{where}: two arrays under the name '{k}' (dict keys that print alike)")
         out[k] = a
-    if not out and isinstance(obj, (ArrayRecord, np.ndarray)):
-        out = {"array": obj.array if isinstance(obj, ArrayRecord) else obj}
     return out
 
 
