@@ -77,6 +77,8 @@ class Flat:
         op_enum = self.tfl.BuiltinOperator
         self.op_names = {v: k for k, v in vars(op_enum).items() if not k.startswith("_") and isinstance(v, int)}
         self.codes = []
+        budget.check_count(path, "names", self.model.OperatorCodesLength(), "operator codes")
+        budget.check_count(path, "names", self.model.SubgraphsLength(), "subgraphs")
         for j in range(self.model.OperatorCodesLength()):
             oc = self.model.OperatorCodes(j)
             code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
