@@ -229,3 +229,9 @@ def test_float16_weights_behind_dequantize(tmp_path):
     assert ckpt.layers[0].params[0][0].w_ih.dtype == np.float32
     api.convert(TF / "lstm_f16.tflite", tmp_path / "out.pt", read_opts=NOCLIP)
     np.testing.assert_allclose(_chain_pt(tmp_path / "out.pt", orc["x"]), orc["y"], rtol=RTOL, atol=ATOL)
+
+
+def test_int8_weights_refused():
+    """Dynamic-range quantisation (the converter's Optimize.DEFAULT) stores int8 weights: refused, named."""
+    with pytest.raises(UnsupportedError, match="int8 .quantised weights."):
+        api.load(TF / "lstm_int8.tflite")
