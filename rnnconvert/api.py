@@ -220,6 +220,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     if out_mod.check is not None:  # on a lazy skeleton: refusals look at structure only
         with _way_out():
             rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
+    rep.notes.extend(ckpt.meta.get("notes") or [])  # what the reader kept aside (a pickle's learned initial states)
     for layer in ckpt.layers:  # read by the foreign-name table: the reading itself is an assumption
         how = layer.source.get("recognised") if isinstance(layer.source, dict) else None
         if how:

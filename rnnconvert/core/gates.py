@@ -90,6 +90,14 @@ TABLE: dict[tuple[str, Cell], Convention] = {
     ("tf1_gates", _G): Convention("rz", "in_out", "single", "tensorflow rnn_cell_impl.py GRUCell.call (r, u = split)"),
     ("tf1", _T): Convention("h", "in_out", "single", "tensorflow rnn_cell_impl.py BasicRNNCell"),
     ("tf1", _R): Convention("h", "in_out", "single", "tensorflow rnn_cell_impl.py BasicRNNCell"),
+    # TFLite UNIDIRECTIONAL_SEQUENCE_LSTM: one (H, in) tensor per gate, inputs 1-4 input_to_{input,forget,cell,
+    # output}_weights, 5-8 recurrent_to_*, 12-15 one bias per gate (stacked in that order: i,f,c,o).
+    ("tflite", _L): Convention("ifgo", "out_in", "single", "tensorflow/lite/kernels/lstm_shared.h (input tensor indices 1-8, 12-15)"),
+    # Flax linen/NNX cells: per-gate Dense kernels (in, H) stacked in gate order (NNX fused (in, G*H) the same);
+    # LSTM bias on the hidden side only (b_hh), GRU biases ir/iz/in (b_ih) and hn (b_hh[n]).
+    ("flax", _L): Convention("ifgo", "in_out", "double", "flax/linen/recurrent.py LSTMCell (ii/if/ig/io, hi/hf/hg/ho), flax/nnx/nn/recurrent.py OptimizedLSTMCell (i, f, g, o = split)"),
+    ("flax", _G): Convention("rzn", "in_out", "double", "flax/linen/recurrent.py GRUCell (ir/iz/in, hr/hz/hn), flax/nnx/nn/recurrent.py GRUCell (r, z, n)"),
+    ("flax", _T): Convention("h", "in_out", "double", "flax/linen/recurrent.py SimpleCell (i, h)"),
     # cuDNN opaque buffer: linLayerID order (0..G-1 input, G..2G-1 recurrent), (H, in) row-major.
     ("cudnn", _L): Convention("ifgo", "out_in", "double", "cuDNN cudnnGetRNNLinLayerMatrixParams doc (linLayerID 0-3 i,f,c,o)"),
     ("cudnn", _G): Convention("rzn", "out_in", "double", "cuDNN cudnnGetRNNLinLayerMatrixParams doc (linLayerID 0-2 r,z,n)"),

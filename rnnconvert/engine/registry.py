@@ -103,6 +103,15 @@ FORMATS: tuple[Format, ...] = (
     Format("paddle", "rnnconvert.formats.paddle.spec:PADDLE", (".pdparams",),
            "PaddlePaddle paddle.save state dict of nn.LSTM/GRU/SimpleRNN (read by an allow-list unpickler)",
            sniff="rnnconvert.formats.paddle.sniff:paddle"),
+    Format("pickle", "rnnconvert.formats.pickle.spec:PICKLE", (".pkl", ".pickle"),
+           "pickled numpy arrays under a project's own names (dicts, lists, objects; allow-list unpickler)",
+           sniff="rnnconvert.formats.pickle.sniff:pickle"),
+    Format("tflite", "rnnconvert.formats.tflite.spec:TFLITE", (".tflite",),
+           "TensorFlow Lite / LiteRT flatbuffer with fused UNIDIRECTIONAL_SEQUENCE_LSTM ops",
+           sniff="rnnconvert.formats.tflite.sniff:tflite"),
+    Format("flax_msgpack", "rnnconvert.formats.jax.spec:FLAX_MSGPACK", (".msgpack",),
+           "Flax linen/NNX parameters saved with flax.serialization (msgpack): LSTM, GRU, SimpleCell",
+           sniff="rnnconvert.formats.jax.sniff:flax_msgpack"),
 )
 
 _BY_NAME: dict[str, Format] = {}

@@ -13,6 +13,8 @@
 | ``tensorflow`` | :mod:`.tensorflow` | TensorFlow reading back a TF1 checkpoint (TF1 cell equations in numpy); a TF source file (``--verify framework``) |
 | ``mlx`` | :mod:`.mlx` | MLX loading a written MLX safetensors file into ``mlx.nn`` modules |
 | ``openvino`` | :mod:`.openvino` | the OpenVINO runtime (CPU, f32) on a written IR (one-node models for slabs and steps) |
+| ``tflite`` | :mod:`.tflite` | ``tf.lite.Interpreter`` running a written ``.tflite`` (fused LSTM ops) |
+| ``flax`` | :mod:`.flax` | Flax linen cells (JAX) applied to a written Flax msgpack file |
 | ``keras_equations`` | :mod:`rnnconvert.verify.keras_equations` | the Keras equations on a Keras source's stored tensors (numpy) |
 | ``tf_equations`` | :mod:`rnnconvert.verify.tf1_equations` | the equations of a TF checkpoint's cells (TF1 cells, or the Keras equations of a TF2 object checkpoint) on its stored tensors; a written TF1 checkpoint as TensorFlow reads it back |
 """
@@ -35,6 +37,8 @@ RUNTIMES: dict[str, str] = {
     "tf_equations": "rnnconvert.verify.tf1_equations:RUNTIME",
     "mlx": "rnnconvert.runtimes.mlx:RUNTIME",
     "openvino": "rnnconvert.runtimes.openvino:RUNTIME",
+    "flax": "rnnconvert.runtimes.flax:RUNTIME",
+    "tflite": "rnnconvert.runtimes.tflite:RUNTIME",
 }
 
 

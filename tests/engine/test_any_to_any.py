@@ -17,6 +17,7 @@ from rnnconvert.engine import registry
 from rnnconvert.engine.matrix import compare_layers
 
 from conftest import torch_rnn
+from rnnconvert.errors import DependencyError, UnsupportedError
 
 torch = pytest.importorskip("torch")
 
@@ -40,7 +41,12 @@ def sources(tmp_path_factory):
         for fmt in RW:
             dst = pt if fmt == "pt" else _path(tmp, f"{spec}_{fmt}", fmt)
             if fmt != "pt":
-                rnnconvert.convert(pt, dst, to=fmt)
+                try:
+                    rnnconvert.convert(pt, dst, to=fmt)
+                except UnsupportedError:  # a format that holds some cells only (TFLite's fused LSTM op)
+                    continue
+                except DependencyError:  # its runtime's framework is an extra not installed here
+                    continue
             out[fmt, spec] = dst
     return out
 
@@ -52,7 +58,11 @@ def _layer(path, fmt):
 
 @pytest.mark.parametrize("src_fmt,dst_fmt", list(itertools.product(RW, RW)))
 def test_pair(sources, tmp_path, src_fmt, dst_fmt):
+    done = 0
     for spec in SPECS:
+        if (src_fmt, spec) not in sources or (dst_fmt, spec) not in sources:
+            continue  # refused by (or no framework for) one of the two: the sources fixture tried
+        done += 1
         src = sources[src_fmt, spec]
         dst = _path(tmp_path, f"{spec}_out", dst_fmt)
         rep = rnnconvert.convert(src, dst, to=dst_fmt, src_format=src_fmt)
@@ -62,6 +72,8 @@ def test_pair(sources, tmp_path, src_fmt, dst_fmt):
         if src_fmt in ("pt", "onnx", "safetensors", "npz", "cudnn_npz") and dst_fmt in ("pt", "onnx", "safetensors",
                                                                                           "npz", "cudnn_npz"):
             assert got == "E", f"{spec}: two-bias formats must round-trip bit-exactly"
+    if not done:
+        pytest.skip(f"no cell both {src_fmt} and {dst_fmt} hold (or a framework missing)")
 
 
 CHAINS = [("pt", "keras_h5", "onnx"), ("keras_h5", "onnx", "pt"), ("onnx", "tf_checkpoint", "safetensors"),
@@ -71,6 +83,8 @@ CHAINS = [("pt", "keras_h5", "onnx"), ("keras_h5", "onnx", "pt"), ("onnx", "tf_c
 @pytest.mark.parametrize("a,b,c", [ch for ch in CHAINS if set(ch) <= set(RW)])
 def test_two_hops_equal_one(sources, tmp_path, a, b, c):
     for spec in SPECS:
+        if any((f, spec) not in sources for f in (a, b, c)):
+            continue
         src = sources[a, spec]
         mid, direct, hop = (_path(tmp_path, f"{spec}_{n}", f) for n, f in (("mid", b), ("direct", c), ("hop", c)))
         rnnconvert.convert(src, mid, to=b, src_format=a)
