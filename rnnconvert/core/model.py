@@ -235,7 +235,7 @@ class RNNLayer:
             "gate_activation": s.gate_activation,
             "activation": s.activation,
             "return_sequences": self.return_sequences,
-            "source_class": self.slabs.get("class_name"),
+            "source_class": self.source.get("class_name"),
         }
         if self.cell is Cell.GRU:
             out["reset_after"] = s.reset_after
