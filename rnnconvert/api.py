@@ -244,8 +244,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                     rep.verification = (_verify(ckpt, in_mod, tmp, out_mod, mode=verify, src_path=src_p, seed=seed,
                                                 inputs=_float_inputs({k: v for k, v in (verify_inputs or {}).items()
                                                                       if k not in model_in}) or None)
-                                        if out_mod.read is not None or as_target(out_mod).target_forward is not None
-                                        else VerifyReport(seed=seed))  # .pt2: its runtime's checks only
+                                        if out_mod.read is not None or as_target(out_mod).target_step is not None
+                                        else VerifyReport(seed=seed))  # a program (.pt2): its runtime's checks
                     if whole:
                         try:
                             rep.verification.layers += whole(ckpt, src_p, tmp, inputs=model_in or None, seed=seed)

@@ -25,6 +25,24 @@ def _load(path: str | Path):
     return torch, torch.export.load(str(path)).module()
 
 
+def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=None) -> np.ndarray:
+    """Layer ``name`` of a written program of the recurrent layers (one input and output per layer, in layer
+    order; the other inputs fed zeros) on ``x`` ``(B, T, I)``: ``(B, T, dirs*H)`` float64.
+
+    Raises:
+        FormatError: a whole-model program (its layers are not inputs of their own: :func:`verify_whole`)."""
+    from ..errors import FormatError
+
+    torch, prog = _load(path)
+    names = [layer.name for layer in ckpt.layers]
+    if ckpt.meta.get("pt2_recurrent_only") is not True and ckpt.format == "keras_h5":
+        raise FormatError(f"{path}: a whole-model program has no input of layer '{name}' of its own")
+    args = [torch.from_numpy(np.asarray(x, np.float32)) if n == name
+            else torch.zeros(x.shape[0], x.shape[1], layer.input_size) for n, layer in zip(names, ckpt.layers)]
+    with torch.no_grad():
+        return prog(*args)[names.index(name)].numpy().astype(np.float64)
+
+
 def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
                  seed: int = 0) -> list:
     """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.LayerCheck` entries."""
@@ -66,4 +84,4 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     return checks
 
 
-RUNTIME = Runtime("torch_export", engine="torch", verify_whole=verify_whole)
+RUNTIME = Runtime("torch_export", engine="torch", forward=forward, verify_whole=verify_whole)
