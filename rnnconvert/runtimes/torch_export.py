@@ -21,8 +21,11 @@ from ..errors import require
 
 
 def _load(path: str | Path):
+    import io
+
     torch = require("torch", "torch")
-    return torch, torch.export.load(str(path)).module()
+    with open(path, "rb") as fh:  # a buffer: the temporary name does not end in .pt2 (torch warns otherwise)
+        return torch, torch.export.load(io.BytesIO(fh.read())).module()
 
 
 def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=None) -> np.ndarray:
