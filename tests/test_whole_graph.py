@@ -26,7 +26,9 @@ from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.formats.onnx import model_write  # noqa: E402
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
-WHOLE = sorted((FIX / "keras_whole").glob("whole_*.h5"))
+WHOLE = sorted((FIX / "keras_whole").glob("whole_*.h5")) + sorted((FIX / "whole_graph").glob("whole30_*.h5"))
+#: issue #30's fixtures (fixtures/gen_whole_graph.py): every layer class the writers build
+WHOLE30 = sorted((FIX / "whole_graph").glob("whole30_*.h5"))
 MYCROFT = FIX / "realworld" / "mycroft-precise-gru"
 TOL = 2e-5
 
@@ -102,6 +104,22 @@ def test_pt2_follows_masks_and_runs_other_lengths(tmp_path):
     (y,) = prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()])
     assert _close(y.detach().numpy(), z["out__0"])
     assert prog(torch.zeros(1, 7, 5))[0].shape == (1, 2)
+
+
+@pytest.mark.parametrize("path", WHOLE30, ids=lambda p: p.stem)
+def test_pt2_program_matches_tf_keras(path, tmp_path):
+    """issue #30's fixtures (masked Bidirectional 'ave', masked mean pooling, go_backwards, every pooling,
+    normalisation, merge and reshaping layer) as .pt2 programs, loaded and run by torch: tf_keras' outputs."""
+    torch = pytest.importorskip("torch")
+    from rnnconvert.formats.torch import pt2_write
+
+    g = _graph(path)
+    torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))
+    prog = torch.export.load(str(tmp_path / "p.pt2")).module()
+    z = np.load(path.with_suffix(".npz"))
+    outs = prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()])
+    for i, y in enumerate(outs):
+        assert _close(y.detach().numpy(), z[f"out__{i}"]), (path.name, i)
 
 
 def test_lambda_refused_by_name():

@@ -80,6 +80,8 @@ class Node:
     weights: list[np.ndarray] = field(default_factory=list)
     layer: RNNLayer | None = None
     inner: tuple[str, dict] | None = None
+    #: the rank of the first input (batch included), ``None`` when not known
+    rank: int | None = None
 
 
 @dataclass
@@ -124,6 +126,7 @@ class _Builder:
         self.mask_of: dict[str, str | None] = {}
         self.calls: dict[str, int] = {}
         self.inputs: list[tuple[str, tuple, str, int | None]] = []
+        self.rank: dict[str, int | None] = {}
 
     # weights of layer at dotted path (top-level group, then inner names: _source_weights of keras_whole)
     def stored(self, path: str) -> list[np.ndarray]:
@@ -137,6 +140,7 @@ class _Builder:
         shp = tuple(None if d is None else int(d) for d in (shape or [None])[1:])
         self.inputs.append((name, shp, str(dtype or "float32"), None))
         self.mask_of[name] = None
+        self.rank[name] = 1 + len(shp)
         return name
 
     def call(self, rec: dict, prefix: str, ins: list[str]) -> str:
@@ -194,6 +198,14 @@ class _Builder:
                 "return_sequences", (conf.get("layer") or {}).get("config", {}).get("return_sequences"))):
             node.mask_out = masks[0] if masks else None
         self.mask_of[node.outputs[0]] = node.mask_out
+        node.rank = self.rank.get(ins[0]) if ins else None
+        self.rank[node.outputs[0]] = _rank_out(node)
+        if cls in ("BatchNormalization", "LayerNormalization"):
+            axis = conf.get("axis", -1)
+            axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
+            if not isinstance(axis, int) or node.rank is None or axis % node.rank != node.rank - 1:
+                refuse(path, cls, f"axis={conf.get('axis')!r} is not the last axis (the last axis is built)")
+            node.config = {**conf, "axis": -1}
         self.nodes.append(node)
         return node.outputs[0]
 
@@ -268,6 +280,23 @@ class _Builder:
                 raise UnsupportedError(f"model output {spec!r} is never computed")
             outs.append(produced[key])
         return outs if ins is None else (outs[0] if len(outs) == 1 else outs)
+
+
+def _rank_out(node: Node) -> int | None:
+    """The rank of a layer call's output (batch included) from its input's (tf_keras shape rules)."""
+    r, cls, conf = node.rank, node.cls, node.config
+    if cls == "Embedding":
+        return None if r is None else r + 1
+    if cls in RECURRENT or cls == "Bidirectional":
+        inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
+        return 3 if inner.get("return_sequences") else 2
+    if cls in ("Flatten", "GlobalMaxPooling1D", "GlobalAveragePooling1D"):
+        return 2
+    if cls == "Reshape":
+        return 1 + len(conf.get("target_shape") or [])
+    if cls == "RepeatVector":
+        return 3
+    return r
 
 
 def build(model_config: dict, weights: dict[str, list[tuple[str, np.ndarray]]], ckpt: Checkpoint) -> Graph:

@@ -90,6 +90,14 @@ def _dense(g: _G, x: str, ws: list, conf: dict, base: str) -> str:
     return activation(g, y, conf.get("activation"), base)
 
 
+def _reduce(g: _G, op: str, x: str, axes: list[int], keepdims: int, base: str) -> str:
+    """``op`` (ReduceSum/Mean/Max/Prod) over ``axes``: op set 13-17 take ReduceSum's axes as an input, the
+    others' as an attribute."""
+    if op == "ReduceSum":
+        return g.op(op, [x, g.const(_int64(axes), "axes")], base, keepdims=keepdims)
+    return g.op(op, [x], base, axes=axes, keepdims=keepdims)
+
+
 def _int64(v) -> np.ndarray:
     return np.asarray(v, dtype=np.int64)
 
@@ -158,10 +166,10 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None) -> str:
         t = g.op("Transpose", [yh], base, perm=[1, 0, 2])  # (B, D, H)
         if merge == "concat":
             return g.op("Reshape", [t, g.const(_int64([0, -1]), "shape")], base)
-        return g.op(red[merge], [t], base, axes=[1], keepdims=0)
+        return _reduce(g, red[merge], t, [1], 0, base)
     t = g.op("Transpose", [y], base, perm=[2, 0, 1, 3])  # (T, D, B, H) -> (B, T, D, H)
     out = (g.op("Reshape", [t, g.const(_int64([0, 0, -1]), "shape")], base) if merge == "concat"
-           else g.op(red[merge], [t], base, axes=[2], keepdims=0))
+           else _reduce(g, red[merge], t, [2], 0, base))
     if reverse:  # processing order, as Keras returns a go_backwards layer's sequence
         out = g.op("Slice", [out, g.const(_int64([-1]), "s"), g.const(_int64([-(2 ** 63)]), "e"),
                              g.const(_int64([1]), "a"), g.const(_int64([-1]), "st")], base)
@@ -192,7 +200,10 @@ def _conv1d(g: _G, x: str, node: keras_graph.Node) -> str:
     attrs: dict[str, Any] = {"dilations": [dil], "strides": [st], "kernel_shape": [k]}
     if pad == "valid":
         attrs["pads"] = [0, 0]
-    elif pad == "same":
+    elif pad == "same" and st == 1:  # TensorFlow's split: (k-1)*dilation, the odd one at the end
+        tot = (k - 1) * dil
+        attrs["pads"] = [tot // 2, tot - tot // 2]
+    elif pad == "same":  # strides > 1 (TF allows no dilation then): the pads depend on the length
         attrs["auto_pad"] = "SAME_UPPER"  # TensorFlow's split: the odd pad at the end
     elif pad == "causal":
         attrs["pads"] = [(k - 1) * dil, 0]
@@ -304,11 +315,7 @@ def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask:
     if cls in keras_graph.MERGE:
         return _merge(g, xs, node)
     if cls == "BatchNormalization":
-        axis = conf.get("axis", -1)
-        axis = axis[0] if isinstance(axis, list) else axis
-        if axis != -1:
-            keras_graph.refuse(node.path, cls, f"axis={axis} (the last axis is built)")
-        it = iter(ws)
+        it = iter(ws)  # axis: the last (keras_graph checked it)
         gamma = next(it) if conf.get("scale", True) else None
         beta = next(it) if conf.get("center", True) else None
         mean, var = next(it), next(it)
@@ -324,9 +331,6 @@ def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask:
             y = g.op("Add", [y, g.const(_f32(beta), base + ".beta")], base)
         return y
     if cls == "LayerNormalization":
-        axis = conf.get("axis", -1)
-        if axis not in (-1, [-1]):
-            keras_graph.refuse(node.path, cls, f"axis={axis} (the last axis is built)")
         it = iter(ws)
         gamma = next(it) if conf.get("scale", True) else None
         beta = next(it) if conf.get("center", True) else None

@@ -295,10 +295,7 @@ def build_module(graph: keras_graph.Graph):
                          "Maximum": torch.maximum, "Minimum": torch.minimum}[cls](y, z)
                 return y / len(xs) if cls == "Average" else y
             if cls in ("BatchNormalization", "LayerNormalization"):
-                axis = conf.get("axis", -1)
-                if axis not in (-1, [-1]):
-                    keras_graph.refuse(node.path, cls, f"axis={axis} (the last axis is built)")
-                j = 0
+                j = 0  # axis: the last (keras_graph checked it)
                 gamma = beta = None
                 if conf.get("scale", True):
                     gamma, j = self.w(node, j), j + 1
