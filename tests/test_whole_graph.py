@@ -136,6 +136,16 @@ def test_recurrent_only_keeps_the_layer_graph(tmp_path):
     assert [i.name for i in onnx.load(str(tmp_path / "r.onnx")).graph.input] == ["net__in"]
 
 
+def test_weights_only_file_keeps_the_recurrent_layers(tmp_path):
+    """A weights-only Keras file holds no architecture: the recurrent layers, with the note saying why."""
+    rep = rnnconvert.convert(FIX / "keras" / "lstm_weights.h5", tmp_path / "w.onnx", verify=None)
+    assert any(n.startswith("weights-only Keras file") for n in rep.notes)
+    import onnx
+
+    assert [i.name for i in onnx.load(str(tmp_path / "w.onnx")).graph.input] == \
+        [f"{layer.name}__in" for layer in rnnconvert.load(FIX / "keras" / "lstm_weights.h5").layers]
+
+
 # ----------------------------------------------------------------------------- mutations: the check must FAIL
 def _mutated_check(tmp_path, path, mutate):
     """compare_whole (tf_keras vs onnxruntime) on a written graph after ``mutate(model)``."""

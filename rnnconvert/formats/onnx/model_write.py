@@ -33,6 +33,9 @@ from ...errors import require
 from . import onnx_write
 
 META_KEY = onnx_write.META_KEY
+#: the note of a Keras file without a model_config (the reason the recurrent layers alone are written)
+WEIGHTS_ONLY = ("weights-only Keras file: it holds no architecture (no chaining, no classes or activations of the "
+                "other layers), so only the recurrent layers are written")
 
 
 class _G:
@@ -445,6 +448,8 @@ def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, **opti
     out = onnx_write.check(ckpt, recurrent_only=recurrent_only, **options)
     graph = whole_graph(ckpt, whole_model, recurrent_only)
     if graph is None:
+        if ckpt.format == "keras_h5" and not recurrent_only:
+            out.insert(0, WEIGHTS_ONLY)
         return out
     build(graph)  # the refusals raised while building (e.g. a masked go_backwards sequence)
     return notes(graph)

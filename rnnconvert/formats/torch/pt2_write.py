@@ -377,7 +377,9 @@ def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = 
     if recurrent_only:
         ckpt.meta["pt2_recurrent_only"] = True  # read by the torch_export runtime's verify_whole
     if whole_model is None or recurrent_only:
-        return ["a torch.export program of the recurrent layers: one input '<layer>__in' (B, T, I) and one output "
+        why = (["weights-only Keras file: it holds no architecture, so only the recurrent layers are written"]
+               if ckpt.format == "keras_h5" and not recurrent_only else [])
+        return why + ["a torch.export program of the recurrent layers: one input '<layer>__in' (B, T, I) and one output "
                 "per layer, positional in layer order"]
     graph = keras_graph.build(whole_model.config, whole_model.weights, ckpt)
     build_module(graph)
