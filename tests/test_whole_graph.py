@@ -104,6 +104,13 @@ def test_pt2_follows_masks_and_runs_other_lengths(tmp_path):
     (y,) = prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()])
     assert _close(y.detach().numpy(), z["out__0"])
     assert prog(torch.zeros(1, 7, 5))[0].shape == (1, 2)
+    # leading padding and a gap (which ONNX sequence_lens cannot express): the program follows tf_keras
+    pytest.importorskip("tf_keras")
+    x = _feeds(g, z)["feats"].copy()
+    x[0, :2] = 0.0
+    x[2, 3] = 0.0
+    ref = keras_whole.source_model(str(path), keras_whole.read_full_model(rnnconvert.load(path)).config)(x)
+    assert _close(prog(torch.from_numpy(x))[0].detach().numpy(), np.asarray(ref))
 
 
 @pytest.mark.parametrize("path", WHOLE30, ids=lambda p: p.stem)

@@ -160,7 +160,9 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None) -> str:
     if layer.cell is Cell.GRU:
         attrs["linear_before_reset"] = 1 if s.reset_after else 0
     op = onnx_write.OP[layer.cell]
-    y, yh = g.op(op, ins, base, n_out=2, node_name=layer.name, **attrs)  # the runtime's one-node checks find it
+    # the layer's first call is named after it (the runtime's one-node checks find it); further calls of a
+    # shared layer after the call
+    y, yh = g.op(op, ins, base, n_out=2, node_name=layer.name if node.name == node.path else node.name, **attrs)
     merge = s.merge_mode if layer.bidirectional else "concat"
     if merge not in ("concat", "sum", "ave", "mul"):
         keras_graph.refuse(node.path, node.cls, f"merge_mode={merge!r} (several outputs) is not built")
