@@ -129,6 +129,18 @@ def test_pt2_program_matches_tf_keras(path, tmp_path):
         assert _close(y.detach().numpy(), z[f"out__{i}"]), (path.name, i)
 
 
+def test_pt2_carries_cells_torch_nn_cannot(tmp_path):
+    """A TF1 LSTMCell with peepholes, cell_clip and forget_bias (refused as .pt) as a .pt2 program of the
+    recurrent layers: TensorFlow's own outputs (fixtures/tf/lstm_peep_clip.npz, made by gen_tf.py)."""
+    torch = pytest.importorskip("torch")
+    rep = rnnconvert.convert(FIX / "tf" / "lstm_peep_clip" / "ckpt", tmp_path / "c.pt2",
+                             read_opts={"cell_clip": 0.3, "forget_bias": 0.5})
+    assert rep.verification.ok
+    z = np.load(FIX / "tf" / "lstm_peep_clip.npz")
+    (y,) = torch.export.load(str(tmp_path / "c.pt2")).module()(torch.from_numpy(z["x"]))
+    assert _close(y.detach().numpy(), z["enc__out"])
+
+
 def test_lambda_refused_by_name():
     with pytest.raises(UnsupportedError) as e:
         _graph(FIX / "keras_whole" / "refuse_lambda.h5")
