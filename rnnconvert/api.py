@@ -183,6 +183,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         accept_inconclusive: keep the output when verification is inconclusive (a tolerance too loose to
             decide, :mod:`rnnconvert.verify.engine`); by default that raises :class:`InconclusiveError`.
 
+    A Keras 1/2 full-model source is written whole by the writers that take the write option ``whole_model``
+    (``.onnx``: one graph; ``.pt2``: a ``torch.export`` program; issue #30) and verified end to end by the
+    target runtime's ``verify_whole``; ``write_opts={"recurrent_only": True}`` writes its recurrent layers alone.
+
     Returns:
         a :class:`ConversionReport`.
 
