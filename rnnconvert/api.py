@@ -190,6 +190,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             buffer), as ``verify(..., device='cuda')`` does; the conversion is then read whole (not streamed),
             and DST must be a format rnnconvert reads back.
 
+    A Keras 1/2 full-model source is written whole by the writers that take the write option ``whole_model``
+    (``.onnx``: one graph; ``.pt2``: a ``torch.export`` program; issue #30) and verified end to end by the
+    target runtime's ``verify_whole``; ``write_opts={"recurrent_only": True}`` writes its recurrent layers alone.
+
     Returns:
         a :class:`ConversionReport`.
 
@@ -215,6 +219,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
     out_mod.check_options("write", write_opts or {})
     ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
+    ckpt, write_opts, stream = _whole_model(ckpt, in_mod, out_mod, write_opts, stream)
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
     unique_names(ckpt, out_fmt.name)
     if out_mod.check is not None:  # on a lazy skeleton: refusals look at structure only
@@ -250,8 +255,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                     names = {layer.name for layer in ckpt.layers}
                     model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
                     layer_in = _float_inputs({k: v for k, v in (verify_inputs or {}).items() if k not in model_in})
-                    reps = [_verify(ckpt, in_mod, tmp, t, mode=verify, src_path=src_p, seed=seed,
-                                    inputs=layer_in or None) for t in targets]
+                    if out_mod.read is not None or as_target(out_mod).target_step is not None:
+                        reps = [_verify(ckpt, in_mod, tmp, t, mode=verify, src_path=src_p, seed=seed,
+                                        inputs=layer_in or None) for t in targets]
+                    else:  # a program (.pt2): its runtime's whole-model checks only
+                        reps = [VerifyReport(seed=seed)]
                     rep.verification = reps[0]
                     for other in reps[1:]:  # the cuDNN routes: one report
                         rep.verification.layers += other.layers
@@ -285,6 +293,21 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         if tmp is not None:
             commit.discard(tmp)
     return rep
+
+
+def _whole_model(ckpt: Checkpoint, in_mod, out_mod, write_opts: dict[str, Any] | None, stream: bool):
+    """``(ckpt, write_opts, stream)``: for a writer that writes whole models (write option ``whole_model``) and a
+    source that holds one (:attr:`~rnnconvert.engine.protocol.FormatSpec.whole_model`), the source's whole model
+    added to the write options and the checkpoint read eagerly (a whole model is written in one piece);
+    unchanged otherwise and under ``recurrent_only``."""
+    opts = dict(write_opts or {})
+    if "whole_model" not in out_mod.write_options or in_mod.whole_model is None or opts.get("recurrent_only") \
+            or "whole_model" in opts:
+        return ckpt, write_opts, stream
+    full = in_mod.whole_model(ckpt)
+    if full is None:
+        return ckpt, write_opts, stream
+    return ckpt.materialize(), {**opts, "whole_model": full}, False
 
 
 def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str | None, src_p: Path,

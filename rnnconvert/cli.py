@@ -126,8 +126,8 @@ def convert(
     cudnn: Annotated[bool, typer.Option("--cudnn", help="Keras 2 .h5 output: write CuDNNLSTM/CuDNNGRU layers "
                                         "(GPU-only in Keras 2) instead of LSTM/GRU.")] = False,
     recurrent_only: Annotated[bool, typer.Option(
-        "--recurrent-only", help="Keras 3 output of a Keras 2 full model: write only the recurrent layers, "
-        "each with its own input, not the whole model.")] = False,
+        "--recurrent-only", help="A Keras 2 full model to .keras, .onnx or .pt2: write only the recurrent "
+        "layers, each with its own input, not the whole model.")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     inputs: InputsOpt = None,

@@ -213,6 +213,15 @@ def render() -> str:
                 else:
                     cells.append(res)
             lines.append(f"| {label} ({', '.join(f'`{p}`' for p in producers.split())}) | " + " | ".join(cells) + " |")
+    whole = {"keras3": "whole model (Keras 3 layers)", "onnx": "whole model (one graph, native LSTM/GRU/RNN nodes)",
+             "pt2": "whole model (torch.export program)"}
+    lines += ["", "Whole models: what each target writes from a Keras 1/2 full-model file (`model_config` + weights; "
+              "`--recurrent-only` keeps the recurrent layers alone; weights-only files always give the recurrent "
+              "layers):", "", "| | " + " | ".join(f"`{f.name}`" for f in targets) + " |",
+              "|---|" + "---|" * len(targets),
+              "| Keras full model | " + " | ".join(
+                  whole[f.name] if "recurrent_only" in f.load().write_options else "recurrent layers"
+                  for f in targets) + " |"]
     lines += ["", "Reasons for refusal:", ""]
     lines += [f"{n}. {reason}" for reason, n in sorted(notes.items(), key=lambda kv: kv[1])]
     return "\n".join(lines) + "\n"

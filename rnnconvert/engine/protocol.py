@@ -68,6 +68,10 @@ class FormatSpec:
     read: Callable[..., Any] | None = None
     read_options: tuple[str, ...] = ()
     lazy: bool = False
+    #: ``whole_model(ckpt) -> model | None``: the whole model behind a checkpoint read from this container (a
+    #: Keras full model: ``.config`` the model_config, ``.weights`` every layer's stored weights), for the writers
+    #: that take the write option ``whole_model`` (the engine passes it, except under ``recurrent_only``)
+    whole_model: Callable[..., Any] | None = None
     # writer
     refusals: Callable[..., list[str]] | None = None
     check: Callable[..., list[str]] | None = None

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..formats.keras import keras_config, keras_whole
 from ..errors import FormatError
+from .checks import LayerCheck
 from ..formats.keras.keras_whole import TOL, FullModel
 
 
@@ -57,7 +58,6 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     import tempfile
     import warnings
 
-    from .checks import LayerCheck
 
     k = keras_config.import_keras3()
     with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full, None,
@@ -146,4 +146,88 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
                                  "keras 3 load_model", "float32", verdict="fail",
                                  reason=f"{len(y3)} outputs where the source has {len(y2)}"))
+    return checks
+
+
+def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
+                  seed: int = 0, run64=None) -> list:
+    """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
+    ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`source_model`)
+    against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
+    (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`: token ids within each Embedding's range, masks with real padding at the end).
+
+    ``run_target(xs) -> (outputs, layers)``: ``xs`` the model inputs by name; ``outputs`` the model outputs in
+    order, ``layers`` ``{top-level layer name: its output}`` for the layers the target exposes. Each is compared
+    with tf_keras' by the rule of :func:`verify_model` (``max|d| <= TOL * max(1, max|ref|)``); one that misses it
+    is judged again with ``+ 2 * max|y - y64|``, ``y64`` from ``run64(xs)`` (same form: the written graph run in
+    float64), when given: the second stage of :mod:`rnnconvert.verify.engine`.
+
+    Returns :class:`rnnconvert.verify.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
+
+    Raises:
+        FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
+    """
+    with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full, None,
+                             "tf_keras"):
+        tfm = keras_whole.source_model(src_path, full.config)
+    names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
+    if inputs:
+        missing = [n for n in names_in if n not in inputs]
+        extra = [n for n in inputs if n not in names_in]
+        if missing or extra:
+            raise FormatError(f"whole-model verification inputs must name the model inputs "
+                              f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
+        xs = {n: np.asarray(inputs[n]) for n in names_in}
+    else:
+        xs = keras_whole.make_inputs(tfm, full.config, seed)
+    args = [xs[n] for n in names_in]
+    src = "tf_keras (whole model)"
+    with keras_whole.guarded("tf_keras running the source model (the reference of the whole-model check)", full, None,
+                             "tf_keras"):
+        y2 = tfm(args if len(args) > 1 else args[0], training=False)
+    y2 = y2 if isinstance(y2, (list, tuple)) else [y2]
+    outs, layers = run_target(xs)
+    pairs = [(f"model output {i}", i, np.asarray(a), b) for i, (a, b) in enumerate(zip(y2, outs))]
+    single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
+              and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
+    for n in single:
+        if n not in layers:
+            continue
+        try:
+            a = keras_whole.tf_keras_model(tfm, n)(args if len(args) > 1 else args[0], training=False)
+        except (ValueError, AttributeError, KeyError, TypeError):
+            continue
+        pairs.append((f"model:{n}", n, np.asarray(a), layers[n]))
+    checks, failed = [], []
+    for name, key, a, b in pairs:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        if a.shape != b.shape:
+            checks.append(LayerCheck(name, float("inf"), 0.0, float(np.max(np.abs(a), initial=0.0)), src, route,
+                                     "float32", verdict="fail",
+                                     reason=f"shape {b.shape} where the source gives {a.shape}"))
+            continue
+        ref = float(np.max(np.abs(a), initial=0.0))
+        err = float(np.max(np.abs(a - b), initial=0.0))
+        tol = TOL * max(1.0, ref)
+        if not err <= tol:
+            failed.append((len(checks), key, b))
+        checks.append(LayerCheck(name, err, tol, ref, src, route, "float32", verdict="ok" if err <= tol else "fail",
+                                 reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
+    if failed and run64 is not None:  # stage 2: allow for the layer's conditioning (the float64 spread)
+        o64, l64 = run64(xs)
+        for i, key, b in failed:
+            c = checks[i]
+            z = o64[key] if isinstance(key, int) else l64.get(key)
+            if z is None or not np.isfinite(c.max_abs_err):
+                continue
+            spread = float(np.max(np.abs(np.asarray(z, np.float64) - b), initial=0.0))
+            tol = c.tolerance + 2 * spread
+            checks[i] = LayerCheck(c.name, c.max_abs_err, tol, c.max_abs_ref, c.source_route, c.target_route,
+                                   "float64", verdict="ok" if c.max_abs_err <= tol else "fail",
+                                   reason="" if c.max_abs_err <= tol else
+                                   f"differs by {c.max_abs_err:.3g} (tolerance {tol:.3g} with the float64 spread)")
+    if len(y2) != len(outs):
+        checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, src, route, "float32",
+                                 verdict="fail", reason=f"{len(outs)} outputs where the source has {len(y2)}"))
     return checks

@@ -112,6 +112,9 @@ def test_written_file_is_claimed_by_exactly_one_sniffer(name, tmp_path):
     out = _path(tmp_path, name)
     api.save(_ckpt(), out, name)
     head = out.read_bytes()[:64] if out.is_file() else b""
+    if name not in READERS:  # output only (.pt2: torch.export.load unpickles): no sniffer claims it, never read
+        assert registry._sniffed(head, out) == []
+        return
     assert [f.name for f in registry._sniffed(head, out)] == [READ_AS.get(name, name)]
     assert registry.detect(out).name == READ_AS.get(name, name)
 

@@ -14,7 +14,7 @@ as stored (``@weight_names`` order = tf_keras ``trainable_weights + non_trainabl
 Keras 3's ``layer.weights`` order for the whitelisted classes; shapes checked one by one), Keras-2
 hard_sigmoid layers rescaled (:class:`.keras_config.Rescale`).
 
-Verification (:func:`verify_model`): tf_keras runs the source file as stored (``load_model``; a model
+Verification (:func:`rnnconvert.verify.keras_whole_check.verify_model`): tf_keras runs the source file as stored (``load_model``; a model
 with CuDNN layers is rebuilt with tf_keras' own CPU equivalents ``LSTM`` / ``GRU(reset_after=True)``
 and the file loaded into it by tf_keras' legacy loader, which converts the CuDNN weights), Keras 3 runs
 the written ``.keras`` (``keras.saving.load_model``), both on the same inputs: every top-level layer's

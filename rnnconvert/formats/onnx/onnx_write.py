@@ -43,7 +43,7 @@ OPSET = 14
 #: onnxruntime 1.31 refuses IR version 14 (onnx 1.23's default); 8 is the IR of op set 14 (LAYOUTS §13.5).
 IR_VERSION = 8
 EXTERNAL_THRESHOLD = 2_000_000_000  # bytes of initializers above which external data is used (protobuf limit 2 GB)
-_OP = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_RELU: "RNN"}
+OP = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_RELU: "RNN"}
 # our activation name -> (ONNX name, alpha, beta); alpha/beta None = the op takes none.
 _TO_ONNX = {
     "sigmoid": ("Sigmoid", None, None),
@@ -72,8 +72,9 @@ def refusals(layer: RNNLayer) -> list[str]:
     return why
 
 
-def check(ckpt: Checkpoint, **_: Any) -> list[str]:
-    """Refuse what an ONNX ``LSTM``/``GRU``/``RNN`` node cannot compute; return notes.
+def check(ckpt: Checkpoint, *, recurrent_only: bool = False, **_: Any) -> list[str]:
+    """Refuse what an ONNX ``LSTM``/``GRU``/``RNN`` node cannot compute; return notes (the recurrent-layers
+    file; a whole model is checked by :func:`.model_write.check`).
 
     Raises:
         UnsupportedError: projection, ``cell_clip``/``proj_clip``, an activation ONNX lacks (one line
@@ -81,7 +82,10 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     """
     notes = []
     for layer in ckpt.layers:
-        refusal.refuse(layer, refusals(layer), "onnx", f"ONNX {_OP[layer.cell]}")
+        refusal.refuse(layer, refusals(layer), "onnx", f"ONNX {OP[layer.cell]}")
+    if recurrent_only:
+        notes.append("recurrent_only: only the recurrent layers are written, each with its own input")
+    for layer in ckpt.layers:
         if layer.bidirectional and layer.semantics.merge_mode not in ("concat", None):
             notes.append(f"{layer.name}: Keras merge_mode='{layer.semantics.merge_mode}': '{layer.name}__out' holds both "
                          "directions concatenated; apply the merge to it")
@@ -95,7 +99,7 @@ def check(ckpt: Checkpoint, **_: Any) -> list[str]:
     return notes
 
 
-def _acts(layer: RNNLayer) -> tuple[list[str], list[float], list[float]]:
+def rnn_activations(layer: RNNLayer) -> tuple[list[str], list[float], list[float]]:
     s = layer.semantics
     names = {Cell.LSTM: [s.gate_activation, s.activation, s.activation],
              Cell.GRU: [s.gate_activation, s.activation]}.get(layer.cell, [s.activation])
@@ -109,7 +113,7 @@ def _acts(layer: RNNLayer) -> tuple[list[str], list[float], list[float]]:
     return acts, alpha, beta
 
 
-class _Initializers:
+class Initializers:
     """Makes initializer ``TensorProto`` s: with the weights inside (``data_fh`` ``None``), or streamed to the
     external data file ``data_fh`` as they are made (tensors of ``min_bytes`` or more; offsets aligned to
     4096 bytes), so that no copy of a multi-GB model is held in memory (docs/performance.md)."""
@@ -149,7 +153,7 @@ class _Initializers:
         return t
 
 
-def _slab_inits(layer: RNNLayer, k: int, dirs: list, init: _Initializers) -> tuple[list, list[str]]:
+def slab_inits(layer: RNNLayer, k: int, dirs: list, init: Initializers) -> tuple[list, list[str]]:
     """The initializers of stacked layer ``k`` of ``layer`` (its directions ``dirs``: ``W``, ``R``, and ``B``,
     ``P`` when it has them; the weight matrices written to the external data file now, when there is one)
     and the names of its node's inputs after ``X``."""
@@ -180,17 +184,17 @@ def _slab_inits(layer: RNNLayer, k: int, dirs: list, init: _Initializers) -> tup
     return inits, ins
 
 
-def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto,
+def _layer_nodes(layer: RNNLayer, helper, init: Initializers, TensorProto,
                  slabs: list | None = None) -> tuple[list, list, list, list, dict]:
     """Nodes, initializers, graph input and output of one layer; plus its metadata record. ``slabs``: each
-    stacked layer's :func:`_slab_inits` when already made (the streaming writer), else made here."""
+    stacked layer's :func:`slab_inits` when already made (the streaming writer), else made here."""
     dt = np.float32 if layer.dtype == np.float16 else layer.dtype
     elem = TensorProto.DOUBLE if dt == np.float64 else TensorProto.FLOAT
     H, D = layer.hidden_size, layer.num_directions
     name, s = layer.name, layer.semantics
     reverse = s.go_backwards and not layer.bidirectional
     direction = "bidirectional" if layer.bidirectional else ("reverse" if reverse else "forward")
-    acts, alpha, beta = _acts(layer)
+    acts, alpha, beta = rnn_activations(layer)
     nodes, inits = [], []
     cur = f"{name}__tm0"
     nodes.append(helper.make_node("Transpose", [f"{name}__in"], [cur], name=f"{name}__to_time_major", perm=[1, 0, 2]))
@@ -198,7 +202,7 @@ def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto,
     for k in range(layer.num_layers):
         nn_ = name if layer.num_layers == 1 else f"{name}.l{k}"
         node_names.append(nn_)
-        made, more = _slab_inits(layer, k, layer.params[k], init) if slabs is None else slabs[k]
+        made, more = slab_inits(layer, k, layer.params[k], init) if slabs is None else slabs[k]
         inits += made
         ins = [cur] + more
         attrs: dict[str, Any] = {"hidden_size": H, "direction": direction, "activations": acts}
@@ -208,7 +212,7 @@ def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto,
         if layer.cell is Cell.GRU:
             attrs["linear_before_reset"] = 1 if s.reset_after else 0
         y = f"{nn_}__Y"
-        nodes.append(helper.make_node(_OP[layer.cell], ins, [y], name=nn_, **attrs))
+        nodes.append(helper.make_node(OP[layer.cell], ins, [y], name=nn_, **attrs))
         # Y (T, D, B, H) -> (T, B, D, H) -> (T, B, D*H)
         nodes.append(helper.make_node("Transpose", [y], [f"{nn_}__Yt"], name=f"{nn_}__merge_dirs_t", perm=[0, 2, 1, 3]))
         cur = f"{name}__tm{k + 1}"
@@ -229,13 +233,13 @@ def _layer_nodes(layer: RNNLayer, helper, init: _Initializers, TensorProto,
     return nodes, inits, [inp], [out], meta
 
 
-def build_model(ckpt: Checkpoint, *, check_model: bool = True, init: _Initializers | None = None,
+def build_model(ckpt: Checkpoint, *, check_model: bool = True, init: Initializers | None = None,
                 slabs: dict | None = None):
     """The ``onnx.ModelProto`` of ``ckpt`` (see the module docstring); deterministic.
 
     ``check_model``: run ``onnx.checker`` on the in-memory model (it cannot check external data;
     :func:`write` checks those models by path after saving them). ``init``: where the weights go
-    (default: inside the model). ``slabs``: ``{(i, k): _slab_inits(...)}`` already made by the streaming
+    (default: inside the model). ``slabs``: ``{(i, k): slab_inits(...)}`` already made by the streaming
     writer (:class:`OnnxStream`); then no parameter of ``ckpt`` is read.
 
     Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
@@ -243,7 +247,7 @@ def build_model(ckpt: Checkpoint, *, check_model: bool = True, init: _Initialize
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    init = init or _Initializers(numpy_helper, helper, TensorProto)
+    init = init or Initializers(numpy_helper, helper, TensorProto)
     nodes, inits, ins, outs, meta = [], [], [], [], []
     for li, layer in enumerate(ckpt.layers):
         n, i, a, b, m = _layer_nodes(layer, helper, init, TensorProto,
@@ -280,6 +284,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
             forbids it, ``None`` (default) uses it when the initializers exceed 2 GB.
         external_min_bytes: tensors smaller than this stay inside the model (the int64 shape constants
             must: onnxruntime's shape inference cannot read them from external data).
+        recurrent_only: accepted (this writer writes the recurrent layers only; whole models: :mod:`.model_write`).
 
     Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
@@ -323,12 +328,12 @@ class OnnxStream:
                 raise OutputExistsError(f"{self.path.parent / location} exists; remove it or choose another output name")
             self.fh = directio.DirectWriter(self.path.parent / location)  # around the page cache where allowed
         self.external = external_data
-        self.init = _Initializers(numpy_helper, helper, TensorProto, self.fh, location,
+        self.init = Initializers(numpy_helper, helper, TensorProto, self.fh, location,
                                   min_bytes if external_data else 1024)
         self.slabs: dict = {}
 
     def write_slab(self, i: int, k: int, dirs: list) -> None:
-        self.slabs[i, k] = _slab_inits(self.ckpt.layers[i], k, dirs, self.init)
+        self.slabs[i, k] = slab_inits(self.ckpt.layers[i], k, dirs, self.init)
 
     def close(self) -> list[str]:
         if self.fh is not None:
@@ -340,7 +345,7 @@ class OnnxStream:
         if self.external:
             self.onnx.checker.check_model(str(self.path))  # by path: the checker cannot see external data in memory
         recs = json.loads(model.metadata_props[0].value)["layers"]
-        return [f"{l.name}: ONNX {_OP[l.cell]} node(s) {', '.join(r['nodes'])}; feed '{l.name}__in' (batch, time, "
+        return [f"{l.name}: ONNX {OP[l.cell]} node(s) {', '.join(r['nodes'])}; feed '{l.name}__in' (batch, time, "
                 f"{l.input_size}), read '{l.name}__out'" for l, r in zip(self.ckpt.layers, recs)]
 
     def abort(self) -> None:

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from ...engine.protocol import FormatSpec
-from . import onnx_write, onnx_read
+from . import model_write, onnx_write, onnx_read
 
 ONNX = FormatSpec(
-    "onnx", read=onnx_read.read, lazy=True, refusals=onnx_write.refusals, check=onnx_write.check,
-    write=onnx_write.write, open_stream=onnx_write.open_stream, write_options=("external_data", "external_min_bytes"),
+    "onnx", read=onnx_read.read, lazy=True, refusals=onnx_write.refusals, check=model_write.check,
+    write=model_write.write, open_stream=onnx_write.open_stream,
+    write_options=("external_data", "external_min_bytes", "recurrent_only", "whole_model"),
     runtime="onnxruntime", route=onnx_write.ROUTE)

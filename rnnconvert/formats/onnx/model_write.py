@@ -1,0 +1,470 @@
+"""A whole Keras model as one runnable ONNX graph (issue #30): the :class:`rnnconvert.conventions.keras_graph.Graph`
+of a full-model file, built node by node in ONNX op set 14 (:data:`.onnx_write.OPSET`).
+
+Graph inputs are the model's inputs (their names, ``batch`` and free ``time`` dimensions symbolic; an input
+feeding an ``Embedding`` is ``int32`` token ids, everything else ``float32``); graph outputs the model outputs
+(``output_0``, ``output_1``, ... in the model's order) and every layer call's output ``layer:<name>``, so that
+a runtime can compare each layer (:mod:`rnnconvert.runtimes.onnxruntime` ``verify_whole``).
+
+Recurrent layers are native ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes built by :mod:`.onnx_write` (gate orders
+from :data:`rnnconvert.core.gates.TABLE`, ``HardSigmoid`` alpha 0.2 / beta 0.5 for Keras 2's hard_sigmoid,
+``Affine`` 1/0 for linear, ``linear_before_reset`` = Keras ``reset_after``). A Keras mask reaching a recurrent
+layer becomes the node's ``sequence_lens`` (the count of unmasked steps per sequence): exact when each
+sequence's padding is at its end (ONNX runs steps ``0 .. len-1``; tf_keras keeps the state at masked steps),
+which the written notes say; a unidirectional layer's outputs past the end repeat the last one (tf_keras),
+a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). Other layers (ONNX operator spec):
+``Embedding`` ``Gather``; ``Dense`` ``MatMul`` + ``Add``; ``Conv1D`` ``Conv`` on channels-first (kernel
+``(k, in, out)`` -> ``(out, in, k)``; ``same``: ``auto_pad=SAME_UPPER`` = TensorFlow's split, ``causal``:
+``(k-1)*dilation`` zeros before); ``BatchNormalization`` as ``x * (gamma / sqrt(var + eps)) + (beta - mean *
+...)`` computed in float64 and stored float32; ``LayerNormalization`` ``ReduceMean`` arithmetic; pooling
+``MaxPool`` / ``AveragePool`` / ``Reduce*``; dropout-like layers are the identity (inference).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from ...conventions import keras_graph
+from ...core.model import Cell
+from ...errors import require
+from . import onnx_write
+
+META_KEY = onnx_write.META_KEY
+#: the note of a Keras file without a model_config (the reason the recurrent layers alone are written)
+WEIGHTS_ONLY = ("weights-only Keras file: it holds no architecture (no chaining, no classes or activations of the "
+                "other layers), so only the recurrent layers are written")
+
+
+class _G:
+    """The graph being built: nodes, initializers, fresh names."""
+
+    def __init__(self, helper, numpy_helper, TensorProto):
+        self.h, self.nh, self.TP = helper, numpy_helper, TensorProto
+        self.nodes: list = []
+        self.inits: list = []
+        self.n = 0
+
+    def fresh(self, base: str) -> str:
+        self.n += 1
+        return f"{base}__{self.n}"
+
+    def const(self, arr: np.ndarray, base: str) -> str:
+        name = self.fresh(base)
+        self.inits.append(self.nh.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def op(self, op: str, ins: list[str], base: str, out: str | None = None, n_out: int = 1,
+           node_name: str | None = None, **attrs) -> Any:
+        outs = [out] if out is not None else [self.fresh(base) for _ in range(n_out)]
+        self.nodes.append(self.h.make_node(op, ins, outs, name=node_name or self.fresh(base + "_" + op), **attrs))
+        return outs[0] if n_out == 1 else outs
+
+
+def _f32(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32)
+
+
+def activation(g: _G, x: str, act: str | None, base: str) -> str:
+    """Keras 2 activation ``act`` on ``x`` (tf_keras ``activations.py``)."""
+    if act in (None, "linear"):
+        return x
+    simple = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "softplus": "Softplus", "softsign": "Softsign",
+              "exponential": "Exp"}
+    if act in simple:
+        return g.op(simple[act], [x], base)
+    if act == "softmax":
+        return g.op("Softmax", [x], base, axis=-1)
+    if act == "elu":
+        return g.op("Elu", [x], base, alpha=1.0)
+    if act == "selu":  # tf: scale 1.0507009873554805, alpha 1.6732632423543772
+        return g.op("Selu", [x], base, alpha=1.6732632423543772, gamma=1.0507009873554805)
+    if act == "hard_sigmoid":  # Keras 2: clip(0.2 x + 0.5, 0, 1)
+        return g.op("HardSigmoid", [x], base, alpha=0.2, beta=0.5)
+    raise AssertionError(act)
+
+
+def _dense(g: _G, x: str, ws: list, conf: dict, base: str) -> str:
+    y = g.op("MatMul", [x, g.const(_f32(ws[0]), base + ".kernel")], base)
+    if conf.get("use_bias", True) and len(ws) > 1:
+        y = g.op("Add", [y, g.const(_f32(ws[1]), base + ".bias")], base)
+    return activation(g, y, conf.get("activation"), base)
+
+
+def _reduce(g: _G, op: str, x: str, axes: list[int], keepdims: int, base: str) -> str:
+    """``op`` (ReduceSum/Mean/Max/Prod) over ``axes``: op set 13-17 take ReduceSum's axes as an input, the
+    others' as an attribute."""
+    if op == "ReduceSum":
+        return g.op(op, [x, g.const(_int64(axes), "axes")], base, keepdims=keepdims)
+    return g.op(op, [x], base, axes=axes, keepdims=keepdims)
+
+
+def _int64(v) -> np.ndarray:
+    return np.asarray(v, dtype=np.int64)
+
+
+def _lens(g: _G, mask_name: str, masks: dict, made: dict, env: dict) -> str:
+    """``sequence_lens`` (int32, (batch,)) of the mask ``mask_name``: its count of unmasked steps."""
+    key = mask_name + ":lens"
+    if key not in made:
+        kind = masks[mask_name]
+        src = env[kind[1]]
+        if kind[0] == "ids":
+            m = g.op("Not", [g.op("Equal", [src, g.const(np.zeros((), np.int32), "zero")], "mask")], "mask")
+        else:
+            ne = g.op("Not", [g.op("Equal", [src, g.const(np.full((), kind[2], np.float32), "mask_value")], "mask")],
+                      "mask")
+            m = g.op("Cast", [g.op("ReduceMax", [g.op("Cast", [ne], "mask", to=g.TP.INT32)], "mask",
+                                   axes=[-1], keepdims=0)], "mask", to=g.TP.BOOL)
+        made[mask_name] = m
+        made[key] = g.op("ReduceSum", [g.op("Cast", [m], "lens", to=g.TP.INT32), g.const(_int64([1]), "ax")], "lens",
+                         keepdims=0)
+    return made[key]
+
+
+def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None) -> str:
+    layer = node.layer
+    s = layer.semantics
+    base = node.name
+    H, D = layer.hidden_size, layer.num_directions
+    conf = node.config
+    inner = (conf.get("layer") or {}).get("config", {}) if node.cls == "Bidirectional" else conf
+    seqs = bool(inner.get("return_sequences"))
+    reverse = s.go_backwards and not layer.bidirectional
+    if lens is not None and reverse and seqs:
+        keras_graph.refuse(node.path, node.cls, "a masked go_backwards layer returning sequences (ONNX "
+                           "sequence_lens runs it from each sequence's end, Keras from the padding)")
+    from onnx import helper
+
+    init = onnx_write.Initializers(g.nh, helper, g.TP)
+    made, more = onnx_write.slab_inits(layer, 0, layer.params[0], init)
+    for t in made:
+        t.name = f"{base}.{t.name.rsplit('.', 1)[1]}"
+    more = [f"{base}.{m.rsplit('.', 1)[1]}" if m else "" for m in more]
+    g.inits += made
+    ins = [g.op("Transpose", [x], base + "_tm", perm=[1, 0, 2])] + more[:3]
+    if lens is not None:
+        ins += [lens]
+    elif len(more) > 3:
+        ins += [""]
+    if len(more) > 3:  # peepholes: X W R B seq_lens initial_h initial_c P
+        ins += ["", "", more[-1]]
+    acts, alpha, beta = onnx_write.rnn_activations(layer)
+    attrs: dict[str, Any] = {"hidden_size": H, "activations": acts,
+                             "direction": "bidirectional" if layer.bidirectional else
+                             ("reverse" if reverse else "forward")}
+    if alpha:
+        attrs.update(activation_alpha=alpha, activation_beta=beta)
+    if layer.cell is Cell.GRU:
+        attrs["linear_before_reset"] = 1 if s.reset_after else 0
+    op = onnx_write.OP[layer.cell]
+    # the layer's first call is named after it (the runtime's one-node checks find it); further calls of a
+    # shared layer after the call
+    y, yh = g.op(op, ins, base, n_out=2, node_name=layer.name if node.name == node.path else node.name, **attrs)
+    merge = s.merge_mode if layer.bidirectional else "concat"
+    if merge not in ("concat", "sum", "ave", "mul"):
+        keras_graph.refuse(node.path, node.cls, f"merge_mode={merge!r} (several outputs) is not built")
+    red = {"sum": "ReduceSum", "ave": "ReduceMean", "mul": "ReduceProd"}
+    if not seqs:
+        t = g.op("Transpose", [yh], base, perm=[1, 0, 2])  # (B, D, H)
+        if merge == "concat":
+            return g.op("Reshape", [t, g.const(_int64([0, -1]), "shape")], base)
+        return _reduce(g, red[merge], t, [1], 0, base)
+    t = g.op("Transpose", [y], base, perm=[2, 0, 1, 3])  # (T, D, B, H) -> (B, T, D, H)
+    out = (g.op("Reshape", [t, g.const(_int64([0, 0, -1]), "shape")], base) if merge == "concat"
+           else _reduce(g, red[merge], t, [2], 0, base))
+    if reverse:  # processing order, as Keras returns a go_backwards layer's sequence
+        out = g.op("Slice", [out, g.const(_int64([-1]), "s"), g.const(_int64([-(2 ** 63)]), "e"),
+                             g.const(_int64([1]), "a"), g.const(_int64([-1]), "st")], base)
+    if lens is not None and not layer.bidirectional:  # tf_keras: a masked step repeats the previous output
+        T = g.op("Gather", [g.op("Shape", [out], base), g.const(_int64(1), "one")], base)
+        steps = g.op("Range", [g.const(_int64(0), "zero"), T, g.const(_int64(1), "one")], base)  # (T,)
+        last = g.op("Sub", [g.op("Cast", [lens], base, to=g.TP.INT64), g.const(_int64(1), "one")], base)
+        idx = g.op("Max", [g.op("Min", [g.op("Unsqueeze", [steps, g.const(_int64([0]), "ax")], base),
+                                        g.op("Unsqueeze", [last, g.const(_int64([1]), "ax")], base)], base),
+                           g.const(_int64(0), "zero")], base)  # (B, T): min(t, len-1), 0 for an all-padding row
+        idx = g.op("Expand", [g.op("Unsqueeze", [idx, g.const(_int64([2]), "ax")], base),
+                              g.op("Shape", [out], base)], base)
+        out = g.op("GatherElements", [out, idx], base, axis=1)
+    return out
+
+
+def _conv1d(g: _G, x: str, node: keras_graph.Node) -> str:
+    conf, ws, base = node.config, node.weights, node.name
+    k = int(ws[0].shape[0])
+    dil = conf.get("dilation_rate", 1)
+    dil = int(dil[0] if isinstance(dil, (list, tuple)) else dil)
+    st = conf.get("strides", 1)
+    st = int(st[0] if isinstance(st, (list, tuple)) else st)
+    if int(conf.get("groups", 1) or 1) != 1:
+        keras_graph.refuse(node.path, node.cls, "grouped convolution")
+    pad = conf.get("padding", "valid")
+    xc = g.op("Transpose", [x], base, perm=[0, 2, 1])
+    attrs: dict[str, Any] = {"dilations": [dil], "strides": [st], "kernel_shape": [k]}
+    if pad == "valid":
+        attrs["pads"] = [0, 0]
+    elif pad == "same" and st == 1:  # TensorFlow's split: (k-1)*dilation, the odd one at the end
+        tot = (k - 1) * dil
+        attrs["pads"] = [tot // 2, tot - tot // 2]
+    elif pad == "same":  # strides > 1 (TF allows no dilation then): the pads depend on the length
+        attrs["auto_pad"] = "SAME_UPPER"  # TensorFlow's split: the odd pad at the end
+    elif pad == "causal":
+        attrs["pads"] = [(k - 1) * dil, 0]
+    else:
+        keras_graph.refuse(node.path, node.cls, f"padding={pad!r}")
+    ins = [xc, g.const(_f32(np.transpose(ws[0], (2, 1, 0))), base + ".kernel")]
+    if conf.get("use_bias", True) and len(ws) > 1:
+        ins.append(g.const(_f32(ws[1]), base + ".bias"))
+    y = g.op("Transpose", [g.op("Conv", ins, base, **attrs)], base, perm=[0, 2, 1])
+    return activation(g, y, conf.get("activation"), base)
+
+
+def _pool1d(g: _G, x: str, node: keras_graph.Node) -> str:
+    conf, base = node.config, node.name
+    size = conf.get("pool_size", 2)
+    size = int(size[0] if isinstance(size, (list, tuple)) else size)
+    st = conf.get("strides") or size
+    st = int(st[0] if isinstance(st, (list, tuple)) else st)
+    pad = conf.get("padding", "valid")
+    attrs: dict[str, Any] = {"kernel_shape": [size], "strides": [st]}
+    if pad == "same":
+        if node.cls == "AveragePooling1D":  # TF averages over the valid elements only
+            attrs["count_include_pad"] = 0
+        attrs["auto_pad"] = "SAME_UPPER"
+    xc = g.op("Transpose", [x], base, perm=[0, 2, 1])
+    y = g.op("MaxPool" if node.cls == "MaxPooling1D" else "AveragePool", [xc], base, **attrs)
+    return g.op("Transpose", [y], base, perm=[0, 2, 1])
+
+
+def _merge(g: _G, xs: list[str], node: keras_graph.Node) -> str:
+    cls, base = node.cls, node.name
+    if cls == "Concatenate":
+        return g.op("Concat", xs, base, axis=int(node.config.get("axis", -1)))
+    if cls == "Subtract":
+        return g.op("Sub", xs, base)
+    op = {"Add": "Add", "Multiply": "Mul", "Maximum": "Max", "Minimum": "Min", "Average": "Sum"}[cls]
+    y = xs[0]
+    if op in ("Max", "Min", "Sum"):
+        y = g.op(op, xs, base)
+    else:
+        for x in xs[1:]:
+            y = g.op(op, [y, x], base)
+    if cls == "Average":
+        y = g.op("Div", [y, g.const(np.full((), float(len(xs)), np.float32), "n")], base)
+    return y
+
+
+def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask: str | None) -> str:
+    cls, conf, ws, base = node.cls, node.config, node.weights, node.name
+    x = xs[0]
+    if cls in keras_graph.IDENTITY:
+        return g.op("Identity", [x], base)
+    if cls in keras_graph.RECURRENT or cls == "Bidirectional":
+        return _recurrent(g, node, x, lens)
+    if cls == "Embedding":
+        return g.op("Gather", [g.const(_f32(ws[0]), base + ".embeddings"), g.op("Cast", [x], base, to=g.TP.INT64)],
+                    base)
+    if cls == "Masking":  # tf_keras: x * mask (masked steps become 0)
+        ne = g.op("Not", [g.op("Equal", [x, g.const(np.full((), float(conf.get("mask_value", 0.0)), np.float32),
+                                                                   "mv")], base)], base)
+        keep = g.op("ReduceMax", [g.op("Cast", [ne], base, to=g.TP.FLOAT)], base, axes=[-1], keepdims=1)
+        return g.op("Mul", [x, keep], base)
+    if cls == "Dense":
+        return _dense(g, x, ws, conf, base)
+    if cls == "TimeDistributed":
+        icls, iconf = node.inner
+        if icls == "Dense":
+            return _dense(g, x, ws, iconf, base)
+        if icls == "Activation":
+            return activation(g, x, iconf.get("activation"), base)
+        return g.op("Identity", [x], base)
+    if cls == "Activation":
+        return g.op("Identity", [activation(g, x, conf.get("activation"), base)], base)
+    if cls == "ReLU":
+        if conf.get("max_value") is not None or float(conf.get("negative_slope", 0) or 0) or float(
+                conf.get("threshold", 0) or 0):
+            keras_graph.refuse(node.path, cls, "ReLU with max_value / negative_slope / threshold")
+        return g.op("Relu", [x], base)
+    if cls == "LeakyReLU":
+        return g.op("LeakyRelu", [x], base, alpha=float(conf.get("alpha", 0.3)))
+    if cls == "ELU":
+        return g.op("Elu", [x], base, alpha=float(conf.get("alpha", 1.0)))
+    if cls == "Softmax":
+        if conf.get("axis", -1) != -1:
+            keras_graph.refuse(node.path, cls, "softmax over an axis other than the last")
+        return g.op("Softmax", [x], base, axis=-1)
+    if cls == "Conv1D":
+        return _conv1d(g, x, node)
+    if cls in ("MaxPooling1D", "AveragePooling1D"):
+        return _pool1d(g, x, node)
+    if cls == "GlobalMaxPooling1D":
+        return g.op("ReduceMax", [x], base, axes=[1], keepdims=0)
+    if cls == "GlobalAveragePooling1D":
+        if mask is None:
+            return g.op("ReduceMean", [x], base, axes=[1], keepdims=0)
+        m = g.op("Unsqueeze", [g.op("Cast", [mask], base, to=g.TP.FLOAT), g.const(_int64([2]), "ax")], base)
+        num = g.op("ReduceSum", [g.op("Mul", [x, m], base), g.const(_int64([1]), "ax")], base, keepdims=0)
+        den = g.op("ReduceSum", [m, g.const(_int64([1]), "ax")], base, keepdims=0)
+        return g.op("Div", [num, den], base)
+    if cls == "Flatten":
+        return g.op("Flatten", [x], base, axis=1)
+    if cls == "Reshape":
+        return g.op("Reshape", [x, g.const(_int64([0] + [int(d) for d in conf["target_shape"]]), "shape")], base)
+    if cls == "Permute":
+        return g.op("Transpose", [x], base, perm=[0] + [int(d) for d in conf["dims"]])
+    if cls == "RepeatVector":
+        u = g.op("Unsqueeze", [x, g.const(_int64([1]), "ax")], base)
+        return g.op("Tile", [u, g.const(_int64([1, int(conf["n"]), 1]), "reps")], base)
+    if cls in keras_graph.MERGE:
+        return _merge(g, xs, node)
+    if cls == "BatchNormalization":
+        it = iter(ws)  # axis: the last (keras_graph checked it)
+        gamma = next(it) if conf.get("scale", True) else None
+        beta = next(it) if conf.get("center", True) else None
+        mean, var = next(it), next(it)
+        eps = float(conf.get("epsilon", 1e-3))
+        # tf_keras inference: (x - mean) * rsqrt(var + eps) * gamma + beta, in float32
+        inv = g.op("Div", [g.const(np.ones((), np.float32), "one"),
+                           g.op("Sqrt", [g.op("Add", [g.const(_f32(var), base + ".moving_variance"),
+                                                      g.const(np.float32(eps), "eps")], base)], base)], base)
+        if gamma is not None:
+            inv = g.op("Mul", [inv, g.const(_f32(gamma), base + ".gamma")], base)
+        y = g.op("Mul", [g.op("Sub", [x, g.const(_f32(mean), base + ".moving_mean")], base), inv], base)
+        if beta is not None:
+            y = g.op("Add", [y, g.const(_f32(beta), base + ".beta")], base)
+        return y
+    if cls == "LayerNormalization":
+        it = iter(ws)
+        gamma = next(it) if conf.get("scale", True) else None
+        beta = next(it) if conf.get("center", True) else None
+        mu = g.op("ReduceMean", [x], base, axes=[-1], keepdims=1)
+        d = g.op("Sub", [x, mu], base)
+        var = g.op("ReduceMean", [g.op("Mul", [d, d], base)], base, axes=[-1], keepdims=1)
+        y = g.op("Div", [d, g.op("Sqrt", [g.op("Add", [var, g.const(np.float32(conf.get("epsilon", 1e-3)), "eps")],
+                                                base)], base)], base)
+        if gamma is not None:
+            y = g.op("Mul", [y, g.const(_f32(gamma), base + ".gamma")], base)
+        if beta is not None:
+            y = g.op("Add", [y, g.const(_f32(beta), base + ".beta")], base)
+        return y
+    if cls in ("ZeroPadding1D", "Cropping1D"):
+        key = "padding" if cls == "ZeroPadding1D" else "cropping"
+        p = conf.get(key, 1)
+        a, b = (p, p) if isinstance(p, int) else (int(p[0]), int(p[1]))
+        if cls == "ZeroPadding1D":
+            return g.op("Pad", [x, g.const(_int64([0, a, 0, 0, b, 0]), "pads")], base)
+        return g.op("Slice", [x, g.const(_int64([a]), "s"), g.const(_int64([-b if b else 2 ** 62]), "e"),
+                              g.const(_int64([1]), "a")], base)
+    keras_graph.refuse(node.path, cls, "no ONNX builder")  # pragma: no cover - LAYERS and this list agree
+
+
+def input_dtype(graph: keras_graph.Graph, name: str) -> str:
+    """The ONNX input dtype of model input ``name``: ``int32`` when it feeds an Embedding, else ``float32``."""
+    spec = next(i for i in graph.inputs if i[0] == name)
+    return "int32" if spec[3] is not None else "float32"
+
+
+def build(graph: keras_graph.Graph):
+    """The ``onnx.ModelProto`` of ``graph`` (module docstring); deterministic; checked by ``onnx.checker``."""
+    onnx = require("onnx", "onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = _G(helper, numpy_helper, TensorProto)
+    env: dict[str, str] = {}
+    made: dict[str, str] = {}
+    ins = []
+    for name, shape, _, emb in graph.inputs:
+        dims = ["batch"] + [d if d is not None else ("time" if i == 0 else f"d{i}") for i, d in enumerate(shape)]
+        ins.append(helper.make_tensor_value_info(name, TensorProto.INT32 if emb is not None else TensorProto.FLOAT,
+                                                 dims))
+        env[name] = name
+    layer_outs = []
+    for node in graph.nodes:
+        mask = node.masks[0] if node.masks else None
+        lens = None
+        if mask is not None and (node.cls in keras_graph.RECURRENT or node.cls == "Bidirectional"
+                                 or node.cls == "GlobalAveragePooling1D"):
+            lens = _lens(g, mask, graph.masks, made, env)
+        y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None)
+        out = f"layer:{node.name}"
+        g.nodes.append(helper.make_node("Identity", [y], [out], name=f"{node.name}__out"))
+        env[node.outputs[0]] = out
+        layer_outs.append(out)
+    outs = []
+    for i, t in enumerate(graph.outputs):
+        g.nodes.append(helper.make_node("Identity", [env[t]], [f"output_{i}"], name=f"output_{i}"))
+        outs.append(f"output_{i}")
+    outs += layer_outs
+    gp = helper.make_graph(g.nodes, graph.name, ins, [], initializer=g.inits)
+    inferred = onnx.shape_inference.infer_shapes(helper.make_model(
+        gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)], ir_version=onnx_write.IR_VERSION))
+    known = {v.name: v for v in inferred.graph.value_info}
+    for o in outs:  # the outputs with the types and (symbolic) shapes ONNX shape inference gives them
+        gp.output.append(known[o] if o in known and known[o].type.tensor_type.HasField("shape")
+                         else helper.make_tensor_value_info(o, TensorProto.FLOAT, ["batch", None, None][:1]))
+    model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)],
+                              producer_name="rnnconvert", ir_version=onnx_write.IR_VERSION)
+    meta = {"whole": True, "model": graph.name, "inputs": [i[0] for i in graph.inputs],
+            "outputs": [f"output_{i}" for i in range(len(graph.outputs))],
+            "layers": [{"name": n.layer.name, "nodes": [n.layer.name], "whole_node": n.name, "source_class": n.cls,
+                        "go_backwards": bool(n.layer.semantics.go_backwards), "merge_mode": n.layer.semantics.merge_mode,
+                        "return_sequences": n.layer.return_sequences}
+                       for n in graph.nodes if n.layer is not None and n.name == n.path]}
+    helper.set_model_props(model, {META_KEY: json.dumps(meta, sort_keys=True)})
+    onnx.checker.check_model(model)
+    return model
+
+
+def notes(graph: keras_graph.Graph) -> list[str]:
+    """What the written graph says about itself (masks as sequence_lens, inputs' dtypes)."""
+    out = [f"whole model written: {len(graph.nodes)} layer call(s) in one ONNX graph; inputs "
+           + ", ".join(f"'{n}' ({'int32 token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
+           + f"; outputs {', '.join(f'output_{i}' for i in range(len(graph.outputs)))} (each layer's output as "
+           "'layer:<name>')"]
+    if any(n.masks and n.masks[0] and (n.cls in keras_graph.RECURRENT or n.cls == "Bidirectional")
+           for n in graph.nodes):
+        out.append("masks reach recurrent layers as ONNX sequence_lens (the count of unmasked steps): exact when "
+                   "each sequence's padding is at its end; a mask with gaps or leading padding computes otherwise "
+                   "in ONNX (the .pt2 program follows any mask)")
+    return out
+
+
+def whole_graph(ckpt, whole_model: Any, recurrent_only: bool = False) -> keras_graph.Graph | None:
+    """The :class:`~rnnconvert.conventions.keras_graph.Graph` of ``whole_model`` (the engine's write option: a Keras
+    full model's ``config`` and ``weights``), or ``None`` without one or under ``recurrent_only``."""
+    if whole_model is None or recurrent_only:
+        return None
+    return keras_graph.build(whole_model.config, whole_model.weights, ckpt)
+
+
+def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, **options: Any) -> list[str]:
+    """The ``onnx`` container's check: the recurrent layers' refusals (:func:`.onnx_write.check`), then, for a
+    whole model, every layer (refused by name when it is not built) and the notes of :func:`notes`.
+
+    Raises:
+        UnsupportedError: as :func:`.onnx_write.check`; a layer outside
+            :data:`rnnconvert.conventions.keras_graph.LAYERS` or a feature not built (layer, class, way out).
+    """
+    out = onnx_write.check(ckpt, recurrent_only=recurrent_only, **options)
+    graph = whole_graph(ckpt, whole_model, recurrent_only)
+    if graph is None:
+        if ckpt.format == "keras_h5" and not recurrent_only:
+            out.insert(0, WEIGHTS_ONLY)
+        return out
+    build(graph)  # the refusals raised while building (e.g. a masked go_backwards sequence)
+    return notes(graph)
+
+
+def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, **options: Any) -> list[str]:
+    """The ``onnx`` container's write: a whole model (``whole_model``, not ``recurrent_only``) as one graph
+    (:func:`build`), else the recurrent layers (:func:`.onnx_write.write`). One line says how to run it.
+    Assumes :func:`check` passed."""
+    graph = whole_graph(ckpt, whole_model, recurrent_only)
+    if graph is None:
+        return onnx_write.write(ckpt, path, **options)
+    onnx = require("onnx", "onnx")
+    onnx.save_model(build(graph), str(path))
+    return [f"whole model '{graph.name}': onnxruntime.InferenceSession(path).run(['output_0'], "
+            f"{{{', '.join(repr(i[0]) + ': ...' for i in graph.inputs)}}})"]

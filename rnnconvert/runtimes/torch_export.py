@@ -1,0 +1,91 @@
+"""The torch_export runtime: a written ``.pt2`` program (:mod:`rnnconvert.formats.torch.pt2_write`) loaded by
+``torch.export.load`` and run by torch (verification's target side, issue #30).
+
+Only files rnnconvert has just written are loaded (``torch.export.load`` unpickles; a ``.pt2`` is never read
+as a source). :func:`verify_whole` is the whole check of such a file: a whole Keras model against tf_keras
+running the source (:func:`rnnconvert.verify.keras_whole_check.compare_whole`: every model output, the float64
+second stage from the same graph run eagerly in float64), or, for a program of the recurrent layers alone,
+each layer's output against the canonical float64 equations :func:`rnnconvert.core.reference.forward`
+(the rule ``max|d| <= TOL * max(1, max|ref|)`` with the float32 run of the same equations' spread added).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..core.model import Checkpoint
+from ..engine.protocol import Runtime
+from ..errors import require
+
+
+def _load(path: str | Path):
+    import io
+
+    torch = require("torch", "torch")
+    with open(path, "rb") as fh:  # a buffer: the temporary name does not end in .pt2 (torch warns otherwise)
+        return torch, torch.export.load(io.BytesIO(fh.read())).module()
+
+
+def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=None) -> np.ndarray:
+    """Layer ``name`` of a written program of the recurrent layers (one input and output per layer, in layer
+    order; the other inputs fed zeros) on ``x`` ``(B, T, I)``: ``(B, T, dirs*H)`` float64.
+
+    Raises:
+        FormatError: a whole-model program (its layers are not inputs of their own: :func:`verify_whole`)."""
+    from ..errors import FormatError
+
+    torch, prog = _load(path)
+    names = [layer.name for layer in ckpt.layers]
+    if ckpt.meta.get("pt2_recurrent_only") is not True and ckpt.format == "keras_h5":
+        raise FormatError(f"{path}: a whole-model program has no input of layer '{name}' of its own")
+    args = [torch.from_numpy(np.asarray(x, np.float32)) if n == name
+            else torch.zeros(x.shape[0], x.shape[1], layer.input_size) for n, layer in zip(names, ckpt.layers)]
+    with torch.no_grad():
+        return prog(*args)[names.index(name)].numpy().astype(np.float64)
+
+
+def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
+                 seed: int = 0) -> list:
+    """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.LayerCheck` entries."""
+    from ..conventions import keras_graph
+    from ..core import reference
+    from ..formats.keras import keras_whole
+    from ..verify import keras_whole_check
+    from ..formats.torch import pt2_write
+    from ..verify.checks import LayerCheck
+
+    torch, prog = _load(dst_path)
+    route = f"torch {torch.__version__} (torch.export program)"
+    full = keras_whole.read_full_model(ckpt) if ckpt.format == "keras_h5" else None
+    if full is not None and not ckpt.meta.get("pt2_recurrent_only"):
+        graph = keras_graph.build(full.config, full.weights, ckpt)
+
+        def target(xs):
+            args = [torch.from_numpy(np.asarray(xs[n]).astype(np.int32 if e is not None else np.float32))
+                    for n, _, _, e in graph.inputs]
+            with torch.no_grad():
+                return [o.numpy() for o in prog(*args)], {}
+
+        return keras_whole_check.compare_whole(str(src_path), full, target, route, inputs=inputs, seed=seed,
+                                         run64=lambda xs: pt2_write.run_float64(graph, xs))
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((3, 9, layer.input_size)).astype(np.float32) for layer in ckpt.layers]
+    with torch.no_grad():
+        outs = prog(*[torch.from_numpy(x) for x in xs])
+    checks = []
+    for layer, x, y in zip(ckpt.layers, xs, outs):
+        ref = reference.forward(layer, x)
+        y32 = reference.forward(layer, x, np.float32).astype(np.float64)
+        got = y.numpy().astype(np.float64)
+        scale = float(np.max(np.abs(ref), initial=0.0))
+        err = float(np.max(np.abs(got - ref), initial=0.0))
+        tol = keras_whole.TOL * max(1.0, scale) + 2 * float(np.max(np.abs(y32 - ref), initial=0.0))
+        checks.append(LayerCheck(layer.name, err, tol, scale, "numpy reference (float64)", route, "sequence",
+                                 verdict="ok" if err <= tol else "fail",
+                                 reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
+    return checks
+
+
+RUNTIME = Runtime("torch_export", engine="torch", forward=forward, verify_whole=verify_whole)
