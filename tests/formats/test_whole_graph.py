@@ -23,6 +23,7 @@ import rnnconvert  # noqa: E402
 from rnnconvert.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import UnsupportedError  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
+from rnnconvert.verify import keras_whole_check  # noqa: E402
 from rnnconvert.formats.onnx import model_write  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
@@ -180,7 +181,7 @@ def _mutated_check(tmp_path, path, mutate):
     def target(xs):
         return s.run(outs, {k: np.asarray(v).astype(kinds[k]) for k, v in xs.items()}), {}
 
-    return keras_whole.compare_whole(str(path), full, target, "onnxruntime (mutated)")
+    return keras_whole_check.compare_whole(str(path), full, target, "onnxruntime (mutated)")
 
 
 def _init(model, name):
