@@ -128,7 +128,7 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None) -> str:
     layer = node.layer
     s = layer.semantics
     base = node.name
-    H, D = layer.hidden_size, layer.num_directions
+    H = layer.hidden_size
     conf = node.config
     inner = (conf.get("layer") or {}).get("config", {}) if node.cls == "Bidirectional" else conf
     seqs = bool(inner.get("return_sequences"))
