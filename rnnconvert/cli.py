@@ -221,7 +221,7 @@ def _report(rep, as_json: bool) -> None:
     if rep.verification:
         for c in rep.verification.layers:
             con.print(f"  {'verified' if c.ok else c.verdict} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs "
-                      f"{c.target_route}" + ("" if c.ok else f" ({_shown(c.reason)})"))
+                      f"{c.target_route}" + (f" ({_shown(c.reason)})" if c.reason else ""))
     else:
         con.print("  not verified (--no-verify)")
 
@@ -437,7 +437,7 @@ def verify(
         for c in rep.layers:
             tag = {"ok": "ok  ", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}[c.verdict]
             con.print(f"{tag} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs {c.target_route}"
-                      + ("" if c.ok else f" ({_shown(c.reason)})"))
+                      + (f" ({_shown(c.reason)})" if c.reason else ""))
     if rep.failed:
         if as_json:  # the report (with "ok": false) is the JSON answer; one JSON document on stdout
             raise typer.Exit(VerificationError.exit_code)
