@@ -37,7 +37,7 @@ class OnAccess(Mapping):
 def raw_tensors(layer: RNNLayer, pool: dict | None = None) -> list:
     """``layer.source['raw']`` as mappings, one per direction (or TF1 pseudo-layer), for one pass of the
     source side (``source_forward(..., raw=...)``): lazily re-read tensors (Keras HDF5 / TF2
-    :class:`~rnnconvert.formats.keras.h5_read.LazyRaw`) are read from the file at each access
+    :class:`~rnnconvert.formats.keras.h5_access.LazyRaw`) are read from the file at each access
     (:class:`OnAccess`; with a ``pool``, a dict the caller keeps across layers, into the previous layer's
     arrays of the same shape), in-memory ones are plain dicts. ``layer`` is not changed."""
     return [OnAccess(r, pool, d) if hasattr(r, "read") else dict(r) for d, r in enumerate(layer.source["raw"])]

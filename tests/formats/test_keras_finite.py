@@ -1,4 +1,4 @@
-"""NaN/Inf in Keras HDF5 files is refused on every path, now that ``keras_h5.read_dataset`` no longer checks
+"""NaN/Inf in Keras HDF5 files is refused on every path, now that ``h5_access.read_dataset`` no longer checks
 by itself (issue 16c): the recurrent tensors by the conversion's own row-block read
 (``interpreter.convert_direction``, naming the stored tensor), every tensor a reader keeps by
 ``api.check_finite``. Each case plants one non-finite value into a copy of a fixture made by the real

@@ -18,6 +18,7 @@ from rnnconvert.conventions import torch_state
 import rnnconvert
 from rnnconvert.core import reference
 from rnnconvert.errors import UnsupportedError
+from rnnconvert.formats.keras import h5_access
 from rnnconvert.formats.keras import h5_read as keras_h5
 from rnnconvert.runtimes import tf_keras as keras_tf
 from rnnconvert.verify import keras_equations as keras_math
@@ -319,7 +320,7 @@ def test_raw_tensors_are_reread_from_the_file_not_held():
             for raw in layer.source["raw"]:
                 if layer.source.get("family") == "keras1":
                     continue
-                assert isinstance(raw, keras_h5.LazyRaw)
+                assert isinstance(raw, h5_access.LazyRaw)
                 for key, loc in raw.locations.items():
                     assert np.array_equal(raw[key], f[loc][()])
                     checked += 1
