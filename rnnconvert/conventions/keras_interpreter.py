@@ -52,7 +52,7 @@ _KERAS_ACT = {"hard_sigmoid": "hard_sigmoid", "sigmoid": "sigmoid", "tanh": "tan
 
 class TensorSource(Protocol):
     """Where the stored tensors of a :class:`LayerEntry` with ``locations`` are read from (the container:
-    an open HDF5 file, :class:`rnnconvert.formats.keras.h5_access.Hdf5Tensors`; a TF2 checkpoint, ``tf_checkpoint.BundleTensors``)."""
+    an open HDF5 file, :class:`rnnconvert.formats.keras.h5_access.Hdf5Tensors`; a TF2 checkpoint, ``tf.tensors.BundleTensors``)."""
 
     def value(self, location: str) -> np.ndarray:
         """The tensor at ``location``, read now (a non-recurrent tensor, kept in ``ckpt.tensors``: NaN/Inf
@@ -71,7 +71,7 @@ class StoredTensors(Protocol):
     """A direction's tensors as stored in a container (``kernel``, ``recurrent_kernel``, ``bias`` -> location),
     re-read from the file on each access: a ``Mapping`` that is a plain record of the file and the locations, no
     reading function stored (the HDF5 reader's ``h5_access.LazyRaw``, the TF2 checkpoint reader's
-    ``checkpoint_read.BundleRaw``); ``read(key, out)`` reads into ``out`` when it has the stored shape and dtype."""
+    ``tf.tensors.BundleRaw``); ``read(key, out)`` reads into ``out`` when it has the stored shape and dtype."""
 
     def __getitem__(self, key: str) -> np.ndarray: ...
 

@@ -124,7 +124,7 @@ class LazyRaw(Mapping):
     re-read from the file on each access instead of held in memory: a plain record of the file and the
     datasets' locations (``joined``: Keras 1 per-gate datasets, a tuple of locations per key, read and
     joined by :func:`_read_concat`), no reading function stored (the TF2 checkpoint reader's counterpart is
-    ``tf_checkpoint.BundleRaw``).
+    ``rnnconvert.formats.tf.tensors.BundleRaw``).
 
     The reader keeps only the canonical copy of the weights; verification reads the file's own tensors
     again through this mapping. Holding both would double the memory of a multi-GB checkpoint
