@@ -39,9 +39,23 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
     return run(session(path, f"{name}__out"), path, name, x)
 
 
+#: :func:`whole_meta` per file identity (path, size, modification time): verification asks once per layer, and
+#: parsing a model held inline (no external data) reads all its weights
+_WHOLE: dict[tuple, dict | None] = {}
+
+
 def whole_meta(path: str | Path) -> dict | None:
     """rnnconvert's metadata of a whole-model graph written by :mod:`rnnconvert.formats.onnx.model_write`
-    (``{"whole": true, "inputs": [...], "outputs": [...]}``), else ``None``."""
+    (``{"whole": true, "inputs": [...], "outputs": [...]}``), else ``None``; parsed once per file."""
+    key = filerows.identity(path)
+    if key not in _WHOLE:
+        if len(_WHOLE) > 16:
+            _WHOLE.clear()
+        _WHOLE[key] = _whole_meta(path)
+    return _WHOLE[key]
+
+
+def _whole_meta(path: str | Path) -> dict | None:
     import json
 
     onnx = require("onnx", "onnx")
