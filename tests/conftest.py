@@ -226,3 +226,19 @@ def random_layer(spec, seed=0, dtype=None):
     sem = Semantics(activation="relu" if spec.cell is Cell.RNN_RELU else "tanh")
     return RNNLayer("l", spec.cell, spec.input_size, H, spec.num_layers, spec.bidirectional, P,
                     semantics=sem, params=params)
+
+
+def fixture_script(name: str):
+    """A generator script of fixtures/ (``gen_slips`` ...) imported from its file, without putting fixtures/ on
+    ``sys.path`` (its folders ``jax/``, ``paddle/``... would shadow those packages as namespace packages)."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, FIXTURES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+

@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import fixture_script  # noqa: E402
+
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "fixtures"))
-import gen_slips  # noqa: E402
+gen_slips = fixture_script("gen_slips")
 
 from rnnconvert import api  # noqa: E402
 from rnnconvert.cli import main  # noqa: E402

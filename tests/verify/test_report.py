@@ -80,8 +80,9 @@ def test_report_of_a_refusal(tmp_path):
 
 def test_report_of_a_failed_verification(tmp_path):
     """A wrong DST (W_hh gate blocks in ONNX's order, by hand) verified with --report: fail, with its plots."""
-    sys.path.insert(0, str(ROOT / "fixtures"))
-    import gen_slips
+    from conftest import fixture_script
+
+    gen_slips = fixture_script("gen_slips")
 
     ts = gen_slips.keras_tensors(KERAS / "lstm.h5", "lstm")
     p = gen_slips.port_keras_lstm(ts[0])
