@@ -100,9 +100,8 @@ def forward_slab(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.nd
 def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list, load) -> list:
     """One step of stacked layer ``k`` through the Flax cell from each state (linen LSTM carries are
     ``(c, h)``); ``[(h1, c1 or None)]`` per direction, float64."""
+    nn = _nn()  # DependencyError (verification then falls back, saying so) where JAX/Flax are not installed
     import jax.numpy as jnp
-
-    nn = _nn()
     layer = ckpt.layer(name)
     slab = _slabs(load(path), name, layer.num_layers)[k]
     dt = np.dtype(layer.dtype)

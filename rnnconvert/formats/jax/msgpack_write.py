@@ -128,6 +128,5 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
 
 def load(path: str | Path) -> dict:
     """The written file as Flax reads it (``flax.serialization.msgpack_restore``): the ``flax`` runtime's load."""
-    from flax import serialization
-
+    serialization = require("flax.serialization", "jax")
     return serialization.msgpack_restore(Path(path).read_bytes())
