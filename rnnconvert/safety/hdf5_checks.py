@@ -1,7 +1,7 @@
 """The checks every HDF5 route makes before reading a dataset: data comes from the file itself only, and
 the walk over the file is bounded whatever its links declare.
 
-Used by the Keras 2 reader (:mod:`rnnconvert.formats.keras.keras_h5`, its whole-model re-read and its
+Used by the Keras 2 reader (:mod:`rnnconvert.formats.keras.h5_read`, its whole-model re-read and its
 isolated probe), the Keras 3 store reader (``.weights.h5``, and the store inside a ``.keras``), and the
 plain HDF5 reader (:mod:`rnnconvert.formats.storage.hdf5_plain`): one function, :func:`check_file`, so no
 route can forget a case (issue 29: the plain reader had copied ``/etc/passwd`` into DST through a dataset
