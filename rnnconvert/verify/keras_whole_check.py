@@ -39,6 +39,28 @@ def float64_twin(k, model):
         return None
 
 
+def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None, seed: int):
+    """The source model in tf_keras (the file as stored), its input names, and the inputs both sides run on:
+    ``inputs`` (``--inputs``, which must name exactly the model's inputs) or generated valid ones.
+
+    Raises:
+        FormatError: ``inputs`` that do not name the model's inputs."""
+    with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full, None,
+                             "tf_keras"):
+        tfm = keras_whole.source_model(src_path, full.config)
+    names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
+    if inputs:
+        missing = [n for n in names_in if n not in inputs]
+        extra = [n for n in inputs if n not in names_in]
+        if missing or extra:
+            raise FormatError(f"whole-model verification inputs must name the model inputs "
+                              f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
+        xs = {n: np.asarray(inputs[n]) for n in names_in}
+    else:
+        xs = keras_whole.make_inputs(tfm, full.config, seed)
+    return tfm, names_in, xs
+
+
 def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None = None,
                  seed: int = 0) -> list:
     """Compare the source model (tf_keras, file as stored) with the written ``.keras`` (Keras 3
@@ -60,19 +82,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
 
 
     k = keras_config.import_keras3()
-    with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full, None,
-                             "tf_keras"):
-        tfm = keras_whole.source_model(src_path, full.config)
-    names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
-    if inputs:
-        missing = [n for n in names_in if n not in inputs]
-        extra = [n for n in inputs if n not in names_in]
-        if missing or extra:
-            raise FormatError(f"whole-model verification inputs must name the model inputs "
-                              f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
-        xs = {n: np.asarray(inputs[n]) for n in names_in}
-    else:
-        xs = keras_whole.make_inputs(tfm, full.config, seed)
+    tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed)
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         local = os.path.join(tmp, "model.keras")
         shutil.copyfile(dst_path, local)
@@ -167,19 +177,7 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
     """
-    with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full, None,
-                             "tf_keras"):
-        tfm = keras_whole.source_model(src_path, full.config)
-    names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
-    if inputs:
-        missing = [n for n in names_in if n not in inputs]
-        extra = [n for n in inputs if n not in names_in]
-        if missing or extra:
-            raise FormatError(f"whole-model verification inputs must name the model inputs "
-                              f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
-        xs = {n: np.asarray(inputs[n]) for n in names_in}
-    else:
-        xs = keras_whole.make_inputs(tfm, full.config, seed)
+    tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed)
     args = [xs[n] for n in names_in]
     src = "tf_keras (whole model)"
     with keras_whole.guarded("tf_keras running the source model (the reference of the whole-model check)", full, None,
