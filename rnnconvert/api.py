@@ -137,23 +137,11 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
     if mod.check is not None:
         with _way_out():
             mod.check(ckpt, **opts)
-    tmp = None
-    try:
-        tmp = commit.temp_beside(dst)
+
+    def write(tmp: Path) -> list[str]:
         with _way_out():
-            lines = mod.write(writer_view(ckpt, mod.forget_bias), tmp, **opts)
-        commit.commit(tmp, dst, force)
-    except RNNConvertError:
-        raise
-    except Exception as exc:
-        env = commit.output_error(exc, dst)
-        if env is None:
-            raise
-        raise env from exc
-    finally:
-        if tmp is not None:
-            commit.discard(tmp)
-    return lines
+            return mod.write(writer_view(ckpt, mod.forget_bias), tmp, **opts)
+    return commit.write_in_place(dst, write, force)
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = None, src_format: str | None = None,

@@ -13,9 +13,11 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from ..errors import OutputError, OutputExistsError
+from ..errors import OutputError, OutputExistsError, RNNConvertError
 
 STALE_TEMP_SECONDS = 3600
 
@@ -260,3 +262,26 @@ def discard(tmp: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         tmp.unlink(missing_ok=True)
+
+
+def write_in_place(dst: Path, write: Callable[[Path], Any], force: bool = True) -> Any:
+    """``write(tmp)`` into a temporary beside ``dst``, then put it in place (:func:`commit`); the temporary is
+    always removed. An ``OSError`` (disk full, read-only file system, ...) becomes the one-line
+    :func:`output_error`; rnnconvert's own errors pass through. Returns what ``write`` returned."""
+    tmp = None
+    try:
+        tmp = temp_beside(dst)
+        got = write(tmp)
+        commit(tmp, dst, force)
+        return got
+    except RNNConvertError:
+        raise
+    except Exception as exc:
+        env = output_error(exc, dst)
+        if env is None:
+            raise
+        raise env from exc
+    finally:
+        if tmp is not None:
+            discard(tmp)
+

@@ -305,19 +305,4 @@ def write(path, content: Content) -> None:
 
     require()
     text = render(content)
-    dst = Path(path)
-    tmp = None
-    try:
-        tmp = commit.temp_beside(dst)
-        tmp.write_text(text, encoding="utf-8")
-        commit.commit(tmp, dst, True)
-    except RNNConvertError:
-        raise
-    except Exception as exc:
-        env = commit.output_error(exc, dst)
-        if env is None:
-            raise
-        raise env from exc
-    finally:
-        if tmp is not None:
-            commit.discard(tmp)
+    commit.write_in_place(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
