@@ -149,7 +149,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             read_opts: dict[str, Any] | None = None, write_opts: dict[str, Any] | None = None,
             progress: Callable[[str, float, float], None] | None = None,
             verify_inputs: dict[str, Any] | None = None, map: Any = None,
-            accept_inconclusive: bool = False, device: str = "cpu") -> ConversionReport:
+            accept_inconclusive: bool = False, device: str = "cpu", threads: int | None = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -177,6 +177,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             through cuDNN on the GPU, both routes of :mod:`rnnconvert.verify.cuda` (the nn module and our packed
             buffer), as ``verify(..., device='cuda')`` does; the conversion is then read whole (not streamed),
             and DST must be a format rnnconvert reads back.
+        threads: threads for verification's products and the conversion's turns (default: every core this
+            process may use, or ``RNNCONVERT_THREADS``; :mod:`rnnconvert.speed.parallel`); the bytes written and
+            the verdicts do not depend on it.
 
     A Keras 1/2 full-model source is written whole by the writers that take the write option ``whole_model``
     (``.onnx``: one graph; ``.pt2``: a ``torch.export`` program; issue #30) and verified end to end by the
@@ -189,6 +192,16 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         OutputExistsError, FormatError, UnsupportedError, VerificationError, InconclusiveError, DependencyError.
         On any error ``dst`` is left as it was (absent or with its previous content).
     """
+    from .speed import parallel
+
+    with parallel.using(threads):
+        return _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opts, progress,
+                        verify_inputs, map, accept_inconclusive, device)
+
+
+def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opts, progress, verify_inputs, map,
+             accept_inconclusive, device) -> ConversionReport:
+    """:func:`convert` (its arguments, in order)."""
     src_p, dst_p = Path(src), Path(dst)
     if map is not None:
         read_opts = {**(read_opts or {}), "map": map}
@@ -202,7 +215,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     targets = _device_targets(device, out_fmt.name, out_mod, dst_p) if verify else [out_mod]
     if as_target(out_mod).verify_whole is None:  # integer inputs are for whole Keras models only
         _float_inputs(verify_inputs)
-    stream = in_mod.lazy and out_mod.stream and targets == [out_mod]
+    # the cuDNN routes read the written file back slab by slab: a streamed conversion serves them as well
+    stream = in_mod.lazy and out_mod.stream and (targets == [out_mod] or device == "cuda")
     if out_mod.write is None:
         raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
     out_mod.check_options("write", write_opts or {})
@@ -233,7 +247,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             if stream:
                 rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
                                                                   src_p, seed, write_opts or {}, progress,
-                                                                  verify_inputs)
+                                                                  verify_inputs, targets)
             else:
                 if verify:
                     import_engine(out_mod)  # the target's framework loads while the file is written
@@ -244,13 +258,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
                     model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
                     layer_in = _float_inputs({k: v for k, v in (verify_inputs or {}).items() if k not in model_in})
                     if out_mod.read is not None or as_target(out_mod).target_step is not None:
-                        reps = [_verify(ckpt, in_mod, tmp, t, mode=verify, src_path=src_p, seed=seed,
-                                        inputs=layer_in or None) for t in targets]
+                        # one source side for every target (the cuDNN routes): one report
+                        rep.verification = _verify(ckpt, in_mod, tmp, targets, mode=verify, src_path=src_p,
+                                                   seed=seed, inputs=layer_in or None)
                     else:  # a program (.pt2): its runtime's whole-model checks only
-                        reps = [VerifyReport(seed=seed)]
-                    rep.verification = reps[0]
-                    for other in reps[1:]:  # the cuDNN routes: one report
-                        rep.verification.layers += other.layers
+                        rep.verification = VerifyReport(seed=seed)
                     if whole:
                         try:
                             rep.verification.layers += whole(ckpt, src_p, tmp, inputs=model_in or None, seed=seed)
@@ -300,12 +312,15 @@ def _whole_model(ckpt: Checkpoint, in_mod, out_mod, write_opts: dict[str, Any] |
 
 def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str | None, src_p: Path,
                       seed: int, write_opts: dict[str, Any], progress=None,
-                      inputs: dict[str, Any] | None = None) -> tuple[list[str], VerifyReport | None]:
+                      inputs: dict[str, Any] | None = None, targets: list | None = None
+                      ) -> tuple[list[str], VerifyReport | None]:
     """Streaming conversion (docs/performance.md "Streaming conversion"): one slab of parameters in memory
     at a time. Each slab is loaded, written, run through the source side of verification, and released;
-    after the writer closed, the target side of verification reads the written file back."""
+    after the writer closed, the target side of verification reads the written file back, for each of
+    ``targets`` (default: the written format's own runtime) against the one source side."""
+    targets = targets or [out_mod]
     check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs,
-                                  target=out_mod)
+                                  target=targets[0])
              if verify else None)
     if check is not None:
         import_engine(out_mod)  # the target's framework loads while the slabs stream
@@ -318,8 +333,9 @@ def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str 
                                     progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
     if check is None:
         return modules, None
-    return modules, check.target_side(tmp, out_mod, progress=(lambda d, t: progress("verify", d, t))
-                                      if progress else None)
+    for t in targets:
+        rep = check.target_side(tmp, t, progress=(lambda d, n: progress("verify", d, n)) if progress else None)
+    return modules, rep
 
 
 def _data_files(ckpt: Checkpoint, src: Path) -> list[Path]:
@@ -349,21 +365,26 @@ def _read_ahead(ckpt: Checkpoint, src: Path):
         ahead.stop()
 
 
-def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, out_mod, mode: str, seed: int,
-                     inputs: dict[str, Any] | None = None) -> VerifyReport:
+def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, targets: list, mode: str, seed: int,
+                     inputs: dict[str, Any] | None = None, first_tol: float | None = None,
+                     target_dtype=None) -> VerifyReport:
     """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
-    side on ``dst`` -- the verification of a streamed conversion, with the same report as the eager one."""
-    check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs, target=out_mod)
-    import_engine(out_mod)
+    side on ``dst`` for each of ``targets`` (the written format, or the cuDNN routes) -- the verification of a
+    streamed conversion, with the same report as the eager one."""
+    check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs,
+                                 target=targets[0], first_tol=first_tol, target_dtype=target_dtype)
+    import_engine(targets[0])
     with _read_ahead(ckpt, src) as reading:  # the next slab read while one is checked
         stream_write(None, ckpt, on_slab=check.source_slab, reading=reading)
-    return check.target_side(dst, out_mod)
+    for t in targets:
+        rep = check.target_side(dst, t)
+    return rep
 
 
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
-           inputs: dict[str, Any] | None = None, map: Any = None) -> VerifyReport:
+           inputs: dict[str, Any] | None = None, map: Any = None, threads: int | None = None) -> VerifyReport:
     """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify.engine`).
 
     Args:
@@ -373,12 +394,21 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
             both routes of :mod:`rnnconvert.verify.cuda` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
+        threads: see :func:`convert`.
 
     Raises:
         FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
         buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed or inconclusive comparison is
         reported (:attr:`VerifyReport.verdict`), not raised.
     """
+    from .speed import parallel
+
+    with parallel.using(threads):
+        return _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, device, dtype, inputs, map)
+
+
+def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, device, dtype, inputs, map) -> VerifyReport:
+    """:func:`verify` (its arguments, in order)."""
     budget.regular_source(src)
     budget.regular_source(dst)
     if map is not None:
@@ -404,22 +434,18 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
     in_mod = in_fmt.load()
     inputs = _float_inputs(inputs)
-    lazy = device == "cpu" and in_mod.lazy
+    lazy = in_mod.lazy  # the cuDNN routes too: their emulation runs on each slab as it is read (verify/cuda.py)
     # DST is read into the page cache while the source side runs: torch faulting a cold multi-GB file in as it
     # maps it was 3x slower than reading it ahead (speed/prefetch.py)
     prefetch(dst)
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:
+        first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
         if lazy:  # one slab of the source at a time, as a streamed conversion verifies
-            return _verify_streamed(ckpt, in_mod, Path(src), Path(dst), out_mod, mode, seed, inputs)
-        reps = [_verify(ckpt, in_mod, Path(dst), t, mode=mode, src_path=Path(src), seed=seed,
-                        first_tol=1e-2 if dtype == "float16" else None, inputs=inputs,
-                        target_dtype=np.float16 if dtype == "float16" else None) for t in targets]
-        rep = reps[0]
-        for other in reps[1:]:
-            rep.layers += other.layers
-            rep.seconds += other.seconds
-        return rep
+            return _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
+                                    first_tol, target_dtype)
+        return _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
+                       first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
     except RNNConvertError:
         raise
     except Exception as exc:  # the target framework rejected the file: it does not match the source

@@ -107,6 +107,22 @@ def _top(version: Annotated[bool, typer.Option("--version", callback=_show_versi
     """Convert trained LSTM/GRU/RNN weights between formats, exactly, and verify the result."""
 
 
+ThreadsOpt = Annotated[Optional[int], typer.Option(
+    "--threads", help="Threads for the products of verification and the turns of the conversion (default: every "
+    "core this process may use; RNNCONVERT_THREADS sets the default).", show_default=False)]
+
+
+def _threads(n: int | None) -> None:
+    """``--threads``: refuse a count below 1, then use it for this process (:mod:`rnnconvert.speed.parallel`)."""
+    if n is None:
+        return
+    if n < 1:
+        raise typer.BadParameter("--threads (or -j) is at least 1")
+    from .speed import parallel
+
+    parallel.set_threads(n)
+
+
 @app.command()
 def convert(
     src: Annotated[Path, typer.Argument(help="Source checkpoint.", show_default=False)],
@@ -128,7 +144,10 @@ def convert(
     recurrent_only: Annotated[bool, typer.Option(
         "--recurrent-only", help="A Keras 2 full model to .keras, .onnx or .pt2: write only the recurrent "
         "layers, each with its own input, not the whole model.")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel workers for a directory SRC.")] = 1,
+    jobs: Annotated[Optional[int], typer.Option(
+        "--jobs", "-j", help="Parallel workers: files at a time for a directory SRC (default 1); for one SRC file, "
+        "threads (as --threads).", show_default=False)] = None,
+    threads: ThreadsOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     inputs: InputsOpt = None,
     accept_inconclusive: AcceptOpt = False,
@@ -156,7 +175,15 @@ def convert(
         raise typer.BadParameter("--device is cpu or cuda")
     if device != "cpu":
         kwargs["device"] = device
-    if src.is_dir() and not _is_checkpoint_dir(src):
+    batch = src.is_dir() and not _is_checkpoint_dir(src)
+    if not batch and threads is None:
+        threads = jobs  # one file: -j N is its threads
+    _threads(threads)
+    if batch:
+        jobs = jobs or 1
+        from .speed import parallel  # the worker processes share the cores: each gets its part (environment)
+
+        os.environ[parallel.VARIABLE] = str(threads or max(1, parallel.available() // jobs))
         if inputs is not None:
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
         if report is not None:
@@ -406,6 +433,7 @@ def verify(
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float16 (cuDNN route).")] = "float32",
     inputs: InputsOpt = None,
     accept_inconclusive: AcceptOpt = False,
+    threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
     report: ReportOpt = None,
 ) -> None:
@@ -416,6 +444,7 @@ def verify(
 
     if device not in ("cpu", "cuda") or dtype not in ("float32", "float16"):
         raise typer.BadParameter("--device is cpu or cuda; --dtype is float32 or float16")
+    _threads(threads)
     if report is not None:
         from .verify import report as html_report
 

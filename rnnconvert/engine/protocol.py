@@ -150,8 +150,8 @@ class Runtime:
     source file run by its framework).
 
     Accuracy: ``act_ulps``, the accuracy of the runtime's activations in ulps that the one-step bound allows
-    (``None``: :data:`rnnconvert.verify.bounds.ACT_ULPS`); ``arithmetic(layer, x) -> y``, an emulation of
-    its run whose spread from the canonical float64 run widens the sequence tolerance
+    (``None``: :data:`rnnconvert.verify.bounds.ACT_ULPS`); ``arithmetic(layer, x, finished=True) -> y``, an emulation of
+    its run (``finished=False``: one slab's output as it feeds the next) whose spread from the canonical float64 run widens the sequence tolerance
     (:func:`rnnconvert.verify.engine.sequence_tolerance`). ``engine``: the distribution whose version the
     report gives (``'torch'``)."""
 

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..core import reference
-from . import backend
+from . import backend, parallel
 
 
 class Blocks:
@@ -92,9 +92,12 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int | None = None) -> li
     """
     rows = rows or block_rows(w)
     outs = [np.empty((w.shape[0], v.shape[1]), v.dtype) for v in vs]
-    for i, get in Blocks(w, rows):
-        for v, o in zip(vs, outs):
-            o[i:i + rows] = get(v.dtype) @ v
+
+    def piece(lo: int, hi: int) -> None:  # rows lo:hi, in the blocks one pass would make (speed/parallel.py)
+        for i, get in Blocks(w[lo:hi], rows):
+            for v, o in zip(vs, outs):
+                o[lo + i:lo + i + rows] = get(v.dtype) @ v
+    parallel.each(piece, parallel.split(w.shape[0], rows, w.nbytes))
     return outs
 
 
@@ -104,9 +107,12 @@ def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64) -> list[n
     stored ``(in, G*H)`` Keras kernel and all steps' inputs at once: no turned copy of the kernel is made.
     Each result equals ``x @ w.astype(dt)`` up to the order of the sums."""
     outs = [np.zeros((x.shape[0], w.shape[1]), x.dtype) for x in xs]
-    for i, get in Blocks(w, rows):
-        for x, o in zip(xs, outs):
-            o += x[:, i:i + rows] @ get(x.dtype)
+
+    def piece(lo: int, hi: int) -> None:  # output columns lo:hi: each sum in the order one pass makes it
+        for i, get in Blocks(w[:, lo:hi], rows):
+            for x, o in zip(xs, outs):
+                o[:, lo:hi] += x[:, i:i + rows] @ get(x.dtype)
+    parallel.each(piece, parallel.split(w.shape[1], 64, w.nbytes))
     return outs
 
 

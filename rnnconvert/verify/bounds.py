@@ -13,6 +13,7 @@ import numpy as np
 from ..core.gates import gate_slice
 from ..core.model import Cell, DirectionParams, RNNLayer
 from ..core.reference import ACT
+from ..speed import parallel
 from ..speed.kernels import Blocks, block_rows
 
 
@@ -70,8 +71,11 @@ def abs_products(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> np.nd
     at a time (no full-size copy of ``|w|``)."""
     rows = rows or block_rows(w)
     out = np.empty((w.shape[0], v.shape[1]), np.float64)
-    for i, get in Blocks(w, rows):
-        out[i:i + rows] = np.abs(get(np.float64)) @ v
+
+    def piece(lo: int, hi: int) -> None:
+        for i, get in Blocks(w[lo:hi], rows):
+            out[lo + i:lo + i + rows] = np.abs(get(np.float64)) @ v
+    parallel.each(piece, parallel.split(w.shape[0], rows, w.nbytes))
     return out
 
 
@@ -100,20 +104,27 @@ def lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarr
     vt = np.ascontiguousarray(v.T)
     val = np.empty((w.shape[0], vt.shape[1]), np.float64)
     mag = np.empty_like(val)
+    pieces = parallel.split(w.shape[0], rows, w.nbytes)  # rows of w shared between threads (speed/parallel.py)
     if w.dtype.itemsize <= 4:
         av32 = _up32(np.abs(vt))
-        abuf = np.empty((min(rows, w.shape[0]), w.shape[1]), np.float32)
-        for i, get in Blocks(w, rows):
-            b = get(np.float64)
-            val[i:i + rows] = b @ vt
-            a = np.abs(get(np.float32), out=abuf[:b.shape[0]])
-            mag[i:i + rows] = _magnitude32(a, av32, b)
+
+        def piece(lo: int, hi: int) -> None:
+            abuf = np.empty((min(rows, hi - lo), w.shape[1]), np.float32)
+            for i, get in Blocks(w[lo:hi], rows):
+                b = get(np.float64)
+                val[lo + i:lo + i + rows] = b @ vt
+                a = np.abs(get(np.float32), out=abuf[:b.shape[0]])
+                mag[lo + i:lo + i + rows] = _magnitude32(a, av32, b)
+        parallel.each(piece, pieces)
         return val.T, mag.T
     avt = np.abs(vt)
-    for i, get in Blocks(w, rows):
-        b = get(np.float64)
-        val[i:i + rows] = b @ vt
-        mag[i:i + rows] = np.abs(b) @ avt  # b is a view of w: not made absolute in place
+
+    def piece64(lo: int, hi: int) -> None:
+        for i, get in Blocks(w[lo:hi], rows):
+            b = get(np.float64)
+            val[lo + i:lo + i + rows] = b @ vt
+            mag[lo + i:lo + i + rows] = np.abs(b) @ avt  # b is a view of w: not made absolute in place
+    parallel.each(piece64, pieces)
     return val.T, mag.T
 
 

@@ -69,7 +69,11 @@ def _cast(layer: RNNLayer, dtype: str) -> RNNLayer:
 
 
 class CudaTarget:
-    """A verification target (``target_forward``) that runs a converted file through cuDNN."""
+    """A verification target that runs a converted file through cuDNN, one slab (stacked layer, all its
+    directions) at a time: the written file is read back lazily where its reader can (``FormatSpec.lazy``),
+    each slab's weights read, run and let go, so that a multi-GB file is never held whole (issue #33; the
+    earlier whole-file read back took 10 GB for the 3 GB benchmark). The attributes are those of
+    :class:`rnnconvert.verify.target.Target` that verification uses."""
 
     def __init__(self, dst_module, route: str, dtype: str = "float32"):
         if route not in ROUTES:
@@ -79,32 +83,65 @@ class CudaTarget:
         self.route = f"cuDNN {'nn module' if route == 'module' else 'packed buffer'} ({dtype})"
         self.engine = "torch"
         self.name = f"cuda_{route}"
-        self.target_forward_slab = None
-        self.release = None
-        self._back: dict[str, Checkpoint] = {}  # the written file read back, per nonlinearity read option
+        self.target_slab_check = None
+        self.verify_whole = None
+        self._back: dict[str, Checkpoint] = {}  # the written file read back (lazily), per nonlinearity read option
         #: the activations' accuracy the one-step bound allows (module docstring); None: the default
         self.act_ulps = CUDNN_ACT_ULPS if dtype == "float32" else None
 
-    def read_back(self, path: Path, ckpt: Checkpoint, name: str) -> RNNLayer:
-        """Layer ``name`` of the written file, read back by rnnconvert's reader. A format that does not store
-        ``nn.RNN``'s nonlinearity (a ``.pt`` or ``.safetensors`` state dict: the module's constructor holds it;
-        the ``nonlinearity`` read option) is read with the source layer's, as torch's own target
-        (:func:`rnnconvert.runtimes.torch.step`) builds its module from the source's description:
+    def _reader(self, path: Path, ckpt: Checkpoint, name: str) -> Checkpoint:
+        """The written file, read back by rnnconvert's reader (lazily where the reader can). A format that
+        does not store ``nn.RNN``'s nonlinearity (a ``.pt`` or ``.safetensors`` state dict: the module's
+        constructor holds it; the ``nonlinearity`` read option) is read with the source layer's, as torch's own
+        target (:func:`rnnconvert.runtimes.torch.step`) builds its module from the source's description:
         read as ``tanh``, a ``SimpleRNN(relu)`` file failed by 0.87 on a GPU."""
         opts = {}
         if "nonlinearity" in (getattr(self.dst_module, "read_options", None) or ()):
             opts["nonlinearity"] = "relu" if ckpt.layer(name).cell is Cell.RNN_RELU else "tanh"
+        if getattr(self.dst_module, "lazy", False):
+            opts["lazy"] = True
         key = opts.get("nonlinearity", "")
         if key not in self._back:
             self._back[key] = self.dst_module.read(path, **opts)
-        return self._back[key].layer(name)
+        return self._back[key]
 
-    def target_arithmetic(self, layer: RNNLayer, x: np.ndarray) -> np.ndarray:
-        """An emulation of this target's own run of ``layer`` (the source's canonical layer) on ``x``
-        ``(B, T, I)``, in numpy: float32 with every ``tanh`` off by :data:`CUDNN_TANH_ULPS` ulps in a random
-        direction (float32 runs), or with weights, inputs and every activation rounded to float16 (float16
-        runs). Verification takes its spread from the float64 run as the size of this target's rounding
-        along the sequence (module docstring); it is an estimate, as the source's own float32 spread is."""
+    def read_back(self, path: Path, ckpt: Checkpoint, name: str) -> RNNLayer:
+        """Layer ``name`` of the written file with all its parameters in memory (:meth:`slab` reads one slab)."""
+        back = self._reader(path, ckpt, name)
+        if not back.lazy:
+            return back.layer(name)
+        from dataclasses import replace
+
+        i = [layer.name for layer in back.layers].index(name)
+        layer = back.layers[i]
+        return replace(layer, params=[back.slab(i, k) for k in range(layer.num_layers)])
+
+    def slab(self, path: Path, ckpt: Checkpoint, name: str, k: int) -> RNNLayer:
+        """Stacked layer ``k`` of layer ``name`` of the written file as a one-layer :class:`RNNLayer` in this
+        target's dtype, read alone (a lazy reader's slab, released after; an eager one's view)."""
+        back = self._reader(path, ckpt, name)
+        i = [layer.name for layer in back.layers].index(name)
+        layer = back.layers[i]
+        if back.lazy:
+            try:
+                one = layer.one_slab(k, [_own(dp) for dp in back.slab(i, k)])
+            finally:
+                back.release(i, k)
+        else:
+            one = layer.one_slab(k)
+        return _cast(one, self.dtype)
+
+    def release(self) -> None:
+        """Let go of the file read back (verification calls this when the target side is done)."""
+        self._back.clear()
+
+    def target_arithmetic(self, layer: RNNLayer, x: np.ndarray, finished: bool = True) -> np.ndarray:
+        """An emulation of this target's own run of ``layer`` (the source's canonical layer, or one slab of it)
+        on ``x`` ``(B, T, I)``, in numpy: float32 with every ``tanh`` off by :data:`CUDNN_TANH_ULPS` ulps in a
+        random direction (float32 runs), or with weights, inputs and every activation rounded to float16
+        (float16 runs). Verification takes its spread from the float64 run as the size of this target's
+        rounding along the sequence (module docstring); it is an estimate, as the source's own float32 spread
+        is. ``finished=False``: one slab's output as it feeds the next (no ``go_backwards`` reversal)."""
         from ..core import reference
         from ..speed.kernels import FAST
         from . import bounds
@@ -116,28 +153,57 @@ class CudaTarget:
             def tanh(z):
                 t = np.tanh(z)
                 return t + rng.choice(np.array([-1.0, 1.0], t.dtype), t.shape) * (CUDNN_TANH_ULPS * u) * (1 + np.abs(t))
-            return reference.forward_multi(layer, [np.asarray(x, np.float32)], acts={"tanh": tanh}, kernels=FAST)[0]
-        f16 = np.float16
+            acts, run, xin = {"tanh": tanh}, layer, np.asarray(x, np.float32)
+        else:
+            f16 = np.float16
 
-        def rounded(f):
-            return lambda z: f(z).astype(f16).astype(z.dtype)
-        acts = {k: rounded(reference.ACT[k]) for k in ("tanh", "sigmoid")}
-        half = _cast(_cast(layer, "float16"), "float32")
-        return reference.forward_multi(half, [np.asarray(x, f16).astype(np.float32)], acts=acts, kernels=FAST)[0].astype(f16)
+            def rounded(f):
+                return lambda z: f(z).astype(f16).astype(z.dtype)
+            acts = {k: rounded(reference.ACT[k]) for k in ("tanh", "sigmoid")}
+            run, xin = _cast(_cast(layer, "float16"), "float32"), np.asarray(x, f16).astype(np.float32)
+        ys = [xin]
+        for k in range(run.num_layers):
+            ys = reference.forward_slab_multi(run, run.params[k], ys, acts, kernels=FAST)
+        y = reference.finish(run, ys[0]) if finished else ys[0]
+        return y if self.dtype == "float32" else y.astype(np.float16)
 
     def target_step(self, path: Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list) -> list:
         """Verification's one-step check on the GPU: stacked layer ``k`` of the file's weights (cast to
-        ``dtype``) in a ``torch.nn`` module on CUDA (cuDNN), one step from each state; both routes (the
-        packed-buffer route's full sequences are checked by :meth:`target_forward`)."""
+        ``dtype``) in a one-layer ``torch.nn`` module on CUDA (cuDNN), one step from each state; both routes
+        (the packed-buffer route's sequences are checked by :meth:`target_forward_slab`)."""
         from ..runtimes import torch as torch_rt
 
-        return torch_rt.step_canonical(_cast(self.read_back(path, ckpt, name), self.dtype), k, x, states, device="cuda")
+        return torch_rt.step_canonical(self.slab(path, ckpt, name, k), 0, x, states, device="cuda")
 
-    def target_forward(self, path: Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    def _run(self, layer: RNNLayer, x: np.ndarray, spec_of: RNNLayer) -> np.ndarray:
         from ..core import cudnn
         from . import cudnn_layout as cudnn_check
 
-        layer = _cast(self.read_back(path, ckpt, name), self.dtype)
-        cudnn_check.check_layout(cudnn.Spec.of(layer), getattr(__import__("torch"), self.dtype))
+        cudnn_check.check_layout(cudnn.Spec.of(spec_of), getattr(__import__("torch"), self.dtype))
         run = cudnn_check.forward_module if self.way == "module" else cudnn_check.forward_buffer
         return np.asarray(run(layer, x), dtype=np.float64)
+
+    def target_forward_slab(self, path: Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray) -> np.ndarray:
+        """Stacked layer ``k`` of layer ``name`` of the written file alone through cuDNN (this target's route) on
+        its input ``x`` ``(B, T, I)``; ``(B, T, dirs * out)`` float64. The cuDNN layout of the WHOLE layer's spec
+        is checked against :func:`rnnconvert.core.cudnn.layout` first (once per spec and dtype)."""
+        return self._run(self.slab(path, ckpt, name, k), x, _cast(ckpt.layer(name), self.dtype))
+
+    def target_forward(self, path: Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+        """Layer ``name`` of the written file, slab after slab (:meth:`target_forward_slab`), on ``x``; the last
+        slab's output as verification compares it (``go_backwards`` reversal applied)."""
+        from ..core import reference
+
+        layer, y = ckpt.layer(name), x
+        for k in range(layer.num_layers):
+            y = self.target_forward_slab(path, ckpt, name, k, np.asarray(y, np.float32 if self.dtype == "float32"
+                                                                         else np.float16))
+        return reference.finish(layer, y)
+
+
+def _own(dp):
+    """A direction's arrays copied out of the file they were read from (a lazy reader's slab is a view of its
+    mapping or its reused buffers, both let go right after)."""
+    from dataclasses import replace
+
+    return replace(dp, **{key: np.array(v) for key, v in dp.arrays().items()})

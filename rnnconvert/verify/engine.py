@@ -360,6 +360,9 @@ class StreamedVerification:
         #: the accuracy of the target's activations in ulps, where it declares one (cuDNN's float32 ``tanh``:
         #: :attr:`rnnconvert.verify.cuda.CudaTarget.act_ulps`); None: :data:`rnnconvert.verify.bounds.ACT_ULPS`
         self.act_ulps = getattr(target, "act_ulps", None)
+        #: an emulation of the target's own arithmetic (``target_arithmetic``: the cuDNN routes), run on each slab
+        #: while it is loaded (:meth:`_emulate`), so that a streamed source needs no second read
+        self.emulate = getattr(target, "target_arithmetic", None)
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         self.x = _batches(src_ckpt, batch, steps, seed, inputs)
         n = len(src_ckpt.layers)
@@ -372,6 +375,11 @@ class StreamedVerification:
         #: float32 input (the previous slab's float32 output) and its float32 and float64 runs from it
         self.seq_slabs: list = [[None] * layer.num_layers for layer in src_ckpt.layers]
         self.routes = [""] * n
+        #: per layer, the spread of the emulated target run from the float64 run (:meth:`_emulate`): one number
+        #: for the whole layer, or a list of one per slab for a layer compared slab by slab
+        self.spreads: list = [None] * n
+        self._em: list = [None] * n  # the emulated run and the canonical float64 run chained over slabs
+        self.target_seconds = 0.0
         #: per layer, ``(slab, direction, swap_escapes(...))`` of the directions whose bound is loose
         self.escapes: list[list] = [[] for _ in range(n)]
         self.seconds = 0.0
@@ -476,11 +484,40 @@ class StreamedVerification:
                 self.seq_slabs[i][k] = (np.asarray(prev[0], np.float32), self.y32[i], self.y64[i])
             if last:
                 self.y32[i], self.y64[i] = (reference.finish(layer, a) for a in (self.y32[i], self.y64[i]))
+        if self.emulate is not None:
+            self._emulate(i, k, one, dirs, own, per)
         if last:
             self.routes[i] = source.route(self.src_module, layer, self.mode)
             if self.mode == "framework":
                 self.yfw[i] = source.framework_run(self.src_module, self.src_path, self.ckpt, layer, xs)
         self.seconds += time.perf_counter() - t0
+
+    def _emulate(self, i: int, k: int, one: RNNLayer, dirs: list, own: bool, per: bool) -> None:
+        """The spread of the target's emulated arithmetic (``self.emulate``) from the float64 run on the short
+        sequence of slab ``k`` of layer ``i`` while its parameters are loaded: for a layer compared slab by slab,
+        slab ``k`` alone from its float32 input (:attr:`seq_slabs`); else chained over the slabs from the
+        layer's input, the float64 side the CANONICAL equations' run, never the source's own equations (``y64``
+        of a Keras or TF1 file): a gap between those (a reader's slip) must stay outside the tolerance, or it
+        would widen the tolerance to cover itself."""
+        layer = self.ckpt.layers[i]
+        last = k == layer.num_layers - 1
+        if per:
+            xk, _y32, y64 = self.seq_slabs[i][k]
+            em = self.emulate(one, xk, finished=False)
+            self.spreads[i] = (self.spreads[i] or []) + [float(np.abs(np.asarray(y64, np.float64) - em).max())]
+            return
+        xs = self._seq_x(i)
+        em_in, canon_in = (xs, xs) if k == 0 else self._em[i]
+        em = self.emulate(one, em_in, finished=False)
+        if own:
+            canon = reference.forward_slab(one, dirs, np.asarray(canon_in, np.float64), np.float64, kernels=FAST)
+        else:
+            canon = None  # the numpy reference's float64 run is self.y64 (chained the same way)
+        self._em[i] = (em, canon)
+        if last:
+            ref = reference.finish(layer, canon) if own else self.y64[i]
+            self.spreads[i] = float(np.abs(ref - reference.finish(layer, em)).max())
+            self._em[i] = None
 
     def _target_step(self, dst_module, dst_path, layer: RNNLayer, k: int, xf, states) -> tuple[list | None, str]:
         """The target's one step of slab ``k`` from ``states``; ``(results, note)``: ``note`` names a
@@ -615,20 +652,16 @@ class StreamedVerification:
         rho = fraction(u)
         runs, seq_note = self._sequence_target(i, dst_path, dst_module)
         first = _first(layer, self.first_tol)
-        spread = 0.0
-        emulate = getattr(dst_module, "target_arithmetic", None)
-        if emulate is not None and len(runs) == 1:  # the whole layer's sequence (the cuDNN target)
-            if self.ckpt.lazy:
-                raise RuntimeError("target_arithmetic needs the source's parameters in memory (an eager read)")
-            xs = self._seq_x(i)
-            # from the CANONICAL float64 run, never the source's own equations (``y64`` of a Keras or TF1
-            # file): a gap between those (a reader's slip) must stay outside the tolerance, or it would
-            # widen the tolerance to cover itself
-            canon = reference.forward(layer, xs, kernels=FAST) if source.own_equations(self.src_module, layer) else self.y64[i]
-            spread = float(np.abs(canon - emulate(layer, xs)).max())
+        # the spread of a run emulating the target's own arithmetic (_emulate; 0 for a target that declares none),
+        # for the whole layer or for each slab
+        spreads = self.spreads[i] if getattr(dst_module, "target_arithmetic", None) is not None else None
+        if not isinstance(spreads, list):
+            spreads = [spreads or 0.0] * len(runs)
+        if len(spreads) != len(runs):
+            raise RuntimeError(f"layer '{layer.name}': {len(spreads)} emulated spreads for {len(runs)} sequence runs")
         seqs = []  # (err, tolerance, scale) of the whole layer, or of each slab
         seq_t = None  # the largest error at each step (the report's plot)
-        for y, y32, ref in runs:
+        for (y, y32, ref), spread in zip(runs, spreads):
             y = np.asarray(y, np.float64)
             if y.shape != ref.shape:
                 raise VerificationError(f"verification failed: layer '{layer.name}' output shape {y.shape} "
@@ -810,7 +843,8 @@ class StreamedVerification:
                 release()
             kernels.release_scratch()
             self._back = None
-        self.rep.seconds = self.seconds + time.perf_counter() - t0
+        self.target_seconds += time.perf_counter() - t0
+        self.rep.seconds = self.seconds + self.target_seconds  # a second target (the other cuDNN route) adds its own
         return self.rep
 
 
@@ -822,7 +856,9 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
 
     Args:
         src_ckpt: the checkpoint as read from the source (in memory).
-        src_module / dst_module: the format modules of source and target.
+        src_module / dst_module: the format modules of source and target; ``dst_module`` a list: several
+            targets of the same file (the cuDNN routes, which share ``act_ulps`` and ``target_arithmetic``),
+            judged against one source side, their layers in one report.
         dst_path: the written file (temporary path before it is renamed into place).
         mode: ``'reference'`` (numpy equations of the source) or ``'framework'`` (the source framework,
             for the sequence comparison).
@@ -840,16 +876,17 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         a :class:`VerifyReport`; :meth:`VerifyReport.raise_if_failed` turns failure into an error.
     """
     t0 = time.perf_counter()
-    dst_module = as_target(dst_module)
+    targets = [as_target(t) for t in (dst_module if isinstance(dst_module, (list, tuple)) else [dst_module])]
     check = StreamedVerification(src_ckpt, src_module, mode=mode, src_path=src_path, seed=seed, batch=batch,
                                  steps=steps, inputs=inputs, first_tol=first_tol, target_dtype=target_dtype,
-                                 target=dst_module)
+                                 target=targets[0])
     try:
         for i, layer in enumerate(src_ckpt.layers):
             for k in range(layer.num_layers):
                 check.source_slab(i, k, layer.params[k])
     finally:
         kernels.release_scratch()
-    rep = check.target_side(dst_path, dst_module)
+    for t in targets:  # one source side for every target (the two cuDNN routes): one report, their layers in turn
+        rep = check.target_side(dst_path, t)
     rep.seconds = time.perf_counter() - t0
     return rep

@@ -1,0 +1,138 @@
+"""Verification's products and the conversion's turns on every core given (``--threads``/``-j``, issue #33).
+
+One process-wide pool of worker threads (:func:`pool`) shares the row blocks of one large matrix between the
+cores: :func:`row_chunks` cuts ``M`` rows into contiguous pieces on block boundaries, :func:`each` runs a function
+on every piece (numpy's casts and BLAS products release the GIL), each piece writing its own rows of the result.
+Row-split products are the same products as one thread's, block for block (the block boundaries do not move):
+the results are bit-identical to a single thread's (``tests/performance/test_parallel.py``); the sums of
+:func:`rnnconvert.speed.kernels.left_products` are split by output columns for the same reason.
+
+How many threads: :func:`set_threads` (the CLI's ``--threads``, the API's ``threads=``), else the environment
+variable ``RNNCONVERT_THREADS``, else the cores this process may run on (``os.sched_getaffinity``: a
+``taskset -c 0,1`` run gets 2). With one thread, or under the plain fallback (``RNNCONVERT_SPEED=plain``), or
+for a matrix below :data:`MIN_BYTES`, everything runs in the calling thread as before. A piece is never split
+again inside a worker (no nested waits: a worker that waited on the pool could wait on itself).
+
+Where it helps, measured (docs/performance.md, session 12): a verified conversion's source side is
+memory-bound products over each weight matrix; on the 16-core machine they scale with the cores until memory
+bandwidth ends it; on the 2-core machine the conversion's own threads already use the second core.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from . import backend
+
+#: the environment variable read when :func:`set_threads` was not called
+VARIABLE = "RNNCONVERT_THREADS"
+#: matrices below this many bytes are not split (a piece's start-up costs more than its share of the work)
+MIN_BYTES = 8 << 20
+
+_lock = threading.Lock()
+_state: dict = {"threads": None, "pool": None, "size": 0}
+_local = threading.local()
+
+
+def available() -> int:
+    """The cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count()`` where that is missing)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def set_threads(n: int | None) -> None:
+    """Use ``n`` threads (``None``: the default, module docstring). Raises ValueError for ``n < 1``."""
+    if n is not None and int(n) < 1:
+        raise ValueError(f"threads must be at least 1, not {n}")
+    with _lock:
+        _state["threads"] = None if n is None else int(n)
+
+
+def threads() -> int:
+    """The number of threads the parallel paths use (module docstring); 1 under the plain fallback."""
+    if backend.plain():
+        return 1
+    n = _state["threads"]
+    if n is None:
+        env = os.environ.get(VARIABLE, "").strip()
+        n = int(env) if env.isdigit() and int(env) > 0 else available()
+    return max(1, n)
+
+
+def pool() -> ThreadPoolExecutor | None:
+    """The shared pool for :func:`threads` workers (made at the first call, remade when the count changes);
+    ``None`` with one thread."""
+    n = threads()
+    if n <= 1:
+        return None
+    with _lock:
+        if _state["pool"] is None or _state["size"] != n:
+            old = _state["pool"]
+            _state["pool"] = ThreadPoolExecutor(n, thread_name_prefix="rnnconvert-pool", initializer=_mark)
+            _state["size"] = n
+            if old is not None:
+                old.shutdown(wait=False)
+        return _state["pool"]
+
+
+def _mark() -> None:
+    _local.worker = True
+
+
+def row_chunks(m: int, rows: int, parts: int) -> list[tuple[int, int]]:
+    """``m`` rows cut into at most ``parts`` contiguous ``(lo, hi)`` pieces whose starts are multiples of
+    ``rows`` (so that each piece's blocks are the blocks one pass would make)."""
+    blocks = -(-m // max(1, rows))
+    parts = max(1, min(parts, blocks))
+    per = -(-blocks // parts)
+    return [(b * rows, min(m, (b + per) * rows)) for b in range(0, blocks, per)]
+
+
+def split(m: int, rows: int, nbytes: int) -> list[tuple[int, int]]:
+    """The pieces :func:`each` should run for a matrix of ``m`` rows and ``nbytes`` bytes: one piece (the whole)
+    when it is small, there is one thread, or the caller is itself a pool worker."""
+    n = threads()
+    if n <= 1 or nbytes < MIN_BYTES or getattr(_local, "worker", False):
+        return [(0, m)]
+    return row_chunks(m, rows, n)
+
+
+def each(fn, pieces: list[tuple[int, int]]) -> None:
+    """``fn(lo, hi)`` for every piece, on the pool when there are several (the first error is raised after all
+    pieces ended)."""
+    if len(pieces) <= 1:
+        for lo, hi in pieces:
+            fn(lo, hi)
+        return
+    ex = pool()
+    if ex is None:
+        for lo, hi in pieces:
+            fn(lo, hi)
+        return
+    futures = [ex.submit(fn, lo, hi) for lo, hi in pieces]
+    errors = [f.exception() for f in futures]
+    for e in errors:
+        if e is not None:
+            raise e
+
+
+class using:
+    """``with using(n):`` :func:`set_threads` ``(n)`` for the block, the previous setting restored after;
+    ``n`` ``None`` leaves the setting as it is (the API's ``threads=`` argument)."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n, self.before = n, None
+
+    def __enter__(self) -> "using":
+        self.before = _state["threads"]
+        if self.n is not None:
+            set_threads(self.n)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.n is not None:
+            set_threads(self.before)

@@ -1,0 +1,82 @@
+"""The row-split paths of rnnconvert.speed.parallel give the bytes a single thread gives (issue #33): products
+and bounds of verification, the conversion's turns; and the thread count comes from where it should."""
+
+import numpy as np
+import pytest
+
+from rnnconvert.core import gates
+from rnnconvert.core.model import Cell
+from rnnconvert.speed import kernels, parallel, transpose
+from rnnconvert.verify import bounds
+
+
+@pytest.fixture
+def small_split(monkeypatch):
+    """Every matrix split (MIN_BYTES 0) between 4 threads."""
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    yield
+    parallel.set_threads(None)
+
+
+def _both(fn):
+    parallel.set_threads(1)
+    one = fn()
+    parallel.set_threads(4)
+    many = fn()
+    return one, many
+
+
+def test_row_chunks_cover_rows_on_block_boundaries():
+    for m, rows, parts in [(1000, 64, 4), (64, 64, 3), (65, 64, 8), (7, 3, 16), (4096, 16, 2)]:
+        got = parallel.row_chunks(m, rows, parts)
+        assert got[0][0] == 0 and got[-1][1] == m and len(got) <= parts
+        assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+        assert all(lo % rows == 0 for lo, _ in got)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.float64])
+def test_products_and_bounds_bit_identical_across_threads(small_split, dt):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((1000, 300)).astype(dt)
+    v64, v32 = rng.standard_normal((300, 5)), rng.standard_normal((300, 5)).astype(np.float32)
+    one, many = _both(lambda: kernels.products(w, [v64, v32], rows=64))
+    for a, b in zip(one, many):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    x = rng.standard_normal((6, 300))
+    one, many = _both(lambda: bounds.lin(w, x, rows=64))
+    assert all(np.array_equal(a, b) for a, b in zip(one, many))
+    one, many = _both(lambda: bounds.abs_products(w, np.abs(v64), rows=64))
+    assert np.array_equal(one, many)
+    wk = rng.standard_normal((300, 1000)).astype(dt)  # a stored (in, G*H) kernel: sums split by columns
+    one, many = _both(lambda: kernels.left_products([x, x.astype(np.float32)], wk))
+    for a, b in zip(one, many):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * np.abs(a).max() if a.dtype == np.float64 else 1e-4)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_turn_bit_identical_across_threads(small_split, dt):
+    H, n = 32, 200
+    conv = gates.convention("tf1", Cell.LSTM)  # (in, 4H), gates i j f o: every block moves
+    block = np.random.default_rng(2).standard_normal((n, 4 * H)).astype(dt)
+
+    def turn():
+        out = np.zeros((4 * H, n), dt)
+        transpose.to_canonical_block(block, conv, Cell.LSTM, out, 0)
+        return out
+    one, many = _both(turn)
+    assert np.array_equal(one, many)
+
+
+def test_thread_count_sources(monkeypatch):
+    parallel.set_threads(None)
+    monkeypatch.setenv(parallel.VARIABLE, "3")
+    assert parallel.threads() == 3
+    monkeypatch.delenv(parallel.VARIABLE)
+    assert parallel.threads() == parallel.available()
+    with parallel.using(2):
+        assert parallel.threads() == 2
+    assert parallel.threads() == parallel.available()
+    monkeypatch.setenv("RNNCONVERT_SPEED", "plain")
+    assert parallel.threads() == 1
+    with pytest.raises(ValueError):
+        parallel.set_threads(0)
