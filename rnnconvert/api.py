@@ -192,9 +192,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         OutputExistsError, FormatError, UnsupportedError, VerificationError, InconclusiveError, DependencyError.
         On any error ``dst`` is left as it was (absent or with its previous content).
     """
-    from .speed import parallel
+    from .speed import gpu, parallel
 
-    with parallel.using(threads):
+    # device='cuda': the float64 side of verification on the GPU as well (speed/gpu.py)
+    with parallel.using(threads), gpu.using(device == "cuda" and verify is not None):
         return _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opts, progress,
                         verify_inputs, map, accept_inconclusive, device)
 
@@ -401,9 +402,9 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
         buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed or inconclusive comparison is
         reported (:attr:`VerifyReport.verdict`), not raised.
     """
-    from .speed import parallel
+    from .speed import gpu, parallel
 
-    with parallel.using(threads):
+    with parallel.using(threads), gpu.using(device == "cuda"):
         return _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, device, dtype, inputs, map)
 
 

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..core import reference
-from . import backend, parallel
+from . import backend, gpu, parallel
 
 
 class Blocks:
@@ -90,6 +90,8 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int | None = None) -> li
     17 ms of CPU for float64 and float32 together against 23 ms as two passes, docs/performance.md
     session 4; block size: :func:`block_rows`). Each result is the same as ``w.astype(dt) @ v`` up to the order of BLAS's sums.
     """
+    if gpu.active():
+        return gpu.products(w, vs)
     rows = rows or block_rows(w)
     outs = [np.empty((w.shape[0], v.shape[1]), v.dtype) for v in vs]
 
@@ -106,6 +108,8 @@ def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64) -> list[n
     rows of ``w`` at a time (cast as in :func:`products`), the products of each row block summed. For a
     stored ``(in, G*H)`` Keras kernel and all steps' inputs at once: no turned copy of the kernel is made.
     Each result equals ``x @ w.astype(dt)`` up to the order of the sums."""
+    if gpu.active():
+        return gpu.left_products(xs, w)
     outs = [np.zeros((x.shape[0], w.shape[1]), x.dtype) for x in xs]
 
     def piece(lo: int, hi: int) -> None:  # output columns lo:hi: each sum in the order one pass makes it

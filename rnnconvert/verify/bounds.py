@@ -13,7 +13,7 @@ import numpy as np
 from ..core.gates import gate_slice
 from ..core.model import Cell, DirectionParams, RNNLayer
 from ..core.reference import ACT
-from ..speed import parallel
+from ..speed import gpu, parallel
 from ..speed.kernels import Blocks, block_rows
 
 
@@ -100,6 +100,8 @@ def lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarr
         if len(nz):
             val[nz], mag[nz] = lin(w, v[nz], rows)
         return val, mag
+    if gpu.active():  # --device cuda: the products on the GPU (speed/gpu.py)
+        return gpu.lin(w, v)
     rows = rows or block_rows(w)
     vt = np.ascontiguousarray(v.T)
     val = np.empty((w.shape[0], vt.shape[1]), np.float64)

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..core import reference
-from ..speed import kernels
+from ..speed import gpu, kernels
 from ..speed.kernels import FAST
 from . import bounds, escapes
 from ..core.model import Checkpoint, RNNLayer
@@ -490,6 +490,7 @@ class StreamedVerification:
             self.routes[i] = source.route(self.src_module, layer, self.mode)
             if self.mode == "framework":
                 self.yfw[i] = source.framework_run(self.src_module, self.src_path, self.ckpt, layer, xs)
+        gpu.forget()  # the slab's weights sent to the GPU (--device cuda): its arrays may be reused for the next
         self.seconds += time.perf_counter() - t0
 
     def _emulate(self, i: int, k: int, one: RNNLayer, dirs: list, own: bool, per: bool) -> None:
@@ -835,6 +836,7 @@ class StreamedVerification:
         try:
             for i in range(len(self.ckpt.layers)):
                 self.rep.layers.append(self.judge(i, dst_path, dst_module, target_route))
+                gpu.forget()
                 if progress is not None:
                     progress(i + 1, len(self.ckpt.layers))
         finally:

@@ -80,3 +80,59 @@ def test_thread_count_sources(monkeypatch):
     assert parallel.threads() == 1
     with pytest.raises(ValueError):
         parallel.set_threads(0)
+
+
+@pytest.fixture
+def gpu_products_on_cpu(monkeypatch):
+    """speed/gpu.py's torch products, on torch's CPU device (the code path --device cuda takes, without a GPU)."""
+    pytest.importorskip("torch")
+    from rnnconvert.speed import gpu
+
+    monkeypatch.setitem(gpu._state, "device", "cpu")
+    monkeypatch.setitem(gpu._state, "on", True)
+    yield gpu
+    gpu.forget()
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_gpu_products_match_and_bound(gpu_products_on_cpu, dt):
+    """The torch products equal numpy's to float64 (float32) rounding, and the bound's magnitude stays above the
+    exact |v| @ |w|.T (computed here exactly with Python's fractions on a few rows)."""
+    from fractions import Fraction
+
+    gpu = gpu_products_on_cpu
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((40, 30)).astype(dt)
+    v = rng.standard_normal((30, 3))
+    (a,) = gpu.products(w, [v])
+    np.testing.assert_allclose(a, w.astype(np.float64) @ v, rtol=1e-13, atol=1e-13)
+    (b,) = gpu.left_products([v.T.copy()], w.T.copy())
+    np.testing.assert_allclose(b, v.T @ w.T.astype(np.float64), rtol=1e-13, atol=1e-13)
+    val, mag = gpu.lin(w, v.T)
+    np.testing.assert_allclose(val, v.T @ w.T.astype(np.float64), rtol=1e-13, atol=1e-13)
+    for r in range(3):
+        for c in range(0, 40, 7):
+            exact = sum(abs(Fraction(float(v[k, r]))) * abs(Fraction(float(w[c, k]))) for k in range(30))
+            assert Fraction(float(mag[r, c])) >= exact
+    gpu.forget()
+
+
+def test_verdicts_with_gpu_products(gpu_products_on_cpu, tmp_path):
+    """A verified conversion with the products in torch says ok, and a file with two gate blocks exchanged fails."""
+    import rnnconvert
+    from conftest import FIXTURES
+
+    src = FIXTURES / "keras" / "bidi_lstm_concat.h5"
+    rep = rnnconvert.convert(src, tmp_path / "o.npz")
+    assert rep.verification.ok
+    from rnnconvert import api
+
+    z = dict(np.load(tmp_path / "o.npz", allow_pickle=False))
+    key = next(k for k in z if k.endswith("w_hh") or "weight_hh" in k)
+    w = z[key].copy()
+    H = w.shape[-1]
+    w[..., :H, :], w[..., H:2 * H, :] = z[key][..., H:2 * H, :], z[key][..., :H, :]
+    z[key] = w
+    np.savez(tmp_path / "bad.npz", **z)
+    rep = api.verify(src, tmp_path / "bad.npz")
+    assert not rep.ok
