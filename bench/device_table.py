@@ -50,11 +50,11 @@ def drop_caches() -> bool:
 CACHE = {"cold": False}
 
 
-def timed(cmd: list[str], cpus: str = "") -> dict:
+def timed(cmd: list[str], cpus: str = "", extra_env: dict | None = None) -> dict:
     import ast
 
     dropped = drop_caches() if CACHE["cold"] else False
-    env = {**os.environ, **({"BENCH_CPUS": cpus} if cpus else {})}
+    env = {**os.environ, **({"BENCH_CPUS": cpus} if cpus else {}), **(extra_env or {})}
     r = subprocess.run([sys.executable, "-c", WRAP, *cmd], capture_output=True, text=True, env=env)
     got = ast.literal_eval(r.stdout.strip().splitlines()[-1])
     got.update(cmd=" ".join(cmd), cpus=cpus or "all", cold=dropped)

@@ -241,20 +241,29 @@ def pack(layer: RNNLayer) -> np.ndarray:
     conv = gates.convention("cudnn", layer.cell)
     G, H = layer.cell.gates, layer.hidden_size
     out = np.zeros(param_count(spec), dtype=layer.dtype)
+    turned: dict = {}  # each matrix and bias in cuDNN's gate order, made once for its G regions
     for r in layout(spec):
         k, d = divmod(r.pseudo_layer, spec.dirs)
         p = layer.params[k][d]
-        out[r.offset:r.offset + r.size] = _source(p, conv, layer.cell, r, G, H).reshape(-1)
+        out[r.offset:r.offset + r.size] = _source(p, conv, layer.cell, r, G, H, turned, (k, d)).reshape(-1)
     return out
 
 
-def _source(p: DirectionParams, conv: gates.Convention, cell: Cell, r: Region, G: int, H: int) -> np.ndarray:
-    """The canonical array slice that region ``r`` holds."""
+def _source(p: DirectionParams, conv: gates.Convention, cell: Cell, r: Region, G: int, H: int,
+            turned: dict | None = None, where: tuple = ()) -> np.ndarray:
+    """The canonical array slice that region ``r`` holds (``turned``: the whole arrays already put in cuDNN's
+    gate order, by ``(where, kind, matrix)``, filled as they are made)."""
     if r.linear_layer_id == PROJECTION_ID and r.kind == "matrix" and cell is Cell.LSTM:
         return p.w_hr
-    src = {("matrix", 0): p.w_ih, ("matrix", 1): p.w_hh, ("bias", 0): p.b_ih, ("bias", 1): p.b_hh}
-    full = gates.from_canonical(src[(r.kind, r.linear_layer_id // G)], conv, cell) if r.kind == "matrix" \
-        else gates.vec_from_canonical(src[(r.kind, r.linear_layer_id // G)], conv, cell)
+    key = (where, r.kind, r.linear_layer_id // G)
+    full = None if turned is None else turned.get(key)
+    if full is None:
+        src = {("matrix", 0): p.w_ih, ("matrix", 1): p.w_hh, ("bias", 0): p.b_ih, ("bias", 1): p.b_hh}
+        full = gates.from_canonical(src[(r.kind, r.linear_layer_id // G)], conv, cell) if r.kind == "matrix" \
+            else gates.vec_from_canonical(src[(r.kind, r.linear_layer_id // G)], conv, cell)
+        if turned is not None:
+            turned.clear()  # one array at a time: the regions of an array are consecutive in layout()
+            turned[key] = full
     j = r.linear_layer_id % G
     return full[j * H:(j + 1) * H]
 

@@ -70,7 +70,7 @@ class Blocks:
 #: 1 MiB stays in cache between a block's cast and its product. With 256 rows of a ``K = 2048`` matrix
 #: (4 MiB) a float32+float64 pass over an ``(8192, 2048)`` ``W_hh`` with 3 columns took ~1 s of wall time on
 #: the 2-core test machine against ~0.1 s with 64 rows (docs/performance.md, "one-step verification cost").
-BLOCK_BYTES = 1 << 20
+BLOCK_BYTES = int(__import__("os").environ.get("RNNCONVERT_BLOCK_BYTES", "0") or 0) or 1 << 20  # env: a benchmark's knob
 
 
 def block_rows(w: np.ndarray) -> int:
@@ -99,7 +99,10 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int | None = None) -> li
         for i, get in Blocks(w[lo:hi], rows):
             for v, o in zip(vs, outs):
                 o[lo + i:lo + i + rows] = get(v.dtype) @ v
-    parallel.each(piece, parallel.split(w.shape[0], rows, w.nbytes))
+    pieces = parallel.split(w.shape[0], rows, w.nbytes)
+    rest = parallel.start(piece, pieces)
+    piece(*pieces[0])
+    parallel.wait(rest)
     return outs
 
 
@@ -116,7 +119,10 @@ def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64) -> list[n
         for i, get in Blocks(w[:, lo:hi], rows):
             for x, o in zip(xs, outs):
                 o[:, lo:hi] += x[:, i:i + rows] @ get(x.dtype)
-    parallel.each(piece, parallel.split(w.shape[1], 64, w.nbytes))
+    pieces = parallel.split(w.shape[1], 64, w.nbytes)
+    rest = parallel.start(piece, pieces)
+    piece(*pieces[0])
+    parallel.wait(rest)
     return outs
 
 

@@ -1,8 +1,8 @@
-"""Verification's products and the conversion's turns on every core given (``--threads``/``-j``, issue #33).
+"""Verification's products on every core given (``--threads``/``-j``, issue #33).
 
 One process-wide pool of worker threads (:func:`pool`) shares the row blocks of one large matrix between the
-cores: :func:`row_chunks` cuts ``M`` rows into contiguous pieces on block boundaries, :func:`each` runs a function
-on every piece (numpy's casts and BLAS products release the GIL), each piece writing its own rows of the result.
+cores: :func:`row_chunks` cuts ``M`` rows into contiguous pieces on block boundaries, :func:`start` hands all but the first to
+the pool while the caller runs the first (numpy's casts and BLAS products release the GIL), each piece writing its own rows of the result.
 Row-split products are the same products as one thread's, block for block (the block boundaries do not move):
 the results are bit-identical to a single thread's (``tests/performance/test_parallel.py``); the sums of
 :func:`rnnconvert.speed.kernels.left_products` are split by output columns for the same reason.
@@ -93,7 +93,7 @@ def row_chunks(m: int, rows: int, parts: int) -> list[tuple[int, int]]:
 
 
 def split(m: int, rows: int, nbytes: int) -> list[tuple[int, int]]:
-    """The pieces :func:`each` should run for a matrix of ``m`` rows and ``nbytes`` bytes: one piece (the whole)
+    """The pieces to run for a matrix of ``m`` rows and ``nbytes`` bytes: one piece (the whole)
     when it is small, there is one thread, or the caller is itself a pool worker."""
     n = threads()
     if n <= 1 or nbytes < MIN_BYTES or getattr(_local, "worker", False):
@@ -101,24 +101,29 @@ def split(m: int, rows: int, nbytes: int) -> list[tuple[int, int]]:
     return row_chunks(m, rows, n)
 
 
-def each(fn, pieces: list[tuple[int, int]]) -> None:
-    """``fn(lo, hi)`` for every piece, on the pool when there are several (the first error is raised after all
-    pieces ended)."""
+def start(fn, pieces: list[tuple[int, int]]) -> list:
+    """Every piece but the first handed to the pool (``fn(lo, hi)``, called by the pool's threads); the caller
+    runs the first itself, then :func:`wait` for the rest::
+
+        rest = parallel.start(piece, pieces)
+        piece(*pieces[0])
+        parallel.wait(rest)
+
+    (The pieces never run here: this module calls no caller back.)"""
     if len(pieces) <= 1:
-        for lo, hi in pieces:
-            fn(lo, hi)
-        return
+        return []
     ex = pool()
     if ex is None:
-        for lo, hi in pieces:
-            fn(lo, hi)
-        return
-    futures = [ex.submit(fn, lo, hi) for lo, hi in pieces]
+        raise RuntimeError("several pieces with one thread: split() gives one piece then")
+    return [ex.submit(fn, lo, hi) for lo, hi in pieces[1:]]
+
+
+def wait(futures: list) -> None:
+    """Wait for every future of :func:`start`; the first error is raised after all of them ended."""
     errors = [f.exception() for f in futures]
     for e in errors:
         if e is not None:
             raise e
-
 
 class using:
     """``with using(n):`` :func:`set_threads` ``(n)`` for the block, the previous setting restored after;

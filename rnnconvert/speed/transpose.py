@@ -15,7 +15,7 @@ import numpy as np
 from ..core import gates
 from ..core.gates import Convention
 from ..core.model import Cell
-from . import backend, parallel
+from . import backend
 
 _PLAIN = backend.plain()
 
@@ -69,11 +69,9 @@ def to_canonical_block(block: np.ndarray, conv: Convention, cell: Cell, out: np.
     n = block.shape[0]
     moves = gates.gate_moves(conv.gate_order, gates.CANONICAL[cell], out.shape[0] // len(conv.gate_order))
     if block.itemsize > 2:
-        def piece(lo: int, hi: int) -> None:  # block rows lo:hi -> columns col+lo : col+hi (speed/parallel.py)
-            t = contiguous(block[lo:hi].T)  # (G*H, hi - lo) in the stored gate order
-            for src, dst in moves:
-                out[dst, col + lo:col + hi] = t[src]
-        parallel.each(piece, parallel.split(n, _TILE, block.nbytes))
+        t = contiguous(block.T)  # (G*H, n) in the stored gate order
+        for src, dst in moves:
+            out[dst, col:col + n] = t[src]
         return
     if all(src == dst for src, dst in moves):  # stored in canonical order (Keras LSTM): one move per tile
         moves = [(slice(0, out.shape[0]), slice(0, out.shape[0]))]

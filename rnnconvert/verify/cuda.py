@@ -32,6 +32,7 @@ over 8 steps against a tolerance of 1.5e-5). So a :class:`CudaTarget` declares
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -116,20 +117,21 @@ class CudaTarget:
         layer = back.layers[i]
         return replace(layer, params=[back.slab(i, k) for k in range(layer.num_layers)])
 
-    def slab(self, path: Path, ckpt: Checkpoint, name: str, k: int) -> RNNLayer:
-        """Stacked layer ``k`` of layer ``name`` of the written file as a one-layer :class:`RNNLayer` in this
-        target's dtype, read alone (a lazy reader's slab, released after; an eager one's view)."""
+    @contextlib.contextmanager
+    def slab(self, path: Path, ckpt: Checkpoint, name: str, k: int):
+        """``with target.slab(...) as one:`` stacked layer ``k`` of layer ``name`` of the written file as a
+        one-layer :class:`RNNLayer` in this target's dtype, read alone: a lazy reader's slab (views of its
+        mapping, no copy) is released when the block ends."""
         back = self._reader(path, ckpt, name)
         i = [layer.name for layer in back.layers].index(name)
         layer = back.layers[i]
-        if back.lazy:
-            try:
-                one = layer.one_slab(k, [_own(dp) for dp in back.slab(i, k)])
-            finally:
-                back.release(i, k)
-        else:
-            one = layer.one_slab(k)
-        return _cast(one, self.dtype)
+        if not back.lazy:
+            yield _cast(layer.one_slab(k), self.dtype)
+            return
+        try:
+            yield _cast(layer.one_slab(k, back.slab(i, k)), self.dtype)
+        finally:
+            back.release(i, k)
 
     def release(self) -> None:
         """Let go of the file read back (verification calls this when the target side is done)."""
@@ -173,7 +175,8 @@ class CudaTarget:
         (the packed-buffer route's sequences are checked by :meth:`target_forward_slab`)."""
         from ..runtimes import torch as torch_rt
 
-        return torch_rt.step_canonical(self.slab(path, ckpt, name, k), 0, x, states, device="cuda")
+        with self.slab(path, ckpt, name, k) as one:
+            return torch_rt.step_canonical(one, 0, x, states, device="cuda")
 
     def _run(self, layer: RNNLayer, x: np.ndarray, spec_of: RNNLayer) -> np.ndarray:
         from ..core import cudnn
@@ -187,7 +190,8 @@ class CudaTarget:
         """Stacked layer ``k`` of layer ``name`` of the written file alone through cuDNN (this target's route) on
         its input ``x`` ``(B, T, I)``; ``(B, T, dirs * out)`` float64. The cuDNN layout of the WHOLE layer's spec
         is checked against :func:`rnnconvert.core.cudnn.layout` first (once per spec and dtype)."""
-        return self._run(self.slab(path, ckpt, name, k), x, _cast(ckpt.layer(name), self.dtype))
+        with self.slab(path, ckpt, name, k) as one:
+            return self._run(one, x, _cast(ckpt.layer(name), self.dtype))
 
     def target_forward(self, path: Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
         """Layer ``name`` of the written file, slab after slab (:meth:`target_forward_slab`), on ``x``; the last
@@ -200,10 +204,3 @@ class CudaTarget:
                                                                          else np.float16))
         return reference.finish(layer, y)
 
-
-def _own(dp):
-    """A direction's arrays copied out of the file they were read from (a lazy reader's slab is a view of its
-    mapping or its reused buffers, both let go right after)."""
-    from dataclasses import replace
-
-    return replace(dp, **{key: np.array(v) for key, v in dp.arrays().items()})

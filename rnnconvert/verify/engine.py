@@ -205,10 +205,16 @@ def _one_blas_thread(fn):
     weight matrix block by block (1 MiB blocks, :func:`rnnconvert.speed.kernels.block_rows`) by a few dozen
     states, products too small to share between threads, while the conversion's reader and writer threads
     need the other core; a multithreaded BLAS then spends its time waiting for its threads (measured on
-    the 2-core machine, ``docs/performance.md``: 2.3-2.5x the wall time of a verified conversion)."""
+    the 2-core machine, ``docs/performance.md``: 2.3-2.5x the wall time of a verified conversion). The
+    products share the cores through :mod:`rnnconvert.speed.parallel` instead. ``RNNCONVERT_BLAS_THREADS=N``
+    lets BLAS use ``N`` threads here (a benchmark's knob: ``bench/device_table.py``)."""
+    import os
+
+    blas = int(os.environ.get("RNNCONVERT_BLAS_THREADS", "1") or 1)
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        with blas_controller().limit(limits=1, user_api="blas"):
+        with blas_controller().limit(limits=blas, user_api="blas"):
             return fn(*args, **kwargs)
     return run
 

@@ -1,12 +1,10 @@
-"""The row-split paths of rnnconvert.speed.parallel give the bytes a single thread gives (issue #33): products
-and bounds of verification, the conversion's turns; and the thread count comes from where it should."""
+"""The row-split paths of rnnconvert.speed.parallel give the bytes a single thread gives (issue #33): the products
+and bounds of verification; and the thread count comes from where it should."""
 
 import numpy as np
 import pytest
 
-from rnnconvert.core import gates
-from rnnconvert.core.model import Cell
-from rnnconvert.speed import kernels, parallel, transpose
+from rnnconvert.speed import kernels, parallel
 from rnnconvert.verify import bounds
 
 
@@ -51,20 +49,6 @@ def test_products_and_bounds_bit_identical_across_threads(small_split, dt):
     one, many = _both(lambda: kernels.left_products([x, x.astype(np.float32)], wk))
     for a, b in zip(one, many):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * np.abs(a).max() if a.dtype == np.float64 else 1e-4)
-
-
-@pytest.mark.parametrize("dt", [np.float32, np.float64])
-def test_turn_bit_identical_across_threads(small_split, dt):
-    H, n = 32, 200
-    conv = gates.convention("tf1", Cell.LSTM)  # (in, 4H), gates i j f o: every block moves
-    block = np.random.default_rng(2).standard_normal((n, 4 * H)).astype(dt)
-
-    def turn():
-        out = np.zeros((4 * H, n), dt)
-        transpose.to_canonical_block(block, conv, Cell.LSTM, out, 0)
-        return out
-    one, many = _both(turn)
-    assert np.array_equal(one, many)
 
 
 def test_thread_count_sources(monkeypatch):
