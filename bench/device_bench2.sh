@@ -13,6 +13,9 @@ if [ -x .tools/py-spy ]; then
   rm -f "$B/p.pt"
   RNNCONVERT_THREADS=16 timeout 40 .tools/py-spy record -r 50 --native -f raw -o "$OUT/prof_conv16.raw" -- python3 -m rnnconvert "$B/big.h5" "$B/p.pt" -q > /dev/null 2>&1
   since "profile convert 16 $?"
+  rm -f "$B/p.pt"
+  RNNCONVERT_THREADS=1 timeout 40 .tools/py-spy record -r 50 -f raw -o "$OUT/prof_conv1.raw" -- python3 -m rnnconvert "$B/big.h5" "$B/p.pt" -q > /dev/null 2>&1
+  since "profile convert 1 $?"
   timeout 40 .tools/py-spy record -r 50 -f raw -o "$OUT/prof_cuda.raw" -- python3 -m rnnconvert verify "$B/big.h5" "$B/p.pt" --device cuda > /dev/null 2>&1
   since "profile cuda $?"
 fi
