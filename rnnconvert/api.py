@@ -177,9 +177,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             through cuDNN on the GPU, both routes of :mod:`rnnconvert.verify.cuda` (the nn module and our packed
             buffer), as ``verify(..., device='cuda')`` does; the conversion is then read whole (not streamed),
             and DST must be a format rnnconvert reads back.
-        threads: threads for verification's products and the conversion's turns (default: every core this
-            process may use, or ``RNNCONVERT_THREADS``; :mod:`rnnconvert.speed.parallel`); the bytes written and
-            the verdicts do not depend on it.
+        threads: threads for verification's products (default: the cores this process may use, at most 4, or
+            ``RNNCONVERT_THREADS``; :mod:`rnnconvert.speed.parallel`); the bytes written and the verdicts do not
+            depend on it.
 
     A Keras 1/2 full-model source is written whole by the writers that take the write option ``whole_model``
     (``.onnx``: one graph; ``.pt2``: a ``torch.export`` program; issue #30) and verified end to end by the

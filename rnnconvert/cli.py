@@ -108,8 +108,8 @@ def _top(version: Annotated[bool, typer.Option("--version", callback=_show_versi
 
 
 ThreadsOpt = Annotated[Optional[int], typer.Option(
-    "--threads", help="Threads for the products of verification and the turns of the conversion (default: every "
-    "core this process may use; RNNCONVERT_THREADS sets the default).", show_default=False)]
+    "--threads", help="Threads for the products of verification (default: the cores this process may use, at most 4, "
+    "the measured best; RNNCONVERT_THREADS sets the default).", show_default=False)]
 
 
 def _threads(n: int | None) -> None:

@@ -9,13 +9,15 @@ the results are bit-identical to a single thread's (``tests/performance/test_par
 
 How many threads: :func:`set_threads` (the CLI's ``--threads``, the API's ``threads=``), else the environment
 variable ``RNNCONVERT_THREADS``, else the cores this process may run on (``os.sched_getaffinity``: a
-``taskset -c 0,1`` run gets 2). With one thread, or under the plain fallback (``RNNCONVERT_SPEED=plain``), or
+``taskset -c 0,1`` run gets 2), at most :data:`DEFAULT_MAX` (measured best). With one thread, or under the plain fallback (``RNNCONVERT_SPEED=plain``), or
 for a matrix below :data:`MIN_BYTES`, everything runs in the calling thread as before. A piece is never split
 again inside a worker (no nested waits: a worker that waited on the pool could wait on itself).
 
-Where it helps, measured (docs/performance.md, session 12): a verified conversion's source side is
-memory-bound products over each weight matrix; on the 16-core machine they scale with the cores until memory
-bandwidth ends it; on the 2-core machine the conversion's own threads already use the second core.
+Where it helps, measured (docs/performance.md, session 12, the 3.1 GB benchmark on a 16-core machine): 4 threads
+cut a verified conversion from 12.15 s to 9.59 s; 16 threads took 13.07 s (the pieces of a few-column product
+then wait on each other and on BLAS's own locks), and so did letting BLAS thread each product itself (16 BLAS
+threads: 13.76 s, 4: 10.35 s). On 2 cores the conversion's own threads already use the second core (pinned to
+2 cores: 12.25 s with 1 thread, 12.30 s with 2).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from . import backend
 VARIABLE = "RNNCONVERT_THREADS"
 #: matrices below this many bytes are not split (a piece's start-up costs more than its share of the work)
 MIN_BYTES = 8 << 20
+
+#: the default's ceiling: verified conversions of the 3.1 GB benchmark on the 16-core H200 machine (issue #33,
+#: docs/performance.md session 12, ``bench/device_sweep.py``) took 12.15 s with 1 thread, 11.22 s with 2, 9.59 s
+#: with 4 and 13.07 s with 16 (the products are small enough that more threads wait on each other and on BLAS)
+DEFAULT_MAX = 4
 
 _lock = threading.Lock()
 _state: dict = {"threads": None, "pool": None, "size": 0}
@@ -59,7 +66,7 @@ def threads() -> int:
     n = _state["threads"]
     if n is None:
         env = os.environ.get(VARIABLE, "").strip()
-        n = int(env) if env.isdigit() and int(env) > 0 else available()
+        n = int(env) if env.isdigit() and int(env) > 0 else min(DEFAULT_MAX, available())
     return max(1, n)
 
 

@@ -56,10 +56,10 @@ def test_thread_count_sources(monkeypatch):
     monkeypatch.setenv(parallel.VARIABLE, "3")
     assert parallel.threads() == 3
     monkeypatch.delenv(parallel.VARIABLE)
-    assert parallel.threads() == parallel.available()
+    assert parallel.threads() == min(parallel.DEFAULT_MAX, parallel.available())
     with parallel.using(2):
         assert parallel.threads() == 2
-    assert parallel.threads() == parallel.available()
+    assert parallel.threads() == min(parallel.DEFAULT_MAX, parallel.available())
     monkeypatch.setenv("RNNCONVERT_SPEED", "plain")
     assert parallel.threads() == 1
     with pytest.raises(ValueError):
