@@ -25,7 +25,8 @@ from rnnconvert.formats.torch import module_write  # noqa: E402
 from rnnconvert.runtimes import torch_export  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
-WHOLE = sorted((FIX / "keras_whole").glob("whole_*.h5")) + sorted((FIX / "whole_graph").glob("whole30_*.h5"))
+WHOLE = (sorted((FIX / "keras_whole").glob("whole_*.h5")) + sorted((FIX / "whole_graph").glob("whole30_*.h5"))
+         + sorted((FIX / "whole_states").glob("whole_states_*.h5")))
 TOL = 2e-5
 
 

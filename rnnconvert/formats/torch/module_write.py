@@ -442,7 +442,7 @@ class _Emitter:
                 keras_graph.refuse(node.path, node.cls, f"recurrent activation {a!r} in an emitted module")
         H, D = layer.hidden_size, layer.num_directions
         init = xs[1:]
-        native = not torch_state.refusals(layer) and mask is None and not init
+        native = not torch_state.refusals(layer) and mask is None
         st = {}
         for d, p in enumerate(layer.params[0]):
             sfx = "_reverse" if d else ""
