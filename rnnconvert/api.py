@@ -302,13 +302,15 @@ def _emit_paths(emit_module: str | os.PathLike, src: Path, dst: Path, force: boo
     """``(module path, state path)`` of ``emit_module`` (:func:`convert`), checked like DST.
 
     Raises:
-        FormatError: not a ``.py`` path, or one of the two is SRC or DST. OutputExistsError: one exists (no force).
+        OptionError: not a ``.py`` path. FormatError: no such folder. OutputExistsError: one of the two is SRC or
+            DST, or exists (no force).
     """
+    from .errors import OptionError
     from .formats.torch import module_write
 
     py = Path(emit_module)
     if py.suffix != ".py":
-        raise FormatError(f"{py}: --emit-module writes Python source; give a path ending in .py")
+        raise OptionError(f"{py}: --emit-module writes Python source; give a path ending in .py")
     state = module_write.state_path(py)
     for p in (py, state):
         if p.resolve() in (src.resolve(), dst.resolve()):

@@ -537,7 +537,7 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
                        f"(B, {', '.join('T' if d is None else str(d) for d in shape)})"
                        for v, (_, shape, _, emb) in zip(ins, graph.inputs))
     mod = _identifier(module_name)
-    lines = [f'"""The Keras model {text(graph.name)}{" of " + text(origin) if origin else ""} as a torch.nn.Module, '
+    lines = [f'"""The Keras model {text(graph.name)!r}{" of " + text(origin) if origin else ""} as a torch.nn.Module, '
              "written by rnnconvert --emit-module.", "",
              f"    import torch", f"    from {mod} import {CLASS}", "",
              f"    m = {CLASS}()",
@@ -553,7 +553,7 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
         lines.append(_RECURRENT.rstrip("\n"))
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
     lines += ["", "", f"class {CLASS}(nn.Module):",
-              f'    """The Keras model {text(graph.name)}: layers as attributes named after the Keras layers, forward '
+              f'    """The Keras model {text(graph.name)!r}: layers as attributes named after the Keras layers, forward '
               'following the Keras graph."""',
               "", "    def __init__(self):", "        super().__init__()"]
     lines += e.init or ["        pass"]
