@@ -18,6 +18,12 @@ recurrent layers (a masked step keeps the state; a unidirectional layer's output
 previous output, a ``Bidirectional`` one's is zero: tf_keras sets ``zero_output_for_mask`` in
 ``Bidirectional``) and ``GlobalAveragePooling1D`` (the mean over unmasked steps).
 
+States (:func:`_states`, checked with tf_keras 2.21 in ``tests/formats/test_whole_states.py``): a unidirectional
+recurrent layer with ``return_state=True`` has the outputs ``<name>:0`` (its output), ``<name>:1`` (``h``) and,
+for an LSTM, ``<name>:2`` (``c``), each state ``(batch, units)`` and unmasked; a call ``layer(x,
+initial_state=[h, c])`` is stored by tf_keras as inputs ``[x, h, c]`` and becomes a node of those inputs (the
+writers feed them as the initial state). A Bidirectional layer returning or taking states is refused by name.
+
 Layers outside :data:`LAYERS` (custom classes, ``Lambda``, attention...) are refused by name with the way
 out (``--recurrent-only``): never dropped.
 """
@@ -63,8 +69,10 @@ class Node:
         path: the layer's dotted path (nested models joined with ``.``).
         cls: the Keras class (``TimeDistributed``: ``inner`` holds the wrapped layer's class and config).
         config: the layer's config as stored.
-        inputs: tensor names; ``masks``: the mask tensor name of each input (``None``: unmasked).
-        outputs: tensor names (one); ``mask_out``: the mask its output carries, or ``None``.
+        inputs: tensor names (a recurrent layer's ``initial_state`` tensors after its input); ``masks``: the mask
+            tensor name of each input (``None``: unmasked).
+        outputs: tensor names (one; a recurrent layer with ``return_state`` adds its states ``h`` (and ``c``));
+            ``mask_out``: the mask its (first) output carries, or ``None``.
         weights: the stored weights in ``@weight_names`` order (recurrent layers: ``[]``, see ``layer``).
         layer: the canonical recurrent layer (``LSTM``/``GRU``/``SimpleRNN``/``Bidirectional``/CuDNN).
     """

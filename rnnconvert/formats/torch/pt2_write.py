@@ -11,7 +11,8 @@ gate activation and activation of :data:`ACTS`, Keras 2 ``hard_sigmoid`` = ``cli
 reset-before and reset-after GRU, peepholes, TF1 cell and projection clips, forget bias), so ``.pt2`` refuses
 no recurrent layer that ``.onnx`` carries. Keras masks are followed step by step, whatever their shape (a
 masked step keeps the state; a unidirectional layer's output there is the previous output, a Bidirectional's
-zero, as tf_keras computes). Other layers follow :mod:`rnnconvert.formats.onnx.model_write` (the same
+zero, as tf_keras computes); ``return_state`` outputs are the scan's final carries, ``initial_state`` inputs its
+first (:mod:`rnnconvert.conventions.keras_graph` "States"). Other layers follow :mod:`rnnconvert.formats.onnx.model_write` (the same
 :class:`rnnconvert.conventions.keras_graph.Graph`). Inputs: int32 token ids for an input feeding
 an Embedding, float32 otherwise, positional in the model's input order; outputs: a tuple of the model outputs.
 
