@@ -302,15 +302,22 @@ def _emit_paths(emit_module: str | os.PathLike, src: Path, dst: Path, force: boo
     """``(module path, state path)`` of ``emit_module`` (:func:`convert`), checked like DST.
 
     Raises:
-        OptionError: not a ``.py`` path. FormatError: no such folder. OutputExistsError: one of the two is SRC or
+        OptionError: not a ``.py`` path, or its stem is not a module name. FormatError: no such folder. OutputExistsError: one of the two is SRC or
             DST, or exists (no force).
     """
+    import keyword
+    import re
+
     from .errors import OptionError
     from .formats.torch import module_write
 
     py = Path(emit_module)
     if py.suffix != ".py":
         raise OptionError(f"{py}: --emit-module writes Python source; give a path ending in .py")
+    if not py.stem.isidentifier() or keyword.iskeyword(py.stem):
+        good = re.sub(r"\W", "_", py.stem, flags=re.ASCII).lstrip("0123456789") or "model"
+        raise OptionError(f"{py}: '{py.stem}' is not a Python module name (`import {py.stem}` fails); give e.g. "
+                          f"{py.with_name(good + '.py').name}")
     state = module_write.state_path(py)
     for p in (py, state):
         if p.resolve() in (src.resolve(), dst.resolve()):

@@ -186,6 +186,7 @@ def test_native_log_diversion_catches_fd2_writes(tmp_path):
 @pytest.mark.parametrize("src, py, code, words", [
     ("keras/lstm_weights.h5", "w.py", 4, "holds none"),  # a weights-only file: no whole model to emit
     ("keras_whole/whole_multi_io.h5", "w.txt", 2, "ending in .py"),
+    ("keras_whole/whole_multi_io.h5", "my-model.py", 2, "give e.g. my_model.py"),
 ])
 def test_emit_module_refusals_are_one_line_and_write_nothing(tmp_path, capsys, src, py, code, words):
     pytest.importorskip("onnx")

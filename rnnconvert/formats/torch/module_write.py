@@ -27,6 +27,10 @@ output, or a tuple of the outputs in the model's order. Layers (tf_keras 2.21 ``
   arrays copied bit for bit (a Keras layer with one bias has ``bias_hh`` zeros).
 * Parameter-free layers (activations, merges, reshapes, pooling, masking) are expressions in ``forward``.
 
+What only training uses is not carried: a recurrent layer's ``dropout`` / ``recurrent_dropout``, noise layers,
+regularizers and constraints (inference, which verification checks, is unaffected; ``Dropout`` layers are
+``nn.Dropout``).
+
 The state dict (:func:`state_bytes`) is ``torch.save`` of plain tensors (float32; ``num_batches_tracked``
 int64), loadable with ``torch.load(path, weights_only=True)``. Source and state are deterministic (the same
 graph gives the same bytes).
