@@ -204,3 +204,8 @@ def test_emit_module_keeps_an_existing_state_file(tmp_path, capsys):
                "--emit-module", str(tmp_path / "w.py"), "--no-verify"])
     assert rc == 6 and sorted(p.name for p in tmp_path.iterdir()) == ["w_state.pt"]
     assert (tmp_path / "w_state.pt").read_bytes() == b"mine"
+
+
+def test_a_py_dst_points_to_emit_module(tmp_path, capsys):
+    assert main(["convert", str(FIXTURES / "keras_whole" / "whole_multi_io.h5"), str(tmp_path / "m.py")]) == 3
+    assert "--emit-module m.py" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
