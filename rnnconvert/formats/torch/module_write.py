@@ -45,7 +45,8 @@ import builtins
 import io
 import keyword
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -198,7 +199,6 @@ class Emitted:
     state: dict[str, np.ndarray]
     inputs: list[str]
     outputs: int
-    notes: list[str] = field(default_factory=list)
 
 
 def _act(name: str | None, x: str, helpers: set) -> str:
@@ -242,12 +242,11 @@ class _Emitter:
         self.helpers: set[str] = set()
         self.made_masks: dict[str, str] = {}
 
-    def attr(self, node: keras_graph.Node, ctor: str, state: dict[str, np.ndarray], comment: str = "") -> str | None:
+    def attr(self, node: keras_graph.Node, ctor: str, state: dict[str, np.ndarray], comment: str = "") -> str:
         """The attribute of ``node``'s layer (created on its first call; a shared layer's later calls reuse it)."""
         if node.path in self.attr_of:
             return self.attr_of[node.path]
-        import torch
-
+        torch = require("torch", "torch")  # an attribute must not shadow one of nn.Module's
         a = self.attrs.get(node.path, lambda s: hasattr(torch.nn.Module, s) or s.startswith("_"))
         self.attr_of[node.path] = a
         self.init.append(f"        self.{a} = {ctor}" + (f"  # {comment}" if comment else ""))
@@ -543,7 +542,7 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
     mod = _identifier(module_name)
     lines = [f'"""The Keras model {text(graph.name)!r}{" of " + text(origin) if origin else ""} as a torch.nn.Module, '
              "written by rnnconvert --emit-module.", "",
-             f"    import torch", f"    from {mod} import {CLASS}", "",
+             "    import torch", f"    from {mod} import {CLASS}", "",
              f"    m = {CLASS}()",
              f"    m.load_state_dict(torch.load({text(state_name)!r}, weights_only=True))",
              "    m.eval()  # inference, as Keras computes it (m.train() to train on)",
@@ -577,9 +576,7 @@ def state_bytes(state: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def state_path(module_path) -> "Path":  # noqa: F821 - pathlib in the annotation only
+def state_path(module_path) -> Path:
     """Where the state dict of an emitted module goes: ``<stem>_state.pt`` beside it."""
-    from pathlib import Path
-
     p = Path(module_path)
     return p.with_name(p.stem + "_state.pt")
