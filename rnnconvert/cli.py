@@ -144,6 +144,10 @@ def convert(
     recurrent_only: Annotated[bool, typer.Option(
         "--recurrent-only", help="A Keras 2 full model to .keras, .onnx or .pt2: write only the recurrent "
         "layers, each with its own input, not the whole model.")] = False,
+    emit_module: Annotated[Optional[Path], typer.Option(
+        "--emit-module", help="A Keras 2 full model: also write it as readable PyTorch nn.Module source to this .py "
+        "file (class Model) and its state dict beside it (<stem>_state.pt), verified against tf_keras.",
+        show_default=False)] = None,
     jobs: Annotated[Optional[int], typer.Option(
         "--jobs", "-j", help="Parallel workers: files at a time for a directory SRC (default 1); for one SRC file, "
         "threads (as --threads).", show_default=False)] = None,
@@ -188,6 +192,8 @@ def convert(
             raise typer.BadParameter("--inputs names the layers of one model; it does not apply to a directory")
         if report is not None:
             raise typer.BadParameter("--report describes one conversion; it does not apply to a directory")
+        if emit_module is not None:
+            raise typer.BadParameter("--emit-module writes one model's source; it does not apply to a directory")
         raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, {**kwargs, "skip_existing": skip_existing}))
     if report is not None:
         from .verify import report as html_report
@@ -195,7 +201,7 @@ def convert(
         html_report.require()
     with _progress(quiet, f"converting {src.name}") as bar:
         try:
-            rep = api.convert(src, dst, to=to, progress=bar.update,
+            rep = api.convert(src, dst, to=to, progress=bar.update, emit_module=emit_module,
                               verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
         except RNNConvertError as exc:
             if report is not None:  # the refusal or failure, with what was measured

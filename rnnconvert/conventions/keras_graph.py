@@ -18,6 +18,12 @@ recurrent layers (a masked step keeps the state; a unidirectional layer's output
 previous output, a ``Bidirectional`` one's is zero: tf_keras sets ``zero_output_for_mask`` in
 ``Bidirectional``) and ``GlobalAveragePooling1D`` (the mean over unmasked steps).
 
+States (:func:`_states`, checked with tf_keras 2.21 in ``tests/formats/test_whole_states.py``): a unidirectional
+recurrent layer with ``return_state=True`` has the outputs ``<name>:0`` (its output), ``<name>:1`` (``h``) and,
+for an LSTM, ``<name>:2`` (``c``), each state ``(batch, units)`` and unmasked; a call ``layer(x,
+initial_state=[h, c])`` is stored by tf_keras as inputs ``[x, h, c]`` and becomes a node of those inputs (the
+writers feed them as the initial state). A Bidirectional layer returning or taking states is refused by name.
+
 Layers outside :data:`LAYERS` (custom classes, ``Lambda``, attention...) are refused by name with the way
 out (``--recurrent-only``): never dropped.
 """
@@ -63,8 +69,10 @@ class Node:
         path: the layer's dotted path (nested models joined with ``.``).
         cls: the Keras class (``TimeDistributed``: ``inner`` holds the wrapped layer's class and config).
         config: the layer's config as stored.
-        inputs: tensor names; ``masks``: the mask tensor name of each input (``None``: unmasked).
-        outputs: tensor names (one); ``mask_out``: the mask its output carries, or ``None``.
+        inputs: tensor names (a recurrent layer's ``initial_state`` tensors after its input); ``masks``: the mask
+            tensor name of each input (``None``: unmasked).
+        outputs: tensor names (one; a recurrent layer with ``return_state`` adds its states ``h`` (and ``c``));
+            ``mask_out``: the mask its (first) output carries, or ``None``.
         weights: the stored weights in ``@weight_names`` order (recurrent layers: ``[]``, see ``layer``).
         layer: the canonical recurrent layer (``LSTM``/``GRU``/``SimpleRNN``/``Bidirectional``/CuDNN).
     """
@@ -127,6 +135,8 @@ class _Builder:
         self.calls: dict[str, int] = {}
         self.inputs: list[tuple[str, tuple, str, int | None]] = []
         self.rank: dict[str, int | None] = {}
+        #: a layer call's first output -> its further outputs (return_state)
+        self.more: dict[str, list[str]] = {}
 
     # weights of layer at dotted path (top-level group, then inner names: _source_weights of keras_whole)
     def stored(self, path: str) -> list[np.ndarray]:
@@ -161,9 +171,9 @@ class _Builder:
         masks = [self.mask_of.get(i) for i in ins]
         node = Node(uid, path, cls, conf, list(ins), [uid + ":0"], masks)
         _check_act(path, cls, conf)
-        if conf.get("stateful") or conf.get("return_state") or conf.get("time_major") \
-                or conf.get("data_format") not in (None, "channels_last"):
-            refuse(path, cls, "stateful / return_state / time_major / channels_first layers are not built")
+        if conf.get("stateful") or conf.get("time_major") or conf.get("data_format") not in (None, "channels_last"):
+            refuse(path, cls, "stateful / time_major / channels_first layers are not built")
+        _states(node, ins)
         if cls in RECURRENT or cls == "Bidirectional":
             try:
                 node.layer = self.ckpt.layer(path)
@@ -200,6 +210,9 @@ class _Builder:
         self.mask_of[node.outputs[0]] = node.mask_out
         node.rank = self.rank.get(ins[0]) if ins else None
         self.rank[node.outputs[0]] = _rank_out(node)
+        for extra in node.outputs[1:]:  # return_state: the states (batch, units), unmasked
+            self.mask_of[extra], self.rank[extra] = None, 2
+            self.more[node.outputs[0]] = node.outputs[1:]
         if cls in ("BatchNormalization", "LayerNormalization"):
             axis = conf.get("axis", -1)
             axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
@@ -267,6 +280,8 @@ class _Builder:
                     continue
                 out = self.call(r, prefix, [produced[k] for k in keys])
                 produced[(lname, done + shift.get(lname, 0), 0)] = out if isinstance(out, str) else out[0]
+                for t, more in enumerate(self.more.get(out, []) if isinstance(out, str) else [], 1):
+                    produced[(lname, done + shift.get(lname, 0), t)] = more
                 if shift.get(lname) and done == 0:
                     produced[(lname, 0, 0)] = produced[(lname, 1, 0)]  # counted as done
                 progress = True
@@ -280,6 +295,36 @@ class _Builder:
                 raise UnsupportedError(f"model output {spec!r} is never computed")
             outs.append(produced[key])
         return outs if ins is None else (outs[0] if len(outs) == 1 else outs)
+
+
+#: the states of each recurrent class, in Keras' order (``return_state`` outputs after the output, the tensors of
+#: ``initial_state``): tf_keras ``layers/rnn/lstm.py`` ``[h, c]``, GRU and SimpleRNN ``[h]``
+STATES = {"LSTM": ("h", "c"), "CuDNNLSTM": ("h", "c"), "GRU": ("h",), "CuDNNGRU": ("h",), "SimpleRNN": ("h",)}
+
+
+def _states(node: Node, ins: list[str]) -> None:
+    """``return_state`` and ``initial_state`` of a recurrent layer call (issue #30). tf_keras stores a call
+    ``layer(x, initial_state=[h, c])`` as a node of inputs ``[x, h, c]`` (``layers/rnn/base_rnn.py``
+    ``__call__`` adds the state tensors to the inputs); ``return_state=True`` makes the outputs
+    ``[output, h, c]`` (LSTM) or ``[output, h]`` (GRU, SimpleRNN), each state ``(batch, units)``. Both are
+    built for a unidirectional layer; ``node.outputs`` gets ``<name>:1``... for the states. Refused by name: a
+    Bidirectional layer returning or taking states, a layer called with other extra inputs (``constants``)."""
+    cls, conf = node.cls, node.config
+    inner = (conf.get("layer") or {}).get("config") or {} if cls == "Bidirectional" else conf
+    if cls == "Bidirectional":
+        if inner.get("return_state") or conf.get("return_state") or len(ins) > 1:
+            refuse(node.path, cls, "a Bidirectional layer returning or taking states (return_state / "
+                   "initial_state) is not built")
+        return
+    if cls not in STATES:
+        if conf.get("return_state"):
+            refuse(node.path, cls, "return_state outside a recurrent layer")
+        return
+    if len(ins) > 1 and len(ins) != 1 + len(STATES[cls]):
+        refuse(node.path, cls, f"called with {len(ins) - 1} extra input(s); initial_state takes "
+               f"{len(STATES[cls])} ({', '.join(STATES[cls])}), other extra inputs (constants) are not built")
+    if conf.get("return_state"):
+        node.outputs += [f"{node.name}:{i}" for i in range(1, 1 + len(STATES[cls]))]
 
 
 def _rank_out(node: Node) -> int | None:

@@ -241,6 +241,10 @@ def for_output(path: str | Path, to: str | None = None) -> Format:
     if to:
         return get(to)
     f = _by_extension(Path(path))
+    if f is None and Path(path).suffix == ".py":  # nn.Module source comes with a model file, not as one
+        head = f"{path}: Python source is not a checkpoint format; write it beside one with "
+        raise FormatError(head + f"convert(src, 'model.pt2', emit_module='{Path(path).name}')",
+                          cli=head + f"rnnconvert SRC model.pt2 --emit-module {Path(path).name}")
     if f is None:
         names = ", ".join(x.name for x in FORMATS)
         raise FormatError(f"{path}: cannot tell the output format from the extension; pass to=... ({names})",

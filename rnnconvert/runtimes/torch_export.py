@@ -89,3 +89,70 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
 
 
 RUNTIME = Runtime("torch_export", engine="torch", forward=forward, verify_whole=verify_whole)
+
+
+def import_module(py_path: str | Path, name: str = "rnnconvert_emitted"):
+    """The module source at ``py_path`` (written by :mod:`rnnconvert.formats.torch.module_write`) imported in a fresh
+    module namespace (``importlib`` from the path; not put in ``sys.modules``, no bytecode cache written). It runs the
+    file: only files rnnconvert has just written."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    loader = importlib.machinery.SourceFileLoader(name, str(py_path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    was, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        loader.exec_module(mod)
+    finally:
+        sys.dont_write_bytecode = was
+    return mod
+
+
+def load_module(py_path: str | Path, state_path: str | Path):
+    """``Model()`` of the emitted source at ``py_path`` with the state dict at ``state_path`` loaded
+    (``torch.load(weights_only=True)``, strict), in eval mode."""
+    torch = require("torch", "torch")
+    from ..formats.torch import module_write
+
+    m = getattr(import_module(py_path), module_write.CLASS)()
+    m.load_state_dict(torch.load(str(state_path), weights_only=True))
+    return m.eval()
+
+
+def verify_module(ckpt: Checkpoint, src_path: str | Path, py_path: str | Path, state_path: str | Path,
+                  inputs: dict | None = None, seed: int = 0) -> list:
+    """The check of an emitted ``nn.Module`` (``--emit-module``): the written source imported from its file
+    (:func:`import_module`), the written state dict loaded, run by torch in eval mode against tf_keras running the
+    source model (:func:`rnnconvert.verify.keras_whole_check.compare_whole`: every model output, the same rule as
+    the ``.pt2`` check; the second stage from the same module in float64). Checks are named
+    ``module output <i>`` (and ``module outputs (count)``).
+
+    Raises:
+        FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras or torch.
+    """
+    import copy
+    import dataclasses
+
+    from ..conventions import keras_graph
+    from ..formats.keras import keras_whole
+    from ..verify import keras_whole_check
+
+    torch = require("torch", "torch")
+    full = keras_whole.read_full_model(ckpt)
+    graph = keras_graph.build(full.config, full.weights, ckpt)
+    m32 = load_module(py_path, state_path)
+    m64 = copy.deepcopy(m32).double()
+    route = f"torch {torch.__version__} (emitted nn.Module)"
+
+    def run(m, xs, ftype):
+        args = [torch.from_numpy(np.asarray(xs[n]).astype(np.int32 if e is not None else ftype))
+                for n, _, _, e in graph.inputs]
+        with torch.no_grad():
+            y = m(*args)
+        return [o.numpy() for o in (y if isinstance(y, tuple) else (y,))], {}
+
+    checks = keras_whole_check.compare_whole(str(src_path), full, lambda xs: run(m32, xs, np.float32), route,
+                                             inputs=inputs, seed=seed, run64=lambda xs: run(m64, xs, np.float64))
+    return [dataclasses.replace(c, name=c.name.replace("model output", "module output", 1)) for c in checks]

@@ -181,3 +181,31 @@ def test_native_log_diversion_catches_fd2_writes(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT), "RNNCONVERT_NATIVE_LOG": str(log)})
     assert r.returncode == 0, r.stderr
     assert r.stderr == "BEFORE\nOURS\n" and log.read_text() == "NATIVE LINE\n"
+
+
+@pytest.mark.parametrize("src, py, code, words", [
+    ("keras/lstm_weights.h5", "w.py", 4, "holds none"),  # a weights-only file: no whole model to emit
+    ("keras_whole/whole_multi_io.h5", "w.txt", 2, "ending in .py"),
+    ("keras_whole/whole_multi_io.h5", "my-model.py", 2, "give e.g. my_model.py"),
+])
+def test_emit_module_refusals_are_one_line_and_write_nothing(tmp_path, capsys, src, py, code, words):
+    pytest.importorskip("onnx")
+    rc = main(["convert", str(FIXTURES / src), str(tmp_path / "w.onnx"), "--emit-module", str(tmp_path / py),
+               "--no-verify"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == code and len(err) == 1 and words in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_emit_module_keeps_an_existing_state_file(tmp_path, capsys):
+    """The state file beside the module follows DST's rule: an existing one is never replaced without --force."""
+    (tmp_path / "w_state.pt").write_bytes(b"mine")
+    rc = main(["convert", str(FIXTURES / "keras_whole" / "whole_multi_io.h5"), str(tmp_path / "w.onnx"),
+               "--emit-module", str(tmp_path / "w.py"), "--no-verify"])
+    assert rc == 6 and sorted(p.name for p in tmp_path.iterdir()) == ["w_state.pt"]
+    assert (tmp_path / "w_state.pt").read_bytes() == b"mine"
+
+
+def test_a_py_dst_points_to_emit_module(tmp_path, capsys):
+    assert main(["convert", str(FIXTURES / "keras_whole" / "whole_multi_io.h5"), str(tmp_path / "m.py")]) == 3
+    assert "--emit-module m.py" in capsys.readouterr().err and list(tmp_path.iterdir()) == []

@@ -12,7 +12,9 @@ from :data:`rnnconvert.core.gates.TABLE`, ``HardSigmoid`` alpha 0.2 / beta 0.5 f
 layer becomes the node's ``sequence_lens`` (the count of unmasked steps per sequence): exact when each
 sequence's padding is at its end (ONNX runs steps ``0 .. len-1``; tf_keras keeps the state at masked steps),
 which the written notes say; a unidirectional layer's outputs past the end repeat the last one (tf_keras),
-a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). Other layers (ONNX operator spec):
+a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). ``return_state`` is the node's ``Y_h`` /
+``Y_c`` as ``(B, H)``, ``initial_state`` its ``initial_h`` / ``initial_c`` (:mod:`rnnconvert.conventions.keras_graph`
+"States"; tf_keras' outputs in ``tests/formats/test_whole_states.py``). Other layers (ONNX operator spec):
 ``Embedding`` ``Gather``; ``Dense`` ``MatMul`` + ``Add``; ``Conv1D`` ``Conv`` on channels-first (kernel
 ``(k, in, out)`` -> ``(out, in, k)``; ``same``: ``auto_pad=SAME_UPPER`` = TensorFlow's split, ``causal``:
 ``(k-1)*dilation`` zeros before); ``BatchNormalization`` as ``x * (gamma / sqrt(var + eps)) + (beta - mean *
@@ -124,7 +126,10 @@ def _lens(g: _G, mask_name: str, masks: dict, made: dict, env: dict) -> str:
     return made[key]
 
 
-def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None) -> str:
+def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial: list[str] | None = None):
+    """The recurrent layer call ``node`` on ``x``: its output, or with ``return_state`` ``[output, h(, c)]``
+    (:func:`_states`); ``initial``: the ``initial_state`` tensors (Keras ``[h, c]`` / ``[h]``, each ``(B, H)``), fed
+    as the node's ``initial_h`` / ``initial_c`` ``(1, B, H)``."""
     layer = node.layer
     s = layer.semantics
     base = node.name
@@ -147,10 +152,12 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None) -> str:
     ins = [g.op("Transpose", [x], base + "_tm", perm=[1, 0, 2])] + more[:3]
     if lens is not None:
         ins += [lens]
-    elif len(more) > 3:
+    elif len(more) > 3 or initial:
         ins += [""]
+    if initial:  # X W R B seq_lens initial_h initial_c: Keras' (B, H) states as (num_directions=1, B, H)
+        ins += [g.op("Unsqueeze", [t, g.const(_int64([0]), "ax")], base) for t in initial]
     if len(more) > 3:  # peepholes: X W R B seq_lens initial_h initial_c P
-        ins += ["", "", more[-1]]
+        ins += [""] * (7 - len(ins)) + [more[-1]]
     acts, alpha, beta = onnx_write.rnn_activations(layer)
     attrs: dict[str, Any] = {"hidden_size": H, "activations": acts,
                              "direction": "bidirectional" if layer.bidirectional else
@@ -162,11 +169,31 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None) -> str:
     op = onnx_write.OP[layer.cell]
     # the layer's first call is named after it (the runtime's one-node checks find it); further calls of a
     # shared layer after the call
-    y, yh = g.op(op, ins, base, n_out=2, node_name=layer.name if node.name == node.path else node.name, **attrs)
+    y, yh, *yc = g.op(op, ins, base, n_out=3 if layer.cell is Cell.LSTM else 2,
+                      node_name=layer.name if node.name == node.path else node.name, **attrs)
     merge = s.merge_mode if layer.bidirectional else "concat"
     if merge not in ("concat", "sum", "ave", "mul"):
         keras_graph.refuse(node.path, node.cls, f"merge_mode={merge!r} (several outputs) is not built")
     red = {"sum": "ReduceSum", "ave": "ReduceMean", "mul": "ReduceProd"}
+    out = _sequence_or_last(g, node, y, yh, lens, seqs, merge, reverse, red)
+    return _states(g, node, out, yh, yc)
+
+
+def _states(g: _G, node: keras_graph.Node, out: str, yh: str, yc: list[str]):
+    """``out``, or with ``return_state`` (``node.outputs`` beyond the first) ``[out, h, c]`` / ``[out, h]``: the
+    node's ``Y_h`` / ``Y_c`` ``(1, B, H)`` as Keras' ``(B, H)`` (with ``sequence_lens``, the state at each
+    sequence's last step, as tf_keras keeps it over masked steps)."""
+    if len(node.outputs) == 1:
+        return out
+    sq = [g.op("Squeeze", [t, g.const(_int64([0]), "ax")], node.name) for t in [yh] + yc]
+    return [out] + sq[:len(node.outputs) - 1]
+
+
+def _sequence_or_last(g: _G, node: keras_graph.Node, y: str, yh: str, lens: str | None, seqs: bool, merge: str,
+                      reverse: bool, red: dict) -> str:
+    """The Keras output of a recurrent node: the last state(s) or the sequence (merged, masked steps as
+    tf_keras has them)."""
+    layer, base = node.layer, node.name
     if not seqs:
         t = g.op("Transpose", [yh], base, perm=[1, 0, 2])  # (B, D, H)
         if merge == "concat":
@@ -262,7 +289,7 @@ def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask:
     if cls in keras_graph.IDENTITY:
         return g.op("Identity", [x], base)
     if cls in keras_graph.RECURRENT or cls == "Bidirectional":
-        return _recurrent(g, node, x, lens)
+        return _recurrent(g, node, x, lens, xs[1:])
     if cls == "Embedding":
         return g.op("Gather", [g.const(_f32(ws[0]), base + ".embeddings"), g.op("Cast", [x], base, to=g.TP.INT64)],
                     base)
@@ -388,6 +415,10 @@ def build(graph: keras_graph.Graph):
                                  or node.cls == "GlobalAveragePooling1D"):
             lens = _lens(g, mask, graph.masks, made, env)
         y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None)
+        if isinstance(y, list):  # return_state: the states are further outputs of the call
+            for t, v in zip(node.outputs[1:], y[1:]):
+                env[t] = v
+            y = y[0]
         out = f"layer:{node.name}"
         g.nodes.append(helper.make_node("Identity", [y], [out], name=f"{node.name}__out"))
         env[node.outputs[0]] = out

@@ -11,7 +11,8 @@ gate activation and activation of :data:`ACTS`, Keras 2 ``hard_sigmoid`` = ``cli
 reset-before and reset-after GRU, peepholes, TF1 cell and projection clips, forget bias), so ``.pt2`` refuses
 no recurrent layer that ``.onnx`` carries. Keras masks are followed step by step, whatever their shape (a
 masked step keeps the state; a unidirectional layer's output there is the previous output, a Bidirectional's
-zero, as tf_keras computes). Other layers follow :mod:`rnnconvert.formats.onnx.model_write` (the same
+zero, as tf_keras computes); ``return_state`` outputs are the scan's final carries, ``initial_state`` inputs its
+first (:mod:`rnnconvert.conventions.keras_graph` "States"). Other layers follow :mod:`rnnconvert.formats.onnx.model_write` (the same
 :class:`rnnconvert.conventions.keras_graph.Graph`). Inputs: int32 token ids for an input feeding
 an Embedding, float32 otherwise, positional in the model's input order; outputs: a tuple of the model outputs.
 
@@ -78,7 +79,7 @@ def _module_class():
         def p(self, k, d, key):
             return getattr(self, f"l{k}_d{d}_{key}", None)
 
-        def direction(self, x, mask, k: int, d: int, reverse: bool, zero_masked: bool):
+        def direction(self, x, mask, k: int, d: int, reverse: bool, zero_masked: bool, init=None):
             gact, act = _act(torch, self.sem.gate_activation), _act(torch, self.sem.activation)
             H, cell, s = self.H, self.cell, self.sem
             w_hh, b_hh = self.p(k, d, "w_hh"), self.p(k, d, "b_hh")
@@ -91,8 +92,8 @@ def _module_class():
                 xin = xin + b_ih
             B = x.shape[0]
             out_size = w_hr.shape[0] if w_hr is not None else H
-            h0 = x.new_zeros(B, out_size)
-            c0 = x.new_zeros(B, H)
+            h0 = init[0] if init else x.new_zeros(B, out_size)  # Keras initial_state [h, c] / [h]
+            c0 = init[1] if init and len(init) > 1 else x.new_zeros(B, H)
             m = (mask if mask is not None else torch.ones_like(x[..., 0], dtype=torch.bool)).unsqueeze(-1)
             sl = {g: gate_slice(cell, g, H) for g in CANONICAL[cell]}
 
@@ -140,23 +141,26 @@ def _module_class():
                 y = torch.where(mt, h1, torch.zeros_like(h1)) if zero_masked else hk.clone()
                 return (hk, ck), y
 
-            (hT, _), ys = scan(stepf, (h0, c0), (xin.transpose(0, 1), m.transpose(0, 1)))
+            (hT, cT), ys = scan(stepf, (h0, c0), (xin.transpose(0, 1), m.transpose(0, 1)))
             ys = ys.transpose(0, 1)
-            return ys, hT
+            return ys, hT, cT
 
-        def forward(self, x, mask=None, sequences: bool = True, processing_order: bool = True):
-            """``x`` (B, T, I); returns (B, T, D*out) (``sequences``) or the final states (B, D*out)."""
+        def forward(self, x, mask=None, sequences: bool = True, processing_order: bool = True, init=None,
+                    states: bool = False):
+            """``x`` (B, T, I); returns (B, T, D*out) (``sequences``) or the final states (B, D*out); ``init``: Keras'
+            ``initial_state`` tensors; ``states``: ``[output, h, c]`` (Keras ``return_state``)."""
             for k in range(self.L):
                 reverse = self.sem.go_backwards and self.D == 1
                 outs, lasts = [], []
                 for d in range(self.D):
-                    ys, hT = self.direction(x, mask, k, d, reverse or d == 1, self.D == 2)
+                    ys, hT, cT = self.direction(x, mask, k, d, reverse or d == 1, self.D == 2, init)
                     if d == 1 or (reverse and not processing_order):
                         ys = ys.flip(1)
                     outs.append(ys)
                     lasts.append(hT)
                 x = torch.cat(outs, -1) if self.D == 2 else outs[0]
-            return x if sequences else (torch.cat(lasts, -1) if self.D == 2 else lasts[0])
+            y = x if sequences else (torch.cat(lasts, -1) if self.D == 2 else lasts[0])
+            return [y, hT, cT] if states else y  # return_state: one direction (keras_graph refuses two)
 
     return torch, Recurrent
 
@@ -217,6 +221,9 @@ def build_module(graph: keras_graph.Graph):
                 merge = node.layer.semantics.merge_mode if node.layer.bidirectional else "concat"
                 if merge not in ("concat", "sum", "ave", "mul"):
                     keras_graph.refuse(node.path, cls, f"merge_mode={merge!r} (several outputs) is not built")
+                if len(xs) > 1 or len(node.outputs) > 1:  # initial_state / return_state (unidirectional)
+                    y, h, c = rnn(x, mask, seqs, init=xs[1:], states=True)
+                    return [y, h, c][:len(node.outputs)]
                 y = rnn(x, mask, seqs)
                 if merge != "concat":
                     a, b = y[..., :rnn.H], y[..., rnn.H:]
@@ -331,6 +338,9 @@ def build_module(graph: keras_graph.Graph):
                         masks[mname] = self.mask_of(mname, env)
                     mask = masks[mname]
                 y = self.layer(node, [env[i] for i in node.inputs], mask, env)
+                if isinstance(y, list):  # return_state: [output, h(, c)]
+                    env.update(zip(node.outputs[1:], y[1:]))
+                    y = y[0]
                 env[node.outputs[0]] = y
                 if self.record:  # eager runs only (never while exporting)
                     self.layer_outputs[node.name] = y
