@@ -12,6 +12,10 @@ file's size and the ``names`` limit; arrays are checked (plain number dtype, sha
 the bytes) and copied out of the file's bytes. ``bfloat16`` parameters are widened to float32 exactly (every
 bfloat16 is a float32), with a note.
 
+A Haiku parameter tree (``{module: {param: array}}`` holding a core under Haiku's names, what
+``flax.serialization.to_bytes(params)`` of ``hk.transform(f).init`` writes) is read by Haiku's convention
+(:mod:`rnnconvert.conventions.haiku_params`; format ``haiku``).
+
 Every cell found anywhere in the tree (a map whose keys are one cell's Dense names) becomes a layer, named by
 its path without ``params`` and the ``cell`` level (``lstm``, ``encoder.layers_0``); a ``forward_rnn``/
 ``backward_rnn`` pair of equal cells is one bidirectional layer (Flax's default ``merge_fn``, concatenation,
@@ -27,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ...conventions import haiku_params
 from ...core import gates
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ...errors import FormatError, UnsupportedError, require
@@ -227,6 +232,8 @@ def read(path: str | Path) -> Checkpoint:
     budget.regular_source(p, dirs=False)
     notes: set[str] = set()
     tree = load_tree(p, notes)
+    if haiku_params.is_tree(tree):  # flax.serialization.to_bytes of a Haiku tree: Haiku's equations
+        return haiku_params.read(tree, str(p), "haiku")
     count = budget.Counter(p, "pickle_nodes", "maps and arrays in the msgpack file")
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
@@ -312,7 +319,8 @@ def read(path: str | Path) -> Checkpoint:
     budget.check_count(p, "names", len(layers) + len(tensors), "layers and tensors")
     if not layers:
         raise FormatError(f"{p}: no Flax recurrent cell found (LSTMCell/OptimizedLSTMCell ii..ho, GRUCell ir..hn, "
-                          "SimpleCell i/h, NNX dense_i/dense_h)")
+                          "SimpleCell i/h, NNX dense_i/dense_h; a Haiku tree of renamed cores: --from haiku "
+                          "--read-opt cells=MODULE:lstm)")
     meta: dict[str, Any] = {"path": str(p), "notes": sorted(notes) + [
         "Flax cells' gate_fn/activation_fn are not stored: Flax's defaults (sigmoid, tanh) assumed"]}
     if any(la.bidirectional for la in layers):

@@ -1,8 +1,11 @@
-"""The JAX family's sniffer (format detection). Light on purpose: detection asks every family."""
+"""The JAX family's sniffers (format detection). Light on purpose: detection asks every family."""
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
+
+from ...conventions import haiku_names
 
 
 def flax_msgpack(head: bytes, path: Path) -> bool:
@@ -10,3 +13,28 @@ def flax_msgpack(head: bytes, path: Path) -> bool:
     ``0xdf``): what ``flax.serialization.to_bytes`` of a parameter dict starts with. msgpack has no magic, so
     the name ending is required."""
     return path.name.lower().endswith(".msgpack") and len(head) >= 1 and (0x80 <= head[0] <= 0x8F or head[0] in (0xDE, 0xDF))
+
+
+#: the most ``.npz`` members the Haiku sniffer looks at
+MAX_MEMBERS = 65536
+
+
+def haiku(head: bytes, path: Path) -> bool:
+    """An ``.npz`` (zip of ``.npy`` members) of ``<module>/<param>`` names holding a Haiku recurrent core by
+    Haiku's names (:func:`rnnconvert.conventions.haiku_names.cores`: ``w_i``/``w_h``/``b``, ``lstm*/linear``,
+    ``vanilla_rnn*/linear(_1)``), without rnnconvert's own archive markers; the names alone decide (no array is
+    read). Haiku trees in msgpack are the ``flax_msgpack`` format's (its reader hands them to Haiku's convention)."""
+    if not head.startswith(b"PK\x03\x04"):
+        return False
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+    if len(names) > MAX_MEMBERS or not all(n.endswith(".npy") for n in names):
+        return False
+    tree: dict[str, set[str]] = {}
+    for n in names:
+        key = n[:-4]
+        if key in ("__rnnconvert__", "__cudnn_spec__") or "/" not in key:
+            return False
+        module, _, param = key.rpartition("/")
+        tree.setdefault(module, set()).add(param)
+    return bool(haiku_names.cores(tree))
