@@ -120,6 +120,10 @@ FORMATS: tuple[Format, ...] = (
            "Haiku hk.LSTM/GRU/VanillaRNN parameters (np.savez of <module>/<param> keys, flax.serialization "
            "msgpack; a pickled tree is read as pickle)",
            sniff="rnnconvert.formats.jax.sniff:haiku"),
+    Format("equinox", "rnnconvert.formats.jax.spec:EQUINOX", (".eqx",),
+           "Equinox eqx.nn.LSTMCell/GRUCell saved by eqx.tree_serialise_leaves (unnamed .npy leaves; sizes inferred "
+           "from the shapes or given as --read-opt cells=...)",
+           sniff="rnnconvert.formats.jax.sniff:equinox"),
 )
 
 _BY_NAME: dict[str, Format] = {}

@@ -38,3 +38,9 @@ def haiku(head: bytes, path: Path) -> bool:
         module, _, param = key.rpartition("/")
         tree.setdefault(module, set()).add(param)
     return bool(haiku_names.cores(tree))
+
+
+def equinox(head: bytes, path: Path) -> bool:
+    """A file that opens with a ``.npy`` record (``\\x93NUMPY``): what ``eqx.tree_serialise_leaves`` writes (one
+    record per leaf, back to back). No other format rnnconvert reads is a bare ``.npy`` stream."""
+    return head.startswith(b"\x93NUMPY")
