@@ -58,7 +58,8 @@ def parse_cells(cells: Any) -> dict[str, str]:
 def cores(names: Mapping[str, Any], cells: Any = None) -> dict[str, str]:
     """The recurrent cores among modules (``{module path: its parameter names}``): ``{core path: kind}`` in the
     order of ``names``. A core's path is the module that owns its ``linear``/``linear_1`` (LSTM, VanillaRNN)
-    or its ``w_i``/``w_h``/``b`` (GRU).
+    or its ``w_i``/``w_h``/``b`` (GRU; a module under a GRU's name holding some of them is one too, so that
+    its reading refuses what else it holds instead of carrying it silently).
 
     Raises:
         OptionError: a malformed ``cells``, or one naming a module that holds no core's parameters."""
@@ -66,7 +67,9 @@ def cores(names: Mapping[str, Any], cells: Any = None) -> dict[str, str]:
     out: dict[str, str] = {}
     for mod, params in names.items():
         parent, _, leaf = mod.rpartition("/")
-        if set(params) == GRU_PARAMS and named.get(mod, "gru") == "gru":
+        default = DEFAULT.match(leaf or mod)
+        gru_named = named.get(mod) == "gru" or (default is not None and default.group(1) == "gru" and mod not in named)
+        if (set(params) == GRU_PARAMS and named.get(mod, "gru") == "gru") or (gru_named and set(params) & GRU_PARAMS):
             out[mod] = "gru"
         elif leaf in (LINEAR, LINEAR_1) and parent:
             kind = named.get(parent)
