@@ -124,6 +124,10 @@ FORMATS: tuple[Format, ...] = (
            "Equinox eqx.nn.LSTMCell/GRUCell saved by eqx.tree_serialise_leaves (unnamed .npy leaves; sizes inferred "
            "from the shapes or given as --read-opt cells=...)",
            sniff="rnnconvert.formats.jax.sniff:equinox"),
+    Format("orbax", "rnnconvert.formats.jax.spec:ORBAX", (),
+           "Orbax checkpoint folder (_METADATA, OCDBT/zarr arrays) of a Flax or Haiku parameter tree; arrays read by "
+           "tensorstore (the jax extra); give the step folder",
+           sniff="rnnconvert.formats.jax.sniff:orbax"),
 )
 
 _BY_NAME: dict[str, Format] = {}

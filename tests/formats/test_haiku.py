@@ -261,3 +261,53 @@ def test_bad_equinox_files(tmp_path):
         (tmp_path / f"{name}.eqx").write_bytes(blob)
         with pytest.raises(FormatError):
             api.load(tmp_path / f"{name}.eqx", "equinox")
+
+
+# --- Orbax checkpoint folders (tensorstore reads the arrays)
+
+
+@pytest.mark.parametrize("name", ["flax", "haiku"])
+def test_orbax_folder_to_onnx_matches_the_framework(tmp_path, name):
+    """A folder ocp.StandardCheckpointer wrote (OCDBT + zarr) of a Flax linen tree (LSTMCell, Bidirectional
+    GRUCell) and of a Haiku tree (hk.LSTM, hk.GRU): onnxruntime on the converted .onnx reproduces Flax / Haiku."""
+    pytest.importorskip("tensorstore")
+    pytest.importorskip("onnxruntime")
+    from rnnconvert.runtimes import onnxruntime as ort_rt
+
+    src = FIXTURES / "orbax" / name
+    assert registry.detect(src).name == "orbax"
+    orc = np.load(FIXTURES / "orbax" / f"{name}.oracle.npz")
+    rep = api.convert(src, tmp_path / "out.onnx")
+    assert rep.src_format == "orbax"
+    ckpt = api.load(tmp_path / "out.onnx")
+    layers = sorted(k[: -len("__out")] for k in orc.files if k.endswith("__out"))
+    assert sorted(la.name for la in ckpt.layers) == layers
+    for layer in layers:
+        y = ort_rt.forward(tmp_path / "out.onnx", ckpt, layer, orc[f"{layer}__in"])
+        np.testing.assert_allclose(y, orc[f"{layer}__out"], rtol=RTOL, atol=ATOL, err_msg=layer)
+
+
+def test_orbax_bad_folders(tmp_path):
+    """Damaged metadata, a missing data file, leaves of other types: one line each, nothing run."""
+    import shutil
+
+    pytest.importorskip("tensorstore")
+    src = FIXTURES / "orbax" / "haiku"
+    bad = tmp_path / "ck"
+    shutil.copytree(src, bad)
+    (bad / "_METADATA").write_text("{not json")
+    with pytest.raises(FormatError, match="not JSON"):
+        api.load(bad, "orbax")
+    meta = (src / "_METADATA").read_text()
+    (bad / "_METADATA").write_text(meta.replace('"np.ndarray"', '"PLACEHOLDER"', 1).replace('"jax.Array"', '"PLACEHOLDER"', 1))
+    with pytest.raises(UnsupportedError, match="PLACEHOLDER"):
+        api.load(bad, "orbax")
+    (bad / "_METADATA").write_text(meta)
+    for f in bad.rglob("*"):
+        if f.parent.name == "d":  # every OCDBT data file
+            f.write_bytes(b"\x00" * 16)
+    with pytest.raises(FormatError, match="damaged"):
+        api.load(bad, "orbax")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FormatError, match="step folder"):
+        api.load(tmp_path / "empty", "orbax")

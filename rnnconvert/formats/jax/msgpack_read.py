@@ -231,9 +231,14 @@ def read(path: str | Path) -> Checkpoint:
     p = Path(path)
     budget.regular_source(p, dirs=False)
     notes: set[str] = set()
-    tree = load_tree(p, notes)
+    return from_tree(load_tree(p, notes), p, notes)
+
+
+def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack") -> Checkpoint:
+    """:func:`read` of a loaded parameter tree (nested dicts of numpy arrays: a msgpack file's, an Orbax
+    checkpoint's); ``fmt`` the checkpoint's format name. A Haiku tree goes to Haiku's convention."""
     if haiku_params.is_tree(tree):  # flax.serialization.to_bytes of a Haiku tree: Haiku's equations
-        return haiku_params.read(tree, str(p), "haiku")
+        return haiku_params.read(tree, str(p), "haiku" if fmt == "flax_msgpack" else fmt)
     count = budget.Counter(p, "pickle_nodes", "maps and arrays in the msgpack file")
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
@@ -277,7 +282,7 @@ def read(path: str | Path) -> Checkpoint:
                 name=name, cell=cell, input_size=first.w_ih.shape[1], hidden_size=first.w_hh.shape[1],
                 num_layers=len(slabs), bidirectional=bidi, semantics=Semantics(),
                 params=[[d[1] for d in dirs] for dirs in slabs],
-                source={"format": "flax_msgpack", "class_name": cname + (" x2 (Bidirectional)" if bidi else ""),
+                source={"format": fmt, "class_name": cname + (" x2 (Bidirectional)" if bidi else ""),
                         "path": where}))
         except ValueError as exc:
             raise FormatError(f"{p}: {name}: {exc}") from exc
@@ -325,4 +330,4 @@ def read(path: str | Path) -> Checkpoint:
         "Flax cells' gate_fn/activation_fn are not stored: Flax's defaults (sigmoid, tanh) assumed"]}
     if any(la.bidirectional for la in layers):
         meta["notes"].append("Flax Bidirectional's merge_fn is not stored: its default (concatenation) assumed")
-    return Checkpoint(layers=layers, tensors=tensors, format="flax_msgpack", meta=meta)
+    return Checkpoint(layers=layers, tensors=tensors, format=fmt, meta=meta)

@@ -44,3 +44,14 @@ def equinox(head: bytes, path: Path) -> bool:
     """A file that opens with a ``.npy`` record (``\\x93NUMPY``): what ``eqx.tree_serialise_leaves`` writes (one
     record per leaf, back to back). No other format rnnconvert reads is a bare ``.npy`` stream."""
     return head.startswith(b"\x93NUMPY")
+
+
+def orbax(head: bytes, path: Path) -> bool:
+    """A folder holding Orbax's ``_METADATA`` (a PyTree checkpoint), or a step folder whose one item sub-folder
+    does (``<step>/default/_METADATA``, with ``_CHECKPOINT_METADATA`` beside it)."""
+    if not path.is_dir():
+        return False
+    if (path / "_METADATA").is_file():
+        return True
+    return (path / "_CHECKPOINT_METADATA").is_file() and any(
+        (d / "_METADATA").is_file() for d in sorted(path.iterdir())[:64] if d.is_dir())

@@ -7,7 +7,7 @@ what ``flax.serialization.msgpack_restore`` reads). Haiku parameter trees (``hai
 from __future__ import annotations
 
 from ...engine.protocol import FormatSpec
-from . import equinox_read, haiku_read, msgpack_read, msgpack_write
+from . import equinox_read, haiku_read, msgpack_read, msgpack_write, orbax_read
 
 FLAX_MSGPACK = FormatSpec(
     "flax_msgpack", read=msgpack_read.read, refusals=msgpack_write.refusals, check=msgpack_write.check,
@@ -19,3 +19,6 @@ HAIKU = FormatSpec("haiku", read=haiku_read.read, read_options=("cells",))
 
 #: Equinox cells saved with ``eqx.tree_serialise_leaves`` (unnamed ``.npy`` leaves): a source format (no writer)
 EQUINOX = FormatSpec("equinox", read=equinox_read.read, read_options=("cells",))
+
+#: Orbax checkpoint folders of a Flax or Haiku parameter tree (arrays read by tensorstore): a source format
+ORBAX = FormatSpec("orbax", read=orbax_read.read)
