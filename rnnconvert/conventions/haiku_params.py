@@ -202,5 +202,6 @@ def read(tree: Mapping[str, Mapping[str, Any]], where: str, fmt: str, cells: Any
         notes.append("hk.GRU computes h' = (1 - z) h + z a (reset before W_ha): its z block is stored negated "
                      "(canonical z = 1 - Haiku's z), reset_after=False")
     if len(layers) > 1:
-        notes.append("Haiku stores no chaining of cores (hk.DeepRNN adds no name): each core is its own layer")
+        notes.append("Haiku stores no chaining of cores: each core is its own layer (hk.DeepRNN's too: feed one's output "
+                     "to the next)")
     return Checkpoint(layers=layers, tensors=tensors, format=fmt, meta={"path": where, "notes": notes})
