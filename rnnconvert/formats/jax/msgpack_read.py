@@ -234,11 +234,12 @@ def read(path: str | Path) -> Checkpoint:
     return from_tree(load_tree(p, notes), p, notes)
 
 
-def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack") -> Checkpoint:
+def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", cells: Any = None) -> Checkpoint:
     """:func:`read` of a loaded parameter tree (nested dicts of numpy arrays: a msgpack file's, an Orbax
-    checkpoint's); ``fmt`` the checkpoint's format name. A Haiku tree goes to Haiku's convention."""
-    if haiku_params.is_tree(tree):  # flax.serialization.to_bytes of a Haiku tree: Haiku's equations
-        return haiku_params.read(tree, str(p), "haiku" if fmt == "flax_msgpack" else fmt)
+    checkpoint's); ``fmt`` the checkpoint's format name. A Haiku tree (by Haiku's names, or any two-level tree
+    when ``cells`` names its cores) goes to Haiku's convention."""
+    if haiku_params.is_tree(tree) or (cells is not None and haiku_params.two_levels(tree)):
+        return haiku_params.read(tree, str(p), "haiku" if fmt == "flax_msgpack" else fmt, cells)
     count = budget.Counter(p, "pickle_nodes", "maps and arrays in the msgpack file")
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
@@ -324,8 +325,8 @@ def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack") -
     budget.check_count(p, "names", len(layers) + len(tensors), "layers and tensors")
     if not layers:
         raise FormatError(f"{p}: no Flax recurrent cell found (LSTMCell/OptimizedLSTMCell ii..ho, GRUCell ir..hn, "
-                          "SimpleCell i/h, NNX dense_i/dense_h; a Haiku tree of renamed cores: --from haiku "
-                          "--read-opt cells=MODULE:lstm)")
+                          "SimpleCell i/h, NNX dense_i/dense_h; a Haiku tree of renamed cores: --read-opt "
+                          "cells=MODULE:lstm, with --from haiku for a .msgpack)")
     meta: dict[str, Any] = {"path": str(p), "notes": sorted(notes) + [
         "Flax cells' gate_fn/activation_fn are not stored: Flax's defaults (sigmoid, tanh) assumed"]}
     if any(la.bidirectional for la in layers):

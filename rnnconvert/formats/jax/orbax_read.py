@@ -8,7 +8,7 @@ Layout facts (orbax-checkpoint 0.12.8, ``orbax/checkpoint/_src/metadata/tree.py`
 ``fixtures/gen_orbax.py``):
 
 * ``<dir>/_METADATA``: JSON ``{"tree_metadata": {"('params', 'lstm', ...)": {"key_metadata": [{"key": "params",
-  "key_type": 2}, ...], "value_metadata": {"value_type": "np.ndarray" | "jax.Array" | ..., "skip_deserialize":
+  "key_type": 2}, ...], "value_metadata": {"value_type": "np.ndarray" | "jax.Array" | "scalar" | ..., "skip_deserialize":
   false}}}, "use_ocdbt": bool, "use_zarr3": bool}``: the tree's leaves by key path (``key_type`` 1 a sequence
   index, 2 a dict key).
 * every array leaf is a zarr array (v2 ``.zarray``, or v3 ``zarr.json`` when ``use_zarr3``) at the key path
@@ -122,8 +122,12 @@ def _read_with(ts: Any, folder: str, names: list[str], ocdbt: bool, zarr3: bool,
     return out
 
 
-def read(path: str | Path) -> Checkpoint:
+def read(path: str | Path, cells: Any = None) -> Checkpoint:
     """Read the recurrent cells of an Orbax checkpoint folder (module docstring).
+
+    Args:
+        cells: a Haiku tree's cores under other than Haiku's default names (``--read-opt cells=enc:lstm``,
+            :func:`rnnconvert.conventions.haiku_names.parse_cells`).
 
     Returns:
         the Flax reader's layers (linen/NNX cells; a Haiku tree's cores by Haiku's convention), format ``orbax``.
@@ -149,9 +153,9 @@ def read(path: str | Path) -> Checkpoint:
     where = str(folder)
     items = leaves(meta, where)
     budget.check_count(where, "names", len(items), "leaves")
-    odd = sorted({v for _, v in items} - {"np.ndarray", "jax.Array"})
+    odd = sorted({v for _, v in items} - {"np.ndarray", "jax.Array", "scalar"})
     if odd:
-        raise UnsupportedError(f"{where}: leaves of type {', '.join(odd)} (only array leaves are read); restore it "
+        raise UnsupportedError(f"{where}: leaves of type {', '.join(odd)} (only array and scalar leaves are read); restore it "
                                "with Orbax and save the parameters alone (flax.serialization.to_bytes)")
     names = [".".join(k) for k, _ in items]
     if len(set(names)) != len(names):
@@ -167,4 +171,4 @@ def read(path: str | Path) -> Checkpoint:
             if not isinstance(node, dict):
                 raise FormatError(f"{where}: leaf '{name}' under another leaf")
         node[keys[-1]] = arrays[name]
-    return msgpack_read.from_tree(tree, folder, set(), "orbax")
+    return msgpack_read.from_tree(tree, folder, set(), "orbax", cells)

@@ -21,4 +21,4 @@ HAIKU = FormatSpec("haiku", read=haiku_read.read, read_options=("cells",))
 EQUINOX = FormatSpec("equinox", read=equinox_read.read, read_options=("cells",))
 
 #: Orbax checkpoint folders of a Flax or Haiku parameter tree (arrays read by tensorstore): a source format
-ORBAX = FormatSpec("orbax", read=orbax_read.read)
+ORBAX = FormatSpec("orbax", read=orbax_read.read, read_options=("cells",))
