@@ -325,3 +325,26 @@ def test_cli_orbax_folder_is_one_checkpoint_and_equinox_option(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cells=" in err[0]
     assert main([str(EQ / "head.eqx"), str(tmp_path / "e.pt"), "-q", "--read-opt", "cells=lstm:3:4:nobias,skip:2"]) == 0
+
+
+def test_renamed_cores_in_pickle_and_msgpack(tmp_path):
+    """cells= works through every container of a Haiku tree: the pickle format and a msgpack named --from haiku
+    (pickle.dump / flax-free msgpack of the fixture's own arrays under a renamed module)."""
+    import pickle
+
+    msgpack = pytest.importorskip("msgpack")
+    with np.load(HK / "params.npz") as z:
+        tree = {"dec/~/core": {"w_i": z["gru/w_i"], "w_h": z["gru/w_h"], "b": z["gru/b"]},
+                "enc": {"w": z["lstm/linear/w"], "b": z["lstm/linear/b"]}}
+    tree = {"dec/~/core": tree["dec/~/core"], "enc/linear": tree["enc"]}
+    with open(tmp_path / "t.pkl", "wb") as fh:
+        pickle.dump(tree, fh)
+    ext = lambda a: msgpack.ExtType(1, msgpack.packb((list(a.shape), a.dtype.name, a.tobytes()), use_bin_type=True))  # noqa: E731
+    (tmp_path / "t.msgpack").write_bytes(msgpack.packb(tree, default=ext, use_bin_type=True))
+    orc = _orc(HK)
+    for src, fmt in ((tmp_path / "t.pkl", "pickle"), (tmp_path / "t.msgpack", "haiku")):
+        ckpt = api.load(src, fmt, cells="enc:lstm")
+        assert sorted(la.name for la in ckpt.layers) == ["dec.core", "enc"]  # hk.GRU's own names: any module
+        for name, key in (("enc", "lstm"), ("dec.core", "gru")):
+            y = reference.forward(ckpt.layer(name), orc[f"{key}__in"])
+            np.testing.assert_allclose(y, orc[f"{key}__out"], rtol=RTOL, atol=ATOL, err_msg=f"{src.name} {name}")
