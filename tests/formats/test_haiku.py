@@ -47,6 +47,15 @@ def _run_chain(run, orc, layers=("lstm", "gru", "vanilla_rnn", "vanilla_rnn_1"))
 # --- detection
 
 
+def test_plain_npy_is_not_equinox(tmp_path):
+    """One np.save array (an input, not a model) is not claimed; the same leaves under another name are."""
+    np.save(tmp_path / "x.npy", np.zeros((3, 4), np.float32))
+    with pytest.raises(FormatError, match="unrecognised"):
+        registry.detect(tmp_path / "x.npy")
+    (tmp_path / "leaves.bin").write_bytes((EQ / "cells.eqx").read_bytes())
+    assert registry.detect(tmp_path / "leaves.bin").name == "equinox"
+
+
 def test_detected_once_and_nothing_else_stolen():
     """The Haiku .npz is claimed by 'haiku' alone; its msgpack stays flax_msgpack's and its pickle the pickle
     format's (both readers hand the tree to Haiku's convention); the Equinox file by 'equinox'. Other families'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import zipfile
 from pathlib import Path
 
@@ -41,9 +42,28 @@ def haiku(head: bytes, path: Path) -> bool:
 
 
 def equinox(head: bytes, path: Path) -> bool:
-    """A file that opens with a ``.npy`` record (``\\x93NUMPY``): what ``eqx.tree_serialise_leaves`` writes (one
-    record per leaf, back to back). No other format rnnconvert reads is a bare ``.npy`` stream."""
-    return head.startswith(b"\x93NUMPY")
+    """A file named ``*.eqx`` that opens with a ``.npy`` record (``\\x93NUMPY``), or any file holding more than one
+    record back to back: what ``eqx.tree_serialise_leaves`` writes (one record per leaf). A plain ``.npy`` (one
+    array: ``np.save``'s, an input) is not claimed; only the first record's header is read."""
+    if not head.startswith(b"\x93NUMPY") or len(head) < 10:
+        return False
+    if path.name.lower().endswith(".eqx"):
+        return True
+    wide = head[6] >= 2
+    with open(path, "rb") as fh:
+        fh.seek(12 if wide else 10)
+        hlen = int.from_bytes(head[8:12] if wide else head[8:10], "little")
+        if hlen > 1 << 16:
+            return False
+        header = ast.literal_eval(fh.read(hlen).decode("latin1"))
+    n = 1
+    for d in header["shape"]:
+        n *= int(d)
+    item = str(header["descr"]).lstrip("<>|=")[1:]  # '<f4' -> 4: plain number dtypes
+    if not item.isdigit():
+        return True  # not a plain number record: the reader says so
+    end = (12 if wide else 10) + hlen + n * int(item)
+    return path.stat().st_size > end
 
 
 def orbax(head: bytes, path: Path) -> bool:
