@@ -88,9 +88,9 @@ def _only(d: Mapping[str, Any], keys: set[str], where: str) -> None:
 
 
 def direction(tree: Mapping[str, Mapping[str, Any]], core: str, cell: Cell, where: str
-              ) -> tuple[int, int, DirectionParams, bool]:
-    """One core's canonical parameters (module docstring): ``(I, H, params, has_b_hh)``; transposes and block
-    moves are bit-exact, the GRU's z block is negated (exact).
+              ) -> tuple[int, int, DirectionParams]:
+    """One core's canonical parameters (module docstring): ``(I, H, params)``; transposes and block moves are
+    bit-exact, the GRU's z block is negated (exact).
 
     Raises:
         FormatError: a missing parameter, shapes that do not fit the core, non-float arrays."""
@@ -109,7 +109,7 @@ def direction(tree: Mapping[str, Mapping[str, Any]], core: str, cell: Cell, wher
         conv = gates.convention("haiku", cell)
         dp = DirectionParams(gates.to_canonical(w[:I], conv, cell), gates.to_canonical(w[I:], conv, cell),
                              gates.vec_to_canonical(b, conv, cell), np.zeros(4 * H, w.dtype))
-        return I, H, dp, False
+        return I, H, dp
     if cell is Cell.GRU:
         d = tree.get(core, {})
         _only(d, set(haiku_names.GRU_PARAMS), at)
@@ -127,7 +127,7 @@ def direction(tree: Mapping[str, Mapping[str, Any]], core: str, cell: Cell, wher
         z = gates.gate_slice(cell, "z", H)
         for a in (w_ih, w_hh, b_ih):  # canonical z = 1 - Haiku's z: the pre-activation negated (exact)
             a[z] = -a[z]
-        return w_i.shape[0], H, DirectionParams(w_ih, w_hh, b_ih, np.zeros(3 * H, w_h.dtype)), False
+        return w_i.shape[0], H, DirectionParams(w_ih, w_hh, b_ih, np.zeros(3 * H, w_h.dtype))
     lin, lin1 = tree.get(f"{core}/{LINEAR}", {}), tree.get(f"{core}/{LINEAR_1}")
     if lin1 is None:
         raise FormatError(f"{at}: no linear_1 (hk.VanillaRNN's hidden-to-hidden Linear)")
@@ -146,7 +146,7 @@ def direction(tree: Mapping[str, Mapping[str, Any]], core: str, cell: Cell, wher
     conv = gates.convention("haiku", cell)
     dp = DirectionParams(gates.to_canonical(w_i, conv, cell), gates.to_canonical(w_h, conv, cell),
                          np.ascontiguousarray(b_i), np.ascontiguousarray(b_h))
-    return w_i.shape[0], H, dp, "b" in lin1
+    return w_i.shape[0], H, dp
 
 
 def layer_name(core: str) -> str:
@@ -175,7 +175,7 @@ def read(tree: Mapping[str, Mapping[str, Any]], where: str, fmt: str, cells: Any
     used: set[str] = set()
     layers = []
     for core, cell in found.items():
-        I, H, dp, _ = direction(tree, core, cell, where)
+        I, H, dp = direction(tree, core, cell, where)
         used.update([core] if cell is Cell.GRU else [f"{core}/{LINEAR}", f"{core}/{LINEAR_1}"])
         sem = Semantics(forget_bias=FORGET_BIAS) if cell is Cell.LSTM else \
             Semantics(reset_after=False) if cell is Cell.GRU else Semantics(activation="relu")
