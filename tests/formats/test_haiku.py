@@ -278,7 +278,8 @@ def test_bad_equinox_files(tmp_path):
 @pytest.mark.parametrize("name", ["flax", "haiku"])
 def test_orbax_folder_to_onnx_matches_the_framework(tmp_path, name):
     """A folder ocp.StandardCheckpointer wrote (OCDBT + zarr) of a Flax linen tree (LSTMCell, Bidirectional
-    GRUCell) and of a Haiku tree (hk.LSTM, hk.GRU): onnxruntime on the converted .onnx reproduces Flax / Haiku."""
+    GRUCell) and of a Haiku tree (hk.LSTM, hk.GRU): onnxruntime on the converted .onnx reproduces Flax / Haiku,
+    and torch on the .pt the Flax tree (the Haiku GRU's reset-before equation is .pt's refusal, tested above)."""
     pytest.importorskip("tensorstore")
     pytest.importorskip("onnxruntime")
     from rnnconvert.runtimes import onnxruntime as ort_rt
@@ -294,6 +295,13 @@ def test_orbax_folder_to_onnx_matches_the_framework(tmp_path, name):
     for layer in layers:
         y = ort_rt.forward(tmp_path / "out.onnx", ckpt, layer, orc[f"{layer}__in"])
         np.testing.assert_allclose(y, orc[f"{layer}__out"], rtol=RTOL, atol=ATOL, err_msg=layer)
+    if name == "flax":  # linen cells are PyTorch's equations: the .pt too
+        api.convert(src, tmp_path / "out.pt")
+        mods = api.torch_modules(tmp_path / "out.pt")
+        for layer in layers:
+            with torch.no_grad():
+                y = mods[layer](torch.from_numpy(orc[f"{layer}__in"]))[0].numpy()
+            np.testing.assert_allclose(y, orc[f"{layer}__out"], rtol=RTOL, atol=ATOL, err_msg=layer)
 
 
 def test_orbax_bad_folders(tmp_path):
