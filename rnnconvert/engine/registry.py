@@ -115,8 +115,9 @@ FORMATS: tuple[Format, ...] = (
            "Flax linen/NNX parameters saved with flax.serialization (msgpack): LSTM, GRU, SimpleCell",
            sniff="rnnconvert.formats.jax.sniff:flax_msgpack"),
     # haiku's sniff claims .npz files of Haiku core names (npz's needs its schema member, mlx's MLX names);
-    # a Haiku tree in msgpack is detected as flax_msgpack, whose reader hands it to Haiku's convention
-    Format("haiku", "rnnconvert.formats.jax.spec:HAIKU", (),
+    # a Haiku tree in msgpack is detected as flax_msgpack, whose reader hands it to Haiku's convention; the
+    # endings only list what it reads (npz and flax_msgpack come first, so they keep them for output and fallback)
+    Format("haiku", "rnnconvert.formats.jax.spec:HAIKU", (".npz", ".msgpack"),
            "Haiku hk.LSTM/GRU/VanillaRNN parameters (np.savez of <module>/<param> keys, flax.serialization "
            "msgpack; a pickled tree is read as pickle)",
            sniff="rnnconvert.formats.jax.sniff:haiku"),
