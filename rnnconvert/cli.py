@@ -40,10 +40,11 @@ def _shown(text: object) -> str:
 
 
 def _is_checkpoint_dir(src: Path) -> bool:
-    """A directory that is ONE TensorFlow checkpoint/SavedModel (not a batch of files)."""
+    """A directory that is ONE TensorFlow checkpoint/SavedModel or Orbax checkpoint (not a batch of files)."""
+    from .formats.jax.sniff import orbax
     from .formats.tf.sniff import prefix_of
 
-    return prefix_of(src) is not None
+    return prefix_of(src) is not None or orbax(b"", src)
 
 
 def _value(text: str):

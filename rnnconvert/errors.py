@@ -123,7 +123,7 @@ EXTRAS = {
     "openvino": "OpenVINO IR output and its verification by the OpenVINO runtime (reading IRs needs nothing)",
     "mlx": "verification of MLX output by MLX running the written file (reading MLX files needs nothing)",
     "tflite": "reading .tflite flatbuffers (the TensorFlow Lite schema package)",
-    "jax": "reading Flax .msgpack files (msgpack), and JAX/Flax themselves",
+    "jax": "reading Flax .msgpack files (msgpack) and Orbax folders (tensorstore), and JAX/Flax/Haiku/Equinox themselves",
 }
 
 

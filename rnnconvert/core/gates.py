@@ -98,6 +98,16 @@ TABLE: dict[tuple[str, Cell], Convention] = {
     ("flax", _L): Convention("ifgo", "in_out", "double", "flax/linen/recurrent.py LSTMCell (ii/if/ig/io, hi/hf/hg/ho), flax/nnx/nn/recurrent.py OptimizedLSTMCell (i, f, g, o = split)"),
     ("flax", _G): Convention("rzn", "in_out", "double", "flax/linen/recurrent.py GRUCell (ir/iz/in, hr/hz/hn), flax/nnx/nn/recurrent.py GRUCell (r, z, n)"),
     ("flax", _T): Convention("h", "in_out", "double", "flax/linen/recurrent.py SimpleCell (i, h)"),
+    # Haiku hk.LSTM: linear/w (I+H, 4H) rows input then hidden, columns i,g,f,o, one bias, +1 on f at run time;
+    # hk.GRU: w_i (I, 3H), w_h (H, 3H) columns z,r,a, one bias, h' = (1-z) h + z a (z negated on reading:
+    # conventions/haiku_params); hk.VanillaRNN: linear (I, H) + linear_1 (H, H), ReLU, two biases.
+    ("haiku", _L): Convention("igfo", "in_out", "single", "haiku/_src/recurrent.py v0.0.17 LSTM.__call__ (i, g, f, o = jnp.split(gated, 4); f + 1)"),
+    ("haiku", _G): Convention("zrn", "in_out", "single", "haiku/_src/recurrent.py v0.0.17 GRU.__call__ (zr_x, a_x; z, r = split; (1 - z) * state + z * a)"),
+    ("haiku", _R): Convention("h", "in_out", "double", "haiku/_src/recurrent.py v0.0.17 VanillaRNN (relu(input_to_hidden(x) + hidden_to_hidden(h)))"),
+    # Equinox eqx.nn.LSTMCell weight_ih (4H, I), weight_hh (4H, H), one bias, split i,f,g,o; GRUCell (3H, I),
+    # bias (3H,) on the input side and bias_n (H,) inside reset * (W_hn h + bias_n): MLX's b/bhn layout.
+    ("equinox", _L): Convention("ifgo", "out_in", "single", "equinox/nn/_rnn.py v0.13.8 LSTMCell.__call__ (i, f, g, o = jnp.split(lin, 4))"),
+    ("equinox", _G): Convention("rzn", "out_in", "b_bhn", "equinox/nn/_rnn.py v0.13.8 GRUCell.__call__ (reset, inp, new; bias_n)"),
     # cuDNN opaque buffer: linLayerID order (0..G-1 input, G..2G-1 recurrent), (H, in) row-major.
     ("cudnn", _L): Convention("ifgo", "out_in", "double", "cuDNN cudnnGetRNNLinLayerMatrixParams doc (linLayerID 0-3 i,f,c,o)"),
     ("cudnn", _G): Convention("rzn", "out_in", "double", "cuDNN cudnnGetRNNLinLayerMatrixParams doc (linLayerID 0-2 r,z,n)"),

@@ -60,7 +60,7 @@ def gate_distinct_layer(name: str, cell: Cell, *, two_bias: bool = True, proj: i
 
 #: (row label, source formats that produce it, layer)
 PROFILES = [
-    ("LSTM, one bias (Keras LSTM)", "keras_h5", gate_distinct_layer("k-lstm", Cell.LSTM, two_bias=False)),
+    ("LSTM, one bias (Keras LSTM, eqx.nn.LSTMCell)", "keras_h5 equinox", gate_distinct_layer("k-lstm", Cell.LSTM, two_bias=False)),
     ("LSTM, two biases (CuDNNLSTM, PyTorch, ONNX, cuDNN)", "keras_h5 pt onnx", gate_distinct_layer("t-lstm", Cell.LSTM)),
     ("LSTM, 2 layers, bidirectional, two biases", "pt onnx", gate_distinct_layer("t-lstm2", Cell.LSTM, layers=2, bidi=True)),
     ("LSTM without bias", "keras_h5 pt", gate_distinct_layer("nb-lstm", Cell.LSTM, bias=False)),
@@ -68,17 +68,17 @@ PROFILES = [
      gate_distinct_layer("hs-lstm", Cell.LSTM, two_bias=False, gate_activation="hard_sigmoid")),
     ("LSTM, projection (PyTorch proj_size, TF1 num_proj)", "pt", gate_distinct_layer("p-lstm", Cell.LSTM, proj=P)),
     ("LSTM, peepholes (TF1, ONNX P)", "onnx", gate_distinct_layer("pp-lstm", Cell.LSTM, peep=True, two_bias=False)),
-    ("LSTM, forget_bias=1 at run time (TF1 cells)", "tf", gate_distinct_layer("fb-lstm", Cell.LSTM, two_bias=False, forget_bias=1.0)),
+    ("LSTM, forget_bias=1 at run time (TF1 cells, hk.LSTM)", "tf haiku", gate_distinct_layer("fb-lstm", Cell.LSTM, two_bias=False, forget_bias=1.0)),
     ("LSTM, cell_clip (TF1)", "tf", gate_distinct_layer("cc-lstm", Cell.LSTM, two_bias=False, cell_clip=3.0)),
     ("LSTM, go_backwards (Keras)", "keras_h5", gate_distinct_layer("gb-lstm", Cell.LSTM, two_bias=False, go_backwards=True)),
-    ("GRU, reset after (PyTorch, cuDNN, Keras reset_after=True)", "keras_h5 pt onnx", gate_distinct_layer("ra-gru", Cell.GRU)),
-    ("GRU, reset before (Keras reset_after=False, TF1 GRUCell)", "keras_h5 onnx",
+    ("GRU, reset after (PyTorch, cuDNN, Keras reset_after=True, eqx.nn.GRUCell)", "keras_h5 pt onnx equinox", gate_distinct_layer("ra-gru", Cell.GRU)),
+    ("GRU, reset before (Keras reset_after=False, TF1 GRUCell, hk.GRU)", "keras_h5 onnx haiku",
      gate_distinct_layer("rb-gru", Cell.GRU, two_bias=False, reset_after=False)),
     ("GRU, hard_sigmoid, linear, reset before (Mycroft)", "keras_h5 onnx",
      gate_distinct_layer("my-gru", Cell.GRU, two_bias=False, reset_after=False, gate_activation="hard_sigmoid",
             activation="linear")),
     ("RNN tanh, one bias (Keras SimpleRNN)", "keras_h5", gate_distinct_layer("k-rnn", Cell.RNN_TANH, two_bias=False)),
-    ("RNN relu, two biases (PyTorch)", "pt onnx", gate_distinct_layer("t-rnn", Cell.RNN_RELU, activation="relu")),
+    ("RNN relu, two biases (PyTorch, hk.VanillaRNN)", "pt onnx haiku", gate_distinct_layer("t-rnn", Cell.RNN_RELU, activation="relu")),
     ("RNN, linear activation (Keras SimpleRNN)", "keras_h5 onnx",
      gate_distinct_layer("l-rnn", Cell.RNN_TANH, two_bias=False, activation="linear")),
 ]

@@ -114,6 +114,21 @@ FORMATS: tuple[Format, ...] = (
     Format("flax_msgpack", "rnnconvert.formats.jax.spec:FLAX_MSGPACK", (".msgpack",),
            "Flax linen/NNX parameters saved with flax.serialization (msgpack): LSTM, GRU, SimpleCell",
            sniff="rnnconvert.formats.jax.sniff:flax_msgpack"),
+    # haiku's sniff claims .npz files of Haiku core names (npz's needs its schema member, mlx's MLX names);
+    # a Haiku tree in msgpack is detected as flax_msgpack, whose reader hands it to Haiku's convention; the
+    # endings only list what it reads (npz and flax_msgpack come first, so they keep them for output and fallback)
+    Format("haiku", "rnnconvert.formats.jax.spec:HAIKU", (".npz", ".msgpack"),
+           "Haiku hk.LSTM/GRU/VanillaRNN parameters (np.savez of <module>/<param> keys, flax.serialization "
+           "msgpack; a pickled tree is read as pickle)",
+           sniff="rnnconvert.formats.jax.sniff:haiku"),
+    Format("equinox", "rnnconvert.formats.jax.spec:EQUINOX", (".eqx",),
+           "Equinox eqx.nn.LSTMCell/GRUCell saved by eqx.tree_serialise_leaves (unnamed .npy leaves; sizes inferred "
+           "from the shapes or given as --read-opt cells=...)",
+           sniff="rnnconvert.formats.jax.sniff:equinox"),
+    Format("orbax", "rnnconvert.formats.jax.spec:ORBAX", (),
+           "Orbax checkpoint folder (_METADATA, OCDBT/zarr arrays) of a Flax or Haiku parameter tree; arrays read by "
+           "tensorstore (the jax extra); give the step folder",
+           sniff="rnnconvert.formats.jax.sniff:orbax"),
 )
 
 _BY_NAME: dict[str, Format] = {}

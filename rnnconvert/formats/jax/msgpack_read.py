@@ -12,6 +12,10 @@ file's size and the ``names`` limit; arrays are checked (plain number dtype, sha
 the bytes) and copied out of the file's bytes. ``bfloat16`` parameters are widened to float32 exactly (every
 bfloat16 is a float32), with a note.
 
+A Haiku parameter tree (``{module: {param: array}}`` holding a core under Haiku's names, what
+``flax.serialization.to_bytes(params)`` of ``hk.transform(f).init`` writes) is read by Haiku's convention
+(:mod:`rnnconvert.conventions.haiku_params`; format ``haiku``).
+
 Every cell found anywhere in the tree (a map whose keys are one cell's Dense names) becomes a layer, named by
 its path without ``params`` and the ``cell`` level (``lstm``, ``encoder.layers_0``); a ``forward_rnn``/
 ``backward_rnn`` pair of equal cells is one bidirectional layer (Flax's default ``merge_fn``, concatenation,
@@ -27,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ...conventions import haiku_params
 from ...core import gates
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ...errors import FormatError, UnsupportedError, require
@@ -226,7 +231,15 @@ def read(path: str | Path) -> Checkpoint:
     p = Path(path)
     budget.regular_source(p, dirs=False)
     notes: set[str] = set()
-    tree = load_tree(p, notes)
+    return from_tree(load_tree(p, notes), p, notes)
+
+
+def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", cells: Any = None) -> Checkpoint:
+    """:func:`read` of a loaded parameter tree (nested dicts of numpy arrays: a msgpack file's, an Orbax
+    checkpoint's); ``fmt`` the checkpoint's format name. A Haiku tree (by Haiku's names, or any two-level tree
+    when ``cells`` names its cores) goes to Haiku's convention."""
+    if haiku_params.is_tree(tree) or (cells is not None and haiku_params.two_levels(tree)):
+        return haiku_params.read(tree, str(p), "haiku" if fmt == "flax_msgpack" else fmt, cells)
     count = budget.Counter(p, "pickle_nodes", "maps and arrays in the msgpack file")
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
@@ -270,7 +283,7 @@ def read(path: str | Path) -> Checkpoint:
                 name=name, cell=cell, input_size=first.w_ih.shape[1], hidden_size=first.w_hh.shape[1],
                 num_layers=len(slabs), bidirectional=bidi, semantics=Semantics(),
                 params=[[d[1] for d in dirs] for dirs in slabs],
-                source={"format": "flax_msgpack", "class_name": cname + (" x2 (Bidirectional)" if bidi else ""),
+                source={"format": fmt, "class_name": cname + (" x2 (Bidirectional)" if bidi else ""),
                         "path": where}))
         except ValueError as exc:
             raise FormatError(f"{p}: {name}: {exc}") from exc
@@ -312,9 +325,10 @@ def read(path: str | Path) -> Checkpoint:
     budget.check_count(p, "names", len(layers) + len(tensors), "layers and tensors")
     if not layers:
         raise FormatError(f"{p}: no Flax recurrent cell found (LSTMCell/OptimizedLSTMCell ii..ho, GRUCell ir..hn, "
-                          "SimpleCell i/h, NNX dense_i/dense_h)")
+                          "SimpleCell i/h, NNX dense_i/dense_h; a Haiku tree of renamed cores: --read-opt "
+                          "cells=MODULE:lstm, with --from haiku for a .msgpack)")
     meta: dict[str, Any] = {"path": str(p), "notes": sorted(notes) + [
         "Flax cells' gate_fn/activation_fn are not stored: Flax's defaults (sigmoid, tanh) assumed"]}
     if any(la.bidirectional for la in layers):
         meta["notes"].append("Flax Bidirectional's merge_fn is not stored: its default (concatenation) assumed")
-    return Checkpoint(layers=layers, tensors=tensors, format="flax_msgpack", meta=meta)
+    return Checkpoint(layers=layers, tensors=tensors, format=fmt, meta=meta)

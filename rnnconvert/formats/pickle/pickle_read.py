@@ -36,7 +36,9 @@ Bounded by the budget (:mod:`rnnconvert.safety.budget`): the walk over the unpic
 names against ``pickle_nodes`` (shared children are walked once), arrays against ``names``; an array's bytes
 are the file's own (no expansion). Tensors are named by their path: dict keys, attribute names and list indices
 joined with ``.`` (``encoder.weight_ih_l0``, ``layers.0.Wx``); the names then go through the foreign-name table
-(:mod:`rnnconvert.core.names`, ``--map``).
+(:mod:`rnnconvert.core.names`, ``--map``). A Haiku parameter tree (``{module: {param: array}}`` with a core by
+Haiku's names, or named by ``cells=``) is read by Haiku's convention instead (:mod:`rnnconvert.conventions.haiku_params`);
+pickle ``jax.device_get(params)``, as a ``jax.Array`` is refused like every framework global.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from ...conventions import haiku_names, haiku_params
 from ...core import names
 from ...core.model import Checkpoint
 from ...errors import FormatError
@@ -364,16 +367,31 @@ def load_tree(path: str | Path) -> Any:
     return tree
 
 
-def read(path: str | Path, nonlinearity: str | None = None, map: Any = None) -> Checkpoint:
+def _haiku_tree(tree: Any, tensors: dict[str, np.ndarray], cells: Any) -> dict | None:
+    """The Haiku modules of a pickled ``{module: {param: array}}`` (a Haiku parameter tree, e.g.
+    ``pickle.dump(jax.device_get(params))``) holding a core by Haiku's names or ``cells``, else ``None``."""
+    if not (isinstance(tree, dict) and tree and all(
+            isinstance(k, str) and isinstance(v, dict) and v
+            and all(isinstance(p, str) and isinstance(a, (ArrayRecord, np.ndarray)) for p, a in v.items())
+            for k, v in tree.items())):
+        return None
+    mods = {k: {p: tensors[f"{k}.{p}"] for p in v} for k, v in tree.items()}
+    return mods if haiku_names.cores({m: set(d) for m, d in mods.items()}, cells) else None
+
+
+def read(path: str | Path, nonlinearity: str | None = None, map: Any = None, cells: Any = None) -> Checkpoint:
     """Read a pickle of numpy arrays into canonical layers through the foreign-name table.
 
     Args:
         path: a ``.pkl``/``.pickle`` file (any protocol).
         nonlinearity: a simple RNN's activation (no file stores it). map: ``--map`` items
-            (:func:`rnnconvert.core.names.parse_map`).
+            (:func:`rnnconvert.core.names.parse_map`). cells: Haiku cores under other than Haiku's
+            default names (:func:`rnnconvert.conventions.haiku_names.parse_cells`).
 
     Returns:
-        the layers :func:`rnnconvert.core.names.recognise` finds among the arrays named by their path, every
+        a Haiku parameter tree's cores by Haiku's equations (:mod:`rnnconvert.conventions.haiku_params`: LSTM
+        forget bias 1, GRU update gate inverted, VanillaRNN ReLU) when the pickle is one and no ``map`` is given;
+        otherwise the layers :func:`rnnconvert.core.names.recognise` finds among the arrays named by their path, every
         other array as a carried tensor; arrays holding a learned initial state (``h0``, ``c0``, ``init_h``,
         ``initial_state``, ...) are carried as tensors too and named in ``meta['notes']`` (no target format's
         layer takes them yet).
@@ -383,6 +401,12 @@ def read(path: str | Path, nonlinearity: str | None = None, map: Any = None) -> 
     """
     tree = load_tree(path)
     tensors = arrays(tree, path)
+    haiku = _haiku_tree(tree, tensors, cells) if map is None else None
+    if haiku is not None:  # hk.transform(f).init's {module: {param: array}}: Haiku's own equations
+        return haiku_params.read(haiku, str(path), "pickle", cells)
+    if cells is not None:
+        raise FormatError(f"{path}: cells= names Haiku cores, and this pickle is no Haiku parameter tree "
+                          "({module: {param: array}})")
     ckpt = names.recognise(tensors, str(path), "pickle", map=map, nonlinearity=nonlinearity or "tanh")
     meta, tensors, moved = dict(ckpt.meta), {}, []
     layer_names = {layer.name for layer in ckpt.layers}

@@ -8,4 +8,4 @@ from __future__ import annotations
 from ...engine.protocol import FormatSpec
 from . import pickle_read
 
-PICKLE = FormatSpec("pickle", read=pickle_read.read, read_options=("nonlinearity", "map"))
+PICKLE = FormatSpec("pickle", read=pickle_read.read, read_options=("nonlinearity", "map", "cells"))
