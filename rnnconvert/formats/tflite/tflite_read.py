@@ -43,11 +43,11 @@ from ...core import gates
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ...errors import DependencyError, FormatError, UnsupportedError, require
 from ...safety import budget
+from . import tflite_while
 
 LSTM_OP = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 #: ops that hold a recurrence rnnconvert does not read (refused, named)
 REFUSED_OPS = {
-    "WHILE": "a WHILE loop (TF's converter writes GRU, SimpleRNN and Keras 3 LSTM layers this way)",
     "BIDIRECTIONAL_SEQUENCE_LSTM": "the BIDIRECTIONAL_SEQUENCE_LSTM op",
     "UNIDIRECTIONAL_SEQUENCE_RNN": "the UNIDIRECTIONAL_SEQUENCE_RNN op",
     "BIDIRECTIONAL_SEQUENCE_RNN": "the BIDIRECTIONAL_SEQUENCE_RNN op",
@@ -330,20 +330,25 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
     sgs = flat.subgraphs()
     budget.check_count(p, "names", len(sgs), "subgraphs")
     per_sg = []
+    loop_sgs: set[int] = set()  # the cond and body subgraphs of WHILE ops (read by tflite_while)
     for s, sg in enumerate(sgs):
         budget.check_count(p, "names", sg.TensorsLength(), "tensors")
         ops = _ops(flat, sg)
-        for name, _, _, _ in ops:
+        for name, _, _, op in ops:
             if name in REFUSED_OPS:
                 sname = (sg.Name() or b"").decode("utf-8", "replace") or str(s)
                 raise UnsupportedError(f"{p}: subgraph '{sname}' holds {REFUSED_OPS[name]}; rnnconvert reads only "
-                                       f"the fused {LSTM_OP} op; refused (export a tf_keras LSTM, which the converter "
-                                       "fuses, or convert the Keras model itself)")
+                                       f"the fused {LSTM_OP} op and Keras cells in WHILE loops; refused (export a "
+                                       "tf_keras LSTM, which the converter fuses, or convert the Keras model itself)")
+            if name == "WHILE":
+                loop_sgs.update(tflite_while.subgraph_indices(flat, op))
         per_sg.append(ops)
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
     notes: list[str] = []
     for s, (sg, ops) in enumerate(zip(sgs, per_sg)):
+        if s in loop_sgs:
+            continue
         producers = {o: op for _, _, outs, op in ops for o in outs}
         pairs = _bidirectional_pairs(flat, sg, ops)
         made = {o: j for j, (_, _, outs, _) in enumerate(ops) for o in outs}
@@ -410,9 +415,37 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
                             "subgraph": s, "ops": [c[0] for c in chain], "time_major": chain[0][3]}))
             except ValueError as exc:
                 raise FormatError(f"{p}: {lname}: {exc}") from exc
+        _while_layers(flat, s, sg, ops, layers)
     if not layers:
-        raise FormatError(f"{p}: no {LSTM_OP} op in the model; nothing recurrent to read")
+        raise FormatError(f"{p}: no {LSTM_OP} op and no WHILE loop in the model; nothing recurrent to read")
     meta: dict[str, Any] = {"path": str(p), "tflite_version": int(flat.model.Version())}
     if notes:
         meta["notes"] = notes
     return Checkpoint(layers=layers, tensors=tensors, format="tflite", meta=meta)
+
+
+_KIND = {Cell.LSTM: "lstm", Cell.GRU: "gru", Cell.RNN_TANH: "simple_rnn", Cell.RNN_RELU: "simple_rnn"}
+
+
+def _while_layers(flat: Flat, s: int, sg: Any, ops: list, layers: list[RNNLayer]) -> None:
+    """Append the Keras cells of subgraph ``s``'s ``WHILE`` loops (:mod:`.tflite_while`) as layers
+    ``<gru|lstm|simple_rnn>_<k>`` (``k`` counts every layer read so far); a Bidirectional pair is one layer."""
+    loops = {j: tflite_while.read_loop(flat, s, sg, ops, j) for j, o in enumerate(ops) if o[0] == "WHILE"}
+    pairs = tflite_while.bidirectional_pairs(flat, sg, ops, loops)
+    for j, lp in loops.items():
+        if j in pairs:
+            continue
+        back = [loops[b] for b, f in pairs.items() if f == j]
+        lname = f"{_KIND[lp.cell]}_{len(layers)}"
+        sem = lp.semantics if not back else replace(lp.semantics, go_backwards=False)
+        try:
+            layers.append(RNNLayer(
+                name=lname, cell=lp.cell, input_size=lp.input_size, hidden_size=lp.hidden_size,
+                bidirectional=bool(back), semantics=sem, params=[[lp.params] + [b.params for b in back]],
+                return_sequences=lp.return_sequences,
+                source={"format": "tflite", "class_name": f"WHILE loop ({lp.cell.value} cell)"
+                        + (" x2 (Bidirectional)" if back else ""), "subgraph": s,
+                        "ops": [j] + [b.op for b in back], "body": [lp.body] + [b.body for b in back],
+                        "time_major": False}))
+        except ValueError as exc:
+            raise FormatError(f"{flat.path}: {lname}: {exc}") from exc
