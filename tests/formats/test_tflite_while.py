@@ -89,6 +89,31 @@ def test_to_pt_and_onnx_reproduce_the_interpreter(tmp_path, name):
     np.testing.assert_allclose(_last_if(y, orc["y"]), orc["y"], rtol=RTOL, atol=ATOL)
 
 
+def test_stacked_loops_to_pt_and_onnx(tmp_path):
+    """GRU(4) then SimpleRNN(5): the converter folds the TRANSPOSE pair between the loops, so the second loop reads
+    the first's time-major outputs; two layers, run one after the other in torch and onnxruntime."""
+    orc = _oracle("gru_stack")
+    assert [(la.name, la.cell.name) for la in api.load(TW / "gru_stack.tflite").layers] == \
+        [("gru_0", "GRU"), ("simple_rnn_1", "RNN_TANH")]
+    rep = api.convert(TW / "gru_stack.tflite", tmp_path / "out.pt")
+    assert rep.verification.verdict == "ok"
+    mods = api.torch_modules(tmp_path / "out.pt")
+    h = torch.from_numpy(orc["x"])
+    with torch.no_grad():
+        for name in ("gru_0", "simple_rnn_1"):
+            h = mods[name](h)[0]
+    np.testing.assert_allclose(h.numpy(), orc["y"], rtol=RTOL, atol=ATOL)
+    pytest.importorskip("onnxruntime")
+    from rnnconvert.runtimes import onnxruntime as ort_rt
+
+    rep = api.convert(TW / "gru_stack.tflite", tmp_path / "out.onnx")
+    assert rep.verification.verdict == "ok"
+    ck, y = api.load(tmp_path / "out.onnx"), orc["x"]
+    for name in ("gru_0", "simple_rnn_1"):
+        y = ort_rt.forward(tmp_path / "out.onnx", ck, name, y).astype(np.float32)
+    np.testing.assert_allclose(y, orc["y"], rtol=RTOL, atol=ATOL)
+
+
 @pytest.mark.parametrize("name, swap", [("gru_ra", "rz"), ("k3_gru", "rz"), ("k3_lstm", "if"), ("bigru", "zn")])
 def test_gate_order_trap(name, swap):
     """The trap: the body's SPLIT holds Keras' order (z r h, i f c o), not the canonical one; a port that took the

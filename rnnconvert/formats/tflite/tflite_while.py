@@ -72,8 +72,9 @@ class _N:
 class Loop:
     """One recognised ``WHILE`` recurrence: a direction's canonical parameters and where it sits in the graph.
 
-    ``x`` / ``out``: the main graph's tensors of the layer input ``(B, T, I)`` and of its output (after the
-    ``TRANSPOSE`` or ``STRIDED_SLICE``; ``-1`` when the outputs are used otherwise)."""
+    ``x`` / ``out``: the main graph's tensors of the layer input (``(B, T, I)`` before the ``TRANSPOSE``, or the
+    previous loop's time-major outputs) and of its output (after the ``TRANSPOSE`` or ``STRIDED_SLICE``; ``-1`` when
+    the outputs are used otherwise)."""
 
     cell: Cell
     params: DirectionParams
@@ -584,8 +585,9 @@ def _check_cond(flat, cond_sg, tag: str, roles: dict[int, str], T: int) -> None:
 
 
 def _sequence_input(main: _Body, t: int, where: str) -> tuple[int, bool]:
-    """The layer input behind the loop's sequence: ``TRANSPOSE(x, [1, 0, 2])``, reversed on axis 0 when
-    ``go_backwards``."""
+    """The layer input behind the loop's sequence, reversed on axis 0 when ``go_backwards``: ``x`` of
+    ``TRANSPOSE(x, [1, 0, 2])``, or the time-major output sequence of the ``WHILE`` loop before it (the converter
+    folds the ``TRANSPOSE`` pair between two stacked loops)."""
     backwards = False
     k = main.made.get(t, -1)
     if k >= 0 and main.ops[k][0] == "REVERSE_V2":
@@ -595,10 +597,13 @@ def _sequence_input(main: _Body, t: int, where: str) -> tuple[int, bool]:
                                    "refused")
         backwards, t = True, main.ops[k][1][0]
         k = main.made.get(t, -1)
+    if k >= 0 and main.ops[k][0] == "WHILE" and len(main.shape(t)) == 3:
+        return t, backwards
     if k < 0 or main.ops[k][0] != "TRANSPOSE" or main.const(main.ops[k][1][1]) is None \
             or main.const(main.ops[k][1][1]).tolist() != [1, 0, 2]:
-        raise UnsupportedError(f"{main.flat.path}: {where}: the sequence is not TRANSPOSE(x, [1, 0, 2]) of a (batch, "
-                               "time, features) input (a time-major layer?); refused")
+        raise UnsupportedError(f"{main.flat.path}: {where}: the sequence is neither TRANSPOSE(x, [1, 0, 2]) of a "
+                               "(batch, time, features) input nor a loop's output sequence (a time-major layer?); "
+                               "refused")
     return main.ops[k][1][0], backwards
 
 
