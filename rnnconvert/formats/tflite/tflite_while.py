@@ -221,10 +221,12 @@ class _Body:
             if a.kind == "aff" and b.kind == "aff":
                 if set(a.terms) & set(b.terms) or set(a.bias) & set(b.bias):
                     raise self.refuse(j, "adds two matmuls of the same value")
+                if _width(a) != _width(b):
+                    raise self.refuse(j, f"adds {_width(a)} columns to {_width(b)}")
                 n = _N("aff", (), j, a.terms | b.terms, a.bias | b.bias)
             elif a.kind == "aff" and b.kind == "const":
                 v = b.value
-                width = next(iter(a.terms.values())).shape[0]
+                width = _width(a)
                 if v.dtype != np.float32 or v.reshape(-1).shape != (width,) or v.ndim > 2 or None in a.bias:
                     raise self.refuse(j, "adds a constant that is not one float32 bias vector")
                 n = _N("aff", (), j, a.terms, a.bias | {None: v.reshape(-1)})
@@ -240,8 +242,9 @@ class _Body:
             return [self._fused(j, op, "MulOptions", _N("mul", (a, b), j))]
         if name == "SUB":
             a, b = ev(0), ev(1)
-            if a.kind != "const" or a.value.dtype != np.float32 or not np.all(a.value == 1.0) or a.value.size > 1 \
-                    and a.value.size != int(np.prod(self.shape(outs[0]) or (1,))) or b.kind == "const":
+            ones = a.kind == "const" and a.value.dtype == np.float32 and bool(np.all(a.value == 1.0)) \
+                and (a.value.size == 1 or a.value.shape == self.shape(outs[0]))
+            if not ones or b.kind == "const":
                 raise self.refuse(j, "is not 1 - z")
             return [self._fused(j, op, "SubOptions", _N("one_minus", (b,), j))]
         if name in ("LOGISTIC", "TANH", "RELU"):
@@ -255,7 +258,7 @@ class _Body:
             axis = self.const(ins[axis_k])
             if a.kind != "aff" or axis is None or axis.size != 1 or int(axis.reshape(-1)[0]) not in (-1, 1):
                 raise self.refuse(j, "is not a split of a matmul's output along its last axis")
-            width = next(iter(a.terms.values())).shape[0]
+            width = _width(a)
             if name == "SPLIT":
                 if width % len(outs):
                     raise self.refuse(j, f"splits {width} columns in {len(outs)}")
@@ -282,7 +285,7 @@ class _Body:
                     or np.any(s != 1) or o.EllipsisMask() or o.NewAxisMask() or o.ShrinkAxisMask() \
                     or getattr(o, "Offset", lambda: False)() or not (o.BeginMask() & 1 and o.EndMask() & 1):
                 raise self.refuse(j, "is not a constant slice of a matmul's columns")
-            width = next(iter(a.terms.values())).shape[0]
+            width = _width(a)
             lo = 0 if o.BeginMask() & 2 else int(b[1])
             hi = width if o.EndMask() & 2 else int(e[1])
             lo, hi = (lo + width if lo < 0 else lo), (hi + width if hi < 0 else hi)
@@ -295,6 +298,11 @@ class _Body:
     def _rows(a: _N, lo: int, hi: int, j: int) -> _N:
         return _N("aff", (), j, {k: v[lo:hi] for k, v in a.terms.items()},
                   {k: v[lo:hi] for k, v in a.bias.items()})
+
+
+def _width(a: _N) -> int:
+    """Output columns of an affine node."""
+    return next(iter(a.terms.values())).shape[0]
 
 
 def _pair(n: _N, kind: str, test) -> tuple[_N, _N] | None:
