@@ -18,9 +18,11 @@ the flatbuffer is parsed with the ``tflite`` package's generated schema, no inte
 * TF 2.21's converter writes a Keras ``Bidirectional(LSTM)`` as the forward op on ``X`` and
   ``REVERSE_V2(X, time axis) -> LSTM -> REVERSE_V2 -> CONCATENATION([forward, backward], last axis)``: that
   pattern is read as one bidirectional layer (``merge_mode='concat'``); every other op stands alone.
-* GRU, SimpleRNN and Keras 3 LSTM layers come out of the converter as a ``WHILE`` loop whose body subgraph
-  holds the cell's ops: refused, naming the op (so are ``BIDIRECTIONAL_SEQUENCE_LSTM``, the sequence RNN ops,
-  the single-step ``LSTM`` op, ``SVDF``).
+* GRU, SimpleRNN and Keras 3 LSTM/GRU layers come out of the converter as a ``WHILE`` loop whose body subgraph
+  holds the cell's ops: read by :mod:`.tflite_while`, which recognises the cell in the body exactly or refuses,
+  naming the op and the subgraph (layers ``gru_<k>``, ``simple_rnn_<k>``, ``lstm_<k>``; ``k`` counts every layer
+  read). Refused, naming the op: ``BIDIRECTIONAL_SEQUENCE_LSTM``, the sequence RNN ops, the single-step ``LSTM``
+  op, ``SVDF``.
 
 Refused with one line (:class:`~rnnconvert.errors.UnsupportedError`): a coupled input-forget gate (CIFG, no input
 gate weights), a non-zero projection bias (no format rnnconvert writes has one: PyTorch's ``proj_size`` and
@@ -305,12 +307,14 @@ def read(path: str | Path, cell_clip: Any = None) -> Checkpoint:
             TFLite model computes while ``|c| < cell_clip`` (a note says so).
 
     Returns:
-        one layer per op (``lstm_0``, ``lstm_1``, ... in op order; a Bidirectional pair is one layer),
-        canonical gate order i f g o, ``out_in``; float32 (or float16) weights bit-exact.
+        one layer per op (``lstm_0``, ``lstm_1``, ... in op order; a Bidirectional pair is one layer), canonical
+        gate order i f g o, ``out_in``; float32 (or float16) weights bit-exact; then per subgraph the Keras cells
+        of its ``WHILE`` loops (:mod:`.tflite_while`: LSTM i f g o, GRU r z n, simple RNN; float32 bit-exact).
 
     Raises:
-        FormatError: not a ``.tflite`` flatbuffer, damaged, no LSTM op. UnsupportedError: a refused op or
-        feature (module docstring), named. DependencyError: the ``tflite`` schema package is missing.
+        FormatError: not a ``.tflite`` flatbuffer, damaged, no LSTM op and no ``WHILE`` loop. UnsupportedError: a
+        refused op or feature (module docstring), or a loop body that is not exactly a Keras cell, named.
+        DependencyError: the ``tflite`` schema package is missing.
     """
     p = Path(path)
     budget.regular_source(p, dirs=False)
