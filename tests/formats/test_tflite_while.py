@@ -33,8 +33,11 @@ CASES = {
     "gru_rb": ("gru_0", "GRU", False, False, False, False),
     "rnn_tanh": ("simple_rnn_0", "RNN_TANH", True, False, False, True),
     "rnn_relu": ("simple_rnn_0", "RNN_RELU", True, False, False, True),
+    "rnn_linear": ("simple_rnn_0", "RNN_TANH", True, False, False, False),
     "gru_back_last": ("gru_0", "GRU", True, True, False, False),
     "bigru": ("gru_0", "GRU", True, False, True, True),
+    "bigru_last": ("gru_0", "GRU", True, False, True, True),
+    "k3_bilstm": ("lstm_0", "LSTM", True, False, True, True),
     "k3_lstm": ("lstm_0", "LSTM", True, False, False, True),
     "k3_gru": ("gru_0", "GRU", True, False, False, True),
 }
@@ -44,9 +47,15 @@ def _oracle(name: str):
     return np.load(TW / f"{name}.oracle.npz")
 
 
-def _last_if(y: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """The last processed step when the Keras layer returned only that (return_sequences=False)."""
-    return y[:, -1] if want.ndim == 2 and y.ndim == 3 else y
+def _last_if(y: np.ndarray, want: np.ndarray, bidirectional: bool = False) -> np.ndarray:
+    """The last processed step when the Keras layer returned only that (return_sequences=False): for a
+    bidirectional layer the forward direction's at the last time step and the backward one's at the first."""
+    if want.ndim == 2 and y.ndim == 3:
+        if bidirectional:
+            H = y.shape[2] // 2
+            return np.concatenate([y[:, -1, :H], y[:, 0, H:]], axis=1)
+        return y[:, -1]
+    return y
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -63,10 +72,10 @@ def test_cell_recognised(name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_to_pt_and_onnx_reproduce_the_interpreter(tmp_path, name):
     """.pt (torch runs it) and .onnx (onnxruntime runs it) reproduce tf.lite.Interpreter on the file; the
-    verification run by default says ok. Layers torch cannot hold (reset before, go_backwards) are refused for .pt,
-    naming the feature."""
+    verification run by default says ok. Layers torch cannot hold (reset before, go_backwards, a linear SimpleRNN)
+    are refused for .pt, naming the feature."""
     orc = _oracle(name)
-    lname, cell, _, _, _, pt_ok = CASES[name]
+    lname, cell, _, _, bi, pt_ok = CASES[name]
     if pt_ok:
         rep = api.convert(TW / f"{name}.tflite", tmp_path / "out.pt")
         assert rep.verification.verdict == "ok"
@@ -75,9 +84,9 @@ def test_to_pt_and_onnx_reproduce_the_interpreter(tmp_path, name):
         mod = api.torch_modules(tmp_path / "out.pt", **opts)[lname]
         with torch.no_grad():
             y = mod(torch.from_numpy(orc["x"]))[0].numpy()
-        np.testing.assert_allclose(_last_if(y, orc["y"]), orc["y"], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(_last_if(y, orc["y"], bi), orc["y"], rtol=RTOL, atol=ATOL)
     else:
-        with pytest.raises(UnsupportedError, match="reset_after=False|go_backwards=True"):
+        with pytest.raises(UnsupportedError, match="reset_after=False|go_backwards=True|linear"):
             api.convert(TW / f"{name}.tflite", tmp_path / "out.pt")
         assert not (tmp_path / "out.pt").exists()
     pytest.importorskip("onnxruntime")
@@ -86,7 +95,7 @@ def test_to_pt_and_onnx_reproduce_the_interpreter(tmp_path, name):
     rep = api.convert(TW / f"{name}.tflite", tmp_path / "out.onnx")
     assert rep.verification.verdict == "ok"
     y = ort_rt.forward(tmp_path / "out.onnx", api.load(tmp_path / "out.onnx"), lname, orc["x"])
-    np.testing.assert_allclose(_last_if(y, orc["y"]), orc["y"], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(_last_if(y, orc["y"], bi), orc["y"], rtol=RTOL, atol=ATOL)
 
 
 def test_stacked_loops_to_pt_and_onnx(tmp_path):

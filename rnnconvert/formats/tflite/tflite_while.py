@@ -25,7 +25,7 @@ affine maps (or of a constant vector) is one affine map, each bias kept with the
 expression, which must be exactly one of (gates identified by their place in the equations, never by the split
 order; canonical order ``core/gates.CANONICAL``):
 
-* SimpleRNN: ``h' = act(W x + b + U h)``, act tanh or relu;
+* SimpleRNN: ``h' = act(W x + b + U h)``, act tanh, relu or none (linear);
 * LSTM: ``c' = f * c + i * tanh(g)``, ``h' = o * tanh(c')``, i f o = ``LOGISTIC``;
 * GRU, reset after the matmul (Keras 2 ``reset_after=True``, Keras 3): ``h' = z * h + (1 - z) *
   tanh(W_n x + b_in + r * (U_n h + b_hn))``;
@@ -130,10 +130,10 @@ class _Body:
         self.seen: set[int] = set()
 
     def refuse(self, j: int, why: str) -> UnsupportedError:
-        name = self.ops[j][0] if 0 <= j < len(self.ops) else "?"
-        return UnsupportedError(f"{self.flat.path}: {self.tag}: op {j} ({name}) {why}; rnnconvert reads a WHILE loop "
-                                "only when its body is exactly a Keras SimpleRNN, GRU or LSTM cell; refused (convert "
-                                "the Keras model itself)")
+        where = f"op {j} ({self.ops[j][0]}) " if 0 <= j < len(self.ops) else ""
+        return UnsupportedError(f"{self.flat.path}: {self.tag}: {where}{why}; rnnconvert reads a WHILE loop only when "
+                                "its body is exactly a Keras SimpleRNN, GRU or LSTM cell; refused (convert the Keras "
+                                "model itself)")
 
     def const(self, t: int) -> np.ndarray | None:
         if not 0 <= t < self.sg.TensorsLength() or t in self.made or t in self.memo:
@@ -372,6 +372,9 @@ def _cell(outs: dict[int, _N], x: _N, states: list[_N]):
     if hn.kind in ("tanh", "relu"):
         return (Cell.RNN_TANH if hn.kind == "tanh" else Cell.RNN_RELU,
                 {"h": _gate(hn, hn.kind, x, h, "the SimpleRNN step")}, hn.kind, True, h.var)
+    if hn.kind == "aff":  # SimpleRNN(activation=None): linear (Cell.RNN_TANH with activation 'linear', as Keras')
+        (wx, wh), (bx, bh) = _lin(hn, (x, h), "the SimpleRNN step")
+        return Cell.RNN_TANH, {"h": (wx, wh, bx, bh)}, "linear", True, h.var
     if hn.kind != "add":
         raise _NoMatch(hn, "h' is neither act(W x + U h + b) nor z * h + (1 - z) * n")
     zh = [a for a in hn.args if a.kind == "mul" and h in a.args]
@@ -428,7 +431,7 @@ def read_loop(flat, s: int, sg, ops: list, j: int) -> Loop:
     gathers = [k for k, o in enumerate(body.ops) if o[0] == "GATHER"]
     if len(gathers) != 1:
         raise body.refuse(gathers[1] if gathers else -1, "reads a second sequence (a mask?)" if gathers else
-                          "(no GATHER: no step input)")
+                          "no GATHER reads a step of the sequence")
     g_ins = body.ops[gathers[0]][1]
     if len(g_ins) != 2 or g_ins[0] not in b_in or g_ins[1] not in b_in:
         raise body.refuse(gathers[0], "does not read a loop variable at a loop variable")
@@ -630,11 +633,21 @@ def _output(main: _Body, acc_out: int, rs: bool) -> int:
 
 def bidirectional_pairs(flat, sg, ops: list, loops: dict[int, Loop]) -> dict[int, int]:
     """``{backward WHILE op: forward WHILE op}`` for Keras ``Bidirectional``: the backward loop (``go_backwards``)
-    on the same input, its output ``REVERSE_V2`` on axis 1, then ``CONCATENATION([forward, backward], -1)``."""
+    on the same input, its output ``REVERSE_V2`` on axis 1, then ``CONCATENATION([forward, backward], -1)``; with
+    ``return_sequences=False`` the two last outputs concatenated (no ``REVERSE_V2``). Same cell and sizes."""
     main = _Body(flat, sg, "", {})
     pairs = {}
     for b, lb in loops.items():
-        if not lb.semantics.go_backwards or not lb.return_sequences or lb.out < 0:
+        if not lb.semantics.go_backwards or lb.out < 0:
+            continue
+        if not lb.return_sequences:  # last outputs: CONCATENATION([forward last, backward last], -1)
+            cats = [k for k, o in enumerate(ops) if o[0] == "CONCATENATION" and lb.out in o[1]]
+            fwd = [f for f, lf in loops.items() if not lf.semantics.go_backwards and not lf.return_sequences
+                   and lf.x == lb.x and len(cats) == 1 and ops[cats[0]][1] == [lf.out, lb.out]]
+            o = _options(flat, ops[cats[0]][3], "ConcatenationOptions") if len(cats) == 1 else None
+            if len(fwd) == 1 and o is not None and o.Axis() in (-1, 1) and not o.FusedActivationFunction() \
+                    and _same_cell(loops[fwd[0]], lb):
+                pairs[b] = fwd[0]
             continue
         users = [k for k, o in enumerate(ops) if lb.out in o[1]]
         if len(users) != 1 or ops[users[0]][0] != "REVERSE_V2":
@@ -652,12 +665,14 @@ def bidirectional_pairs(flat, sg, ops: list, loops: dict[int, Loop]) -> dict[int
                and lf.x == lb.x and c_ins == [lf.out, rev]]
         if len(fwd) != 1 or o is None or o.Axis() not in (-1, 2) or o.FusedActivationFunction():
             continue
-        lf = loops[fwd[0]]
-        if (lf.cell, lf.semantics.activation, lf.semantics.reset_after, lf.hidden_size) != \
-                (lb.cell, lb.semantics.activation, lb.semantics.reset_after, lb.hidden_size):
-            continue
-        pairs[b] = fwd[0]
+        if _same_cell(loops[fwd[0]], lb):
+            pairs[b] = fwd[0]
     return pairs
+
+
+def _same_cell(a: Loop, b: Loop) -> bool:
+    return (a.cell, a.semantics.activation, a.semantics.reset_after, a.hidden_size, a.input_size) == \
+        (b.cell, b.semantics.activation, b.semantics.reset_after, b.hidden_size, b.input_size)
 
 
 def concat_output(ops: list, loop: Loop) -> int:
