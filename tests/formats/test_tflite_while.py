@@ -39,6 +39,7 @@ CASES = {
     "bigru_last": ("gru_0", "GRU", True, False, True, True),
     "k3_bilstm": ("lstm_0", "LSTM", True, False, True, True),
     "k3_lstm": ("lstm_0", "LSTM", True, False, False, True),
+    "k3_lstm_bmm": ("lstm_0", "LSTM", True, False, False, True),
     "k3_gru": ("gru_0", "GRU", True, False, False, True),
 }
 
@@ -226,3 +227,10 @@ def test_edited_bodies_compute_another_function(name):
     """Why guessing is wrong: the interpreter's outputs of the edited files are not the Keras GRU's."""
     orc = _oracle(name)
     assert np.max(np.abs(orc["y"] - orc["keras"])) > 0.1
+
+
+def test_weights_in_resource_variables_refused():
+    """A Keras 3 model converted through from_concrete_functions keeps its weights in resource variables: the body
+    reads them with READ_VARIABLE, which is refused by name."""
+    with pytest.raises(UnsupportedError, match=r"op 3 \(READ_VARIABLE\) is not an op of a Keras recurrent cell"):
+        api.load(TW / "k3_lstm_vars.tflite")

@@ -198,7 +198,9 @@ class _Body:
                 raise self.refuse(j, "has fewer than two inputs")
             a = ev(0)
             w = self.const(ins[1])
-            if a.kind in ("const", "aff", "seq", "acc", "t", "iter") or w is None or w.ndim != 2 \
+            if w is None and ins[1] in self.made:
+                ev(1)  # a computed right side: refused naming the op that computes it (READ_VARIABLE...)
+            if a.kind in ("const", "aff", "seq", "acc", "t", "iter", "pass") or w is None or w.ndim != 2 \
                     or w.dtype != np.float32:
                 raise self.refuse(j, "is not a float32 matmul of the step's values by a constant matrix")
             if name == "FULLY_CONNECTED":
@@ -455,7 +457,9 @@ def read_loop(flat, s: int, sg, ops: list, j: int) -> Loop:
         if v in roles:
             continue
         shp = main.shape(w_ins[v])
-        if shp == () and body.shape(b_in[v]) == ():
+        if b_out[v] == b_in[v]:  # passed through unchanged (a resource handle...): no op of the cell may read it
+            roles[v] = "pass"
+        elif shp == () and body.shape(b_in[v]) == ():
             bk.add(step(v))
             roles[v] = "iter"
         elif len(shp) == 3:
@@ -475,7 +479,7 @@ def read_loop(flat, s: int, sg, ops: list, j: int) -> Loop:
     body.memo[b_in[seq_v]] = _N("seq")
     body.memo[b_in[t_v]] = _N("t")
     for v, r in roles.items():
-        if r in ("iter", "acc"):
+        if r in ("iter", "acc", "pass"):
             body.memo[b_in[v]] = _N(r, var=v)
     if b_out[t_v] in body.made:
         body.memo[b_out[t_v]] = _N("t+1", op=body.made[b_out[t_v]])
