@@ -492,10 +492,15 @@ def read_loop(flat, s: int, sg, ops: list, j: int) -> Loop:
     except _NoMatch as exc:
         raise body.refuse(exc.node.op, f"does not fit a Keras cell ({exc.why})") from None
     # the outputs' update
-    acc_v = next(v for v, r in roles.items() if r == "acc")
+    acc_v = next((v for v, r in roles.items() if r == "acc"), None)
+    if acc_v is None:
+        raise UnsupportedError(f"{p}: {tag}: no loop variable collects the outputs; refused")
     T = main.shape(w_ins[seq_v])[0] if len(main.shape(w_ins[seq_v])) == 3 else -1
     B, H = main.shape(w_ins[hv])
     rs = _acc_update(body, b_in, b_out, acc_v, t_v, hv, (B, H), bk)
+    if main.shape(w_ins[acc_v]) != ((T, B, H) if rs else (1, B, H)):
+        raise UnsupportedError(f"{p}: {tag}: the outputs (loop variable {acc_v}) have shape "
+                               f"{main.shape(w_ins[acc_v])}, not {(T, B, H) if rs else (1, B, H)}; refused")
     extra = [k for k in range(len(body.ops)) if k not in body.seen and k not in bk]
     if extra:
         raise body.refuse(extra[0], "is not part of the cell or the loop's bookkeeping (no loop output uses it)")
@@ -624,9 +629,8 @@ def _sequence_input(main: _Body, t: int, where: str) -> tuple[int, bool]:
 
 def _output(main: _Body, acc_out: int, rs: bool) -> int:
     users = [k for k, o in enumerate(main.ops) if acc_out in o[1]]
-    if len(users) != 1:
+    if len(users) != 1:  # the loop's outputs used otherwise: the layer is still read, its output not matched
         return -1
-        # (the loop's outputs used otherwise: the layer is still read; its output is not matched)
     name, ins, outs, _ = main.ops[users[0]]
     if rs and name == "TRANSPOSE" and main.const(ins[1]) is not None and main.const(ins[1]).tolist() == [1, 0, 2]:
         return outs[0]
@@ -678,7 +682,3 @@ def _same_cell(a: Loop, b: Loop) -> bool:
     return (a.cell, a.semantics.activation, a.semantics.reset_after, a.hidden_size, a.input_size) == \
         (b.cell, b.semantics.activation, b.semantics.reset_after, b.hidden_size, b.input_size)
 
-
-def concat_output(ops: list, loop: Loop) -> int:
-    """The ``CONCATENATION`` output ending a Bidirectional pair whose forward loop is ``loop``."""
-    return next((o[2][0] for o in ops if o[0] == "CONCATENATION" and o[1] and o[1][0] == loop.out), -1)
