@@ -35,7 +35,8 @@ Anything else -- an op outside these, an op no output depends on, a fused activa
 second sequence (a Keras mask: ``SELECT_V2``), weights in resource variables (``READ_VARIABLE``), a gate
 activation other than ``LOGISTIC`` (Keras ``hard_sigmoid`` is ``MUL``/``ADD``/``MINIMUM``/``RELU``), a non-zero
 or non-constant initial state -- raises :class:`~rnnconvert.errors.UnsupportedError` naming the op and the
-subgraph. Weights are float32 constants, taken bit-exact (rows of the ``(out, in)`` matrices).
+subgraph. Weights are float32 constants, taken bit-exact (rows of the ``(out, in)`` matrices), or float16 constants
+behind ``DEQUANTIZE`` (the converter's float16 quantisation), read as the float32 values the op computes (exact).
 """
 
 from __future__ import annotations
@@ -136,8 +137,22 @@ class _Body:
                                 "model itself)")
 
     def const(self, t: int) -> np.ndarray | None:
-        if not 0 <= t < self.sg.TensorsLength() or t in self.made or t in self.memo:
+        """Constant tensor ``t`` (float32, int32/int64), or None when it is computed or a loop variable; a
+        ``DEQUANTIZE`` of a float16 constant (the converter's float16 quantisation) is that constant widened to
+        float32 -- exactly what the op computes -- and the op counts as read."""
+        if not 0 <= t < self.sg.TensorsLength() or t in self.memo:
             return None
+        if t in self.made:
+            j = self.made[t]
+            name, ins, _, _ = self.ops[j]
+            if name != "DEQUANTIZE" or len(ins) != 1 or not 0 <= ins[0] < self.sg.TensorsLength() \
+                    or ins[0] in self.made or self.sg.Tensors(ins[0]).Type() != 1:
+                return None
+            a = self.flat.array(self.sg, ins[0], f"tensor {ins[0]}")
+            if a is None:
+                return None
+            self.seen.add(j)
+            return a.astype(np.float32)
         tt = self.sg.Tensors(t)
         raw = self.flat.data(tt)
         if not raw:
@@ -160,14 +175,14 @@ class _Body:
             return self.memo[t]
         if depth > 200:
             raise FormatError(f"{self.flat.path}: {self.tag}: the loop body nests deeper than 200 ops")
-        if t not in self.made:
-            c = self.const(t)
-            if c is None:
-                raise FormatError(f"{self.flat.path}: {self.tag}: tensor {t} is neither computed, a loop variable "
-                                  "nor a constant")
+        c = self.const(t)
+        if c is not None:
             n = _N("const", value=c)
             self.memo[t] = n
             return n
+        if t not in self.made:
+            raise FormatError(f"{self.flat.path}: {self.tag}: tensor {t} is neither computed, a loop variable nor a "
+                              "constant")
         j = self.made[t]
         name, ins, outs, op = self.ops[j]
         self.seen.add(j)
