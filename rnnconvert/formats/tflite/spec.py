@@ -1,7 +1,8 @@
 """The TensorFlow Lite / LiteRT family's record: ``.tflite`` flatbuffers whose fused
-``UNIDIRECTIONAL_SEQUENCE_LSTM`` ops are read by :mod:`.tflite_read` (the ``tflite`` schema package, no
-interpreter) and written by :mod:`.tflite_write`; a written file is run by the ``tflite`` runtime
-(:mod:`rnnconvert.runtimes.tflite`: ``tf.lite.Interpreter``), which opens the file itself (no ``load``)."""
+``UNIDIRECTIONAL_SEQUENCE_LSTM`` ops and the Keras cells in ``WHILE`` loops are read by :mod:`.tflite_read`
+and :mod:`.tflite_while` (the ``tflite`` schema package, no interpreter) and written by :mod:`.tflite_write`; a
+written file is run by the ``tflite`` runtime (:mod:`rnnconvert.runtimes.tflite`: ``tf.lite.Interpreter``), which
+opens the file itself (no ``load``)."""
 
 from __future__ import annotations
 

@@ -18,9 +18,11 @@ the flatbuffer is parsed with the ``tflite`` package's generated schema, no inte
 * TF 2.21's converter writes a Keras ``Bidirectional(LSTM)`` as the forward op on ``X`` and
   ``REVERSE_V2(X, time axis) -> LSTM -> REVERSE_V2 -> CONCATENATION([forward, backward], last axis)``: that
   pattern is read as one bidirectional layer (``merge_mode='concat'``); every other op stands alone.
-* GRU, SimpleRNN and Keras 3 LSTM layers come out of the converter as a ``WHILE`` loop whose body subgraph
-  holds the cell's ops: refused, naming the op (so are ``BIDIRECTIONAL_SEQUENCE_LSTM``, the sequence RNN ops,
-  the single-step ``LSTM`` op, ``SVDF``).
+* GRU, SimpleRNN and Keras 3 LSTM/GRU layers come out of the converter as a ``WHILE`` loop whose body subgraph
+  holds the cell's ops: read by :mod:`.tflite_while`, which recognises the cell in the body exactly or refuses,
+  naming the op and the subgraph (layers ``gru_<k>``, ``simple_rnn_<k>``, ``lstm_<k>``; ``k`` counts every layer
+  read). Refused, naming the op: ``BIDIRECTIONAL_SEQUENCE_LSTM``, the sequence RNN ops, the single-step ``LSTM``
+  op, ``SVDF``.
 
 Refused with one line (:class:`~rnnconvert.errors.UnsupportedError`): a coupled input-forget gate (CIFG, no input
 gate weights), a non-zero projection bias (no format rnnconvert writes has one: PyTorch's ``proj_size`` and
@@ -43,11 +45,11 @@ from ...core import gates
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ...errors import DependencyError, FormatError, UnsupportedError, require
 from ...safety import budget
+from . import tflite_while
 
 LSTM_OP = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 #: ops that hold a recurrence rnnconvert does not read (refused, named)
 REFUSED_OPS = {
-    "WHILE": "a WHILE loop (TF's converter writes GRU, SimpleRNN and Keras 3 LSTM layers this way)",
     "BIDIRECTIONAL_SEQUENCE_LSTM": "the BIDIRECTIONAL_SEQUENCE_LSTM op",
     "UNIDIRECTIONAL_SEQUENCE_RNN": "the UNIDIRECTIONAL_SEQUENCE_RNN op",
     "BIDIRECTIONAL_SEQUENCE_RNN": "the BIDIRECTIONAL_SEQUENCE_RNN op",
@@ -305,12 +307,14 @@ def read(path: str | Path, cell_clip: Any = None) -> Checkpoint:
             TFLite model computes while ``|c| < cell_clip`` (a note says so).
 
     Returns:
-        one layer per op (``lstm_0``, ``lstm_1``, ... in op order; a Bidirectional pair is one layer),
-        canonical gate order i f g o, ``out_in``; float32 (or float16) weights bit-exact.
+        one layer per op (``lstm_0``, ``lstm_1``, ... in op order; a Bidirectional pair is one layer), canonical
+        gate order i f g o, ``out_in``; float32 (or float16) weights bit-exact; then per subgraph the Keras cells
+        of its ``WHILE`` loops (:mod:`.tflite_while`: LSTM i f g o, GRU r z n, simple RNN; float32 bit-exact).
 
     Raises:
-        FormatError: not a ``.tflite`` flatbuffer, damaged, no LSTM op. UnsupportedError: a refused op or
-        feature (module docstring), named. DependencyError: the ``tflite`` schema package is missing.
+        FormatError: not a ``.tflite`` flatbuffer, damaged, no LSTM op and no ``WHILE`` loop. UnsupportedError: a
+        refused op or feature (module docstring), or a loop body that is not exactly a Keras cell, named.
+        DependencyError: the ``tflite`` schema package is missing.
     """
     p = Path(path)
     budget.regular_source(p, dirs=False)
@@ -330,20 +334,25 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
     sgs = flat.subgraphs()
     budget.check_count(p, "names", len(sgs), "subgraphs")
     per_sg = []
+    loop_sgs: set[int] = set()  # the cond and body subgraphs of WHILE ops (read by tflite_while)
     for s, sg in enumerate(sgs):
         budget.check_count(p, "names", sg.TensorsLength(), "tensors")
         ops = _ops(flat, sg)
-        for name, _, _, _ in ops:
+        for name, _, _, op in ops:
             if name in REFUSED_OPS:
                 sname = (sg.Name() or b"").decode("utf-8", "replace") or str(s)
                 raise UnsupportedError(f"{p}: subgraph '{sname}' holds {REFUSED_OPS[name]}; rnnconvert reads only "
-                                       f"the fused {LSTM_OP} op; refused (export a tf_keras LSTM, which the converter "
-                                       "fuses, or convert the Keras model itself)")
+                                       f"the fused {LSTM_OP} op and Keras cells in WHILE loops; refused (export a "
+                                       "tf_keras LSTM, which the converter fuses, or convert the Keras model itself)")
+            if name == "WHILE":
+                loop_sgs.update(tflite_while.subgraph_indices(flat, op))
         per_sg.append(ops)
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
     notes: list[str] = []
     for s, (sg, ops) in enumerate(zip(sgs, per_sg)):
+        if s in loop_sgs:
+            continue
         producers = {o: op for _, _, outs, op in ops for o in outs}
         pairs = _bidirectional_pairs(flat, sg, ops)
         made = {o: j for j, (_, _, outs, _) in enumerate(ops) for o in outs}
@@ -410,9 +419,37 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
                             "subgraph": s, "ops": [c[0] for c in chain], "time_major": chain[0][3]}))
             except ValueError as exc:
                 raise FormatError(f"{p}: {lname}: {exc}") from exc
+        _while_layers(flat, s, sg, ops, layers)
     if not layers:
-        raise FormatError(f"{p}: no {LSTM_OP} op in the model; nothing recurrent to read")
+        raise FormatError(f"{p}: no {LSTM_OP} op and no WHILE loop in the model; nothing recurrent to read")
     meta: dict[str, Any] = {"path": str(p), "tflite_version": int(flat.model.Version())}
     if notes:
         meta["notes"] = notes
     return Checkpoint(layers=layers, tensors=tensors, format="tflite", meta=meta)
+
+
+_KIND = {Cell.LSTM: "lstm", Cell.GRU: "gru", Cell.RNN_TANH: "simple_rnn", Cell.RNN_RELU: "simple_rnn"}
+
+
+def _while_layers(flat: Flat, s: int, sg: Any, ops: list, layers: list[RNNLayer]) -> None:
+    """Append the Keras cells of subgraph ``s``'s ``WHILE`` loops (:mod:`.tflite_while`) as layers
+    ``<gru|lstm|simple_rnn>_<k>`` (``k`` counts every layer read so far); a Bidirectional pair is one layer."""
+    loops = {j: tflite_while.read_loop(flat, s, sg, ops, j) for j, o in enumerate(ops) if o[0] == "WHILE"}
+    pairs = tflite_while.bidirectional_pairs(flat, sg, ops, loops)
+    for j, lp in loops.items():
+        if j in pairs:
+            continue
+        back = [loops[b] for b, f in pairs.items() if f == j]
+        lname = f"{_KIND[lp.cell]}_{len(layers)}"
+        sem = lp.semantics if not back else replace(lp.semantics, go_backwards=False)
+        try:
+            layers.append(RNNLayer(
+                name=lname, cell=lp.cell, input_size=lp.input_size, hidden_size=lp.hidden_size,
+                bidirectional=bool(back), semantics=sem, params=[[lp.params] + [b.params for b in back]],
+                return_sequences=lp.return_sequences,
+                source={"format": "tflite", "class_name": f"WHILE loop ({lp.cell.value} cell)"
+                        + (" x2 (Bidirectional)" if back else ""), "subgraph": s,
+                        "ops": [j] + [b.op for b in back], "body": [lp.body] + [b.body for b in back],
+                        "time_major": False}))
+        except ValueError as exc:
+            raise FormatError(f"{flat.path}: {lname}: {exc}") from exc
