@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_large import drop_caches  # noqa: E402
+
 WRAP = r"""
 import os, resource, subprocess, sys, time
 cpus = os.environ.pop("BENCH_CPUS", "")
@@ -36,15 +39,6 @@ ru = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(repr({"rc": r.returncode, "wall": wall, "rss": ru.ru_maxrss * 1024, "cpu": ru.ru_utime + ru.ru_stime,
             "out": r.stdout[-3000:], "err": r.stderr[-3000:]}))
 """
-
-
-def drop_caches() -> bool:
-    try:
-        subprocess.run(["sync"], check=True)
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return True
-    except OSError:
-        return False
 
 
 CACHE = {"cold": False}

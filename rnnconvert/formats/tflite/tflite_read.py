@@ -164,17 +164,6 @@ class Flat:
         return a
 
 
-def _ops(flat: Flat, sg: Any) -> list[tuple[str, list[int], list[int], Any]]:
-    budget.check_count(flat.path, "graph_nodes", sg.OperatorsLength(), "operators")
-    out = []
-    for j in range(sg.OperatorsLength()):
-        op = sg.Operators(j)
-        ins = [int(v) for v in op.InputsAsNumpy()] if op.InputsLength() else []
-        outs = [int(v) for v in op.OutputsAsNumpy()] if op.OutputsLength() else []
-        out.append((flat.op_name(op), ins, outs, op))
-    return out
-
-
 def _direction(flat: Flat, sg: Any, ins: list[int], op: Any, producers: dict[int, Any], tag: str,
                notes: list[str], tensors: dict[str, np.ndarray], lname: str, d: int
                ) -> tuple[DirectionParams, Semantics, dict]:
@@ -337,7 +326,7 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
     loop_sgs: set[int] = set()  # the cond and body subgraphs of WHILE ops (read by tflite_while)
     for s, sg in enumerate(sgs):
         budget.check_count(p, "names", sg.TensorsLength(), "tensors")
-        ops = _ops(flat, sg)
+        ops = tflite_while.ops(flat, sg)
         for name, _, _, op in ops:
             if name in REFUSED_OPS:
                 sname = (sg.Name() or b"").decode("utf-8", "replace") or str(s)

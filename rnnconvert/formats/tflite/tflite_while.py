@@ -49,6 +49,7 @@ import numpy as np
 from ...core import gates
 from ...core.model import Cell, DirectionParams, Semantics
 from ...errors import FormatError, UnsupportedError
+from ...safety import budget
 
 _FUSED = {0: None, 1: "relu"}  # ActivationFunctionType NONE, RELU; others refused
 _FUSED_NAMES = {2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
@@ -89,7 +90,10 @@ class Loop:
     hidden_size: int
 
 
-def _ops(flat, sg) -> list[tuple[str, list[int], list[int], Any]]:
+def ops(flat, sg) -> list[tuple[str, list[int], list[int], Any]]:
+    """``(op name, input tensor indices, output tensor indices, operator)`` of every operator of subgraph ``sg``
+    (the main graph, or a loop's body), in order; their count within the resource budget (``graph_nodes``)."""
+    budget.check_count(flat.path, "graph_nodes", sg.OperatorsLength(), "operators")
     out = []
     for j in range(sg.OperatorsLength()):
         op = sg.Operators(j)
@@ -125,7 +129,7 @@ class _Body:
 
     def __init__(self, flat, sg, tag: str, leaves: dict[int, _N]) -> None:
         self.flat, self.sg, self.tag = flat, sg, tag
-        self.ops = _ops(flat, sg)
+        self.ops = ops(flat, sg)
         self.made = {o: j for j, (_, _, outs, _) in enumerate(self.ops) for o in outs}
         self.memo: dict[int, _N] = dict(leaves)
         self.seen: set[int] = set()
