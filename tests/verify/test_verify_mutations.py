@@ -536,3 +536,28 @@ def test_projected_peephole_lstm_slip_fails(tmp_path, what):
     for inputs in (None, _long(**PROJ_LONG)):
         rep = api.verify(PROJ, bad, inputs=inputs)
         assert rep.failed, (what, [(c.name, c.verdict, c.step_ratio, c.seq_err, c.seq_tol) for c in rep.layers])
+
+
+def test_a_failed_step_stays_failed_whatever_else_cannot_decide(tmp_path, monkeypatch):
+    """A failed one-step comparison is final: a bound too loose to certify the swaps, an ill-conditioned sequence
+    or a sequence escape must not turn it into 'inconclusive' (which --accept-inconclusive would write). Here the
+    bound is made to look loose and the swaps uncertified (stand-ins for a layer where they are), and a file with
+    two gate blocks exchanged must still FAIL (before session 12 it came out inconclusive)."""
+    from rnnconvert.verify import engine as verify_engine
+
+    src = FIXTURES / "keras" / "lstm.h5"
+    good = tmp_path / "l.onnx"
+    api.convert(src, good)
+
+    def swap(model, arrays):
+        key = next(k for k in arrays if k.endswith(".R"))
+        H = arrays[key].shape[-1]
+        _onnx_swap(key, H, 0, 1, 1)(model, arrays)
+    bad = _onnx_mutate(good, tmp_path, swap)
+    assert api.verify(src, bad).failed
+    monkeypatch.setattr(verify_engine, "_loose", lambda exact, bound: 1.0)
+    monkeypatch.setattr(verify_engine.StreamedVerification, "_swaps_caught", lambda self, i: False)
+    assert api.verify(src, good).layers[0].verdict == "inconclusive"  # the stand-ins do make it undecidable
+    rep = api.verify(src, bad)
+    assert [c.verdict for c in rep.layers] == ["fail"] * len(rep.layers), [(c.verdict, c.reason) for c in rep.layers]
+    assert "one step" in rep.layers[0].reason
