@@ -51,14 +51,14 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.LayerCheck` entries."""
     from ..conventions import keras_graph
     from ..core import reference
-    from ..formats.keras import keras_whole
+    from ..formats.keras import keras_whole, whole_source
     from ..verify import keras_whole_check
     from ..formats.torch import pt2_write
     from ..verify.checks import LayerCheck
 
     torch, prog = _load(dst_path)
     route = f"torch {torch.__version__} (torch.export program)"
-    full = keras_whole.read_full_model(ckpt) if ckpt.format == "keras_h5" else None
+    full = whole_source.whole_source(ckpt) if ckpt.format in ("keras_h5", "keras3") else None
     if full is not None and not ckpt.meta.get("pt2_recurrent_only"):
         graph = keras_graph.build(full.config, full.weights, ckpt)
 

@@ -57,6 +57,9 @@ class FullModel:
     keras_version: str | None
     #: top-level layer name -> [(weight name, array)] in ``@weight_names`` order
     weights: dict[str, list[tuple[str, np.ndarray]]] = field(default_factory=dict)
+    #: the framework that runs the source: ``tf_keras`` (Keras 1/2 HDF5) or ``keras3`` (a Keras 3 ``.keras``
+    #: archive, :func:`rnnconvert.formats.keras.keras3.read_full_model`)
+    framework: str = "tf_keras"
 
 
 def _read_in(path: str) -> FullModel | None:
@@ -430,7 +433,12 @@ def _input_specs(config: dict) -> dict[str, dict]:
     else:
         cons = {}
         for r in recs:
+            if r.get("class_name") in ("NotEqual", "Any"):  # Keras 3's mask ops (keras_graph.K3_MASK_OPS)
+                continue
             for node in r.get("inbound_nodes") or []:
+                if isinstance(node, dict):  # Keras 3: {'args': [__keras_tensor__ ...], 'kwargs'}
+                    node = [((a.get("config") or {}).get("keras_history") or [None]) for a in node.get("args") or []
+                            if isinstance(a, dict)]
                 for i in node:
                     if isinstance(i, list) and i:
                         cons.setdefault(i[0], r)

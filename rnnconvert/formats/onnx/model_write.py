@@ -83,6 +83,8 @@ def activation(g: _G, x: str, act: str | None, base: str) -> str:
         return g.op("Selu", [x], base, alpha=1.6732632423543772, gamma=1.0507009873554805)
     if act == "hard_sigmoid":  # Keras 2: clip(0.2 x + 0.5, 0, 1)
         return g.op("HardSigmoid", [x], base, alpha=0.2, beta=0.5)
+    if act == "hard_sigmoid_k3":  # Keras 3: relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1)
+        return g.op("HardSigmoid", [x], base, alpha=1.0 / 6.0, beta=0.5)
     raise AssertionError(act)
 
 
