@@ -44,6 +44,8 @@ LAYERS = set(RECURRENT) | set(IDENTITY) | set(MERGE) | {
     "GlobalMaxPooling1D", "GlobalAveragePooling1D", "Flatten", "Reshape", "Permute", "RepeatVector",
     "BatchNormalization", "LayerNormalization", "TimeDistributed", "Bidirectional", "ReLU", "LeakyReLU", "ELU",
     "Softmax", "ZeroPadding1D", "Cropping1D"}
+#: 2-D convolution and pooling, channels_last (issue #30; the writers transpose to NCHW around each op)
+LAYERS |= {"Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalMaxPooling2D", "GlobalAveragePooling2D"}
 #: layers whose output carries their input's mask (tf_keras 2.21, checked in tests/test_whole_graph.py)
 MASK_PASS = set(IDENTITY) | {"Dense", "Activation", "BatchNormalization", "LayerNormalization", "TimeDistributed",
                              "ReLU", "LeakyReLU", "ELU", "Softmax", "Masking"}
@@ -292,8 +294,9 @@ def _rank_out(node: Node) -> int | None:
     if cls in RECURRENT or cls == "Bidirectional":
         inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
         return 3 if inner.get("return_sequences") else 2
-    if cls in ("Flatten", "GlobalMaxPooling1D", "GlobalAveragePooling1D"):
-        return 2
+    if cls in ("Flatten", "GlobalMaxPooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling2D",
+               "GlobalAveragePooling2D"):
+        return r if conf.get("keepdims") else 2
     if cls == "Reshape":
         return 1 + len(conf.get("target_shape") or [])
     if cls == "RepeatVector":

@@ -67,7 +67,8 @@ def _sub_model(full: FullModel, m, name: str):
     return keras_whole.tf_keras_model(m, name)
 
 
-def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None, seed: int):
+def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None, seed: int,
+                       steps: int = keras_whole.STEPS):
     """The source model in tf_keras (the file as stored), its input names, and the inputs both sides run on:
     ``inputs`` (``--inputs``, which must name exactly the model's inputs) or generated valid ones.
 
@@ -90,7 +91,7 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
                               f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
         xs = {n: np.asarray(inputs[n]) for n in names_in}
     else:
-        xs = keras_whole.make_inputs(tfm, full.config, seed)
+        xs = keras_whole.make_inputs(tfm, full.config, seed, steps)
     return tfm, names_in, xs
 
 
@@ -193,7 +194,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
 
 
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
-                  seed: int = 0, run64=None) -> list:
+                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS) -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
     ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`source_model`)
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
@@ -210,7 +211,7 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
     """
-    tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed)
+    tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps)
     args = [xs[n] for n in names_in]
     src, fw = source_framework(full)
     with keras_whole.guarded(f"{src.split(' (')[0]} running the source model (the reference of the whole-model "
