@@ -20,6 +20,11 @@ previous output, a ``Bidirectional`` one's is zero: tf_keras sets ``zero_output_
 
 Layers outside :data:`LAYERS` (custom classes, ``Lambda``, attention...) are refused by name with the way
 out (``--recurrent-only``): never dropped.
+
+Keras 3 ``.keras`` configs (:func:`build_keras3`, chosen by :func:`build` for a ``keras3`` checkpoint) give the
+same :class:`Graph`: their records are normalised by :func:`keras3_record` and their masks are explicit (the
+``NotEqual``/``Any`` op layers and each call's ``mask=`` keyword), checked against Keras 3.15's outputs in
+``tests/formats/test_whole_keras3.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). Other layers (ON
 ``(k, in, out)`` -> ``(out, in, k)``; ``same``: ``auto_pad=SAME_UPPER`` = TensorFlow's split, ``causal``:
 ``(k-1)*dilation`` zeros before); ``BatchNormalization`` as ``x * (gamma / sqrt(var + eps)) + (beta - mean *
 ...)`` computed in float64 and stored float32; ``LayerNormalization`` ``ReduceMean`` arithmetic; pooling
-``MaxPool`` / ``AveragePool`` / ``Reduce*``; dropout-like layers are the identity (inference).
+``MaxPool`` / ``AveragePool`` / ``Reduce*``; dropout-like layers are the identity (inference); ``Conv2D`` and
+2-D pooling (channels_last) on NCHW between two ``Transpose`` (:func:`_conv2d`, :func:`_pool2d`).
 """
 
 from __future__ import annotations

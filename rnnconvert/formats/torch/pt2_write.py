@@ -14,6 +14,9 @@ masked step keeps the state; a unidirectional layer's output there is the previo
 zero, as tf_keras computes). Other layers follow :mod:`rnnconvert.formats.onnx.model_write` (the same
 :class:`rnnconvert.conventions.keras_graph.Graph`). Inputs: int32 token ids for an input feeding
 an Embedding, float32 otherwise, positional in the model's input order; outputs: a tuple of the model outputs.
+Convolutions and pools pad as TensorFlow does (:func:`tf_same_pads`, from the length the program is given);
+a program whose strided layers shrink a free time axis runs the lengths at which no layer's time axis is one
+step (``torch.export`` specializes sizes of 1; :func:`_example_steps`).
 
 A source without a whole model (weights-only files, other formats) gives a program with one input and one
 output per recurrent layer (``(B, T, I)`` -> ``(B, T, dirs*H)``, directions concatenated forward first), the
