@@ -26,6 +26,11 @@ writers feed them as the initial state). A Bidirectional layer returning or taki
 
 Layers outside :data:`LAYERS` (custom classes, ``Lambda``, attention...) are refused by name with the way
 out (``--recurrent-only``): never dropped.
+
+Keras 3 ``.keras`` configs (:func:`build_keras3`, chosen by :func:`build` for a ``keras3`` checkpoint) give the
+same :class:`Graph`: their records are normalised by :func:`keras3_record` and their masks are explicit (the
+``NotEqual``/``Any`` op layers and each call's ``mask=`` keyword), checked against Keras 3.15's outputs in
+``tests/formats/test_whole_keras3.py``.
 """
 
 from __future__ import annotations
@@ -50,12 +55,16 @@ LAYERS = set(RECURRENT) | set(IDENTITY) | set(MERGE) | {
     "GlobalMaxPooling1D", "GlobalAveragePooling1D", "Flatten", "Reshape", "Permute", "RepeatVector",
     "BatchNormalization", "LayerNormalization", "TimeDistributed", "Bidirectional", "ReLU", "LeakyReLU", "ELU",
     "Softmax", "ZeroPadding1D", "Cropping1D"}
+#: 2-D convolution and pooling, channels_last (issue #30; the writers transpose to NCHW around each op)
+LAYERS |= {"Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalMaxPooling2D", "GlobalAveragePooling2D"}
 #: layers whose output carries their input's mask (tf_keras 2.21, checked in tests/test_whole_graph.py)
 MASK_PASS = set(IDENTITY) | {"Dense", "Activation", "BatchNormalization", "LayerNormalization", "TimeDistributed",
                              "ReLU", "LeakyReLU", "ELU", "Softmax", "Masking"}
-#: Keras 2 activations the writers build (tf_keras ``activations.py``: hard_sigmoid = clip(0.2 x + 0.5, 0, 1))
+#: Keras 2 activations the writers build (tf_keras ``activations.py``: hard_sigmoid = clip(0.2 x + 0.5, 0, 1));
+#: ``hard_sigmoid_k3`` is Keras 3's ``hard_sigmoid`` = relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1) (keras 3
+#: ``activations.py``; a Keras 3 config's 'hard_sigmoid' is read as it, :func:`build_keras3`)
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "softplus", "softsign", "elu", "selu",
-               "exponential", "hard_sigmoid")
+               "exponential", "hard_sigmoid", "hard_sigmoid_k3")
 #: how every whole-model refusal ends
 WAY_OUT = "write option recurrent_only=True (CLI --recurrent-only) converts the recurrent layers alone"
 
@@ -335,8 +344,9 @@ def _rank_out(node: Node) -> int | None:
     if cls in RECURRENT or cls == "Bidirectional":
         inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
         return 3 if inner.get("return_sequences") else 2
-    if cls in ("Flatten", "GlobalMaxPooling1D", "GlobalAveragePooling1D"):
-        return 2
+    if cls in ("Flatten", "GlobalMaxPooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling2D",
+               "GlobalAveragePooling2D"):
+        return r if conf.get("keepdims") else 2
     if cls == "Reshape":
         return 1 + len(conf.get("target_shape") or [])
     if cls == "RepeatVector":
@@ -354,11 +364,232 @@ def build(model_config: dict, weights: dict[str, list[tuple[str, np.ndarray]]], 
     if not isinstance(model_config, dict) or model_config.get("class_name") not in ("Sequential", "Functional",
                                                                                        "Model"):
         raise UnsupportedError("model_config is not a Sequential or Functional model")
+    if ckpt.format == "keras3":  # a Keras 3 .keras archive: its own config form (build_keras3)
+        return build_keras3(model_config, weights, ckpt)
     b = _Builder(weights, ckpt)
     try:
         out = b.model(model_config, "", None)
     except (KeyError, TypeError, IndexError, ValueError) as exc:
         raise UnsupportedError(f"malformed model_config ({type(exc).__name__}: {str(exc)[:160]})") from exc
+    outs = [out] if isinstance(out, str) else list(out)
+    name = (model_config.get("config") or {}).get("name") if isinstance(model_config.get("config"), dict) else None
+    g = Graph(str(name or "model"), b.inputs, b.nodes, outs, b.masks)
+    feeds = {n.inputs[0]: n for n in g.nodes if n.cls == "Embedding"}
+    g.inputs = [(nm, shp, dt, int(feeds[nm].config["input_dim"]) if nm in feeds else None)
+                for nm, shp, dt, _ in g.inputs]
+    return g
+
+
+# --------------------------------------------------------------------------------------------
+# Keras 3 ``.keras`` configs (issue #30)
+# --------------------------------------------------------------------------------------------
+#: Keras 3 op layers a functional model records for its masks (keras 3.15 ``src/ops/numpy.py``; made by
+#: ``Embedding(mask_zero=True)`` (``NotEqual(ids, 0)``) and ``Masking(v)`` (``Any(NotEqual(x, v), axis=-1)``))
+K3_MASK_OPS = ("NotEqual", "Any")
+#: layers whose Keras 3 call takes a ``mask`` that the writers follow (recurrent, masked mean) or that it does not
+#: change at inference (dropout-like, BatchNormalization's moving statistics, TimeDistributed over Dense)
+K3_MASK_TAKERS = set(RECURRENT) | set(IDENTITY) | {"Bidirectional", "GlobalAveragePooling1D", "BatchNormalization",
+                                                   "TimeDistributed"}
+
+
+def _k3_strip(obj: Any) -> Any:
+    """A Keras 3 config without its per-object ``shared_object_id`` and ``name`` (for comparing two layers)."""
+    if isinstance(obj, dict):
+        return {k: _k3_strip(v) for k, v in obj.items() if k not in ("shared_object_id", "name")}
+    if isinstance(obj, list):
+        return [_k3_strip(v) for v in obj]
+    return obj
+
+
+def keras3_record(rec: dict, path: str, wrapped: bool = False) -> dict:
+    """A Keras 3 layer record (``module``/``class_name``/``config``/``registered_name``/``build_config``) in the
+    form :class:`_Builder` reads (keras 3.15 ``get_config`` of each layer; checked against Keras 3's outputs in
+    ``tests/formats/test_whole_keras3.py``): ``hard_sigmoid`` -> ``hard_sigmoid_k3`` (Keras 3 redefined it as
+    clip(x/6 + 1/2, 0, 1)), ``LeakyReLU(negative_slope)`` -> ``alpha``, a ``Bidirectional``'s ``backward_layer``
+    dropped when it mirrors ``layer`` (Keras 3 always writes it).
+
+    Raises:
+        UnsupportedError: Keras 3 features the writers do not build (a non-float32 dtype policy, LoRA or
+            quantized layers, RMS layer normalization, a unidirectional ``zero_output_for_mask``, a
+            Bidirectional with a backward layer of its own), by layer name with the way out.
+    """
+    cls = rec.get("class_name")
+    conf = dict(rec.get("config")) if isinstance(rec.get("config"), dict) else {}
+    name = path + str(conf.get("name", rec.get("name", "?")))
+    if cls in ("Sequential", "Functional", "Model"):
+        return rec
+    dt = conf.get("dtype")
+    dname = (dt.get("config") or {}).get("name") if isinstance(dt, dict) else dt
+    if dname not in (None, "float32") and cls != "InputLayer":
+        refuse(name, str(cls), f"dtype policy {dname!r} (float32 is built)")
+    if conf.get("lora_rank") or conf.get("quantization_config") or conf.get("rms_scaling"):
+        refuse(name, str(cls), "LoRA, quantized or RMS-scaled layers are not built")
+    for key in ("activation", "recurrent_activation"):
+        if conf.get(key) == "hard_sigmoid":
+            conf[key] = "hard_sigmoid_k3"
+    if cls == "LeakyReLU" and "negative_slope" in conf:
+        conf["alpha"] = conf.pop("negative_slope")
+    if cls in RECURRENT and conf.get("zero_output_for_mask") and not wrapped:  # Bidirectional: zero (as built)
+        refuse(name, str(cls), "zero_output_for_mask=True on a unidirectional layer")
+    if cls in ("TimeDistributed", "Bidirectional") and isinstance(conf.get("layer"), dict):
+        conf["layer"] = keras3_record(conf["layer"], path, wrapped=True)
+    if cls == "Bidirectional":
+        fw, bw = conf.get("layer") or {}, conf.get("backward_layer")
+        if isinstance(bw, dict):
+            a = _k3_strip({**fw, "config": {**(fw.get("config") or {}), "go_backwards": None}})
+            b = _k3_strip({**bw, "config": {**(bw.get("config") or {}), "go_backwards": None}})
+            if a != b:
+                refuse(name, str(cls), "a Bidirectional with a backward_layer unlike its forward layer")
+            conf.pop("backward_layer")
+    return {**rec, "config": conf}
+
+
+def _k3_tensor(obj: Any) -> tuple[str, int, int] | None:
+    """``(layer, node index, tensor index)`` of a Keras 3 ``__keras_tensor__`` reference, else ``None``."""
+    if isinstance(obj, dict) and obj.get("class_name") == "__keras_tensor__":
+        h = (obj.get("config") or {}).get("keras_history")
+        if isinstance(h, list) and len(h) == 3:
+            return str(h[0]), int(h[1]), int(h[2])
+        raise UnsupportedError("a Keras 3 tensor reference without a keras_history [layer, node, index]")
+    return None
+
+
+class _Keras3Builder(_Builder):
+    """:class:`_Builder` for Keras 3 configs: records normalised by :func:`keras3_record`; a functional model's
+    inbound nodes are ``{'args': [...], 'kwargs': {...}}`` with ``__keras_tensor__`` references, its masks
+    explicit: the ``NotEqual``/``Any`` op layers of :data:`K3_MASK_OPS` and each call's ``mask`` keyword (Keras 3
+    hands a mask only to the layers whose ``call`` takes one; a Sequential's masks follow the Keras 2 rules,
+    as Keras 3 builds it the same way)."""
+
+    def call(self, rec: dict, prefix: str, ins: list[str]) -> str:
+        return super().call(keras3_record(rec, prefix), prefix, ins)
+
+    def model(self, rec: dict, prefix: str, ins: list[str] | None) -> str | list[str]:
+        if rec.get("class_name") == "Sequential":
+            return super().model(rec, prefix, ins)
+        recs = _records(rec)
+        conf = rec.get("config") or {}
+        produced: dict[tuple, str] = {}
+        ops: dict[tuple, tuple] = {}  # mask op outputs: ("ne", tensor, value) / ("any", tensor, value)
+
+        def spec_key(spec) -> tuple:
+            if isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str):
+                return spec[0], int(spec[1]), int(spec[2])
+            raise UnsupportedError(f"model input/output {spec!r} is not a [layer, node, index] reference")
+
+        in_specs = conf.get("input_layers") or []
+        in_specs = [in_specs] if in_specs and isinstance(in_specs[0], str) else in_specs
+        for pos, spec in enumerate(in_specs):
+            key = spec_key(spec)
+            r = next((x for x in recs if (x.get("config") or {}).get("name") == key[0]), None)
+            if r is None:
+                raise UnsupportedError(f"input layer '{key[0]}' is not among the layers")
+            rc = r.get("config") or {}
+            produced[key] = (list(ins)[pos] if ins is not None else
+                             self.add_input(rc.get("name"), rc.get("batch_shape") or rc.get("batch_input_shape"),
+                                            rc.get("dtype")))
+        pending = [r for r in recs if r.get("class_name") != "InputLayer"]
+        done: dict[str, int] = {}
+        while pending:
+            progress = False
+            for r in list(pending):
+                lname = (r.get("config") or {}).get("name") or r.get("name")
+                nodes = r.get("inbound_nodes") or []
+                k = done.get(lname, 0)
+                if k >= len(nodes):
+                    pending.remove(r)
+                    progress = True
+                    continue
+                node = nodes[k]
+                if not isinstance(node, dict):
+                    refuse(prefix + str(lname), str(r.get("class_name")), "inbound nodes in a form this reader "
+                           "does not know (a Keras 3 config names its inputs in 'args')")
+                args, kwargs = node.get("args") or [], node.get("kwargs") or {}
+                flat = [a for arg in args for a in (arg if isinstance(arg, list) else [arg])]
+                keys = [t for t in (_k3_tensor(a) for a in flat) if t is not None]
+                mkey = _k3_tensor(kwargs.get("mask"))
+                if not all(t in produced or t in ops for t in keys + ([mkey] if mkey else [])):
+                    continue
+                out_key = (lname, k, 0)
+                done[lname] = k + 1
+                progress = True
+                cls = r.get("class_name")
+                if cls in K3_MASK_OPS:
+                    ops[out_key] = self._mask_op(prefix + str(lname), cls, r.get("config") or {}, flat, produced,
+                                                 ops)
+                    continue
+                extra = set(kwargs) - {"training", "mask"}
+                if extra or (kwargs.get("mask") is not None and mkey is None):
+                    refuse(prefix + str(lname), str(cls), f"it is called with keyword arguments {sorted(extra)} "
+                           "(e.g. initial_state)")
+                if any(t in ops for t in keys):
+                    refuse(prefix + str(lname), str(cls), "a mask operation feeds it as an input")
+                mask = None
+                if mkey is not None:
+                    if cls not in K3_MASK_TAKERS:
+                        refuse(prefix + str(lname), str(cls), "it is handed a mask, which the writers do not "
+                               "follow for this layer")
+                    mask = self._mask_tensor(prefix + str(lname), cls, ops.get(mkey))
+                before = len(self.nodes)
+                out = self.call(r, prefix, [produced[t] for t in keys])
+                if mask is not None:
+                    if len(self.nodes) != before + 1:
+                        refuse(prefix + str(lname), str(cls), "a mask handed to a nested model")
+                    self.nodes[-1].masks = [mask] + [None] * (len(keys) - 1)
+                for t in self.nodes[before:]:  # Keras 3 names every mask it hands on (no implicit ones)
+                    t.mask_out = None
+                    self.mask_of[t.outputs[0]] = None
+                produced[out_key] = out if isinstance(out, str) else out[0]
+            if not progress:
+                raise UnsupportedError("model config: layers whose inputs are never computed (a cycle or a "
+                                       "missing layer)")
+        out_specs = conf.get("output_layers") or []
+        out_specs = [out_specs] if out_specs and isinstance(out_specs[0], str) else out_specs
+        outs = []
+        for spec in out_specs:
+            key = spec_key(spec)
+            if key not in produced:
+                raise UnsupportedError(f"model output {spec!r} is never computed")
+            outs.append(produced[key])
+        return outs if ins is None else (outs[0] if len(outs) == 1 else outs)
+
+    def _mask_op(self, path: str, cls: str, conf: dict, flat: list, produced: dict, ops: dict) -> tuple:
+        src = _k3_tensor(flat[0]) if flat else None
+        if cls == "NotEqual":
+            val = flat[1] if len(flat) == 2 else None
+            if src is None or src not in produced or isinstance(val, (dict, list)) or not isinstance(val, (int, float)):
+                refuse(path, cls, "a NotEqual op other than a tensor against a number (a mask)")
+            return ("ne", produced[src], float(val))
+        if src not in ops or ops[src][0] != "ne" or conf.get("axis") not in (-1, [-1]) or conf.get("keepdims"):
+            refuse(path, cls, "an Any op other than Masking's any(x != v, axis=-1)")
+        return ("any", ops[src][1], ops[src][2])
+
+    def _mask_tensor(self, path: str, cls: str, op: tuple | None) -> str:
+        """The graph mask (``Graph.masks``) of a mask op's output: ``x != 0`` on int token ids, ``any(x != v, -1)``."""
+        if op is None:
+            refuse(path, cls, "its mask is not made by a NotEqual/Any op (Embedding mask_zero or Masking)")
+        kind, src, val = op
+        dtype = next((d for n, _, d, _ in self.inputs if n == src), None)
+        if kind == "ne" and val == 0.0 and dtype is not None and "int" in dtype:
+            name = f"{src}:mask_ids"
+            self.masks[name] = ("ids", src)
+        elif kind == "any":
+            name = f"{src}:mask_value_{val!r}"
+            self.masks[name] = ("value", src, val)
+        else:
+            refuse(path, cls, "its mask is x != v on a tensor other than integer token ids")
+        return name
+
+
+def build_keras3(model_config: dict, weights: dict[str, list[tuple[str, np.ndarray]]], ckpt: Checkpoint) -> Graph:
+    """The :class:`Graph` of a Keras 3 model (``config.json`` of a ``.keras`` archive; weights in
+    ``layer.weights`` order as the archive's ``vars/0, vars/1, ...`` hold them, nested models' as
+    ``inner/var<i>``): :class:`_Keras3Builder`. Same errors as :func:`build`."""
+    b = _Keras3Builder(weights, ckpt)
+    try:
+        out = b.model(model_config, "", None)
+    except (KeyError, TypeError, IndexError, ValueError) as exc:
+        raise UnsupportedError(f"malformed Keras 3 model config ({type(exc).__name__}: {str(exc)[:160]})") from exc
     outs = [out] if isinstance(out, str) else list(out)
     name = (model_config.get("config") or {}).get("name") if isinstance(model_config.get("config"), dict) else None
     g = Graph(str(name or "model"), b.inputs, b.nodes, outs, b.masks)

@@ -215,12 +215,17 @@ def render() -> str:
             lines.append(f"| {label} ({', '.join(f'`{p}`' for p in producers.split())}) | " + " | ".join(cells) + " |")
     whole = {"keras3": "whole model (Keras 3 layers)", "onnx": "whole model (one graph, native LSTM/GRU/RNN nodes)",
              "pt2": "whole model (torch.export program)"}
-    lines += ["", "Whole models: what each target writes from a Keras 1/2 full-model file (`model_config` + weights; "
-              "`--recurrent-only` keeps the recurrent layers alone; weights-only files always give the recurrent "
-              "layers):", "", "| | " + " | ".join(f"`{f.name}`" for f in targets) + " |",
+    lines += ["", "Whole models: what each target writes from a Keras 1/2 full-model file (`model_config` + weights) "
+              "or a Keras 3 `.keras` archive (`config.json` + weights; issue #30: `.onnx` and `.pt2` only) "
+              "(`--recurrent-only` keeps the recurrent layers alone; weights-only files always give the recurrent "
+              "layers; the layers built are listed in docs/guides/whole-model.md):", "",
+              "| | " + " | ".join(f"`{f.name}`" for f in targets) + " |",
               "|---|" + "---|" * len(targets),
-              "| Keras full model | " + " | ".join(
+              "| Keras 1/2 full model (`keras_h5`) | " + " | ".join(
                   whole[f.name] if "recurrent_only" in f.load().write_options else "recurrent layers"
+                  for f in targets) + " |",
+              "| Keras 3 model (`keras3`) | " + " | ".join(
+                  whole[f.name] if "whole_model" in f.load().write_options else "recurrent layers"
                   for f in targets) + " |"]
     lines += ["", "Reasons for refusal:", ""]
     lines += [f"{n}. {reason}" for reason, n in sorted(notes.items(), key=lambda kv: kv[1])]

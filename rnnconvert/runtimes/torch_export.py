@@ -51,14 +51,14 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.LayerCheck` entries."""
     from ..conventions import keras_graph
     from ..core import reference
-    from ..formats.keras import keras_whole
+    from ..formats.keras import keras_whole, whole_source
     from ..verify import keras_whole_check
     from ..formats.torch import pt2_write
     from ..verify.checks import LayerCheck
 
     torch, prog = _load(dst_path)
     route = f"torch {torch.__version__} (torch.export program)"
-    full = keras_whole.read_full_model(ckpt) if ckpt.format == "keras_h5" else None
+    full = whole_source.whole_source(ckpt) if ckpt.format in ("keras_h5", "keras3") else None
     if full is not None and not ckpt.meta.get("pt2_recurrent_only"):
         graph = keras_graph.build(full.config, full.weights, ckpt)
 
@@ -68,8 +68,10 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
             with torch.no_grad():
                 return [o.numpy() for o in prog(*args)], {}
 
+        steps = pt2_write.program_steps(graph)  # strided layers: the length the program was exported at
         return keras_whole_check.compare_whole(str(src_path), full, target, route, inputs=inputs, seed=seed,
-                                         run64=lambda xs: pt2_write.run_float64(graph, xs))
+                                         run64=lambda xs: pt2_write.run_float64(graph, xs),
+                                         steps=steps or keras_whole.STEPS)
     rng = np.random.default_rng(seed)
     xs = [rng.standard_normal((3, 9, layer.input_size)).astype(np.float32) for layer in ckpt.layers]
     with torch.no_grad():

@@ -5,6 +5,7 @@ float32/float64 spread of the written model (the second stage of the rule of :mo
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -39,15 +40,48 @@ def float64_twin(k, model):
         return None
 
 
-def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None, seed: int):
+def keras3_source_model(path: str):
+    """The source ``.keras`` archive as Keras 3 runs it: ``keras.saving.load_model(compile=False,
+    safe_mode=True)`` (no Lambda or custom code is deserialized), on a private copy of the file."""
+    import os
+    import shutil
+    import tempfile
+
+    k = keras_config.import_keras3()
+    with tempfile.TemporaryDirectory(prefix="rnnconvert-k3src-") as tmp:
+        local = os.path.join(tmp, "source.keras")
+        shutil.copyfile(path, local)
+        return k.saving.load_model(local, compile=False, safe_mode=True)
+
+
+def source_framework(full: FullModel) -> tuple[str, str]:
+    """``(route name, guarded framework)`` of the framework that runs ``full``'s source."""
+    return ("keras 3 (whole model)", "keras") if full.framework == "keras3" else ("tf_keras (whole model)", "tf_keras")
+
+
+def _sub_model(full: FullModel, m, name: str):
+    """The source model ``m`` cut at its top-level layer ``name`` (tf_keras or Keras 3)."""
+    if full.framework == "keras3":
+        k = keras_config.import_keras3()
+        return k.Model(m.inputs, m.get_layer(name).output)
+    return keras_whole.tf_keras_model(m, name)
+
+
+def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None, seed: int,
+                       steps: int = keras_whole.STEPS):
     """The source model in tf_keras (the file as stored), its input names, and the inputs both sides run on:
     ``inputs`` (``--inputs``, which must name exactly the model's inputs) or generated valid ones.
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs."""
-    with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full, None,
-                             "tf_keras"):
-        tfm = keras_whole.source_model(src_path, full.config)
+    if full.framework == "keras3":  # a Keras 3 .keras archive: Keras 3 runs its source (issue #30)
+        with keras_whole.guarded("Keras 3 loading the source model (the reference of the whole-model check)", full,
+                                 None, "keras"):
+            tfm = keras3_source_model(src_path)
+    else:
+        with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full,
+                                 None, "tf_keras"):
+            tfm = keras_whole.source_model(src_path, full.config)
     names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
     if inputs:
         missing = [n for n in names_in if n not in inputs]
@@ -57,7 +91,7 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
                               f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
         xs = {n: np.asarray(inputs[n]) for n in names_in}
     else:
-        xs = keras_whole.make_inputs(tfm, full.config, seed)
+        xs = keras_whole.make_inputs(tfm, full.config, seed, steps)
     return tfm, names_in, xs
 
 
@@ -160,7 +194,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
 
 
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
-                  seed: int = 0, run64=None) -> list:
+                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS) -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
     ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`source_model`)
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
@@ -177,12 +211,15 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
     """
-    tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed)
+    tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps)
     args = [xs[n] for n in names_in]
-    src = "tf_keras (whole model)"
-    with keras_whole.guarded("tf_keras running the source model (the reference of the whole-model check)", full, None,
-                             "tf_keras"):
-        y2 = tfm(args if len(args) > 1 else args[0], training=False)
+    src, fw = source_framework(full)
+    with keras_whole.guarded(f"{src.split(' (')[0]} running the source model (the reference of the whole-model "
+                             "check)", full, None, fw):
+        feed = args if len(args) > 1 else args[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
+            y2 = tfm(feed, training=False)
     y2 = y2 if isinstance(y2, (list, tuple)) else [y2]
     outs, layers = run_target(xs)
     pairs = [(f"model output {i}", i, np.asarray(a), b) for i, (a, b) in enumerate(zip(y2, outs))]
@@ -192,7 +229,9 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
         if n not in layers:
             continue
         try:
-            a = keras_whole.tf_keras_model(tfm, n)(args if len(args) > 1 else args[0], training=False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                a = _sub_model(full, tfm, n)(feed, training=False)
         except (ValueError, AttributeError, KeyError, TypeError):
             continue
         pairs.append((f"model:{n}", n, np.asarray(a), layers[n]))

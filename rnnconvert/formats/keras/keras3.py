@@ -603,3 +603,94 @@ def load(path: str | Path, ckpt: Checkpoint, name: str, k: int | None = None) ->
             return [model.get_layer(nm) for nm in (names if k is None else names[k:k + 1])], False
     raise KeyError(name)
 
+
+
+# --------------------------------------------------------------------------------------------
+# The whole model of a Keras 3 archive (issue #30: whole-model .onnx / .pt2)
+# --------------------------------------------------------------------------------------------
+
+def _store_weights_in(h5path: str, config: dict) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """Every top-level layer's variables in the store, by the layer's user name (the ``@name`` of its ``vars``
+    group; keras 3.15 ``saving_lib``): ``[('var<i>', array)]`` in ``vars/<i>`` order (= ``layer.weights``), a
+    TimeDistributed's from its ``layer/vars``, a nested model's layers as ``<inner>/var<i>`` (recursively);
+    recurrent layers' cells are left to the canonical reader."""
+    import h5py
+
+    def by_name(container) -> dict[str, Any]:
+        out = {}
+        if "layers" in container:
+            for key in container["layers"].keys():
+                g = container["layers"][key]
+                out[_user_name(g, key)] = g
+        return out
+
+    def collect(group, rec: dict) -> list[tuple[str, np.ndarray]]:
+        if "layers" in group:  # a nested model
+            subs = by_name(group)
+            got = []
+            for r in ((rec.get("config") or {}).get("layers") or []):
+                n = (r.get("config") or {}).get("name") if isinstance(r, dict) else None
+                if n in subs:
+                    got += [(f"{n}/{wn}", a) for wn, a in collect(subs[n], r)]
+            return got
+        if "cell" in group or "forward_layer" in group:
+            return []
+        w = _vars(group)
+        if not w and "layer" in group:  # TimeDistributed
+            w = _vars(group["layer"])
+        return [(f"var{i}", a) for i, a in enumerate(w)]
+
+    with h5py.File(h5path, "r") as f:
+        h5_access.check_links(f)
+        top = by_name(f)
+        out: dict[str, list[tuple[str, np.ndarray]]] = {}
+        for r in ((config.get("config") or {}).get("layers") or []):
+            n = (r.get("config") or {}).get("name") if isinstance(r, dict) else None
+            if isinstance(n, str) and n in top:
+                out[n] = collect(top[n], r)
+        return out
+
+
+def read_full_model(ckpt: Checkpoint):
+    """The whole model of a Keras 3 ``.keras`` archive (:class:`.keras_whole.FullModel`, ``framework='keras3'``):
+    ``config.json`` as stored and every layer's variables (:func:`_store_weights_in`, read with h5py in the
+    isolated child of :mod:`rnnconvert.safety.guard`); ``None`` for a ``.weights.h5`` file (no architecture), an
+    archive that tf_keras wrote (``keras_version`` 2.x) or a config that is not a Sequential/Functional model.
+
+    Raises:
+        FormatError: an unsafe or damaged archive (the checks of :func:`read`).
+    """
+    from . import keras_whole
+
+    path = ckpt.meta.get("path")
+    if ckpt.format != "keras3" or not path or not Path(path).is_file():
+        return None
+    if not str(ckpt.meta.get("keras_version") or "").startswith("3"):
+        return None
+    p = Path(path)
+    try:
+        z = zipfile.ZipFile(p)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        return None if p.open("rb").read(8).startswith(HDF5_MAGIC) else _damaged(p, exc)
+    try:
+        with z, tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
+            info = _safe_member(z, "config.json", p)
+            if info.file_size > MAX_CONFIG_BYTES:
+                raise FormatError(f"{p}: config.json of {info.file_size} bytes is implausibly large")
+            config = json.loads(z.read(info).decode("utf8"))
+            if not isinstance(config, dict) or config.get("class_name") not in ("Sequential", "Functional", "Model"):
+                return None
+            winfo = _safe_member(z, "model.weights.h5", p)
+            h5 = os.path.join(tmp, "weights.h5")
+            with z.open(winfo) as src, open(h5, "wb") as dst:
+                _copy_limited(src, dst, winfo.file_size, f"{p}: model.weights.h5")
+            weights = guard.isolated(_store_weights_in, (h5, config), h5, "HDF5")
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError, UnicodeDecodeError,
+            ValueError, RuntimeError, KeyError) as exc:
+        _damaged(p, exc)
+    return keras_whole.FullModel(str(p), config, str(ckpt.meta.get("keras_version")), weights, framework="keras3")
+
+
+def _damaged(p: Path, exc: BaseException):
+    first = (str(exc).strip().splitlines() or [""])[0][:160]
+    raise FormatError(f"{p}: damaged .keras archive ({type(exc).__name__}: {first})") from exc

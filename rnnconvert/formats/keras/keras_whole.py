@@ -57,6 +57,9 @@ class FullModel:
     keras_version: str | None
     #: top-level layer name -> [(weight name, array)] in ``@weight_names`` order
     weights: dict[str, list[tuple[str, np.ndarray]]] = field(default_factory=dict)
+    #: the framework that runs the source: ``tf_keras`` (Keras 1/2 HDF5) or ``keras3`` (a Keras 3 ``.keras``
+    #: archive, :func:`rnnconvert.formats.keras.keras3.read_full_model`)
+    framework: str = "tf_keras"
 
 
 def _read_in(path: str) -> FullModel | None:
@@ -430,7 +433,12 @@ def _input_specs(config: dict) -> dict[str, dict]:
     else:
         cons = {}
         for r in recs:
+            if r.get("class_name") in ("NotEqual", "Any"):  # Keras 3's mask ops (keras_graph.K3_MASK_OPS)
+                continue
             for node in r.get("inbound_nodes") or []:
+                if isinstance(node, dict):  # Keras 3: {'args': [__keras_tensor__ ...], 'kwargs'}
+                    node = [((a.get("config") or {}).get("keras_history") or [None]) for a in node.get("args") or []
+                            if isinstance(a, dict)]
                 for i in node:
                     if isinstance(i, list) and i:
                         cons.setdefault(i[0], r)
@@ -443,11 +451,11 @@ def _input_specs(config: dict) -> dict[str, dict]:
     return specs
 
 
-def make_inputs(tfm, config: dict, seed: int) -> dict[str, np.ndarray]:
+def make_inputs(tfm, config: dict, seed: int, steps: int = STEPS) -> dict[str, np.ndarray]:
     """Valid generated inputs, one array per model input: integer ids in ``[1, input_dim)`` for an input that
     feeds an Embedding (with ``mask_zero``: the last 3 steps of the second sequence are padding 0), standard
     normal floats otherwise (feeding a ``Masking`` layer: the last 3 steps of the second sequence set to
-    its ``mask_value``)."""
+    its ``mask_value``); free dimensions ``steps`` long."""
     rng = np.random.default_rng(seed)
     specs = _input_specs(config)
     out = {}
@@ -456,7 +464,7 @@ def make_inputs(tfm, config: dict, seed: int) -> dict[str, np.ndarray]:
         lname = t.node.layer.name if hasattr(t, "node") else name
         spec = specs.get(lname) or next(iter(specs.values()), {}) if len(tfm.inputs) == 1 else specs.get(lname, {})
         spec = spec or {}
-        shape = [BATCH] + [STEPS if d is None else int(d) for d in t.shape[1:]]
+        shape = [BATCH] + [steps if d is None else int(d) for d in t.shape[1:]]
         if spec.get("embedding"):
             x = rng.integers(1, max(2, int(spec["embedding"])), size=shape).astype(np.int32)
             if spec.get("mask_zero") and x.ndim >= 2 and x.shape[1] > 3:

@@ -17,7 +17,7 @@ KERAS_H5 = FormatSpec(
     equations="keras_equations", framework="tf_keras")
 
 KERAS3 = FormatSpec(
-    "keras3", read=keras3.read, read_options=("gate_activation",),
+    "keras3", read=keras3.read, read_options=("gate_activation",), whole_model=keras3.read_full_model,
     refusals=keras3.refusals, check=keras3.check, write=keras3.write,
     write_options=("weights_only", "recurrent_only"),
     runtime="keras3", load=keras3.load, route=keras3.ROUTE, rescale_plan=keras3.rescale_plan)

@@ -19,7 +19,8 @@ a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). ``return_state``
 ``(k, in, out)`` -> ``(out, in, k)``; ``same``: ``auto_pad=SAME_UPPER`` = TensorFlow's split, ``causal``:
 ``(k-1)*dilation`` zeros before); ``BatchNormalization`` as ``x * (gamma / sqrt(var + eps)) + (beta - mean *
 ...)`` computed in float64 and stored float32; ``LayerNormalization`` ``ReduceMean`` arithmetic; pooling
-``MaxPool`` / ``AveragePool`` / ``Reduce*``; dropout-like layers are the identity (inference).
+``MaxPool`` / ``AveragePool`` / ``Reduce*``; dropout-like layers are the identity (inference); ``Conv2D`` and
+2-D pooling (channels_last) on NCHW between two ``Transpose`` (:func:`_conv2d`, :func:`_pool2d`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def activation(g: _G, x: str, act: str | None, base: str) -> str:
         return g.op("Selu", [x], base, alpha=1.6732632423543772, gamma=1.0507009873554805)
     if act == "hard_sigmoid":  # Keras 2: clip(0.2 x + 0.5, 0, 1)
         return g.op("HardSigmoid", [x], base, alpha=0.2, beta=0.5)
+    if act == "hard_sigmoid_k3":  # Keras 3: relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1)
+        return g.op("HardSigmoid", [x], base, alpha=1.0 / 6.0, beta=0.5)
     raise AssertionError(act)
 
 
@@ -265,6 +268,57 @@ def _pool1d(g: _G, x: str, node: keras_graph.Node) -> str:
     return g.op("Transpose", [y], base, perm=[0, 2, 1])
 
 
+def _pair(v, n: int = 2) -> list[int]:
+    """A Keras int-or-tuple argument (``kernel_size``, ``strides``...) as ``n`` ints."""
+    return [int(a) for a in v] if isinstance(v, (list, tuple)) else [int(v)] * n
+
+
+def _conv2d(g: _G, x: str, node: keras_graph.Node) -> str:
+    """``Conv2D`` (channels_last) as ``Conv`` on NCHW: kernel ``(kh, kw, in, out)`` -> ``(out, in, kh, kw)``
+    (tf_keras ``convolutional/conv2d.py`` stores HWIO; ONNX ``Conv`` takes OIHW); ``same``: TensorFlow's split
+    (``pad_total = max((ceil(L/s)-1)*s + (k-1)*d + 1 - L, 0)``, the odd one at the end), explicit pads at
+    stride 1, ``auto_pad=SAME_UPPER`` (the same split) at strides > 1."""
+    conf, ws, base = node.config, node.weights, node.name
+    kh, kw = int(ws[0].shape[0]), int(ws[0].shape[1])
+    dil, st = _pair(conf.get("dilation_rate", 1)), _pair(conf.get("strides", 1))
+    if int(conf.get("groups", 1) or 1) != 1:
+        keras_graph.refuse(node.path, node.cls, "grouped convolution")
+    pad = conf.get("padding", "valid")
+    attrs: dict[str, Any] = {"dilations": dil, "strides": st, "kernel_shape": [kh, kw]}
+    if pad == "valid":
+        attrs["pads"] = [0, 0, 0, 0]
+    elif pad == "same" and st == [1, 1]:
+        th, tw = (kh - 1) * dil[0], (kw - 1) * dil[1]
+        attrs["pads"] = [th // 2, tw // 2, th - th // 2, tw - tw // 2]
+    elif pad == "same":
+        attrs["auto_pad"] = "SAME_UPPER"
+    else:
+        keras_graph.refuse(node.path, node.cls, f"padding={pad!r}")
+    xc = g.op("Transpose", [x], base, perm=[0, 3, 1, 2])
+    ins = [xc, g.const(_f32(np.transpose(ws[0], (3, 2, 0, 1))), base + ".kernel")]
+    if conf.get("use_bias", True) and len(ws) > 1:
+        ins.append(g.const(_f32(ws[1]), base + ".bias"))
+    y = g.op("Transpose", [g.op("Conv", ins, base, **attrs)], base, perm=[0, 2, 3, 1])
+    return activation(g, y, conf.get("activation"), base)
+
+
+def _pool2d(g: _G, x: str, node: keras_graph.Node) -> str:
+    """``MaxPooling2D`` / ``AveragePooling2D`` (channels_last) as ``MaxPool`` / ``AveragePool`` on NCHW; ``same``:
+    ``auto_pad=SAME_UPPER`` (TensorFlow's split), an average over the valid elements only (``count_include_pad=0``,
+    as TensorFlow's ``avg_pool`` computes it)."""
+    conf, base = node.config, node.name
+    size = _pair(conf.get("pool_size", 2))
+    st = _pair(conf.get("strides") or size)
+    attrs: dict[str, Any] = {"kernel_shape": size, "strides": st}
+    if conf.get("padding", "valid") == "same":
+        if node.cls == "AveragePooling2D":
+            attrs["count_include_pad"] = 0
+        attrs["auto_pad"] = "SAME_UPPER"
+    xc = g.op("Transpose", [x], base, perm=[0, 3, 1, 2])
+    y = g.op("MaxPool" if node.cls == "MaxPooling2D" else "AveragePool", [xc], base, **attrs)
+    return g.op("Transpose", [y], base, perm=[0, 2, 3, 1])
+
+
 def _merge(g: _G, xs: list[str], node: keras_graph.Node) -> str:
     cls, base = node.cls, node.name
     if cls == "Concatenate":
@@ -384,6 +438,13 @@ def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask:
             return g.op("Pad", [x, g.const(_int64([0, a, 0, 0, b, 0]), "pads")], base)
         return g.op("Slice", [x, g.const(_int64([a]), "s"), g.const(_int64([-b if b else 2 ** 62]), "e"),
                               g.const(_int64([1]), "a")], base)
+    if cls == "Conv2D":
+        return _conv2d(g, x, node)
+    if cls in ("MaxPooling2D", "AveragePooling2D"):
+        return _pool2d(g, x, node)
+    if cls in ("GlobalMaxPooling2D", "GlobalAveragePooling2D"):
+        return g.op("ReduceMax" if cls == "GlobalMaxPooling2D" else "ReduceMean", [x], base, axes=[1, 2],
+                    keepdims=1 if conf.get("keepdims") else 0)
     keras_graph.refuse(node.path, cls, "no ONNX builder")  # pragma: no cover - LAYERS and this list agree
 
 

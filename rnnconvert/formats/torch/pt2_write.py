@@ -15,6 +15,9 @@ zero, as tf_keras computes); ``return_state`` outputs are the scan's final carri
 first (:mod:`rnnconvert.conventions.keras_graph` "States"). Other layers follow :mod:`rnnconvert.formats.onnx.model_write` (the same
 :class:`rnnconvert.conventions.keras_graph.Graph`). Inputs: int32 token ids for an input feeding
 an Embedding, float32 otherwise, positional in the model's input order; outputs: a tuple of the model outputs.
+Convolutions and pools pad as TensorFlow does (:func:`tf_same_pads`, from the length the program is given);
+a program whose strided layers shrink a free time axis runs the lengths at which no layer's time axis is one
+step (``torch.export`` specializes sizes of 1; :func:`_example_steps`).
 
 A source without a whole model (weights-only files, other formats) gives a program with one input and one
 output per recurrent layer (``(B, T, I)`` -> ``(B, T, dirs*H)``, directions concatenated forward first), the
@@ -169,6 +172,69 @@ def _f(torch, a) -> Any:
     return torch.from_numpy(np.array(a, np.float32))
 
 
+def tf_same_pads(torch, length, k_eff: int, stride: int):
+    """TensorFlow's ``SAME`` padding of one dimension (``tensorflow/core/framework/kernel_shape_util.cc``
+    ``GetWindowedOutputSize``): ``total = max((ceil(L/s) - 1) * s + k_eff - L, 0)``, ``left = total // 2``, the odd
+    one at the end; ``length`` an int or a ``torch.export`` symbolic size (then ``torch.sym_max``, no guard)."""
+    total = ((length + stride - 1) // stride - 1) * stride + k_eff - length
+    total = max(total, 0) if isinstance(total, int) else torch.sym_max(total, 0)
+    left = total // 2
+    return left, total - left
+
+
+def _ints(v, n: int) -> list[int]:
+    return [int(a) for a in v] if isinstance(v, (list, tuple)) else [int(v)] * n
+
+
+def conv_nd(torch, x, w, b, conf: dict, nd: int):
+    """Keras ``Conv1D``/``Conv2D`` (channels_last ``x``; kernel ``(*k, in, out)`` as stored) with TensorFlow's
+    padding: ``valid``, ``causal`` (1-D: ``(k-1)*d`` zeros before), ``same`` (:func:`tf_same_pads` on every spatial
+    dimension, any stride); activation not applied. Returns channels_last."""
+    F = torch.nn.functional
+    ks, dil, st = list(w.shape[:nd]), _ints(conf.get("dilation_rate", 1), nd), _ints(conf.get("strides", 1), nd)
+    pad = conf.get("padding", "valid")
+    xc = x.movedim(-1, 1)  # (B, C, *spatial)
+    if pad == "causal":
+        xc = F.pad(xc, ((ks[0] - 1) * dil[0], 0))
+    elif pad == "same":
+        pads: list = []
+        for i in reversed(range(nd)):  # F.pad lists the last dimension first
+            pads += list(tf_same_pads(torch, xc.shape[2 + i], (ks[i] - 1) * dil[i] + 1, st[i]))
+        xc = F.pad(xc, pads)
+    wt = w.permute(*range(nd + 1, -1, -1)) if nd == 1 else w.permute(3, 2, 0, 1)  # (out, in, *k)
+    conv = F.conv1d if nd == 1 else F.conv2d
+    return conv(xc, wt, b, stride=st, dilation=dil).movedim(1, -1)
+
+
+def pool_nd(torch, x, conf: dict, is_max: bool, nd: int):
+    """Keras ``MaxPooling1D/2D`` / ``AveragePooling1D/2D`` (channels_last): ``valid`` as torch's pools (floor),
+    ``same`` padded by :func:`tf_same_pads` first, with ``-inf`` for the max and, for the average, divided by the
+    count of valid elements in each window (TensorFlow's ``avg_pool``). Returns channels_last."""
+    F = torch.nn.functional
+    size = _ints(conf.get("pool_size", 2), nd)
+    st = _ints(conf.get("strides") or size, nd)
+    xc = x.movedim(-1, 1)
+    pads: list = []
+    if conf.get("padding", "valid") == "same":
+        for i in reversed(range(nd)):
+            pads += list(tf_same_pads(torch, xc.shape[2 + i], size[i], st[i]))
+
+    def windows(t):  # (B, C, *out, *size) by unfold: torch 2.13's pools specialize a dynamic length when exported
+        for i in range(nd):
+            t = t.unfold(2 + i, size[i], st[i])
+        return t
+
+    dims = tuple(range(-nd, 0))
+    if is_max:
+        y = windows(F.pad(xc, pads, value=float("-inf")) if pads else xc).amax(dims)
+    elif pads:
+        ones = F.pad(torch.ones_like(xc), pads)  # full size: no broadcast (export guards on sizes of 1)
+        y = windows(F.pad(xc, pads)).sum(dims) / windows(ones).sum(dims)
+    else:
+        y = windows(xc).mean(dims)
+    return y.movedim(1, -1)
+
+
 def build_module(graph: keras_graph.Graph):
     """The ``torch.nn.Module`` computing ``graph`` (module docstring): ``forward(*inputs) -> tuple of outputs``;
     with ``module.record = True`` (eager runs), ``module.layer_outputs`` holds the last run's
@@ -261,8 +327,9 @@ def build_module(graph: keras_graph.Graph):
                 if pad == "causal":
                     xc = F.pad(xc, ((k - 1) * dil, 0))
                 elif pad == "same":
-                    if st != 1:
-                        keras_graph.refuse(node.path, cls, "padding='same' with strides > 1 in a .pt2 program")
+                    if st != 1:  # TensorFlow's SAME at strides > 1: pads that depend on the length
+                        b = self.w(node, 1) if conf.get("use_bias", True) and len(node.weights) > 1 else None
+                        return _act(torch, conf.get("activation"))(conv_nd(torch, x, self.w(node, 0), b, conf, 1))
                     tot = (k - 1) * dil
                     xc = F.pad(xc, (tot // 2, tot - tot // 2))
                 wt = self.w(node, 0).permute(2, 1, 0)
@@ -274,8 +341,8 @@ def build_module(graph: keras_graph.Graph):
                 size = int(size[0] if isinstance(size, (list, tuple)) else size)
                 st = conf.get("strides") or size
                 st = int(st[0] if isinstance(st, (list, tuple)) else st)
-                if conf.get("padding", "valid") != "valid":
-                    keras_graph.refuse(node.path, cls, "padding='same' pooling in a .pt2 program")
+                if conf.get("padding", "valid") != "valid":  # TensorFlow's SAME pooling
+                    return pool_nd(torch, x, conf, cls == "MaxPooling1D", 1)
                 fn = F.max_pool1d if cls == "MaxPooling1D" else F.avg_pool1d
                 return fn(x.transpose(1, 2), size, st).transpose(1, 2)
             if cls == "GlobalMaxPooling1D":
@@ -325,6 +392,16 @@ def build_module(graph: keras_graph.Graph):
                 if cls == "ZeroPadding1D":
                     return F.pad(x, (0, 0, a, b))
                 return x[:, a:x.shape[1] - b]
+            if cls == "Conv2D":
+                if int(conf.get("groups", 1) or 1) != 1:
+                    keras_graph.refuse(node.path, cls, "grouped convolution")
+                b = self.w(node, 1) if conf.get("use_bias", True) and len(node.weights) > 1 else None
+                return _act(torch, conf.get("activation"))(conv_nd(torch, x, self.w(node, 0), b, conf, 2))
+            if cls in ("MaxPooling2D", "AveragePooling2D"):
+                return pool_nd(torch, x, conf, cls == "MaxPooling2D", 2)
+            if cls in ("GlobalMaxPooling2D", "GlobalAveragePooling2D"):
+                keep = bool(conf.get("keepdims"))
+                return x.amax((1, 2), keepdim=keep) if cls == "GlobalMaxPooling2D" else x.mean((1, 2), keepdim=keep)
             keras_graph.refuse(node.path, cls, "no torch builder")  # pragma: no cover
 
         def forward(self, *inputs):
@@ -393,9 +470,15 @@ def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = 
                 "per layer, positional in layer order"]
     graph = keras_graph.build(whole_model.config, whole_model.weights, ckpt)
     build_module(graph)
-    return [f"whole model written: {len(graph.nodes)} layer call(s) in one torch.export program; inputs "
-            + ", ".join(f"'{n}' ({'token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
-            + "; recurrent layers as exact scan modules (masks followed step by step)"]
+    notes = [f"whole model written: {len(graph.nodes)} layer call(s) in one torch.export program; inputs "
+             + ", ".join(f"'{n}' ({'token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
+             + "; recurrent layers as exact scan modules (masks followed step by step)"]
+    steps = program_steps(graph)
+    if steps is not None:
+        notes.append(f"strided layers shrink the free time axis: the program runs the lengths at which no layer's "
+                     f"time axis shrinks to one step (torch.export specializes sizes of 1; exported and verified "
+                     f"at {steps} steps)")
+    return notes
 
 
 def graph_of(ckpt: Checkpoint, whole_model: Any, recurrent_only: bool) -> keras_graph.Graph:
@@ -405,14 +488,59 @@ def graph_of(ckpt: Checkpoint, whole_model: Any, recurrent_only: bool) -> keras_
     return keras_graph.build(whole_model.config, whole_model.weights, ckpt)
 
 
+#: strided / pooling layers: the time axis shrinks, so the example length of :func:`export` is chosen with care
+SHRINKING = {"Conv1D", "Conv2D", "MaxPooling1D", "AveragePooling1D", "MaxPooling2D", "AveragePooling2D"}
+
+
+def shrinks_time(graph: keras_graph.Graph) -> bool:
+    """Whether ``graph`` has a free dimension that strided or pooling layers shrink (see :func:`_example_steps`)."""
+    free = any(d is None for _, shape, _, _ in graph.inputs for d in shape)
+    return free and any(n.cls in SHRINKING and (n.config.get("strides") not in (None, 1, [1], [1, 1])
+                                                or "Pooling" in n.cls) for n in graph.nodes)
+
+
+def program_steps(graph: keras_graph.Graph) -> int | None:
+    """The example length the program of ``graph`` is exported at when strided layers shrink its free time axis
+    (verification's generated inputs use it: the program runs the lengths at which no time-derived size is 1),
+    else ``None``."""
+    return _example_steps(graph, build_module(graph)) if shrinks_time(graph) else None
+
+
+def _example_steps(graph: keras_graph.Graph, module) -> int:
+    """The example length of free dimensions for ``torch.export``: 13, or, when strided layers shrink the time axis
+    to one step at that length, a longer one (61, 253) with which no time-derived size is 1 (``torch.export``
+    specializes sizes of 0 and 1: the program would then run that length only). Found by running ``module``
+    eagerly at ``T`` and ``2T + 1``: a size that differs is time-derived."""
+    torch = require("torch", "torch")
+    if not shrinks_time(graph):
+        return 13
+
+    def shapes(steps):
+        args = [torch.ones([2] + [steps if d is None else int(d) for d in shape],
+                           dtype=torch.int32 if emb is not None else torch.float32)
+                for _, shape, _, emb in graph.inputs]
+        module.record = True
+        with torch.no_grad():
+            module(*args)
+        module.record = False
+        return {k: tuple(v.shape) for k, v in module.layer_outputs.items()}
+
+    for steps in (13, 61, 253):
+        a, b = shapes(steps), shapes(2 * steps + 1)
+        if not any(x == 1 and x != y for k in a for x, y in zip(a[k], b.get(k, a[k]))):
+            return steps
+    return 253
+
+
 def export(graph: keras_graph.Graph):
     """``torch.export.export`` of :func:`build_module` on example inputs (batch 2; a free time dimension 5),
     batch and free dimensions dynamic."""
     torch = require("torch", "torch")
     m = build_module(graph).eval()
     args, dyn = [], []
+    steps = _example_steps(graph, m)
     for name, shape, _, emb in graph.inputs:
-        dims = [2] + [13 if d is None else int(d) for d in shape]
+        dims = [2] + [steps if d is None else int(d) for d in shape]
         args.append(torch.ones(dims, dtype=torch.int32) if emb is not None else torch.zeros(dims))
         spec = {0: torch.export.Dim.DYNAMIC}
         spec.update({i + 1: torch.export.Dim.DYNAMIC for i, d in enumerate(shape) if d is None})

@@ -1,0 +1,219 @@
+"""Whole Keras 3 ``.keras`` models to one ONNX graph and a torch.export ``.pt2`` program (issue #30).
+
+Oracle: Keras 3.15 (``fixtures/gen_keras3_whole.py`` made every fixture with ``model.save`` and its outputs
+``out__<i>`` on ``in__<name>``); the targets are onnxruntime on the written graph and torch on the loaded
+program. Tolerance: ``2e-5 * max(1, max|ref|)`` (issue #17/#30). The end-to-end checks run Keras 3 on the
+source archive (``rnnconvert.verify.keras_whole_check.compare_whole``); the mutation tests make them fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+import rnnconvert  # noqa: E402
+from rnnconvert.conventions import keras_graph  # noqa: E402
+from rnnconvert.errors import UnsupportedError  # noqa: E402
+from rnnconvert.formats.keras import whole_source  # noqa: E402
+from rnnconvert.formats.onnx import model_write  # noqa: E402
+from rnnconvert.verify import keras_whole_check  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "keras3_whole"
+K3 = sorted(FIX.glob("k3whole_*.keras"))
+TOL = 2e-5
+
+
+def _full(path):
+    ckpt = rnnconvert.load(path)
+    return ckpt, whole_source.whole_source(ckpt)
+
+
+def _graph(path):
+    ckpt, full = _full(path)
+    return keras_graph.build(full.config, full.weights, ckpt)
+
+
+def _feeds(g, z):
+    return {n: z[f"in__{n}"] for n, *_ in g.inputs}
+
+
+def _ort(model, feeds, names):
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(names, feeds)
+
+
+def _close(got, ref):
+    ref = np.asarray(ref, np.float64)
+    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) <= TOL * max(1.0, float(np.max(np.abs(ref))))
+
+
+def _keras3():
+    k = pytest.importorskip("keras")
+    if not k.__version__.startswith("3"):
+        pytest.skip("needs Keras 3")
+    return k
+
+
+def test_fixtures_are_whole_models():
+    """The reader gives the config and every layer's variables (Keras 3 ``layer.weights`` order); a nested
+    model's as ``<inner>/var<i>``."""
+    assert len(K3) == 3
+    _, full = _full(FIX / "k3whole_conv_zoo.keras")
+    assert full.framework == "keras3"
+    assert [a.shape for _, a in full.weights["bn"]] == [(6,)] * 4  # gamma beta moving_mean moving_variance
+    assert [n for n, _ in full.weights["inner"]] == ["idense/var0", "idense/var1"]
+
+
+@pytest.mark.parametrize("path", K3, ids=lambda p: p.stem)
+def test_onnx_graph_matches_keras3(path):
+    """Every Keras 3 fixture as one ONNX graph, run by onnxruntime, gives Keras 3's outputs (oracle npz)."""
+    g = _graph(path)
+    z = np.load(path.with_suffix(".npz"))
+    outs = _ort(model_write.build(g), _feeds(g, z), [f"output_{i}" for i in range(len(g.outputs))])
+    assert len(outs) == len([k for k in z.files if k.startswith("out__")])
+    for i, y in enumerate(outs):
+        assert _close(y, z[f"out__{i}"]), (path.name, i)
+
+
+@pytest.mark.parametrize("path", K3, ids=lambda p: p.stem)
+def test_pt2_program_matches_keras3(path, tmp_path):
+    """The same fixtures as .pt2 programs, loaded and run by torch: Keras 3's outputs."""
+    torch = pytest.importorskip("torch")
+    from rnnconvert.formats.torch import pt2_write
+
+    g = _graph(path)
+    torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))
+    prog = torch.export.load(str(tmp_path / "p.pt2")).module()
+    z = np.load(path.with_suffix(".npz"))
+    outs = prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()])
+    for i, y in enumerate(outs):
+        assert _close(y.detach().numpy(), z[f"out__{i}"]), (path.name, i)
+
+
+def test_keras3_masks_and_hard_sigmoid_are_read():
+    """Keras 3 records masks as NotEqual/Any op layers and ``mask=`` keywords: they reach the recurrent layers
+    and the masked mean; 'hard_sigmoid' in a Keras 3 config is Keras 3's (alpha 1/6 in ONNX)."""
+    g = _graph(FIX / "k3whole_masked_text.keras")
+    by = {n.name: n for n in g.nodes}
+    for name in ("bilstm", "gru", "srnn", "gap"):
+        assert by[name].masks[0] is not None and g.masks[by[name].masks[0]] == ("ids", "tokens")
+    assert by["head"].config["activation"] == "hard_sigmoid_k3"
+    assert by["gru"].layer.semantics.gate_activation == "hard_sigmoid_k3"
+    hs = [n for n in model_write.build(g).graph.node if n.op_type == "HardSigmoid"]
+    assert hs and all(abs(a.f - 1 / 6) < 1e-7 for n in hs for a in n.attribute if a.name == "alpha")
+
+
+def _refused(path, edit) -> str:
+    ckpt, full = _full(path)
+    cfg = copy.deepcopy(full.config)
+    edit(cfg)
+    with pytest.raises(UnsupportedError) as e:
+        keras_graph.build(cfg, full.weights, ckpt)
+    return str(e.value)
+
+
+def _rec(cfg, name):
+    return next(r for r in cfg["config"]["layers"] if r["config"].get("name") == name)
+
+
+def test_keras3_refusals_name_the_layer():
+    """Lambda / custom classes, a mask handed to a layer whose writer does not follow it, keyword arguments
+    such as initial_state and a mixed-precision policy are refused by layer name with the way out."""
+    path = FIX / "k3whole_masked_text.keras"
+    msg = _refused(path, lambda c: _rec(c, "head").update(class_name="Lambda"))
+    assert "'head' (Lambda)" in msg and "recurrent_only" in msg
+
+    def softmax_masked(c):
+        r = _rec(c, "td")
+        r["class_name"], r["config"] = "Softmax", {"name": "td", "axis": -1}
+    assert "'td' (Softmax)" in _refused(path, softmax_masked) and "mask" in _refused(path, softmax_masked)
+
+    def init_state(c):
+        _rec(c, "gru")["inbound_nodes"][0]["kwargs"]["initial_state"] = None
+    assert "'gru' (GRU)" in _refused(path, init_state)
+
+    def mixed(c):
+        _rec(c, "head")["config"]["dtype"] = {"module": "keras", "class_name": "DTypePolicy",
+                                              "config": {"name": "mixed_float16"}}
+    assert "mixed_float16" in _refused(path, mixed)
+
+
+def test_cli_writes_and_verifies_keras3_source(tmp_path):
+    """The default path: `.keras` -> `.onnx` and `.pt2`, verified against Keras 3 running the source."""
+    _keras3()
+    pytest.importorskip("torch")
+    path = FIX / "k3whole_masked_text.keras"
+    for ext in ("onnx", "pt2"):
+        rep = rnnconvert.convert(path, tmp_path / f"m.{ext}")
+        assert rep.verification.ok
+        outs = [c for c in rep.verification.layers if c.name == "model output 0"]
+        assert outs and outs[0].ok and outs[0].source_route == "keras 3 (whole model)", ext
+
+
+# ----------------------------------------------------------------------------- mutations: the check must FAIL
+def _mutated_check(path, mutate):
+    """compare_whole (Keras 3 vs onnxruntime) on a written graph after ``mutate(model)``."""
+    import onnxruntime as ort
+
+    ckpt, full = _full(path)
+    model = model_write.build(keras_graph.build(full.config, full.weights, ckpt))
+    mutate(model)
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = [o.name for o in s.get_outputs() if o.name.startswith("output_")]
+
+    def target(xs):
+        return s.run(outs, xs), {}
+
+    return keras_whole_check.compare_whole(str(path), full, target, "onnxruntime (mutated)")
+
+
+@pytest.mark.parametrize("kind", ["keras2_hard_sigmoid", "drop_mask", "dense_bias"])
+def test_keras3_mutations_fail(kind):
+    """Keras 2's hard_sigmoid (alpha 0.2) where Keras 3's is meant, a recurrent node without its Keras 3 mask,
+    a nudged Dense bias: the check against Keras 3 fails."""
+    _keras3()
+    path = FIX / "k3whole_masked_text.keras"
+    if kind == "keras2_hard_sigmoid":
+        def mutate(m):
+            for n in m.graph.node:
+                for a in n.attribute:
+                    if n.op_type == "HardSigmoid" and a.name == "alpha":
+                        a.f = 0.2
+    elif kind == "drop_mask":
+        def mutate(m):
+            for n in m.graph.node:
+                if n.op_type == "RNN" and len(n.input) > 4:  # srnn: go_backwards, its last state
+                    n.input[4] = ""
+    else:
+        def mutate(m):
+            from onnx import numpy_helper
+
+            t = next(t for t in m.graph.initializer if t.name.startswith("head.bias"))
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) + np.float32(1e-3), t.name))
+    checks = _mutated_check(path, mutate)
+    assert any(c.verdict == "fail" for c in checks), [(c.name, c.max_abs_err) for c in checks]
+
+
+def test_keras3_written_by_tf_keras_is_not_a_keras3_whole_model(tmp_path):
+    """An archive whose metadata says Keras 2.x (tf_keras writes .keras too, with Keras 2's hard_sigmoid) is not
+    read as a Keras 3 whole model."""
+    import zipfile
+
+    src = FIX / "k3whole_masked_seq.keras"
+    dst = tmp_path / "tfk.keras"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item)
+            if item.filename == "metadata.json":
+                data = json.dumps({**json.loads(data), "keras_version": "2.15.0"}).encode()
+            zout.writestr(item, data)
+    assert whole_source.whole_source(rnnconvert.load(dst)) is None
