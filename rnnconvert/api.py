@@ -358,7 +358,7 @@ def _emit(ckpt: Checkpoint, in_mod, src: Path, emit: tuple[Path, Path], write_op
         raise UnsupportedError(f"{src.name}: --emit-module writes a whole Keras 1/2 model as nn.Module source, and "
                                "this source holds none (a full-model HDF5 file with its model_config is needed)")
     graph = keras_graph.build(full.config, full.weights, ckpt)
-    return full, module_write.emit(graph, src.name, emit[0].stem, emit[1].name)
+    return full, keras_graph.from_config(module_write.emit, graph, src.name, emit[0].stem, emit[1].name)
 
 
 def _emit_write(emitted, emit: tuple[Path, Path], ckpt: Checkpoint, src: Path, rep, verify: str | None,

@@ -369,15 +369,11 @@ def build(model_config: dict, weights: dict[str, list[tuple[str, np.ndarray]]], 
     b = _Builder(weights, ckpt)
     try:
         out = b.model(model_config, "", None)
-    except (KeyError, TypeError, IndexError, ValueError) as exc:
+    except CONFIG_ERRORS as exc:
         raise UnsupportedError(f"malformed model_config ({type(exc).__name__}: {str(exc)[:160]})") from exc
     outs = [out] if isinstance(out, str) else list(out)
     name = (model_config.get("config") or {}).get("name") if isinstance(model_config.get("config"), dict) else None
-    g = Graph(str(name or "model"), b.inputs, b.nodes, outs, b.masks)
-    feeds = {n.inputs[0]: n for n in g.nodes if n.cls == "Embedding"}
-    g.inputs = [(nm, shp, dt, int(feeds[nm].config["input_dim"]) if nm in feeds else None)
-                for nm, shp, dt, _ in g.inputs]
-    return g
+    return _finish(Graph(str(name or "model"), b.inputs, b.nodes, outs, b.masks))
 
 
 # --------------------------------------------------------------------------------------------
@@ -581,6 +577,33 @@ class _Keras3Builder(_Builder):
         return name
 
 
+#: what reading an untrusted model config's values can raise (a number where a dict was, a list too short ...)
+CONFIG_ERRORS = (KeyError, TypeError, IndexError, ValueError, AttributeError)
+
+
+def from_config(fn, *args: Any) -> Any:
+    """``fn(*args)`` (a writer building layers from a :class:`Graph`'s configs), with what a malformed config value
+    raises (:data:`CONFIG_ERRORS`) turned into one :class:`UnsupportedError` line: the config is untrusted input,
+    never a traceback."""
+    try:
+        return fn(*args)
+    except CONFIG_ERRORS as exc:
+        raise UnsupportedError(f"malformed model config: a layer's settings could not be read "
+                               f"({type(exc).__name__}: {str(exc)[:160]})") from exc
+
+
+def _finish(g: Graph) -> Graph:
+    """``g`` with each input's token range (an Embedding's ``input_dim``) beside its name, shape and dtype."""
+    feeds = {n.inputs[0]: n for n in g.nodes if n.cls == "Embedding"}
+    try:
+        g.inputs = [(nm, shp, dt, int(feeds[nm].config["input_dim"]) if nm in feeds else None)
+                    for nm, shp, dt, _ in g.inputs]
+    except CONFIG_ERRORS as exc:
+        raise UnsupportedError(f"malformed model config: an Embedding's input_dim ({type(exc).__name__}: "
+                               f"{str(exc)[:160]})") from exc
+    return g
+
+
 def build_keras3(model_config: dict, weights: dict[str, list[tuple[str, np.ndarray]]], ckpt: Checkpoint) -> Graph:
     """The :class:`Graph` of a Keras 3 model (``config.json`` of a ``.keras`` archive; weights in
     ``layer.weights`` order as the archive's ``vars/0, vars/1, ...`` hold them, nested models' as
@@ -588,12 +611,8 @@ def build_keras3(model_config: dict, weights: dict[str, list[tuple[str, np.ndarr
     b = _Keras3Builder(weights, ckpt)
     try:
         out = b.model(model_config, "", None)
-    except (KeyError, TypeError, IndexError, ValueError) as exc:
+    except CONFIG_ERRORS as exc:
         raise UnsupportedError(f"malformed Keras 3 model config ({type(exc).__name__}: {str(exc)[:160]})") from exc
     outs = [out] if isinstance(out, str) else list(out)
     name = (model_config.get("config") or {}).get("name") if isinstance(model_config.get("config"), dict) else None
-    g = Graph(str(name or "model"), b.inputs, b.nodes, outs, b.masks)
-    feeds = {n.inputs[0]: n for n in g.nodes if n.cls == "Embedding"}
-    g.inputs = [(nm, shp, dt, int(feeds[nm].config["input_dim"]) if nm in feeds else None)
-                for nm, shp, dt, _ in g.inputs]
-    return g
+    return _finish(Graph(str(name or "model"), b.inputs, b.nodes, outs, b.masks))

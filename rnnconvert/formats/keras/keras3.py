@@ -686,7 +686,7 @@ def read_full_model(ckpt: Checkpoint):
                 _copy_limited(src, dst, winfo.file_size, f"{p}: model.weights.h5")
             weights = guard.isolated(_store_weights_in, (h5, config), h5, "HDF5")
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError, UnicodeDecodeError,
-            ValueError, RuntimeError, KeyError) as exc:
+            ValueError, RuntimeError, KeyError, TypeError, IndexError, AttributeError) as exc:
         _damaged(p, exc)
     return keras_whole.FullModel(str(p), config, str(ckpt.meta.get("keras_version")), weights, framework="keras3")
 

@@ -545,7 +545,7 @@ def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, **opti
         if ckpt.format == "keras_h5" and not recurrent_only:
             out.insert(0, WEIGHTS_ONLY)
         return out
-    build(graph)  # the refusals raised while building (e.g. a masked go_backwards sequence)
+    keras_graph.from_config(build, graph)  # the refusals raised while building (e.g. a masked go_backwards sequence)
     return notes(graph)
 
 

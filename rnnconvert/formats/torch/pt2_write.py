@@ -34,7 +34,7 @@ import numpy as np
 from ...conventions import keras_graph
 from ...core.gates import CANONICAL, gate_slice
 from ...core.model import Cell, Checkpoint, RNNLayer
-from ...errors import require
+from ...errors import RNNConvertError, UnsupportedError, require
 
 ROUTE = "torch.export"
 #: activations the recurrent modules compute (our names, :data:`rnnconvert.core.reference.ACT`)
@@ -469,7 +469,7 @@ def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = 
         return why + ["a torch.export program of the recurrent layers: one input '<layer>__in' (B, T, I) and one output "
                 "per layer, positional in layer order"]
     graph = keras_graph.build(whole_model.config, whole_model.weights, ckpt)
-    build_module(graph)
+    keras_graph.from_config(build_module, graph)
     notes = [f"whole model written: {len(graph.nodes)} layer call(s) in one torch.export program; inputs "
              + ", ".join(f"'{n}' ({'token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
              + "; recurrent layers as exact scan modules (masks followed step by step)"]
@@ -555,9 +555,17 @@ def write(ckpt: Checkpoint, path, *, recurrent_only: bool = False, whole_model: 
     Assumes :func:`check` passed."""
     torch = require("torch", "torch")
     graph = graph_of(ckpt, whole_model, recurrent_only)
-    ep = export(graph)
-    with open(path, "wb") as fh:
-        torch.export.save(ep, fh)
+    try:
+        ep = export(graph)
+        with open(path, "wb") as fh:
+            torch.export.save(ep, fh)
+    except (RNNConvertError, OSError):  # an OSError is the output's (a full disk): the engine reports it
+        raise
+    except Exception as exc:  # noqa: BLE001 - tracing a module built from an untrusted config: one line, not a trace
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise UnsupportedError(f"'{graph.name}': torch.export could not trace or save the program built from this "
+                               f"model's config ({type(exc).__name__}: {first}); convert to .onnx, or "
+                               "--recurrent-only") from exc
     ins = ", ".join(n for n, *_ in graph.inputs)
     return [f"'{graph.name}': torch.export.load(path).module()({ins}) -> tuple of {len(graph.outputs)} output(s) "
             "(load only files you trust: torch.export.load unpickles)"]
