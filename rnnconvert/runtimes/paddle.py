@@ -2,7 +2,7 @@
 ``paddle.nn.LSTM``/``GRU``/``SimpleRNN`` (``set_state_dict``, every key of the layer used) and run on the CPU, for
 verification's target side. Paddle is imported inside the functions (the ``paddle`` extra, ``paddlepaddle``).
 
-Without Paddle (not installed, or its import fails) every operation runs the :mod:`torch runtime <.torch>` on
+Without Paddle (not installed, its import fails, or TensorFlow is already loaded: :func:`framework`) every operation runs the :mod:`torch runtime <.torch>` on
 the file's tensors as rnnconvert's reader reads them back -- what verified ``.pdparams`` before this runtime
 (Paddle's cells compute PyTorch's equations: ``paddle/nn/layer/rnn.py`` of PaddlePaddle 3.3.1, gate orders
 ``i f g o`` / ``r z n``, weights ``(G*H, in)``) -- and :func:`stand_in` gives the report that route, so a report
@@ -24,6 +24,7 @@ the keys of its own ``state_dict()`` under ``{name}.`` (a missing or unexpected 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,15 @@ from ..errors import DependencyError, FormatError, require
 from ..speed import filerows
 from . import torch as torch_rt
 
-#: the words of the report's target side when Paddle is missing and the torch runtime runs in its place
-FALLBACK_ROUTE = "torch.nn on the file's tensors as read back (paddle not installed)"
+#: the words of the report's target side when Paddle is missing and the torch runtime runs in its place (``why``:
+#: :data:`WHY`; the report appends torch's version)
+FALLBACK_ROUTE = "torch.nn on the file's tensors as read back ({why}), torch"
+#: why Paddle did not run: not installed, its import failed, or TensorFlow is loaded in the process
+WHY = {"missing": "paddle not installed", "broken": "paddle installed but failed to import",
+       "tensorflow": "paddle cannot be loaded after TensorFlow in one process"}
 #: the last file's ``paddle.load`` result, keyed by the file's identity (:func:`release` drops it)
 _LOADED: dict[tuple, Any] = {}
-#: ``paddle`` once imported, or the DependencyError its import raised (decided once per process)
+#: ``paddle`` once imported, or ``(key of WHY, DependencyError)`` (decided once per process)
 _IMPORTED: list = []
 
 
@@ -49,21 +54,31 @@ def release() -> None:
 
 
 def framework():
-    """The ``paddle`` module, or ``None`` when it cannot be imported (not installed, a broken install); the
-    first call decides for the process (:func:`stand_in` and the operations agree)."""
+    """The ``paddle`` module, or ``None`` when it cannot be imported: not installed, a broken install, or
+    TensorFlow already loaded in this process (``import paddle`` after ``import tensorflow`` is a segmentation
+    fault in ``paddle/base/core.py`` with PaddlePaddle 3.3.1 and TensorFlow 2.21 on Linux x86-64, measured
+    2026-11-27; the other order works). The first call decides for the process (:func:`stand_in` and the
+    operations agree)."""
     if not _IMPORTED:
-        try:
-            _IMPORTED.append(require("paddle", "paddle"))
-        except DependencyError as exc:
-            _IMPORTED.append(exc)
+        if "paddle" not in sys.modules and "tensorflow" in sys.modules:
+            _IMPORTED.append(("tensorflow", DependencyError(WHY["tensorflow"])))
+        else:
+            try:
+                _IMPORTED.append(require("paddle", "paddle"))
+            except DependencyError as exc:
+                broken = "installed but could not be imported" in str(exc)
+                _IMPORTED.append(("broken" if broken else "missing", exc))
     got = _IMPORTED[0]
-    return None if isinstance(got, DependencyError) else got
+    return None if isinstance(got, tuple) else got
 
 
 def stand_in() -> tuple[str, str] | None:
-    """``("torch", FALLBACK_ROUTE)`` when Paddle cannot be imported (the torch runtime runs the file), else
-    ``None`` (Paddle runs it): :attr:`rnnconvert.engine.protocol.Runtime.stand_in`."""
-    return None if framework() is not None else ("torch", FALLBACK_ROUTE)
+    """``("torch", route)`` when Paddle cannot be imported (:func:`framework`; the torch runtime runs the file,
+    the route says why, :data:`FALLBACK_ROUTE`), else ``None`` (Paddle runs it):
+    :attr:`rnnconvert.engine.protocol.Runtime.stand_in`."""
+    if framework() is not None:
+        return None
+    return "torch", FALLBACK_ROUTE.format(why=WHY[_IMPORTED[0][0]])
 
 
 def _state(path: str | Path, load) -> dict:

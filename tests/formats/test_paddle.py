@@ -30,8 +30,14 @@ from rnnconvert.runtimes import paddle as paddle_rt
 torch = pytest.importorskip("torch")
 ENTRIES = manifest("paddle")
 RTOL = 2e-5
-PADDLE_PYTHON = os.environ.get("RNNCONVERT_PADDLE_PYTHON")
 HAS_PADDLE = importlib.util.find_spec("paddle") is not None
+PADDLE_PYTHON = os.environ.get("RNNCONVERT_PADDLE_PYTHON") or (sys.executable if HAS_PADDLE else None)
+
+
+def _paddle_here() -> bool:
+    """Whether Paddle can run in this process: installed, and not imported after TensorFlow (a segmentation
+    fault with PaddlePaddle 3.3.1 and TensorFlow 2.21: rnnconvert.runtimes.paddle.framework)."""
+    return HAS_PADDLE and ("paddle" in sys.modules or "tensorflow" not in sys.modules)
 
 
 def _rel(got, want) -> float:
@@ -159,7 +165,7 @@ np.save(spec["out"], m(paddle.to_tensor(x))[0].numpy())
 """
 
 
-@pytest.mark.skipif(not (HAS_PADDLE or PADDLE_PYTHON),
+@pytest.mark.skipif(not PADDLE_PYTHON,
                     reason="install the paddle extra, or set RNNCONVERT_PADDLE_PYTHON to a Python with paddlepaddle")
 @pytest.mark.parametrize("kind", ["LSTM-bi", "LSTM-proj", "GRU", "RNN"])
 @pytest.mark.parametrize("src_ext", [".pt", ".onnx"])
@@ -187,16 +193,16 @@ def test_pt_and_onnx_sources_into_paddle_run_by_paddle(kind, src_ext, tmp_path):
         src, opts = tmp_path / "m.onnx", {}
     dst = tmp_path / "out.pdparams"
     rep = api.convert(src, dst, read_opts=opts).verification
-    if HAS_PADDLE:
+    assert [c.verdict for c in rep.layers] == ["ok"]
+    if _paddle_here():
         from importlib import metadata
 
-        assert [c.verdict for c in rep.layers] == ["ok"]
         assert rep.layers[0].target_route.startswith(f"{pdparams_write.ROUTE} {metadata.version('paddlepaddle')} ")
     x = np.random.default_rng(4).standard_normal((2, 5, 3)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     spec = {"cell": cell, "H": 5, "P": P, "layers": m.num_layers, "bidi": bidi, "path": str(dst), "name": "rnn",
             "x": str(tmp_path / "x.npy"), "out": str(tmp_path / "y.npy")}
-    if HAS_PADDLE:  # the same script, in this process
+    if _paddle_here():  # the same script, in this process
         argv = sys.argv
         try:
             sys.argv = ["-c", json.dumps(spec)]
@@ -216,8 +222,8 @@ def test_pt_and_onnx_sources_into_paddle_run_by_paddle(kind, src_ext, tmp_path):
 def runtime(request, monkeypatch):
     """The paddle runtime as it runs: Paddle itself (skipped without it), or with ``import paddle`` failing
     (``sys.modules['paddle'] = None``), the torch runtime in its place."""
-    if request.param == "paddle":
-        pytest.importorskip("paddle")
+    if request.param == "paddle" and not _paddle_here():
+        pytest.skip("paddle is not installed, or TensorFlow was loaded first in this process")
     else:
         monkeypatch.setitem(sys.modules, "paddle", None)
     monkeypatch.setattr(paddle_rt, "_IMPORTED", [])  # the import is decided again, under this test's conditions
@@ -256,7 +262,8 @@ def test_verification_of_a_written_pdparams(runtime, mutate, tmp_path):
     rep = api.verify(tmp_path / "m.pt", tmp_path / "out.pdparams")
     assert [c.verdict for c in rep.layers] == ["ok" if mutate is None else "fail"]
     route = rep.layers[0].target_route
-    want = pdparams_write.ROUTE if runtime == "paddle" else paddle_rt.FALLBACK_ROUTE
+    want = (pdparams_write.ROUTE if runtime == "paddle" else
+            paddle_rt.FALLBACK_ROUTE.format(why=paddle_rt.WHY["missing"]))
     assert route.startswith(want), route
     if runtime == "paddle":
         assert "one-step + sequence" in route and "not installed" not in route
@@ -277,3 +284,13 @@ def test_paddle_runtime_refuses_a_pickle_outside_the_allow_list(runtime, tmp_pat
         api.verify(tmp_path / "m.pt", _pickled(tmp_path, {**sd, "x": Evil()}, "evil.pdparams"))
     assert "\n" not in str(info.value)
     assert not (tmp_path / "ran").exists()
+
+
+def test_paddle_is_not_imported_after_tensorflow(monkeypatch):
+    """With TensorFlow loaded and Paddle not yet, the paddle runtime does not import Paddle (a segmentation fault
+    with PaddlePaddle 3.3.1 after TensorFlow 2.21): torch runs the file and the route says why."""
+    monkeypatch.setitem(sys.modules, "tensorflow", sys.modules.get("tensorflow", object()))
+    monkeypatch.delitem(sys.modules, "paddle", raising=False)
+    monkeypatch.setattr(paddle_rt, "_IMPORTED", [])
+    assert paddle_rt.framework() is None
+    assert paddle_rt.stand_in() == ("torch", paddle_rt.FALLBACK_ROUTE.format(why=paddle_rt.WHY["tensorflow"]))
