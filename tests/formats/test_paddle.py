@@ -222,8 +222,9 @@ def test_pt_and_onnx_sources_into_paddle_run_by_paddle(kind, src_ext, tmp_path):
 def runtime(request, monkeypatch):
     """The paddle runtime as it runs: Paddle itself (skipped without it), or with ``import paddle`` failing
     (``sys.modules['paddle'] = None``), the torch runtime in its place."""
-    if request.param == "paddle" and not _paddle_here():
-        pytest.skip("paddle is not installed, or TensorFlow was loaded first in this process")
+    if request.param == "paddle":
+        if not _paddle_here():
+            pytest.skip("paddle is not installed, or TensorFlow was loaded first in this process")
     else:
         monkeypatch.setitem(sys.modules, "paddle", None)
     monkeypatch.setattr(paddle_rt, "_IMPORTED", [])  # the import is decided again, under this test's conditions
