@@ -94,7 +94,9 @@ def _state(path: str | Path, load) -> dict:
 def module(path: str | Path, ckpt: Checkpoint, name: str, load):
     """``paddle.nn.LSTM``/``GRU``/``SimpleRNN`` for layer ``name`` of the written file (its class, sizes,
     direction, projection, biases and relu activation from the written layer ``ckpt.layer(name)``), its
-    parameters set by ``set_state_dict`` from ``paddle.load(path)`` under ``{name}.``, in the file's dtype.
+    parameters set by ``set_state_dict`` from ``paddle.load(path)`` under ``{name}.``, in the file's dtype (a
+    float16 file in float32, its values exactly: PaddlePaddle 3.3.1's CPU build has no float16 kernels for
+    these layers, ``coalesce_tensor`` not registered).
 
     Raises:
         FormatError: a key of the module is missing from the file (not written by rnnconvert's Paddle writer?)."""
@@ -105,8 +107,10 @@ def module(path: str | Path, ckpt: Checkpoint, name: str, load):
     first = next((v for k, v in sd.items() if k.startswith(pre)), None)
     if first is None:
         raise FormatError(f"{path}: no Paddle layer '{name}'")
+    dtype = str(first.dtype).replace("paddle.", "")
+    half = dtype == "float16"  # Paddle's CPU build has no float16 recurrent kernels: run in float32
     old = paddle.get_default_dtype()
-    paddle.set_default_dtype(str(first.dtype).replace("paddle.", ""))
+    paddle.set_default_dtype("float32" if half else dtype)
     try:
         m = _build(paddle, layer)
     finally:
@@ -115,7 +119,7 @@ def module(path: str | Path, ckpt: Checkpoint, name: str, load):
     own = {k[len(pre):]: v for k, v in sd.items() if k.startswith(pre) and k[len(pre):] in want}
     if set(own) != want:
         raise FormatError(f"{path}: the Paddle layer '{name}' lacks {sorted(want - set(own))[:3]}")
-    m.set_state_dict(own)
+    m.set_state_dict({k: v.astype("float32") for k, v in own.items()} if half else own)
     m.eval()
     return m
 

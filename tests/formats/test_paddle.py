@@ -295,3 +295,21 @@ def test_paddle_is_not_imported_after_tensorflow(monkeypatch):
     monkeypatch.setattr(paddle_rt, "_IMPORTED", [])
     assert paddle_rt.framework() is None
     assert paddle_rt.stand_in() == ("torch", paddle_rt.FALLBACK_ROUTE.format(why=paddle_rt.WHY["tensorflow"]))
+
+
+def test_float16_pdparams_is_verified(runtime, tmp_path):
+    """A float16 .pdparams (PaddlePaddle's CPU build has no float16 kernels for these layers: the paddle runtime
+    runs its values in float32) is verified ok, and a swapped gate block in it still fails."""
+    torch.manual_seed(6)
+    torch.save(torch.nn.GRU(3, 4, num_layers=2, batch_first=True).half().state_dict(), tmp_path / "m.pt")
+    good = api.load(tmp_path / "m.pt")
+    layer = good.layers[0]
+    p, H = layer.params[0][0], layer.hidden_size
+    bad = replace(layer, params=[[replace(p, w_hh=np.concatenate([p.w_hh[H:2 * H], p.w_hh[:H], p.w_hh[2 * H:]]))],
+                                 layer.params[1]])
+    for ck, verdict in ((good, "ok"), (replace(good, layers=[bad]), "fail")):
+        api.save(ck, tmp_path / f"{verdict}.pdparams", "paddle")
+        rep = api.verify(tmp_path / "m.pt", tmp_path / f"{verdict}.pdparams")
+        assert [c.verdict for c in rep.layers] == [verdict]
+        assert rep.layers[0].target_route.startswith(
+            pdparams_write.ROUTE if runtime == "paddle" else paddle_rt.FALLBACK_ROUTE.format(why=paddle_rt.WHY["missing"]))
