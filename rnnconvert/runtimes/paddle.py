@@ -44,13 +44,16 @@ WHY = {"missing": "paddle not installed", "broken": "paddle installed but failed
        "tensorflow": "paddle cannot be loaded after TensorFlow in one process"}
 #: the last file's ``paddle.load`` result, keyed by the file's identity (:func:`release` drops it)
 _LOADED: dict[tuple, Any] = {}
+#: the modules built from that file, by layer name
+_MODULES: dict[str, Any] = {}
 #: ``paddle`` once imported, or ``(key of WHY, DependencyError)`` (decided once per process)
 _IMPORTED: list = []
 
 
 def release() -> None:
-    """Drop the cached ``paddle.load`` result."""
+    """Drop the cached ``paddle.load`` result and the modules built from it."""
     _LOADED.clear()
+    _MODULES.clear()
 
 
 def framework():
@@ -86,7 +89,7 @@ def _state(path: str | Path, load) -> dict:
     if key not in _LOADED:
         paddle = framework()
         load(path, None, None, view="checked")  # the allow-list reader first: paddle.load unpickles
-        _LOADED.clear()
+        release()
         _LOADED[key] = paddle.load(str(path))
     return _LOADED[key]
 
@@ -98,11 +101,16 @@ def module(path: str | Path, ckpt: Checkpoint, name: str, load):
     float16 file in float32, its values exactly: PaddlePaddle 3.3.1's CPU build has no float16 kernels for
     these layers, ``coalesce_tensor`` not registered).
 
+    Built once per file and layer (:func:`release` drops them).
+
     Raises:
-        FormatError: a key of the module is missing from the file (not written by rnnconvert's Paddle writer?)."""
+        FormatError: a key of the module is missing from the file, or has a shape Paddle does not load (not
+        written by rnnconvert's Paddle writer?)."""
     paddle = framework()
     layer = ckpt.layer(name)
     sd = _state(path, load)
+    if name in _MODULES:
+        return _MODULES[name]
     pre = name + "."
     first = next((v for k, v in sd.items() if k.startswith(pre)), None)
     if first is None:
@@ -119,8 +127,16 @@ def module(path: str | Path, ckpt: Checkpoint, name: str, load):
     own = {k[len(pre):]: v for k, v in sd.items() if k.startswith(pre) and k[len(pre):] in want}
     if set(own) != want:
         raise FormatError(f"{path}: the Paddle layer '{name}' lacks {sorted(want - set(own))[:3]}")
-    m.set_state_dict({k: v.astype("float32") for k, v in own.items()} if half else own)
+    import warnings
+
+    with warnings.catch_warnings():  # a shape Paddle skips ("Skip loading for ...") comes back as missing
+        warnings.simplefilter("ignore")
+        missing, unexpected = m.set_state_dict({k: v.astype("float32") for k, v in own.items()} if half else own)
+    if missing or unexpected:
+        raise FormatError(f"{path}: Paddle did not load {sorted(set(missing) | set(unexpected))[:3]} of layer "
+                          f"'{name}' (shapes that do not fit paddle.nn.{type(m).__name__})")
     m.eval()
+    _MODULES[name] = m
     return m
 
 
