@@ -122,6 +122,8 @@ EXTRAS = {
     "report": "the plots of the HTML report (--report)",
     "openvino": "OpenVINO IR output and its verification by the OpenVINO runtime (reading IRs needs nothing)",
     "mlx": "verification of MLX output by MLX running the written file (reading MLX files needs nothing)",
+    "paddle": "verification of .pdparams output by Paddle running the written file (reading and writing .pdparams "
+              "need nothing; without it torch verifies)",
     "tflite": "reading .tflite flatbuffers (the TensorFlow Lite schema package)",
     "jax": "reading Flax .msgpack files (msgpack) and Orbax folders (tensorstore), and JAX/Flax/Haiku/Equinox themselves",
 }

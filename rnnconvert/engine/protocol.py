@@ -169,3 +169,8 @@ class Runtime:
     arithmetic: Callable[..., Any] | None = None
     #: drop what the runtime keeps cached of the last written file (an onnxruntime session)
     release: Callable[[], None] | None = None
+    #: ``stand_in() -> (engine, route) | None``: where the runtime's framework cannot be imported and its operations
+    #: run another framework in its place (the paddle runtime: torch on the file's tensors as read back), the
+    #: distribution whose version the report gives and the words of the report's target side; ``None`` while
+    #: its own framework runs (called once per :class:`rnnconvert.verify.target.Target`)
+    stand_in: Callable[[], tuple[str, str] | None] | None = None

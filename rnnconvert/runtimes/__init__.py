@@ -12,10 +12,11 @@
 | ``tf_keras`` | :mod:`.tf_keras` | tf_keras layers loading a written Keras HDF5 file or restoring a TF2 object checkpoint; a Keras source file (``--verify framework``) |
 | ``keras3`` | :mod:`.keras3` | Keras 3 loading a written ``.keras`` / ``.weights.h5``; whole models |
 | ``tensorflow`` | :mod:`.tensorflow` | TensorFlow reading back a TF1 checkpoint (TF1 cell equations in numpy); a TF source file (``--verify framework``) |
-| ``mlx`` | :mod:`.mlx` | MLX loading a written MLX safetensors file into ``mlx.nn`` modules |
+| ``mlx`` | :mod:`.mlx` | MLX loading a written MLX safetensors file into ``mlx.nn`` modules; an MLX source file (``--verify framework``) |
 | ``openvino`` | :mod:`.openvino` | the OpenVINO runtime (CPU, f32) on a written IR (one-node models for slabs and steps) |
 | ``tflite`` | :mod:`.tflite` | ``tf.lite.Interpreter`` running a written ``.tflite`` (fused LSTM ops) |
-| ``flax`` | :mod:`.flax` | Flax linen cells (JAX) applied to a written Flax msgpack file |
+| ``paddle`` | :mod:`.paddle` | ``paddle.nn`` layers loading a written ``.pdparams`` (``paddle.load``); without Paddle, the ``torch`` runtime on its tensors as read back |
+| ``flax`` | :mod:`.flax` | Flax linen cells (JAX) applied to a written Flax msgpack file; a linen source file (``--verify framework``) |
 | ``keras_equations`` | :mod:`rnnconvert.verify.keras_equations` | the Keras equations on a Keras source's stored tensors (numpy) |
 | ``tf_equations`` | :mod:`rnnconvert.verify.tf1_equations` | the equations of a TF checkpoint's cells (TF1 cells, or the Keras equations of a TF2 object checkpoint) on its stored tensors; a written TF1 checkpoint as TensorFlow reads it back |
 """
@@ -40,6 +41,7 @@ RUNTIMES: dict[str, str] = {
     "mlx": "rnnconvert.runtimes.mlx:RUNTIME",
     "openvino": "rnnconvert.runtimes.openvino:RUNTIME",
     "flax": "rnnconvert.runtimes.flax:RUNTIME",
+    "paddle": "rnnconvert.runtimes.paddle:RUNTIME",
     "tflite": "rnnconvert.runtimes.tflite:RUNTIME",
 }
 

@@ -120,4 +120,70 @@ def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, s
     return out
 
 
-RUNTIME = Runtime("flax", engine="flax", forward=forward, forward_slab=forward_slab, step=step)
+#: linen cells' parameter names (``flax/linen/recurrent.py``, flax 0.12.8: the names of
+#: rnnconvert.formats.jax.naming, which a runtime does not import): LSTMCell/OptimizedLSTMCell, GRUCell, SimpleCell
+LINEN_CELLS = (frozenset({"ii", "if", "ig", "io", "hi", "hf", "hg", "ho"}), frozenset({"ir", "iz", "in", "hr", "hz", "hn"}),
+               frozenset({"i", "h"}))
+
+
+def _is_cell(o) -> bool:
+    return isinstance(o, dict) and frozenset(o) in LINEN_CELLS
+
+
+def _source_slabs(o, where: str) -> list[list[dict]]:
+    """The linen cells' parameter maps under a source layer's subtree ``o``, one list of directions per stacked
+    layer: a cell itself, ``nn.RNN``'s ``{'cell': ...}``, ``nn.Bidirectional``'s ``forward_rnn``/``backward_rnn``
+    (beside other parameters too), ``nn.Sequential``'s ``layers_<k>`` of those.
+
+    Raises:
+        UnsupportedError: anything else under the path (an NNX state: ``if_``, ``dense_i``/``dense_h``)."""
+    from ..errors import UnsupportedError
+
+    if _is_cell(o):
+        return [[o]]
+    if isinstance(o, dict) and set(o) == {"cell"} and _is_cell(o["cell"]):
+        return [[o["cell"]]]
+    if isinstance(o, dict) and all(_is_cell((o.get(d) or {}).get("cell")) for d in ("forward_rnn", "backward_rnn")):
+        return [[o["forward_rnn"]["cell"], o["backward_rnn"]["cell"]]]
+    n = len(o) if isinstance(o, dict) else 0
+    if n > 1 and set(o) == {f"{LAYERS}{k}" for k in range(n)}:
+        return [_source_slabs(o[f"{LAYERS}{k}"], where)[0] for k in range(n)]
+    raise UnsupportedError(f"{where}: --verify framework runs Flax linen cells (LSTMCell, GRUCell, SimpleCell), "
+                           "and this is not one (an NNX state?); verify without --verify framework")
+
+
+def framework_forward(src_path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Layer ``name`` of a Flax msgpack *source* file run by Flax (``--verify framework``): the file restored by
+    ``flax.serialization.msgpack_restore``, the layer's subtree found at the keys the reader recorded
+    (``layer.source['keys']``, rnnconvert.formats.jax.msgpack_read), each direction's linen cell (``LSTMCell`` -- ``OptimizedLSTMCell`` stores the same
+    parameters and computes the same function --, ``GRUCell``, ``SimpleCell``) applied with those parameters as
+    they are, step by step from zero carries (as the target side's :func:`forward`; the backward cell of an
+    ``nn.Bidirectional`` in reverse, outputs in input order, directions concatenated): float64
+    ``(B, T, dirs*H)`` on ``x`` ``(B, T, I)``. The source side then owes nothing to rnnconvert's transposes and
+    block stacking of the cells' Dense kernels.
+
+    Raises:
+        DependencyError: JAX/Flax are not installed. UnsupportedError: an NNX state or a Haiku tree (no linen
+        cells to apply)."""
+    nn = _nn()
+    from flax import serialization
+
+    from ..errors import UnsupportedError
+
+    layer = ckpt.layer(name)
+    src = layer.source
+    where, keys = str(src.get("path", name)), src.get("keys")
+    if src.get("format") != "flax_msgpack" or keys is None:
+        raise UnsupportedError(f"layer '{name}': --verify framework runs Flax linen cells, and this layer was not "
+                               "read from a Flax parameter tree; verify without --verify framework")
+    o = serialization.msgpack_restore(Path(src_path).read_bytes())
+    for key in keys:
+        o = o.get(key) if isinstance(o, dict) else None
+    h = np.asarray(x)
+    for dirs in _source_slabs(o, where):
+        h = np.concatenate([_run_dir(nn, layer, params, h, d == 1) for d, params in enumerate(dirs)], axis=-1)
+    return h
+
+
+RUNTIME = Runtime("flax", engine="flax", forward=forward, forward_slab=forward_slab, step=step,
+                  framework_forward=framework_forward)

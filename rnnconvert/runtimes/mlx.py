@@ -18,7 +18,7 @@ import numpy as np
 from ..conventions import mlx_names
 from ..core.model import Cell, Checkpoint
 from ..engine.protocol import Runtime
-from ..errors import FormatError, require
+from ..errors import FormatError, UnsupportedError, require
 from ..speed import filerows
 
 #: the last file's tensors as ``mx.load`` gave them, keyed by the file's identity (:func:`release` drops it)
@@ -55,17 +55,22 @@ def module(path: str | Path, ckpt: Checkpoint, name: str, k: int):
            if mlx_names.split(key)[0] == pre and mlx_names.split(key)[1] in mlx_names.NAMES]
     if not own:
         raise FormatError(f"{path}: no MLX module '{pre}'")
-    I, H = layer.layer_input_size(k), layer.hidden_size
-    if layer.cell is Cell.LSTM:
-        m = nn.LSTM(I, H, bias=layer.bias)
-    elif layer.cell is Cell.GRU:
-        m = nn.GRU(I, H, bias=layer.bias)
-    else:
-        m = nn.RNN(I, H, bias=layer.bias, nonlinearity=nn.relu if layer.cell is Cell.RNN_RELU else None)
+    m = _build(nn, layer, layer.layer_input_size(k))
     m.load_weights(own, strict=True)
     mx = require("mlx.core", "mlx")
     w = own[0][1].dtype
     return m, (np.float16 if w == mx.float16 else np.float64 if w == mx.float64 else np.float32)
+
+
+def _build(nn, layer, I: int):
+    """The ``mlx.nn`` module of ``layer``'s cell (input size ``I``; a relu RNN as the layer says: MLX does not
+    store the nonlinearity)."""
+    H = layer.hidden_size
+    if layer.cell is Cell.LSTM:
+        return nn.LSTM(I, H, bias=layer.bias)
+    if layer.cell is Cell.GRU:
+        return nn.GRU(I, H, bias=layer.bias)
+    return nn.RNN(I, H, bias=layer.bias, nonlinearity=nn.relu if layer.cell is Cell.RNN_RELU else None)
 
 
 def _run(m, dt, x: np.ndarray, states=None):
@@ -106,4 +111,43 @@ def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, s
     return [(h[:, 0], None if c is None else c[:, 0])]
 
 
-RUNTIME = Runtime("mlx", engine="mlx", forward=forward, forward_slab=forward_slab, step=step, release=release)
+def framework_forward(src_path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Layer ``name`` of an MLX *source* file run by MLX (``--verify framework``): the file loaded by ``mx.load``
+    (``.safetensors`` or ``.npz``, as saved by ``Module.save_weights``), the tensors the reader took for the
+    layer (``layer.source['tensors']``: leaf name -> the file's key) given to a fresh ``mlx.nn`` module of its
+    class by MLX's ``load_weights(strict=True)``, run on the CPU on ``x`` ``(B, T, I)`` in the file's dtype
+    from zero states: ``(B, T, H)`` float64. The source side then owes nothing to rnnconvert's reading of the
+    gate blocks and biases (GRU ``b``/``bhn``).
+
+    Raises:
+        DependencyError: mlx is not installed. UnsupportedError: a file saved by MLX < 0.18 (weights stored
+        transposed, ``(in, G*H)``), which today's ``mlx.nn`` modules cannot load as they are."""
+    mx = require("mlx.core", "mlx")
+    nn = require("mlx.nn", "mlx")
+    layer = ckpt.layer(name)
+    src = layer.source
+    if src.get("orientation") != "out_in":
+        raise UnsupportedError(f"layer '{name}' ({src.get('class_name')}): --verify framework cannot run a file "
+                               f"saved by MLX < 0.18 (weights stored (in, G*H)) in mlx {_version()}, whose "
+                               "modules take (G*H, in); verify without --verify framework")
+    p = Path(src_path)
+    arrays = mx.load(str(p), format="npz" if p.suffix == ".npz" else "safetensors")
+    own = [(leaf, arrays[key]) for leaf, key in src["tensors"].items()]
+    m = _build(nn, layer, layer.input_size)
+    m.load_weights(own, strict=True)
+    w = own[0][1].dtype
+    dt = np.float16 if w == mx.float16 else np.float64 if w == mx.float64 else np.float32
+    return _run(m, dt, x)[0]
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("mlx")
+    except metadata.PackageNotFoundError:
+        return "current"
+
+
+RUNTIME = Runtime("mlx", engine="mlx", forward=forward, forward_slab=forward_slab, step=step, release=release,
+                  framework_forward=framework_forward)

@@ -24,13 +24,17 @@ class Target:
     Attributes: ``target_forward(path, ckpt, name, x)``, ``target_forward_slab(path, ckpt, name, k, x)``,
     ``target_step(path, ckpt, name, k, x, states)``, ``target_slab_check(path, ckpt, name, k, x, xf, states)``
     (shapes and dtypes: :class:`rnnconvert.engine.protocol.Runtime`), ``verify_whole``, ``release``, ``engine``
-    (the distribution whose version the report gives), ``act_ulps``, ``target_arithmetic``."""
+    (the distribution whose version the report gives; ``route`` and ``engine`` are the stand-in's where the
+    runtime's framework is missing, :attr:`Runtime.stand_in`), ``act_ulps``, ``target_arithmetic``."""
 
     def __init__(self, spec: FormatSpec) -> None:
         rt = runtimes.get(spec.runtime) if spec.runtime else None
         self.spec, self.runtime = spec, rt
         self.name, self.read, self.route = spec.name, spec.read, spec.route
         self.engine = rt.engine if rt is not None else ""
+        sub = rt.stand_in() if rt is not None and rt.stand_in is not None else None
+        if sub is not None:  # another framework runs in place of the runtime's own (Runtime.stand_in)
+            self.engine, self.route = sub
         self.act_ulps = rt.act_ulps if rt is not None else None
         self.target_arithmetic = rt.arithmetic if rt is not None else None
         self.verify_whole = rt.verify_whole if rt is not None else None

@@ -187,3 +187,55 @@ def test_writer_refusals(tmp_path):
         api.convert(tmp_path / "p.pt", tmp_path / "b.msgpack")
     with pytest.raises(UnsupportedError, match="cell_clip"):
         api.convert(FIXTURES / "tflite" / "lstm.tflite", tmp_path / "c.msgpack")
+
+
+# ------------------------------------------------------------------ --verify framework: Flax runs the source file
+
+def test_framework_forward_is_flax():
+    """``--verify framework``'s source side for a Flax msgpack (rnnconvert.runtimes.flax.framework_forward:
+    flax.serialization.msgpack_restore of the source file, the linen cells applied with its parameters as
+    stored) reproduces Flax's own outputs saved with the fixture (fixtures/gen_jax.py) within 2e-5 relative."""
+    pytest.importorskip("flax")
+    from rnnconvert.runtimes import flax as flax_rt
+
+    orc, ck = _oracle("linen"), api.load(JX / "linen.msgpack")
+    for name in _layers(orc):
+        got, want = flax_rt.framework_forward(JX / "linen.msgpack", ck, name, orc[f"{name}__in"]), orc[f"{name}__out"]
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_verify_framework_runs_flax_and_catches_a_misread_gate_order(tmp_path, monkeypatch):
+    """A linen source converts to .pt verified with --verify framework (source route: the source framework); a
+    reader that swapped the i and f blocks of W_ih (simulated) passes the default verification but not
+    --verify framework (Flax running the file itself): never ok, nothing written."""
+    pytest.importorskip("flax")
+    from rnnconvert.errors import InconclusiveError, VerificationError
+    from rnnconvert.formats.jax.spec import FLAX_MSGPACK
+
+    src = JX / "linen.msgpack"
+    rep = api.convert(src, tmp_path / "ok.pt", verify="framework").verification
+    assert rep.ok and all(c.source_route.endswith("; source framework (sequence)") for c in rep.layers)
+
+    read = FLAX_MSGPACK.read
+
+    def misread(path, **opts):
+        ck = read(path, **opts)
+        lstm = ck.layer("lstm")
+        p, H = lstm.params[0][0], lstm.hidden_size
+        bad = replace(lstm, params=[[replace(p, w_ih=np.concatenate([p.w_ih[H:2 * H], p.w_ih[:H], p.w_ih[2 * H:]]))]])
+        return replace(ck, layers=[bad if la.name == "lstm" else la for la in ck.layers])
+
+    monkeypatch.setattr(FLAX_MSGPACK, "read", misread)
+    assert api.convert(src, tmp_path / "default.pt").verification.ok  # the default cannot see a misreading
+    with pytest.raises((VerificationError, InconclusiveError)) as info:
+        api.convert(src, tmp_path / "fw.pt", verify="framework")
+    assert "reader's slip" in str(info.value) or isinstance(info.value, VerificationError)
+    assert not (tmp_path / "fw.pt").exists()
+
+
+def test_verify_framework_refuses_an_nnx_state_in_one_line(tmp_path):
+    pytest.importorskip("flax")
+    with pytest.raises(UnsupportedError, match="linen cells") as info:
+        api.convert(JX / "nnx.msgpack", tmp_path / "o.pt", verify="framework")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "o.pt").exists()

@@ -242,3 +242,62 @@ def test_verification_catches_swapped_gates_in_a_written_mlx_file(tmp_path):
     rep = api.verify(tmp_path / "m.pt", tmp_path / "bad.mlx.safetensors")
     assert any(c.verdict != "ok" for c in rep.layers)
     assert "MLX" in rep.layers[0].target_route
+
+
+# ------------------------------------------------------------------ --verify framework: MLX runs the source file
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["file"] != "mlx/legacy.safetensors"],
+                         ids=lambda e: e["file"])
+def test_framework_forward_is_mlx(entry):
+    """``--verify framework``'s source side (rnnconvert.runtimes.mlx.framework_forward: mx.load of the source file,
+    load_weights(strict=True) into a fresh mlx.nn module) reproduces MLX's own outputs saved with the fixture
+    (fixtures/gen_mlx.py) within 2e-5 relative: it is MLX, not rnnconvert's reading of the file."""
+    pytest.importorskip("mlx.core")
+    from rnnconvert.runtimes import mlx as mlx_rt
+
+    ckpt = api.load(FIXTURES / entry["file"], **entry.get("read_opts", {}))
+    for name, (x, want) in _oracle(entry).items():
+        assert _rel(mlx_rt.framework_forward(FIXTURES / entry["file"], ckpt, name, x), want) < RTOL, name
+
+
+def test_verify_framework_runs_mlx_and_catches_a_misread_gate_order(tmp_path, monkeypatch):
+    """An MLX source converts to .pt verified with --verify framework (source route: the source framework); and
+    a reader that swapped the i and f blocks of Wx (simulated) passes the default verification (the source side
+    is then the numpy reference on what was read) but not --verify framework, whose source side is MLX running
+    the file itself: the engine calls the parting of MLX's run and the reading a reader's slip (inconclusive) or
+    fails it, and writes nothing."""
+    pytest.importorskip("mlx.core")
+    from dataclasses import replace
+
+    from rnnconvert.errors import InconclusiveError, VerificationError
+    from rnnconvert.formats.mlx.spec import MLX
+
+    src = FIXTURES / "mlx/lstm.safetensors"
+    rep = api.convert(src, tmp_path / "ok.pt", verify="framework").verification
+    assert rep.ok and all(c.source_route.endswith("; source framework (sequence)") for c in rep.layers)
+
+    read = MLX.read
+
+    def misread(path, **opts):
+        ck = read(path, **opts)
+        layers = []
+        for layer in ck.layers:
+            p, H = layer.params[0][0], layer.hidden_size
+            w = np.concatenate([p.w_ih[H:2 * H], p.w_ih[:H], p.w_ih[2 * H:]])
+            layers.append(replace(layer, params=[[replace(p, w_ih=w)]]))
+        return replace(ck, layers=layers)
+
+    monkeypatch.setattr(MLX, "read", misread)
+    assert api.convert(src, tmp_path / "default.pt").verification.ok  # the default cannot see a misreading
+    with pytest.raises((VerificationError, InconclusiveError)) as info:  # never "ok"; the engine names the slip
+        api.convert(src, tmp_path / "fw.pt", verify="framework")
+    assert "reader's slip" in str(info.value) or isinstance(info.value, VerificationError)
+    assert not (tmp_path / "fw.pt").exists()
+
+
+def test_verify_framework_refuses_the_legacy_layout_in_one_line(tmp_path):
+    pytest.importorskip("mlx.core")
+    with pytest.raises(UnsupportedError, match="MLX < 0.18") as info:
+        api.convert(FIXTURES / "mlx/legacy.safetensors", tmp_path / "o.pt", verify="framework")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "o.pt").exists()

@@ -1,16 +1,20 @@
 """PaddlePaddle ``.pdparams``: the oracle is Paddle -- fixtures saved by ``paddle.save`` with Paddle's own outputs
-(``fixtures/gen_paddle.py``, run with a Python that has paddlepaddle 3.3.1: it is not an rnnconvert dependency,
-~720 MiB). Files rnnconvert writes are loaded and run by Paddle in a child process when
-``RNNCONVERT_PADDLE_PYTHON`` names a Python with paddlepaddle (skipped otherwise); PyTorch and onnxruntime run
-the converted ``.pt``/``.onnx``.
+(``fixtures/gen_paddle.py``, run with paddlepaddle 3.3.1, the ``paddle`` extra, 721 MiB, not in ``test``). Files
+rnnconvert writes are loaded and run by Paddle itself (in this process when paddle imports, else in a child
+process when ``RNNCONVERT_PADDLE_PYTHON`` names a Python with paddlepaddle; skipped otherwise), and verified by
+the ``paddle`` runtime (rnnconvert.runtimes.paddle: paddle.load into paddle.nn), whose fallback without Paddle is
+torch on the tensors read back; PyTorch and onnxruntime run the converted ``.pt``/``.onnx``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
 import subprocess
+import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,12 +24,20 @@ from rnnconvert import api
 from rnnconvert.core import reference
 from rnnconvert.engine import registry
 from rnnconvert.errors import FormatError, UnsupportedError
-from rnnconvert.formats.paddle import pdparams_read
+from rnnconvert.formats.paddle import pdparams_read, pdparams_write
+from rnnconvert.runtimes import paddle as paddle_rt
 
 torch = pytest.importorskip("torch")
 ENTRIES = manifest("paddle")
 RTOL = 2e-5
-PADDLE_PYTHON = os.environ.get("RNNCONVERT_PADDLE_PYTHON")
+HAS_PADDLE = importlib.util.find_spec("paddle") is not None
+PADDLE_PYTHON = os.environ.get("RNNCONVERT_PADDLE_PYTHON") or (sys.executable if HAS_PADDLE else None)
+
+
+def _paddle_here() -> bool:
+    """Whether Paddle can run in this process: installed, and not imported after TensorFlow (a segmentation
+    fault with PaddlePaddle 3.3.1 and TensorFlow 2.21: rnnconvert.runtimes.paddle.framework)."""
+    return HAS_PADDLE and ("paddle" in sys.modules or "tensorflow" not in sys.modules)
 
 
 def _rel(got, want) -> float:
@@ -153,12 +165,14 @@ np.save(spec["out"], m(paddle.to_tensor(x))[0].numpy())
 """
 
 
-@pytest.mark.skipif(not PADDLE_PYTHON, reason="set RNNCONVERT_PADDLE_PYTHON to a Python with paddlepaddle")
+@pytest.mark.skipif(not PADDLE_PYTHON,
+                    reason="install the paddle extra, or set RNNCONVERT_PADDLE_PYTHON to a Python with paddlepaddle")
 @pytest.mark.parametrize("kind", ["LSTM-bi", "LSTM-proj", "GRU", "RNN"])
 @pytest.mark.parametrize("src_ext", [".pt", ".onnx"])
 def test_pt_and_onnx_sources_into_paddle_run_by_paddle(kind, src_ext, tmp_path):
     """torch.nn modules saved as .pt (and converted to .onnx) convert into .pdparams, and Paddle's own layers
-    loading the file (set_state_dict, every key used) reproduce torch's outputs."""
+    loading the file (set_state_dict, every key used) reproduce torch's outputs; with Paddle installed the
+    conversion's verification ran in Paddle (the report's route names it and its version)."""
     if src_ext == ".onnx" and kind == "LSTM-proj":
         pytest.skip("ONNX has no LSTM projection")
     torch.manual_seed(3)
@@ -178,25 +192,124 @@ def test_pt_and_onnx_sources_into_paddle_run_by_paddle(kind, src_ext, tmp_path):
         api.convert(src, tmp_path / "m.onnx", read_opts=opts)
         src, opts = tmp_path / "m.onnx", {}
     dst = tmp_path / "out.pdparams"
-    api.convert(src, dst, read_opts=opts)
+    rep = api.convert(src, dst, read_opts=opts).verification
+    assert [c.verdict for c in rep.layers] == ["ok"]
+    if _paddle_here():
+        from importlib import metadata
+
+        assert rep.layers[0].target_route.startswith(f"{pdparams_write.ROUTE} {metadata.version('paddlepaddle')} ")
     x = np.random.default_rng(4).standard_normal((2, 5, 3)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     spec = {"cell": cell, "H": 5, "P": P, "layers": m.num_layers, "bidi": bidi, "path": str(dst), "name": "rnn",
             "x": str(tmp_path / "x.npy"), "out": str(tmp_path / "y.npy")}
-    subprocess.run([PADDLE_PYTHON, "-c", _RUN, json.dumps(spec)], check=True, capture_output=True, timeout=300)
+    if _paddle_here():  # the same script, in this process
+        argv = sys.argv
+        try:
+            sys.argv = ["-c", json.dumps(spec)]
+            exec(compile(_RUN, "<paddle run>", "exec"), {})
+        finally:
+            sys.argv = argv
+    else:
+        subprocess.run([PADDLE_PYTHON, "-c", _RUN, json.dumps(spec)], check=True, capture_output=True, timeout=300)
     with torch.no_grad():
         want = m(torch.from_numpy(x))[0].numpy()
     assert _rel(np.load(tmp_path / "y.npy"), want) < RTOL
 
 
-def test_verification_catches_swapped_gates_in_a_written_pdparams(tmp_path):
-    from dataclasses import replace
+# ------------------------------------------------------------------ verification of written .pdparams
 
-    torch.save(torch.nn.LSTM(3, 4).state_dict(), tmp_path / "m.pt")
+@pytest.fixture(params=["paddle", "torch fallback"])
+def runtime(request, monkeypatch):
+    """The paddle runtime as it runs: Paddle itself (skipped without it), or with ``import paddle`` failing
+    (``sys.modules['paddle'] = None``), the torch runtime in its place."""
+    if request.param == "paddle":
+        if not _paddle_here():
+            pytest.skip("paddle is not installed, or TensorFlow was loaded first in this process")
+    else:
+        monkeypatch.setitem(sys.modules, "paddle", None)
+    monkeypatch.setattr(paddle_rt, "_IMPORTED", [])  # the import is decided again, under this test's conditions
+    paddle_rt.release()
+    yield request.param
+    paddle_rt.release()
+
+
+def _swap_if(layer):
+    """The i and f blocks of w_ih swapped (PyTorch's and Paddle's gate order i f g o)."""
+    p, H = layer.params[0][0], layer.hidden_size
+    return replace(p, w_ih=np.concatenate([p.w_ih[H:2 * H], p.w_ih[:H], p.w_ih[2 * H:]]))
+
+
+def _nudge_bias(layer):
+    """b_ih of the forget gate nudged by 0.05 (one gate block's bias, as a mis-folded forget_bias would be)."""
+    p, H = layer.params[0][0], layer.hidden_size
+    b = p.b_ih.copy()
+    b[H:2 * H] += np.float32(0.05)
+    return replace(p, b_ih=b)
+
+
+@pytest.mark.parametrize("mutate", [None, _swap_if, _nudge_bias], ids=["intact", "swapped_i_f", "nudged_bias"])
+def test_verification_of_a_written_pdparams(runtime, mutate, tmp_path):
+    """A .pdparams written from a torch.nn.LSTM saved as .pt is verified against the .pt: ok when intact, and a
+    fail when one gate block of the written file is swapped or a bias nudged -- the same verdicts whether Paddle
+    runs the file (paddle.load into paddle.nn.LSTM) or, without Paddle, torch on its tensors read back; the
+    report's route names which ran. The mutations are written through rnnconvert's writer, so both copies of
+    each parameter (per-cell and flat alias) agree, as in a file Paddle saved."""
+    torch.manual_seed(5)
+    torch.save(torch.nn.LSTM(3, 4, batch_first=True).state_dict(), tmp_path / "m.pt")
+    good = api.load(tmp_path / "m.pt")
+    layer = good.layers[0]
+    ck = good if mutate is None else replace(good, layers=[replace(layer, params=[[mutate(layer)]])])
+    api.save(ck, tmp_path / "out.pdparams", "paddle")
+    rep = api.verify(tmp_path / "m.pt", tmp_path / "out.pdparams")
+    assert [c.verdict for c in rep.layers] == ["ok" if mutate is None else "fail"]
+    route = rep.layers[0].target_route
+    want = (pdparams_write.ROUTE if runtime == "paddle" else
+            paddle_rt.FALLBACK_ROUTE.format(why=paddle_rt.WHY["missing"]))
+    assert route.startswith(want), route
+    if runtime == "paddle":
+        assert "one-step + sequence" in route and "not installed" not in route
+
+
+def test_paddle_runtime_refuses_a_pickle_outside_the_allow_list(runtime, tmp_path):
+    """`rnnconvert verify SRC DST` may be handed a DST rnnconvert did not write: the allow-list reader sees the file
+    before paddle.load unpickles it, so nothing in it runs (one-line FormatError)."""
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "ran"),))
+
+    torch.manual_seed(5)
+    torch.save(torch.nn.GRU(3, 4, batch_first=True).state_dict(), tmp_path / "m.pt")
+    api.save(api.load(tmp_path / "m.pt"), tmp_path / "good.pdparams", "paddle")
+    sd = pdparams_read.arrays(tmp_path / "good.pdparams")
+    with pytest.raises(FormatError) as info:
+        api.verify(tmp_path / "m.pt", _pickled(tmp_path, {**sd, "x": Evil()}, "evil.pdparams"))
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_paddle_is_not_imported_after_tensorflow(monkeypatch):
+    """With TensorFlow loaded and Paddle not yet, the paddle runtime does not import Paddle (a segmentation fault
+    with PaddlePaddle 3.3.1 after TensorFlow 2.21): torch runs the file and the route says why."""
+    monkeypatch.setitem(sys.modules, "tensorflow", sys.modules.get("tensorflow", object()))
+    monkeypatch.delitem(sys.modules, "paddle", raising=False)
+    monkeypatch.setattr(paddle_rt, "_IMPORTED", [])
+    assert paddle_rt.framework() is None
+    assert paddle_rt.stand_in() == ("torch", paddle_rt.FALLBACK_ROUTE.format(why=paddle_rt.WHY["tensorflow"]))
+
+
+def test_float16_pdparams_is_verified(runtime, tmp_path):
+    """A float16 .pdparams (PaddlePaddle's CPU build has no float16 kernels for these layers: the paddle runtime
+    runs its values in float32) is verified ok, and a swapped gate block in it still fails."""
+    torch.manual_seed(6)
+    torch.save(torch.nn.GRU(3, 4, num_layers=2, batch_first=True).half().state_dict(), tmp_path / "m.pt")
     good = api.load(tmp_path / "m.pt")
     layer = good.layers[0]
     p, H = layer.params[0][0], layer.hidden_size
-    bad = replace(layer, params=[[replace(p, w_ih=np.concatenate([p.w_ih[H:2 * H], p.w_ih[:H], p.w_ih[2 * H:]]))]])
-    api.save(replace(good, layers=[bad]), tmp_path / "bad.pdparams", "paddle")
-    rep = api.verify(tmp_path / "m.pt", tmp_path / "bad.pdparams")
-    assert any(c.verdict != "ok" for c in rep.layers)
+    bad = replace(layer, params=[[replace(p, w_hh=np.concatenate([p.w_hh[H:2 * H], p.w_hh[:H], p.w_hh[2 * H:]]))],
+                                 layer.params[1]])
+    for ck, verdict in ((good, "ok"), (replace(good, layers=[bad]), "fail")):
+        api.save(ck, tmp_path / f"{verdict}.pdparams", "paddle")
+        rep = api.verify(tmp_path / "m.pt", tmp_path / f"{verdict}.pdparams")
+        assert [c.verdict for c in rep.layers] == [verdict]
+        assert rep.layers[0].target_route.startswith(
+            pdparams_write.ROUTE if runtime == "paddle" else paddle_rt.FALLBACK_ROUTE.format(why=paddle_rt.WHY["missing"]))

@@ -275,7 +275,7 @@ def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", c
                 return None
         return units
 
-    def add(name: str, slabs: list[list[tuple[Cell, DirectionParams, str]]], where: str) -> None:
+    def add(name: str, slabs: list[list[tuple[Cell, DirectionParams, str]]], where: str, keys: tuple) -> None:
         cell, first, cname = slabs[0][0]
         bidi = len(slabs[0]) == 2
         try:
@@ -284,7 +284,7 @@ def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", c
                 num_layers=len(slabs), bidirectional=bidi, semantics=Semantics(),
                 params=[[d[1] for d in dirs] for dirs in slabs],
                 source={"format": fmt, "class_name": cname + (" x2 (Bidirectional)" if bidi else ""),
-                        "path": where}))
+                        "path": where, "keys": list(keys)}))
         except ValueError as exc:
             raise FormatError(f"{p}: {name}: {exc}") from exc
 
@@ -301,22 +301,22 @@ def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", c
         if not isinstance(o, dict):
             return  # a step counter, a string: not a parameter
         if _kind(o) is not None:  # a cell not under nn.RNN's 'cell'
-            add(_layer_name(path, strip_cell=True), [[_cell(o, where)]], where)
+            add(_layer_name(path, strip_cell=True), [[_cell(o, where)]], where, path)
             return
         u = unit(o, where)
         if u is not None:
-            add(_layer_name(path), [u], where)
+            add(_layer_name(path), [u], where, path)
             return
         st = stacked(o, where)
         if st is not None:
-            add(_layer_name(path), st, where)
+            add(_layer_name(path), st, where, path)
             return
         rest = o
         fw, bw = o.get(naming.FORWARD), o.get(naming.BACKWARD)
         if fw is not None and bw is not None:  # a Bidirectional beside other parameters
             u = unit({naming.FORWARD: fw, naming.BACKWARD: bw}, where)
             if u is not None:
-                add(_layer_name(path), [u], where)
+                add(_layer_name(path), [u], where, path)
                 rest = {k: v for k, v in o.items() if k not in (naming.FORWARD, naming.BACKWARD)}
         for k, v in rest.items():
             walk(v, path + (str(k),), depth + 1)

@@ -230,12 +230,22 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", **_: Any) -> Checkpoin
     return replace(ckpt, tensors={k: v for k, v in sd.items() if k not in used})
 
 
-def load(path: str | Path, layer: RNNLayer, k: int | None = None) -> dict:
-    """The torch runtime's view of a written ``.pdparams`` (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`):
-    layer ``layer.name`` read back from the file by :func:`read` (Paddle's per-cell names; ``weight_ho`` turned
-    back), as ``torch.nn`` state-dict tensors ``{name}.weight_ih_l0``... (PaddlePaddle itself is not an rnnconvert
-    dependency: torch.nn, whose equations Paddle's cells share, runs the file's tensors; the module is built from
-    the written layer, so a relu SimpleRNN runs as relu)."""
+def load(path: str | Path, layer: RNNLayer | None, k: int | None = None, view: str = "torch") -> dict | None:
+    """A written ``.pdparams`` as the ``paddle`` runtime's operations take it
+    (:attr:`~rnnconvert.engine.protocol.FormatSpec.load`, :mod:`rnnconvert.runtimes.paddle`).
+
+    ``view="torch"`` (the runtime's fallback without Paddle: the torch runtime): layer ``layer.name`` read back from
+    the file by :func:`read` (Paddle's per-cell names; ``weight_ho`` turned back), as ``torch.nn`` state-dict
+    tensors ``{name}.weight_ih_l0``... (``torch.nn``, whose equations Paddle's cells share, runs the file's
+    tensors; the module is built from the written layer, so a relu SimpleRNN runs as relu).
+    ``view="checked"`` (before ``paddle.load`` unpickles the file): the file passed through the allow-list
+    unpickler (:func:`arrays`); returns ``None``.
+
+    Raises:
+        FormatError: the pickle holds something outside the allow-list, or a tensor is malformed."""
+    if view == "checked":
+        arrays(path)
+        return None
     from ...conventions import torch_state
     from ...errors import require
 

@@ -23,7 +23,8 @@ from ...core.model import Cell, Checkpoint, RNNLayer
 from ...engine import refusal
 from . import naming
 
-ROUTE = "torch.nn on the file's tensors as read back (PaddlePaddle is not an rnnconvert dependency)"
+#: the report's target side when Paddle runs the file (without Paddle: rnnconvert.runtimes.paddle.FALLBACK_ROUTE)
+ROUTE = "paddle.nn layers loading the written file (paddle.load)"
 CLASS = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "SimpleRNN", Cell.RNN_RELU: "SimpleRNN"}
 
 
