@@ -77,13 +77,12 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     top-level layer's output (the graph's ``layer:<name>`` outputs); the float64 second stage runs the same
     graph as a float64 torch program (:func:`rnnconvert.formats.torch.pt2_write.build_module`). ``[]`` when the
     file holds the recurrent layers only (:func:`rnnconvert.verify.keras_whole_check.compare_whole`)."""
-    from ..formats.keras import whole_source
     from ..verify import keras_whole_check
 
     meta = whole_meta(dst_path)
     if meta is None:
         return []
-    full = whole_source.whole_source(ckpt)
+    full = keras_whole_check.whole_of(ckpt)
     if full is None:
         return []
     ort = require("onnxruntime", "onnx")

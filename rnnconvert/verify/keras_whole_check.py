@@ -54,6 +54,21 @@ def keras3_source_model(path: str):
         return k.saving.load_model(local, compile=False, safe_mode=True)
 
 
+def whole_of(ckpt) -> FullModel | None:
+    """The whole Keras model behind ``ckpt`` for the whole-model checks: a Keras 1/2 HDF5 file or a Keras 3
+    archive (:func:`rnnconvert.formats.keras.whole_source.whole_source`), a tf.keras / tf_keras SavedModel folder
+    (:func:`rnnconvert.formats.tf.savedmodel_keras.read_full_model`); ``None`` otherwise."""
+    if ckpt.format == "tf_checkpoint":
+        from ..formats.tf import savedmodel_keras
+
+        return savedmodel_keras.read_full_model(ckpt)
+    if ckpt.format not in ("keras_h5", "keras3"):
+        return None
+    from ..formats.keras import whole_source
+
+    return whole_source.whole_source(ckpt)
+
+
 def source_framework(full: FullModel) -> tuple[str, str]:
     """``(route name, guarded framework)`` of the framework that runs ``full``'s source."""
     return ("keras 3 (whole model)", "keras") if full.framework == "keras3" else ("tf_keras (whole model)", "tf_keras")
@@ -81,7 +96,8 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
     else:
         with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full,
                                  None, "tf_keras"):
-            tfm = keras_whole.source_model(src_path, full.config)
+            tfm = keras_whole.source_model(src_path, full.config,
+                                               full.weights if full.origin == "weights" else None)
     names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
     if inputs:
         missing = [n for n in names_in if n not in inputs]
