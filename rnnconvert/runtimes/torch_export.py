@@ -71,6 +71,7 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
         steps = pt2_write.program_steps(graph)  # strided layers: the length the program was exported at
         return keras_whole_check.compare_whole(str(src_path), full, target, route, inputs=inputs, seed=seed,
                                          run64=lambda xs: pt2_write.run_float64(graph, xs),
+                                         run32=lambda xs: pt2_write.run_float64(graph, xs, double=False),
                                          steps=steps or keras_whole.STEPS)
     rng = np.random.default_rng(seed)
     xs = [rng.standard_normal((3, 9, layer.input_size)).astype(np.float32) for layer in ckpt.layers]

@@ -210,7 +210,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
 
 
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
-                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS) -> list:
+                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None) -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
     ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`source_model`)
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
@@ -220,7 +220,9 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     order, ``layers`` ``{top-level layer name: its output}`` for the layers the target exposes. Each is compared
     with tf_keras' by the rule of :func:`verify_model` (``max|d| <= TOL * max(1, max|ref|)``); one that misses it
     is judged again with ``+ 2 * max|y - y64|``, ``y64`` from ``run64(xs)`` (same form: the written graph run in
-    float64), when given: the second stage of :mod:`rnnconvert.verify.engine`.
+    float64), when given: the second stage of :mod:`rnnconvert.verify.engine`. With ``run32`` (the model of
+    ``run64`` in float32: a graph rebuilt from the source, not read from the written file) ``y`` is its output,
+    so the spread measures the model's conditioning and a wrong file cannot widen its own tolerance.
 
     Returns :class:`rnnconvert.verify.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
 
@@ -269,12 +271,15 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
                                  reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
     if failed and run64 is not None:  # stage 2: allow for the layer's conditioning (the float64 spread)
         o64, l64 = run64(xs)
+        o32, l32 = run32(xs) if run32 is not None else (None, None)
         for i, key, b in failed:
             c = checks[i]
             z = o64[key] if isinstance(key, int) else l64.get(key)
-            if z is None or not np.isfinite(c.max_abs_err):
+            if run32 is not None:  # the reference model's own float32 drift, never measured against the file
+                b = o32[key] if isinstance(key, int) else l32.get(key)
+            if z is None or b is None or not np.isfinite(c.max_abs_err):
                 continue
-            spread = float(np.max(np.abs(np.asarray(z, np.float64) - b), initial=0.0))
+            spread = float(np.max(np.abs(np.asarray(z, np.float64) - np.asarray(b, np.float64)), initial=0.0))
             tol = c.tolerance + 2 * spread
             checks[i] = LayerCheck(c.name, c.max_abs_err, tol, c.max_abs_ref, c.source_route, c.target_route,
                                    "float64", verdict="ok" if c.max_abs_err <= tol else "fail",
