@@ -71,7 +71,11 @@ def whole_of(ckpt) -> FullModel | None:
 
 def source_framework(full: FullModel) -> tuple[str, str]:
     """``(route name, guarded framework)`` of the framework that runs ``full``'s source."""
-    return ("keras 3 (whole model)", "keras") if full.framework == "keras3" else ("tf_keras (whole model)", "tf_keras")
+    if full.framework == "keras3":
+        return "keras 3 (whole model)", "keras"
+    if full.origin == "weights":  # a SavedModel: rebuilt from its config, its functions never loaded
+        return "tf_keras (whole model rebuilt from its config)", "tf_keras"
+    return "tf_keras (whole model)", "tf_keras"
 
 
 def _sub_model(full: FullModel, m, name: str):
