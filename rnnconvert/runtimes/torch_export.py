@@ -139,7 +139,6 @@ def verify_module(ckpt: Checkpoint, src_path: str | Path, py_path: str | Path, s
     import dataclasses
 
     from ..conventions import keras_graph
-    from ..formats.keras import keras_whole
     from ..verify import keras_whole_check
 
     torch = require("torch", "torch")

@@ -420,7 +420,7 @@ def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.
     return model
 
 
-def _built_in_only(path: str, obj: Any, where: str = "") -> None:
+def _built_in_only(path: str, obj: Any) -> None:
     """Refuse a config holding a layer class the whole-model writers do not build (before tf_keras sees it)."""
     from ...conventions import keras_graph
 
@@ -431,10 +431,10 @@ def _built_in_only(path: str, obj: Any, where: str = "") -> None:
                 raise UnsupportedError(f"{path}: layer '{conf.get('name')}' ({cls}): not a built-in layer the "
                                        f"whole-model writers build; {keras_graph.WAY_OUT}")
         for v in obj.values():
-            _built_in_only(path, v, where)
+            _built_in_only(path, v)
     elif isinstance(obj, list):
         for v in obj:
-            _built_in_only(path, v, where)
+            _built_in_only(path, v)
 
 
 def _rebuilt(tfk, path: str, config: dict, weights: dict[str, list[tuple[str, np.ndarray]]]):
