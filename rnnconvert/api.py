@@ -405,7 +405,8 @@ def _whole_model(ckpt: Checkpoint, in_mod, out_mod, write_opts: dict[str, Any] |
     full = in_mod.whole_model(ckpt)
     if full is None:
         return ckpt, write_opts, stream
-    return ckpt.materialize(), {**opts, "whole_model": full}, False
+    # a SavedModel's checkpoint names its recurrent layers by object path; the whole model by Keras name
+    return full.renamed(ckpt.materialize()), {**opts, "whole_model": full}, False
 
 
 def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str | None, src_p: Path,

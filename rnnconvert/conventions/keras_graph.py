@@ -70,6 +70,56 @@ WAY_OUT = "write option recurrent_only=True (CLI --recurrent-only) converts the 
 
 
 @dataclass
+class FullModel:
+    """A Keras full model as a whole-model reader found it: its config (a ``model_config`` as a Keras 1/2
+    HDF5 file stores it, or a Keras 3 ``config.json``), Keras version and every layer's stored weights.
+
+    Readers: :func:`rnnconvert.formats.keras.keras_whole.read_full_model` (Keras 1/2 HDF5),
+    :func:`rnnconvert.formats.keras.keras3.read_full_model` (Keras 3 ``.keras``),
+    :func:`rnnconvert.formats.tf.savedmodel_keras.read_full_model` (tf.keras / tf_keras SavedModel folders)."""
+
+    path: str
+    config: dict[str, Any]
+    keras_version: str | None
+    #: top-level layer name -> [(weight name, array)] in ``@weight_names`` order (tf_keras ``layer.weights``:
+    #: trainable then non-trainable, each in creation order)
+    weights: dict[str, list[tuple[str, np.ndarray]]] = field(default_factory=dict)
+    #: the framework that runs the source: ``tf_keras`` (Keras 1/2 HDF5, tf_keras SavedModel) or ``keras3`` (a
+    #: Keras 3 ``.keras`` archive, :func:`rnnconvert.formats.keras.keras3.read_full_model`)
+    framework: str = "tf_keras"
+    #: where the weights come from: ``'file'`` (tf_keras loads the file itself for verification) or
+    #: ``'weights'`` (a SavedModel: tf_keras rebuilds the model from ``config`` and is given ``weights``; the
+    #: SavedModel's traced functions are never loaded)
+    origin: str = "file"
+    #: the checkpoint's recurrent layer name -> the Keras layer path (a SavedModel's checkpoint names its layers
+    #: by object path, ``layer_with_weights-1``; the whole-model graph by Keras name, ``bilstm``)
+    layer_names: dict[str, str] = field(default_factory=dict)
+    #: the recurrent layers read with the model's config (a SavedModel: its checkpoint reader knows no config, so
+    #: takes TF2 defaults for activations, ``return_sequences``, ``merge_mode``); ``None``: the checkpoint's stand
+    layers: list[RNNLayer] | None = None
+
+    def renamed(self, ckpt: Checkpoint) -> Checkpoint:
+        """``ckpt`` with its recurrent layers as the Keras config makes them (:attr:`layers`, named by their Keras
+        names; :attr:`layer_names` maps the checkpoint's names to them); ``ckpt`` itself when there is nothing to
+        replace (HDF5 and ``.keras`` sources, or a checkpoint replaced already).
+
+        Raises:
+            FormatError: the config's recurrent layers are not the checkpoint's (other names or count)."""
+        from dataclasses import replace
+
+        from ..errors import FormatError
+
+        if self.layers is None or not any(lay.name in self.layer_names for lay in ckpt.layers):
+            return ckpt
+        mine = [lay.name for lay in self.layers]
+        theirs = [self.layer_names.get(lay.name, lay.name) for lay in ckpt.layers]
+        if sorted(mine) != sorted(theirs):
+            raise FormatError(f"{self.path}: the model config's recurrent layers ({', '.join(mine)}) are not the "
+                              f"checkpoint's ({', '.join(theirs)})")
+        return replace(ckpt, layers=list(self.layers))
+
+
+@dataclass
 class Node:
     """One layer call.
 

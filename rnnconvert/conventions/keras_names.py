@@ -122,3 +122,55 @@ def convention(cell: Cell, reset_after: bool, form: str = "keras") -> gates.Conv
     if form == "keras" and cell is Cell.GRU and reset_after:
         return gates.convention("keras_ra", cell)
     return gates.convention(form, cell)
+
+
+# ---------------------------------------------------------------------------- tf.keras / tf_keras SavedModels
+
+#: ``keras_metadata.pb`` beside ``saved_model.pb`` (tf_keras ``saving/legacy/saved_model/save.py``,
+#: ``constants.SAVED_METADATA_PATH``): ``SavedMetadata {repeated SavedObject nodes = 1}``, ``SavedObject {int32
+#: node_id = 2; string node_path = 3; string identifier = 4; string metadata = 5 (JSON); VersionDef version =
+#: 6}`` (tf_keras ``protobuf/saved_metadata.proto``; field 1 reserved)
+SAVED_METADATA = "keras_metadata.pb"
+SAVED_NODES, SAVED_NODE_ID, SAVED_NODE_PATH, SAVED_IDENTIFIER, SAVED_METADATA_JSON = 1, 2, 3, 4, 5
+#: the model's node path and the tracked names of a model's layers in a SavedModel's object graph (tf_keras
+#: ``engine/functional.py`` ``_layer_checkpoint_dependencies``: ``layer_with_weights-<i>`` for the i-th layer with weights,
+#: ``layer-<j>`` for the others)
+SAVED_ROOT = "root"
+#: the sort rank of each path component of a layer's variable in a SavedModel checkpoint
+#: (``<layer>/[forward_layer|backward_layer/][cell/|layer/]<variable>``), giving tf_keras' ``layer.weights``
+#: order = the HDF5 ``weight_names`` order: the forward layer before the backward one; a recurrent cell's
+#: kernel, recurrent_kernel, bias; Dense/Conv kernel, bias; BatchNormalization gamma, beta (trainable) then
+#: moving_mean, moving_variance (tf_keras ``layers/normalization/batch_normalization.py`` ``build``)
+SAVED_WEIGHT_RANK = {"forward_layer": 0, "backward_layer": 1, "cell": 0, "layer": 0,
+                     "kernel": 0, "embeddings": 0, "gamma": 0, "depthwise_kernel": 0,
+                     "recurrent_kernel": 1, "beta": 1, "pointwise_kernel": 1,
+                     "bias": 2, "moving_mean": 2, "moving_variance": 3}
+
+
+def saved_weight_key(parts: list[str]) -> list[tuple[int, int]] | None:
+    """The sort key of a variable's object path below its top-level layer (``parts``, e.g. ``['forward_layer',
+    'cell', 'kernel']``): nested layers ``layer_with_weights-<i>`` by ``i``, the other components by
+    :data:`SAVED_WEIGHT_RANK`; ``None`` for a component outside both (a variable the whole-model reader does
+    not know how to order)."""
+    key = []
+    for p in parts:
+        if p.startswith("layer_with_weights-") and p[len("layer_with_weights-"):].isdigit():
+            key.append((0, int(p[len("layer_with_weights-"):])))
+        elif p in SAVED_WEIGHT_RANK:
+            key.append((1, SAVED_WEIGHT_RANK[p]))
+        else:
+            return None
+    return key
+
+
+def untuple(obj):
+    """A SavedModel metadata config with tf_keras' tuple encoding (``{"class_name": "__tuple__", "items":
+    [...]}``, tf_keras ``saving/legacy/saved_model/json_utils.py``) turned into plain lists, as a full-model
+    HDF5 file's ``model_config`` holds them."""
+    if isinstance(obj, dict):
+        if obj.get("class_name") == "__tuple__" and isinstance(obj.get("items"), list) and len(obj) == 2:
+            return [untuple(v) for v in obj["items"]]
+        return {k: untuple(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [untuple(v) for v in obj]
+    return obj

@@ -217,6 +217,7 @@ def render() -> str:
              "pt2": "whole model (torch.export program)"}
     lines += ["", "Whole models: what each target writes from a Keras 1/2 full-model file (`model_config` + weights) "
               "or a Keras 3 `.keras` archive (`config.json` + weights; issue #30: `.onnx` and `.pt2` only) "
+              "or a tf.keras SavedModel folder (`keras_metadata.pb` + `variables/`; `.onnx` and `.pt2`) "
               "(`--recurrent-only` keeps the recurrent layers alone; weights-only files always give the recurrent "
               "layers; the layers built are listed in docs/guides/whole-model.md):", "",
               "| | " + " | ".join(f"`{f.name}`" for f in targets) + " |",
@@ -225,6 +226,9 @@ def render() -> str:
                   whole[f.name] if "recurrent_only" in f.load().write_options else "recurrent layers"
                   for f in targets) + " |",
               "| Keras 3 model (`keras3`) | " + " | ".join(
+                  whole[f.name] if "whole_model" in f.load().write_options else "recurrent layers"
+                  for f in targets) + " |",
+              "| tf.keras / tf_keras SavedModel folder with `keras_metadata.pb` (`tf_checkpoint`) | " + " | ".join(
                   whole[f.name] if "whole_model" in f.load().write_options else "recurrent layers"
                   for f in targets) + " |"]
     lines += ["", "Reasons for refusal:", ""]

@@ -77,13 +77,12 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     top-level layer's output (the graph's ``layer:<name>`` outputs); the float64 second stage runs the same
     graph as a float64 torch program (:func:`rnnconvert.formats.torch.pt2_write.build_module`). ``[]`` when the
     file holds the recurrent layers only (:func:`rnnconvert.verify.keras_whole_check.compare_whole`)."""
-    from ..formats.keras import whole_source
     from ..verify import keras_whole_check
 
     meta = whole_meta(dst_path)
     if meta is None:
         return []
-    full = whole_source.whole_source(ckpt)
+    full = keras_whole_check.whole_of(ckpt)
     if full is None:
         return []
     ort = require("onnxruntime", "onnx")
@@ -98,12 +97,14 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
                 {n[len("layer:"):]: a for n, a in by.items() if n.startswith("layer:")})
 
     return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
-                                     inputs=inputs, seed=seed, run64=_float64_run(ckpt, full))
+                                     inputs=inputs, seed=seed, run64=_float64_run(ckpt, full),
+                                     run32=_float64_run(ckpt, full, double=False))
 
 
-def _float64_run(ckpt: Checkpoint, full):
-    """The whole model as a float64 torch module (the second stage's measure of conditioning), or ``None``
-    without torch (the float32 verdicts then stand)."""
+def _float64_run(ckpt: Checkpoint, full, double: bool = True):
+    """The whole model as a float64 torch module (``double=False``: the same module in float32; the second stage
+    measures the model's conditioning with the two, never with the written file), or ``None`` without torch (the
+    float32 verdicts then stand)."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -113,7 +114,7 @@ def _float64_run(ckpt: Checkpoint, full):
         from ..conventions import keras_graph
         from ..formats.torch import pt2_write
 
-        return pt2_write.run_float64(keras_graph.build(full.config, full.weights, ckpt), xs)
+        return pt2_write.run_float64(keras_graph.build(full.config, full.weights, ckpt), xs, double)
     return run64
 
 

@@ -51,14 +51,14 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.LayerCheck` entries."""
     from ..conventions import keras_graph
     from ..core import reference
-    from ..formats.keras import keras_whole, whole_source
+    from ..formats.keras import keras_whole
     from ..verify import keras_whole_check
     from ..formats.torch import pt2_write
     from ..verify.checks import LayerCheck
 
     torch, prog = _load(dst_path)
     route = f"torch {torch.__version__} (torch.export program)"
-    full = whole_source.whole_source(ckpt) if ckpt.format in ("keras_h5", "keras3") else None
+    full = keras_whole_check.whole_of(ckpt)
     if full is not None and not ckpt.meta.get("pt2_recurrent_only"):
         graph = keras_graph.build(full.config, full.weights, ckpt)
 
@@ -71,6 +71,7 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
         steps = pt2_write.program_steps(graph)  # strided layers: the length the program was exported at
         return keras_whole_check.compare_whole(str(src_path), full, target, route, inputs=inputs, seed=seed,
                                          run64=lambda xs: pt2_write.run_float64(graph, xs),
+                                         run32=lambda xs: pt2_write.run_float64(graph, xs, double=False),
                                          steps=steps or keras_whole.STEPS)
     rng = np.random.default_rng(seed)
     xs = [rng.standard_normal((3, 9, layer.input_size)).astype(np.float32) for layer in ckpt.layers]
@@ -138,11 +139,10 @@ def verify_module(ckpt: Checkpoint, src_path: str | Path, py_path: str | Path, s
     import dataclasses
 
     from ..conventions import keras_graph
-    from ..formats.keras import keras_whole
     from ..verify import keras_whole_check
 
     torch = require("torch", "torch")
-    full = keras_whole.read_full_model(ckpt)
+    full = keras_whole_check.whole_of(ckpt)
     graph = keras_graph.build(full.config, full.weights, ckpt)
     m32 = load_module(py_path, state_path)
     m64 = copy.deepcopy(m32).double()

@@ -54,9 +54,28 @@ def keras3_source_model(path: str):
         return k.saving.load_model(local, compile=False, safe_mode=True)
 
 
+def whole_of(ckpt) -> FullModel | None:
+    """The whole Keras model behind ``ckpt`` for the whole-model checks: a Keras 1/2 HDF5 file or a Keras 3
+    archive (:func:`rnnconvert.formats.keras.whole_source.whole_source`), a tf.keras / tf_keras SavedModel folder
+    (:func:`rnnconvert.formats.tf.savedmodel_keras.read_full_model`); ``None`` otherwise."""
+    if ckpt.format == "tf_checkpoint":
+        from ..formats.tf import savedmodel_keras
+
+        return savedmodel_keras.read_full_model(ckpt)
+    if ckpt.format not in ("keras_h5", "keras3"):
+        return None
+    from ..formats.keras import whole_source
+
+    return whole_source.whole_source(ckpt)
+
+
 def source_framework(full: FullModel) -> tuple[str, str]:
     """``(route name, guarded framework)`` of the framework that runs ``full``'s source."""
-    return ("keras 3 (whole model)", "keras") if full.framework == "keras3" else ("tf_keras (whole model)", "tf_keras")
+    if full.framework == "keras3":
+        return "keras 3 (whole model)", "keras"
+    if full.origin == "weights":  # a SavedModel: rebuilt from its config, its functions never loaded
+        return "tf_keras (whole model rebuilt from its config)", "tf_keras"
+    return "tf_keras (whole model)", "tf_keras"
 
 
 def _sub_model(full: FullModel, m, name: str):
@@ -81,7 +100,8 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
     else:
         with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full,
                                  None, "tf_keras"):
-            tfm = keras_whole.source_model(src_path, full.config)
+            tfm = keras_whole.source_model(src_path, full.config,
+                                               full.weights if full.origin == "weights" else None)
     names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
     if inputs:
         missing = [n for n in names_in if n not in inputs]
@@ -194,7 +214,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
 
 
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
-                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS) -> list:
+                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None) -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
     ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`source_model`)
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
@@ -204,7 +224,9 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     order, ``layers`` ``{top-level layer name: its output}`` for the layers the target exposes. Each is compared
     with tf_keras' by the rule of :func:`verify_model` (``max|d| <= TOL * max(1, max|ref|)``); one that misses it
     is judged again with ``+ 2 * max|y - y64|``, ``y64`` from ``run64(xs)`` (same form: the written graph run in
-    float64), when given: the second stage of :mod:`rnnconvert.verify.engine`.
+    float64), when given: the second stage of :mod:`rnnconvert.verify.engine`. With ``run32`` (the model of
+    ``run64`` in float32: a graph rebuilt from the source, not read from the written file) ``y`` is its output,
+    so the spread measures the model's conditioning and a wrong file cannot widen its own tolerance.
 
     Returns :class:`rnnconvert.verify.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
 
@@ -253,12 +275,15 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
                                  reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
     if failed and run64 is not None:  # stage 2: allow for the layer's conditioning (the float64 spread)
         o64, l64 = run64(xs)
+        o32, l32 = run32(xs) if run32 is not None else (None, None)
         for i, key, b in failed:
             c = checks[i]
             z = o64[key] if isinstance(key, int) else l64.get(key)
-            if z is None or not np.isfinite(c.max_abs_err):
+            if run32 is not None:  # the reference model's own float32 drift, never measured against the file
+                b = o32[key] if isinstance(key, int) else l32.get(key)
+            if z is None or b is None or not np.isfinite(c.max_abs_err):
                 continue
-            spread = float(np.max(np.abs(np.asarray(z, np.float64) - b), initial=0.0))
+            spread = float(np.max(np.abs(np.asarray(z, np.float64) - np.asarray(b, np.float64)), initial=0.0))
             tol = c.tolerance + 2 * spread
             checks[i] = LayerCheck(c.name, c.max_abs_err, tol, c.max_abs_ref, c.source_route, c.target_route,
                                    "float64", verdict="ok" if c.max_abs_err <= tol else "fail",

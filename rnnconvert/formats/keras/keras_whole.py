@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,25 +40,12 @@ from ...errors import FormatError, UnsupportedError
 from ...safety import guard
 from . import keras_config
 from ...conventions import keras_names as naming
+from ...conventions.keras_graph import FullModel  # noqa: F401 - the record every whole-model reader returns
 
 #: relative tolerance of the whole-model comparison (issue #17): ``max|d| <= TOL * max(1, max|ref|)``
 TOL = 2e-5
 #: generated inputs: batch and steps for inputs whose time dimension is free
 BATCH, STEPS = 3, 9
-
-
-@dataclass
-class FullModel:
-    """A Keras 2 full-model file: its config, Keras version and every layer's stored weights."""
-
-    path: str
-    config: dict[str, Any]
-    keras_version: str | None
-    #: top-level layer name -> [(weight name, array)] in ``@weight_names`` order
-    weights: dict[str, list[tuple[str, np.ndarray]]] = field(default_factory=dict)
-    #: the framework that runs the source: ``tf_keras`` (Keras 1/2 HDF5) or ``keras3`` (a Keras 3 ``.keras``
-    #: archive, :func:`rnnconvert.formats.keras.keras3.read_full_model`)
-    framework: str = "tf_keras"
 
 
 def _read_in(path: str) -> FullModel | None:
@@ -405,8 +391,19 @@ def _input_dtype_first(seq: dict) -> None:
         "batch_input_shape": c["batch_input_shape"], "dtype": c["dtype"], "name": f"{c.get('name', 'input')}_input"}})
 
 
-def source_model(path: str, config: dict):
-    """The source model as tf_keras runs it, weights loaded by tf_keras from the file as stored."""
+def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.ndarray]]] | None = None):
+    """The source model as tf_keras runs it, weights loaded by tf_keras from the file as stored.
+
+    With ``weights`` (a tf.keras / tf_keras SavedModel folder, :func:`rnnconvert.formats.tf.savedmodel_keras.
+    read_full_model`): the SavedModel is never loaded (``tf_keras.models.load_model`` would restore its traced
+    functions, which may hold any TensorFlow op, file operations included); tf_keras rebuilds the model from
+    ``config`` (``model_from_json``; only the classes the whole-model writers build, so no Lambda or custom code
+    is deserialized) and each top-level layer is given its stored weights (``layer.set_weights``, in
+    ``layer.weights`` order), as the HDF5 loader does.
+
+    Raises:
+        UnsupportedError: a layer class outside :data:`rnnconvert.conventions.keras_graph.LAYERS` (SavedModels).
+        FormatError: stored weights that do not fit the rebuilt layer (SavedModels)."""
     import os
 
     from ...errors import require
@@ -414,10 +411,46 @@ def source_model(path: str, config: dict):
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     tfk = require("tf_keras", "tf")
     fixed = _tf_keras_config(config)
+    if weights is not None:
+        return _rebuilt(tfk, path, fixed, weights)
     if fixed == config:
         return tfk.models.load_model(path, compile=False)
     model = tfk.models.model_from_json(json.dumps(fixed))
     model.load_weights(path)
+    return model
+
+
+def _built_in_only(path: str, obj: Any) -> None:
+    """Refuse a config holding a layer class the whole-model writers do not build (before tf_keras sees it)."""
+    from ...conventions import keras_graph
+
+    if isinstance(obj, dict):
+        cls, conf = obj.get("class_name"), obj.get("config")
+        if isinstance(cls, str) and isinstance(conf, dict) and "name" in conf:
+            if cls not in keras_graph.LAYERS and cls not in naming.CONTAINERS:
+                raise UnsupportedError(f"{path}: layer '{conf.get('name')}' ({cls}): not a built-in layer the "
+                                       f"whole-model writers build; {keras_graph.WAY_OUT}")
+        for v in obj.values():
+            _built_in_only(path, v)
+    elif isinstance(obj, list):
+        for v in obj:
+            _built_in_only(path, v)
+
+
+def _rebuilt(tfk, path: str, config: dict, weights: dict[str, list[tuple[str, np.ndarray]]]):
+    """The model of ``config`` built by tf_keras, each top-level layer given ``weights[layer.name]``."""
+    _built_in_only(path, config)
+    model = tfk.models.model_from_json(json.dumps(config))
+    for lay in model.layers:
+        want = lay.weights
+        if not want:
+            continue
+        got = [a for _, a in weights.get(lay.name, [])]
+        if len(got) != len(want) or any(tuple(a.shape) != tuple(w.shape) for a, w in zip(got, want)):
+            raise FormatError(f"{path}: layer '{lay.name}' ({type(lay).__name__}): the SavedModel holds weights of "
+                              f"shapes {[tuple(a.shape) for a in got]}, tf_keras builds "
+                              f"{[tuple(w.shape) for w in want]}")
+        lay.set_weights([np.asarray(a) for a in got])
     return model
 
 

@@ -183,7 +183,7 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
     if any(k.endswith(ATTR) for k in shapes):
         names = {k: k[: -len(ATTR)] for k in shapes if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k}
         if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
-            paths = _object_paths(tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
+            paths = object_paths(tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
             names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
         meta_of = None if dtypes is None else (lambda key: placeholder(shapes[key], dtypes[key]))
         return _read_tf2(path, names, get, gate_activation, meta, meta_of, getattr(rd, "rows", None))
@@ -201,7 +201,7 @@ def natural_key(s: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
-def _object_paths(blob: bytes, where="") -> dict[str, str]:
+def object_paths(blob: bytes, where="") -> dict[str, str]:
     """Checkpoint key -> the shortest ``layer_with_weights-N/...`` object path reaching it, from the
     serialized ``TrackableObjectGraph`` (SavedModel ``variables/`` keys are ``variables/<k>/...``; LAYOUTS §7)."""
     nodes = bundle_read.object_graph(blob, where)  # our own protobuf decoding: no TensorFlow needed

@@ -426,13 +426,15 @@ def build_module(graph: keras_graph.Graph):
     return WholeModule()
 
 
-def run_float64(graph: keras_graph.Graph, xs: dict[str, np.ndarray]) -> tuple[list, dict]:
-    """``graph`` run eagerly in float64 (weights widened exactly) on ``xs`` (by input name): ``(outputs,
-    {layer name: output})`` as numpy float64; the float64 second stage of the whole-model check."""
+def run_float64(graph: keras_graph.Graph, xs: dict[str, np.ndarray], double: bool = True) -> tuple[list, dict]:
+    """``graph`` run eagerly in float64 (weights widened exactly; ``double=False``: in float32, the same module)
+    on ``xs`` (by input name): ``(outputs, {layer name: output})`` as numpy arrays; the second stage of the
+    whole-model check measures the model's own float32 drift on the batch with the two."""
     torch = require("torch", "torch")
-    m = build_module(graph).double()
+    m = build_module(graph).double() if double else build_module(graph)
     m.record = True
-    args = [torch.from_numpy(np.asarray(xs[n]).astype(np.float64 if e is None else np.int64))
+    fl = np.float64 if double else np.float32
+    args = [torch.from_numpy(np.asarray(xs[n]).astype(fl if e is None else np.int64))
             for n, _, _, e in graph.inputs]
     with torch.no_grad():
         outs = m(*args)
