@@ -30,11 +30,8 @@ class Target:
     def __init__(self, spec: FormatSpec) -> None:
         rt = runtimes.get(spec.runtime) if spec.runtime else None
         self.spec, self.runtime = spec, rt
-        self.name, self.read, self.route = spec.name, spec.read, spec.route
-        self.engine = rt.engine if rt is not None else ""
-        sub = rt.stand_in() if rt is not None and rt.stand_in is not None else None
-        if sub is not None:  # another framework runs in place of the runtime's own (Runtime.stand_in)
-            self.engine, self.route = sub
+        self.name, self.read = spec.name, spec.read
+        self._sides: tuple[str, str] | None = None  # (engine, route), asked for when the report first needs them
         self.act_ulps = rt.act_ulps if rt is not None else None
         self.target_arithmetic = rt.arithmetic if rt is not None else None
         self.verify_whole = rt.verify_whole if rt is not None else None
@@ -43,6 +40,24 @@ class Target:
         self.target_step = self._op("step")
         self.target_slab_check = self._op("slab_check")
         self.release = self._release if spec.release is not None or (rt is not None and rt.release is not None) else None
+
+    def _engine_route(self) -> tuple[str, str]:
+        """``(engine, route)``: the runtime's, or its stand-in's where the runtime's framework cannot be imported
+        (:attr:`Runtime.stand_in`, asked once, when verification first reports: a conversion that does not
+        verify never imports the framework for it)."""
+        if self._sides is None:
+            rt = self.runtime
+            sub = rt.stand_in() if rt is not None and rt.stand_in is not None else None
+            self._sides = sub if sub is not None else (rt.engine if rt is not None else "", self.spec.route)
+        return self._sides
+
+    @property
+    def engine(self) -> str:
+        return self._engine_route()[0]
+
+    @property
+    def route(self) -> str:
+        return self._engine_route()[1]
 
     def _op(self, name: str):
         fn = getattr(self.runtime, name) if self.runtime is not None else None
