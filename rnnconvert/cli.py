@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -608,10 +609,11 @@ def main(argv: list[str] | None = None) -> int:
 def environment_limit(exc: BaseException) -> str | None:
     """What the environment refused, when ``exc`` (or its cause) is the process running out of what its
     limits allow rather than a bug: memory (``MemoryError``), a thread (``can't start new thread`` under
-    ``ulimit -v``), a library left half-imported by either. ``None`` otherwise."""
+    ``ulimit -v``), ``ENOMEM`` from a fork or a mapping, a library left half-imported by either. ``None`` otherwise."""
     seen = [exc, exc.__cause__, exc.__context__]
     for e in seen:
-        if isinstance(e, MemoryError):
+        if isinstance(e, MemoryError) or (isinstance(e, OSError) and e.errno == errno.ENOMEM):
+            # (ENOMEM: a fork, a thread's stack or a mapping refused under the limit)
             return "out of memory (the process's memory limit, e.g. ulimit -v, is too low for this command)"
         text = str(e) if e is not None else ""
         if isinstance(e, RuntimeError) and "can't start new thread" in text:

@@ -55,9 +55,17 @@ class Target:
     def engine(self) -> str:
         return self._engine_route()[0]
 
+    @engine.setter
+    def engine(self, value: str) -> None:
+        self._sides = (value, self._engine_route()[1])
+
     @property
     def route(self) -> str:
         return self._engine_route()[1]
+
+    @route.setter
+    def route(self, value: str) -> None:  # a target built on this one that names its route (tests' stand-ins)
+        self._sides = (self._engine_route()[0], value)
 
     def _op(self, name: str):
         fn = getattr(self.runtime, name) if self.runtime is not None else None

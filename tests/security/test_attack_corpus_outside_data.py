@@ -253,3 +253,18 @@ def test_every_reader_refuses_non_float_parameters_by_name(dtype, says):
         layer(ok)
     with pytest.raises(FormatError, match=says.replace("(", r"\(").replace(")", r"\)")):
         layer(dtype)
+
+
+def test_enomem_from_a_fork_or_mapping_is_the_environment_not_a_bug():
+    """Under ``ulimit -v`` the same conversion can be refused at a thread's start (RuntimeError) or, depending on
+    timing, at a fork or a mapping (``OSError`` ENOMEM: seen in a CI run of test_thread_start_failure_is_one_line,
+    session 12); both are the process's limit (exit 10, one line), never an internal error."""
+    import errno
+
+    from rnnconvert.cli import environment_limit
+
+    assert "ulimit -v" in environment_limit(OSError(errno.ENOMEM, "Cannot allocate memory"))
+    assert environment_limit(OSError(errno.ENOENT, "No such file")) is None
+    wrapped = RuntimeError("worker failed")
+    wrapped.__cause__ = OSError(errno.ENOMEM, "Cannot allocate memory")
+    assert environment_limit(wrapped)
