@@ -102,8 +102,10 @@ def row_chunks(m: int, rows: int, parts: int) -> list[tuple[int, int]]:
 def split(m: int, rows: int, nbytes: int) -> list[tuple[int, int]]:
     """The pieces to run for a matrix of ``m`` rows and ``nbytes`` bytes: one piece (the whole)
     when it is small, there is one thread, or the caller is itself a pool worker."""
+    if nbytes < MIN_BYTES or getattr(_local, "worker", False):  # first: the per-step products of a long
+        return [(0, m)]  # sequence are small, and threads() reads the environment and the affinity each call
     n = threads()
-    if n <= 1 or nbytes < MIN_BYTES or getattr(_local, "worker", False):
+    if n <= 1:
         return [(0, m)]
     return row_chunks(m, rows, n)
 
