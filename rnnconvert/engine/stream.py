@@ -7,6 +7,7 @@ conversion holds in memory (:meth:`rnnconvert.core.model.Checkpoint.slab`).
 from __future__ import annotations
 
 from ..core.model import Checkpoint, DirectionParams
+from ..speed.parallel import background
 
 
 def slab_bytes(dirs: list[DirectionParams]) -> int:
@@ -86,6 +87,8 @@ class _Pipeline:
             self.slots.release()
 
     def _work(self, todo, fn) -> None:
+        if fn is not self._write:  # the verifier: the cores the reading and writing leave (speed/parallel.py)
+            background()
         while True:
             item = todo.get()
             if item is None:

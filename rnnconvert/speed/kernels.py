@@ -107,24 +107,36 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int | None = None) -> li
     return outs
 
 
-def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64) -> list[np.ndarray]:
+def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64, magnitude: np.ndarray | None = None
+                  ) -> list[np.ndarray]:
     """``[x @ w for x in xs]``, each in ``x``'s dtype, reading ``w`` ``(K, N)`` once for all of them: ``rows``
     rows of ``w`` at a time (cast as in :func:`products`), the products of each row block summed. For a
     stored ``(in, G*H)`` Keras kernel and all steps' inputs at once: no turned copy of the kernel is made.
-    Each result equals ``x @ w.astype(dt)`` up to the order of the sums."""
+    Each result equals ``x @ w.astype(dt)`` up to the order of the sums.
+
+    ``magnitude``: nonnegative float32 ``(n, K)``; one more result is then appended, ``magnitude @ |w|`` summed
+    in float32 in the same pass (each block made absolute while in cache: a sum of ``K`` nonnegative float32
+    products in some order, which :func:`rnnconvert.verify.bounds.magnitude_bound32` raises to a bound), or
+    ``None`` where it is not computed: float64 ``w`` (``|w|`` is not a float32 number), ``--device cuda``."""
     if gpu.active():
-        return gpu.left_products(xs, w)
+        return gpu.left_products(xs, w) + ([None] if magnitude is not None else [])
+    mag = magnitude if magnitude is not None and w.dtype.itemsize <= 4 else None
     outs = [np.zeros((x.shape[0], w.shape[1]), x.dtype) for x in xs]
+    acc = np.zeros((mag.shape[0], w.shape[1]), np.float32) if mag is not None else None
 
     def piece(lo: int, hi: int) -> None:  # output columns lo:hi: each sum in the order one pass makes it
+        abuf = np.empty((min(rows, w.shape[0]), hi - lo), np.float32) if acc is not None else None
         for i, get in Blocks(w[:, lo:hi], rows):
             for x, o in zip(xs, outs):
                 o[:, lo:hi] += x[:, i:i + rows] @ get(x.dtype)
+            if acc is not None:
+                b = get(np.float32)
+                acc[:, lo:hi] += mag[:, i:i + rows] @ np.abs(b, out=abuf[:b.shape[0]])
     pieces = parallel.split(w.shape[1], 64, w.nbytes)
     rest = parallel.start(piece, pieces)
     piece(*pieces[0])
     parallel.wait(rest)
-    return outs
+    return outs + ([acc] if magnitude is not None else [])
 
 
 #: elements per torch copy in :func:`widen_into`: torch's ``GRAIN_SIZE``, below which it does not hand a copy

@@ -95,13 +95,22 @@ def lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarr
 
     Rows of ``v`` that are all zero (the zero states of a trajectory's first step, the zero probes of
     :func:`probe_rows`) give value and magnitude 0 without entering the products: exact, as ``0 * w`` is 0
-    for the finite weights readers admit; of the 11 rows of the issue #18 sample's ``W_hh`` step, 6 are zero."""
+    for the finite weights readers admit; of the 11 rows of the issue #18 sample's ``W_hh`` step, 6 are zero.
+    Rows with one nonzero element ``v[r, j]`` (the one-hot probes) are column ``j`` of ``w`` times it, without
+    a product either (exact for float32 factors; the magnitude raised by ``2**-50`` for a float64 one): a
+    product of 8 columns costs two thirds of one of 9 (OpenBLAS on the 2-core machine, docs/performance.md
+    session 13), and the one-hot probes were the 9th column of ``W_ih``'s and the 5th of ``W_hh``'s."""
     v = np.asarray(v, np.float64)
-    nz = np.flatnonzero(v.any(axis=1)) if v.ndim == 2 else None
-    if nz is not None and len(nz) < v.shape[0]:
+    count = np.count_nonzero(v, axis=1) if v.ndim == 2 else None
+    if count is not None and (count <= 1).any():
         val, mag = np.zeros((v.shape[0], w.shape[0]), np.float64), np.zeros((v.shape[0], w.shape[0]), np.float64)
-        if len(nz):
-            val[nz], mag[nz] = lin(w, v[nz], rows)
+        for r in np.flatnonzero(count == 1):  # one nonzero v[r, j]: w[:, j] * v[r, j], exact in float64 (two
+            j = int(np.flatnonzero(v[r])[0])      # float32 factors; float64 weights: one rounding, as any product)
+            val[r] = w[:, j].astype(np.float64) * v[r, j]
+            mag[r] = np.abs(val[r]) * (1.0 + 2.0 ** -50)  # above |w_j v_j| even where the product rounded
+        many = np.flatnonzero(count > 1)
+        if len(many):
+            val[many], mag[many] = lin(w, v[many], rows)
         return val, mag
     if gpu.active():  # --device cuda: the products on the GPU (speed/gpu.py)
         return gpu.lin(w, v)
@@ -111,7 +120,7 @@ def lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarr
     mag = np.empty_like(val)
     pieces = parallel.split(w.shape[0], rows, w.nbytes)  # rows of w shared between threads (speed/parallel.py)
     if w.dtype.itemsize <= 4:
-        av32 = _up32(np.abs(vt))
+        av32 = up32(np.abs(vt))
 
         def piece(lo: int, hi: int) -> None:
             abuf = np.empty((min(rows, hi - lo), w.shape[1]), np.float32)
@@ -137,7 +146,7 @@ def lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarr
     return val.T, mag.T
 
 
-def _up32(a: np.ndarray) -> np.ndarray:
+def up32(a: np.ndarray) -> np.ndarray:
     """Nonnegative float64 ``a`` as float32, rounded up (each element ``>= a``; exact where ``a`` is a float32
     number, as the trajectory's states, the inputs and the probes are)."""
     r = a.astype(np.float32)
@@ -145,6 +154,14 @@ def _up32(a: np.ndarray) -> np.ndarray:
     if low.any():
         r[low] = np.nextafter(r[low], np.float32(np.inf))
     return r
+
+
+def magnitude_bound32(s: np.ndarray, K: int) -> np.ndarray:
+    """An upper bound (float64) of the exact sum of ``K`` nonnegative float32 products that float32 arithmetic
+    summed to ``s`` in any order, fused or not: ``(s + K * 2**-149) / (1 - gamma_K)`` (Higham eq. 3.5; ``K *
+    2**-149`` for products below float32's normal range), raised by ``(1 + 2**-50)`` for this computation's own
+    rounding. Infinite where ``s`` overflowed."""
+    return (np.asarray(s, np.float64) + K * 2.0 ** -149) * ((1.0 + 2.0 ** -50) / (1.0 - _gamma(K, 2.0 ** -24)))
 
 
 def _magnitude32(a: np.ndarray, av: np.ndarray, b64: np.ndarray) -> np.ndarray:
@@ -155,8 +172,7 @@ def _magnitude32(a: np.ndarray, av: np.ndarray, b64: np.ndarray) -> np.ndarray:
     for that computation's own rounding. Where ``s`` overflows, the block's float64 rows ``b64`` (a buffer,
     made absolute here) give it in float64, raised by that sum's own error bound."""
     K = a.shape[1]
-    s = (a @ av).astype(np.float64)
-    out = (s + K * 2.0 ** -149) * ((1.0 + 2.0 ** -50) / (1.0 - _gamma(K, 2.0 ** -24)))
+    out = magnitude_bound32(a @ av, K)
     bad = ~np.isfinite(out).all(axis=1)
     if bad.any():
         out[bad] = (np.abs(b64[bad]) @ av.astype(np.float64)) * ((1.0 + 2.0 ** -50) / (1.0 - _gamma(K, 2.0 ** -53)))
@@ -165,15 +181,18 @@ def _magnitude32(a: np.ndarray, av: np.ndarray, b64: np.ndarray) -> np.ndarray:
 
 def step_with_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
                     u: float, u_acc: float | None = None, parts: dict | None = None,
-                    act_ulps: float | None = None) -> tuple[tuple, tuple]:
+                    act_ulps: float | None = None, xx: tuple | None = None) -> tuple[tuple, tuple]:
     """``(step(layer, p, x, h0, c0), step_bound(layer, p, x, h0, c0, u, u_acc))`` (float64), reading ``W_hh`` once
     for both: one pass (:func:`lin`) over each of ``W_ih``, ``W_hh`` gives the products (the exact step's, and
     the bound's pre-activations) and their magnitudes (``|x| @ |W|.T``); the exact step is evaluated from those
     products by the bound's own elementwise code (:func:`step_terms`: the equations of :func:`step`, in float64). ``parts``: a dict the products of the
     step are put into (``'xx'``, ``'hh'``: the ``(value, magnitude)`` pairs of :func:`lin`), for
-    :func:`swap_escapes`. ``act_ulps``: the activations' accuracy the bound allows (:func:`act_error`)."""
+    :func:`swap_escapes`. ``act_ulps``: the activations' accuracy the bound allows (:func:`act_error`). ``xx``: the
+    ``(value, magnitude)`` pair of ``W_ih x`` where the caller has it (the float64 products of the source's own
+    equations, :mod:`rnnconvert.verify.keras_equations`): no pass over ``W_ih`` is made then."""
     h0 = np.asarray(h0, np.float64)
-    hh, xx = lin(p.w_hh, h0), lin(p.w_ih, x)
+    hh = lin(p.w_hh, h0)
+    xx = lin(p.w_ih, x) if xx is None else xx
     if parts is not None:
         parts.update(xx=xx, hh=hh)
     dh, dc, h1, c1 = step_terms(layer, p, h0, c0, *xx, *hh, p.b_ih, p.b_hh, u, u_acc, act_ulps=act_ulps)

@@ -319,6 +319,9 @@ def import_engine(dst_module):
         return None
 
     def run():
+        from ..speed.parallel import background
+
+        background()  # the cores the conversion leaves (speed/parallel.py)
         try:
             importlib.import_module(name)
         except BaseException:  # the target side imports it again and reports
@@ -460,7 +463,12 @@ class StreamedVerification:
             h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
             c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
             parts: dict = {}
-            exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
+            xx = None
+            if rec.get("xk") is not None:  # W_ih x of the states from the own equations' pass over the stored kernel
+                pv, pm = bounds.lin(p.w_ih, px)  # the probes: zero and one-hot inputs, no product
+                xx = tuple(np.concatenate([a, b]) for a, b in zip(rec["xk"], (pv, pm)))
+            exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps,
+                                                  xx=xx)
             entries.append(((h0, c0), exact, bound))
             if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the slips show?
                 rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states

@@ -6,17 +6,23 @@ and applies the equations of the Keras source (tf_keras ``layers/rnn/lstm.py``, 
 ``simple_rnn.py``; CuDNN layers: the cuDNN equations on slices whose bytes are cuDNN's
 ``(H, in)`` row-major matrices, tf_keras ``cudnn_lstm.py``/``cudnn_gru.py``). It only reads the
 gate *letters* of each format from the table in :mod:`rnnconvert.core.gates`.
+
+The same pass over a stored kernel gives verification's one-step check its input products: with ``record=``
+(:func:`source_forward_multi`), a large plain layer's float64 ``x @ K`` and a bound of ``|x| @ |K|`` (summed in
+float32, :func:`rnnconvert.verify.bounds.magnitude_bound32`) are recorded in canonical gate order (``'xk'``),
+so the check reads no turned ``W_ih`` (docs/performance.md, session 13).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.gates import convention
+from ..core.gates import CANONICAL, convention
 from ..core.model import Cell, RNNLayer
 from ..core.reference import ACT
 from ..speed.kernels import left_products, products, widened
 from ..engine.protocol import Runtime
+from . import bounds
 
 
 #: Kernels of at least this many bytes are evaluated with the input products of all steps hoisted
@@ -48,7 +54,9 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     """One direction on each input of ``xs`` (one per dtype, each computed in its own dtype), in lockstep:
     the products of all hoisted dtypes read each turned weight block once (:func:`rnnconvert.speed.kernels.products`).
     ``record``: a dict that receives the states of ``xs[0]``'s run as :func:`rnnconvert.core.reference.trajectory`
-    records them (``'h'``, ``'c'`` before each step, input time order; ``'c_last'``)."""
+    records them (``'h'``, ``'c'`` before each step, input time order; ``'c_last'``), and, where the float64
+    input's products are hoisted from a plain float32 or float16 kernel, ``'xk'``: ``(x64 @ K, M)``, float64
+    ``(B*T, G*H)`` each, rows in ``(b, t)`` order, columns in canonical gate order, ``M >= |x64| @ |K|``."""
     s = layer.semantics
     fam = "keras_cudnn" if kind.startswith("CuDNN") else layer.source.get("family", "keras")
     if fam == "keras1":
@@ -99,7 +107,18 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
                 for d, o in zip(hoisted, outs):
                     XK[d][g] = o.T.reshape(B, T, H)
         else:  # x @ K for all gates and steps at once, straight from the stored kernel (no turned copy)
-            outs = left_products([xs[d].reshape(B * T, -1) for d in hoisted], kw)
+            d64 = next((d for d in hoisted if dts[d] == np.float64), None)
+            mag = None
+            if record is not None and d64 is not None:  # and |x| @ |K| in the same pass (the one-step bound's)
+                mag = bounds.up32(np.abs(xs[d64].reshape(B * T, -1)))
+            outs = left_products([xs[d].reshape(B * T, -1) for d in hoisted], kw, magnitude=mag)
+            if mag is not None and outs[-1] is not None:
+                bound = bounds.magnitude_bound32(outs[-1], kw.shape[0])
+                if np.isfinite(bound).all():  # (an overflowed float32 sum: the one-step check makes its own pass)
+                    canon = [order.index(g) for g in CANONICAL[cell]]
+                    val = outs[hoisted.index(d64)]
+                    record["xk"] = tuple(np.concatenate([a[:, j * H:(j + 1) * H] for j in canon], axis=1)
+                                         for a in (val, bound))
             for d, o in zip(hoisted, outs):
                 XK[d] = {g: o[:, j * H:(j + 1) * H].reshape(B, T, H) for j, g in enumerate(order)}
         del kw
