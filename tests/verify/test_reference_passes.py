@@ -138,3 +138,49 @@ def test_zero_rows_skip_the_products_and_change_nothing(dtype):
         assert (mag[[1, 3, 4]] >= exact).all()
     zval, zmag = bounds.lin(w, np.zeros((3, 40)))
     assert zval.shape == zmag.shape == (3, 300) and not zval.any() and not zmag.any()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_one_hot_rows_are_columns(dtype):
+    """``lin`` takes rows of ``v`` with one nonzero element (the one-hot probes) as that column of ``w`` times it,
+    with no product: bit for bit ``w[:, j] * v_j`` in float64 (exact for float32 factors: IEEE 754 products of
+    two 24-bit significands fit float64's 53), magnitudes at least the exact ``|w_j v_j|`` (fractions), and the
+    other rows as before (equal to a pass without the one-hot rows, bit for bit)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((200, 30)) * 0.5).astype(dtype)
+    v = rng.standard_normal((5, 30)).astype(np.float32).astype(np.float64)
+    v[1] = 0.0
+    v[1, 7] = 1.0
+    v[3] = 0.0
+    v[3, 0] = -2.5
+    val, mag = bounds.lin(w, v)
+    for r, j in ((1, 7), (3, 0)):
+        assert np.array_equal(val[r], w[:, j].astype(np.float64) * v[r, j])
+        for b in range(w.shape[0]):
+            assert Fraction(float(mag[r, b])) >= abs(Fraction(float(w[b, j])) * Fraction(float(v[r, j])))
+    rest = bounds.lin(w, v[[0, 2, 4]])
+    assert np.array_equal(val[[0, 2, 4]], rest[0]) and np.array_equal(mag[[0, 2, 4]], rest[1])
+
+
+def test_left_products_magnitude_bounds_the_exact_sums():
+    """``kernels.left_products(magnitude=)`` (the Keras equations' one pass over a stored kernel, issue #33): the
+    float32 sum of ``|x| @ |K|`` raised by ``bounds.magnitude_bound32`` is never below the exact sum (fractions),
+    on wide-ranging values and products below float32's normal range; ``None`` for float64 kernels."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(6)
+    K, N = 150, 24
+    k = (rng.standard_normal((K, N)) * 10.0 ** rng.integers(-3, 3, (K, N))).astype(np.float32)
+    k[:, 1] = np.float32(1e-30)
+    x = (rng.standard_normal((3, K)) * 10.0 ** rng.integers(-2, 2, (3, K))).astype(np.float32)
+    x[1] = np.float32(1e-20)
+    for kk in (k, np.clip(k, -6e4, 6e4).astype(np.float16)):
+        val, s = kernels.left_products([x.astype(np.float64)], kk, rows=64, magnitude=np.abs(x))
+        bound = bounds.magnitude_bound32(s, K)
+        for a in range(x.shape[0]):
+            for b in range(N):
+                exact = sum(Fraction(abs(float(p))) * Fraction(abs(float(q))) for p, q in zip(x[a], kk[:, b]))
+                assert Fraction(float(bound[a, b])) >= exact, (a, b)
+    assert kernels.left_products([x.astype(np.float64)], k.astype(np.float64), magnitude=np.abs(x))[-1] is None

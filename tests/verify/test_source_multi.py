@@ -74,3 +74,57 @@ def test_which_run_gives_the_trajectory(name, own_states, monkeypatch, tmp_path)
     rep = rnnconvert.convert(FIXTURES / name, tmp_path / "x.npz")
     assert rep.verification is not None and rep.verification.ok
     assert (not calls) == own_states, (name, len(calls))
+
+
+@pytest.mark.parametrize("name", ["keras/bidi_lstm_concat.h5", "keras/gru_reset_before.h5", "keras/gru_reset_after.h5",
+                                  "keras/bidi_gru_sum.h5", "keras/simple_rnn_tanh.h5", "keras/lstm_go_backwards.h5",
+                                  "keras/cudnn_gru.h5"])
+def test_recorded_input_products(name):
+    """The one-step check's ``W_ih x`` taken from the Keras equations' own pass over the stored kernel (``'xk'``,
+    issue #33): its value is ``W_ih x`` in canonical gate order (the canonical ``W_ih`` of the reader, whose layout
+    the Keras-oracle fixture tests settle) to float64 rounding, and its magnitude bounds ``|W_ih||x|`` from above
+    by at most float32's ``gamma_K``. Bounds of rounding, not tolerances: ``|fl64(a.b) - a.b| <= gamma_K(2**-53)
+    |a|.|b|`` (Higham eq. 3.5) for each float64 product compared here. CuDNN kernels record none (their per-gate
+    matrices take another path), and the check then makes its own pass."""
+    from rnnconvert.verify.bounds import _gamma
+
+    spec = runtimes.get(registry.get("keras_h5").load().equations)
+    ckpt = rnnconvert.load(FIXTURES / name)
+    for layer in ckpt.layers:
+        x = np.random.default_rng(2).normal(size=(3, 4, layer.input_size)).astype(np.float32)
+        recs = [{} for _ in layer.params[0]]
+        spec.source_forward_multi(layer, [x, x.astype(np.float64)], None, recs)
+        for rec, p in zip(recs, layer.params[0]):
+            if "cudnn" in name:
+                assert "xk" not in rec
+                continue
+            val, mag = rec["xk"]
+            w = p.w_ih.astype(np.float64)
+            xv = x.reshape(-1, layer.input_size).astype(np.float64)
+            K = w.shape[1]
+            g64 = _gamma(K, 2.0 ** -53)
+            exact_mag = np.abs(xv) @ np.abs(w).T  # within g64 of the exact |x||W|
+            assert np.all(np.abs(val - xv @ w.T) <= 2.2 * g64 * exact_mag + 1e-300), (name, layer.name)
+            assert np.all(mag >= exact_mag * (1 + g64)), (name, layer.name)
+            assert np.all(mag <= exact_mag * (1 + g64) * (1 + 2.2 * _gamma(K, 2.0 ** -24)) + K * 2.0 ** -140)
+
+
+def test_one_step_reads_no_turned_w_ih(monkeypatch):
+    """With the recorded products, the one-step check of a Keras layer passes only the three probes through
+    ``W_ih`` (zero and one-hot rows: no product), never the ``B*T`` states."""
+    from rnnconvert.verify import bounds, engine
+
+    seen = []
+    real = bounds.lin
+
+    def spy(w, v, rows=None):
+        seen.append((w.shape, np.asarray(v).shape))
+        return real(w, v, rows)
+    monkeypatch.setattr(bounds, "lin", spy)
+    ckpt = rnnconvert.load(FIXTURES / "keras/gru_reset_before.h5")
+    fmt = registry.get("keras_h5").load()
+    check = engine.StreamedVerification(ckpt, fmt, batch=3, steps=5)
+    layer = ckpt.layers[0]
+    check.source_slab(0, 0, layer.params[0])
+    w_ih_rows = [v for s, v in seen if s == layer.params[0][0].w_ih.shape]
+    assert w_ih_rows and all(v[0] == 3 for v in w_ih_rows), seen
