@@ -507,8 +507,13 @@ class DirSpec:
     inp: int
 
 
-#: Bytes of one row block read from a dataset (the stored rows are turned block by block).
-BLOCK_BYTES = 2 << 20
+#: Bytes of one row block read from a dataset (the stored rows are turned block by block). 8 MiB, not 2: each
+#: block costs a dozen calls that release and retake the GIL (the read, the NaN test, the turn), and beside a
+#: thread that holds the GIL (verification's own Python, the target framework's import) each retake waits up
+#: to the switch interval; with 2 MiB blocks a thread spinning in Python stretched one 384 MB slab's read from
+#: 0.6 s to 18 s, with 8 MiB to 3.8 s, and a verified 3.1 GB ``h5 -> pt`` conversion took 8.3 s against 8.8 s
+#: (``--no-verify``: 4.6-5.0 s against 5.2-5.9 s; docs/performance.md, session 13).
+BLOCK_BYTES = 8 << 20
 
 
 #: Bytes added to each row of the HDF5 read buffer of :func:`_rows` when rows are long: a row stride that is a

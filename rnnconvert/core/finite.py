@@ -12,7 +12,7 @@ import numpy as np
 _F16_EXP = 0x7C00
 
 
-def all_finite(a, block_bytes: int = 1 << 20) -> bool:
+def all_finite(a, block_bytes: int = 16 << 20) -> bool:
     """Whether ``a`` (any array-like) holds no NaN/Inf; always true for non-float dtypes (integers, bool,
     strings). Checked ``block_bytes`` at a time, so that no full-size mask is allocated.
 
@@ -21,7 +21,9 @@ def all_finite(a, block_bytes: int = 1 << 20) -> bool:
     ``bits & 0x7C00 == 0x7C00``. float32/float64 (and complex) use ``np.isfinite``, which numpy
     vectorizes and which measured as fast as the bit test there (docs/performance.md, Session 3).
     Contiguous arrays are viewed, never copied; any other array is checked in slabs along its first axis,
-    each slab copied (at most about ``block_bytes`` at a time, one row at least).
+    each slab copied (at most about ``block_bytes`` at a time, one row at least). 16 MiB pieces (a mask of 4 MB
+    for float32): each piece releases and retakes the GIL twice, which beside a thread holding it costs up to a
+    switch interval each (1 MiB pieces were most of such waits of a streamed read: docs/performance.md, session 13).
     """
     a = np.asarray(a)
     if a.dtype.kind not in "fc" or a.size == 0:

@@ -69,7 +69,8 @@ class _Pipeline:
         self.written = 0
         stages = ([("writer", self._write)] if behind else []) + ([("verifier", on_slab)] if on_slab else [])
         self.queues = [queue.Queue() for _ in stages]
-        self.threads = [threading.Thread(target=self._work, args=(q, fn), name=f"rnnconvert-{name}", daemon=True)
+        self.threads = [threading.Thread(target=self._work, args=(q, fn, name == "verifier"), name=f"rnnconvert-{name}",
+                                         daemon=True)
                         for q, (name, fn) in zip(self.queues, stages)]
 
     def _write(self, i: int, k: int, dirs) -> None:
@@ -86,8 +87,8 @@ class _Pipeline:
             self.ckpt.release(i, k)
             self.slots.release()
 
-    def _work(self, todo, fn) -> None:
-        if fn is not self._write:  # the verifier: the cores the reading and writing leave (speed/parallel.py)
+    def _work(self, todo, fn, verifier: bool = False) -> None:
+        if verifier:  # the cores the reading and the writing leave (speed/parallel.background)
             background()
         while True:
             item = todo.get()

@@ -120,3 +120,57 @@ def test_verdicts_with_gpu_products(gpu_products_on_cpu, tmp_path):
     np.savez(tmp_path / "bad.npz", **z)
     rep = api.verify(src, tmp_path / "bad.npz")
     assert not rep.ok
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="a per-thread nice value is Linux's")
+def test_verification_threads_run_in_the_background():
+    """``parallel.background`` gives the calling thread the lowest priority (its own nice value, read back from the
+    kernel) and no other thread: in a streamed verified conversion the verifier stage runs at it, the caller's
+    thread and the writer do not (the writer is the conversion's own critical path)."""
+    import os
+    import threading
+
+    from rnnconvert.engine import stream
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = nice()
+    if base >= parallel.BACKGROUND_NICE:
+        pytest.skip("the suite itself runs at the lowest priority")
+    seen: dict[str, int] = {}
+
+    def probe():
+        parallel.background()
+        seen["probe"] = nice()
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert seen["probe"] == parallel.BACKGROUND_NICE and nice() == base  # this thread untouched
+
+    class Writer:
+        WRITE_BEHIND = True
+
+        def write_slab(self, i, k, dirs):
+            seen["writer"] = nice()
+
+        def close(self):
+            return []
+
+        def abort(self):
+            pass
+
+    class Ckpt:
+        layers = [type("L", (), {"params": [[]]})()]
+
+        def slab(self, i, k):
+            return []
+
+        def release(self, i, k):
+            pass
+
+    def verifier(i, k, dirs):
+        seen["verifier"] = nice()
+    stream._Pipeline(Writer(), Ckpt(), 0, True, verifier).run(None)
+    assert seen["verifier"] == parallel.BACKGROUND_NICE
+    assert seen["writer"] == base == nice()
