@@ -161,7 +161,7 @@ def test_verification_threads_run_in_the_background():
             pass
 
     class Ckpt:
-        layers = [type("L", (), {"params": [[]]})()]
+        layers = [type("L", (), {"params": [[]], "num_layers": 1})()]
 
         def slab(self, i, k):
             return []
