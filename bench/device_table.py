@@ -90,10 +90,14 @@ def main() -> None:
         return got
 
     cpx = src.with_name("cp.tmp")
-    for r in range(a.repeat):  # the pair of the goal, alternating
+    old = shlex.split(a.old_exe) if a.old_exe else None
+    for r in range(a.repeat):  # the pair of the goal, alternating (and the old code's pair beside it)
         run("cp+sync SRC", ["sh", "-c", f"cp {src} {cpx} && sync {cpx}; rm -f {cpx}"])
         run("convert --no-verify", [*exe, str(src), str(dst), "--no-verify", "-q"])
         run("convert (verified)", [*exe, str(src), str(dst), "-q", "--json"])
+        if old:
+            run("OLD convert --no-verify", [*old, str(src), str(dst), "--no-verify", "-q"])
+            run("OLD convert (verified)", [*old, str(src), str(dst), "-q", "--json"])
     run("convert --no-verify, 2 cores", [*exe, str(src), str(dst), "--no-verify", "-q"], cpus="0,1")
     run("convert (verified), 2 cores", [*exe, str(src), str(dst), "-q", "--json"], cpus="0,1")
     run("convert (verified), --threads 1", [*exe, str(src), str(dst), "-q", "--json", "--threads", "1"])
@@ -104,8 +108,7 @@ def main() -> None:
     for r in range(a.repeat if not a.skip_cuda else 0):
         run("verify SRC DST --device cuda", [*exe, "verify", str(src), str(dst), "--device", "cuda", "--json"],
             keep=True)
-    if a.old_exe:
-        old = shlex.split(a.old_exe)
+    if old:
         run("OLD verify SRC DST", [*old, "verify", str(src), str(dst), "--json"], keep=True)
         if not a.skip_cuda:
             run("OLD verify SRC DST --device cuda", [*old, "verify", str(src), str(dst), "--device", "cuda", "--json"],
@@ -131,6 +134,10 @@ def main() -> None:
     print(f"\nverified / --no-verify, all cores: {v['wall'] / nv['wall']:.2f}x")
     nv2, v2 = best("convert --no-verify, 2 cores"), best("convert (verified), 2 cores")
     print(f"verified / --no-verify, 2 cores: {v2['wall'] / nv2['wall']:.2f}x")
+    if old:
+        onv, ov = best("OLD convert --no-verify"), best("OLD convert (verified)")
+        print(f"old code: verified / --no-verify {ov['wall'] / onv['wall']:.2f}x; verified new / old "
+              f"{v['wall'] / ov['wall']:.2f}x")
     if "convert --device cuda" in rows:
         print(f"convert --device cuda / --no-verify: {best('convert --device cuda')['wall'] / nv['wall']:.2f}x")
         print(f"verify --device cuda / (cp SRC + cp DST): {best('verify SRC DST --device cuda')['wall'] / (cp + cpd):.2f}x")
