@@ -7,7 +7,6 @@ conversion holds in memory (:meth:`rnnconvert.core.model.Checkpoint.slab`).
 from __future__ import annotations
 
 from ..core.model import Checkpoint, DirectionParams
-from ..speed.parallel import background
 
 
 def slab_bytes(dirs: list[DirectionParams]) -> int:
@@ -69,8 +68,7 @@ class _Pipeline:
         self.written = 0
         stages = ([("writer", self._write)] if behind else []) + ([("verifier", on_slab)] if on_slab else [])
         self.queues = [queue.Queue() for _ in stages]
-        self.threads = [threading.Thread(target=self._work, args=(q, fn, name == "verifier"), name=f"rnnconvert-{name}",
-                                         daemon=True)
+        self.threads = [threading.Thread(target=self._work, args=(q, fn), name=f"rnnconvert-{name}", daemon=True)
                         for q, (name, fn) in zip(self.queues, stages)]
 
     def _write(self, i: int, k: int, dirs) -> None:
@@ -87,9 +85,7 @@ class _Pipeline:
             self.ckpt.release(i, k)
             self.slots.release()
 
-    def _work(self, todo, fn, verifier: bool = False) -> None:
-        if verifier:  # the cores the reading and the writing leave (speed/parallel.background)
-            background()
+    def _work(self, todo, fn) -> None:
         while True:
             item = todo.get()
             if item is None:

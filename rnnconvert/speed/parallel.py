@@ -33,9 +33,6 @@ VARIABLE = "RNNCONVERT_THREADS"
 #: matrices below this many bytes are not split (a piece's start-up costs more than its share of the work)
 MIN_BYTES = 8 << 20
 
-#: the nice value (Linux, per thread) verification's threads take (:func:`background`): 19, the lowest priority
-BACKGROUND_NICE = 19
-
 #: the default's ceiling: verified conversions of the 3.1 GB benchmark on the 16-core H200 machine (issue #33,
 #: docs/performance.md session 12, ``bench/device_sweep.py``) took 12.15 s with 1 thread, 11.22 s with 2, 9.59 s
 #: with 4 and 13.07 s with 16 (the products are small enough that more threads wait on each other and on BLAS)
@@ -91,27 +88,6 @@ def pool() -> ThreadPoolExecutor | None:
 
 def _mark() -> None:
     _local.worker = True
-    background()
-
-
-def background() -> None:
-    """Give the calling thread the lowest scheduling priority (Linux: its own nice value, :data:`BACKGROUND_NICE`;
-    elsewhere nothing): verification's threads (this pool's workers, the verifier stage of a streamed conversion,
-    the target framework's background import) then take only the cores the conversion's own threads (reading,
-    turning, writing: the critical path) leave idle, instead of slowing them down on a machine with fewer cores
-    than busy threads. On the 2-core machine, measured in one session (docs/performance.md, session 13): a
-    verified 3.1 GB ``h5 -> pt`` conversion 10.42 s -> 9.17 s. Where nothing competes it changes nothing. A
-    thread's nice value cannot be lowered back without privileges, so only threads that do nothing but
-    verification's work are made background; a refusal (a container's seccomp, another system) is ignored."""
-    import sys
-
-    if not sys.platform.startswith("linux"):  # only Linux applies a nice value to one thread (its TID)
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), BACKGROUND_NICE))
-    except (AttributeError, OSError):
-        pass
 
 
 def row_chunks(m: int, rows: int, parts: int) -> list[tuple[int, int]]:

@@ -319,9 +319,6 @@ def import_engine(dst_module):
         return None
 
     def run():
-        from ..speed.parallel import background
-
-        background()  # the cores the conversion leaves (speed/parallel.py)
         try:
             importlib.import_module(name)
         except BaseException:  # the target side imports it again and reports

@@ -8,7 +8,8 @@ and applies the equations of the Keras source (tf_keras ``layers/rnn/lstm.py``, 
 gate *letters* of each format from the table in :mod:`rnnconvert.core.gates`.
 
 The same pass over a stored kernel gives verification's one-step check its input products: with ``record=``
-(:func:`source_forward_multi`), a large plain layer's float64 ``x @ K`` and a bound of ``|x| @ |K|`` (summed in
+(:func:`source_forward_multi`), a plain (not CuDNN) float32 or float16 kernel's float64 ``x @ K`` and a bound of
+``|x| @ |K|`` (summed in
 float32, :func:`rnnconvert.verify.bounds.magnitude_bound32`) are recorded in canonical gate order (``'xk'``),
 so the check reads no turned ``W_ih`` (docs/performance.md, session 13).
 """

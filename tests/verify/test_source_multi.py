@@ -86,7 +86,8 @@ def test_recorded_input_products(name):
     by at most float32's ``gamma_K``. Bounds of rounding, not tolerances: ``|fl64(a.b) - a.b| <= gamma_K(2**-53)
     |a|.|b|`` (Higham eq. 3.5) for each float64 product compared here. CuDNN kernels record none (their per-gate
     matrices take another path), and the check then makes its own pass."""
-    from rnnconvert.verify.bounds import _gamma
+    def _gamma(n, u):  # Higham's gamma_n
+        return n * u / (1.0 - n * u)
 
     spec = runtimes.get(registry.get("keras_h5").load().equations)
     ckpt = rnnconvert.load(FIXTURES / name)
