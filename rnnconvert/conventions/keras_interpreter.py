@@ -511,8 +511,8 @@ class DirSpec:
 #: block costs a dozen calls that release and retake the GIL (the read, the NaN test, the turn), and beside a
 #: thread that holds the GIL (verification's own Python, the target framework's import) each retake waits up
 #: to the switch interval; with 2 MiB blocks a thread spinning in Python stretched one 384 MB slab's read from
-#: 0.6 s to 18 s, with 8 MiB to 3.8 s, and a verified 3.1 GB ``h5 -> pt`` conversion took 8.3 s against 8.8 s
-#: (``--no-verify``: 4.6-5.0 s against 5.2-5.9 s; docs/performance.md, session 13).
+#: 0.6 s to 18 s, with 8 MiB (and 16 MiB NaN-test pieces) to 3.8 s; a 3.1 GB ``h5 -> pt`` conversion,
+#: ``--no-verify``, took 4.6-5.0 s against 5.2-5.9 s (docs/performance.md, session 13).
 BLOCK_BYTES = 8 << 20
 
 
