@@ -9,9 +9,8 @@ gate *letters* of each format from the table in :mod:`rnnconvert.core.gates`.
 
 The same pass over a stored kernel gives verification's one-step check its input products: with ``record=``
 (:func:`source_forward_multi`), a plain (not CuDNN) float32 or float16 kernel's float64 ``x @ K`` and a bound of
-``|x| @ |K|`` (summed in
-float32, :func:`rnnconvert.verify.bounds.magnitude_bound32`) are recorded in canonical gate order (``'xk'``),
-so the check reads no turned ``W_ih`` (docs/performance.md, session 13).
+``|x| @ |K|`` (summed in float32, :func:`rnnconvert.verify.bounds.magnitude_bound32`) are recorded in canonical
+gate order (``'xk'``), so the check reads no turned ``W_ih`` (docs/performance.md, session 13).
 """
 
 from __future__ import annotations

@@ -120,4 +120,3 @@ def test_verdicts_with_gpu_products(gpu_products_on_cpu, tmp_path):
     np.savez(tmp_path / "bad.npz", **z)
     rep = api.verify(src, tmp_path / "bad.npz")
     assert not rep.ok
-

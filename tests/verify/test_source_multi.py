@@ -36,6 +36,16 @@ def test_lockstep_equals_single_runs(fmt, name):
             assert np.array_equal(got, spec.source_forward(layer, xi, xi.dtype)), (name, layer.name, xi.dtype)
 
 
+def _recorded_run(layer, seed: int, batch: int, steps: int):
+    """``(x, recs)``: the Keras equations' lockstep float32/float64 run of ``layer`` on a random float32 batch
+    ``(batch, steps, input_size)`` (``default_rng(seed)``), with one record dict per direction."""
+    spec = runtimes.get(registry.get("keras_h5").load().equations)
+    x = np.random.default_rng(seed).normal(size=(batch, steps, layer.input_size)).astype(np.float32)
+    recs = [{} for _ in layer.params[0]]
+    spec.source_forward_multi(layer, [x, x.astype(np.float64)], None, recs)
+    return x, recs
+
+
 @pytest.mark.parametrize("name", ["keras/bidi_lstm_concat.h5", "keras/lstm_go_backwards.h5", "keras/cudnn_gru.h5",
                                   "keras/bidi_gru_sum.h5", "keras/simple_rnn_tanh.h5"])
 def test_recorded_states_are_the_trajectory(name):
@@ -45,12 +55,9 @@ def test_recorded_states_are_the_trajectory(name):
     0.5 that any misplaced step or direction moves a state by on these fixtures)."""
     from rnnconvert.core import reference
 
-    spec = runtimes.get(registry.get("keras_h5").load().equations)
     ckpt = rnnconvert.load(FIXTURES / name)
     for layer in ckpt.layers:
-        x = np.random.default_rng(1).normal(size=(2, 6, layer.input_size)).astype(np.float32)
-        recs = [{} for _ in layer.params[0]]
-        spec.source_forward_multi(layer, [x, x.astype(np.float64)], None, recs)
+        x, recs = _recorded_run(layer, seed=1, batch=2, steps=6)
         _, ref = reference.trajectory(layer, layer.params[0], x)
         for got, want in zip(recs, ref):
             assert got["h"].shape == want["h"].shape and got["h"].dtype == np.float32
@@ -89,12 +96,9 @@ def test_recorded_input_products(name):
     def _gamma(n, u):  # Higham's gamma_n
         return n * u / (1.0 - n * u)
 
-    spec = runtimes.get(registry.get("keras_h5").load().equations)
     ckpt = rnnconvert.load(FIXTURES / name)
     for layer in ckpt.layers:
-        x = np.random.default_rng(2).normal(size=(3, 4, layer.input_size)).astype(np.float32)
-        recs = [{} for _ in layer.params[0]]
-        spec.source_forward_multi(layer, [x, x.astype(np.float64)], None, recs)
+        x, recs = _recorded_run(layer, seed=2, batch=3, steps=4)
         for rec, p in zip(recs, layer.params[0]):
             if "cudnn" in name:
                 assert "xk" not in rec
