@@ -532,7 +532,9 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     else:
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
     in_mod = in_fmt.load()
-    inputs = _float_inputs(inputs)
+    whole = as_target(out_mod).verify_whole if device == "cpu" and in_mod.whole_model is not None else None
+    model_in = {k: v for k, v in (inputs or {}).items() if whole and np.asarray(v).dtype.kind != "f"}
+    inputs = _float_inputs({k: v for k, v in (inputs or {}).items() if k not in model_in})
     lazy = in_mod.lazy  # the cuDNN routes too: their emulation runs on each slab as it is read (verify/cuda.py)
     # DST is read into the page cache while the source side runs: torch faulting a cold multi-GB file in as it
     # maps it was 3x slower than reading it ahead (speed/prefetch.py)
@@ -540,16 +542,40 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
     try:
         first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
-        if lazy:  # one slab of the source at a time, as a streamed conversion verifies
-            return _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
-                                    first_tol, target_dtype)
-        return _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
-                       first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
+        if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
+            rep = VerifyReport(seed=seed)  # a program (.pt2): its runtime's whole-model checks only, as converted
+        elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
+            rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
+                                   first_tol, target_dtype)
+        else:
+            rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
+                          first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
+        if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
+            _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
+        return rep
     except RNNConvertError:
         raise
     except Exception as exc:  # the target framework rejected the file: it does not match the source
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+
+
+def _verify_whole_file(ckpt, in_mod, whole, src: Path, dst: Path, model_in: dict, layer_in: dict | None, seed: int,
+                       rep: VerifyReport) -> None:
+    """``verify SRC DST`` of a whole model written whole (a whole-model ONNX graph, ``.pt2`` program or ``.keras``):
+    the runtime's ``verify_whole``, the check a conversion runs, appended to ``rep`` (nothing when DST holds the
+    recurrent layers only). ``model_in``: the integer (token id) inputs, keyed by model input name; float arrays
+    that name no recurrent layer are model inputs too."""
+    full = in_mod.whole_model(ckpt)
+    if full is None:
+        return
+    names = {layer.name for layer in ckpt.layers}
+    model_in = {**{k: v for k, v in (layer_in or {}).items() if k not in names}, **model_in}
+    try:
+        rep.layers += whole(full.renamed(ckpt.materialize()), src, dst, inputs=model_in or None, seed=seed)
+    except DependencyError as exc:  # no tf_keras: the whole model cannot be judged
+        rep.layers.append(LayerCheck("model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", str(dst.suffix),
+                                     verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
 
 
 def _float_inputs(inputs: dict[str, Any] | None) -> dict[str, Any] | None:
