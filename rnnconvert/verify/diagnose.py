@@ -600,7 +600,9 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
     """DST with every slip undone (module docstring): each slipped layer's tensors put back through the inverse
     of its recipes, at the source slots they came from, with the source's semantics (forget bias folded) and
     DST's name; a layer holding another source layer's parameters (layers exchanged) goes where that layer
-    belongs. The other tensors of DST as they are. Where the layers were compared as one-layer pieces
+    belongs. The other tensors of DST as they are. Where DST's layer names are not the source's (paired by
+    position or by parameters, :func:`diagnose`), the fixed layers take the source's names and order (the
+    verification of the fixed file pairs layers by name); where the layers were compared as one-layer pieces
     (:func:`view`), the result has the source's layers (names, stacking), each built from the fixed pieces.
 
     Raises:
@@ -610,12 +612,15 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
     layers = list(dst.layers)
     pos = {i: j for i, j in v.pairs}  # source index -> DST position
     pieces: dict[int, list] = {}
+    placed: dict[int, RNNLayer] = {}
     for j, ld in enumerate(found):
         if ld.verdict == "unexplained":
             raise ValueError(f"layer '{ld.name}' is not explained by a known slip; nothing to fix")
         if ld.verdict != "slip":
             if v.split:
                 pieces[ld.src_index] = v.dst[j].params[0]
+            elif not v.named:
+                placed[ld.src_index] = replace(dst.layers[j], name=src.layers[ld.src_index].name)
             continue
         s_layer = v.src[ld.src_index]
         e_layer, fb = fold_forget_bias(s_layer), e_layer_fb(s_layer)
@@ -634,10 +639,16 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
         if v.split:
             pieces[ld.src_index] = params[0]
             continue
+        if not v.named:  # paired by position or by parameters: the source's name and place
+            placed[ld.src_index] = replace(d_layer, name=src.layers[ld.src_index].name, semantics=e_layer.semantics,
+                                           params=params)
+            continue
         target = pos.get(ld.src_index, j)
         name = dst.layers[target].name
         layers[target] = replace(d_layer, name=name, semantics=e_layer.semantics, params=params,
                                  source=dst.layers[target].source)
+    if not v.named and not v.split:
+        layers = [placed[i] for i in range(len(src.layers))]
     if v.split:
         layers = []
         for i, l in enumerate(src.layers):
