@@ -536,7 +536,18 @@ def diagnose(src: Checkpoint, dst: Checkpoint, seed: int = 0) -> list[LayerDiagn
 
     base = {j: i for i, j in v.pairs}
     if not v.named:
-        return [_copy(dg(i, j)) for j, i in sorted(_assign(v, base, dg).items())]
+        out = []
+        for j, i in sorted(_assign(v, base, dg).items()):
+            got = _copy(dg(i, j))
+            if i != base[j]:  # not an exchange: the names differ, the order was a guess
+                said = (f"paired with source layer '{v.src[i].name}' by its parameters (the files name and order "
+                        f"the layers otherwise)")
+                got.note = (f"{got.note}; {said}" if got.note else
+                            f"{got.name}: computes the function of source layer '{v.src[i].name}' (paired by its "
+                            f"parameters: the files name and order the layers otherwise)"
+                            if got.verdict == "ok" else f"{got.name}: {said}")
+            out.append(got)
+        return out
     out = []
     for j in range(len(v.dst)):
         i = base[j]

@@ -305,6 +305,8 @@ def test_renamed_layers_are_paired_by_their_parameters(corpus43):
     rep = api.diagnose(c["src"], c["dst"], run_verify=False)
     assert [(ld.name, ld.source, ld.verdict) for ld in rep.layers] == [("dec_rnn", "decoder", "slip"),
                                                                        ("enc_rnn", "encoder", "ok")]
+    assert rep.layers[1].note == ("enc_rnn: computes the function of source layer 'encoder' (paired by its "
+                                  "parameters: the files name and order the layers otherwise)")
 
 
 def test_a_shotgun_is_unexplained(corpus43, tmp_path):
