@@ -11,10 +11,13 @@ For each layer of DST that does not compute its source layer's function, the sea
    matched to the source's parameter set that explains most of its tensors (the same one, or the other
    direction or stacked layer: exchanged); each tensor is explained as the source's, or its gate blocks in
    another order (an exact block match), reshaped instead of transposed, with its ``(H, H)`` blocks
-   transposed, the biases summed, a bias dropped, the forget bias not folded -- or pairs of these (a reshape
-   of a kernel in another gate order). Semantics fields that differ (gate activation, activation,
-   reset-after, ``go_backwards``) are slips too. A DST layer no source layer of its name explains is tried
-   against the other source layers (layers exchanged).
+   transposed, the biases summed, a bias dropped, the forget bias not folded (the TF1 bias copied as is into
+   ``b_ih``, or into ``b_hh``) -- or pairs of these (a reshape of a kernel in another gate order). Semantics
+   fields that differ (gate activation, activation, reset-after, ``go_backwards``) are slips too. A DST
+   layer no source layer of its name explains is tried against the other source layers (layers exchanged).
+   Layers are paired by name, else by position, else (other counts) as one-layer pieces (:func:`view`); the
+   smallest explanation is preferred throughout, and more than :data:`MAX_KINDS` kinds in one layer is
+   "unexplained" (:func:`diagnose`, docs/diagnose.md).
 3. **Confirmation.** The explanation is applied to the source's canonical layer and run through the same
    equations: it must reproduce DST's outputs (within the tolerance of 1.) while the uncorrected source does
    not; only then is the slip reported. Otherwise, or where some tensor has no explanation, the layer is
