@@ -192,7 +192,8 @@ def test_tf1_forget_bias(tmp_path):
 NAMES_43 = ["tf1_bidi_control", "tf1_bidi_unfolded", "tf1_bidi_unfolded_in_b_hh", "tf1_bidi_onnx_control",
             "tf1_bidi_onnx_backward_unfolded", "torch_bigru_onnx_control", "torch_bigru_onnx_reset_before",
             "torch_bigru_onnx_reset_before_dirs_exchanged", "k3_encdec_control", "k3_decoder_keras_order",
-            "k3_decoder_keras_order_renamed"]
+            "k3_decoder_keras_order_renamed", "textgenrnn_as_2layer_torch_control",
+            "textgenrnn_as_2layer_torch_l1_onnx_order"]
 
 
 @pytest.fixture(scope="module")
@@ -233,6 +234,21 @@ def _framework_out(path, oracle: list[str]) -> tuple[np.ndarray, np.ndarray]:
             _, h = ms[enc](torch.from_numpy(z["enc_in"]))
             y = ms[dec](torch.from_numpy(z["dec_in"]), h)[0].numpy()
         return y, z["decoder__out"]
+    if kind == "textgen":  # the two stacked CuDNNLSTMs: one 2-layer torch LSTM, or two layers in a row
+        sd = torch.load(path, weights_only=True)
+        x = z["rnn_1__in"]
+        if "rnn.weight_ih_l1" in sd:
+            m = torch.nn.LSTM(100, 128, num_layers=2, batch_first=True)
+            m.load_state_dict({k[4:]: v for k, v in sd.items()})
+            with torch.no_grad():
+                return m(torch.from_numpy(x))[0].numpy(), z["rnn_2__out"]
+        return _torch_run(sd, "rnn_2", _torch_run(sd, "rnn_1", x)), z["rnn_2__out"]
+    if kind == "dino":  # the DinoRNN notebook's prompt 1, as the GRU saw it
+        x, want = z["p1_gru__in"][None], z["p1_gru__out"][None]
+        if str(path).endswith(".onnx"):
+            return _ort_run(path, x), want
+        sd = torch.load(path, weights_only=True)
+        return _torch_run(sd, next(iter(sd)).split(".")[0], x), want
     x, want = z["x"], z[f"{kind}__out"]
     if str(path).endswith(".onnx"):
         return _ort_run(path, x), want
@@ -327,3 +343,22 @@ def test_a_shotgun_is_unexplained(corpus43, tmp_path):
     assert ("no small set of known slips explains it (the closest takes 4 kinds at once: directions_exchanged, "
             "forget_bias_not_folded, gate_order, reshaped)") in ld.note
     assert ld.diverge["max_abs_diff"] > ld.diverge["tolerance"]
+
+
+def test_real_dinornn_reset_placement_and_keras_order(dinornn, tmp_path):
+    """The real DinoRNN GRU (TF2 checkpoint, reset-after; skipped where the unlicensed checkpoint is absent)
+    ported by hand into ONNX without linear_before_reset=1 and into PyTorch in Keras's z,r,h order: each slip
+    named alone, each --fix output run by onnxruntime / torch.nn to the notebook's own GRU outputs."""
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("onnx")
+    for c in gen_slips.build_dinornn(tmp_path / "ports", dinornn):
+        rep = api.diagnose(c["src"], c["dst"], run_verify=False)
+        got = sorted({(s.layer, s.kind, s.tensor, s.direction) for ld in rep.layers for s in ld.slips}, key=str)
+        assert got == sorted({tuple(e) for e in c["expect"]}, key=str), c["name"]
+        y, want = _framework_out(c["dst"], c["oracle"])
+        assert _close(y, want) == c["ok"], c["name"]
+        if not c["ok"]:
+            out = tmp_path / ("fixed_" + Path(c["dst"]).name)
+            assert api.diagnose(c["src"], c["dst"], fix=out, run_verify=False).fix_verification.verdict == "ok"
+            y, want = _framework_out(out, c["oracle"])
+            assert _close(y, want), c["name"]
