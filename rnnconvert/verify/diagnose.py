@@ -279,10 +279,11 @@ def _semantic_slips(name: str, e: RNNLayer, d: RNNLayer, fmt: str) -> list[Slip]
     return out
 
 
-def _tensor_slips(name: str, cell: Cell, plan: dict, fmt: str, fb: float) -> list[Slip]:
+def _tensor_slips(name: str, cell: Cell, plan: dict, fmt: str, fb: float, depth0: int = 0) -> list[Slip]:
     out = []
     canon = CANONICAL[cell]
     for (k, d), ((k2, d2), rec) in sorted(plan.items()):
+        k, k2 = k + depth0, k2 + depth0  # a one-layer piece of DST's stacked layer: its depth there
         here = S.where(name, k, d)
         if (k2, d2) != (k, d):
             if k2 == k:
@@ -353,9 +354,12 @@ def _diverge(e: RNNLayer, ye: np.ndarray, yd: np.ndarray, tol: float) -> dict[st
     return best or {}
 
 
-def diagnose_layer(name: str, s_layer: RNNLayer, d_layer: RNNLayer, fmt: str, seed: int = 0) -> LayerDiagnosis:
+def diagnose_layer(name: str, s_layer: RNNLayer, d_layer: RNNLayer, fmt: str, seed: int = 0,
+                   depth0: int = 0) -> LayerDiagnosis:
     """The diagnosis of DST layer ``d_layer`` (called ``name``) against source layer ``s_layer`` (module
-    docstring). ``fmt``: DST's format name (for tensor names in messages)."""
+    docstring). ``fmt``: DST's format name (for tensor names in messages); ``depth0``: where ``d_layer`` is
+    a one-layer piece of DST's stacked layer ``name`` (:func:`view`), its depth there (slips and messages name
+    ``weight_ih_l1``...)."""
     e_layer = fold_forget_bias(s_layer)
     fb = e_layer_fb(s_layer)
     if _structure(d_layer) != _structure(e_layer):
@@ -390,7 +394,7 @@ def diagnose_layer(name: str, s_layer: RNNLayer, d_layer: RNNLayer, fmt: str, se
         div = _diverge(e_layer, ye, yd, tol)
         return LayerDiagnosis(name, s_layer.name, "unexplained", errors={"source": err, "tolerance": tol},
                               diverge=div, note=_unexplained(name, e_layer, div, missing))
-    found = _semantic_slips(name, e_layer, d_layer, fmt) + _tensor_slips(name, e_layer.cell, plan, fmt, fb)
+    found = _semantic_slips(name, e_layer, d_layer, fmt) + _tensor_slips(name, e_layer.cell, plan, fmt, fb, depth0)
     slipped = _slipped(d_layer, e_layer, s_layer, plan)
     e_slip = _err(_run(slipped, x), yd)
     if not found or e_slip > tol:  # the explanation does not reproduce DST: not confirmed
@@ -469,7 +473,8 @@ def split_stack(layer: RNNLayer) -> list[RNNLayer]:
 class View:
     """The layers compared: ``src``/``dst`` the layers (or their one-layer pieces, ``split``), ``pairs``
     ``(source index, DST index)`` into them, ``named`` whether paired by name, ``owner[i]`` the index in
-    ``Checkpoint.layers`` of source view layer ``i``."""
+    ``Checkpoint.layers`` of source view layer ``i``, ``dst_at[j]`` DST view layer ``j``'s layer name and depth
+    in DST's file."""
 
     src: list[RNNLayer]
     dst: list[RNNLayer]
@@ -477,6 +482,7 @@ class View:
     named: bool
     split: bool
     owner: list[int]
+    dst_at: list[tuple[str, int]] = field(default_factory=list)
 
 
 def view(src: Checkpoint, dst: Checkpoint) -> View:
@@ -488,13 +494,15 @@ def view(src: Checkpoint, dst: Checkpoint) -> View:
         ValueError: the layer counts differ, with other names, and the pieces' counts differ too."""
     try:
         p = pairs(src, dst)
-        return View(list(src.layers), list(dst.layers), p, _by_name(src, dst), False, list(range(len(src.layers))))
+        return View(list(src.layers), list(dst.layers), p, _by_name(src, dst), False, list(range(len(src.layers))),
+                    [(l.name, 0) for l in dst.layers])
     except ValueError:
         sp = [(i, piece) for i, l in enumerate(src.layers) for piece in split_stack(l)]
-        dp = [piece for l in dst.layers for piece in split_stack(l)]
+        dp = [(l.name, k, piece) for l in dst.layers for k, piece in enumerate(split_stack(l))]
         if len(sp) != len(dp):
             raise
-        return View([x for _, x in sp], dp, [(j, j) for j in range(len(dp))], False, True, [i for i, _ in sp])
+        return View([x for _, x in sp], [x for _, _, x in dp], [(j, j) for j in range(len(dp))], False, True,
+                    [i for i, _ in sp], [(n, k) for n, k, _ in dp])
 
 
 #: the most kinds of slip (the layer's semantics fields not counted: they are read, not guessed) one layer's
@@ -532,7 +540,7 @@ def diagnose(src: Checkpoint, dst: Checkpoint, seed: int = 0) -> list[LayerDiagn
 
     def dg(i: int, j: int) -> LayerDiagnosis:
         if (i, j) not in memo:
-            got = diagnose_layer(v.dst[j].name, v.src[i], v.dst[j], dst.format, seed)
+            got = diagnose_layer(v.dst_at[j][0], v.src[i], v.dst[j], dst.format, seed, v.dst_at[j][1])
             got.src_index = i
             memo[(i, j)] = got
         return memo[(i, j)]

@@ -308,6 +308,11 @@ def test_messages_name_reset_placement_and_the_fold(corpus43):
     assert ld.name == "gru_1" and ld.source == "enc.l1"
     msg = next(s.message for s in ld.slips if s.kind == "reset_after")
     assert msg.startswith("gru_1: the GRU is run reset-before") and "linear_before_reset) to True" in msg
+    c = corpus43["textgenrnn_as_2layer_torch_l1_onnx_order"]  # a piece of DST's 2-layer LSTM: its own depth
+    ld = api.diagnose(c["src"], c["dst"], run_verify=False).layers[1]
+    assert (ld.name, ld.source) == ("rnn", "rnn_2") and [(s.depth, s.message) for s in ld.slips] == [
+        (1, "rnn (layer 1, forward): weight_ih_l1 gate blocks are in order i,o,f,g (ONNX's i,o,f,c order) where "
+            "PyTorch expects i,f,g,o (o, f, g moved)")]
     c = corpus43["tf1_bidi_unfolded_in_b_hh"]
     ld = api.diagnose(c["src"], c["dst"], run_verify=False).layers[0]
     assert [s.message for s in ld.slips] == [
