@@ -367,3 +367,13 @@ def test_real_dinornn_reset_placement_and_keras_order(dinornn, tmp_path):
             assert api.diagnose(c["src"], c["dst"], fix=out, run_verify=False).fix_verification.verdict == "ok"
             y, want = _framework_out(out, c["oracle"])
             assert _close(y, want), c["name"]
+
+
+def test_cli_names_reset_placement_where_it_exited_3(corpus43, capsys):
+    """A 2-layer torch GRU against two hand-written ONNX GRU nodes: named (exit 5, the slip's code), no error."""
+    c = corpus43["torch_bigru_onnx_reset_before_dirs_exchanged"]
+    assert main(["diagnose", c["src"], c["dst"]]) == VerificationError.exit_code
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["SLIP gru_0", "SLIP gru_1", "SLIP gru_1 (layer 0, forward)",
+                                                   "SLIP gru_1 (layer 0, backward)"]
+    assert "the GRU is run reset-before" in lines[0] and "directions exchanged" in lines[3]
