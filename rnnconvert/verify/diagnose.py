@@ -487,22 +487,30 @@ class View:
 
 def view(src: Checkpoint, dst: Checkpoint) -> View:
     """How the layers of ``src`` and ``dst`` are compared (:func:`pairs`); where the files hold different
-    numbers of layers with other names, both are cut into one-layer pieces (:func:`split_stack`: a 2-layer
-    PyTorch GRU against two ONNX GRU nodes, two Keras GRUs against a 2-layer PyTorch GRU), paired by position.
+    numbers of layers with other names, or paired by position stack them otherwise (and the pieces agree in
+    shape), both are cut into one-layer pieces (:func:`split_stack`: a 2-layer PyTorch GRU against two ONNX GRU
+    nodes, two Keras GRUs against a 2-layer PyTorch GRU), paired by position.
 
     Raises:
         ValueError: the layer counts differ, with other names, and the pieces' counts differ too."""
+    sp = [(i, piece) for i, l in enumerate(src.layers) for piece in split_stack(l)]
+    dp = [(l.name, k, piece) for l in dst.layers for k, piece in enumerate(split_stack(l))]
+    pieces = View([x for _, x in sp], [x for _, _, x in dp], [(j, j) for j in range(len(dp))], False, True,
+                  [i for i, _ in sp], [(n, k) for n, k, _ in dp])
     try:
         p = pairs(src, dst)
-        return View(list(src.layers), list(dst.layers), p, _by_name(src, dst), False, list(range(len(src.layers))),
-                    [(l.name, 0) for l in dst.layers])
     except ValueError:
-        sp = [(i, piece) for i, l in enumerate(src.layers) for piece in split_stack(l)]
-        dp = [(l.name, k, piece) for l in dst.layers for k, piece in enumerate(split_stack(l))]
         if len(sp) != len(dp):
             raise
-        return View([x for _, x in sp], [x for _, _, x in dp], [(j, j) for j in range(len(dp))], False, True,
-                    [i for i, _ in sp], [(n, k) for n, k, _ in dp])
+        return pieces
+    named = _by_name(src, dst)
+    # paired by position with stacks cut otherwise (a 2-layer and a 1-layer against a 1-layer and a 2-layer):
+    # the pieces, where they all agree in shape
+    if not named and any(_structure(src.layers[i]) != _structure(dst.layers[j]) for i, j in p) and \
+            len(sp) == len(dp) and all(_structure(a) == _structure(b) for a, b in zip(pieces.src, pieces.dst)):
+        return pieces
+    return View(list(src.layers), list(dst.layers), p, named, False, list(range(len(src.layers))),
+                [(l.name, 0) for l in dst.layers])
 
 
 #: the most kinds of slip (the layer's semantics fields not counted: they are read, not guessed) one layer's

@@ -5,7 +5,11 @@ and mycroft checkpoints, a TF1 checkpoint read by TensorFlow, a torch-made LSTM;
 Oracles: the correct ports (controls) are settled by the frameworks -- ``torch.nn`` running the hand-made state
 dict reproduces Keras's own outputs stored beside the fixture (``<layer>__out``); a ``--fix`` output likewise
 runs in ``torch.nn`` to Keras's outputs. Each slip and each pair must be named exactly (layer, kind, tensor);
-the confirmation numbers (the slipped source reproduces DST, the source does not) are asserted as measured."""
+the confirmation numbers (the slipped source reproduces DST, the source does not) are asserted as measured.
+
+Issue #43 (``gen_slips.build_issue43``, sources from fixtures/gen_slipsrc.py and tf/bidi_lstm): an unfolded TF1
+forget bias in a BiLSTM (.pt, one ONNX direction), reset placement in ONNX GRU nodes of a stacked torch GRU, a
+Keras 3 decoder GRU's gate order; the ports run by torch.nn / onnxruntime against the frameworks' outputs."""
 
 from __future__ import annotations
 
