@@ -381,3 +381,36 @@ def test_cli_names_reset_placement_where_it_exited_3(corpus43, capsys):
     assert [ln.split(":")[0] for ln in lines] == ["SLIP gru_0", "SLIP gru_1", "SLIP gru_1 (layer 0, forward)",
                                                    "SLIP gru_1 (layer 0, backward)"]
     assert "the GRU is run reset-before" in lines[0] and "directions exchanged" in lines[3]
+
+
+def test_stacks_cut_otherwise_are_compared_piece_by_piece(tmp_path):
+    """SRC: a 2-layer LSTM ``a`` then a 1-layer ``b`` (torch-made, gate-distinct); DST, by hand: ``x`` = a's
+    layer 0, ``y`` = a's layer 1 stacked with b, b's W_hh in ONNX order. Named at y's depth 1; the fix runs in
+    torch.nn like the source."""
+    torch.manual_seed(43)
+    a, b = torch.nn.LSTM(4, 4, num_layers=2, batch_first=True), torch.nn.LSTM(4, 4, batch_first=True)
+    with torch.no_grad():
+        for m in (a, b):
+            for prm in m.parameters():
+                prm.copy_(torch.cat([torch.rand(4, *prm.shape[1:]) * 0.25 + 0.3 * j for j in range(4)]))
+    src = {**{f"a.{k}": v for k, v in a.state_dict().items()}, **{f"b.{k}": v for k, v in b.state_dict().items()}}
+    dst = {f"x.{k}": v for k, v in a.state_dict().items() if k.endswith("_l0")}
+    dst.update({f"y.{k[:-1]}0": v for k, v in a.state_dict().items() if k.endswith("_l1")})
+    dst.update({f"y.{k[:-1]}1": v for k, v in b.state_dict().items()})
+    dst["y.weight_hh_l1"] = torch.from_numpy(gen_slips.perm(dst["y.weight_hh_l1"].numpy(), gen_slips.LSTM_ONNX))
+    torch.save(src, tmp_path / "src.pt")
+    torch.save(dst, tmp_path / "dst.pt")
+    rep = api.diagnose(tmp_path / "src.pt", tmp_path / "dst.pt", fix=tmp_path / "fixed.pt", run_verify=False)
+    assert [(ld.name, ld.source, ld.verdict) for ld in rep.layers] == [("x", "a.l0", "ok"), ("y", "a.l1", "ok"),
+                                                                       ("y", "b", "slip")]
+    assert [(s.layer, s.depth, s.kind, s.tensor) for s in rep.layers[2].slips] == [("y", 1, "gate_order", "w_hh")]
+    assert rep.fix_verification.verdict == "ok"
+    x = np.random.default_rng(0).standard_normal((2, 5, 4)).astype(np.float32)
+    fixed = torch.load(tmp_path / "fixed.pt", weights_only=True)  # the source's layers: a (2 layers), b
+    a2, b2 = torch.nn.LSTM(4, 4, num_layers=2, batch_first=True), torch.nn.LSTM(4, 4, batch_first=True)
+    for m, p in ((a2, "a."), (b2, "b.")):
+        m.load_state_dict({k[len(p):]: v for k, v in fixed.items() if k.startswith(p)})
+    with torch.no_grad():
+        y = b2(a2(torch.from_numpy(x))[0])[0].numpy()
+        want = b(a(torch.from_numpy(x))[0])[0].numpy()
+    assert _close(y, want)
