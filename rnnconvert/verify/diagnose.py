@@ -11,10 +11,13 @@ For each layer of DST that does not compute its source layer's function, the sea
    matched to the source's parameter set that explains most of its tensors (the same one, or the other
    direction or stacked layer: exchanged); each tensor is explained as the source's, or its gate blocks in
    another order (an exact block match), reshaped instead of transposed, with its ``(H, H)`` blocks
-   transposed, the biases summed, a bias dropped, the forget bias not folded -- or pairs of these (a reshape
-   of a kernel in another gate order). Semantics fields that differ (gate activation, activation,
-   reset-after, ``go_backwards``) are slips too. A DST layer no source layer of its name explains is tried
-   against the other source layers (layers exchanged).
+   transposed, the biases summed, a bias dropped, the forget bias not folded (the TF1 bias copied as is into
+   ``b_ih``, or into ``b_hh``) -- or pairs of these (a reshape of a kernel in another gate order). Semantics
+   fields that differ (gate activation, activation, reset-after, ``go_backwards``) are slips too. A DST
+   layer no source layer of its name explains is tried against the other source layers (layers exchanged).
+   Layers are paired by name, else by position, else (other counts) as one-layer pieces (:func:`view`); the
+   smallest explanation is preferred throughout, and more than :data:`MAX_KINDS` kinds in one layer is
+   "unexplained" (:func:`diagnose`, docs/diagnose.md).
 3. **Confirmation.** The explanation is applied to the source's canonical layer and run through the same
    equations: it must reproduce DST's outputs (within the tolerance of 1.) while the uncorrected source does
    not; only then is the slip reported. Otherwise, or where some tensor has no explanation, the layer is
@@ -27,6 +30,7 @@ writer and verifies it against SRC (:func:`rnnconvert.api.diagnose`).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -141,11 +145,13 @@ def _variants(t: str, dt: np.ndarray, e: DirectionParams, s: DirectionParams, ce
             yield "blocks_reshaped", S.blocks_transposed(dt, G), src, True
         return
     other = e.b_hh if t == "b_ih" else e.b_ih
-    lstm_fb = bool(fb) and cell is Cell.LSTM and t == "b_ih"
-    if lstm_fb:
+    lstm_fb = bool(fb) and cell is Cell.LSTM
+    if lstm_fb and t == "b_ih":
         yield "unfolded", dt, _source_of("unfolded", t, e, s), True
     if np.any(other != 0):
         yield "summed", dt, _source_of("summed", t, e, s), False
+        # an LSTM's bias copied unfolded into either vector (the other zero): b_hh holding the TF1 bias as
+        # stored is the same as b_ih holding it but for the fold
         if lstm_fb:
             yield "summed_unfolded", dt, _source_of("summed_unfolded", t, e, s), False
     if np.any(src != 0) and not np.any(dt != 0):
@@ -205,14 +211,23 @@ def _slot_plan(d_layer: RNNLayer, e_layer: RNNLayer, s_layer: RNNLayer) -> dict 
             if any(getattr(ep, t).shape != getattr(dp, t).shape for t in S.TENSORS):
                 continue
             rec = {t: _explain(t, getattr(dp, t), ep, sp, cell, fb) for t in S.TENSORS}
-            # a zero bias explained alone is no evidence of which set it came from
-            score = sum(r is not None and r.variant != "zero" for r in rec.values())
+            # a zero bias explained alone is no evidence of which set it came from; among sets explaining as
+            # many tensors, the one needing the fewest slips (the same set first on a tie)
+            score = (sum(r is not None and r.variant != "zero" for r in rec.values()),
+                     -_recipe_cost(rec, cell) - ((k2, d2) != (k, d)))
             if best is None or score > best[0]:
                 best = (score, (k2, d2), rec)
         if best is None:
             return None
         plan[(k, d)] = (best[1], best[2])
     return plan
+
+
+def _recipe_cost(rec: dict, cell: Cell) -> int:
+    """How many tensors of one parameter set a set of recipes calls slipped (another variant than ``as_is``,
+    or another gate order)."""
+    canon = CANONICAL[cell]
+    return sum(r is not None and (r.variant != "as_is" or r.order != canon) for r in rec.values())
 
 
 def e_layer_fb(s_layer: RNNLayer) -> float:
@@ -264,10 +279,11 @@ def _semantic_slips(name: str, e: RNNLayer, d: RNNLayer, fmt: str) -> list[Slip]
     return out
 
 
-def _tensor_slips(name: str, cell: Cell, plan: dict, fmt: str, fb: float) -> list[Slip]:
+def _tensor_slips(name: str, cell: Cell, plan: dict, fmt: str, fb: float, depth0: int = 0) -> list[Slip]:
     out = []
     canon = CANONICAL[cell]
     for (k, d), ((k2, d2), rec) in sorted(plan.items()):
+        k, k2 = k + depth0, k2 + depth0  # a one-layer piece of DST's stacked layer: its depth there
         here = S.where(name, k, d)
         if (k2, d2) != (k, d):
             if k2 == k:
@@ -298,7 +314,8 @@ def _tensor_slips(name: str, cell: Cell, plan: dict, fmt: str, fb: float) -> lis
                 out.append(Slip(name, k, d, t, "blocks_reshaped", "reshape", "transpose",
                                 f"{here}: each gate block of {tn} is its (in, H) Keras slice reshaped to (H, in), "
                                 f"not transposed: use slice.T"))
-            elif r.variant in ("summed", "summed_unfolded"):
+            elif r.variant in ("summed", "summed_unfolded") and cell is Cell.GRU:
+                # an LSTM's or simple RNN's two biases only count as their sum: not a slip there
                 other = "b_hh" if t == "b_ih" else "b_ih"
                 out.append(Slip(name, k, d, t, "biases_summed", f"{t}+{other}", t,
                                 f"{here}: {tn} holds b_ih + b_hh and {S.tensor_name(fmt, other, k, d)} zero: "
@@ -337,9 +354,12 @@ def _diverge(e: RNNLayer, ye: np.ndarray, yd: np.ndarray, tol: float) -> dict[st
     return best or {}
 
 
-def diagnose_layer(name: str, s_layer: RNNLayer, d_layer: RNNLayer, fmt: str, seed: int = 0) -> LayerDiagnosis:
+def diagnose_layer(name: str, s_layer: RNNLayer, d_layer: RNNLayer, fmt: str, seed: int = 0,
+                   depth0: int = 0) -> LayerDiagnosis:
     """The diagnosis of DST layer ``d_layer`` (called ``name``) against source layer ``s_layer`` (module
-    docstring). ``fmt``: DST's format name (for tensor names in messages)."""
+    docstring). ``fmt``: DST's format name (for tensor names in messages); ``depth0``: where ``d_layer`` is
+    a one-layer piece of DST's stacked layer ``name`` (:func:`view`), its depth there (slips and messages name
+    ``weight_ih_l1``...)."""
     e_layer = fold_forget_bias(s_layer)
     fb = e_layer_fb(s_layer)
     if _structure(d_layer) != _structure(e_layer):
@@ -374,7 +394,7 @@ def diagnose_layer(name: str, s_layer: RNNLayer, d_layer: RNNLayer, fmt: str, se
         div = _diverge(e_layer, ye, yd, tol)
         return LayerDiagnosis(name, s_layer.name, "unexplained", errors={"source": err, "tolerance": tol},
                               diverge=div, note=_unexplained(name, e_layer, div, missing))
-    found = _semantic_slips(name, e_layer, d_layer, fmt) + _tensor_slips(name, e_layer.cell, plan, fmt, fb)
+    found = _semantic_slips(name, e_layer, d_layer, fmt) + _tensor_slips(name, e_layer.cell, plan, fmt, fb, depth0)
     slipped = _slipped(d_layer, e_layer, s_layer, plan)
     e_slip = _err(_run(slipped, x), yd)
     if not found or e_slip > tol:  # the explanation does not reproduce DST: not confirmed
@@ -382,6 +402,14 @@ def diagnose_layer(name: str, s_layer: RNNLayer, d_layer: RNNLayer, fmt: str, se
         return LayerDiagnosis(name, s_layer.name, "unexplained",
                               errors={"source": err, "slipped": e_slip, "tolerance": tol}, diverge=div,
                               note=_unexplained(name, e_layer, div, []))
+    kinds = sorted({s.kind for s in found if s.kind not in S.SEMANTIC})
+    if len(kinds) > MAX_KINDS:  # a shotgun is no diagnosis
+        div = _diverge(e_layer, ye, yd, tol)
+        return LayerDiagnosis(name, s_layer.name, "unexplained",
+                              errors={"source": err, "slipped": e_slip, "tolerance": tol}, diverge=div,
+                              note=_unexplained(name, e_layer, div, []).replace(
+                                  "no known slip explains it", f"no small set of known slips explains it (the "
+                                  f"closest takes {len(kinds)} kinds at once: {', '.join(kinds)})"))
     return LayerDiagnosis(name, s_layer.name, "slip", found, errors={"source": err, "slipped": e_slip,
                                                                      "tolerance": tol}, plan=plan)
 
@@ -407,6 +435,11 @@ def _unexplained(name: str, e: RNNLayer, div: dict, missing: list[str]) -> str:
 # ---------------------------------------------------------------------------------------------------------
 # checkpoints
 
+def _by_name(src: Checkpoint, dst: Checkpoint) -> bool:
+    names = [l.name for l in src.layers]
+    return all(l.name in names for l in dst.layers) and len(set(l.name for l in dst.layers)) == len(dst.layers)
+
+
 def pairs(src: Checkpoint, dst: Checkpoint) -> list[tuple[int, int]]:
     """``(source index, DST index)`` of the layers compared: by name when every DST name is a source name,
     else by position.
@@ -414,7 +447,7 @@ def pairs(src: Checkpoint, dst: Checkpoint) -> list[tuple[int, int]]:
     Raises:
         ValueError: the files hold different numbers of recurrent layers and their names differ."""
     names = [l.name for l in src.layers]
-    if all(l.name in names for l in dst.layers) and len(set(l.name for l in dst.layers)) == len(dst.layers):
+    if _by_name(src, dst):
         return [(names.index(l.name), j) for j, l in enumerate(dst.layers)]
     if len(src.layers) != len(dst.layers):
         raise ValueError(f"SRC holds {len(src.layers)} recurrent layers ({', '.join(names)}) and DST "
@@ -422,40 +455,174 @@ def pairs(src: Checkpoint, dst: Checkpoint) -> list[tuple[int, int]]:
     return [(j, j) for j in range(len(dst.layers))]
 
 
-def diagnose(src: Checkpoint, dst: Checkpoint, seed: int = 0) -> list[LayerDiagnosis]:
-    """Each DST layer diagnosed against its source layer (:func:`pairs`, :func:`diagnose_layer`); a layer no
-    slip explains is tried against the other source layers of its shape (layers exchanged). Eager
-    checkpoints (``Checkpoint.materialize``).
+def split_stack(layer: RNNLayer) -> list[RNNLayer]:
+    """A stacked layer as its one-layer pieces, named ``<name>.l<k>`` (the names rnnconvert's ONNX writer gives
+    its nodes; an ONNX exporter writes one node per stacked layer): piece ``k`` reads ``input_size`` (``k = 0``)
+    or the previous piece's ``dirs * output_size`` features. A one-layer layer as it is."""
+    if layer.num_layers == 1:
+        return [layer]
+    out, size = [], layer.input_size
+    for k in range(layer.num_layers):
+        out.append(replace(layer, name=f"{layer.name}.l{k}", input_size=size, num_layers=1,
+                           params=[layer.params[k]]))
+        size = layer.output_size * layer.num_directions
+    return out
+
+
+@dataclass
+class View:
+    """The layers compared: ``src``/``dst`` the layers (or their one-layer pieces, ``split``), ``pairs``
+    ``(source index, DST index)`` into them, ``named`` whether paired by name, ``owner[i]`` the index in
+    ``Checkpoint.layers`` of source view layer ``i``, ``dst_at[j]`` DST view layer ``j``'s layer name and depth
+    in DST's file."""
+
+    src: list[RNNLayer]
+    dst: list[RNNLayer]
+    pairs: list[tuple[int, int]]
+    named: bool
+    split: bool
+    owner: list[int]
+    dst_at: list[tuple[str, int]] = field(default_factory=list)
+
+
+def view(src: Checkpoint, dst: Checkpoint) -> View:
+    """How the layers of ``src`` and ``dst`` are compared (:func:`pairs`); where the files hold different
+    numbers of layers with other names, or paired by position stack them otherwise (and the pieces agree in
+    shape), both are cut into one-layer pieces (:func:`split_stack`: a 2-layer PyTorch GRU against two ONNX GRU
+    nodes, two Keras GRUs against a 2-layer PyTorch GRU), paired by position.
 
     Raises:
-        ValueError: see :func:`pairs`."""
+        ValueError: the layer counts differ, with other names, and the pieces' counts differ too."""
+    sp = [(i, piece) for i, l in enumerate(src.layers) for piece in split_stack(l)]
+    dp = [(l.name, k, piece) for l in dst.layers for k, piece in enumerate(split_stack(l))]
+    pieces = View([x for _, x in sp], [x for _, _, x in dp], [(j, j) for j in range(len(dp))], False, True,
+                  [i for i, _ in sp], [(n, k) for n, k, _ in dp])
+    try:
+        p = pairs(src, dst)
+    except ValueError:
+        if len(sp) != len(dp):
+            raise
+        return pieces
+    named = _by_name(src, dst)
+    # paired by position with stacks cut otherwise (a 2-layer and a 1-layer against a 1-layer and a 2-layer):
+    # the pieces, where they all agree in shape
+    if not named and any(_structure(src.layers[i]) != _structure(dst.layers[j]) for i, j in p) and \
+            len(sp) == len(dp) and all(_structure(a) == _structure(b) for a, b in zip(pieces.src, pieces.dst)):
+        return pieces
+    return View(list(src.layers), list(dst.layers), p, named, False, list(range(len(src.layers))),
+                [(l.name, 0) for l in dst.layers])
+
+
+#: the most kinds of slip (the layer's semantics fields not counted: they are read, not guessed) one layer's
+#: explanation may name; more is a shotgun, not a diagnosis: the layer is unexplained (docs/diagnose.md)
+MAX_KINDS = 3
+
+
+def _kinds(ld: LayerDiagnosis) -> set[str]:
+    return {s.kind for s in ld.slips if s.kind not in S.SEMANTIC}
+
+
+def _cost(ld: LayerDiagnosis) -> tuple[int, int]:
+    """How much an explanation claims: ``(kinds, slips)``; ``ok`` is ``(0, 0)``, unexplained the most."""
+    if ld.verdict == "unexplained":
+        return (1000, 0)
+    return (len({s.kind for s in ld.slips}), len(ld.slips))
+
+
+def _copy(ld: LayerDiagnosis) -> LayerDiagnosis:
+    return replace(ld, slips=list(ld.slips), errors=dict(ld.errors))
+
+
+def diagnose(src: Checkpoint, dst: Checkpoint, seed: int = 0) -> list[LayerDiagnosis]:
+    """Each DST layer diagnosed against its source layer (:func:`view`, :func:`diagnose_layer`), the smallest
+    explanation preferred. Paired by name, a layer no slip explains is tried against the other source layers
+    of its shape and the one needing the fewest slips is taken (layers exchanged). Paired by position (the
+    names differ, so the order is a guess), the DST layers the position leaves not ok are paired with those
+    source layers in the way that needs the fewest slips in all (ties: by position), without calling that an
+    exchange. Eager checkpoints (``Checkpoint.materialize``).
+
+    Raises:
+        ValueError: see :func:`view`."""
+    v = view(src, dst)
+    memo: dict[tuple[int, int], LayerDiagnosis] = {}
+
+    def dg(i: int, j: int) -> LayerDiagnosis:
+        if (i, j) not in memo:
+            got = diagnose_layer(v.dst_at[j][0], v.src[i], v.dst[j], dst.format, seed, v.dst_at[j][1])
+            got.src_index = i
+            memo[(i, j)] = got
+        return memo[(i, j)]
+
+    base = {j: i for i, j in v.pairs}
+    if not v.named:
+        out = []
+        for j, i in sorted(_assign(v, base, dg).items()):
+            got = _copy(dg(i, j))
+            if i != base[j]:  # not an exchange: the names differ, the order was a guess
+                said = (f"paired with source layer '{v.src[i].name}' by its parameters (the files name and order "
+                        f"the layers otherwise)")
+                got.note = (f"{got.note}; {said}" if got.note else
+                            f"{got.name}: computes the function of source layer '{v.src[i].name}' (paired by its "
+                            f"parameters: the files name and order the layers otherwise)"
+                            if got.verdict == "ok" else f"{got.name}: {said}")
+            out.append(got)
+        return out
     out = []
-    for i, j in pairs(src, dst):
-        d_layer = dst.layers[j]
-        got = diagnose_layer(d_layer.name, src.layers[i], d_layer, dst.format, seed)
-        got.src_index = i
+    for j in range(len(v.dst)):
+        i = base[j]
+        got = _copy(dg(i, j))
         if got.verdict == "unexplained":
-            for i2, other in enumerate(src.layers):
-                if i2 == i or _structure(fold_forget_bias(other)) != _structure(d_layer):
-                    continue
-                alt = diagnose_layer(d_layer.name, other, d_layer, dst.format, seed)
-                if alt.verdict in ("ok", "slip"):
-                    alt.slips.insert(0, Slip(d_layer.name, None, None, None, "layers_exchanged", other.name,
-                                             src.layers[i].name,
-                                             f"{d_layer.name}: holds the parameters of source layer '{other.name}' "
-                                             f"where '{src.layers[i].name}' belongs: layers exchanged"))
-                    # the other layer's slipped (or plain) function reproduces DST's; the layer's own source
-                    # comparison is kept where it could run (not where the shapes differ)
-                    if alt.verdict == "ok":
-                        alt.errors["slipped"] = alt.errors.pop("source")
-                    else:
-                        alt.errors.pop("source", None)
-                    if "source" in got.errors:
-                        alt.errors["source"] = got.errors["source"]
-                    alt.verdict, alt.src_index = "slip", i2
-                    got = alt
-                    break
+            alts = [dg(i2, j) for i2, other in enumerate(v.src)
+                    if i2 != i and _structure(fold_forget_bias(other)) == _structure(v.dst[j])]
+            alts = [a for a in alts if a.verdict in ("ok", "slip") and len(_kinds(a)) < MAX_KINDS]
+            if alts:
+                alt = _copy(min(alts, key=_cost))
+                other = v.src[alt.src_index]
+                alt.slips.insert(0, Slip(v.dst[j].name, None, None, None, "layers_exchanged", other.name,
+                                         v.src[i].name,
+                                         f"{v.dst[j].name}: holds the parameters of source layer '{other.name}' "
+                                         f"where '{v.src[i].name}' belongs: layers exchanged"))
+                # the other layer's slipped (or plain) function reproduces DST's; the layer's own source
+                # comparison is kept where it could run (not where the shapes differ)
+                if alt.verdict == "ok":
+                    alt.errors["slipped"] = alt.errors.pop("source")
+                else:
+                    alt.errors.pop("source", None)
+                if "source" in got.errors:
+                    alt.errors["source"] = got.errors["source"]
+                alt.verdict = "slip"
+                got = alt
         out.append(got)
+    return out
+
+
+#: the most DST layers whose pairing by position is searched (every permutation of them)
+MAX_REPAIR = 6
+
+
+def _assign(v: View, base: dict[int, int], dg) -> dict[int, int]:
+    """DST view index -> source view index: the position pairing, except that the DST layers it leaves not
+    ok are paired among their positions' source layers in the way whose explanations claim least in all
+    (:func:`_cost`; ties: the most layers kept at their position)."""
+    bad = [j for j in sorted(base) if dg(base[j], j).verdict != "ok"]
+    if len(bad) < 2 or len(bad) > MAX_REPAIR:
+        return dict(base)
+    pool = [base[j] for j in bad]
+    best = None
+    for perm in itertools.permutations(pool):
+        total = [0, 0, 0]
+        for j, i in zip(bad, perm):
+            if _structure(fold_forget_bias(v.src[i])) != _structure(v.dst[j]):
+                c = _cost(LayerDiagnosis("", "", "unexplained"))
+            else:
+                c = _cost(dg(i, j))
+            total[0] += c[0]
+            total[1] += c[1]
+            total[2] += i != base[j]
+        if best is None or tuple(total) < best[0]:
+            best = (tuple(total), perm)
+    out = dict(base)
+    out.update(zip(bad, best[1]))
     return out
 
 
@@ -463,21 +630,31 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
     """DST with every slip undone (module docstring): each slipped layer's tensors put back through the inverse
     of its recipes, at the source slots they came from, with the source's semantics (forget bias folded) and
     DST's name; a layer holding another source layer's parameters (layers exchanged) goes where that layer
-    belongs. The other tensors of DST as they are.
+    belongs. The other tensors of DST as they are. Where DST's layer names are not the source's (paired by
+    position or by parameters, :func:`diagnose`), the fixed layers take the source's names and order (the
+    verification of the fixed file pairs layers by name); where the layers were compared as one-layer pieces
+    (:func:`view`), the result has the source's layers (names, stacking), each built from the fixed pieces.
 
     Raises:
         ValueError: a layer is unexplained (nothing to fix), or the fix does not give back the source's
             parameters (an internal check)."""
+    v = view(src, dst)
     layers = list(dst.layers)
-    pos = {i: j for i, j in pairs(src, dst)}  # source index -> DST position
+    pos = {i: j for i, j in v.pairs}  # source index -> DST position
+    pieces: dict[int, list] = {}
+    placed: dict[int, RNNLayer] = {}
     for j, ld in enumerate(found):
         if ld.verdict == "unexplained":
             raise ValueError(f"layer '{ld.name}' is not explained by a known slip; nothing to fix")
         if ld.verdict != "slip":
+            if v.split:
+                pieces[ld.src_index] = v.dst[j].params[0]
+            elif not v.named:
+                placed[ld.src_index] = replace(dst.layers[j], name=src.layers[ld.src_index].name)
             continue
-        s_layer = src.layers[ld.src_index]
+        s_layer = v.src[ld.src_index]
         e_layer, fb = fold_forget_bias(s_layer), e_layer_fb(s_layer)
-        d_layer = dst.layers[j]
+        d_layer = v.dst[j]
         params = [[None] * e_layer.num_directions for _ in range(e_layer.num_layers)]
         for (k, d), ((k2, d2), rec) in ld.plan.items():
             ep, dp = e_layer.params[k2][d2], d_layer.params[k][d]
@@ -489,8 +666,24 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
             for t in S.TENSORS:
                 if not S.same(getattr(params[k2][d2], t), getattr(ep, t), exact=False):
                     raise ValueError(f"layer '{ld.name}': undoing the slips did not give back the source's {t}")
+        if v.split:
+            pieces[ld.src_index] = params[0]
+            continue
+        if not v.named:  # paired by position or by parameters: the source's name and place
+            placed[ld.src_index] = replace(d_layer, name=src.layers[ld.src_index].name, semantics=e_layer.semantics,
+                                           params=params)
+            continue
         target = pos.get(ld.src_index, j)
         name = dst.layers[target].name
         layers[target] = replace(d_layer, name=name, semantics=e_layer.semantics, params=params,
                                  source=dst.layers[target].source)
+    if not v.named and not v.split:
+        layers = [placed[i] for i in range(len(src.layers))]
+    if v.split:
+        layers = []
+        for i, l in enumerate(src.layers):
+            idx = [x for x, o in enumerate(v.owner) if o == i]
+            if any(x not in pieces for x in idx):
+                raise ValueError(f"source layer '{l.name}': not every stacked layer was found in DST")
+            layers.append(replace(fold_forget_bias(l), params=[pieces[x] for x in idx]))
     return replace(dst, layers=layers, slabs=None)

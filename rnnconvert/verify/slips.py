@@ -17,13 +17,15 @@ kind                 what DST holds (``E``: the source's canonical tensor, a TF1
 ``biases_summed``    ``b_ih + b_hh`` in one vector, the other zero (the same function for LSTM and simple RNN:
                      not a slip there; for a GRU ``b_hn`` sits inside ``r * (W_hn h + b_hn)``)
 ``bias_dropped``     a nonzero bias stored as zeros
-``forget_bias_not_folded``  TF1's run-time ``forget_bias`` missing from ``b_ih[f]``
+``forget_bias_not_folded``  TF1's run-time ``forget_bias`` missing from the LSTM's bias (the checkpoint's bias
+                     copied as is into ``b_ih``, or into ``b_hh`` with ``b_ih`` zero)
 ``directions_exchanged``  forward and backward parameter sets swapped
 ``stacked_layers_exchanged``  two stacked layers' parameter sets swapped
 ``layers_exchanged``  DST's layer holds another source layer's parameters
 ``gate_activation``, ``activation``, ``reset_after``, ``go_backwards``  the layer run with another semantics
                      (Keras-2 ``hard_sigmoid`` as ``sigmoid``, a ``linear`` activation as ``tanh``, reset-before
-                     and reset-after GRUs confused, ``go_backwards`` ignored)
+                     and reset-after GRUs confused -- a PyTorch GRU in ONNX with ``linear_before_reset=0`` --,
+                     ``go_backwards`` ignored)
 ==================== ======================================================================================
 
 Pure numpy on canonical arrays; equality is exact (``np.array_equal``) for every rearrangement (a permutation,
