@@ -7,6 +7,7 @@ stage is judged again against the source run in float64 by its own framework (:f
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -40,6 +41,30 @@ def float64_twin(k, model):
         if keras_whole.passes(exc):
             raise
         return None
+
+
+_KERNELS_LOCK = __import__("threading").Lock()
+
+
+@contextlib.contextmanager
+def standard_rnn_kernels():
+    """tf_keras builds its ``LSTM``/``GRU`` layers with the standard (CPU) implementation only, while the block
+    runs: ``gru_with_backend_selection``/``lstm_with_backend_selection`` trace the cuDNN and the standard function
+    and register both for Grappler to pick one by device (10 of 16 s of a 29-layer model's ``load_model`` here);
+    on a CPU Grappler picks ``standard_gru``/``standard_lstm``, the functions called here directly, with the same
+    arguments and results. Nothing is patched where tf_keras is not installed."""
+    try:
+        from tf_keras.src.layers.rnn import gru, lstm
+    except ImportError:
+        yield
+        return
+    with _KERNELS_LOCK:
+        saved = gru.gru_with_backend_selection, lstm.lstm_with_backend_selection
+        gru.gru_with_backend_selection, lstm.lstm_with_backend_selection = gru.standard_gru, lstm.standard_lstm
+        try:
+            yield
+        finally:
+            gru.gru_with_backend_selection, lstm.lstm_with_backend_selection = saved
 
 
 def keras3_source_model(path: str):
@@ -102,7 +127,8 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
     else:
         with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full,
                                  None, "tf_keras"):
-            tfm = keras_whole.source_model(src_path, full.config,
+            with standard_rnn_kernels():
+                tfm = keras_whole.source_model(src_path, full.config,
                                                full.weights if full.origin == "weights" else None)
     names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
     if inputs:
@@ -220,7 +246,8 @@ def source_float64(full: FullModel, model):
             return float64_twin(keras_config.import_keras3(), model)
         import tf_keras as tfk
 
-        twin = tfk.models.model_from_json(json.dumps(as_float64(json.loads(model.to_json()))))
+        with standard_rnn_kernels():
+            twin = tfk.models.model_from_json(json.dumps(as_float64(json.loads(model.to_json()))))
         twin.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])
         return twin
     except Exception as exc:  # noqa: BLE001 - whatever the framework raises: the rebuilt graph's float64 run instead
@@ -272,6 +299,53 @@ def second_stage(c: LayerCheck, a32, b, z64, spreads: list[float]) -> LayerCheck
                       verdict=verdict, reason=reason)
 
 
+def _source_run(full: FullModel, m, feed, names: list[str]) -> tuple[list, dict]:
+    """``(model outputs, {layer name: its output})`` of the source model ``m`` on ``feed``: one call of one model
+    whose outputs are the model's and every top-level layer's of ``names`` (each layer runs once; a model per layer
+    re-ran its prefix); the layers such a model cannot expose are probed one by one, as before, and those that
+    cannot be probed alone are left out (the model outputs cover them)."""
+    k = keras_config.import_keras3() if full.framework == "keras3" else None
+    outs = list(m.outputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
+        try:
+            tensors = [m.get_layer(n).output for n in names]
+            multi = (k.Model if k is not None else _tf_keras().Model)(m.inputs, outs + tensors)
+            got = _call(multi, feed)
+            got = list(got) if isinstance(got, (list, tuple)) else [got]
+            return list(got[:len(outs)]), dict(zip(names, got[len(outs):]))
+        except (ValueError, AttributeError, KeyError, TypeError):
+            pass
+        y = m(feed, training=False)
+        probed = {}
+        for n in names:
+            try:
+                probed[n] = _sub_model(full, m, n)(feed, training=False)
+            except (ValueError, AttributeError, KeyError, TypeError):
+                continue
+    return (list(y) if isinstance(y, (list, tuple)) else [y]), probed
+
+
+#: inputs of more steps than this run the source through ``predict`` (one traced graph) instead of eagerly: an
+#: eager Keras recurrent layer steps in Python (a real 1000-step BiGRU model: 54.5 s a call, 5.3 s by ``predict``)
+EAGER_STEPS = 64
+
+
+def _call(model, feed):
+    """``model(feed)`` in inference mode; by ``predict`` (one batch) where the inputs are long (:data:`EAGER_STEPS`)."""
+    first = feed[0] if isinstance(feed, (list, tuple)) else feed
+    shape = np.shape(first)
+    if len(shape) >= 2 and shape[1] is not None and shape[1] > EAGER_STEPS:
+        return model.predict(feed, batch_size=max(1, shape[0]), verbose=0)
+    return model(feed, training=False)
+
+
+def _tf_keras():
+    import tf_keras
+
+    return tf_keras
+
+
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
                   seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None) -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
@@ -295,27 +369,16 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps)
     args = [xs[n] for n in names_in]
     src, fw = source_framework(full)
+    outs, layers = run_target(xs)
     with keras_whole.guarded(f"{src.split(' (')[0]} running the source model (the reference of the whole-model "
                              "check)", full, None, fw):
         feed = args if len(args) > 1 else args[0]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
-            y2 = tfm(feed, training=False)
-    y2 = y2 if isinstance(y2, (list, tuple)) else [y2]
-    outs, layers = run_target(xs)
+        single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
+                  and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))
+                  and lay.name in layers]
+        y2, probed = _source_run(full, tfm, feed, single)
     pairs = [(f"model output {i}", i, np.asarray(a), b) for i, (a, b) in enumerate(zip(y2, outs))]
-    single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
-              and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
-    for n in single:
-        if n not in layers:
-            continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                a = _sub_model(full, tfm, n)(feed, training=False)
-        except (ValueError, AttributeError, KeyError, TypeError):
-            continue
-        pairs.append((f"model:{n}", n, np.asarray(a), layers[n]))
+    pairs += [(f"model:{n}", n, np.asarray(probed[n]), layers[n]) for n in single if n in probed]
     checks, failed = [], []
     for name, key, a, b in pairs:
         a = np.asarray(a, dtype=np.float64)
