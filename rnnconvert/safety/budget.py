@@ -58,7 +58,7 @@ LIMITS = {lim.name: lim for lim in (
     Limit("expansion", "RNNCONVERT_MAX_EXPANSION", 50, "expansion ratio (declared bytes per stored byte)"),
     Limit("pickle_nodes", "RNNCONVERT_MAX_PICKLE_NODES", 1_000_000, "pickle walk (containers and tensor names)"),
     Limit("pickle_expanded", "RNNCONVERT_MAX_PICKLE_EXPANDED", 50_000_000,
-          "pickle object size (nodes, shared parts counted where used)"),
+          "pickle object size (nodes)"),
     Limit("names", "RNNCONVERT_MAX_NAMES", 100_000, "name count"),
     Limit("graph_nodes", "RNNCONVERT_MAX_GRAPH_NODES", 1_000_000, "graph node count"),
     Limit("layers", "RNNCONVERT_MAX_LAYERS", 2_000, "layer count"),

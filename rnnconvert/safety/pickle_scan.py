@@ -150,8 +150,8 @@ class _Scan:
             if k.kid2 > parent.kid3:
                 parent.kid3 = k.kid2
         if parent.size > self.cap:
-            raise budget.exceeded(self.where, "pickle_expanded", f"an object of more than {self.cap:,} nodes once "
-                                  "its shared parts are counted where they are used")
+            raise budget.exceeded(self.where, "pickle_expanded", f"an object of over {self.cap:,} nodes, its "
+                                  "re-used (memoised) parts counted where used")
         if parent.depth > MAX_DEPTH:
             raise FormatError(f"{self.where}: the pickle nests objects deeper than {MAX_DEPTH} levels; refused "
                               "before unpickling")

@@ -262,9 +262,9 @@ def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", c
     def claim(name: str, path: tuple) -> None:
         """Refuse two paths that give one name (``{'a.b': x, 'a': {'b': y}}``, ``a/b`` beside ``a.b``): one would
         be lost silently."""
-        key, here = name.replace("/", "."), "/".join(path) or "(root)"
+        key, here = name.replace("/", "."), "".join(f"[{k!r}]" for k in path) or "(root)"
         if key in named:
-            raise FormatError(f"{p}: '{named[key]}' and '{here}' both give the name '{name}'; refused (one of them "
+            raise FormatError(f"{p}: {named[key]} and {here} both give the name '{name}'; refused (one of them "
                               "would be lost)")
         named[key] = here
 

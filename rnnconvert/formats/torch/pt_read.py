@@ -42,10 +42,10 @@ def load_state(path: str | Path) -> dict[str, Any]:
         FormatError: the file cannot be loaded with ``weights_only=True`` (the reason is given), or
         :func:`prescan` refuses it. BudgetError: the ``pickle_expanded`` limit.
     """
-    torch = require("torch", "torch")
     with open(path, "rb") as fh:
         is_zip = fh.read(4) == ZIP_MAGIC
     prescan(path, is_zip)
+    torch = require("torch", "torch")
     try:
         return torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, ...)
