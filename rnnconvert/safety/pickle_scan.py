@@ -115,7 +115,7 @@ class _Scan:
             raise self.bad("stack underflow")
         return self.stack.pop()
 
-    def top(self) -> _Node:
+    def peek(self) -> _Node:
         if len(self.stack) <= self.fence():
             raise self.bad("stack underflow")
         return self.stack[-1]
@@ -276,7 +276,7 @@ def _target(s: _Scan, at: int) -> _Node:
 
 def _append(s: _Scan) -> None:
     v = s.pop()
-    s.add(s.top(), [v])
+    s.add(s.peek(), [v])
 
 
 def _appends(s: _Scan) -> None:
@@ -288,7 +288,7 @@ def _setitem(s: _Scan) -> None:
     v = s.pop()
     k = s.pop()
     s.key(k, "a dict key")
-    s.add(s.top(), [k, v])
+    s.add(s.peek(), [k, v])
 
 
 def _setitems(s: _Scan) -> None:
@@ -317,7 +317,7 @@ def _pop(s: _Scan) -> None:
 
 
 def _dup(s: _Scan) -> None:
-    s.stack.append(s.top())
+    s.stack.append(s.peek())
 
 
 def _mark(s: _Scan) -> None:
@@ -338,7 +338,7 @@ def _get(s: _Scan, i: int) -> None:
 def _put(s: _Scan, i: int) -> None:
     if i < 0 or i > s.made:  # the C unpickler sizes its memo table by the largest index
         raise s.bad(f"memo index {i:,} with {s.made:,} objects made")
-    s.memo[i] = s.top()
+    s.memo[i] = s.peek()
 
 
 def _global_text(s: _Scan) -> None:
@@ -385,7 +385,7 @@ def _inst(s: _Scan) -> None:
 
 def _build(s: _Scan) -> None:
     state = s.pop()
-    s.add(s.top(), [state])
+    s.add(s.peek(), [state])
 
 
 def _persid(s: _Scan) -> None:
@@ -399,7 +399,7 @@ def _binpersid(s: _Scan) -> None:
 
 
 def _readonly(s: _Scan) -> None:
-    s.top()
+    s.peek()
 
 
 def _ext(n: int):
