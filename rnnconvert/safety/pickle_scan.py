@@ -62,6 +62,20 @@ class _Node:
         self.frozen, self.text = False, text
 
 
+class _Text:
+    """A leaf that keeps the UTF-8 bytes of a short string (one a ``STACK_GLOBAL`` may name)."""
+
+    __slots__ = ("raw",)
+    kind, size, depth, kid, kid2, kid3, frozen = _ATOM, 1, 0, 0, 0, 0, False
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    @property
+    def text(self) -> str:
+        return bytes(self.raw).decode("utf-8", "replace")
+
+
 class _Scan:
     def __init__(self, buf: Any, start: int, end: int, where: object) -> None:
         self.buf, self.pos, self.end, self.where = buf, start, end, where
@@ -135,10 +149,16 @@ class _Scan:
     # -- sizes -----------------------------------------------------------------------------------------------
     def add(self, parent: _Node, kids: list[_Node]) -> _Node:
         """Put ``kids`` into ``parent`` (a new container, or one being filled), updating its sizes."""
+        if parent.kind in (_ATOM, _GLOBAL):
+            raise self.bad(f"items or state given to a {_KIND[parent.kind]}")
         if parent.frozen and kids:
             raise FormatError(f"{self.where}: the pickle changes a {_KIND[parent.kind]} after putting it into "
                               "another object (a recursive structure); refused before unpickling")
+        leaves = 0
         for k in kids:
+            if k.kind == _ATOM:  # a leaf: size 1, never filled
+                leaves += 1
+                continue
             k.frozen = True
             parent.size += k.size
             if k.depth + 1 > parent.depth:
@@ -149,6 +169,10 @@ class _Scan:
                 parent.kid2 = k.kid
             if k.kid2 > parent.kid3:
                 parent.kid3 = k.kid2
+        if leaves:
+            parent.size += leaves
+            parent.depth = max(parent.depth, 1)
+            parent.kid = max(parent.kid, 1)
         if parent.size > self.cap:
             raise budget.exceeded(self.where, "pickle_expanded", f"an object of over {self.cap:,} nodes, its "
                                   "re-used (memoised) parts counted where used")
@@ -181,12 +205,33 @@ class _Scan:
 
     # -- the walk --------------------------------------------------------------------------------------------
     def run(self) -> int:
-        buf = self.buf
+        buf, end, stack, memo, fixed, atom = self.buf, self.end, self.stack, self.memo, _FIXED, _ATOM_NODE
         while True:
-            if self.pos >= self.end:
+            pos = self.pos
+            if pos >= end:
                 raise self.bad("the data ends before the STOP opcode")
-            code = buf[self.pos]
-            self.pos += 1
+            code = buf[pos]
+            n = fixed.get(code)
+            if n is not None:  # the frequent numbers and constants: one shared leaf, nothing else to know
+                if pos + 1 + n > end:
+                    raise self.bad(f"an argument of {n} bytes past the end of the data")
+                self.pos = pos + 1 + n
+                stack.append(atom)
+                self.made += 1
+                continue
+            if code == 0x8C:  # SHORT_BINUNICODE: a leaf keeping its bytes (a STACK_GLOBAL may name it)
+                if pos + 2 > end or pos + 2 + buf[pos + 1] > end:
+                    raise self.bad("a string past the end of the data")
+                n = buf[pos + 1]
+                stack.append(_Text(buf[pos + 2:pos + 2 + n]))
+                self.pos = pos + 2 + n
+                self.made += 1
+                continue
+            if code == 0x94 and len(stack) > (self.marks[-1] if self.marks else 0):  # MEMOIZE
+                self.pos = pos + 1
+                memo[len(memo)] = stack[-1]
+                continue
+            self.pos = pos + 1
             h = _HANDLERS.get(code)
             if h is None:
                 raise self.bad(f"unknown opcode 0x{code:02x}")
@@ -197,13 +242,13 @@ class _Scan:
 
 
 def _atom(s: _Scan) -> None:
-    s.push(_Node(_ATOM))
+    s.push(_ATOM_NODE)
 
 
 def _fixed(n: int):
     def h(s: _Scan) -> None:
         s.skip(n)
-        s.push(_Node(_ATOM))
+        s.push(_ATOM_NODE)
     return h
 
 
@@ -213,17 +258,16 @@ def _counted(fmt: str, keep: bool = False):
     def h(s: _Scan) -> None:
         (n,) = struct.unpack(fmt, s.take(size))
         if keep and 0 <= n <= 256:
-            text = s.take(n).decode("utf-8", "replace")
+            s.push(_Text(s.take(n)))
         else:
             s.skip(n)
-            text = None
-        s.push(_Node(_ATOM, text))
+            s.push(_ATOM_NODE)
     return h
 
 
 def _line_atom(s: _Scan) -> None:
     s.line()
-    s.push(_Node(_ATOM))
+    s.push(_ATOM_NODE)
 
 
 def _container(kind: int):
@@ -431,6 +475,12 @@ def _noarg(n: int):
         s.skip(n)
     return h
 
+
+#: the leaf every number and constant shares (never a container: :meth:`_Scan.add` refuses to fill it)
+_ATOM_NODE = _Node(_ATOM)
+#: opcodes that push a number or constant of a fixed-size argument: BININT, BININT1, BININT2, BINFLOAT, NONE,
+#: NEWTRUE, NEWFALSE
+_FIXED = {ord("J"): 4, ord("K"): 1, ord("M"): 2, ord("G"): 8, ord("N"): 0, 0x88: 0, 0x89: 0}
 
 _HANDLERS: dict[int, Any] = {
     ord("I"): _line_atom, ord("J"): _fixed(4), ord("K"): _fixed(1), ord("M"): _fixed(2), ord("L"): _line_atom,
