@@ -7,7 +7,8 @@ protocol-4 pickle of a dict ``{name: numpy.ndarray}``, each array pickled by num
 numpy.dtype(code, False, True) + its state, is_fortran, raw bytes)``). :class:`Unpickler` resolves only those
 names -- to stand-ins that record the arguments, never numpy's own constructors -- and the arrays are built here
 from the raw bytes after checking the dtype (numeric only: no object arrays) and the size. Anything else
-(another global, a persistent id) is refused with one line.
+(another global, a persistent id) is refused with one line. Before the unpickler runs, the stream is bounded by
+:func:`rnnconvert.safety.pickle_scan.scan` (object size, nesting, memo, hashed keys) and must end at its ``STOP``.
 
 Names and equations: :mod:`.naming` (``paddle/nn/layer/rnn.py``): gates LSTM ``i f g o``, GRU ``r z n`` with
 ``r`` applied after the recurrent product, weights ``(G*H, in)`` applied as ``x @ W.T`` -- PyTorch's layout

@@ -32,7 +32,8 @@ numpy name off the allow-list (``numpy.load``, ``numpy.lib.npyio``, ``numpy.test
 dtypes, a numpy subclass (``numpy.ma``, ``numpy.matrix``), and globals of frameworks with their own formats
 (``torch``: save with ``torch.save`` and read the ``.pt``; ``tensorflow``, ``jax``, ``paddle``).
 
-Bounded by the budget (:mod:`rnnconvert.safety.budget`): the walk over the unpickled tree counts containers and
+Bounded before the unpickler runs by :func:`rnnconvert.safety.pickle_scan.scan` (object size with memo re-uses
+counted where used, nesting, memo indices, hashed keys), and after it by the budget (:mod:`rnnconvert.safety.budget`): the walk over the unpickled tree counts containers and
 names against ``pickle_nodes`` (shared children are walked once), arrays against ``names``; an array's bytes
 are the file's own (no expansion). Tensors are named by their path: dict keys, attribute names and list indices
 joined with ``.`` (``encoder.weight_ih_l0``, ``layers.0.Wx``); the names then go through the foreign-name table
