@@ -165,3 +165,18 @@ def test_brief_is_bounded_on_a_shared_dag():
     t0 = time.monotonic()
     text = pickle_scan.brief(a, 60)
     assert time.monotonic() - t0 < 1 and len(text) <= 60 and text.startswith("[[")
+
+
+def test_tflite_loop_work_is_counted_before_the_loops_are_read(monkeypatch):
+    """Loops may share a body (subgraphs are named by index), and each walks its own subgraph: the work is their sum,
+    checked before any loop is read. ``bigru.tflite`` (two loops in a 70-record main graph, TF's converter) holds
+    411 records and asks for 2 * 70 + 2 * (11 + 157) = 476 steps: a limit between the two refuses it at the loops."""
+    pytest.importorskip("tflite")
+    from rnnconvert.formats.tflite import tflite_read
+
+    src = ROOT / "fixtures" / "tflite_while" / "bigru.tflite"
+    monkeypatch.setenv("RNNCONVERT_MAX_GRAPH_NODES", "420")
+    with pytest.raises(BudgetError, match="2 WHILE loops"):
+        tflite_read.read(src)
+    monkeypatch.setenv("RNNCONVERT_MAX_GRAPH_NODES", "480")
+    assert len(tflite_read.read(src).layers) == 1
