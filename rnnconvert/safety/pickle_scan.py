@@ -149,6 +149,8 @@ class _Scan:
     # -- sizes -----------------------------------------------------------------------------------------------
     def add(self, parent: _Node, kids: list[_Node]) -> _Node:
         """Put ``kids`` into ``parent`` (a new container, or one being filled), updating its sizes."""
+        if not kids:  # an empty APPENDS/SETITEMS changes nothing (the C unpickler does not look at its target)
+            return parent
         if parent.kind in (_ATOM, _GLOBAL):
             raise self.bad(f"items or state given to a {_KIND[parent.kind]}")
         if parent.frozen and kids:
