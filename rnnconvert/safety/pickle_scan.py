@@ -52,8 +52,8 @@ _KIND = {_TUPLE: "tuple", _LIST: "list", _DICT: "dict", _SET: "set", _FROZENSET:
 
 class _Node:
     """One object of the simulated stack: kind, expanded size, depth, the largest child (``kid``) and
-    grandchild (``kid2``, ``kid3``) sizes, whether it was put into another object (``frozen``), a short text
-    value (``text``: short strings, global names)."""
+    grandchild (``kid2``, ``kid3``) sizes, whether it was put into another object (``frozen``), a global's name
+    (``text``). Numbers and constants share one leaf (:data:`_ATOM_NODE`), short strings are :class:`_Text`."""
 
     __slots__ = ("kind", "size", "depth", "kid", "kid2", "kid3", "frozen", "text")
 
