@@ -15,6 +15,9 @@ limit                  environment variable            default     what it bound
                                                                    (stride 0, overlapping) tensor, above 1 MiB
 ``pickle_nodes``       ``RNNCONVERT_MAX_PICKLE_NODES`` 1000000     containers and tensor names visited while
                                                                    collecting the tensors of a pickle
+``pickle_expanded``    ``RNNCONVERT_MAX_PICKLE_EXPANDED`` 50000000 nodes of one object of a pickle counted as a tree
+                                                                   (each memo re-use at its full size), checked
+                                                                   before unpickling (``safety.pickle_scan``)
 ``names``              ``RNNCONVERT_MAX_NAMES``        100000      layer/weight names of an HDF5 file, members
                                                                    of a zip, tensors of a checkpoint
 ``graph_nodes``        ``RNNCONVERT_MAX_GRAPH_NODES``  1000000     nodes of an ONNX graph (constants followed)
@@ -54,6 +57,8 @@ class Limit:
 LIMITS = {lim.name: lim for lim in (
     Limit("expansion", "RNNCONVERT_MAX_EXPANSION", 50, "expansion ratio (declared bytes per stored byte)"),
     Limit("pickle_nodes", "RNNCONVERT_MAX_PICKLE_NODES", 1_000_000, "pickle walk (containers and tensor names)"),
+    Limit("pickle_expanded", "RNNCONVERT_MAX_PICKLE_EXPANDED", 50_000_000,
+          "pickle object size (nodes)"),
     Limit("names", "RNNCONVERT_MAX_NAMES", 100_000, "name count"),
     Limit("graph_nodes", "RNNCONVERT_MAX_GRAPH_NODES", 1_000_000, "graph node count"),
     Limit("layers", "RNNCONVERT_MAX_LAYERS", 2_000, "layer count"),

@@ -62,9 +62,11 @@ def one_line(err: str) -> str:
 # ------------------------------------------------------------------------------------ resource budget
 
 BOMBS = [
-    ("pt_billion_laughs.pt", lambda p: gen.pt_billion_laughs(p, 30), 11, "RNNCONVERT_MAX_PICKLE_NODES"),
-    ("pt_billion_laughs_no_tensors.pt", lambda p: gen.pt_billion_laughs(p, 31, tensor_leaves=False), 3,
-     "no "),  # walked once, nothing found: "no recurrent ..." (the wording belongs to the name rules)
+    # 2**30 and 2**31 nodes once shared children are counted where used: refused by the pre-pass before unpickling
+    # (issue 40; the memoised walk behind it: test_pickle_walk_is_memoised_not_refused_for_shared_children)
+    ("pt_billion_laughs.pt", lambda p: gen.pt_billion_laughs(p, 30), 11, "RNNCONVERT_MAX_PICKLE_EXPANDED"),
+    ("pt_billion_laughs_no_tensors.pt", lambda p: gen.pt_billion_laughs(p, 31, tensor_leaves=False), 11,
+     "RNNCONVERT_MAX_PICKLE_EXPANDED"),
     ("pt_stride0.pt", gen.pt_stride0, 11, "RNNCONVERT_MAX_EXPANSION"),
     ("pt_stride0_bf16.pt", lambda p: gen.pt_stride0(p, bfloat16=True), 11, "RNNCONVERT_MAX_EXPANSION"),
     ("h5_gzip_bomb.h5", gen.h5_gzip_bomb, 11, "RNNCONVERT_MAX_EXPANSION"),

@@ -80,7 +80,8 @@ def load_tree(path: Path, notes: set) -> Any:
     """The file's tree: nested dicts of numpy arrays (and plain values).
 
     Raises:
-        FormatError: not msgpack, damaged, an ext type or dtype off the list; BudgetError: sizes."""
+        FormatError: not msgpack, damaged, an ext type or dtype off the list, a map holding one key twice
+        (``msgpack`` would keep the last silently); BudgetError: sizes."""
     msgpack = require("msgpack", "jax")
     data = path.read_bytes()
     cap = min(budget.limit("names"), max(len(data), 1))
@@ -92,8 +93,16 @@ def load_tree(path: Path, notes: set) -> Any:
             return complex(*msgpack.unpackb(payload, max_array_len=2, max_map_len=0, max_str_len=0, max_bin_len=0))
         raise _Bad(f"msgpack ext type {code} (flax writes 1, 2, 3)")
 
+    def pairs(items: list) -> dict:  # a map's pairs as the file holds them: a key twice would keep only the last
+        out: dict = {}
+        for k, v in items:
+            if k in out:
+                raise _Bad(f"a map holds the key {str(k)[:60]!r} twice (which value is meant is not defined)")
+            out[k] = v
+        return out
+
     try:
-        tree = msgpack.unpackb(data, ext_hook=ext, raw=False, strict_map_key=False,
+        tree = msgpack.unpackb(data, ext_hook=ext, raw=False, strict_map_key=False, object_pairs_hook=pairs,
                                max_str_len=len(data), max_bin_len=len(data), max_ext_len=len(data),
                                max_array_len=cap, max_map_len=cap)
     except _Bad as exc:
@@ -237,12 +246,27 @@ def read(path: str | Path) -> Checkpoint:
 def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", cells: Any = None) -> Checkpoint:
     """:func:`read` of a loaded parameter tree (nested dicts of numpy arrays: a msgpack file's, an Orbax
     checkpoint's); ``fmt`` the checkpoint's format name. A Haiku tree (by Haiku's names, or any two-level tree
-    when ``cells`` names its cores) goes to Haiku's convention."""
+    when ``cells`` names its cores) goes to Haiku's convention.
+
+    Raises:
+        FormatError: two paths giving one layer or tensor name (``a.b`` beside ``a: {b}``, or ``a/b``: ``/``
+        is read as ``.``), no cell found, a malformed cell. UnsupportedError: a cell Flax's equations do not
+        compute. BudgetError: the walk's or the name count's limit."""
     if haiku_params.is_tree(tree) or (cells is not None and haiku_params.two_levels(tree)):
         return haiku_params.read(tree, str(p), "haiku" if fmt == "flax_msgpack" else fmt, cells)
     count = budget.Counter(p, "pickle_nodes", "maps and arrays in the msgpack file")
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
+    named: dict[str, str] = {}  # a layer's or tensor's name, '/' read as '.', -> the path that gave it
+
+    def claim(name: str, path: tuple) -> None:
+        """Refuse two paths that give one name (``{'a.b': x, 'a': {'b': y}}``, ``a/b`` beside ``a.b``): one would
+        be lost silently."""
+        key, here = name.replace("/", "."), "".join(f"[{k!r}]" for k in path) or "(root)"
+        if key in named:
+            raise FormatError(f"{p}: {named[key]} and {here} both give the name '{name}'; refused (one of them "
+                              "would be lost)")
+        named[key] = here
 
     def unit(o: Any, where: str) -> list[tuple[Cell, DirectionParams, str]] | None:
         """The directions of an ``nn.RNN`` (``{'cell': ...}``) or ``nn.Bidirectional`` map, else None."""
@@ -276,6 +300,7 @@ def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", c
         return units
 
     def add(name: str, slabs: list[list[tuple[Cell, DirectionParams, str]]], where: str, keys: tuple) -> None:
+        claim(name, keys)
         cell, first, cname = slabs[0][0]
         bidi = len(slabs[0]) == 2
         try:
@@ -296,7 +321,9 @@ def from_tree(tree: dict, p: Path, notes: set[str], fmt: str = "flax_msgpack", c
         if isinstance(o, dict) and o.get(CHUNKED) is True:
             o = _unchunk(o, where)
         if isinstance(o, np.ndarray):
-            tensors[".".join(s for s in path if s != "params")] = o
+            name = ".".join(s for s in path if s != "params")
+            claim(name, path)
+            tensors[name] = o
             return
         if not isinstance(o, dict):
             return  # a step counter, a string: not a parameter

@@ -7,7 +7,8 @@ protocol-4 pickle of a dict ``{name: numpy.ndarray}``, each array pickled by num
 numpy.dtype(code, False, True) + its state, is_fortran, raw bytes)``). :class:`Unpickler` resolves only those
 names -- to stand-ins that record the arguments, never numpy's own constructors -- and the arrays are built here
 from the raw bytes after checking the dtype (numeric only: no object arrays) and the size. Anything else
-(another global, a persistent id) is refused with one line.
+(another global, a persistent id) is refused with one line. Before the unpickler runs, the stream is bounded by
+:func:`rnnconvert.safety.pickle_scan.scan` (object size, nesting, memo, hashed keys) and must end at its ``STOP``.
 
 Names and equations: :mod:`.naming` (``paddle/nn/layer/rnn.py``): gates LSTM ``i f g o``, GRU ``r z n`` with
 ``r`` applied after the recurrent product, weights ``(G*H, in)`` applied as ``x @ W.T`` -- PyTorch's layout
@@ -32,6 +33,8 @@ from ...core import gates
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ...errors import FormatError
 from ...safety import budget
+from ...safety import pickle_scan
+from ...safety.pickle_scan import brief
 from . import naming
 
 #: numpy dtype codes the reader builds (``numpy.dtype(code)``); anything else (object ``O``, void, strings) is refused
@@ -53,7 +56,7 @@ class _DType:
 
     def __init__(self, code: Any, align: Any = False, copy: Any = True) -> None:
         if not isinstance(code, str) or code not in CODES:
-            raise Declined(f"array dtype {code!r:.20} (numeric dtypes only)")
+            raise Declined(f"array dtype {brief(code, 20)} (numeric dtypes only)")
         self.code, self.order = code, "|"
 
     def __setstate__(self, state: Any) -> None:
@@ -117,17 +120,24 @@ class Unpickler(pickle.Unpickler):
 def arrays(p: Path) -> dict[str, np.ndarray]:
     """The arrays of a ``.pdparams``, keys joined with ``.`` where dicts nest (module docstring).
 
+    The stream is checked by :func:`rnnconvert.safety.pickle_scan.scan` before the unpickler runs (expanded
+    size, nesting, memo, hashed keys), and must end at its ``STOP``.
+
     Raises:
-        FormatError: not such a pickle, a name outside the allow-list, a bad array record; BudgetError.
+        FormatError: not such a pickle, data after ``STOP``, a structure the scan refuses, a name outside the
+        allow-list, a bad array record; BudgetError.
     """
     size = p.stat().st_size
     if size > MAX_BYTES:
         raise FormatError(f"{p}: {size} bytes; rnnconvert reads .pdparams files up to {MAX_BYTES} bytes")
     data = p.read_bytes()
+    end = pickle_scan.scan(data, p)  # structure bounded before the unpickler runs
+    if end != len(data):
+        raise FormatError(f"{p}: data after the pickle's STOP opcode; refused (paddle.save writes none)")
     try:
         obj = Unpickler(io.BytesIO(data)).load()
     except FormatError as exc:
-        raise FormatError(f"{p}: {exc}") from exc
+        raise type(exc)(f"{p}: {exc}") from exc
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
             MemoryError, RecursionError, UnicodeDecodeError) as exc:
         raise FormatError(f"{p}: not a readable paddle.save pickle ({type(exc).__name__}: {exc})"[:300]) from exc

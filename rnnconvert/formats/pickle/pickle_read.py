@@ -32,7 +32,8 @@ numpy name off the allow-list (``numpy.load``, ``numpy.lib.npyio``, ``numpy.test
 dtypes, a numpy subclass (``numpy.ma``, ``numpy.matrix``), and globals of frameworks with their own formats
 (``torch``: save with ``torch.save`` and read the ``.pt``; ``tensorflow``, ``jax``, ``paddle``).
 
-Bounded by the budget (:mod:`rnnconvert.safety.budget`): the walk over the unpickled tree counts containers and
+Bounded before the unpickler runs by :func:`rnnconvert.safety.pickle_scan.scan` (object size with memo re-uses
+counted where used, nesting, memo indices, hashed keys), and after it by the budget (:mod:`rnnconvert.safety.budget`): the walk over the unpickled tree counts containers and
 names against ``pickle_nodes`` (shared children are walked once), arrays against ``names``; an array's bytes
 are the file's own (no expansion). Tensors are named by their path: dict keys, attribute names and list indices
 joined with ``.`` (``encoder.weight_ih_l0``, ``layers.0.Wx``); the names then go through the foreign-name table
@@ -44,6 +45,7 @@ pickle ``jax.device_get(params)``, as a ``jax.Array`` is refused like every fram
 from __future__ import annotations
 
 import collections
+import os
 import pickle
 import re
 import sys
@@ -57,6 +59,8 @@ from ...core import names
 from ...core.model import Checkpoint
 from ...errors import FormatError
 from ...safety import budget
+from ...safety import pickle_scan
+from ...safety.pickle_scan import brief
 
 #: dtypes an array may have (numpy type strings without byte order)
 DTYPES = frozenset({"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"})
@@ -124,13 +128,13 @@ class DtypeRecord:
 
     def __init__(self, spec: Any, align: Any = False, copy: Any = False) -> None:
         if not isinstance(spec, str) or spec not in DTYPES:
-            raise FormatError(f"numpy dtype {spec!r:.40}: only plain number arrays are read ({' '.join(sorted(DTYPES))}); refused")
+            raise FormatError(f"numpy dtype {brief(spec, 40)}: only plain number arrays are read ({' '.join(sorted(DTYPES))}); refused")
         self.spec, self.order = spec, "|" if spec in ("i1", "u1", "b1") else "<"
 
     def __setstate__(self, state: Any) -> None:
         if not (isinstance(state, tuple) and len(state) >= 4 and state[1] in ("<", ">", "|", "=")
                 and state[2] is None and state[3] is None):
-            raise FormatError(f"numpy dtype state {state!r:.60} (subarray or structured dtypes are not read)")
+            raise FormatError(f"numpy dtype state {brief(state, 60)} (subarray or structured dtypes are not read)")
         self.order = state[1]
 
     def dtype(self) -> np.dtype:
@@ -140,14 +144,14 @@ class DtypeRecord:
 
 def _shape(v: Any) -> tuple[int, ...]:
     if not (isinstance(v, tuple) and len(v) <= 32 and all(type(n) is int and n >= 0 for n in v)):
-        raise FormatError(f"malformed array shape {v!r:.60}")
+        raise FormatError(f"malformed array shape {brief(v, 60)}")
     return v
 
 
 def _array(raw: Any, dt: Any, shape: Any, fortran: bool) -> np.ndarray:
     """A native-order C-contiguous copy of ``raw`` read as ``shape`` of ``dt``; the byte count must match."""
     if not isinstance(dt, DtypeRecord):
-        raise FormatError(f"array dtype {dt!r:.40} is no numpy dtype")
+        raise FormatError(f"array dtype {brief(dt, 40)} is no numpy dtype")
     shape = _shape(shape)
     if isinstance(raw, str):  # a Python 2 pickle's str (read as latin1)
         raw = raw.encode("latin1")
@@ -170,14 +174,14 @@ class ArrayRecord:
 
     def __init__(self, cls: Any, shape: Any = None, typecode: Any = None) -> None:
         if cls is not _NdarrayClass:
-            raise FormatError(f"a numpy array subclass ({cls!r:.60}); only plain numpy arrays are read")
+            raise FormatError(f"a numpy array subclass ({brief(cls, 60)}); only plain numpy arrays are read")
         self.array: np.ndarray | None = None
 
     def __setstate__(self, state: Any) -> None:
         if isinstance(state, tuple) and len(state) == 5:
             state = state[1:]
         if not (isinstance(state, tuple) and len(state) == 4):
-            raise FormatError(f"malformed numpy array state {state!r:.60}")
+            raise FormatError(f"malformed numpy array state {brief(state, 60)}")
         shape, dt, fortran, raw = state
         self.array = _array(raw, dt, shape, bool(fortran))
 
@@ -196,6 +200,8 @@ def _codecs_encode(s: Any, encoding: Any = "utf-8", *rest: Any) -> bytes:
     return s.encode("latin1")
 
 
+#: types whose call on a container would walk all of it (``str(x)`` formats the whole tree)
+_SCALARS = (str, bytes, bytearray, int, float, complex, bool)
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
 
 
@@ -207,7 +213,8 @@ def _ctor(kind: type):
             return kind()
         if kind in (bytes, bytearray) and len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1"):
             return kind(args[0].encode("latin1"))
-        if len(args) != 1 or not isinstance(args[0], _PLAIN) or (isinstance(args[0], int) and kind in (bytes, bytearray, str)):
+        if len(args) != 1 or not isinstance(args[0], _PLAIN) or (isinstance(args[0], int) and kind in (bytes, bytearray, str)) \
+                or (kind in _SCALARS and isinstance(args[0], (list, tuple, dict, set, frozenset))):
             raise FormatError(f"builtins.{kind.__name__} called with {len(args)} argument(s) of "
                               f"{', '.join(type(a).__name__ for a in args)}; refused")
         return kind(args[0])
@@ -221,7 +228,7 @@ def _defaultdict(factory: Any = None, *rest: Any) -> dict:
 
 def _reconstructor(cls: Any, base: Any, state: Any = None) -> Any:
     if not (isinstance(cls, type) and issubclass(cls, Record)) or base is not object or state is not None:
-        raise FormatError(f"copyreg._reconstructor of {cls!r:.60} on {base!r:.40}")
+        raise FormatError(f"copyreg._reconstructor of {brief(cls, 60)} on {brief(base, 40)}")
     return cls()
 
 
@@ -261,14 +268,14 @@ class Unpickler(pickle.Unpickler):
             raise FormatError(f"the pickle names '{module}.{name}', which is not on the allow-list of plain numpy "
                               f"arrays; refused, nothing was run{f' ({how})' if how else ''}")
         if not re.fullmatch(r"[A-Za-z_][\w.]*", module) or not re.fullmatch(r"[A-Za-z_][\w.]*", name):
-            raise FormatError(f"malformed global name {module!r:.60}.{name!r:.60}")
+            raise FormatError(f"malformed global name {brief(module, 60)}.{brief(name, 60)}")
         key = (module, name)
         if key not in self.classes:  # an inert stand-in: the module is never imported
             self.classes[key] = type(name.split(".")[-1], (Record,), {"cls_path": f"{module}.{name}"})
         return self.classes[key]
 
     def persistent_load(self, pid: Any) -> Any:
-        raise FormatError(f"persistent id {pid!r:.60} (data outside the pickle); refused")
+        raise FormatError(f"persistent id {brief(pid, 60)} (data outside the pickle); refused")
 
 
 def _children(o: Any) -> list[tuple[str, Any]] | None:
@@ -344,18 +351,23 @@ def arrays(obj: Any, where: object) -> dict[str, np.ndarray]:
 def load_tree(path: str | Path) -> Any:
     """Unpickle ``path`` with :class:`Unpickler` (nothing the file names is imported or run).
 
+    The stream is checked first by :func:`rnnconvert.safety.pickle_scan.scan` (expanded size, nesting, memo,
+    hashed keys), before the unpickler runs.
+
     Raises:
-        FormatError: a global off the allow-list (named), a damaged or truncated pickle, trailing garbage."""
+        FormatError: a global off the allow-list (named), a damaged or truncated pickle, trailing garbage, a
+        structure :mod:`~rnnconvert.safety.pickle_scan` refuses. BudgetError: the ``pickle_expanded`` limit."""
     p = Path(path)
     budget.regular_source(p, dirs=False)
     try:
         with open(p, "rb") as fh:
-            tree = Unpickler(fh).load()
-            if fh.read(1):
+            end = pickle_scan.scan_file(fh, p)  # structure bounded before the unpickler runs
+            if end != os.fstat(fh.fileno()).st_size:
                 raise FormatError(f"{p}: data after the pickle's STOP opcode; refused")
+            tree = Unpickler(fh).load()
     except FormatError as exc:
         msg = str(exc)
-        raise FormatError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
+        raise type(exc)(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
     except RecursionError:
         raise FormatError(f"{p}: pickle nested too deeply") from None
     except MemoryError:

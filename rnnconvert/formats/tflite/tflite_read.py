@@ -29,7 +29,9 @@ gate weights), a non-zero projection bias (no format rnnconvert writes has one: 
 TF1's ``num_proj`` project without bias), layer-norm coefficients, quantised (int8/uint8) weights, a cell
 activation other than tanh, diagonal recurrent weights. A non-zero initial state stored in the variable tensors
 is carried as tensors ``<layer>_state.h0``/``c0`` with a note (not applied). Bounds: tensor, op and subgraph
-counts against the ``names``/``graph_nodes`` limits, every buffer inside the file.
+counts against the ``names``/``graph_nodes`` limits, every buffer inside the file; subgraph, operator, tensor,
+buffer and operator-code entries that alias one table refused, the records walked (operators' index vectors
+counted where used) and the loops' work counted against ``graph_nodes`` before any walk (:func:`structure`).
 """
 
 from __future__ import annotations
@@ -66,6 +68,84 @@ def _schema():
     return require("tflite", "tflite")
 
 
+#: vtable offsets of the fields :func:`structure` follows (``schema.fbs`` field order: 4 + 2 * field id)
+_MODEL_CODES, _MODEL_SUBGRAPHS, _MODEL_BUFFERS = 6, 8, 12
+_SG_TENSORS, _SG_OPERATORS = 4, 10
+_OP_INPUTS, _OP_OUTPUTS = 6, 8
+
+
+def _tables(buf: bytes, pos: int, field: int, where: object, what: str) -> np.ndarray:
+    """The absolute positions of the tables a vector-of-tables field of the table at ``pos`` points at."""
+    import flatbuffers
+
+    t = flatbuffers.table.Table(buf, pos)
+    o = t.Offset(field)
+    if not o:
+        return np.zeros(0, np.int64)
+    start, n = t.Vector(o), t.VectorLen(o)
+    if start + 4 * n > len(buf):
+        raise FormatError(f"{where}: the {what} vector reaches past the end of the file")
+    rel = np.frombuffer(buf, "<u4", n, start).astype(np.int64)
+    return start + 4 * np.arange(n, dtype=np.int64) + rel
+
+
+def _vector_len(buf: bytes, pos: int, field: int) -> int:
+    import flatbuffers
+
+    t = flatbuffers.table.Table(buf, pos)
+    o = t.Offset(field)
+    return t.VectorLen(o) if o else 0
+
+
+def structure(buf: bytes, where: object) -> int:
+    """Check the flatbuffer's shape before anything walks it, and return the records a read walks.
+
+    The schema (``schema.fbs``) shares no table: each subgraph, operator, tensor, buffer and operator code is its
+    own. A forged file can point 1,000 subgraph entries at one subgraph whose 100,000 operator entries point at one
+    operator (0.4 MB asking for 10**8 records); so every such vector's entries must be distinct tables, across the
+    whole file, and the records a read walks -- subgraphs, operators, tensors, and each operator's input and output
+    indices (vectors of indices may be shared, so they are counted where used) -- must stay within the
+    ``graph_nodes`` limit. Both are checked here, before any walk, in time linear in the tables.
+
+    Raises:
+        FormatError: entries of one of these vectors that alias one table, a vector past the end of the file.
+        BudgetError: more records than the ``graph_nodes`` limit."""
+    import flatbuffers
+
+    root = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, 0)
+    seen: dict[str, list[np.ndarray]] = {"subgraph": [], "operator": [], "tensor": [], "buffer": [],
+                                         "operator code": []}
+    sgs = _tables(buf, root, _MODEL_SUBGRAPHS, where, "subgraphs")
+    seen["subgraph"].append(sgs)
+    seen["buffer"].append(_tables(buf, root, _MODEL_BUFFERS, where, "buffers"))
+    seen["operator code"].append(_tables(buf, root, _MODEL_CODES, where, "operator codes"))
+    limit = budget.limit("graph_nodes")
+    records = len(sgs)
+    for sg in sgs.tolist():
+        ts, ops = (_tables(buf, sg, _SG_TENSORS, where, "tensors"), _tables(buf, sg, _SG_OPERATORS, where, "operators"))
+        seen["tensor"].append(ts)
+        seen["operator"].append(ops)
+        records += len(ts) + len(ops)
+        if records > limit:
+            break
+    for what, parts in seen.items():
+        allpos = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        if len(allpos) and len(np.unique(allpos)) != len(allpos):
+            counts = np.unique(allpos, return_counts=True)[1]
+            raise FormatError(f"{where}: {int((counts - 1).sum()):,} {what} entries point at a {what} another entry "
+                              f"points at (the schema shares no {what}; a forged file makes one table count many "
+                              "times); refused")
+    if records > limit:
+        raise budget.exceeded(where, "graph_nodes", f"more than {limit:,} subgraphs, operators and tensors")
+    for ops in seen["operator"]:
+        for op in ops.tolist():
+            records += _vector_len(buf, op, _OP_INPUTS) + _vector_len(buf, op, _OP_OUTPUTS)
+        if records > limit:
+            raise budget.exceeded(where, "graph_nodes", f"more than {limit:,} records (subgraphs, operators, "
+                                  "tensors, operator inputs and outputs)")
+    return records
+
+
 class Flat:
     """A parsed ``.tflite`` flatbuffer: op names, tensors and buffers by index, every access checked."""
 
@@ -90,6 +170,7 @@ class Flat:
             self.codes.append(name)
         budget.check_count(path, "names", self.model.BuffersLength(), "buffers")
         self.nbuf = self.model.BuffersLength()
+        self.records = structure(self.buf, path)
 
     def subgraphs(self) -> list[Any]:
         return [self.model.Subgraphs(i) for i in range(self.model.SubgraphsLength())]
@@ -318,12 +399,28 @@ def read(path: str | Path, cell_clip: Any = None) -> Checkpoint:
             from None
 
 
+def _check_work(flat: Flat, sgs: list, per_sg: list, loops: list[tuple[int, int, int]]) -> None:
+    """Refuse, before the work, a file whose layers would take more than the ``graph_nodes`` limit of steps: each
+    ``WHILE`` loop walks its own subgraph's ops and its cond and body subgraphs (which loops may share: a subgraph
+    is named by index), and each fused LSTM op looks for its Bidirectional partner among its subgraph's ops.
+
+    Raises:
+        BudgetError: the sum over loops and LSTM ops passes the ``graph_nodes`` limit."""
+    rec = [len(ops) + sum(len(i) + len(o) for _, i, o, _ in ops) + sg.TensorsLength()
+           for sg, ops in zip(sgs, per_sg)]
+    work = sum(rec[s] + rec[c] + rec[b] for s, c, b in loops)
+    work += sum(len(ops) * sum(1 for o in ops if o[0] == LSTM_OP) for ops in per_sg)
+    budget.check_count(flat.path, "graph_nodes", work, f"steps to read {len(loops):,} WHILE loops and the LSTM ops "
+                       "(each loop walks its subgraph, its cond and its body)")
+
+
 def _read(p: Path, drop_clip: bool) -> Checkpoint:
     flat = Flat(p)
     sgs = flat.subgraphs()
     budget.check_count(p, "names", len(sgs), "subgraphs")
     per_sg = []
     loop_sgs: set[int] = set()  # the cond and body subgraphs of WHILE ops (read by tflite_while)
+    loops: list[tuple[int, int, int]] = []  # (subgraph, cond, body) of every WHILE op
     for s, sg in enumerate(sgs):
         budget.check_count(p, "names", sg.TensorsLength(), "tensors")
         ops = tflite_while.ops(flat, sg)
@@ -334,8 +431,10 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
                                        f"the fused {LSTM_OP} op and Keras cells in WHILE loops; refused (export a "
                                        "tf_keras LSTM, which the converter fuses, or convert the Keras model itself)")
             if name == "WHILE":
-                loop_sgs.update(tflite_while.subgraph_indices(flat, op))
+                loops.append((s, *tflite_while.subgraph_indices(flat, op)))
+                loop_sgs.update(loops[-1][1:])
         per_sg.append(ops)
+    _check_work(flat, sgs, per_sg, loops)
     layers: list[RNNLayer] = []
     tensors: dict[str, np.ndarray] = {}
     notes: list[str] = []

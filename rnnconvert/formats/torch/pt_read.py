@@ -36,16 +36,58 @@ def load_state(path: str | Path) -> dict[str, Any]:
     file's pages instead of being copied into memory, so a layer that is never touched (verification of
     one layer of a multi-GB file) is never read. Legacy (non-zip) files are read whole.
 
+    Every pickle torch would unpickle is first checked by :func:`prescan`.
+
     Raises:
-        FormatError: the file cannot be loaded with ``weights_only=True`` (the reason is given).
+        FormatError: the file cannot be loaded with ``weights_only=True`` (the reason is given), or
+        :func:`prescan` refuses it. BudgetError: the ``pickle_expanded`` limit.
     """
-    torch = require("torch", "torch")
     with open(path, "rb") as fh:
         is_zip = fh.read(4) == ZIP_MAGIC
+    prescan(path, is_zip)
+    torch = require("torch", "torch")
     try:
         return torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, ...)
         raise FormatError(f"{path}: not loadable as a PyTorch file with weights_only=True: {load_failure(exc)}") from exc
+
+
+#: pickles a legacy (non-zip) ``torch.save`` file starts with: magic number, protocol, sys_info, the object, the
+#: storage keys (``torch/serialization.py`` ``_legacy_save``/``_legacy_load``); raw storage bytes follow
+LEGACY_PICKLES = 5
+
+
+def prescan(path: str | Path, is_zip: bool) -> None:
+    """Bound the structure of every pickle ``torch.load`` would unpickle before it runs
+    (:func:`rnnconvert.safety.pickle_scan.scan`: expanded size, nesting, memo, hashed keys): a zip's
+    ``<archive>/data.pkl``, or a legacy file's first :data:`LEGACY_PICKLES` pickles. torch's ``weights_only``
+    unpickler hashes dict keys like Python's own.
+
+    Raises:
+        FormatError: a stream the scan refuses. BudgetError: the ``pickle_expanded`` limit."""
+    import mmap
+
+    from ...safety import budget, pickle_scan
+    from . import zip_read
+
+    p = Path(path)
+    budget.regular_source(p, dirs=False)
+    if is_zip:
+        try:
+            arch = zip_read.Archive(p)
+        except zip_read.Declined:
+            return  # no <archive>/data.pkl: torch.load finds nothing to unpickle either
+        pickle_scan.scan(arch.pickle, f"{p}: data.pkl")
+        return
+    with open(p, "rb") as fh:
+        if not budget.source_size(p):
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            pos = 0
+            for _ in range(LEGACY_PICKLES):
+                if pos >= len(mm):
+                    break
+                pos = pickle_scan.scan(mm, p, pos)
 
 
 def load_failure(exc: BaseException) -> str:

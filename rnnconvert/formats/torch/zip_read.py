@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from ...safety import budget
+from ...safety import pickle_scan
+from ...safety.pickle_scan import brief
 from ...speed.mapped import release_view
 from ...errors import FormatError
 
@@ -120,12 +122,12 @@ class Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise Declined(f"persistent id {pid!r:.60}")
+            raise Declined(f"persistent id {brief(pid, 60)}")
         dtype, key, numel = pid[1], pid[2], pid[4]
         if not any(dtype is t for t in STORAGE.values()):
             raise Declined("storage type")
         if not (isinstance(key, str) and key.isdigit() and type(numel) is int and numel >= 0):
-            raise FormatError(f"malformed storage record {pid!r:.60}")
+            raise FormatError(f"malformed storage record {brief(pid, 60)}")
         return Storage(key, np.dtype(dtype), numel)
 
 
@@ -169,9 +171,15 @@ class Archive:
         self._data: dict[str, tuple[int, int]] = {}
 
     def load(self, unpickler: type[Unpickler] = Unpickler) -> Any:
-        """Unpickle ``data.pkl`` with ``unpickler``; tensors come back as :class:`LazyTensor`."""
+        """Unpickle ``data.pkl`` with ``unpickler``, after :func:`rnnconvert.safety.pickle_scan.scan` has bounded its
+        structure (expanded size, nesting, memo, hashed keys); tensors come back as :class:`LazyTensor`.
+
+        Raises:
+            Declined: a name off the allow-list. FormatError: a damaged or refused stream. BudgetError: the
+            ``pickle_expanded`` limit."""
         import io
 
+        pickle_scan.scan(self.pickle, f"{self.path}: data.pkl")  # structure bounded before the unpickler runs
         try:
             return unpickler(io.BytesIO(self.pickle)).load()
         except (Declined, FormatError):
