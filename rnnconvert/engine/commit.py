@@ -117,6 +117,7 @@ def check_destination(dst: Path, force: bool, *, quick: bool = False) -> None:
     """
     import stat
 
+    _utf8_name(dst)
     if not quick:
         recover(dst)
     try:
@@ -149,6 +150,20 @@ def check_destination(dst: Path, force: bool, *, quick: bool = False) -> None:
     if not force:
         raise OutputExistsError(f"{dst} exists; pass force=True to overwrite it",
                                 cli=f"{dst} exists; pass --force to overwrite it")
+
+
+def _utf8_name(dst: Path) -> None:
+    """Refuse an output path holding bytes that are not UTF-8 (``os.fsdecode`` keeps them as lone surrogates):
+    torch, onnxruntime and the HTML report cannot take such a name.
+
+    Raises:
+        OptionError (exit 2, a usage error)."""
+    from ..errors import OptionError, printable
+
+    text = os.fspath(dst)
+    if any("\udc80" <= ch <= "\udcff" for ch in text):
+        raise OptionError(f"{printable(text)}: the output path holds bytes that are not UTF-8; frameworks cannot "
+                          "open it: choose another name")
 
 
 def check_distinct(out: Path, others: dict[str, Any], what: str, cli_what: str | None = None) -> None:
