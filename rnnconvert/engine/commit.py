@@ -312,7 +312,7 @@ def _rename_noreplace(src: Path, dst: Path) -> bool:
     return _renameat2(src, dst, 1)
 
 
-def _exchange(a: Path, b: Path) -> bool:
+def exchange(a: Path, b: Path) -> bool:
     """``renameat2(a, b, RENAME_EXCHANGE)``: the two paths swap what they name, in one step (the old
     output is never absent); False when the system or file system cannot."""
     return _renameat2(a, b, 2)
@@ -380,7 +380,7 @@ def _swap_in(tmp: Path, dst: Path, aside: Path) -> None:
         os.rename(tmp, dst)
     elif not (_is_dir(tmp) or _is_dir(dst)):
         os.replace(tmp, dst)
-    elif not _exchange(tmp, dst):
+    elif not exchange(tmp, dst):
         os.rename(dst, aside)
         os.rename(tmp, dst)
 
