@@ -585,8 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     typo = _command_typo(args)
     if typo:
         return _fail(f"no such command '{_shown(args[0])}'; did you mean '{typo}'?", 2, "UsageError", as_json)
-    if args and ((args[0] not in COMMANDS and not args[0].startswith("-")) or args[0] == "--"):
-        args.insert(0, "convert")  # (``rnnconvert -- -odd.h5 DST``: a SRC starting with '-' after '--')
+    if args and args[0] not in COMMANDS and (not args[0].startswith("-") or "--" in args):
+        args.insert(0, "convert")  # (``rnnconvert [OPTIONS] -- -odd.h5 DST``: a SRC starting with '-' after '--')
     from .process import signals
 
     signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/process/signals.py)
