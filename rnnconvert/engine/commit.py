@@ -200,6 +200,11 @@ MANIFEST = ".rnnconvert-manifest.json"
 MANIFEST_MAX_BYTES = 1 << 20
 
 
+#: Names of the files rnnconvert's folder writers write (a TF checkpoint: formats/tf/tf1_write.py,
+#: tf2_write.py; an OpenVINO IR: formats/openvino/ir_write.py): only to choose which entry a refusal names.
+_OUTPUT_NAME = re.compile(r"^(checkpoint|ckpt(-\d+)?\.(index|data-\d{5}-of-\d{5})|model\.(xml|bin))$")
+
+
 def _sha256(path: Path) -> str:
     import hashlib
 
@@ -266,7 +271,8 @@ def foreign_entry(folder: Path, quick: bool = False) -> str | None:
         if not isinstance(listed, dict):
             raise ValueError
     except (OSError, ValueError, KeyError, TypeError):
-        entries = [rel for rel, _ in _files(folder)]
+        # named first: an entry no writer of rnnconvert names so (the user's own file is the telling one)
+        entries = sorted((rel for rel, _ in _files(folder)), key=lambda rel: bool(_OUTPUT_NAME.match(rel)))
         first = f"'{entries[0]}' and " if entries else "nothing but "
         return f"{first}no readable {MANIFEST}: not a folder rnnconvert wrote"
     for rel, st in _files(folder):
@@ -535,8 +541,12 @@ def recover(dst: Path) -> None:
         for e in entries:
             tmp, out, aside = Path(e["tmp"]), Path(e["dst"]), Path(e["aside"])
             pattern = rf"\.{re.escape(out.name)}\.[a-z0-9_]{{8}}\.rnnconvert-tmp"
-            if not (tmp.parent == out.parent == aside.parent and re.fullmatch(pattern, tmp.name)
-                    and re.fullmatch(pattern, aside.name) and isinstance(e["ino"], int)):
+            beside = tmp.parent == out.parent and re.fullmatch(pattern, tmp.name)
+            # (diagnose --fix writes its output as <out's folder>/.rnnconvert-fix-XXXX/<out's name>)
+            in_fix_folder = (tmp.parent.parent == out.parent and tmp.name == out.name
+                             and tmp.parent.name.startswith(".rnnconvert-fix-"))
+            if not ((beside or in_fix_folder) and aside.parent == out.parent and re.fullmatch(pattern, aside.name)
+                    and isinstance(e["ino"], int)):
                 return
         own = {os.path.abspath(_journal_path(Path(e["dst"]))) for e in entries}
         if os.path.abspath(j) not in journals or not set(journals) <= own:
