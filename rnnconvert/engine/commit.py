@@ -493,13 +493,7 @@ def commit_set(pairs: list[tuple[Path, Path]], force: bool = True) -> None:
                 try:
                     _place_new(tmp, dst)
                 except FileExistsError:
-                    for p in placed:  # new paths this set had put in place: taken out again
-                        try:
-                            st = os.lstat(p["dst"])
-                            if (st.st_dev, st.st_ino) == (p["dev"], p["ino"]):
-                                _remove(Path(p["dst"]))
-                        except OSError:
-                            pass
+                    _take_out(placed)
                     placed.clear()
                     raise OutputExistsError(f"{dst} appeared while converting (another process wrote it); "
                                             "not replaced, the result was discarded") from None
@@ -508,11 +502,54 @@ def commit_set(pairs: list[tuple[Path, Path]], force: bool = True) -> None:
             _fsync_dir(Path(e["dst"]).parent)
             _remove(Path(e["tmp"]))
             _remove(Path(e["aside"]))
+        for j in journals:
+            _remove(Path(j))
     except BaseException:
-        if not placed:  # nothing replaced yet: no journal needed (else it stays for recover())
-            for j in written:
-                _remove(Path(j))
+        if not placed:  # nothing replaced yet: no journal needed
+            for j in journals:
+                _remove(Path(j + ".part"))
+                if j in written:
+                    _remove(Path(j))
+        else:  # interrupted (SIGTERM, Ctrl-C) half way, before the caller's clean-up removes the temporaries
+            try:  # still to be put in place: the set completed now (force), or its new paths taken out again
+                if force:
+                    _complete(entries, journals)
+                elif len(placed) < len(entries):
+                    _take_out(placed)
+                    for j in journals:
+                        _remove(Path(j))
+            except BaseException:  # noqa: BLE001 - the journal stays for recover()
+                pass
         raise
+
+
+def _take_out(placed: list[dict]) -> None:
+    """Remove the new outputs a set without ``force`` had put at new paths (each only while it is still the
+    file this set placed: same inode)."""
+    for p in placed:
+        try:
+            st = os.lstat(p["dst"])
+            if (st.st_dev, st.st_ino) == (p["dev"], p["ino"]):
+                _remove(Path(p["dst"]))
+        except OSError:
+            pass
+
+
+def _complete(entries: list[dict], journals: list[str]) -> None:
+    """Finish a set from its journal's entries: each temporary still holding its new output (same inode) put
+    in place, the old content removed, then the journals."""
+    for e in entries:
+        tmp, out, aside = Path(e["tmp"]), Path(e["dst"]), Path(e["aside"])
+        try:
+            t = os.lstat(tmp)
+        except OSError:
+            t = None
+        if t is not None and (t.st_dev, t.st_ino) == (e["dev"], e["ino"]):
+            _swap_in(tmp, out, aside)
+        _fsync_dir(out.parent)
+    for e in entries:
+        _remove(Path(e["tmp"]))
+        _remove(Path(e["aside"]))
     for j in journals:
         _remove(Path(j))
 
@@ -553,20 +590,7 @@ def recover(dst: Path) -> None:
             return
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return
-    for e in entries:
-        tmp, out, aside = Path(e["tmp"]), Path(e["dst"]), Path(e["aside"])
-        try:
-            t = os.lstat(tmp)
-        except OSError:
-            t = None
-        if t is not None and (t.st_dev, t.st_ino) == (e["dev"], e["ino"]):
-            _swap_in(tmp, out, aside)
-        _fsync_dir(out.parent)
-    for e in entries:
-        _remove(Path(e["tmp"]))
-        _remove(Path(e["aside"]))
-    for j2 in journals:
-        _remove(Path(j2))
+    _complete(entries, journals)
 
 
 def _link(tmp: Path, dst: Path) -> bool:

@@ -150,11 +150,12 @@ def test_force_replaces_only_what_rnnconvert_wrote_unchanged(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- (3) sets replaced as one
-def _killed_at(k: int, args: list[str], exchange: bool = True) -> int:
-    """Run the CLI in a forked child that SIGKILLs itself just before its ``k``-th file-system step while a
-    set of outputs is being put in place (each rename, replace, exchange, unlink and removal of
-    :func:`rnnconvert.engine.commit.commit_set`): every moment of the commit, deterministically. Returns the
-    child's wait status (``-9`` killed, else its exit code)."""
+def _killed_at(k: int, args: list[str], exchange: bool = True, interrupt: bool = False) -> int:
+    """Run the CLI in a forked child that SIGKILLs itself (``interrupt``: raises ``KeyboardInterrupt``, as
+    SIGTERM and Ctrl-C do) just before its ``k``-th file-system step while a set of outputs is being put in
+    place (each rename, replace, exchange, unlink and removal of :func:`rnnconvert.engine.commit.commit_set`):
+    every moment of the commit, deterministically. Returns the child's wait status (``-9`` killed, else its
+    exit code)."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         rc = 1
@@ -166,6 +167,8 @@ def _killed_at(k: int, args: list[str], exchange: bool = True) -> int:
                     if active[0]:
                         n[0] += 1
                         if n[0] == k:
+                            if interrupt:
+                                raise KeyboardInterrupt
                             os.kill(os.getpid(), signal.SIGKILL)
                     return fn(*a, **kw)
                 return step
@@ -230,6 +233,30 @@ def test_emitted_set_whole_after_a_kill_at_every_step(tmp_path):
         seen.add("new" if state == new else "old")
         if rc == 0:
             break
+    assert k > 5 and seen == {"old", "new"}, (k, seen)
+
+
+def test_emitted_set_whole_when_interrupted_at_every_step(tmp_path):
+    """SIGTERM or Ctrl-C (a ``KeyboardInterrupt``) at any step of the commit: the command exits 130 with the
+    old set or the new set in place (completed at once: no journal, nothing for the next run to do)."""
+    pytest.importorskip("torch")
+    names = ["w.npz", "w.py", "w_state.pt"]
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [str(WHOLE), str(out / "w.npz"), "--emit-module", str(out / "w.py"), "--no-verify", "--force", "-q"]
+    seen = set()
+    for k in range(1, 60):
+        for n in names:
+            (out / n).write_bytes(b"old " + n.encode())
+        old = {n: _sha(out / n) for n in names}
+        rc = _killed_at(k, args, interrupt=True)
+        state = {n: _sha(out / n) for n in names}
+        assert sorted(os.listdir(out)) == names, (k, os.listdir(out))  # no journal, no temporary
+        seen.add("old" if state == old else "new")
+        assert state == old or all(state[n] != old[n] for n in names), k
+        if rc == 0:
+            break
+        assert rc == 130, rc
     assert k > 5 and seen == {"old", "new"}, (k, seen)
 
 
