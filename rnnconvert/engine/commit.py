@@ -512,9 +512,9 @@ def commit_set(pairs: list[tuple[Path, Path]], force: bool = True) -> None:
                     _remove(Path(j))
         else:  # interrupted (SIGTERM, Ctrl-C) half way, before the caller's clean-up removes the temporaries
             try:  # still to be put in place: the set completed now (force), or its new paths taken out again
-                if force:
+                if force or len(placed) == len(entries):
                     _complete(entries, journals)
-                elif len(placed) < len(entries):
+                else:
                     _take_out(placed)
                     for j in journals:
                         _remove(Path(j))
