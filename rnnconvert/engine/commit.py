@@ -1,10 +1,14 @@
-"""Putting an output in place (one place for it): the destination check, the temporary beside DST, its
-fsync and the rename (never replacing a DST without ``force``), and the one-line error for an environment
-that refuses the write (full disk, read-only file system, permissions).
+"""Putting outputs in place (one place for it): the destination rules (:func:`check_destination`: new, a
+regular file, or a folder rnnconvert wrote as its :data:`MANIFEST` says; :func:`check_distinct`: a
+``--report`` or ``--fix`` path never SRC, DST or the file diagnosed), the temporary beside DST, its fsync and
+the rename (never replacing a DST without ``force``), several outputs and folders replaced as one
+(:func:`commit_set`, with a journal :func:`recover` completes after a kill), and the one-line error for an
+environment that refuses the write (full disk, read-only file system, permissions).
 
 :func:`rnnconvert.api.save` and :func:`rnnconvert.api.convert` call, in this order: :func:`check_destination`
 (before anything is read or written), :func:`temp_beside`, the writer on the temporary path, :func:`commit`
-(after verification), :func:`discard` (always, in ``finally``), and :func:`output_error` on an exception.
+or :func:`commit_set` (after verification), :func:`discard` (always, in ``finally``), and
+:func:`output_error` on an exception. docs/security.md, "Outputs", says what each step promises.
 """
 
 from __future__ import annotations
