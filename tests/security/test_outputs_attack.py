@@ -236,6 +236,59 @@ def test_emitted_set_whole_after_a_kill_at_every_step(tmp_path):
     assert k > 5 and seen == {"old", "new"}, (k, seen)
 
 
+def _killed_after(seconds: float, args: list[str]) -> int:
+    """The CLI in a forked child, SIGKILLed after ``seconds`` (or finished before): its wait status."""
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        rc = 1
+        try:
+            rc = main(args)
+        finally:
+            os._exit(rc)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.WEXITSTATUS(status)
+        time.sleep(0.002)
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def test_emitted_set_whole_after_kills_at_random_moments(tmp_path):
+    """As tests/security/test_kill.py, for DST and ``--emit-module``'s two files: SIGKILL at 12 seeded random
+    moments of a whole run (reading, writing, committing); after the next run's look, the old set or the new
+    one, and only temporaries beside them."""
+    import random
+    import time
+
+    pytest.importorskip("torch")
+    names = ["w.npz", "w.py", "w_state.pt"]
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [str(WHOLE), str(out / "w.npz"), "--emit-module", str(out / "w.py"), "--no-verify", "--force", "-q"]
+    t0 = time.monotonic()
+    assert _killed_after(600, args) == 0
+    full = time.monotonic() - t0
+    new = {n: _sha(out / n) for n in names}
+    rng, seen = random.Random(20261129), set()
+    for _ in range(12):
+        for n in names:
+            (out / n).write_bytes(b"old " + n.encode())
+        old = {n: _sha(out / n) for n in names}
+        _killed_after(rng.uniform(0.3, 1.1) * full, args)
+        for n in names:
+            commit.recover(out / n)
+        state = {n: _sha(out / n) for n in names}
+        assert state in (old, new)
+        _leftovers_are_temporaries(out, names)
+        seen.add("new" if state == new else "old")
+    assert "old" in seen
+
+
 def test_emitted_set_whole_when_interrupted_at_every_step(tmp_path):
     """SIGTERM or Ctrl-C (a ``KeyboardInterrupt``) at any step of the commit: the command exits 130 with the
     old set or the new set in place (completed at once: no journal, nothing for the next run to do)."""
