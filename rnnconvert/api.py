@@ -288,9 +288,7 @@ def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opt
             except RNNConvertError as exc:
                 exc.report = rep  # what was measured, for the caller's --report
                 raise
-        commit.commit(tmp, dst_p, force)
-        for t, final in zip(emit_tmps, emit or ()):
-            commit.commit(t, final, force)
+        commit.commit_set([(tmp, dst_p), *zip(emit_tmps, emit or ())], force)  # as one (a journal)
         if progress is not None:  # DST is in place: whatever the caller does with this, it succeeded
             try:
                 progress("done", 1, 1)
@@ -715,6 +713,10 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
     """
     from .verify import diagnose as dg
 
+    if fix is not None:  # before any work: never SRC or the file diagnosed, never an existing file unforced
+        commit.check_distinct(Path(fix), {"the source": src, "the file diagnosed": dst}, "the fix output",
+                              "--fix output")
+        commit.check_destination(Path(fix), force)
     budget.regular_source(src)
     budget.regular_source(dst)
     s_ckpt = load(src, src_format, **(read_opts or {})).materialize()
@@ -732,12 +734,12 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
             rep.verification_error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if fix is not None:
         rep.fixed, rep.fix_verification = _write_fixed(s_ckpt, d_ckpt, layers, Path(src), Path(fix), force,
-                                                       read_opts, seed)
+                                                       read_opts, seed, Path(dst))
     return rep
 
 
 def _write_fixed(s_ckpt: Checkpoint, d_ckpt: Checkpoint, layers: list, src: Path, out: Path, force: bool,
-                 read_opts: dict[str, Any] | None, seed: int) -> tuple[str, VerifyReport]:
+                 read_opts: dict[str, Any] | None, seed: int, d_path: Path) -> tuple[str, VerifyReport]:
     """The corrected DST written with DST's format's writer into a folder beside ``out``, verified against
     ``src``, then put in place (nothing is left at ``out`` on any error)."""
     import shutil
@@ -746,6 +748,8 @@ def _write_fixed(s_ckpt: Checkpoint, d_ckpt: Checkpoint, layers: list, src: Path
     from .errors import VerificationError
     from .verify import diagnose as dg
 
+    commit.check_distinct(out, {"the source": src, "the file diagnosed": d_path}, "the fix output",
+                          "--fix output")
     commit.check_destination(out, force)
     bad = [ld.name for ld in layers if ld.verdict == "unexplained"]
     if bad:

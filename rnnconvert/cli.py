@@ -201,6 +201,9 @@ def convert(
         from .verify import report as html_report
 
         html_report.require()
+        state = None if emit_module is None else emit_module.with_name(emit_module.stem + "_state.pt")
+        _check_report(report, force, {"the source": src, "the output": dst, "the emitted module": emit_module,
+                                       "the emitted state dict": state})
     with _progress(quiet, f"converting {src.name}") as bar:
         try:
             rep = api.convert(src, dst, to=to, progress=bar.update, emit_module=emit_module,
@@ -210,7 +213,7 @@ def convert(
                 done = getattr(exc, "report", None)
                 _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=src_format, error=exc.cli_message(),
                       modules=done.modules if done else (), notes=done.notes if done else (),
-                      verification=done.verification if done else None, read_dst=False)
+                      verification=done.verification if done else None, read_dst=False, force=force)
             raise
         except KeyboardInterrupt:
             if not (bar.stage and bar.stage[0] == "done"):
@@ -223,20 +226,39 @@ def convert(
     try:  # DST is in place: whatever happens while reporting, the conversion succeeded (exit 0)
         if report is not None:
             _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=rep.src_format,
-                  dst_format=rep.dst_format, modules=rep.modules, notes=rep.notes, verification=rep.verification)
+                  dst_format=rep.dst_format, modules=rep.modules, notes=rep.notes, verification=rep.verification,
+                  force=force)
         _report(rep, as_json)
     except Exception as exc:  # noqa: BLE001 - e.g. a closed stdout
         print(f"rnnconvert: warning: {_shown(rep.dst)} was written; the report could not be printed "
               f"({type(exc).__name__}: {_shown(exc)})", file=sys.stderr)
 
 
-def _html(path: Path, kind: str, src, dst, read_opts: dict, read_dst: bool = True, **content) -> None:
-    """Write the HTML report (:mod:`rnnconvert.verify.report`) of a command to ``path``."""
+def _check_report(report: Path, force: bool, others: dict) -> None:
+    """``--report PATH`` follows DST's rules, checked before any work: never one of ``others`` (SRC, DST, the
+    file diagnosed, ``--fix``'s or ``--emit-module``'s outputs; by resolved path and file identity), never an
+    existing file without ``--force``, never a folder, link or device (:func:`rnnconvert.engine.commit.check_destination`).
+
+    Raises:
+        OutputExistsError (exit 6); FormatError: its folder does not exist."""
+    from .engine import commit
+    from .errors import FormatError
+
+    commit.check_distinct(report, others, "the report", "--report")
+    commit.check_destination(report, force)
+    if not report.parent.exists():
+        raise FormatError(f"{report.parent}: output directory does not exist (--report {report})")
+
+
+def _html(path: Path, kind: str, src, dst, read_opts: dict, read_dst: bool = True, force: bool = False,
+          **content) -> None:
+    """Write the HTML report (:mod:`rnnconvert.verify.report`) of a command to ``path`` (replacing a file there
+    only with ``force``)."""
     from .verify import report as html_report
 
     src_format, dst_format = content.pop("src_format", None), content.pop("dst_format", None)
     html_report.write(path, html_report.gather(kind, src, dst if read_dst else None, src_format=src_format,
-                                               dst_format=dst_format, read_opts=read_opts, **content))
+                                               dst_format=dst_format, read_opts=read_opts, **content), force=force)
 
 
 def _report(rep, as_json: bool) -> None:
@@ -444,6 +466,7 @@ def verify(
     threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
     report: ReportOpt = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing --report file.")] = False,
 ) -> None:
     """Check that DST computes what SRC computes, on a random batch (or --inputs); exit 5 if not, 9 when
     the check cannot decide."""
@@ -457,11 +480,12 @@ def verify(
         from .verify import report as html_report
 
         html_report.require()
+        _check_report(report, force, {"the source": src, "the file verified": dst})
     opts = _read_opts(gate_activation, read_opt, name_map)
     rep = api.verify(src, dst, mode=mode, read_opts=opts, device=device, dtype=dtype,
                      inputs=None if inputs is None else api.load_inputs(inputs))
     if report is not None:
-        _html(report, "verification", src, dst, opts, verification=rep)
+        _html(report, "verification", src, dst, opts, verification=rep, force=force)
     if as_json:
         out = rep.to_dict()
         if device == "cuda":
@@ -495,7 +519,8 @@ def diagnose(
     dst: Annotated[Path, typer.Argument(help="Someone's conversion of SRC to diagnose.", show_default=False)],
     fix: Annotated[Optional[Path], typer.Option("--fix", help="Write DST with the slips undone here (DST's format; "
                                                 "verified against SRC).", show_default=False)] = None,
-    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing --fix output.")] = False,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing --fix output or --report "
+                                        "file.")] = False,
     gate_activation: GateOpt = None,
     read_opt: ReadOpt = None,
     name_map: MapOpt = None,
@@ -512,11 +537,12 @@ def diagnose(
         from .verify import report as html_report
 
         html_report.require()
+        _check_report(report, force, {"the source": src, "the file diagnosed": dst, "the --fix output": fix})
     opts = _read_opts(gate_activation, read_opt, name_map)
     rep = api.diagnose(src, dst, fix=fix, force=force, read_opts=opts)
     if report is not None:
         _html(report, "diagnosis", src, dst, opts, src_format=rep.src_format, dst_format=rep.dst_format,
-              verification=rep.verification, diagnosis=rep)
+              verification=rep.verification, diagnosis=rep, force=force)
     if as_json:
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:
@@ -559,8 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     typo = _command_typo(args)
     if typo:
         return _fail(f"no such command '{_shown(args[0])}'; did you mean '{typo}'?", 2, "UsageError", as_json)
-    if args and args[0] not in COMMANDS and not args[0].startswith("-"):
-        args.insert(0, "convert")
+    if args and args[0] not in COMMANDS and (not args[0].startswith("-") or "--" in args):
+        args.insert(0, "convert")  # (``rnnconvert [OPTIONS] -- -odd.h5 DST``: a SRC starting with '-' after '--')
     from .process import signals
 
     signals.install()  # SIGTERM / SIGHUP clean up like Ctrl-C (rnnconvert/process/signals.py)
@@ -569,6 +595,9 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("RNNCONVERT_DEBUG"):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
+        from .process import settings
+
+        settings.check_all()  # every RNNCONVERT_* variable: a bad one is a usage error (exit 2), one line
         rc = app(args=args, prog_name="rnnconvert", standalone_mode=False)
         # typer turned the interruption into a plain 130; a command that returned 0 was not interrupted
         # (the handler's exception was swallowed where Python ignores exceptions, e.g. a fork hook, and the
@@ -590,10 +619,10 @@ def main(argv: list[str] | None = None) -> int:
         # Usage errors come from the click that typer bundles (typer._click, private): match by behaviour.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if callable(show) and isinstance(code, int):
-            if as_json:
-                return _fail(getattr(exc, "format_message", lambda: str(exc))(), code, "UsageError", True)
-            show()
-            return code
+            if not args or type(exc).__name__ == "NoArgsIsHelpError":  # the help page, asked for by no arguments
+                show()
+                return code
+            return _fail(_usage_line(exc, args), code, "UsageError", as_json)
         if type(exc).__name__ == "Abort":
             return 1
         if os.environ.get("RNNCONVERT_DEBUG"):
@@ -604,6 +633,21 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"internal error: {type(exc).__name__}: {_shown(exc)} (set RNNCONVERT_DEBUG=1 for a traceback; "
                      "please report it)", 1, "InternalError", as_json)
     return 0
+
+
+def _usage_line(exc: BaseException, args: list[str]) -> str:
+    """A click usage error as one line (click prints three: usage, a hint, the error): its message, where to
+    find help, and for an unknown option that is a path (``-odd.h5``) how to give it (after ``--``)."""
+    msg = _shown(getattr(exc, "format_message", lambda: str(exc))()).strip()
+    msg = (msg[:1].lower() + msg[1:]).rstrip(".")
+    ctx = getattr(exc, "ctx", None)
+    where = getattr(ctx, "command_path", None) or "rnnconvert"
+    odd = next((a for a in args if a.startswith("-") and a != "--" and ("." in a or "/" in a or os.path.lexists(a))),
+               None)
+    if odd is not None and "no such option" in msg:
+        return (f"{msg} ('{_shown(odd)}' is read as an option: a path starting with '-' goes after '--', e.g. "
+                f"rnnconvert -- {_shown(odd)} DST, or ./{_shown(odd)})")
+    return f"{msg} (see '{_shown(where)} -h')"
 
 
 def environment_limit(exc: BaseException) -> str | None:

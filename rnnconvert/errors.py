@@ -10,7 +10,8 @@ Exit codes (documented in ``docs/cli.md``):
 ====  =====================================================================
 0     success
 1     unexpected internal error (a bug: please report it)
-2     usage error (bad command-line arguments; typer's own code), :class:`OptionError` -- an unknown option
+2     usage error (bad command-line arguments; typer's own code), :class:`OptionError` -- an unknown option,
+      :class:`SettingError` -- an environment variable holding a value it cannot use
 3     :class:`FormatError` -- the input file is unreadable, malformed or of an unknown format
 4     :class:`UnsupportedError` -- the target cannot express the source faithfully (refused)
 5     :class:`VerificationError` -- the written result does not compute the source's function
@@ -85,6 +86,13 @@ class OutputExistsError(RNNConvertError):
     """The destination exists and overwriting was not asked for (``force=True``, CLI ``--force``)."""
 
     exit_code = 6
+
+
+class SettingError(RNNConvertError):
+    """An environment variable of rnnconvert holds a value it cannot use (:mod:`rnnconvert.process.settings`):
+    the message names the variable and what it takes; a usage error."""
+
+    exit_code = 2
 
 
 class BudgetError(FormatError):

@@ -26,7 +26,9 @@ from typing import Any, Callable
 
 def budget(path: str | Path) -> float:
     """Seconds allowed to read ``path``: the base deadline plus one second per MiB."""
-    base = float(os.environ.get("RNNCONVERT_READ_TIMEOUT", "60"))
+    from ..process import settings
+
+    base = settings.value("RNNCONVERT_READ_TIMEOUT")
     try:
         size = Path(path).stat().st_size
     except OSError:
@@ -78,8 +80,9 @@ def isolated(fn: Callable[..., Any], args: tuple, path: str | Path, what: str) -
         whatever ``fn`` raised (an unpicklable exception arrives as :class:`ReaderCrash`).
     """
     from ..errors import FormatError
+    from ..process import settings
 
-    if not hasattr(os, "fork") or os.environ.get("RNNCONVERT_ISOLATE", "1") == "0":
+    if not hasattr(os, "fork") or settings.value("RNNCONVERT_ISOLATE") == "0":
         return fn(*args)
     seconds = budget(path)
     r, w = os.pipe()

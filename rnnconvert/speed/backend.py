@@ -8,7 +8,6 @@ conversions both ways and compares them (``tests/performance/test_speed_backend.
 
 from __future__ import annotations
 
-import os
 
 #: the environment variable, and its values: ``fast`` (default) or ``plain``
 VARIABLE = "RNNCONVERT_SPEED"
@@ -16,4 +15,6 @@ VARIABLE = "RNNCONVERT_SPEED"
 
 def plain() -> bool:
     """Whether the plain fallback is asked for (``RNNCONVERT_SPEED=plain``)."""
-    return os.environ.get(VARIABLE, "fast").strip().lower() == "plain"
+    from ..process import settings
+
+    return settings.value(VARIABLE) == "plain"

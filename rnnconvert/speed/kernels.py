@@ -11,7 +11,6 @@ is plain numpy, which the suite compares these with (``tests/verify/test_referen
 
 from __future__ import annotations
 
-import os
 import threading
 from types import SimpleNamespace
 
@@ -19,6 +18,7 @@ import numpy as np
 
 from ..core import reference
 from . import backend, gpu, parallel
+from ..process import settings
 
 
 class Blocks:
@@ -71,7 +71,7 @@ class Blocks:
 #: 1 MiB stays in cache between a block's cast and its product. With 256 rows of a ``K = 2048`` matrix
 #: (4 MiB) a float32+float64 pass over an ``(8192, 2048)`` ``W_hh`` with 3 columns took ~1 s of wall time on
 #: the 2-core test machine against ~0.1 s with 64 rows (docs/performance.md, "one-step verification cost").
-BLOCK_BYTES = int(os.environ.get("RNNCONVERT_BLOCK_BYTES", "0") or 0) or 1 << 20  # env: a benchmark's knob
+BLOCK_BYTES = settings.lenient("RNNCONVERT_BLOCK_BYTES") or 1 << 20  # env: a benchmark's knob
 
 
 def block_rows(w: np.ndarray) -> int:

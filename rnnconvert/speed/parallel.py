@@ -65,8 +65,9 @@ def threads() -> int:
         return 1
     n = _state["threads"]
     if n is None:
-        env = os.environ.get(VARIABLE, "").strip()
-        n = int(env) if env.isdigit() and int(env) > 0 else min(DEFAULT_MAX, available())
+        from ..process import settings
+
+        n = settings.value(VARIABLE) or min(DEFAULT_MAX, available())
     return max(1, n)
 
 

@@ -208,13 +208,11 @@ def _one_blas_thread(fn):
     the 2-core machine, ``docs/performance.md``: 2.3-2.5x the wall time of a verified conversion). The
     products share the cores through :mod:`rnnconvert.speed.parallel` instead. ``RNNCONVERT_BLAS_THREADS=N``
     lets BLAS use ``N`` threads here (a benchmark's knob: ``bench/device_table.py``)."""
-    import os
-
-    blas = int(os.environ.get("RNNCONVERT_BLAS_THREADS", "1") or 1)
+    from ..process import settings
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        with blas_controller().limit(limits=blas, user_api="blas"):
+        with blas_controller().limit(limits=settings.value("RNNCONVERT_BLAS_THREADS"), user_api="blas"):
             return fn(*args, **kwargs)
     return run
 

@@ -62,8 +62,27 @@ class Content:
     diagnosis: Any = None
 
 
+def _clean(text: object) -> str:
+    """``text`` as valid Unicode: a lone surrogate (a name read from a file, ``os.fsdecode`` of a path's bytes)
+    becomes U+FFFD, which UTF-8 and matplotlib take."""
+    import re
+
+    return re.sub("[\ud800-\udfff]", "\ufffd", str(text))
+
+
 def _e(x: object) -> str:
-    return html.escape(str(x))
+    return html.escape(_clean(x))
+
+
+def _plain(text: object, limit: int = 80) -> str:
+    """A name for a plot title: valid Unicode (:func:`_clean`), at most ``limit`` characters; drawn with
+    :data:`PLAIN` (never mathtext nor TeX: a ``$...$`` in a layer name is text)."""
+    s = _clean(text)
+    return s if len(s) <= limit else s[:limit - 3] + "..."
+
+
+#: matplotlib text properties for strings from a file: plain text (no ``$...$`` mathtext, no TeX).
+PLAIN = {"parse_math": False, "usetex": False}
 
 
 def _num(x: float, fmt: str = ".3g") -> str:
@@ -198,7 +217,7 @@ def _plot(c) -> str:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "one-step comparison not run", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(f"{c.name}: one step from the source's states", fontsize=9)
+    ax.set_title(f"{_plain(c.name)}: one step from the source's states", fontsize=9, **PLAIN)
     ax.set_xlabel("time step t (state before step t)", fontsize=8)
     ax = axes[1]
     if c.seq_err_t:
@@ -209,7 +228,7 @@ def _plot(c) -> str:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "sequence comparison not run", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(f"{c.name}: the short sequence", fontsize=9)
+    ax.set_title(f"{_plain(c.name)}: the short sequence", fontsize=9, **PLAIN)
     ax.set_xlabel("time step", fontsize=8)
     for ax in axes:
         ax.tick_params(labelsize=8)
@@ -295,14 +314,19 @@ def require() -> None:
     require_module("matplotlib", "report")
 
 
-def write(path, content: Content) -> None:
-    """Write the report of ``content`` to ``path`` (a temporary file beside it, then renamed).
+def write(path, content: Content, force: bool = False) -> None:
+    """Write the report of ``content`` to ``path`` (a temporary file beside it, then renamed; an existing file
+    replaced only with ``force``, never a folder, link or device: DST's rules,
+    :func:`rnnconvert.engine.commit.check_destination`). The caller keeps it apart from SRC and DST
+    (:func:`rnnconvert.engine.commit.check_distinct`).
 
     Raises:
         DependencyError: matplotlib (the ``report`` extra) is not installed.
+        OutputExistsError: ``path`` exists (without ``force``) or is not a regular file.
         OutputError: the file cannot be written."""
     from ..engine import commit
 
     require()
-    text = render(content)
-    commit.write_in_place(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    commit.check_destination(Path(path), force)
+    text = _clean(render(content))
+    commit.write_in_place(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"), force)

@@ -132,7 +132,7 @@ def test_pt_and_onnx_sources_into_openvino_run_by_openvino(cell, src_ext, tmp_pa
         src, opts = tmp_path / "m.onnx", {}
     dst = tmp_path / "ir"
     api.convert(src, dst, to="openvino", read_opts=opts)
-    assert sorted(p.name for p in dst.iterdir()) == ["model.bin", "model.xml"]
+    assert sorted(p.name for p in dst.iterdir()) == [".rnnconvert-manifest.json", "model.bin", "model.xml"]
     assert registry.detect(dst).name == "openvino" and registry.detect(dst / "model.xml").name == "openvino"
     x = np.random.default_rng(2).standard_normal((2, 5, 3)).astype(np.float32)
     with torch.no_grad():
@@ -231,4 +231,6 @@ def test_force_replaces_a_written_ir_folder(tmp_path):
     with pytest.raises(OutputExistsError):
         api.convert(tmp_path / "m.pt", tmp_path / "ir", to="openvino")
     api.convert(tmp_path / "m.pt", tmp_path / "ir", to="openvino", force=True)
-    assert sorted(p.name for p in (tmp_path / "ir").iterdir()) == ["model.bin", "model.xml"]
+    # the manifest rnnconvert writes in each folder output: what --force may replace (engine/commit.py)
+    assert sorted(p.name for p in (tmp_path / "ir").iterdir()) == [".rnnconvert-manifest.json", "model.bin",
+                                                                   "model.xml"]
