@@ -363,8 +363,14 @@ def read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip
             ckpt.layers.append(_opaque_alone(path, key, get(key), opts))
             _opaque_slots(ckpt, shapes, get, key, ckpt.layers[-1])
     if not ckpt.layers:
-        raise FormatError(f"{path}: no recurrent cell variables found (looked for "
-                          f"{', '.join(CELL_SCOPES)} scopes and opaque_kernel)")
+        from types import SimpleNamespace
+
+        from ...core import names  # the variables listed for `inspect` (UnrecognisedError); dtypes not known here
+
+        raise names.unrecognised(f"{path}: no recurrent cell variables found (looked for "
+                                 f"{', '.join(CELL_SCOPES)} scopes and opaque_kernel)",
+                                 {k: SimpleNamespace(shape=tuple(v), dtype=None) for k, v in shapes.items()},
+                                 suggest=False)  # the TF readers take no map
     return ckpt
 
 
