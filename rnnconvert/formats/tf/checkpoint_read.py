@@ -107,10 +107,9 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
             eagerly either way.
 
     Returns:
-        a :class:`Checkpoint` in canonical form (dtype as stored). A tf.keras / tf_keras SavedModel folder's
-        layers and carried tensors are named by the Keras names of its ``keras_metadata.pb`` (``lstm_5``), the
-        object path (``layer_with_weights-0``) kept in ``source['object_path']``
-        (:func:`.savedmodel_keras.keras_named`); other TF2 object checkpoints by object path.
+        a :class:`Checkpoint` in canonical form (dtype as stored); TF2 object checkpoints' layers named by object
+        path (``layer_with_weights-0``; the format records read through :func:`.savedmodel_keras.read`, which
+        names a SavedModel folder's layers by their Keras names).
 
     Raises:
         FormatError: unreadable checkpoint (damaged ``.index``, ``.data`` shorter than the index says or
@@ -119,19 +118,6 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
             running past the deadline.
         UnsupportedError: a cell rnnconvert refuses (named, with the reason).
     """
-    return _keras_named(_read(path, forget_bias, gate_activation, num_layers, hidden_size, bidirectional,
-                              cell_clip, proj_clip, lazy))
-
-
-def _keras_named(ckpt: Checkpoint) -> Checkpoint:
-    """A SavedModel folder's layers named by their Keras names (:func:`.savedmodel_keras.keras_named`)."""
-    from . import savedmodel_keras  # it imports this module
-
-    return savedmodel_keras.keras_named(ckpt)
-
-
-def _read(path, forget_bias, gate_activation, num_layers, hidden_size, bidirectional, cell_clip, proj_clip,
-          lazy) -> Checkpoint:
     pre = prefix_of(path)
     if pre is None:
         raise FormatError(f"{path}: not a TensorFlow checkpoint (no .index file or 'checkpoint' file)")

@@ -111,6 +111,16 @@ def _read_blob(meta: Path) -> bytes:
         return fh.read(size + 1)[: budget.limit("header_bytes") + 1]
 
 
+def read(path: str | Path, **opts: Any) -> Checkpoint:
+    """The TF checkpoint records' reader: :func:`.checkpoint_read.read` (every option, ``lazy`` included), then a
+    tf.keras / tf_keras SavedModel folder's layers and carried tensors named by the Keras names of its
+    ``keras_metadata.pb`` (``lstm_5``, not ``layer_with_weights-0``; issue #42), the object path kept in
+    ``source['object_path']`` (:func:`keras_named`).
+
+    Raises: as :func:`.checkpoint_read.read`; BudgetError: a ``keras_metadata.pb`` over the budget."""
+    return keras_named(checkpoint_read.read(path, **opts))
+
+
 #: a Keras layer name rnnconvert puts in state-dict keys (``lstm_5``); others keep the object path
 _KERAS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,199}")
 
