@@ -15,11 +15,12 @@ from .api import ConversionReport, DiagnosisReport, convert, diagnose, inspect, 
 from .errors import (DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError,
                      UnsupportedError, VerificationError)
 from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
+from .engine.refusal import Refused
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Cell", "Checkpoint", "ConversionReport", "DiagnosisReport", "diagnose", "DependencyError", "DirectionParams", "FormatError",
-    "OptionError", "OutputExistsError", "RNNConvertError", "RNNLayer", "Semantics", "UnsupportedError",
+    "OptionError", "OutputExistsError", "Refused", "RNNConvertError", "RNNLayer", "Semantics", "UnsupportedError",
     "VerificationError", "convert", "inspect", "list_formats", "load", "load_inputs", "save", "torch_modules", "verify",
 ]

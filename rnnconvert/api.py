@@ -38,11 +38,15 @@ def _way_out():
         raise registry.complete(exc)
 
 
-def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = False, **opts: Any) -> Checkpoint:
+def load(path: str | os.PathLike | bytes | Any, format: str | None = None, *, lazy: bool = False,
+         **opts: Any) -> Checkpoint:
     """Read ``path`` into the canonical :class:`~rnnconvert.core.model.Checkpoint`.
 
     Args:
-        path: the source file (or directory, for directory formats).
+        path: the source file (or directory, for directory formats); or an object in memory
+            (:func:`load_object`): the ``bytes`` of a one-file format (detected by content), a state dict
+            (a mapping of names to ``torch.Tensor`` or numpy arrays, nested as ``torch.save`` would save it), a
+            ``torch.nn.Module`` (its ``state_dict()``). Those are read eagerly, whatever ``lazy`` says.
         format: a registry name (``'keras_h5'``, ``'pt'``, ...) or ``None`` to detect by content.
         lazy: ask for a lazy checkpoint (:attr:`Checkpoint.slabs`: parameters read one slab at a time,
             placeholders until then) when the format's reader can do it (``FormatSpec.lazy``);
@@ -55,8 +59,10 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
         FormatError: also for NaN/Inf weights (every format, naming the tensor) and, as a last line
             of defence, for any other exception a reader lets through (kept as ``__cause__``),
             ``MemoryError`` and ``RecursionError`` included (docs/security.md).
-        UnsupportedError, DependencyError.
+        UnsupportedError, DependencyError. TypeError: ``path`` is none of the accepted kinds.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        return load_object(path, format, **opts)
     budget.regular_source(path)  # a FIFO or /dev/zero: refused before anything reads it
     fmt = registry.get(format) if format else registry.detect(path)
     mod = fmt.load()
@@ -83,6 +89,111 @@ def load(path: str | os.PathLike, format: str | None = None, *, lazy: bool = Fal
     return replace(ckpt, format=fmt.name,
                    slabs=None if ckpt.slabs is None else CheckedSlabs(ckpt, str(path), fmt.name))
 
+
+
+#: suffixes tried, in order, for ``bytes`` whose content alone no sniffer claims (formats told by their extension)
+_BYTES_SUFFIXES = {b"\x89HDF\r\n\x1a\n": (".h5",), b"PK\x03\x04": (".npz", ".keras")}
+_BYTES_FALLBACK = (".onnx", ".pdparams", ".msgpack")
+
+
+def load_object(obj: Any, format: str | None = None, **opts: Any) -> Checkpoint:
+    """:func:`load` of an object in memory, read by the same readers as a file (never unpickled by ``pickle``:
+    the readers' allow-list unpicklers), through a private temporary folder (mode 0700, removed before this
+    returns; the checkpoint is read eagerly and holds every array).
+
+    * ``bytes``/``bytearray``/``memoryview``: the content of a one-file format (``.pt``, ``.h5``, ``.keras``,
+      ``.safetensors``, ``.npz``, ``.onnx``, ``.tflite``, ...), detected by content as a file is
+      (:func:`rnnconvert.engine.registry.detect`), or read as ``format``; formats told by their extension are
+      tried with it (HDF5 as ``.h5``, a zip as ``.npz`` then ``.keras``, else ``.onnx``, ``.pdparams``,
+      ``.msgpack``). Folder formats (TF checkpoints, OpenVINO IRs, Orbax) cannot come as bytes.
+    * a mapping (a state dict: names to ``torch.Tensor`` or numpy arrays; nested dicts as a training checkpoint)
+      or a ``torch.nn.Module`` (its ``state_dict()``): saved with ``torch.save`` and read as a ``.pt``
+      (numpy arrays become tensors sharing their memory); without torch installed, a flat mapping of numpy
+      arrays is saved with ``np.savez`` and read as an ``.npz`` (its names through the foreign-name table).
+
+    The checkpoint's ``meta['path']`` names the object (``<bytes: 1,234>``, ``<state dict>``,
+    ``<nn.Module LSTM>``), not the temporary file.
+
+    Raises:
+        FormatError: bytes of no known one-file format, or as :func:`load`. TypeError: ``obj`` is none of these
+            kinds (the message names them). UnsupportedError, DependencyError, OptionError: as :func:`load`."""
+    import shutil
+    import sys
+    import tempfile
+    from collections.abc import Mapping
+
+    torch = sys.modules.get("torch")  # a Module or tensor means torch is imported already
+    if torch is not None and isinstance(obj, torch.nn.Module):
+        what, obj = f"<nn.Module {type(obj).__name__}>", obj.state_dict()
+    elif isinstance(obj, Mapping):
+        what = "<state dict>"
+    elif isinstance(obj, (bytes, bytearray, memoryview)):
+        what = f"<bytes: {memoryview(obj).nbytes:,}>"
+    else:
+        raise TypeError(f"rnnconvert.load takes a path, the bytes of a file, a state dict (a mapping of names to "
+                        f"tensors or arrays) or a torch.nn.Module, not {type(obj).__name__}")
+    tmp = Path(tempfile.mkdtemp(prefix="rnnconvert-load-"))  # mode 0700: private to this user
+    try:
+        if what.startswith("<bytes"):
+            data = memoryview(obj).cast("B")
+            if format:
+                exts = registry.get(format).extensions
+                suffixes = (exts[0] if exts else "",)
+            else:
+                suffixes = ("", *next((v for k, v in _BYTES_SUFFIXES.items() if bytes(data[:len(k)]) == k),
+                                      _BYTES_FALLBACK))
+            path = tmp / "input"
+            path.write_bytes(data)
+            found, by_content = None, True
+            for i, suffix in enumerate(suffixes):
+                target = tmp / f"input{suffix}"
+                path.rename(target)
+                path = target
+                if format:
+                    found = format
+                    break
+                try:
+                    found = registry.detect(path).name
+                    by_content = i == 0 or suffix in (".h5", ".npz", ".keras")  # a magic number led there
+                    break
+                except FormatError:
+                    continue
+            if found is None:
+                raise FormatError(f"{what}: unrecognised content; name its format with format=... "
+                                  "(folder formats, TF checkpoints and OpenVINO IRs among them, cannot come as bytes)")
+        else:
+            state = obj
+            if torch is not None:
+                path = tmp / "state.pt"
+                torch.save(_as_tensors(torch, state), path)
+            else:
+                path = tmp / "state.npz"
+                np.savez(path, **{str(k): np.asarray(v) for k, v in state.items()})
+            found, by_content = format, True
+        try:
+            ckpt = load(path, found, lazy=False, **opts)
+        except RNNConvertError as exc:  # the message names the object, not the temporary file
+            msg = str(exc).replace(str(path), what)
+            if not by_content:
+                msg = (f"{what}: no format recognised these bytes by content; read as {found}, the one left: "
+                       f"{msg.removeprefix(what + ': ')}")
+            exc.args = (msg,)
+            exc.cli = exc.cli and exc.cli.replace(str(path), what)
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return replace(ckpt, meta={**ckpt.meta, "path": what})
+
+
+def _as_tensors(torch, obj: Any) -> Any:
+    """``obj`` with numpy arrays turned into tensors (sharing memory), in dicts, lists and tuples."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, dict):
+        return {k: _as_tensors(torch, v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_as_tensors(torch, v) for v in obj)
+    return obj
 
 
 @dataclass

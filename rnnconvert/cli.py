@@ -424,10 +424,17 @@ def inspect(
     name_map: MapOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the recurrent layers of SRC: kinds, sizes, semantics; and its other tensors."""
+    """List the recurrent layers of SRC: kinds, sizes, semantics; and its other tensors. A file whose tensors
+    are not recognised: its tensors (names, shapes, dtypes) and a --map to start from, then the error (exit 3)."""
     from . import api
+    from .errors import UnrecognisedError
 
-    info = api.inspect(src, src_format, **_read_opts(gate_activation, read_opt, name_map))
+    try:
+        info = api.inspect(src, src_format, **_read_opts(gate_activation, read_opt, name_map))
+    except UnrecognisedError as exc:
+        if not as_json:
+            _list_unrecognised(src, exc)
+        raise
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -448,6 +455,34 @@ def inspect(
         con.print(f"recognised {_shown(line)}")
     if info["tensors"]:
         con.print(_shown("other tensors: " + ", ".join(f"{k} {tuple(v)}" for k, v in info["tensors"].items())))
+
+
+#: how many tensors `inspect` lists of a file it does not recognise
+INSPECT_LISTED = 40
+
+
+def _list_unrecognised(src: Path, exc) -> None:
+    """The tensors of a file no reader recognised (:class:`rnnconvert.errors.UnrecognisedError`), at most
+    :data:`INSPECT_LISTED` of them, and the ``--map`` read from their shapes (docs/foreign-names.md)."""
+    import shlex
+
+    from rich.table import Table
+
+    con = _console()
+    shown = exc.tensors[:INSPECT_LISTED]
+    t = Table(title=_shown(f"{src}: {exc.total} tensor(s), none recognised as recurrent weights"))
+    for head in ("tensor", "shape", "dtype"):
+        t.add_column(head, no_wrap=True)
+    for name, shape, dtype in shown:
+        t.add_row(_shown(name), _shown(tuple(shape)), _shown(dtype))
+    con.print(t)
+    if exc.total > len(shown):
+        con.print(f"... and {exc.total - len(shown)} more")
+    if exc.suggested_map:
+        con.print("a --map read from the shapes alone (check each role and the gate order: the file does not say "
+                  "them; docs/foreign-names.md):")
+        con.print(_shown("  rnnconvert inspect " + shlex.quote(str(src)) + " "
+                         + " ".join(f"--map {shlex.quote(m)}" for m in exc.suggested_map)), soft_wrap=True)
 
 
 @app.command()

@@ -95,6 +95,29 @@ class SettingError(RNNConvertError):
     exit_code = 2
 
 
+class UnrecognisedError(FormatError):
+    """A file rnnconvert reads, whose tensors it does not recognise as recurrent weights (no name of the
+    foreign-name table, no recurrent node or cell scope). Besides the one-line message it carries what the file
+    holds, so that ``rnnconvert inspect`` can list it and suggest a ``--map`` (docs/foreign-names.md):
+
+    Attributes:
+        tensors: ``[(name, shape, dtype), ...]`` in the file's order, at most
+            :data:`rnnconvert.core.names.LISTED` entries (``shape`` a tuple of ints, ``dtype`` a numpy dtype
+            name or ``'?'``).
+        total: how many tensors the file holds (``len(tensors)`` or more).
+        suggested_map: ``--map`` items read from the shapes alone (:func:`rnnconvert.core.names.suggest_map`);
+            a starting point to check, never applied by rnnconvert."""
+
+    exit_code = 3
+
+    def __init__(self, message: str = "", *, tensors: list | None = None, total: int | None = None,
+                 suggested_map: list[str] | None = None, cli: str | None = None) -> None:
+        super().__init__(message, cli=cli)
+        self.tensors = list(tensors or [])
+        self.total = len(self.tensors) if total is None else total
+        self.suggested_map = list(suggested_map or [])
+
+
 class BudgetError(FormatError):
     """The file declares more work or memory than the resource budget allows (:mod:`rnnconvert.safety.budget`);
     the message names the limit and the environment variable that raises it."""

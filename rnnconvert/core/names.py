@@ -47,7 +47,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import gates
-from ..errors import FormatError
+from ..errors import FormatError, UnrecognisedError
 from .model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 
 ROLES = ("w_ih", "w_hh", "b_ih", "b_hh", "bias", "w_hr", "peep_i", "peep_f", "peep_o")
@@ -468,9 +468,9 @@ def recognise(tensors: Mapping[str, np.ndarray], where: str, fmt: str, *, map: A
         ckpt.meta["recognised"].append(layer.source["recognised"]["line"])
         used.update(h.name for ks in layers.values() for d in ks.values() for h in d.values())
     if not ckpt.layers and strict:
-        raise FormatError(f"{where}: no recurrent weights recognised (neither PyTorch names nor any name of the "
-                          "foreign-name table: w_ih/w_hh, weight_ih/weight_hh, kernel/recurrent_kernel, Wx/Wh, W/U, "
-                          "...); name them with --map PATTERN=ROLE (docs/foreign-names.md)")
+        raise unrecognised(f"{where}: no recurrent weights recognised (neither PyTorch names nor any name of the "
+                           "foreign-name table: w_ih/w_hh, weight_ih/weight_hh, kernel/recurrent_kernel, Wx/Wh, W/U, "
+                           "...); name them with --map PATTERN=ROLE (docs/foreign-names.md)", tensors)
     return replace(ckpt, tensors={k: v for k, v in tensors.items() if k not in used})
 
 
@@ -658,3 +658,74 @@ def add_rest(ckpt: Checkpoint, where: str, fmt: str, nonlinearity: str = "tanh")
         meta = {**ckpt.meta, "recognised": [*ckpt.meta.get("recognised", []), *rest.meta["recognised"]]}
         return replace(ckpt, layers=[*ckpt.layers, *rest.layers], tensors=rest.tensors, meta=meta)
     return ckpt
+
+
+#: how many tensors an :class:`~rnnconvert.errors.UnrecognisedError` lists (the CLI shows fewer)
+LISTED = 200
+
+_MAP_UNSAFE = re.compile(r"[=\s'\"*?\[\]]")
+
+
+def listing(tensors: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str]]:
+    """``[(name, shape, dtype)]`` of the first :data:`LISTED` entries of ``tensors`` (arrays or placeholders:
+    anything with ``shape`` and ``dtype``; a record without them is listed with ``()`` and ``'?'``); names cut
+    to :data:`MAX_NAME` characters."""
+    out = []
+    for name, v in tensors.items():
+        if len(out) >= LISTED:
+            break
+        shape = tuple(int(d) for d in getattr(v, "shape", ()) or ())
+        dt = getattr(v, "dtype", None)
+        out.append((str(name)[:MAX_NAME], shape, str(np.dtype(dt)) if dt is not None else "?"))
+    return out
+
+
+def suggest_map(tensors: list[tuple[str, tuple[int, ...], str]]) -> list[str]:
+    """``--map`` items (``PATTERN=ROLE``, ``gate_order=...``) a user can start from, read from shapes alone:
+    per group of floating-point tensors sharing a prefix (the name up to its last ``. / : _ -``), a 2-D tensor
+    whose shape reads as a recurrent matrix (``(G*H, H)`` or ``(H, G*H)``, G = 4, 3, 1: :func:`_shape_options`)
+    is ``w_hh``, another 2-D tensor with ``G*H`` on the same side ``w_ih``, 1-D tensors of ``G*H`` ``b_ih`` then
+    ``b_hh`` (one alone: ``bias``); groups without such a pair are left out; where shapes fit several cells,
+    the first of LSTM, GRU, simple RNN is taken. The gate order is in no file (docs/foreign-names.md): for
+    G = 4 or 3 a ``LAYER.gate_order=`` item with PyTorch's order (``ifgo``, ``rzn``) is added, to be checked.
+    Never applied by rnnconvert: the CLI prints it after the tensors of an :class:`UnrecognisedError`."""
+    groups: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+    for name, shape, dtype in tensors:
+        if not (dtype.startswith(("float", "bfloat")) or dtype == "?") or _MAP_UNSAFE.search(name):
+            continue
+        m = re.match(r"^(?P<pre>.*)" + _SEP + r"[^._/:\-]*$", name)
+        groups.setdefault(m.group("pre") if m else "", []).append((name, shape))
+    items: list[str] = []
+    for pre, members in groups.items():
+        mats = [(n, sh) for n, sh in members if len(sh) == 2]
+        readings = sorted(((-g, i, n_hh, orient, h, g) for i, (n_hh, sh_hh) in enumerate(mats)
+                           for orient, h, g in _shape_options(sh_hh)))  # LSTM first, then GRU, then RNN
+        found = None
+        for _, _, n_hh, orient, h, g in readings:
+            side = 0 if orient == "out_in" else 1
+            ih = [n for n, sh in mats if n != n_hh and sh[side] == g * h]
+            if len(ih) == 1:
+                found = (n_hh, ih[0], g * h, g)
+                break
+        if found is None:
+            continue
+        n_hh, n_ih, gh, g = found
+        layer = re.sub(r"[^A-Za-z0-9_]", "_", pre).strip("_") or "rnn"
+        items += [f"{n_ih}={layer}.w_ih", f"{n_hh}={layer}.w_hh"]
+        biases = [n for n, sh in members if sh in ((gh,), (2, gh))]
+        if len(biases) == 1:
+            items.append(f"{biases[0]}={layer}.bias")
+        elif len(biases) == 2:
+            items += [f"{biases[0]}={layer}.b_ih", f"{biases[1]}={layer}.b_hh"]
+        if g > 1:
+            items.append(f"{layer}.gate_order=" + ("ifgo" if g == 4 else "rzn"))
+    return items
+
+
+def unrecognised(message: str, tensors: Mapping[str, Any], *, suggest: bool = True) -> UnrecognisedError:
+    """The :class:`~rnnconvert.errors.UnrecognisedError` of a file whose ``tensors`` (name -> array or
+    placeholder, in the file's order) hold no recurrent weight rnnconvert recognises: ``message`` with their
+    :func:`listing` and, when the format's reader takes ``map`` (``suggest``), :func:`suggest_map`."""
+    listed = listing(tensors)
+    return UnrecognisedError(message, tensors=listed, total=len(tensors),
+                             suggested_map=suggest_map(listed) if suggest else [])

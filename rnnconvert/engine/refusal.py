@@ -12,7 +12,14 @@ from ..errors import UnsupportedError
 
 class Refused(UnsupportedError):
     """``layer`` cannot be written as ``target``: one line naming the layer, the target, every blocking
-    feature (``why``) and -- once the engine has set :attr:`way_out` -- the way out."""
+    feature (``why``) and -- once the engine has set :attr:`way_out` -- the way out. Public as
+    ``rnnconvert.Refused`` (an :class:`~rnnconvert.errors.UnsupportedError`, exit code 4).
+
+    Attributes:
+        layer: the refused :class:`~rnnconvert.core.model.RNNLayer` (its parameters may be a lazy
+            checkpoint's placeholders: ``repr`` shows only its name). why: the blocking features, one string
+            each. fmt: the writer's registry name. target: what it writes (``"PyTorch nn.GRU"``). way_out: the
+            formats that express the layer (set by :func:`rnnconvert.engine.registry.complete`), or ``None``."""
 
     def __init__(self, layer, why: list[str], fmt: str, target: str) -> None:
         cls = layer.source.get("class_name") if isinstance(layer.source, dict) else None
@@ -23,6 +30,12 @@ class Refused(UnsupportedError):
 
     def __str__(self) -> str:
         return self.base if self.way_out is None else f"{self.base} {self.way_out}"
+
+    def __repr__(self) -> str:
+        """One short line: the layer's name (never its arrays, which a lazy checkpoint holds as NaN
+        placeholders), the target, the blocking features and the way out."""
+        out = f"Refused(layer={self.layer.name!r}, target={self.target!r}, why={self.why!r}"
+        return out + (f", way_out={self.way_out!r})" if self.way_out else ")")
 
 
 def refuse(layer, why: list[str], fmt: str, target: str) -> None:

@@ -234,3 +234,22 @@ def test_force_replaces_a_written_ir_folder(tmp_path):
     # the manifest rnnconvert writes in each folder output: what --force may replace (engine/commit.py)
     assert sorted(p.name for p in (tmp_path / "ir").iterdir()) == [".rnnconvert-manifest.json", "model.bin",
                                                                    "model.xml"]
+
+
+def test_bidirectional_relu_rnn_lists_activations_per_direction(tmp_path):
+    """OpenVINO's ONNX frontend writes an ONNX bidirectional relu RNN as ``activations="relu, relu"`` (one per
+    direction): read as one relu cell (the .pt/.onnx reproduction of OpenVINO's output is in
+    test_ir_converts_reproducing_openvino); a list that differs per direction, or of another length, is refused
+    naming what it holds."""
+    src = FIXTURES / "openvino/onnx_birnn_relu.xml"
+    text = src.read_text()
+    assert 'direction="bidirectional"' in text and 'activations="relu, relu"' in text  # as OpenVINO wrote it
+    (layer,) = api.load(src).layers
+    assert layer.cell is Cell.RNN_RELU and layer.bidirectional
+    (tmp_path / "d.bin").write_bytes(src.with_suffix(".bin").read_bytes())
+    for acts, match in (("relu, tanh", "differ per direction .forward relu; backward tanh"),
+                        ("relu, relu, relu", "3 activations .relu, relu, relu. for a RNNSequence of 2 direction")):
+        (tmp_path / "d.xml").write_text(text.replace('activations="relu, relu"', f'activations="{acts}"'))
+        with pytest.raises(UnsupportedError, match=match) as info:
+            api.load(tmp_path / "d.xml")
+        assert "\n" not in str(info.value) and "rnnconvert reads sigmoid, tanh and relu" not in str(info.value)

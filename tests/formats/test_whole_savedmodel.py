@@ -99,21 +99,49 @@ def test_convert_verified_to_onnx_and_pt2(path, tmp_path):
 
 
 def test_recurrent_only_and_no_metadata_keep_the_recurrent_layers(tmp_path):
-    """``--recurrent-only`` and a SavedModel without keras_metadata.pb write the recurrent layers alone, named
-    by the checkpoint's object paths, as before issue #30."""
+    """``--recurrent-only`` writes the recurrent layers alone, named by the Keras names the model's author gave
+    them (``fixtures/gen_keras_savedmodel.py``: ``bilstm``, ``gru``; issue #42), not by the checkpoint's object
+    paths; a SavedModel without keras_metadata.pb has only the object paths (``layer_with_weights-N``)."""
     import onnx
 
     src = FIX / "sm_masked_bidir_gru"
-    names = [f"{layer.name}__in" for layer in rnnconvert.load(src).layers]
-    assert all(n.startswith("layer_with_weights-") for n in names)
+    layers = rnnconvert.load(src).layers
+    assert [layer.name for layer in layers] == ["bilstm", "gru"]
+    assert all(layer.source["object_path"].startswith("layer_with_weights-") for layer in layers)
     rnnconvert.convert(src, tmp_path / "r.onnx", verify=None, write_opts={"recurrent_only": True})
-    assert [i.name for i in onnx.load(str(tmp_path / "r.onnx")).graph.input] == names
+    assert [i.name for i in onnx.load(str(tmp_path / "r.onnx")).graph.input] == ["bilstm__in", "gru__in"]
     bare = tmp_path / "bare"
     shutil.copytree(src, bare)
     (bare / "keras_metadata.pb").unlink()
+    names = [f"{layer.source['object_path']}__in" for layer in layers]
+    assert [f"{layer.name}__in" for layer in rnnconvert.load(bare).layers] == names
     assert savedmodel_keras.read_full_model(rnnconvert.load(bare)) is None
     rnnconvert.convert(bare, tmp_path / "b.onnx", verify=None)
     assert [i.name for i in onnx.load(str(tmp_path / "b.onnx")).graph.input] == names
+
+
+def test_pt_keys_carry_the_keras_names(tmp_path):
+    """A SavedModel into ``.pt`` (verified, the default): state-dict keys carry the layer names given in
+    ``fixtures/gen_keras_savedmodel.py`` (``conv``, ``bn``, ``lstm``, ``dense``), not ``layer_with_weights-N``
+    (issue #42); torch's nn.LSTM loads the recurrent tensors."""
+    torch = pytest.importorskip("torch")
+    rep = rnnconvert.convert(FIX / "sm_conv_lstm", tmp_path / "m.pt")
+    assert [(c.name, c.verdict) for c in rep.verification.layers] == [("lstm", "ok")]
+    sd = torch.load(tmp_path / "m.pt", weights_only=True)
+    assert {k.split(".", 1)[0] for k in sd} == {"conv", "bn", "lstm", "dense"}
+    lstm = torch.nn.LSTM(sd["lstm.weight_ih_l0"].shape[1], sd["lstm.weight_hh_l0"].shape[1], batch_first=True)
+    lstm.load_state_dict({k.split(".", 1)[1]: v for k, v in sd.items() if k.startswith("lstm.")})
+
+
+def test_damaged_metadata_keeps_object_paths_for_the_recurrent_layers(tmp_path):
+    """A keras_metadata.pb that cannot name the layers leaves them named by object path (the recurrent-only
+    conversion still reads them); the whole-model reader refuses the file (test_crafted_metadata_one_line_nonzero)."""
+    src = tmp_path / "sm"
+    shutil.copytree(FIX / "sm_conv_lstm", src)
+    (src / "keras_metadata.pb").write_bytes(CRAFTED["non_json"])
+    ckpt = rnnconvert.load(src)
+    assert [layer.name for layer in ckpt.layers] == ["layer_with_weights-2"]
+    assert "keras_metadata.pb" in ckpt.meta["keras_names"]
 
 
 def test_custom_layer_refused_by_name_and_class(tmp_path, capsys):

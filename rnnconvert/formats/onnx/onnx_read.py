@@ -387,7 +387,10 @@ def read(path: str | Path, *, lazy: bool = False, **_: Any) -> Checkpoint:
         raise FormatError(f"{path}: a stored tensor does not match its declared shape or type ({exc})") from exc
     rnn = [n for n in g.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]
     if not rnn:
-        raise FormatError(f"{path}: no LSTM, GRU or RNN node in this ONNX model")
+        from ...core import names  # its initializers listed for `inspect` (UnrecognisedError)
+
+        raise names.unrecognised(f"{path}: no LSTM, GRU or RNN node in this ONNX model", vals,
+                                 suggest=False)  # the ONNX reader takes no map
     from ...safety import budget
 
     budget.check_count(path, "layers", len(rnn), "recurrent nodes")  # before any node is read

@@ -149,13 +149,32 @@ class Graph:
         return np.frombuffer(raw, np.dtype(DTYPES[et]).newbyteorder("<")).reshape(shape).astype(DTYPES[et])
 
 
-def _activations(el: ET.Element, cls: str, where: str) -> tuple[str, str]:
+def _activations(el: ET.Element, cls: str, where: str, directions: int = 1) -> tuple[str, str]:
+    """The (gate, candidate) activations of a sequence node's ``activations`` attribute.
+
+    OpenVINO's own converters write one list per cell (``sigmoid, tanh, tanh`` for LSTM); its ONNX frontend copies
+    an ONNX bidirectional node's list, which ONNX gives per direction (``relu, relu`` for a bidirectional relu
+    RNN). Both are read; a per-direction list is accepted only when the directions name the same activations
+    (OpenVINO's CPU runtime applies the first list to both directions: measured with OpenVINO 2026.4, so a
+    list that differs per direction has no one reading). Source: IRs saved by OpenVINO (the fixtures of
+    ``fixtures/gen_openvino.py``, ``openvino/onnx_birnn_relu.xml`` among them) and that runtime's outputs.
+    """
     data = el.find("data")
     acts = [a.strip() for a in (data.get("activations", "") if data is not None else "").split(",") if a.strip()]
     default = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"], "RNN": ["tanh"]}[cls]
     acts = acts or default
-    if len(acts) != len(default) or any(a not in ("sigmoid", "tanh", "relu") for a in acts):
-        raise UnsupportedError(f"{where}: activations {','.join(acts)}; rnnconvert reads sigmoid, tanh and relu")
+    n = len(default)
+    unknown = sorted({a for a in acts if a not in ("sigmoid", "tanh", "relu")})
+    if unknown:
+        raise UnsupportedError(f"{where}: activation {', '.join(unknown)}; rnnconvert reads sigmoid, tanh and relu")
+    if directions == 2 and len(acts) == 2 * n:
+        if acts[:n] != acts[n:]:
+            raise UnsupportedError(f"{where}: activations differ per direction (forward {', '.join(acts[:n])}; "
+                                   f"backward {', '.join(acts[n:])}); rnnconvert reads one list for both")
+        acts = acts[:n]
+    if len(acts) != n:
+        raise UnsupportedError(f"{where}: {len(acts)} activations ({', '.join(acts)}) for a {cls}Sequence of "
+                               f"{directions} direction(s); it takes {n}" + (f" or {2 * n}" if directions == 2 else ""))
     if cls == "LSTM" and acts[1] != acts[2]:
         raise UnsupportedError(f"{where}: LSTM candidate and output activations differ ({acts[1]}, {acts[2]})")
     return ("sigmoid", acts[0]) if cls == "RNN" else (acts[0], acts[1])
@@ -174,7 +193,7 @@ def _layer(g: Graph, el: ET.Element, name: str) -> RNNLayer:
         raise UnsupportedError(f"{where}: direction=reverse alone (reverse the sequence and convert the forward layer)")
     if float(at.get("clip", "0") or 0) != 0:
         raise UnsupportedError(f"{where}: clip={at['clip']} clips the gates' inputs; no other format computes that")
-    gate_act, act = _activations(el, cls, where)
+    gate_act, act = _activations(el, cls, where, 2 if direction == "bidirectional" else 1)
     cell = {"LSTM": Cell.LSTM, "GRU": Cell.GRU}.get(cls) or (Cell.RNN_RELU if act == "relu" else Cell.RNN_TANH)
     lbr = at.get("linear_before_reset", "false").lower() in ("true", "1")
     for i, what in ((1, "initial hidden state"), (2, "initial cell state")):

@@ -107,7 +107,9 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
             eagerly either way.
 
     Returns:
-        a :class:`Checkpoint` in canonical form (dtype as stored).
+        a :class:`Checkpoint` in canonical form (dtype as stored); TF2 object checkpoints' layers named by object
+        path (``layer_with_weights-0``; the format records read through :func:`.savedmodel_keras.read`, which
+        names a SavedModel folder's layers by their Keras names).
 
     Raises:
         FormatError: unreadable checkpoint (damaged ``.index``, ``.data`` shorter than the index says or
@@ -347,8 +349,14 @@ def read_tf1(path, shapes, get, meta, *, forget_bias, opts, cell_clip, proj_clip
             ckpt.layers.append(_opaque_alone(path, key, get(key), opts))
             _opaque_slots(ckpt, shapes, get, key, ckpt.layers[-1])
     if not ckpt.layers:
-        raise FormatError(f"{path}: no recurrent cell variables found (looked for "
-                          f"{', '.join(CELL_SCOPES)} scopes and opaque_kernel)")
+        from types import SimpleNamespace
+
+        from ...core import names  # the variables listed for `inspect` (UnrecognisedError); dtypes not known here
+
+        raise names.unrecognised(f"{path}: no recurrent cell variables found (looked for "
+                                 f"{', '.join(CELL_SCOPES)} scopes and opaque_kernel)",
+                                 {k: SimpleNamespace(shape=tuple(v), dtype=None) for k, v in shapes.items()},
+                                 suggest=False)  # the TF readers take no map
     return ckpt
 
 

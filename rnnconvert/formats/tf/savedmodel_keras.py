@@ -29,6 +29,7 @@ from the config (built-in classes only) and is given these weights
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,60 @@ def _read_blob(meta: Path) -> bytes:
         return fh.read(size + 1)[: budget.limit("header_bytes") + 1]
 
 
+def read(path: str | Path, **opts: Any) -> Checkpoint:
+    """The TF checkpoint records' reader: :func:`.checkpoint_read.read` (every option, ``lazy`` included), then a
+    tf.keras / tf_keras SavedModel folder's layers and carried tensors named by the Keras names of its
+    ``keras_metadata.pb`` (``lstm_5``, not ``layer_with_weights-0``; issue #42), the object path kept in
+    ``source['object_path']`` (:func:`keras_named`).
+
+    Raises: as :func:`.checkpoint_read.read`; BudgetError: a ``keras_metadata.pb`` over the budget."""
+    return keras_named(checkpoint_read.read(path, **opts))
+
+
+#: a Keras layer name rnnconvert puts in state-dict keys (``lstm_5``); others keep the object path
+_KERAS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,199}")
+
+
+def keras_named(ckpt: Checkpoint) -> Checkpoint:
+    """``ckpt`` (a TF2 object checkpoint read from a SavedModel folder, eager or lazy) with its layers and carried
+    tensors named by the Keras layer names of its ``keras_metadata.pb`` (``lstm_5`` for ``layer_with_weights-0``,
+    the node ``root.layer_with_weights-0``'s metadata ``name``), each layer keeping its object path in
+    ``source['object_path']`` (for messages). ``ckpt`` itself when it is no such folder, has no
+    ``keras_metadata.pb``, or the file cannot name every top object (damaged, a missing node, a name that is not
+    ``[A-Za-z_][A-Za-z0-9_-]*``, two objects of one name): then ``meta['keras_names']`` says why, and the whole-model
+    reader (:func:`read_full_model`) refuses the damaged file as before. Source: tf_keras' SavedModel writer
+    (``keras_metadata.pb`` node paths ``root.layer_with_weights-N``; fixtures ``fixtures/keras_savedmodel``).
+
+    Raises:
+        BudgetError: a ``keras_metadata.pb`` over the ``header_bytes`` budget or with more nodes than ``names``."""
+    from dataclasses import replace
+
+    meta = metadata_path(ckpt)
+    if meta is None:
+        return ckpt
+    try:
+        by_path = {n["node_path"]: n["metadata"] for n in saved_nodes(_read_blob(meta), meta)}
+    except FormatError as exc:
+        return replace(ckpt, meta={**ckpt.meta, "keras_names": f"not read: {str(exc)[:200]}"})
+    tops = {lay.name.split(".", 1)[0] for lay in ckpt.layers} | {k.split(".", 1)[0] for k in ckpt.tensors}
+    names = {}
+    for top in tops:
+        name = (by_path.get(f"{naming.SAVED_ROOT}.{top}") or {}).get("name")
+        if not isinstance(name, str) or not _KERAS_NAME.fullmatch(name):
+            return replace(ckpt, meta={**ckpt.meta, "keras_names": f"'{top}' has no usable Keras name"})
+        names[top] = name
+    if len(set(names.values())) != len(names):
+        return replace(ckpt, meta={**ckpt.meta, "keras_names": "two objects share a Keras name"})
+
+    def renamed(key: str) -> str:
+        top, _, rest = key.partition(".")
+        return names[top] + ("." + rest if rest else "")
+
+    layers = [replace(lay, name=renamed(lay.name), source={**lay.source, "object_path": lay.name})
+              for lay in ckpt.layers]
+    return replace(ckpt, layers=layers, tensors={renamed(k): v for k, v in ckpt.tensors.items()})
+
+
 def model_config(nodes: list[dict[str, Any]], where: object) -> dict[str, Any]:
     """The model config (``{'class_name', 'config'}`` as an HDF5 ``model_config``) of the root node.
 
@@ -136,7 +191,8 @@ def read_full_model(ckpt: Checkpoint) -> FullModel | None:
     Returns:
         a :class:`~rnnconvert.conventions.keras_graph.FullModel` with ``origin='weights'`` (tf_keras is given
         the weights, never the SavedModel's functions) and ``layer_names`` (the checkpoint's recurrent layers,
-        ``layer_with_weights-N``, -> their Keras names).
+        by Keras name or, when :func:`keras_named` could not name them, ``layer_with_weights-N`` -> their Keras
+        names).
 
     Raises:
         FormatError: a damaged ``keras_metadata.pb`` or checkpoint, a variable under a layer the metadata does not
@@ -197,7 +253,10 @@ def read_full_model(ckpt: Checkpoint) -> FullModel | None:
                     if n["node_path"] == naming.SAVED_ROOT and n["metadata"].get("keras_version")), None)
     order = list(index_configs(config))  # the model's layer order (an HDF5 file's layer_names)
     weights = {n: weights[n] for n in sorted(weights, key=lambda n: order.index(n) if n in order else len(order))}
-    renames = {lay.name: names[lay.name] for lay in ckpt.layers if lay.name in names}
+    # the checkpoint's layers are named by Keras name already (:func:`keras_named`) or, when keras_metadata.pb
+    # could not name them all, by object path: either way mapped to the Keras name through the object path
+    renames = {lay.name: names[lay.source.get("object_path", lay.name)] for lay in ckpt.layers
+               if lay.source.get("object_path", lay.name) in names}
     return FullModel(folder, config, version, weights, framework="tf_keras", origin="weights", layer_names=renames,
                      layers=recurrent_layers(folder, config, weights, version))
 

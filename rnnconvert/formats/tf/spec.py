@@ -21,7 +21,7 @@ CHECKPOINT_OPTIONS = ("forget_bias", "gate_activation", "num_layers", "hidden_si
                       "cell_clip", "proj_clip")
 
 TF_CHECKPOINT = FormatSpec(
-    "tf_checkpoint", read=checkpoint_read.read, read_options=CHECKPOINT_OPTIONS,
+    "tf_checkpoint", read=savedmodel_keras.read, read_options=CHECKPOINT_OPTIONS,
     lazy=True, whole_model=savedmodel_keras.read_full_model,
     refusals=tf1_write.refusals, check=tf1_write.check, write=tf1_write.write,
     runtime="tf_equations", load=tf1_write.load, route=tf1_write.ROUTE,
@@ -29,7 +29,7 @@ TF_CHECKPOINT = FormatSpec(
 
 #: no sniffer: a TF2 object checkpoint is detected (and read) as ``checkpoint_read``
 TF2_CHECKPOINT = FormatSpec(
-    "tf2_checkpoint", read=checkpoint_read.read, read_options=CHECKPOINT_OPTIONS,
+    "tf2_checkpoint", read=savedmodel_keras.read, read_options=CHECKPOINT_OPTIONS,
     refusals=tf2_write.refusals, check=tf2_write.check, write=tf2_write.write,
     runtime="tf_keras", load=tf2_write.load, route=tf2_write.ROUTE)
 
