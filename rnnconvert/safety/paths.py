@@ -59,7 +59,7 @@ def _within(real: str, root: str) -> bool:
 
 
 def inside(folder: str | os.PathLike, name: str | os.PathLike, where: object, what: str = "file",
-           kind: str = "file") -> Path:
+           kind: str = "file", scope: str = "source's folder") -> Path:
     """The real path of ``name`` (joined to ``folder``'s real path when relative), checked: inside the folder
     once every symlink is resolved, existing, and a regular file (``kind='file'``) or a directory
     (``kind='dir'``).
@@ -68,7 +68,8 @@ def inside(folder: str | os.PathLike, name: str | os.PathLike, where: object, wh
         folder: the source's folder (:func:`folder_of`); resolved here again.
         name: a path relative to the folder (as the source names it), or an absolute one (a path rnnconvert built
             from the folder).
-        where: how messages name the source; what: how they name the entry (``"weights file"``).
+        where: how messages name the source; what: how they name the entry (``"weights file"``); scope: how
+            they name the folder (``"checkpoint's folder"``).
 
     Returns:
         the absolute real path (a :class:`~pathlib.Path`) to open.
@@ -82,7 +83,7 @@ def inside(folder: str | os.PathLike, name: str | os.PathLike, where: object, wh
     real = os.path.realpath(joined)
     label = os.fspath(name)
     if not _within(real, root):
-        raise FormatError(f"{where}: the {what} '{label}' leads outside the source's folder {root} (symlinks "
+        raise FormatError(f"{where}: the {what} '{label}' leads outside the {scope} {root} (symlinks "
                           "resolved); refused (every file of a multi-file source is read from inside its folder)")
     try:
         st = os.stat(real)
@@ -97,14 +98,14 @@ def inside(folder: str | os.PathLike, name: str | os.PathLike, where: object, wh
 
 
 def open_inside(folder: str | os.PathLike, name: str | os.PathLike, where: object,
-                what: str = "file") -> BinaryIO:
+                what: str = "file", scope: str = "source's folder") -> BinaryIO:
     """``name`` checked by :func:`inside` and opened for reading by its real path (``O_NOFOLLOW``, ``O_NONBLOCK``
     then cleared, ``fstat`` on the descriptor: still a regular file). The caller closes it.
 
     Raises:
         FormatError: as :func:`inside`; or the file could not be opened (its cause named).
     """
-    real = inside(folder, name, where, what)
+    real = inside(folder, name, where, what, "file", scope)
     label = os.fspath(name)
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
