@@ -148,7 +148,7 @@ def check_tree(folder: str | os.PathLike, where: object) -> int:
             except OSError as exc:
                 raise FormatError(f"{where}: cannot read the entry '{rel}' ({exc.strerror})") from None
             if stat.S_ISLNK(lst.st_mode) or not (stat.S_ISDIR(lst.st_mode) or stat.S_ISREG(lst.st_mode)):
-                real = inside(root, full, where, "entry", "dir" if os.path.isdir(full) else "file")
+                real = inside(root, rel, where, "entry", "dir" if os.path.isdir(full) else "file")
                 st = os.stat(real)
             else:
                 st = lst

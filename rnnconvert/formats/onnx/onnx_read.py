@@ -103,7 +103,7 @@ def _load(path: Path, keep: dict | None = None):
         if not os.path.lexists(base / loc):
             raise FormatError(f"{path}: external data file '{loc}' of tensor '{t.name}' is missing")
         # symlinks resolved inside the folder, a regular file (safety/paths): the real path is what is opened
-        target = inside(base, loc, path, f"external data file of tensor '{t.name}'", scope="model's folder")
+        target = inside(base, loc, f"{path}: tensor '{t.name}'", "external data file", scope="model's folder")
         if keep is not None and t.name and j < n_init and \
                 int(np.prod(tuple(t.dims), dtype=np.int64)) * 4 >= LAZY_BYTES:
             got = _stored(t, target, path)
@@ -129,7 +129,7 @@ def _load_external(t, target: Path, path: Path) -> None:
         if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
             raise FormatError(f"{path}: external data of '{t.name}' (offset {offset}, length {length}) lies "
                               f"outside its {size}-byte file")
-        with open_inside(target.parent, target, path, f"external data file of tensor '{t.name}'",
+        with open_inside(target.parent, target, f"{path}: tensor '{t.name}'", "external data file",
                          scope="model's folder") as fh:
             fh.seek(offset)
             data = fh.read(size - offset if length is None else length)
