@@ -236,6 +236,16 @@ def tf_special(folder: Path, which: str, fixture: Path = FIXTURES / "tf" / "bidi
     return folder
 
 
+def tf_state_outside(folder: Path, outside: Path, fixture: Path = FIXTURES / "tf" / "bidi_lstm") -> Path:
+    """A copy of TF checkpoint folder ``fixture`` whose ``checkpoint`` state file is a symlink to a file outside
+    (naming the folder's own prefix, so that following it would work)."""
+    shutil.copytree(fixture, folder)
+    outside.write_bytes((folder / "checkpoint").read_bytes())
+    (folder / "checkpoint").unlink()
+    (folder / "checkpoint").symlink_to(outside)
+    return folder
+
+
 def savedmodel_metadata_outside(folder: Path, elsewhere: Path,
                                 fixture: Path = FIXTURES / "keras_savedmodel" / "sm_masked_bidir_gru") -> Path:
     """A tf_keras SavedModel folder whose ``keras_metadata.pb`` is a symlink to a copy outside it."""
@@ -265,6 +275,7 @@ if __name__ == "__main__":  # pragma: no cover - a manual run
     onnx_external_fifo(out / "onnx_data_fifo")
     tf_special(out / "tf_index_fifo", "index")
     tf_special(out / "tf_data_fifo", "data")
+    tf_state_outside(out / "tf_state_outside", o / "tf_state")
     savedmodel_metadata_outside(out / "savedmodel_metadata_outside", o / "savedmodel_elsewhere")
     try:
         import tensorstore  # noqa: F401

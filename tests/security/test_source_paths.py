@@ -158,6 +158,18 @@ def test_in_folder_symlinks_are_read(tmp_path):
                 assert np.array_equal(getattr(da, f), getattr(db, f))
 
 
+def test_tf_state_file_outside_is_not_followed(tmp_path):
+    """A ``checkpoint`` state file that is a symlink out of the folder is not read: the folder has no state file
+    (the CLI then sees a folder of files, not a checkpoint); the checkpoint's ``.index`` still names it."""
+    from rnnconvert import api
+    from rnnconvert.errors import FormatError
+
+    folder = gen.tf_state_outside(tmp_path / "ck", tmp_path / "state")
+    with pytest.raises(FormatError, match="not a TensorFlow checkpoint"):
+        api.load(folder, "tf_checkpoint")
+    assert api.load(folder / "ckpt.index").layers
+
+
 def test_savedmodel_metadata_outside_is_refused(tmp_path):
     from rnnconvert import api
     from rnnconvert.errors import FormatError

@@ -24,8 +24,8 @@ resolved, inside it and a regular file or folder (:func:`~rnnconvert.safety.path
 opens anything: tensorstore follows symlinks); a leaf's key path has no empty, ``.`` or ``..`` part; every store is
 opened by the item folder's absolute real path (a leaf's array at ``<folder>/<leaf>/``, never the bare leaf
 name, which tensorstore would take from the working directory), and the array opened must have the shape and
-dtype its checked metadata declared before its data is read (``.read()``). The tree then goes through the Flax reader's cell search
-(:func:`.msgpack_read.from_tree`), which hands Haiku trees to Haiku's convention.
+dtype its checked metadata declared before its data is read (``.read()``). The tree then goes through the Flax
+reader's cell search (:func:`.msgpack_read.from_tree`), which hands Haiku trees to Haiku's convention.
 """
 
 from __future__ import annotations

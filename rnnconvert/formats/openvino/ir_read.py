@@ -191,7 +191,8 @@ class Graph:
         if data is None:
             raise FormatError(f"{where}: a Const record rnnconvert cannot read (no <data>)")
         et = data.get("element_type")
-        shape = tuple(number(s, "a shape entry", where) for s in data.get("shape", "").split(",") if s.strip(" ") != "")
+        shape = tuple(number(s, "a shape entry", where)
+                      for s in data.get("shape", "").split(",") if s.strip(" ") != "")
         off, size = number(data.get("offset"), "offset", where), number(data.get("size"), "size", where)
         if et not in DTYPES:
             raise UnsupportedError(f"{where}: element type {et}; rnnconvert reads f32, f16 and f64 weights")

@@ -42,6 +42,7 @@ the TensorFlow path (to compare the two).
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections import defaultdict
 from dataclasses import replace
@@ -74,8 +75,6 @@ def check_inside(path: str | Path, pre: str) -> None:
     Raises:
         FormatError: naming the file.
     """
-    import os
-
     root = folder_of(path) if Path(path).is_dir() else folder_of(pre)
     folder = Path(pre).parent
     stem = Path(pre).name
