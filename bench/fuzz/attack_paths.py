@@ -173,6 +173,16 @@ def orbax_ocdbt_data_outside(folder: Path, outside: Path, name: str = "flax") ->
     return folder
 
 
+def orbax_item_outside(folder: Path, elsewhere: Path, name: str = "flax") -> Path:
+    """A ``CheckpointManager``-shaped step folder whose one item folder (``default``) is a symlink to a checkpoint
+    outside it."""
+    shutil.copytree(FIXTURES / "orbax" / name, elsewhere)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(elsewhere / "_CHECKPOINT_METADATA", folder / "_CHECKPOINT_METADATA")  # as a manager's step has
+    (folder / "default").symlink_to(elsewhere, target_is_directory=True)
+    return folder
+
+
 def orbax_chunk_fifo(folder: Path, name: str = "flax") -> Path:
     """A plain Orbax folder whose first chunk file is a FIFO (tensorstore would block opening it)."""
     orbax_plain(folder, name)
@@ -287,6 +297,7 @@ if __name__ == "__main__":  # pragma: no cover - a manual run
         orbax_leaf_outside(out / "orbax_leaf_outside", o / "orbax_leaf")
         orbax_ocdbt_data_outside(out / "orbax_ocdbt_data_outside", o / "orbax_d")
         orbax_chunk_fifo(out / "orbax_chunk_fifo")
+        orbax_item_outside(out / "orbax_item_outside", o / "orbax_item")
         (out / "orbax_decoy_cwd").mkdir(exist_ok=True)
         orbax_decoys(out / "orbax_decoy_cwd", out / "orbax_plain")
     print(f"wrote the path corpus under {out}")
