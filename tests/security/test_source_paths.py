@@ -63,6 +63,17 @@ def dirs(tmp_path):
     return out, tmpdir, outside
 
 
+def made(fn: str, *args: Path | str) -> Path:
+    """``gen.<fn>(*args)`` run in a child process: the Orbax generators use tensorstore, and tensorstore used in
+    this process would leave its thread pool's state to every forked child (rnnconvert reads Orbax folders in a
+    forked child, ``safety/guard.py``: such a child aborts); returns ``args[0]``."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'bench' / 'fuzz')!r}); import attack_paths as g; "
+            f"from pathlib import Path; g.{fn}(*[Path(a) if '/' in a else a for a in sys.argv[1:]])")
+    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return Path(args[0])
+
+
 def _secret(outside: Path) -> bytes:
     files = sorted(p for p in outside.rglob("*") if p.is_file())
     return files[0].read_bytes()[:64] if files else b""
@@ -97,11 +108,11 @@ CASES = [
      False, 3, "is a FIFO"),
     ("tf_index_fifo", lambda p, o: gen.tf_special(p, "index"), ["--from", "tf_checkpoint"], None, False, 3, "is a FIFO"),
     # Orbax (HIGH 3): chunk, leaf folder, OCDBT data files out of the folder; a FIFO chunk
-    ("orbax_chunk_outside", lambda p, o: gen.orbax_chunk_outside(p, o / "secret.bin"), [], None, True, 3, OUT),
-    ("orbax_leaf_outside", lambda p, o: gen.orbax_leaf_outside(p, o / "leaf"), [], None, True, 3, OUT),
-    ("orbax_haiku_leaf_outside", lambda p, o: gen.orbax_leaf_outside(p, o / "leaf", "haiku"), [], None, True, 3, OUT),
+    ("orbax_chunk_outside", lambda p, o: made("orbax_chunk_outside", p, o / "secret.bin"), [], None, True, 3, OUT),
+    ("orbax_leaf_outside", lambda p, o: made("orbax_leaf_outside", p, o / "leaf"), [], None, True, 3, OUT),
+    ("orbax_haiku_leaf_outside", lambda p, o: made("orbax_leaf_outside", p, o / "leaf", "haiku"), [], None, True, 3, OUT),
     ("orbax_ocdbt_data_outside", lambda p, o: gen.orbax_ocdbt_data_outside(p, o / "d"), [], None, True, 3, OUT),
-    ("orbax_chunk_fifo", lambda p, o: gen.orbax_chunk_fifo(p), [], None, True, 3, "is a FIFO"),
+    ("orbax_chunk_fifo", lambda p, o: made("orbax_chunk_fifo", p), [], None, True, 3, "is a FIFO"),
     ("orbax_item_outside", lambda p, o: gen.orbax_item_outside(p, o / "ck"), [], None, False, 3, OUT),
 ]
 
@@ -196,7 +207,7 @@ def test_orbax_plain_folder_reads_its_own_arrays_from_any_working_directory(dirs
     from rnnconvert.runtimes import onnxruntime as ort_rt
 
     out, tmpdir, _ = dirs
-    ck = gen.orbax_plain(tmp_path / "ck")
+    ck = made("orbax_plain", tmp_path / "ck")
     decoys = tmp_path / "decoys"
     decoys.mkdir()
     gen.orbax_decoys(decoys, ck)
@@ -219,7 +230,7 @@ def test_orbax_leaf_key_paths_stay_in_the_folder(tmp_path):
     from rnnconvert import api
     from rnnconvert.errors import FormatError
 
-    ck = gen.orbax_plain(tmp_path / "ck")
+    ck = made("orbax_plain", tmp_path / "ck")
     meta = json.loads((ck / "_METADATA").read_text())
     entry = next(iter(meta["tree_metadata"].values()))
     for bad in ("../../x", "a/../../x", "/abs", "a//b"):
