@@ -111,7 +111,7 @@ CASES = [
     ("orbax_chunk_outside", lambda p, o: made("orbax_chunk_outside", p, o / "secret.bin"), [], None, True, 3, OUT),
     ("orbax_leaf_outside", lambda p, o: made("orbax_leaf_outside", p, o / "leaf"), [], None, True, 3, OUT),
     ("orbax_haiku_leaf_outside", lambda p, o: made("orbax_leaf_outside", p, o / "leaf", "haiku"), [], None, True, 3, OUT),
-    ("orbax_ocdbt_data_outside", lambda p, o: gen.orbax_ocdbt_data_outside(p, o / "d"), [], None, True, 3, OUT),
+    ("orbax_ocdbt_data_outside", lambda p, o: gen.orbax_ocdbt_data_outside(p, o / "d"), [], None, False, 3, OUT),
     ("orbax_chunk_fifo", lambda p, o: made("orbax_chunk_fifo", p), [], None, True, 3, "is a FIFO"),
     ("orbax_item_outside", lambda p, o: gen.orbax_item_outside(p, o / "ck"), [], None, False, 3, OUT),
 ]
