@@ -18,13 +18,20 @@ Layout facts (orbax-checkpoint 0.12.8, ``orbax/checkpoint/_src/metadata/tree.py`
 
 Nothing the folder names is imported or run: the JSON is parsed, each array's zarr metadata checked (plain
 number dtype; declared bytes against the budget, ``safety/budget.check_expansion`` against the folder's size)
-before tensorstore reads it. The tree then goes through the Flax reader's cell search
-(:func:`.msgpack_read.from_tree`), which hands Haiku trees to Haiku's convention.
+before tensorstore reads it. Files (``rnnconvert.safety.paths``): the item folder lies inside the folder given,
+and everything under it (``_METADATA``, zarr chunks and leaf folders, OCDBT manifests and data files) is, symlinks
+resolved, inside it and a regular file or folder (:func:`~rnnconvert.safety.paths.check_tree`, before tensorstore
+opens anything: tensorstore follows symlinks); a leaf's key path has no empty, ``.`` or ``..`` part; every store is
+opened by the item folder's absolute real path (a leaf's array at ``<folder>/<leaf>/``, never the bare leaf
+name, which tensorstore would take from the working directory), and the array opened must have the shape and
+dtype its checked metadata declared before its data is read (``.read()``). The tree then goes through the Flax
+reader's cell search (:func:`.msgpack_read.from_tree`), which hands Haiku trees to Haiku's convention.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +40,17 @@ import numpy as np
 from ...core.model import Checkpoint
 from ...errors import FormatError, UnsupportedError, require
 from ...safety import budget, guard
+from ...safety.paths import check_tree, folder_of, inside, open_inside
 from . import msgpack_read
 
 METADATA, CHECKPOINT_METADATA = "_METADATA", "_CHECKPOINT_METADATA"
 #: the largest ``_METADATA`` parsed
 MAX_METADATA = 64 << 20
 DTYPES = frozenset("<f2 <f4 <f8 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1 bfloat16".split())
+#: tensorstore's dtype names of :data:`DTYPES` (what an opened array must have)
+TS_DTYPES = {"<f2": "float16", "<f4": "float32", "<f8": "float64", "|i1": "int8", "<i2": "int16", "<i4": "int32",
+             "<i8": "int64", "|u1": "uint8", "<u2": "uint16", "<u4": "uint32", "<u8": "uint64", "|b1": "bool",
+             "bfloat16": "bfloat16"}
 
 
 def item_folder(p: Path) -> Path | None:
@@ -65,7 +77,8 @@ def leaves(meta: Any, where: str) -> list[tuple[tuple[str, ...], str]]:
             vtype = str(entry["value_metadata"]["value_type"])
         except (KeyError, TypeError):
             raise FormatError(f"{where}: a malformed tree_metadata entry") from None
-        if not keys or any(not k or k in (".", "..") or "\\" in k for k in keys):
+        if not keys or any(not k or "\\" in k or "\0" in k or any(part in ("", ".", "..") for part in k.split("/"))
+                           for k in keys):
             raise FormatError(f"{where}: a leaf key path {keys!r:.80}")
         out.append((keys, vtype))
     return out
@@ -87,8 +100,9 @@ def _read_arrays(folder: str, names: list[str], ocdbt: bool, zarr3: bool, stored
 
 
 def _read_with(ts: Any, folder: str, names: list[str], ocdbt: bool, zarr3: bool, stored: int) -> dict[str, np.ndarray]:
-    base = Path(folder).resolve().as_uri() + "/"
-    kvs = {"driver": "ocdbt", "base": base} if ocdbt else {"driver": "file", "path": str(Path(folder).resolve()) + "/"}
+    """``folder`` is the item folder's absolute real path (:func:`read`); every store below is opened by it."""
+    base = Path(folder).as_uri() + "/"
+    kvs = {"driver": "ocdbt", "base": base} if ocdbt else {"driver": "file", "path": folder + "/"}
     kv = ts.KvStore.open(kvs).result()
     meta_name = "zarr.json" if zarr3 else ".zarray"
     plans, declared = [], 0
@@ -112,8 +126,13 @@ def _read_with(ts: Any, folder: str, names: list[str], ocdbt: bool, zarr3: bool,
     budget.check_expansion(folder, declared, max(stored, 1), "the checkpoint's arrays")
     out = {}
     for name, shape, dt in plans:
-        spec = {"driver": "zarr3" if zarr3 else "zarr", "kvstore": {**kvs, "path": f"{name}/"}}
-        a = np.asarray(ts.open(spec, open=True).result().read().result())
+        # the leaf's store inside the folder: a path within the OCDBT database, or the leaf's own folder
+        where = {**kvs, "path": f"{name}/"} if ocdbt else {**kvs, "path": f"{folder}/{name}/"}
+        store = ts.open({"driver": "zarr3" if zarr3 else "zarr", "kvstore": where}, open=True).result()
+        if tuple(store.shape) != shape or store.dtype.name != TS_DTYPES[dt]:
+            raise FormatError(f"{folder}: leaf '{name}' opened as {tuple(store.shape)} {store.dtype.name}, its checked "
+                              f"metadata declared {shape} {TS_DTYPES[dt]}")
+        a = np.asarray(store.read().result())
         if a.shape != shape:
             raise FormatError(f"{folder}: leaf '{name}' read as {a.shape}, declared {shape}")
         if dt == "bfloat16":  # the top half of a float32: widened exactly
@@ -143,11 +162,18 @@ def read(path: str | Path, cells: Any = None) -> Checkpoint:
         raise FormatError(f"{p}: not an Orbax checkpoint folder (no {METADATA} in it or in one sub-folder); give the "
                           "step folder Orbax wrote (…/<step> or …/<step>/<item>)")
     budget.regular_source(folder)
+    real = inside(folder_of(p), os.path.abspath(folder), p, "item folder", "dir")
+    stored = check_tree(real, folder)  # before anything under it is opened (tensorstore follows symlinks)
     mfile = folder / METADATA
-    if mfile.stat().st_size > MAX_METADATA:
-        raise FormatError(f"{mfile}: {mfile.stat().st_size} bytes of metadata; refused")
     try:
-        meta = json.loads(mfile.read_bytes())
+        with open_inside(real, METADATA, folder, "metadata file") as fh:
+            text = fh.read(MAX_METADATA + 1)
+    except OSError as exc:
+        raise FormatError(f"{mfile}: cannot read ({exc.strerror})") from None
+    if len(text) > MAX_METADATA:
+        raise FormatError(f"{mfile}: more than {MAX_METADATA} bytes of metadata; refused")
+    try:
+        meta = json.loads(text)
     except ValueError as exc:
         raise FormatError(f"{mfile}: not JSON ({str(exc)[:60]})") from None
     where = str(folder)
@@ -160,9 +186,12 @@ def read(path: str | Path, cells: Any = None) -> Checkpoint:
     names = [".".join(k) for k, _ in items]
     if len(set(names)) != len(names):
         raise FormatError(f"{where}: two leaves under one name")
-    stored = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-    arrays = guard.isolated(_read_arrays, (str(folder), names, bool(meta.get("use_ocdbt", True)),
-                                           bool(meta.get("use_zarr3", False)), stored), folder, "Orbax/tensorstore")
+    ocdbt = bool(meta.get("use_ocdbt", True))
+    if not ocdbt:  # each leaf's own folder, inside (check_tree saw every entry; this names a missing one)
+        for name in names:
+            inside(real, name, folder, f"folder of leaf '{name}'", "dir")
+    arrays = guard.isolated(_read_arrays, (str(real), names, ocdbt, bool(meta.get("use_zarr3", False)), stored),
+                            folder, "Orbax/tensorstore")
     tree: dict[str, Any] = {}
     for (keys, _), name in zip(items, names):
         node = tree

@@ -8,6 +8,7 @@ onnxruntime reads them, ``rnn_helpers.cc``; checked against onnxruntime 1.31 by 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 from ...core import gates
 from ...errors import FormatError, UnsupportedError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics, placeholder
+from ...safety.paths import folder_of, inside, open_inside
 
 META_KEY = "rnnconvert"
 # ONNX activation -> default (alpha, beta) per the ONNX activation ops; absent = takes none.
@@ -87,7 +89,7 @@ def _load(path: Path, keep: dict | None = None):
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError and friends
         raise FormatError(f"{path}: not an ONNX model: {exc}") from exc
-    base = path.resolve().parent
+    base = folder_of(path)  # the folder of the model as named (onnx's own loader looks there too)
     n_init = len(model.graph.initializer)  # _all_tensors yields the graph's initializers first
     for j, t in enumerate(_all_tensors(model.graph)):
         if any(d < 0 for d in t.dims):  # numpy would read a negative dim as "whatever fits" (-1)
@@ -95,12 +97,13 @@ def _load(path: Path, keep: dict | None = None):
         if not ext.uses_external_data(t):
             continue
         loc = {e.key: e.value for e in t.external_data}.get("location", "")
-        target = (base / loc).resolve()
-        if Path(loc).is_absolute() or base not in target.parents:
+        if not loc or Path(loc).is_absolute() or ".." in Path(loc).parts or "\0" in loc:
             raise FormatError(f"{path}: tensor '{t.name}' points to external data '{loc}' outside the model's "
                               "folder; refused (copy the data file beside the model)")
-        if not target.is_file():
+        if not os.path.lexists(base / loc):
             raise FormatError(f"{path}: external data file '{loc}' of tensor '{t.name}' is missing")
+        # symlinks resolved inside the folder, a regular file (safety/paths): the real path is what is opened
+        target = inside(base, loc, f"{path}: tensor '{t.name}'", "external data file", scope="model's folder")
         if keep is not None and t.name and j < n_init and \
                 int(np.prod(tuple(t.dims), dtype=np.int64)) * 4 >= LAZY_BYTES:
             got = _stored(t, target, path)
@@ -126,7 +129,8 @@ def _load_external(t, target: Path, path: Path) -> None:
         if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
             raise FormatError(f"{path}: external data of '{t.name}' (offset {offset}, length {length}) lies "
                               f"outside its {size}-byte file")
-        with open(target, "rb") as fh:
+        with open_inside(target.parent, target, f"{path}: tensor '{t.name}'", "external data file",
+                         scope="model's folder") as fh:
             fh.seek(offset)
             data = fh.read(size - offset if length is None else length)
     except ValueError as exc:

@@ -13,9 +13,15 @@ GRU ``linear_before_reset=true``: ``B [D, 4H]`` = ``[b_z, b_r`` (input and recur
 reach the node through a ``Convert`` (an f16 IR: ``compress_to_fp16`` stores f16 constants and converts them
 at run time): the stored f16 array is read as it is (the conversion to f32 is exact). All copies: bit-exact.
 
-Safety: the XML is parsed by ``xml.etree`` after refusing any ``<!DOCTYPE``/``<!ENTITY`` (no entity expansion,
-no external references) and above :data:`MAX_XML` bytes; at most the ``graph_nodes`` budget of layers; a
-constant is read only inside the ``.bin`` and only when its declared size equals its shape's.
+Safety: the XML (at most :data:`MAX_XML` bytes) is parsed by expat (Python's ``xml.parsers.expat``, which finds
+the document's encoding itself: UTF-8, UTF-16 with its byte-order mark, a declared encoding) into an
+``xml.etree`` tree, and a document type declaration refuses the file as soon as expat meets it, in any encoding
+(no DTD, so no entity is declared, expanded or fetched); numbers (shapes, offsets, sizes, ``hidden_size``) are
+ASCII digits only (Python's ``int`` also takes other scripts' digits, ``_`` and spaces); at most the
+``graph_nodes`` budget of layers; the ``.bin`` is the ``.xml``'s stem beside it, found and opened inside the
+IR's folder, a regular file (``rnnconvert.safety.paths``: a ``model.bin`` symlink leaving the folder, a FIFO,
+a directory are refused); a constant is read only inside the ``.bin`` and only when its declared size equals
+its shape's.
 
 Each sequence node is one canonical layer (one stacked layer; ``bidirectional`` from ``direction``), named by its
 friendly name (:func:`.naming.layer_name`).
@@ -23,8 +29,11 @@ friendly name (:func:`.naming.layer_name`).
 
 from __future__ import annotations
 
+import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from xml.parsers import expat
 from typing import Any
 
 import numpy as np
@@ -33,6 +42,7 @@ from ...core import gates
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
 from ...errors import FormatError, UnsupportedError
 from ...safety import budget
+from ...safety.paths import folder_of, inside, open_inside
 from . import naming
 
 #: the largest ``.xml`` read
@@ -46,10 +56,13 @@ ITEMSIZE = {"f32": 4, "f16": 2, "f64": 8, "bf16": 2, "i64": 8, "i32": 4, "u64": 
 
 def paths(path: str | Path) -> tuple[Path, Path]:
     """``(xml, bin)`` of an IR given as its ``.xml`` or as a folder holding one ``.xml`` (rnnconvert writes
-    ``model.xml``/``model.bin``); the ``.bin`` has the ``.xml``'s stem.
+    ``model.xml``/``model.bin``); the ``.bin`` has the ``.xml``'s stem and is the real path of that name in the
+    IR's folder (:func:`rnnconvert.safety.paths.inside`: inside the folder once symlinks are resolved, a
+    regular file); an ``.xml`` found in a folder is checked the same way.
 
     Raises:
-        FormatError: no ``.xml``, several, or no ``.bin`` beside it.
+        FormatError: no ``.xml``, several, no ``.bin`` beside it, either leading out of the folder or not a
+            regular file.
     """
     p = Path(path)
     if p.is_dir():
@@ -57,31 +70,74 @@ def paths(path: str | Path) -> tuple[Path, Path]:
         if len(xmls) != 1:
             raise FormatError(f"{p}: a folder with {len(xmls)} .xml files; give the IR's .xml")
         p = xmls[0]
-    b = p.with_suffix(".bin")
-    if not b.is_file():
-        raise FormatError(f"{p}: no weights file {b.name} beside it (an OpenVINO IR is .xml + .bin)")
-    return p, b
+        inside(folder_of(p), p.name, p, "IR file")
+    b = Path(p.name).with_suffix(".bin").name
+    folder = folder_of(p)
+    if not os.path.lexists(folder / b):
+        raise FormatError(f"{p}: no weights file {b} beside it (an OpenVINO IR is .xml + .bin)")
+    return p, inside(folder, b, p, "weights file")
+
+
+class _Doctype(Exception):
+    """A document type declaration met by expat (refused before its internal subset is read)."""
+
+
+def _tree(text: bytes) -> ET.Element:
+    """The element tree of ``text`` built from expat's events, refusing a DTD in any encoding (expat reads the
+    byte-order mark and the declared encoding; a byte test for ``<!DOCTYPE`` misses UTF-16).
+
+    Raises:
+        _Doctype: a document type, entity or notation declaration, an external entity reference.
+        expat.ExpatError: not well-formed XML (an undeclared entity among them)."""
+    def refuse(*_: Any) -> None:
+        raise _Doctype
+
+    builder = ET.TreeBuilder()
+    p = expat.ParserCreate()
+    p.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    p.StartDoctypeDeclHandler = refuse
+    p.EntityDeclHandler = refuse
+    p.UnparsedEntityDeclHandler = refuse
+    p.NotationDeclHandler = refuse
+    p.ExternalEntityRefHandler = refuse
+    p.buffer_text = True
+    p.StartElementHandler = builder.start
+    p.EndElementHandler = builder.end
+    p.CharacterDataHandler = builder.data
+    p.Parse(text, True)
+    return builder.close()
 
 
 def parse(xml: Path) -> ET.Element:
     """The IR's XML root (``<net>``), parsed safely (module docstring).
 
     Raises:
-        FormatError: too large, a DTD or entity declaration, not XML, not an IR.
+        FormatError: too large, a DTD or entity declaration (in any encoding), not XML, not an IR.
     """
     size = xml.stat().st_size
     if size > MAX_XML:
         raise FormatError(f"{xml}: {size} bytes of XML; rnnconvert reads IRs up to {MAX_XML} bytes")
     text = xml.read_bytes()
-    if b"<!DOCTYPE" in text or b"<!ENTITY" in text:
-        raise FormatError(f"{xml}: the XML declares a DTD or entities; refused (an OpenVINO IR has none)")
     try:
-        root = ET.fromstring(text)
-    except ET.ParseError as exc:
-        raise FormatError(f"{xml}: not readable as XML ({exc})") from exc
+        root = _tree(text)
+    except _Doctype:
+        raise FormatError(f"{xml}: the XML declares a DTD or entities; refused (an OpenVINO IR has none)") from None
+    except (expat.ExpatError, ValueError) as exc:  # ValueError: an encoding expat does not know
+        raise FormatError(f"{xml}: not readable as XML ({str(exc)[:120]})") from None
     if root.tag != "net" or root.find("layers") is None:
         raise FormatError(f"{xml}: not an OpenVINO IR (no <net><layers>)")
     return root
+
+
+#: a number of the IR: ASCII digits (``int`` alone also takes other scripts' digits, ``_`` and spaces)
+_INT = re.compile(r"-?[0-9]{1,19}")
+
+
+def number(text: object, what: str, where: object) -> int:
+    """``text`` as an int when it is ASCII digits (an optional ``-``), else a FormatError naming ``what``."""
+    if not isinstance(text, str) or not _INT.fullmatch(text.strip(" ")):
+        raise FormatError(f"{where}: {what} {str(text)[:40]!r} is not a decimal number (ASCII digits)")
+    return int(text.strip(" "))
 
 
 class Graph:
@@ -90,6 +146,7 @@ class Graph:
     def __init__(self, xml: Path, binp: Path) -> None:
         root = parse(xml)
         self.xml, self.bin, self.bin_size = xml, binp, binp.stat().st_size
+        self.folder = folder_of(xml)
         self.layers: dict[str, ET.Element] = {}
         for el in root.find("layers"):
             if el.tag == "layer":
@@ -131,21 +188,23 @@ class Graph:
             raise UnsupportedError(f"{where}: comes from a {el.get('type')} layer '{el.get('name')}', computed at "
                                    "run time; rnnconvert reads weights stored as constants")
         data = el.find("data")
-        try:
-            et = data.get("element_type")
-            shape = tuple(int(s) for s in data.get("shape", "").split(",") if s.strip() != "")
-            off, size = int(data.get("offset")), int(data.get("size"))
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise FormatError(f"{where}: a Const record rnnconvert cannot read") from exc
+        if data is None:
+            raise FormatError(f"{where}: a Const record rnnconvert cannot read (no <data>)")
+        et = data.get("element_type")
+        shape = tuple(number(s, "a shape entry", where)
+                      for s in data.get("shape", "").split(",") if s.strip(" ") != "")
+        off, size = number(data.get("offset"), "offset", where), number(data.get("size"), "size", where)
         if et not in DTYPES:
             raise UnsupportedError(f"{where}: element type {et}; rnnconvert reads f32, f16 and f64 weights")
         n = int(np.prod(shape, dtype=np.int64)) * ITEMSIZE[et]
         if min(shape, default=1) < 0 or size != n or off < 0 or off + size > self.bin_size:
             raise FormatError(f"{where}: constant of shape {shape} ({et}) declares {size} bytes at offset {off} "
                               f"of a {self.bin_size}-byte .bin")
-        with open(self.bin, "rb") as fh:
+        with open_inside(self.folder, self.bin, self.xml, "weights file") as fh:
             fh.seek(off)
             raw = fh.read(size)
+        if len(raw) != size:
+            raise FormatError(f"{where}: the .bin ended before the constant's {size} bytes at offset {off}")
         return np.frombuffer(raw, np.dtype(DTYPES[et]).newbyteorder("<")).reshape(shape).astype(DTYPES[et])
 
 
@@ -214,7 +273,7 @@ def _layer(g: Graph, el: ET.Element, name: str) -> RNNLayer:
     if W.ndim != 3 or R.ndim != 3 or W.shape[:2] != (D, W.shape[1]) or W.shape[1] % G or R.shape != (D, W.shape[1], W.shape[1] // G):
         raise FormatError(f"{where}: W {W.shape} / R {R.shape} do not fit {D} direction(s) of {cls}")
     H = W.shape[1] // G
-    if int(at.get("hidden_size", H)) != H:
+    if number(at.get("hidden_size", str(H)), "hidden_size", where) != H:
         raise FormatError(f"{where}: hidden_size={at.get('hidden_size')} but W holds {H} per gate")
     nb = 4 * H if (cell is Cell.GRU and lbr) else G * H
     if B.shape != (D, nb):

@@ -130,12 +130,44 @@ def build(ckpt: Checkpoint):
     return ov.Model(results, params, "rnnconvert")
 
 
+def _environment(folder: Path, ckpt: Checkpoint) -> OSError | None:
+    """Why ``openvino.save_model`` failed to write into ``folder``, when the cause is the environment: its C++
+    streams report a full disk, a quota or a read-only file system as ``RuntimeError("basic_ios::clear:
+    iostream error")`` with no errno, so the same bytes are tried here: fewer free bytes than the constants
+    hold is ``ENOSPC``; otherwise a probe file of up to 1 MiB is written, flushed and removed, and its
+    ``OSError`` (``ENOSPC``, ``EDQUOT``, ``EROFS``, ``EACCES``...) is the answer. ``None``: the environment
+    took the probe (the failure is OpenVINO's own)."""
+    import errno
+    import os
+
+    need = sum(int(layer.dtype.itemsize) * layer.num_directions * layer.num_layers
+               * layer.cell.gates * layer.hidden_size * (layer.input_size + layer.hidden_size + 2)
+               for layer in ckpt.layers)
+    try:
+        st = os.statvfs(folder)
+        if st.f_bavail * st.f_frsize < need:
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
+        probe = folder / ".rnnconvert-space-probe"
+        try:
+            with open(probe, "wb") as fh:
+                fh.write(b"\0" * min(max(need, 1), 1 << 20))
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        return exc
+    return None
+
+
 def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     """Write ``ckpt`` as an OpenVINO IR folder ``path/`` (``model.xml``, ``model.bin``; module docstring);
     one line per layer names its graph input and output. Assumes :func:`check` passed.
 
     Raises:
-        DependencyError: openvino is not installed (the ``openvino`` extra).
+        DependencyError: openvino is not installed (the ``openvino`` extra). OSError: the file system refused
+            the IR (a full disk, a quota, read-only: :func:`_environment`; the engine makes it the one-line
+            ``OutputError``, exit 10). RuntimeError: OpenVINO failed for another reason.
     """
     ov = require("openvino", "openvino")
     model = build(ckpt)
@@ -145,6 +177,9 @@ def write(ckpt: Checkpoint, path: str | Path, **_: Any) -> list[str]:
     elif p.exists():
         p.unlink()
     p.mkdir()
-    ov.save_model(model, str(p / naming.XML), compress_to_fp16=False)
+    try:
+        ov.save_model(model, str(p / naming.XML), compress_to_fp16=False)
+    except RuntimeError as exc:  # OpenVINO's C++ streams say "basic_ios::clear: iostream error", no errno
+        raise (_environment(p, ckpt) or exc) from exc
     return [f"{layer.name}: OpenVINO {OP[layer.cell]} node(s) {layer.name}; feed '{naming.input_name(layer.name)}' "
             f"(batch, time, {layer.input_size}), read '{naming.output_name(layer.name)}'" for layer in ckpt.layers]

@@ -3,6 +3,7 @@ it, or a folder holding exactly one such ``.xml`` (what rnnconvert writes). Ligh
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -12,7 +13,9 @@ def _is_ir(xml: Path) -> bool:
     text = head.lstrip(b"\xef\xbb\xbf").lstrip()
     if text.startswith(b"<?xml"):
         text = text[text.find(b"?>") + 2:].lstrip()
-    return text.startswith(b"<net ") and xml.with_suffix(".bin").is_file()
+    # a .bin of any kind claims the IR (a FIFO, a directory, a symlink out of the folder): the reader then names
+    # what is wrong with it (safety/paths) instead of "unrecognised file format"
+    return text.startswith(b"<net ") and os.path.lexists(xml.with_suffix(".bin"))
 
 
 def openvino(head: bytes, path: Path) -> bool:

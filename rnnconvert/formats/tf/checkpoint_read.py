@@ -42,6 +42,7 @@ the TensorFlow path (to compare the two).
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections import defaultdict
 from dataclasses import replace
@@ -52,6 +53,7 @@ import numpy as np
 
 from ...core import cudnn
 from ...safety import guard
+from ...safety.paths import folder_of, inside
 from ...speed.pool import ArrayPool
 from ...errors import FormatError, require
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, placeholder
@@ -64,24 +66,22 @@ from .tensors import BundleTensors, CheckedGetter, bundle, tensor
 
 
 def check_inside(path: str | Path, pre: str) -> None:
-    """Refuse a checkpoint whose files leave its folder through symlinks: the ``.index``, every
-    ``.data-*`` shard of ``pre`` and (a SavedModel) its ``variables/`` folder, each resolved, must lie
-    inside the folder given (``path`` when it is a folder, else the prefix's own folder). A symlink inside
-    the folder to another file of the folder is fine.
+    """Refuse a checkpoint whose files leave its folder through symlinks or are not regular files: the
+    ``.index``, every ``.data-*`` shard of ``pre`` and (a SavedModel) its ``variables/`` folder, each resolved,
+    must lie inside the folder given (``path`` when it is a folder, else the prefix's own folder) and be a regular
+    file (a folder for ``variables/``): :func:`rnnconvert.safety.paths.inside`, the rule of every multi-file
+    source. A symlink inside the folder to another file of the folder is fine.
 
     Raises:
-        FormatError: naming the file and where it leads.
+        FormatError: naming the file.
     """
-    given = Path(path)
-    root = (given if given.is_dir() else Path(pre).parent).resolve()
+    root = folder_of(path) if Path(path).is_dir() else folder_of(pre)
     folder = Path(pre).parent
     stem = Path(pre).name
-    files = [folder] + [f for f in folder.iterdir() if f.name == stem + ".index" or f.name.startswith(stem + ".data-")]
-    for f in files:
-        r = f.resolve()
-        if r != root and root not in r.parents:
-            raise FormatError(f"{path}: {f} leads to {r}, outside the checkpoint's folder {root}; refused (a "
-                              "checkpoint is read from inside its folder only)")
+    inside(root, os.path.abspath(folder), path, "folder", "dir", scope="checkpoint's folder")
+    for f in folder.iterdir():
+        if f.name == stem + ".index" or f.name.startswith(stem + ".data-"):
+            inside(root, os.path.abspath(f), path, "file", "file", scope="checkpoint's folder")
 
 
 

@@ -29,6 +29,7 @@ from the config (built-in classes only) and is given these weights
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from ...conventions.keras_interpreter import index_configs
 from ...core.model import Checkpoint
 from ...errors import FormatError, UnsupportedError
 from ...safety import budget
+from ...safety.paths import folder_of, open_inside
 from . import checkpoint_read
 from .naming import ATTR
 from .table_read import TableError, fields, int64, text
@@ -100,14 +102,12 @@ def metadata_path(ckpt: Checkpoint) -> Path | None:
 
 
 def _read_blob(meta: Path) -> bytes:
-    budget.regular_source(meta, dirs=False)
-    folder = meta.parent.resolve()
-    if meta.resolve().parent != folder:
-        raise FormatError(f"{meta}: leads to {meta.resolve()}, outside the SavedModel folder {folder}; refused")
-    size = meta.stat().st_size
-    if size > budget.limit("header_bytes"):
-        raise budget.exceeded(meta, "header_bytes", f"keras_metadata.pb of {size:,} bytes")
-    with open(meta, "rb") as fh:
+    """``keras_metadata.pb``'s bytes, opened inside the SavedModel folder (``safety/paths``: symlinks resolved,
+    a regular file), at most the ``header_bytes`` budget."""
+    with open_inside(folder_of(meta), meta.name, meta, "metadata file", scope="SavedModel folder") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > budget.limit("header_bytes"):
+            raise budget.exceeded(meta, "header_bytes", f"keras_metadata.pb of {size:,} bytes")
         return fh.read(size + 1)[: budget.limit("header_bytes") + 1]
 
 

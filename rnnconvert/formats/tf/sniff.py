@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from ...errors import FormatError
+from ...safety.paths import folder_of, open_inside
 
 
 def prefix_of(path: str | Path) -> str | None:
@@ -19,7 +20,11 @@ def prefix_of(path: str | Path) -> str | None:
         ck = p / "checkpoint"
         if not ck.is_file():
             return None
-        with open(ck, "rb") as fh:  # a state file is a few lines; a huge one is not read whole
+        try:  # inside the folder, a regular file (safety/paths); else no state file
+            fh = open_inside(folder_of(p), "checkpoint", p, "state file", scope="checkpoint's folder")
+        except FormatError:
+            return None
+        with fh:  # a state file is a few lines; a huge one is not read whole
             text = fh.read(1 << 16).decode("utf8", errors="replace")
         m = re.search(r'^model_checkpoint_path:\s*"(.*)"', text, re.M)
         if not m:
