@@ -42,6 +42,12 @@ class LayerCheck:
     step_err_t: list[float] = field(default_factory=list)
     step_bound_t: list[float] = field(default_factory=list)
     seq_err_t: list[float] = field(default_factory=list)
+    #: the one-step states per slab and direction (trajectory, probes and constructed), of which ``constructed``
+    #: were constructed from the weights (:mod:`rnnconvert.verify.states`); ``unexercised``: the gate units no
+    #: state made responsive (the verdict is then at best ``inconclusive``), empty when every unit was
+    states: int = 0
+    constructed: int = 0
+    unexercised: str = ""
 
     @property
     def ok(self) -> bool:

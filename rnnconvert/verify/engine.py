@@ -55,7 +55,7 @@ import numpy as np
 from ..core import reference
 from ..speed import gpu, kernels
 from ..speed.kernels import FAST
-from . import bounds, escapes
+from . import bounds, escapes, states
 from ..core.model import Checkpoint, RNNLayer
 from ..errors import DependencyError, FormatError, InconclusiveError, VerificationError
 from .checks import LayerCheck
@@ -388,6 +388,9 @@ class StreamedVerification:
         self.target_seconds = 0.0
         #: per layer, ``(slab, direction, swap_escapes(...))`` of the directions whose bound is loose
         self.escapes: list[list] = [[] for _ in range(n)]
+        #: per layer, ``(slab, direction, states, constructed, unexercised gate rows)`` of the one-step states
+        #: (:meth:`_exercise`, :mod:`rnnconvert.verify.states`)
+        self.coverage: list[list] = [[] for _ in range(n)]
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_tensors)
         self._back = None  # the written file read back (fallback target of the one-step check)
@@ -455,7 +458,7 @@ class StreamedVerification:
         N, P = B * T, escapes.N_PROBES
         px, ph, pc = escapes.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
         xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
-        entries, loose = [], []
+        entries, loose, counts = [], [], []
         for d, (p, rec) in enumerate(zip(dirs, recs)):
             h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
             c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
@@ -467,6 +470,8 @@ class StreamedVerification:
             exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps,
                                                   xx=xx)
             entries.append(((h0, c0), exact, bound))
+            g_ih, g_hh, _ = states.gains(one, p, h0, c0, parts["xx"][0], parts["hh"][0], exact[0])
+            counts.append(states.responsive(g_ih, g_hh).sum(axis=0))
             if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the slips show?
                 rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
                 esc = escapes.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows, act_ulps=self.act_ulps)
@@ -476,6 +481,7 @@ class StreamedVerification:
             if esc is None and len(dirs) == 2:
                 esc = escapes.directions_escape(entries[d][1:], entries[1 - d][1:], slice(N, N + P))
             self.escapes[i].append((k, d, esc))
+        xf, entries = self._exercise(i, k, one, dirs, xin, recs, xf, entries, counts, u)
         self.slabs[i][k] = (xf, entries)
         self.traj[i] = y if k < layer.num_layers - 1 else None
         last = k == layer.num_layers - 1
@@ -503,6 +509,23 @@ class StreamedVerification:
                 self.yfw[i] = source.framework_run(self.src_module, self.src_path, self.ckpt, layer, xs)
         gpu.forget()  # the slab's weights sent to the GPU (--device cuda): its arrays may be reused for the next
         self.seconds += time.perf_counter() - t0
+
+    def _exercise(self, i: int, k: int, one: RNNLayer, dirs: list, xin: np.ndarray, recs: list, xf: np.ndarray,
+                  entries: list, counts: list, u: float) -> tuple[np.ndarray, list]:
+        """States constructed from the weights of slab ``k`` of layer ``i`` for the gate rows that the trajectory
+        and the probes leave unresponsive (:func:`rnnconvert.verify.states.exercise`), appended to ``xf`` and
+        ``entries``; what they cover recorded in :attr:`coverage` (``(slab, direction, states, constructed,
+        unexercised rows)``)."""
+        def step(p, x, h, c):
+            parts: dict = {}
+            ex, bd = bounds.step_with_bound(one, p, x, h, c, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
+            return ex, bd, (parts["xx"][0], parts["hh"][0])
+        xr, hr = states.ranges(one, xin, recs[0]["h"])
+        rng = np.random.default_rng((self.rep.seed, i, k))
+        xf, entries, added = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr)
+        for d, cnt in enumerate(counts):
+            self.coverage[i].append((k, d, xf.shape[0], added, np.flatnonzero(cnt < 1)))
+        return xf, entries
 
     def _emulate(self, i: int, k: int, one: RNNLayer, dirs: list, own: bool, per: bool) -> None:
         """The spread of the target's emulated arithmetic (``self.emulate``) from the float64 run on the short
@@ -577,8 +600,9 @@ class StreamedVerification:
                     scale = float(np.abs(ev).max())
                     if ratio >= worst["ratio"]:
                         B, T = self.x[i].shape[:2]
-                        at = (f"probe {j[0] - B * T}" if j[0] >= B * T else
-                              f"sequence {j[0] // T}, step {j[0] % T}")
+                        P = escapes.N_PROBES
+                        at = (f"constructed state {j[0] - B * T - P}" if j[0] >= B * T + P else
+                              f"probe {j[0] - B * T}" if j[0] >= B * T else f"sequence {j[0] // T}, step {j[0] % T}")
                         worst.update(ratio=ratio, err=err, bound=bound,
                                      where=f"stacked layer {k}, direction {d}, {what}, {at}")
                     rows = B * T  # the trajectory's states (row b * T + t), then the probes
@@ -708,6 +732,7 @@ class StreamedVerification:
         c = LayerCheck(layer.name, seq_err, seq_tol, seq_scale, self.routes[i], route, "sequence",
                        seq_err=seq_err, seq_tol=seq_tol)
         c.seq_err_t = [] if seq_t is None else seq_t.tolist()
+        self._coverage_into(i, c)
         if st:
             c.step_err, c.step_tol, c.step_ratio, c.steps_checked = st["err"], st["tol"], st["ratio"], st["n"]
             c.step_err_t, c.step_bound_t = st["err_t"], st["bound_t"]
@@ -744,6 +769,11 @@ class StreamedVerification:
                 f"a slip that only a sequence shows (directions, stacked layers, time order)")
         elif not st:
             c.verdict, c.reason = "inconclusive", f"the one-step comparison could not run: {note}"
+        elif c.unexercised:
+            c.verdict, c.reason = "inconclusive", (
+                f"{c.unexercised}: unresponsive in every one-step state (the trajectory's, the probes and "
+                f"{c.constructed} constructed from the weights), so a change of their weights or biases would "
+                f"not show")
         elif st["loose"] > rho and not self._swaps_caught(i):
             esc = next((e for _, _, e in self.escapes[i] if e is not None), "")
             c.verdict, c.reason = "inconclusive", (
@@ -777,6 +807,18 @@ class StreamedVerification:
                 "layers exchanged, run in the other time order) would move the float64 sequence by more than twice "
                 "that")) if r)
         return c
+
+    def _coverage_into(self, i: int, c: LayerCheck) -> None:
+        """The one-step states of layer ``i`` and what they left unexercised (:attr:`coverage`) into ``c``."""
+        layer, cov = self.ckpt.layers[i], self.coverage[i]
+        if not cov:
+            return
+        c.states = max(n for _, _, n, _, _ in cov)
+        c.constructed = sum(a for _, d, _, a, _ in cov if d == 0)
+        where = lambda k, d: (f"stacked layer {k}, " if layer.num_layers > 1 else "") + (  # noqa: E731
+            f"direction {d}, " if layer.bidirectional else "")
+        c.unexercised = "; ".join(f"{where(k, d)}{states.describe(layer, rows)}" for k, d, _, _, rows in cov
+                                  if len(rows))
 
     def _sequence_escapes(self, i: int, rho: float, tols: list[float]) -> str | None:
         """Whether every slip that only the sequence comparison sees would move the short sequence of layer
