@@ -216,12 +216,28 @@ def construct(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.ra
             b[n_rows] += b_hh[rows[n_rows]] * (1.0 - rt)  # b_hn is inside the reset
         elif cell is Cell.GRU:
             a_h[n_rows] *= r[None, :]
-        sol = np.linalg.lstsq(np.concatenate([a_ih, a_h], axis=1), b, rcond=None)[0]
-        x, h = np.clip(sol[:I], -x_range, x_range), np.clip(sol[I:], -h_range, h_range)
+        sol = _bounded_lstsq(np.concatenate([a_ih, a_h], axis=1), b, np.r_[np.full(I, x_range), np.full(P, h_range)])
+        x, h = sol[:I], sol[I:]
         if cell is Cell.GRU and not s.reset_after:  # r of every unit at this solution, for the next round
             zr = p.w_ih[:H] @ x + b_ih[:H] + p.w_hh[:H] @ h + b_hh[:H]
             r = ACT[s.gate_activation](np.asarray(zr, np.float64))
     return (x.astype(np.float32), h.astype(np.float32), None if c is None else c.astype(np.float32))
+
+
+def _bounded_lstsq(a: np.ndarray, b: np.ndarray, top: np.ndarray, rounds: int = 6) -> np.ndarray:
+    """A least-squares solution of ``a v = b`` within ``|v| <= top`` (float64): the minimum-norm solution, then
+    the variables past their bound fixed there and the others solved again, ``rounds`` times at most."""
+    v = np.zeros(a.shape[1])
+    free = np.ones(a.shape[1], bool)
+    for _ in range(rounds):
+        rest = b - a[:, ~free] @ v[~free]
+        v[free] = np.linalg.lstsq(a[:, free], rest, rcond=None)[0]
+        over = np.abs(v) > top
+        v = np.clip(v, -top, top)
+        if not over.any() or not (free & ~over).any():
+            break
+        free &= ~over
+    return v
 
 
 def groups(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:

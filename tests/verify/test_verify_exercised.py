@@ -1,0 +1,117 @@
+"""Issue #39, cause 2: a unit whose gate is saturated on every default verification state hides its weights.
+
+The source is a tf_keras ``GRU(reset_after=False, recurrent_activation='hard_sigmoid')`` (Keras 2's default
+kind) made here by tf_keras, whose update-gate units ``SAT`` have a bias of +4.5 and one input weight of -0.8:
+on the default batch (``N(0, 1)`` inputs) their pre-activation stays above 2.5, where ``hard_sigmoid``'s slope is
+exactly 0, on every trajectory state and probe; on the "real" inputs (channel 0 four times wider) they live.
+The correct conversion to ONNX is written by rnnconvert; the wrong files are that file with its initializers
+edited by ``onnx`` (never by rnnconvert's writer). Each wrong file's true error is measured by onnxruntime
+against tf_keras's own output on long real inputs, and must be far above the correct file's; verification must
+FAIL it (before issue #39 it said ``ok`` with numbers bit-identical to the correct file's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rnnconvert import api
+from rnnconvert.verify import states
+
+H, I = 24, 8
+#: the saturated update-gate units
+SAT = (2, 5)
+
+
+@pytest.fixture(scope="module")
+def saturated(tmp_path_factory):
+    """``(source .h5, correct .onnx, real inputs, tf_keras's outputs on them)``."""
+    keras = pytest.importorskip("tf_keras")
+    pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(39)
+    keras.backend.clear_session()
+    model = keras.Sequential([keras.Input((None, I)), keras.layers.GRU(
+        H, reset_after=False, recurrent_activation="hard_sigmoid", return_sequences=True, name="gru")])
+    kernel = np.concatenate([rng.uniform(0.2 + 0.2 * g, 0.5 + 0.2 * g, (I, H)) * rng.choice([-1, 1], (I, H))
+                             for g in range(3)], axis=1)  # Keras blocks z r h, each in its own range
+    rec = np.concatenate([rng.uniform(0.1 + 0.1 * g, 0.3 + 0.1 * g, (H, H)) * rng.choice([-1, 1], (H, H))
+                          for g in range(3)], axis=1)
+    bias = rng.uniform(-0.3, 0.3, 3 * H)
+    for j in SAT:
+        kernel[:, j], rec[:, j] = 0.0, 0.02
+        kernel[0, j], bias[j] = -0.8, 4.5
+    model.layers[0].set_weights([a.astype(np.float32) for a in (kernel, rec, bias)])
+    d = tmp_path_factory.mktemp("saturated")
+    src = d / "gru.h5"
+    model.save(src, save_format="h5")
+    good = d / "good.onnx"
+    api.convert(src, good, write_opts={"recurrent_only": True})
+    x = np.random.default_rng(1).standard_normal((4, 400, I)).astype(np.float32)
+    x[..., 0] *= 4.0
+    y = model.predict(x, verbose=0)
+    return src, good, x, y
+
+
+def _ort(path, x):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+def _edit(good, out, fn):
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(good))
+    arrays = {t.name: numpy_helper.to_array(t).copy() for t in model.graph.initializer}
+    fn(arrays)
+    for t in model.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(arrays[t.name], t.name))
+    onnx.save(model, str(out))
+    return out
+
+
+def _zero_unit(a):  # ONNX GRU blocks z r h: update-gate unit j is row j of W, R, Wb and Rb
+    for j in SAT[:1]:
+        a["gru.W"][0, j], a["gru.R"][0, j] = 0.0, 0.0
+        a["gru.B"][0, j] = a["gru.B"][0, 3 * H + j] = 0.0
+
+
+def _bias_down(a):
+    a["gru.B"][0, SAT[1]] -= 5.0
+
+
+def _element(a):
+    a["gru.W"][0, SAT[0], 0] *= 1.3
+
+
+SLIPS = {"saturated unit zeroed": _zero_unit, "saturated unit's bias -5": _bias_down,
+         "saturated unit's live weight x1.3": _element}
+
+
+def test_units_are_saturated_on_the_default_states(saturated, monkeypatch):
+    """The premise: without constructed states, the units ``SAT`` are unresponsive in every state (named)."""
+    src, good, _, _ = saturated
+    monkeypatch.setattr(states, "ROUNDS", 0)
+    c = api.verify(src, good).layers[0]
+    assert c.verdict == "inconclusive" and c.constructed == 0
+    assert f"gate z units {SAT[0]}, {SAT[1]}" in c.unexercised, c.unexercised
+
+
+def test_correct_file_is_ok_with_constructed_states(saturated):
+    src, good, _, _ = saturated
+    c = api.verify(src, good).layers[0]
+    assert c.verdict == "ok", c.reason
+    assert c.constructed > 0 and not c.unexercised and c.states == 24 + 3 + c.constructed
+
+
+@pytest.mark.parametrize("what", list(SLIPS))
+def test_slip_of_a_saturated_unit_fails(saturated, tmp_path, what):
+    src, good, x, y = saturated
+    bad = _edit(good, tmp_path / "bad.onnx", SLIPS[what])
+    correct_err = float(np.abs(_ort(good, x) - y).max())
+    true_err = float(np.abs(_ort(bad, x) - y).max())
+    assert true_err > 10 * correct_err and true_err > 2e-5, (what, true_err, correct_err)
+    rep = api.verify(src, bad)
+    assert rep.failed, (what, true_err, [(c.verdict, c.reason) for c in rep.layers])
