@@ -55,7 +55,7 @@ import numpy as np
 from ..core import reference
 from ..speed import gpu, kernels
 from ..speed.kernels import FAST
-from . import bounds, escapes, states
+from . import bounds, escapes, orders, states
 from ..core.model import Checkpoint, RNNLayer
 from ..errors import DependencyError, FormatError, InconclusiveError, VerificationError
 from .checks import LayerCheck
@@ -739,12 +739,15 @@ class StreamedVerification:
             if st["ratio"] >= seq_err / max(seq_tol, 1e-300):
                 c.max_abs_err, c.tolerance, c.reference = st["err"], st["bound"], "step"
         T = self._seq_x(i).shape[1]
-        seq_esc = ill_esc = None
+        seq_esc = ill_esc = far = None
         if over and not hard and not ill_over and not step_failed:
-            seq_esc = self._sequence_escapes(i, rho, [e[1] for e in seqs])
+            far = self._far_above(i, seqs, over, first)
+            seq_esc = None if far else self._sequence_escapes(i, rho, [e[1] for e in seqs])
         if step_failed:  # final: nothing below may turn a failed step into another verdict
             c.verdict, c.reason = "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
                                            f"float bound allows {st['bound']:.3g} ({st['where']})")
+        elif far is not None:
+            c.verdict, c.reason = "inconclusive", far
         elif seq_esc is not None:
             # every step passed its bound, and the sequences part by less than a layout slip moves them: the
             # tolerance's float32 term (one float32 run's spread) is an estimate, not a bound, and a target's
@@ -820,6 +823,52 @@ class StreamedVerification:
         c.unexercised = "; ".join(f"{where(k, d)}{states.describe(layer, rows)}" for k, d, _, _, rows in cov
                                   if len(rows))
 
+    def _layer_again(self, i: int) -> RNNLayer | str:
+        """Layer ``i`` with its parameters in memory: as it is, or (a streamed conversion) read again where it
+        is at most :data:`SEQ_SLIP_BYTES`; else why not (a phrase)."""
+        from dataclasses import replace
+
+        layer = self.ckpt.layers[i]
+        if not self.ckpt.lazy:
+            return layer
+        nbytes = sum(int(a.size) * a.dtype.itemsize for dirs in layer.params for dp in dirs
+                     for a in dp.arrays().values())
+        if nbytes > SEQ_SLIP_BYTES:
+            return f"the layer's {nbytes >> 20} MiB are not read again"
+        try:
+            return replace(layer, params=[self.ckpt.slab(i, k) for k in range(layer.num_layers)])
+        except (OSError, ValueError, FormatError) as e:
+            return f"the layer could not be read again: {e}"
+
+    def _far_above(self, i: int, seqs: list, over: list, first: float) -> str | None:
+        """Whether a sequence over its one-sample tolerance (``over``, among :meth:`judge`'s ``seqs``: ``(err,
+        tol, scale, by_target)`` of the whole layer or of each slab) is also above
+        :data:`rnnconvert.verify.orders.FAR` times the largest float32 spread measured over several evaluation
+        orders of the canonical equations on the same inputs (:func:`rnnconvert.verify.orders.spread`; the
+        tolerance's own spread counts too): then float32 rounding does not explain it and the verdict cannot be
+        ``ok``. Returns the reason (a phrase), or None."""
+        layer = self._layer_again(i)
+        if isinstance(layer, str):
+            return f"a sequence above its float32 estimate whose spread could not be measured again ({layer})"
+        slabs = len(seqs) > 1
+        for idx, e in enumerate(seqs):
+            if e not in over:
+                continue
+            one, x, fin = ((layer.one_slab(idx), self.seq_slabs[i][idx][0], idx == layer.num_layers - 1) if slabs
+                           else (layer, self._seq_x(i), True))
+            err, tol, scale = e[:3]
+            measured, used = orders.spread(one, x, finished=fin)
+            measured = max(measured, (tol - first * max(1.0, scale)) / 2.0)
+            far = first * max(1.0, scale) + orders.FAR * measured
+            if err > far:
+                at = f" of stacked layer {idx}" if slabs else ""
+                return (f"the first {x.shape[1]} steps as a sequence{at} differ by {err:.3g}, "
+                        f"{err / max(measured, 1e-300):.3g} times the largest float32 spread measured over "
+                        f"{len(used)} evaluation orders ({measured:.3g}: {', '.join(used)}; limit {far:.3g}), while "
+                        f"every step passed its bound: more than float32 rounding explains, less than a layout "
+                        f"slip moves the outputs")
+        return None
+
     def _sequence_escapes(self, i: int, rho: float, tols: list[float]) -> str | None:
         """Whether every slip that only the sequence comparison sees would move the short sequence of layer
         ``i`` (float64, the canonical equations) by more than twice ``rho`` of the output's scale or twice
@@ -833,17 +882,9 @@ class StreamedVerification:
         comparison is there to see: a reader's slip). docs/cli.md "Verdicts"."""
         from dataclasses import replace
 
-        layer = self.ckpt.layers[i]
-        if self.ckpt.lazy:  # a streamed conversion: read the layer again where it is small (this case is rare)
-            nbytes = sum(int(a.size) * a.dtype.itemsize for dirs in layer.params for dp in dirs
-                         for a in dp.arrays().values())
-            if nbytes > SEQ_SLIP_BYTES:
-                return (f"a slip only a sequence shows (the layer's {nbytes >> 20} MiB are not read again "
-                        f"to rule it out)")
-            try:
-                layer = replace(layer, params=[self.ckpt.slab(i, k) for k in range(layer.num_layers)])
-            except (OSError, ValueError, FormatError) as e:
-                return f"a slip only a sequence shows (the layer could not be read again: {e})"
+        layer = self._layer_again(i)
+        if isinstance(layer, str):
+            return f"a slip only a sequence shows ({layer} to rule it out)"
         xs = self._seq_x(i)
         cases = []  # (input, the correct layer, [(slip, slipped layer)]): slab by slab, or the whole layer
         if self._by_slab(layer):  # each slab of the target from the source's float32 input of that slab
