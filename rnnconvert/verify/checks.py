@@ -48,6 +48,15 @@ class LayerCheck:
     states: int = 0
     constructed: int = 0
     unexercised: str = ""
+    #: what the one-step comparison catches (:func:`rnnconvert.verify.states.resolution`), as fractions of a
+    #: gate row's scale (its largest weight): ``resolution`` the smallest change of ANY single weight or bias
+    #: that the states and bounds used would have caught (None: not computed, a matrix above
+    #: ``states.RES_WEIGHTS``), ``bias_resolution`` the same over biases alone, ``row_resolution`` the smallest
+    #: relative scaling of any whole row of ``W_ih`` or ``W_hh`` caught; ``resolution_at`` where the worst is
+    resolution: float | None = None
+    bias_resolution: float | None = None
+    row_resolution: float | None = None
+    resolution_at: str = ""
 
     @property
     def ok(self) -> bool:

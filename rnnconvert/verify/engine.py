@@ -458,7 +458,7 @@ class StreamedVerification:
         N, P = B * T, escapes.N_PROBES
         px, ph, pc = escapes.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
         xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
-        entries, loose, counts = [], [], []
+        entries, loose, counts, seen = [], [], [], []
         for d, (p, rec) in enumerate(zip(dirs, recs)):
             h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
             c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
@@ -470,8 +470,9 @@ class StreamedVerification:
             exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps,
                                                   xx=xx)
             entries.append(((h0, c0), exact, bound))
-            g_ih, g_hh, _ = states.gains(one, p, h0, c0, parts["xx"][0], parts["hh"][0], exact[0])
-            counts.append(states.responsive(g_ih, g_hh).sum(axis=0))
+            g = states.gains(one, p, h0, c0, parts["xx"][0], parts["hh"][0], exact[0])
+            counts.append(states.responsive(g[0], g[1]).sum(axis=0))
+            seen.append([(g, (parts["xx"][0], parts["hh"][0]))])
             if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the slips show?
                 rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
                 esc = escapes.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows, act_ulps=self.act_ulps)
@@ -481,7 +482,7 @@ class StreamedVerification:
             if esc is None and len(dirs) == 2:
                 esc = escapes.directions_escape(entries[d][1:], entries[1 - d][1:], slice(N, N + P))
             self.escapes[i].append((k, d, esc))
-        xf, entries = self._exercise(i, k, one, dirs, xin, recs, xf, entries, counts, u)
+        xf, entries = self._exercise(i, k, one, dirs, xin, recs, xf, entries, counts, seen, u)
         self.slabs[i][k] = (xf, entries)
         self.traj[i] = y if k < layer.num_layers - 1 else None
         last = k == layer.num_layers - 1
@@ -511,20 +512,24 @@ class StreamedVerification:
         self.seconds += time.perf_counter() - t0
 
     def _exercise(self, i: int, k: int, one: RNNLayer, dirs: list, xin: np.ndarray, recs: list, xf: np.ndarray,
-                  entries: list, counts: list, u: float) -> tuple[np.ndarray, list]:
+                  entries: list, counts: list, seen: list, u: float) -> tuple[np.ndarray, list]:
         """States constructed from the weights of slab ``k`` of layer ``i`` for the gate rows that the trajectory
         and the probes leave unresponsive (:func:`rnnconvert.verify.states.exercise`), appended to ``xf`` and
         ``entries``; what they cover recorded in :attr:`coverage` (``(slab, direction, states, constructed,
-        unexercised rows)``)."""
+        unexercised rows, resolution)``: :func:`rnnconvert.verify.states.resolution` on every state)."""
         def step(p, x, h, c):
             parts: dict = {}
             ex, bd = bounds.step_with_bound(one, p, x, h, c, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
             return ex, bd, (parts["xx"][0], parts["hh"][0])
         xr, hr = states.ranges(one, xin, recs[0]["h"])
         rng = np.random.default_rng((self.rep.seed, i, k))
-        xf, entries, added = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr)
-        for d, cnt in enumerate(counts):
-            self.coverage[i].append((k, d, xf.shape[0], added, np.flatnonzero(cnt < 1)))
+        xf, entries, added = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr, seen)
+        for d, (cnt, p, got, ((h0, _), _, bound)) in enumerate(zip(counts, dirs, seen, entries)):
+            cat = lambda parts: None if parts[0] is None else np.concatenate(parts)  # noqa: E731
+            g = tuple(cat([s[0][j] for s in got]) for j in range(3))
+            prods = tuple(cat([s[1][j] for s in got]) for j in range(2))
+            res = states.resolution(one, p, xf, h0, g, prods, bound)
+            self.coverage[i].append((k, d, xf.shape[0], added, np.flatnonzero(cnt < 1), res))
         return xf, entries
 
     def _emulate(self, i: int, k: int, one: RNNLayer, dirs: list, own: bool, per: bool) -> None:
@@ -816,12 +821,18 @@ class StreamedVerification:
         layer, cov = self.ckpt.layers[i], self.coverage[i]
         if not cov:
             return
-        c.states = max(n for _, _, n, _, _ in cov)
-        c.constructed = sum(a for _, d, _, a, _ in cov if d == 0)
+        c.states = max(e[2] for e in cov)
+        c.constructed = sum(e[3] for e in cov if e[1] == 0)
         where = lambda k, d: (f"stacked layer {k}, " if layer.num_layers > 1 else "") + (  # noqa: E731
             f"direction {d}, " if layer.bidirectional else "")
-        c.unexercised = "; ".join(f"{where(k, d)}{states.describe(layer, rows)}" for k, d, _, _, rows in cov
+        c.unexercised = "; ".join(f"{where(k, d)}{states.describe(layer, rows)}" for k, d, _, _, rows, _ in cov
                                   if len(rows))
+        worst = max(cov, key=lambda e: e[5]["element"] if e[5]["element"] is not None else e[5]["bias"])
+        res = worst[5]
+        c.resolution = res["element"]
+        c.bias_resolution = max(e[5]["bias"] for e in cov)
+        c.row_resolution = max(e[5]["row"] for e in cov)
+        c.resolution_at = f"{where(worst[0], worst[1])}{res['worst']}"
 
     def _layer_again(self, i: int) -> RNNLayer | str:
         """Layer ``i`` with its parameters in memory: as it is, or (a streamed conversion) read again where it

@@ -272,7 +272,8 @@ def ranges(layer: RNNLayer, xin: np.ndarray, h_traj: np.ndarray) -> tuple[float,
 
 
 def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts: list[np.ndarray], step,
-             rng: np.random.Generator, x_range: float, h_range: float) -> tuple[np.ndarray, list, int]:
+             rng: np.random.Generator, x_range: float, h_range: float,
+             seen: list | None = None) -> tuple[np.ndarray, list, int]:
     """Add constructed states (:func:`construct`) for the gate rows responsive in fewer than :data:`WANT` states
     (``counts``: per direction, ``(G*H,)`` counts so far, updated in place), :data:`ROUNDS` rounds at most.
 
@@ -280,7 +281,8 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
     are the states so far; ``step(p, x, h0, c0) -> ((h1, c1), (dh, dc), (zx, zh))``: the exact step, its bound
     and its products (:func:`rnnconvert.verify.bounds.step_with_bound`). A state constructed for one direction
     starts the other from ``h = 0`` (``c = 0``): all directions share the inputs ``xf``. Returns ``(xf, entries,
-    added)``, the states appended after the given ones."""
+    added)``, the states appended after the given ones. ``seen``: per direction, a list the ``(gains, (zx, zh))``
+    of the constructed states are appended to (:func:`resolution`)."""
     H, added = layer.hidden_size, 0
     for _ in range(ROUNDS):
         new = []
@@ -296,11 +298,101 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
             ce = None if layer.cell is not Cell.LSTM else np.stack(
                 [s[3] if s[0] == e else np.zeros(H, np.float32) for s in new])
             (h1, c1), (dh, dc), (zx, zh) = step(p, xe, he, ce)
-            g_ih, g_hh, _ = gains(layer, p, he, ce, zx, zh, h1)
-            counts[e] += responsive(g_ih, g_hh).sum(axis=0)
+            g = gains(layer, p, he, ce, zx, zh, h1)
+            counts[e] += responsive(g[0], g[1]).sum(axis=0)
+            if seen is not None:
+                seen[e].append((g, (zx, zh)))
             (h0, c0), (eh, ec), (bh, bc) = entries[e]
             cat = lambda a, b: None if a is None else np.concatenate([a, b])  # noqa: E731
             entries[e] = ((cat(h0, he), cat(c0, ce)), (cat(eh, h1), cat(ec, c1)), (cat(bh, dh), cat(bc, dc)))
         xf = np.ascontiguousarray(np.concatenate([xf, xe]), dtype=np.float32)
         added += len(new)
     return xf, entries, added
+
+
+#: the element resolution (:func:`resolution`) is computed exactly (each weight against each of its row's
+#: :data:`RES_STATES` best states) for weight matrices up to this many elements; above, it is not stated
+RES_WEIGHTS = 1 << 23
+#: the states per gate row that the element resolution looks at, those of largest gain times the 10th percentile
+#: of ``|v|`` (fewer states can only make the stated resolution larger: it stays an upper bound of what they catch)
+RES_STATES = 8
+
+
+def _reach_bound(layer: RNNLayer, dh: np.ndarray, dc: np.ndarray | None) -> np.ndarray:
+    """Per state and gate row ``(N, G*H)``: the one-step bound at the output element(s) that row reaches (the
+    largest of ``h_1`` and ``c_1`` at its unit; every element of ``h_1`` for a projected LSTM and for a
+    reset-before GRU's reset gate, which reach all of them)."""
+    H, G = layer.hidden_size, layer.cell.gates
+    top = dh.max(axis=1, keepdims=True)
+    if layer.cell is Cell.LSTM:
+        unit = np.maximum(dc, top if layer.proj_size else dh)
+    else:
+        unit = dh
+    b = np.tile(unit, (1, G))
+    if layer.cell is Cell.GRU and not layer.semantics.reset_after:
+        b[:, :H] = np.maximum(b[:, :H], top)
+    return b
+
+
+def _element(gn: np.ndarray, v: np.ndarray, rows: int = 256) -> np.ndarray:
+    """Per row ``r`` of ``gn`` ``(N, R)``: ``1 / min_k max_s gn[s, r] |v[s, k]|`` over the :data:`RES_STATES`
+    states ``s`` of largest ``gn[:, r]``: the largest smallest-caught change of any weight of the row."""
+    av = np.abs(np.asarray(v, np.float64))
+    # the states of largest gain times the 10th percentile of |v|: a state whose v is mostly zero (a probe, a
+    # first step's zero state) reaches few weights however large its gain
+    if gn.size * av.shape[1] <= 1 << 24:  # small: every state
+        best = np.broadcast_to(np.arange(gn.shape[0])[:, None], gn.shape)
+    else:
+        best = np.argsort(-gn * np.quantile(av, 0.1, axis=1)[:, None], axis=0)[:RES_STATES]  # (S, R)
+    out = np.empty(gn.shape[1])
+    for lo in range(0, gn.shape[1], rows):
+        b = best[:, lo:lo + rows]
+        g = np.take_along_axis(gn[:, lo:lo + rows], b, axis=0)  # (S, r)
+        sens = (g[:, :, None] * av[b]).max(axis=0)  # (r, K)
+        with np.errstate(divide="ignore"):
+            out[lo:lo + rows] = 1.0 / sens.min(axis=1)
+    return out
+
+
+def resolution(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, g: tuple, prods: tuple,
+               bound: tuple) -> dict:
+    """What the one-step comparison of one direction catches, from its states (docs/cli.md "Verdicts").
+
+    A change ``D`` of one weight ``W[r, k]`` moves row ``r``'s pre-activation by ``D v_k`` (``v`` the state's
+    ``x`` or ``h``) and the output it reaches by about ``D |v_k| gain`` (:func:`gains`, first order); the
+    comparison fails it once that exceeds twice the bound there (the correct step's bound and the changed
+    file's own: docs/cli.md "Verdicts", rule A's proof). So the smallest caught ``|D|`` is ``2 B / (|v_k|
+    gain)`` at the best state. Returned, as fractions of the row's scale (the largest ``|w|`` of the row's
+    ``W_ih`` and ``W_hh`` elements): ``'element'`` the largest over every weight (None above
+    :data:`RES_WEIGHTS`), ``'bias'`` over every bias element, ``'row'`` the largest relative scaling ``1 + d``
+    of a whole row of ``W_ih`` or ``W_hh`` caught (``d |W_r v| gain > 2 B``), and ``'worst'`` where the
+    element (or bias) resolution is reached. ``g``: ``(g_ih, g_hh, rh)`` of :func:`gains`; ``prods``: ``(zx,
+    zh)``; ``bound``: ``(dh, dc)``; all over the same states (rows of ``x``, ``h0``)."""
+    g_ih, g_hh, rh = g
+    zx, zh = prods
+    b2 = 2.0 * _reach_bound(layer, *bound)
+    gn_ih, gn_hh = g_ih / b2, g_hh / b2
+    scale = np.maximum(np.abs(p.w_ih).max(axis=1, initial=0.0), np.abs(p.w_hh).max(axis=1, initial=0.0))
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        bias = 1.0 / np.maximum(gn_ih.max(axis=0), gn_hh.max(axis=0)) / scale
+        row = 1.0 / np.maximum((np.abs(zx) * gn_ih).max(axis=0), (np.abs(zh) * gn_hh).max(axis=0))
+    out = {"bias": float(bias.max()), "row": float(row.max()), "element": None,
+           "worst": _row_name(layer, int(np.argmax(bias)), "bias")}
+    if max(p.w_ih.size, p.w_hh.size) <= RES_WEIGHTS:
+        e_ih = _element(gn_ih, x) / scale
+        vh = np.asarray(h0, np.float64)
+        e_hh = _element(gn_hh, vh) / scale
+        if rh is not None:  # a reset-before GRU's W_hn multiplies r * h
+            n_sl = gate_slice(Cell.GRU, "n", layer.hidden_size)
+            e_hh[n_sl] = _element(gn_hh[:, n_sl], rh) / scale[n_sl]
+        worst = max((float(e_ih.max()), "W_ih", int(np.argmax(e_ih))), (float(e_hh.max()), "W_hh", int(np.argmax(e_hh))),
+                    (out["bias"], "bias", int(np.argmax(bias))))
+        out["element"] = max(worst[0], out["bias"])
+        out["worst"] = _row_name(layer, worst[2], worst[1])
+    return out
+
+
+def _row_name(layer: RNNLayer, r: int, what: str) -> str:
+    H = layer.hidden_size
+    return f"{what} gate {CANONICAL[layer.cell][r // H]} unit {r % H}"
