@@ -524,13 +524,26 @@ class StreamedVerification:
         xr, hr = states.ranges(one, xin, recs[0]["h"])
         rng = np.random.default_rng((self.rep.seed, i, k))
         xf, entries, added = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr, seen)
-        for d, (cnt, p, got, ((h0, _), _, bound)) in enumerate(zip(counts, dirs, seen, entries)):
+        res = self._resolutions(one, dirs, xf, entries, seen)
+        weak = [np.flatnonzero(~(r["rows"] <= states.RES_MAX)) for r in res]  # NaN and inf included
+        if any(len(w) for w in weak):  # weights no state reaches: states for their rows, once
+            xf, entries, more = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr, seen, weak)
+            added += more
+            res = self._resolutions(one, dirs, xf, entries, seen)
+        for d, (cnt, r) in enumerate(zip(counts, res)):
+            self.coverage[i].append((k, d, xf.shape[0], added, np.flatnonzero(cnt < 1), r))
+        return xf, entries
+
+    @staticmethod
+    def _resolutions(one: RNNLayer, dirs: list, xf: np.ndarray, entries: list, seen: list) -> list[dict]:
+        """:func:`rnnconvert.verify.states.resolution` of each direction on all its states."""
+        out = []
+        for p, got, ((h0, _), _, bound) in zip(dirs, seen, entries):
             cat = lambda parts: None if parts[0] is None else np.concatenate(parts)  # noqa: E731
             g = tuple(cat([s[0][j] for s in got]) for j in range(3))
             prods = tuple(cat([s[1][j] for s in got]) for j in range(2))
-            res = states.resolution(one, p, xf, h0, g, prods, bound)
-            self.coverage[i].append((k, d, xf.shape[0], added, np.flatnonzero(cnt < 1), res))
-        return xf, entries
+            out.append(states.resolution(one, p, xf, h0, g, prods, bound))
+        return out
 
     def _emulate(self, i: int, k: int, one: RNNLayer, dirs: list, own: bool, per: bool) -> None:
         """The spread of the target's emulated arithmetic (``self.emulate``) from the float64 run on the short

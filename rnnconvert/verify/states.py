@@ -272,8 +272,8 @@ def ranges(layer: RNNLayer, xin: np.ndarray, h_traj: np.ndarray) -> tuple[float,
 
 
 def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts: list[np.ndarray], step,
-             rng: np.random.Generator, x_range: float, h_range: float,
-             seen: list | None = None) -> tuple[np.ndarray, list, int]:
+             rng: np.random.Generator, x_range: float, h_range: float, seen: list | None = None,
+             short: list | None = None) -> tuple[np.ndarray, list, int]:
     """Add constructed states (:func:`construct`) for the gate rows responsive in fewer than :data:`WANT` states
     (``counts``: per direction, ``(G*H,)`` counts so far, updated in place), :data:`ROUNDS` rounds at most.
 
@@ -282,13 +282,14 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
     and its products (:func:`rnnconvert.verify.bounds.step_with_bound`). A state constructed for one direction
     starts the other from ``h = 0`` (``c = 0``): all directions share the inputs ``xf``. Returns ``(xf, entries,
     added)``, the states appended after the given ones. ``seen``: per direction, a list the ``(gains, (zx, zh))``
-    of the constructed states are appended to (:func:`resolution`)."""
+    of the constructed states are appended to (:func:`resolution`). ``short``: per direction, the gate rows to
+    construct states for, in one round (instead of the rows responsive in fewer than :data:`WANT` states)."""
     H, added = layer.hidden_size, 0
-    for _ in range(ROUNDS):
+    for _ in range(ROUNDS if short is None else 1):
         new = []
         for d, p in enumerate(dirs):
-            short = np.flatnonzero(counts[d] < WANT)
-            for grp in (groups(layer, p, np.unique(short % H), rng) if len(short) else []):
+            rows = np.flatnonzero(counts[d] < WANT) if short is None else short[d]
+            for grp in (groups(layer, p, np.unique(rows % H), rng) if len(rows) else []):
                 new += [(d, *construct(layer, p, grp, rng, x_range, h_range)) for _ in range(WANT)]
         if not new:
             break
@@ -310,6 +311,11 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
     return xf, entries, added
 
 
+#: a gate row whose weakest weight or bias is caught only when changed by more than this fraction of the row's
+#: scale gets states constructed for it, once (:meth:`rnnconvert.verify.engine.StreamedVerification._exercise`):
+#: a weight whose input element is zero in every state where its row is responsive (a unit whose state a
+#: saturated update gate holds at 0 along the trajectory) is then exercised
+RES_MAX = 0.5
 #: the element resolution (:func:`resolution`) is computed exactly (each weight against each of its row's
 #: :data:`RES_STATES` best states) for weight matrices up to this many elements; above, it is not stated
 RES_WEIGHTS = 1 << 23
@@ -378,7 +384,7 @@ def resolution(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         bias = 1.0 / np.maximum(gn_ih.max(axis=0), gn_hh.max(axis=0)) / scale
         row = 1.0 / np.maximum((np.abs(zx) * gn_ih).max(axis=0), (np.abs(zh) * gn_hh).max(axis=0))
     out = {"bias": float(bias.max()), "row": float(row.max()), "element": None,
-           "worst": _row_name(layer, int(np.argmax(bias)), "bias")}
+           "worst": _row_name(layer, int(np.argmax(bias)), "bias"), "rows": bias}
     if max(p.w_ih.size, p.w_hh.size) <= RES_WEIGHTS:
         e_ih = _element(gn_ih, x) / scale
         vh = np.asarray(h0, np.float64)
@@ -389,6 +395,7 @@ def resolution(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         worst = max((float(e_ih.max()), "W_ih", int(np.argmax(e_ih))), (float(e_hh.max()), "W_hh", int(np.argmax(e_hh))),
                     (out["bias"], "bias", int(np.argmax(bias))))
         out["element"] = max(worst[0], out["bias"])
+        out["rows"] = np.maximum(bias, np.maximum(e_ih, e_hh))
         out["worst"] = _row_name(layer, worst[2], worst[1])
     return out
 

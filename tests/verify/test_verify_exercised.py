@@ -115,3 +115,46 @@ def test_slip_of_a_saturated_unit_fails(saturated, tmp_path, what):
     assert true_err > 10 * correct_err and true_err > 2e-5, (what, true_err, correct_err)
     rep = api.verify(src, bad)
     assert rep.failed, (what, true_err, [(c.verdict, c.reason) for c in rep.layers])
+
+
+# ------------------------------------------------------------------ the stated resolution (issue #39, item 3)
+
+def _nudge(key: str, d: int, r: int, k: int | None, amount: float):
+    def fn(a):
+        if k is None:
+            a[key][d, r] += np.float32(amount)
+        else:
+            a[key][d, r, k] += np.float32(amount)
+    return fn
+
+
+@pytest.mark.parametrize("src", ["keras/gru_reset_after.h5", "keras/lstm.h5", "saturated"])
+def test_a_change_twice_the_stated_resolution_fails(src, saturated, tmp_path):
+    """``ok`` states its resolution: the smallest change of any single weight or bias, as a fraction of its
+    gate row's scale (the row's largest weight), that the one-step states catch. A change of twice that (the
+    resolution is a first-order figure) to weights and biases drawn at random, made in the ONNX file by ``onnx``,
+    FAILS."""
+    from conftest import FIXTURES
+
+    pytest.importorskip("onnxruntime")
+    path = saturated[0] if src == "saturated" else FIXTURES / src
+    good = tmp_path / "good.onnx"
+    api.convert(path, good, write_opts={"recurrent_only": True})
+    c = api.verify(path, good).layers[0]
+    assert c.verdict == "ok" and c.resolution is not None and np.isfinite(c.resolution), c
+    import onnx
+    from onnx import numpy_helper
+
+    arrays = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(good)).graph.initializer}
+    name = c.name
+    W, R = arrays[f"{name}.W"][0], arrays[f"{name}.R"][0]
+    scale = np.maximum(np.abs(W).max(axis=1), np.abs(R).max(axis=1))
+    rng = np.random.default_rng(7)
+    for j in range(6):
+        key = ("W", "R", "B")[j % 3]
+        r = int(rng.integers(W.shape[0]))
+        k = None if key == "B" else int(rng.integers((W if key == "W" else R).shape[1]))
+        amount = 2.0 * c.resolution * float(scale[r]) * (1 if rng.random() < 0.5 else -1)
+        bad = _edit(good, tmp_path / f"bad{j}.onnx", _nudge(f"{name}.{key}", 0, r, k, amount))
+        rep = api.verify(path, bad)
+        assert rep.failed, (src, key, r, k, amount, c.resolution, [(x.verdict, x.reason) for x in rep.layers])
