@@ -525,7 +525,7 @@ class StreamedVerification:
         rng = np.random.default_rng((self.rep.seed, i, k))
         xf, entries, added = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr, seen)
         res = self._resolutions(one, dirs, xf, entries, seen)
-        weak = [np.flatnonzero(~(r["rows"] <= states.RES_MAX)) for r in res]  # NaN and inf included
+        weak = [np.flatnonzero(~np.isfinite(r["rows"])) for r in res]  # a weight no state reaches
         if any(len(w) for w in weak):  # weights no state reaches: states for their rows, once
             xf, entries, more = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr, seen, weak)
             added += more

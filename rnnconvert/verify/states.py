@@ -242,9 +242,9 @@ def _bounded_lstsq(a: np.ndarray, b: np.ndarray, top: np.ndarray, rounds: int = 
 
 def groups(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
     """``units`` in random groups of at most ``max(1, (I + P) // (2 G))`` (each group's gate rows at most half
-    the unknowns of :func:`construct`), at most :data:`MAX_STATES` // :data:`WANT` groups."""
+    the unknowns of :func:`construct`) and :data:`GROUP_MAX`, at most :data:`MAX_STATES` // :data:`WANT` groups."""
     G = layer.cell.gates
-    size = max(1, (p.w_ih.shape[1] + p.w_hh.shape[1]) // (2 * G))
+    size = min(GROUP_MAX, max(1, (p.w_ih.shape[1] + p.w_hh.shape[1]) // (2 * G)))
     order = rng.permutation(units)
     return [np.sort(order[j:j + size]) for j in range(0, len(order), size)][:MAX_STATES // WANT]
 
@@ -311,17 +311,13 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
     return xf, entries, added
 
 
-#: a gate row whose weakest weight or bias is caught only when changed by more than this fraction of the row's
-#: scale gets states constructed for it, once (:meth:`rnnconvert.verify.engine.StreamedVerification._exercise`):
-#: a weight whose input element is zero in every state where its row is responsive (a unit whose state a
-#: saturated update gate holds at 0 along the trajectory) is then exercised
-RES_MAX = 0.5
-#: the element resolution (:func:`resolution`) is computed exactly (each weight against each of its row's
-#: :data:`RES_STATES` best states) for weight matrices up to this many elements; above, it is not stated
-RES_WEIGHTS = 1 << 23
-#: the states per gate row that the element resolution looks at, those of largest gain times the 10th percentile
-#: of ``|v|`` (fewer states can only make the stated resolution larger: it stays an upper bound of what they catch)
-RES_STATES = 8
+#: the most units of one constructed state (its least-squares system has ``G`` rows per unit: the cost of a
+#: solve grows as their square times ``I + H``)
+GROUP_MAX = 48
+#: the element resolution (:func:`resolution`) is computed (each weight against every state, one float32 pass
+#: per state over a row block) for weight matrices up to this many elements; above, it is not
+#: stated (None: the bias and row resolutions, from the products the bound computes anyway, still are)
+RES_WEIGHTS = 1 << 20
 
 
 def _reach_bound(layer: RNNLayer, dh: np.ndarray, dc: np.ndarray | None) -> np.ndarray:
@@ -340,23 +336,24 @@ def _reach_bound(layer: RNNLayer, dh: np.ndarray, dc: np.ndarray | None) -> np.n
     return b
 
 
-def _element(gn: np.ndarray, v: np.ndarray, rows: int = 256) -> np.ndarray:
-    """Per row ``r`` of ``gn`` ``(N, R)``: ``1 / min_k max_s gn[s, r] |v[s, k]|`` over the :data:`RES_STATES`
-    states ``s`` of largest ``gn[:, r]``: the largest smallest-caught change of any weight of the row."""
-    av = np.abs(np.asarray(v, np.float64))
-    # the states of largest gain times the 10th percentile of |v|: a state whose v is mostly zero (a probe, a
-    # first step's zero state) reaches few weights however large its gain
-    if gn.size * av.shape[1] <= 1 << 24:  # small: every state
-        best = np.broadcast_to(np.arange(gn.shape[0])[:, None], gn.shape)
-    else:
-        best = np.argsort(-gn * np.quantile(av, 0.1, axis=1)[:, None], axis=0)[:RES_STATES]  # (S, R)
+def _element(gn: np.ndarray, v: np.ndarray, rows: int = 1024) -> np.ndarray:
+    """Per row ``r`` of ``gn`` ``(N, R)``: ``1 / min_k max_s gn[s, r] |v[s, k]|`` over every state ``s`` (float32
+    products, ``rows`` rows at a time, one pass per state): the largest smallest-caught change of any weight of
+    the row."""
+    av = np.abs(np.asarray(v, np.float32))
+    g32 = np.asarray(gn, np.float32)
     out = np.empty(gn.shape[1])
+    acc = np.empty((min(rows, gn.shape[1]), av.shape[1]), np.float32)
+    tmp = np.empty_like(acc)
     for lo in range(0, gn.shape[1], rows):
-        b = best[:, lo:lo + rows]
-        g = np.take_along_axis(gn[:, lo:lo + rows], b, axis=0)  # (S, r)
-        sens = (g[:, :, None] * av[b]).max(axis=0)  # (r, K)
+        n = min(rows, gn.shape[1] - lo)
+        a, t = acc[:n], tmp[:n]
+        a.fill(0.0)
+        for s_ in range(gn.shape[0]):
+            np.multiply.outer(g32[s_, lo:lo + n], av[s_], out=t)
+            np.maximum(a, t, out=a)
         with np.errstate(divide="ignore"):
-            out[lo:lo + rows] = 1.0 / sens.min(axis=1)
+            out[lo:lo + n] = 1.0 / a.min(axis=1).astype(np.float64)
     return out
 
 
