@@ -285,7 +285,7 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
     of the constructed states are appended to (:func:`resolution`). ``short``: per direction, the gate rows to
     construct states for, in one round (instead of the rows responsive in fewer than :data:`WANT` states)."""
     H, added = layer.hidden_size, 0
-    for _ in range(ROUNDS if short is None else 1):
+    for _ in range(ROUNDS if short is None else min(1, ROUNDS)):
         new = []
         for d, p in enumerate(dirs):
             rows = np.flatnonzero(counts[d] < WANT) if short is None else short[d]
