@@ -158,3 +158,55 @@ def test_a_change_twice_the_stated_resolution_fails(src, saturated, tmp_path):
         bad = _edit(good, tmp_path / f"bad{j}.onnx", _nudge(f"{name}.{key}", 0, r, k, amount))
         rep = api.verify(path, bad)
         assert rep.failed, (src, key, r, k, amount, c.resolution, [(x.verdict, x.reason) for x in rep.layers])
+
+
+# ------------------------------------------------------------ rule B: a sequence far above float32 (item 2)
+
+@pytest.fixture(scope="module")
+def loose_bg1(tmp_path_factory):
+    """The loose reset-before fixture (tf_keras made it) converted to ONNX layer by layer, and tf_keras's own
+    run of its first layer ``bg1`` (forward direction) on 3 x 8 steps of ``N(0, 1)`` inputs. The layer is
+    chaotic (weights x 1.5): a correct file's float32 run parts from tf_keras's by O(1) within 30 steps, so the
+    true error is measured over the 8 steps verification compares."""
+    keras = pytest.importorskip("tf_keras")
+    pytest.importorskip("onnxruntime")
+    from conftest import FIXTURES
+
+    src = FIXTURES / "loose" / "keras_bidi_gru_before.h5"
+    good = tmp_path_factory.mktemp("loose") / "good.onnx"
+    api.convert(src, good, write_opts={"recurrent_only": True})
+    bg1 = keras.models.load_model(src, compile=False).get_layer("bg1")
+    sub = keras.Sequential([keras.Input((None, 16)), keras.layers.Bidirectional(keras.layers.GRU(
+        40, reset_after=False, recurrent_activation="hard_sigmoid", return_sequences=True))])  # any length
+    sub.layers[0].set_weights(bg1.get_weights())
+    x = np.random.default_rng(2).standard_normal((3, 8, 16)).astype(np.float32)
+    return src, good, x, sub.predict(x, verbose=0)[..., :40]
+
+
+def _bg1(path, x):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {"bg1__in": x, "bg2__in": np.zeros((*x.shape[:2], 80), np.float32)}  # bg2 fed zeros, unused
+    return sess.run(["bg1__out"], feed)[0][..., :40]
+
+
+def _row(a):  # one recurrent row of bg1's forward direction x1.0001 (the issue's slip that rule B called ok)
+    a["bg1.R"][0, 45] *= np.float32(1.0001)
+
+
+def test_sequence_far_above_the_measured_float32_spread_is_not_ok(loose_bg1, tmp_path):
+    """A recurrent row x1.0001 passes this loose layer's one-step bound (it is below the stated row resolution);
+    its 8-step sequence parts from the source's by tens of times the float32 spread measured over several
+    evaluation orders, which rule B called ``ok`` ("within 0.01 of the output's scale"): now ``inconclusive``,
+    naming the spread. Onnxruntime against tf_keras: the edited file is further from tf_keras than the correct
+    one (a real change, not rounding); the correct file stays ``ok``."""
+    src, good, x, y = loose_bg1
+    bad = _edit(good, tmp_path / "bad.onnx", _row)
+    correct_err, true_err = float(np.abs(_bg1(good, x) - y).max()), float(np.abs(_bg1(bad, x) - y).max())
+    assert true_err > 2 * correct_err, (true_err, correct_err)
+    assert api.verify(src, good).layers[0].verdict == "ok"
+    c = api.verify(src, bad).layers[0]
+    assert c.verdict != "ok", (c.verdict, c.reason)
+    assert c.verdict == "fail" or "float32 spread measured over" in c.reason, c.reason
+    assert c.row_resolution > 1e-4  # the one-step comparison does not claim to see it
