@@ -795,6 +795,11 @@ class StreamedVerification:
                 f"{c.unexercised}: unresponsive in every one-step state (the trajectory's, the probes and "
                 f"{c.constructed} constructed from the weights), so a change of their weights or biases would "
                 f"not show")
+        elif c.resolution is not None and not np.isfinite(c.resolution):
+            c.verdict, c.reason = "inconclusive", (
+                f"a weight of {c.resolution_at} reaches no output in any one-step state (its input element is "
+                f"zero wherever its row is live, also in the {c.constructed} states constructed from the weights): "
+                f"a change of it would not show")
         elif st["loose"] > rho and not self._swaps_caught(i):
             esc = next((e for _, _, e in self.escapes[i] if e is not None), "")
             c.verdict, c.reason = "inconclusive", (
