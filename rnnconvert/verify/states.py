@@ -369,7 +369,8 @@ def resolution(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
     ``W_ih`` and ``W_hh`` elements): ``'element'`` the largest over every weight (None above
     :data:`RES_WEIGHTS`), ``'bias'`` over every bias element, ``'row'`` the largest relative scaling ``1 + d``
     of a whole row of ``W_ih`` or ``W_hh`` caught (``d |W_r v| gain > 2 B``), and ``'worst'`` where the
-    element (or bias) resolution is reached. ``g``: ``(g_ih, g_hh, rh)`` of :func:`gains`; ``prods``: ``(zx,
+    element (or bias) resolution is reached; ``'rows'``, per gate row, its weakest weight's or bias's (float64
+    ``(G*H,)``, infinite where a weight reaches no output in any state). ``g``: ``(g_ih, g_hh, rh)`` of :func:`gains`; ``prods``: ``(zx,
     zh)``; ``bound``: ``(dh, dc)``; all over the same states (rows of ``x``, ``h0``)."""
     g_ih, g_hh, rh = g
     zx, zh = prods
