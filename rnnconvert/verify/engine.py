@@ -15,7 +15,10 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    within :func:`rnnconvert.core.bounds.step_bound`: a forward error bound of one step evaluated in
    float32 (unit roundoff ``u``; float16 ``u`` for float16 weights or ``--dtype float16``), a few
    roundings of the step's own magnitudes. Errors cannot compound: each step starts from exactly the
-   same numbers on both sides, so the tolerance does not grow with the sequence length.
+   same numbers on both sides, so the tolerance does not grow with the sequence length. States built from
+   the weights are appended where the trajectory and the probes leave a gate unit unresponsive
+   (:mod:`rnnconvert.verify.states`), and the layer's resolution (the smallest change of a weight, bias or
+   row the states catch) is recorded on its :class:`LayerCheck`.
 2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch) for what one step
    cannot show: direction and ``go_backwards``, the order of stacked layers and directions, the link of
    the written file to the *source's own equations* (``source_forward`` of Keras and TF1 files, or the
@@ -26,7 +29,10 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    reference runs into a target that runs one slab alone is compared slab by slab, each slab of the target
    from the source's float32 input of that slab (:meth:`StreamedVerification._by_slab`).
 
-Verdicts (:attr:`LayerCheck.verdict`): ``'fail'`` when either comparison exceeds its tolerance;
+Verdicts (:attr:`LayerCheck.verdict`; docs/cli.md "Verdicts" has every rule): ``'fail'`` when either comparison
+exceeds its tolerance; ``'inconclusive'`` also for a gate unit no state exercises, a weight no state reaches, and
+a sequence above its float32 estimate by more than :data:`rnnconvert.verify.orders.FAR` times the spread measured
+over several float32 evaluation orders;
 ``'inconclusive'`` when it passes but a tolerance is too loose to tell a broken file from a correct one:
 above :func:`fraction` of the output's own scale (``max|y|``; at most 1 for sigmoid/tanh cells), which an
 ill-conditioned layer on long or large inputs can reach; ``'ok'`` otherwise. An inconclusive layer is
