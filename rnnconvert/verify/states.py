@@ -370,8 +370,9 @@ def resolution(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
     :data:`RES_WEIGHTS`), ``'bias'`` over every bias element, ``'row'`` the largest relative scaling ``1 + d``
     of a whole row of ``W_ih`` or ``W_hh`` caught (``d |W_r v| gain > 2 B``), and ``'worst'`` where the
     element (or bias) resolution is reached; ``'rows'``, per gate row, its weakest weight's or bias's (float64
-    ``(G*H,)``, infinite where a weight reaches no output in any state). ``g``: ``(g_ih, g_hh, rh)`` of :func:`gains`; ``prods``: ``(zx,
-    zh)``; ``bound``: ``(dh, dc)``; all over the same states (rows of ``x``, ``h0``)."""
+    ``(G*H,)``, infinite where a weight reaches no output in any state). ``g``: ``(g_ih, g_hh, rh)`` of
+    :func:`gains`; ``prods``: ``(zx, zh)``; ``bound``: ``(dh, dc)``; all over the same states (rows of ``x``,
+    ``h0``)."""
     g_ih, g_hh, rh = g
     zx, zh = prods
     b2 = 2.0 * _reach_bound(layer, *bound)
@@ -390,8 +391,8 @@ def resolution(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
         if rh is not None:  # a reset-before GRU's W_hn multiplies r * h
             n_sl = gate_slice(Cell.GRU, "n", layer.hidden_size)
             e_hh[n_sl] = _element(gn_hh[:, n_sl], rh) / scale[n_sl]
-        worst = max((float(e_ih.max()), "W_ih", int(np.argmax(e_ih))), (float(e_hh.max()), "W_hh", int(np.argmax(e_hh))),
-                    (out["bias"], "bias", int(np.argmax(bias))))
+        worst = max((float(e_ih.max()), "W_ih", int(np.argmax(e_ih))),
+                    (float(e_hh.max()), "W_hh", int(np.argmax(e_hh))), (out["bias"], "bias", int(np.argmax(bias))))
         out["element"] = max(worst[0], out["bias"])
         out["rows"] = np.maximum(bias, np.maximum(e_ih, e_hh))
         out["worst"] = _row_name(layer, worst[2], worst[1])

@@ -57,7 +57,8 @@ def _verdicts(src, dst):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("src,to", CASES, ids=[f"{s.parent.name if s.stem == 'ckpt' else s.stem}-{t}" for s, t in CASES])
+@pytest.mark.parametrize("src,to", CASES,
+                         ids=[f"{s.parent.name if s.stem == 'ckpt' else s.stem}-{t}" for s, t in CASES])
 def test_verdicts_do_not_change_under_perturbed_float32(src, to, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime" if to == "onnx" else "torch")
     if not (src.exists() or src.with_suffix(".index").exists()):
