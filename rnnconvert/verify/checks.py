@@ -48,6 +48,8 @@ class LayerCheck:
     states: int = 0
     constructed: int = 0
     unexercised: str = ""
+    #: the fewest one-step states in which any gate row (unit of a gate) of the layer is responsive
+    coverage: int = 0
     #: what the one-step comparison catches (:func:`rnnconvert.verify.states.resolution`), as fractions of a
     #: gate row's scale (its largest weight): ``resolution`` the smallest change of ANY single weight or bias
     #: that the states and bounds used would have caught (None: not computed, a matrix above

@@ -522,7 +522,8 @@ class StreamedVerification:
         """States constructed from the weights of slab ``k`` of layer ``i`` for the gate rows that the trajectory
         and the probes leave unresponsive (:func:`rnnconvert.verify.states.exercise`), appended to ``xf`` and
         ``entries``; what they cover recorded in :attr:`coverage` (``(slab, direction, states, constructed,
-        unexercised rows, resolution)``: :func:`rnnconvert.verify.states.resolution` on every state)."""
+        unexercised rows, resolution, fewest states any gate row is responsive in)``:
+        :func:`rnnconvert.verify.states.resolution` on every state)."""
         def step(p, x, h, c):
             parts: dict = {}
             ex, bd = bounds.step_with_bound(one, p, x, h, c, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
@@ -537,7 +538,7 @@ class StreamedVerification:
             added += more
             res = self._resolutions(one, dirs, xf, entries, seen)
         for d, (cnt, r) in enumerate(zip(counts, res)):
-            self.coverage[i].append((k, d, xf.shape[0], added, np.flatnonzero(cnt < 1), r))
+            self.coverage[i].append((k, d, xf.shape[0], added, np.flatnonzero(cnt < 1), r, int(cnt.min())))
         return xf, entries
 
     @staticmethod
@@ -849,8 +850,8 @@ class StreamedVerification:
         c.constructed = sum(e[3] for e in cov if e[1] == 0)
         where = lambda k, d: (f"stacked layer {k}, " if layer.num_layers > 1 else "") + (  # noqa: E731
             f"direction {d}, " if layer.bidirectional else "")
-        c.unexercised = "; ".join(f"{where(k, d)}{states.describe(layer, rows)}" for k, d, _, _, rows, _ in cov
-                                  if len(rows))
+        c.unexercised = "; ".join(f"{where(k, d)}{states.describe(layer, e[4])}" for e in cov if len(e[4]))
+        c.coverage = min(e[6] for e in cov)
         worst = max(cov, key=lambda e: e[5]["element"] if e[5]["element"] is not None else e[5]["bias"])
         res = worst[5]
         c.resolution = res["element"]
