@@ -850,7 +850,7 @@ class StreamedVerification:
         c.constructed = sum(e[3] for e in cov if e[1] == 0)
         where = lambda k, d: (f"stacked layer {k}, " if layer.num_layers > 1 else "") + (  # noqa: E731
             f"direction {d}, " if layer.bidirectional else "")
-        c.unexercised = "; ".join(f"{where(k, d)}{states.describe(layer, e[4])}" for e in cov if len(e[4]))
+        c.unexercised = "; ".join(f"{where(e[0], e[1])}{states.describe(layer, e[4])}" for e in cov if len(e[4]))
         c.coverage = min(e[6] for e in cov)
         worst = max(cov, key=lambda e: e[5]["element"] if e[5]["element"] is not None else e[5]["bias"])
         res = worst[5]
