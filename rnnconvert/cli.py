@@ -304,7 +304,12 @@ def _rule(c) -> str:
     parts = []
     if c.steps_checked:
         parts.append(f"one step: max abs error {c.step_err:.2e}, {c.step_ratio:.2g} of its bound, "
-                     f"{c.steps_checked} steps")
+                     f"{c.steps_checked} steps" + (f" ({c.constructed} states constructed)" if c.constructed else "")
+                     + f", every gate unit responsive in {c.coverage} or more")
+        if c.resolution is not None or c.bias_resolution is not None:
+            el = "not computed" if c.resolution is None else f"{c.resolution:.1e}"
+            parts.append(f"resolution: any weight {el}, bias {c.bias_resolution:.1e}, row {c.row_resolution:.1e} "
+                         f"of its row's scale")
     if c.seq_tol > 0 or c.seq_err > 0:
         parts.append(f"sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})")
     if parts:

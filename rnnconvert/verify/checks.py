@@ -42,6 +42,23 @@ class LayerCheck:
     step_err_t: list[float] = field(default_factory=list)
     step_bound_t: list[float] = field(default_factory=list)
     seq_err_t: list[float] = field(default_factory=list)
+    #: the one-step states per slab and direction (trajectory, probes and constructed), of which ``constructed``
+    #: were constructed from the weights (:mod:`rnnconvert.verify.states`); ``unexercised``: the gate units no
+    #: state made responsive (the verdict is then at best ``inconclusive``), empty when every unit was
+    states: int = 0
+    constructed: int = 0
+    unexercised: str = ""
+    #: the fewest one-step states in which any gate row (unit of a gate) of the layer is responsive
+    coverage: int = 0
+    #: what the one-step comparison catches (:func:`rnnconvert.verify.states.resolution`), as fractions of a
+    #: gate row's scale (its largest weight): ``resolution`` the smallest change of ANY single weight or bias
+    #: that the states and bounds used would have caught (None: not computed, a matrix above
+    #: ``states.RES_WEIGHTS``), ``bias_resolution`` the same over biases alone, ``row_resolution`` the smallest
+    #: relative scaling of any whole row of ``W_ih`` or ``W_hh`` caught; ``resolution_at`` where the worst is
+    resolution: float | None = None
+    bias_resolution: float | None = None
+    row_resolution: float | None = None
+    resolution_at: str = ""
 
     @property
     def ok(self) -> bool:

@@ -15,7 +15,10 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    within :func:`rnnconvert.core.bounds.step_bound`: a forward error bound of one step evaluated in
    float32 (unit roundoff ``u``; float16 ``u`` for float16 weights or ``--dtype float16``), a few
    roundings of the step's own magnitudes. Errors cannot compound: each step starts from exactly the
-   same numbers on both sides, so the tolerance does not grow with the sequence length.
+   same numbers on both sides, so the tolerance does not grow with the sequence length. States built from
+   the weights are appended where the trajectory and the probes leave a gate unit unresponsive
+   (:mod:`rnnconvert.verify.states`), and the layer's resolution (the smallest change of a weight, bias or
+   row the states catch) is recorded on its :class:`LayerCheck`.
 2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch) for what one step
    cannot show: direction and ``go_backwards``, the order of stacked layers and directions, the link of
    the written file to the *source's own equations* (``source_forward`` of Keras and TF1 files, or the
@@ -26,7 +29,10 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    reference runs into a target that runs one slab alone is compared slab by slab, each slab of the target
    from the source's float32 input of that slab (:meth:`StreamedVerification._by_slab`).
 
-Verdicts (:attr:`LayerCheck.verdict`): ``'fail'`` when either comparison exceeds its tolerance;
+Verdicts (:attr:`LayerCheck.verdict`; docs/cli.md "Verdicts" has every rule): ``'fail'`` when either comparison
+exceeds its tolerance; ``'inconclusive'`` also for a gate unit no state exercises, a weight no state reaches, and
+a sequence above its float32 estimate by more than :data:`rnnconvert.verify.orders.FAR` times the spread measured
+over several float32 evaluation orders;
 ``'inconclusive'`` when it passes but a tolerance is too loose to tell a broken file from a correct one:
 above :func:`fraction` of the output's own scale (``max|y|``; at most 1 for sigmoid/tanh cells), which an
 ill-conditioned layer on long or large inputs can reach; ``'ok'`` otherwise. An inconclusive layer is
@@ -55,7 +61,7 @@ import numpy as np
 from ..core import reference
 from ..speed import gpu, kernels
 from ..speed.kernels import FAST
-from . import bounds, escapes
+from . import bounds, escapes, orders, states
 from ..core.model import Checkpoint, RNNLayer
 from ..errors import DependencyError, FormatError, InconclusiveError, VerificationError
 from .checks import LayerCheck
@@ -386,6 +392,9 @@ class StreamedVerification:
         self.target_seconds = 0.0
         #: per layer, ``(slab, direction, swap_escapes(...))`` of the directions whose bound is loose
         self.escapes: list[list] = [[] for _ in range(n)]
+        #: per layer, ``(slab, direction, states, constructed, unexercised gate rows)`` of the one-step states
+        #: (:meth:`_exercise`, :mod:`rnnconvert.verify.states`)
+        self.coverage: list[list] = [[] for _ in range(n)]
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_tensors)
         self._back = None  # the written file read back (fallback target of the one-step check)
@@ -453,7 +462,7 @@ class StreamedVerification:
         N, P = B * T, escapes.N_PROBES
         px, ph, pc = escapes.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
         xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
-        entries, loose = [], []
+        entries, loose, counts, seen = [], [], [], []
         for d, (p, rec) in enumerate(zip(dirs, recs)):
             h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
             c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
@@ -465,6 +474,9 @@ class StreamedVerification:
             exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=self.act_ulps,
                                                   xx=xx)
             entries.append(((h0, c0), exact, bound))
+            g = states.gains(one, p, h0, c0, parts["xx"][0], parts["hh"][0], exact[0])
+            counts.append(states.responsive(g[0], g[1]).sum(axis=0))
+            seen.append([(g, (parts["xx"][0], parts["hh"][0]))])
             if _loose(exact, bound) > fraction(u):  # the bound alone cannot vouch: would the slips show?
                 rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the probes, and a few trajectory states
                 esc = escapes.swap_escapes(one, p, h0, c0, parts, u, U_ACC, rows, act_ulps=self.act_ulps)
@@ -474,6 +486,7 @@ class StreamedVerification:
             if esc is None and len(dirs) == 2:
                 esc = escapes.directions_escape(entries[d][1:], entries[1 - d][1:], slice(N, N + P))
             self.escapes[i].append((k, d, esc))
+        xf, entries = self._exercise(i, k, one, dirs, xin, recs, xf, entries, counts, seen, u)
         self.slabs[i][k] = (xf, entries)
         self.traj[i] = y if k < layer.num_layers - 1 else None
         last = k == layer.num_layers - 1
@@ -501,6 +514,41 @@ class StreamedVerification:
                 self.yfw[i] = source.framework_run(self.src_module, self.src_path, self.ckpt, layer, xs)
         gpu.forget()  # the slab's weights sent to the GPU (--device cuda): its arrays may be reused for the next
         self.seconds += time.perf_counter() - t0
+
+    def _exercise(self, i: int, k: int, one: RNNLayer, dirs: list, xin: np.ndarray, recs: list, xf: np.ndarray,
+                  entries: list, counts: list, seen: list, u: float) -> tuple[np.ndarray, list]:
+        """States constructed from the weights of slab ``k`` of layer ``i`` for the gate rows that the trajectory
+        and the probes leave unresponsive (:func:`rnnconvert.verify.states.exercise`), appended to ``xf`` and
+        ``entries``; what they cover recorded in :attr:`coverage` (``(slab, direction, states, constructed,
+        unexercised rows, resolution, fewest states any gate row is responsive in)``:
+        :func:`rnnconvert.verify.states.resolution` on every state)."""
+        def step(p, x, h, c):
+            parts: dict = {}
+            ex, bd = bounds.step_with_bound(one, p, x, h, c, u, U_ACC, parts=parts, act_ulps=self.act_ulps)
+            return ex, bd, (parts["xx"][0], parts["hh"][0])
+        xr, hr = states.ranges(one, xin, recs[0]["h"])
+        rng = np.random.default_rng((self.rep.seed, i, k))
+        xf, entries, added = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr, seen)
+        res = self._resolutions(one, dirs, xf, entries, seen)
+        weak = [np.flatnonzero(~np.isfinite(r["rows"])) for r in res]  # a weight no state reaches
+        if any(len(w) for w in weak):  # weights no state reaches: states for their rows, once
+            xf, entries, more = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr, seen, weak)
+            added += more
+            res = self._resolutions(one, dirs, xf, entries, seen)
+        for d, (cnt, r) in enumerate(zip(counts, res)):
+            self.coverage[i].append((k, d, xf.shape[0], added, np.flatnonzero(cnt < 1), r, int(cnt.min())))
+        return xf, entries
+
+    @staticmethod
+    def _resolutions(one: RNNLayer, dirs: list, xf: np.ndarray, entries: list, seen: list) -> list[dict]:
+        """:func:`rnnconvert.verify.states.resolution` of each direction on all its states."""
+        out = []
+        for p, got, ((h0, _), _, bound) in zip(dirs, seen, entries):
+            cat = lambda parts: None if parts[0] is None else np.concatenate(parts)  # noqa: E731
+            g = tuple(cat([s[0][j] for s in got]) for j in range(3))
+            prods = tuple(cat([s[1][j] for s in got]) for j in range(2))
+            out.append(states.resolution(one, p, xf, h0, g, prods, bound))
+        return out
 
     def _emulate(self, i: int, k: int, one: RNNLayer, dirs: list, own: bool, per: bool) -> None:
         """The spread of the target's emulated arithmetic (``self.emulate``) from the float64 run on the short
@@ -575,8 +623,9 @@ class StreamedVerification:
                     scale = float(np.abs(ev).max())
                     if ratio >= worst["ratio"]:
                         B, T = self.x[i].shape[:2]
-                        at = (f"probe {j[0] - B * T}" if j[0] >= B * T else
-                              f"sequence {j[0] // T}, step {j[0] % T}")
+                        P = escapes.N_PROBES
+                        at = (f"constructed state {j[0] - B * T - P}" if j[0] >= B * T + P else
+                              f"probe {j[0] - B * T}" if j[0] >= B * T else f"sequence {j[0] // T}, step {j[0] % T}")
                         worst.update(ratio=ratio, err=err, bound=bound,
                                      where=f"stacked layer {k}, direction {d}, {what}, {at}")
                     rows = B * T  # the trajectory's states (row b * T + t), then the probes
@@ -706,18 +755,22 @@ class StreamedVerification:
         c = LayerCheck(layer.name, seq_err, seq_tol, seq_scale, self.routes[i], route, "sequence",
                        seq_err=seq_err, seq_tol=seq_tol)
         c.seq_err_t = [] if seq_t is None else seq_t.tolist()
+        self._coverage_into(i, c)
         if st:
             c.step_err, c.step_tol, c.step_ratio, c.steps_checked = st["err"], st["tol"], st["ratio"], st["n"]
             c.step_err_t, c.step_bound_t = st["err_t"], st["bound_t"]
             if st["ratio"] >= seq_err / max(seq_tol, 1e-300):
                 c.max_abs_err, c.tolerance, c.reference = st["err"], st["bound"], "step"
         T = self._seq_x(i).shape[1]
-        seq_esc = ill_esc = None
+        seq_esc = ill_esc = far = None
         if over and not hard and not ill_over and not step_failed:
-            seq_esc = self._sequence_escapes(i, rho, [e[1] for e in seqs])
+            far = self._far_above(i, seqs, over, first)
+            seq_esc = None if far else self._sequence_escapes(i, rho, [e[1] for e in seqs])
         if step_failed:  # final: nothing below may turn a failed step into another verdict
             c.verdict, c.reason = "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
                                            f"float bound allows {st['bound']:.3g} ({st['where']})")
+        elif far is not None:
+            c.verdict, c.reason = "inconclusive", far
         elif seq_esc is not None:
             # every step passed its bound, and the sequences part by less than a layout slip moves them: the
             # tolerance's float32 term (one float32 run's spread) is an estimate, not a bound, and a target's
@@ -742,6 +795,16 @@ class StreamedVerification:
                 f"a slip that only a sequence shows (directions, stacked layers, time order)")
         elif not st:
             c.verdict, c.reason = "inconclusive", f"the one-step comparison could not run: {note}"
+        elif c.unexercised:
+            c.verdict, c.reason = "inconclusive", (
+                f"{c.unexercised}: unresponsive in every one-step state (the trajectory's, the probes and "
+                f"{c.constructed} constructed from the weights), so a change of their weights or biases would "
+                f"not show")
+        elif c.resolution is not None and not np.isfinite(c.resolution):
+            c.verdict, c.reason = "inconclusive", (
+                f"a weight of {c.resolution_at} reaches no output in any one-step state (its input element is "
+                f"zero wherever its row is live, also in the {c.constructed} states constructed from the weights): "
+                f"a change of it would not show")
         elif st["loose"] > rho and not self._swaps_caught(i):
             esc = next((e for _, _, e in self.escapes[i] if e is not None), "")
             c.verdict, c.reason = "inconclusive", (
@@ -776,6 +839,70 @@ class StreamedVerification:
                 "that")) if r)
         return c
 
+    def _coverage_into(self, i: int, c: LayerCheck) -> None:
+        """The one-step states of layer ``i`` and what they left unexercised (:attr:`coverage`) into ``c``."""
+        layer, cov = self.ckpt.layers[i], self.coverage[i]
+        if not cov:
+            return
+        c.states = max(e[2] for e in cov)
+        c.constructed = sum(e[3] for e in cov if e[1] == 0)
+        where = lambda k, d: (f"stacked layer {k}, " if layer.num_layers > 1 else "") + (  # noqa: E731
+            f"direction {d}, " if layer.bidirectional else "")
+        c.unexercised = "; ".join(f"{where(e[0], e[1])}{states.describe(layer, e[4])}" for e in cov if len(e[4]))
+        c.coverage = min(e[6] for e in cov)
+        worst = max(cov, key=lambda e: e[5]["element"] if e[5]["element"] is not None else e[5]["bias"])
+        res = worst[5]
+        c.resolution = res["element"]
+        c.bias_resolution = max(e[5]["bias"] for e in cov)
+        c.row_resolution = max(e[5]["row"] for e in cov)
+        c.resolution_at = f"{where(worst[0], worst[1])}{res['worst']}"
+
+    def _layer_again(self, i: int) -> RNNLayer | str:
+        """Layer ``i`` with its parameters in memory: as it is, or (a streamed conversion) read again where it
+        is at most :data:`SEQ_SLIP_BYTES`; else why not (a phrase)."""
+        from dataclasses import replace
+
+        layer = self.ckpt.layers[i]
+        if not self.ckpt.lazy:
+            return layer
+        nbytes = sum(int(a.size) * a.dtype.itemsize for dirs in layer.params for dp in dirs
+                     for a in dp.arrays().values())
+        if nbytes > SEQ_SLIP_BYTES:
+            return f"the layer's {nbytes >> 20} MiB are not read again"
+        try:
+            return replace(layer, params=[self.ckpt.slab(i, k) for k in range(layer.num_layers)])
+        except (OSError, ValueError, FormatError) as e:
+            return f"the layer could not be read again: {e}"
+
+    def _far_above(self, i: int, seqs: list, over: list, first: float) -> str | None:
+        """Whether a sequence over its one-sample tolerance (``over``, among :meth:`judge`'s ``seqs``: ``(err,
+        tol, scale, by_target)`` of the whole layer or of each slab) is also above
+        :data:`rnnconvert.verify.orders.FAR` times the largest float32 spread measured over several evaluation
+        orders of the canonical equations on the same inputs (:func:`rnnconvert.verify.orders.spread`; the
+        tolerance's own spread counts too): then float32 rounding does not explain it and the verdict cannot be
+        ``ok``. Returns the reason (a phrase), or None."""
+        layer = self._layer_again(i)
+        if isinstance(layer, str):
+            return f"a sequence above its float32 estimate whose spread could not be measured again ({layer})"
+        slabs = len(seqs) > 1
+        for idx, e in enumerate(seqs):
+            if e not in over:
+                continue
+            one, x, fin = ((layer.one_slab(idx), self.seq_slabs[i][idx][0], idx == layer.num_layers - 1) if slabs
+                           else (layer, self._seq_x(i), True))
+            err, tol, scale = e[:3]
+            measured, used = orders.spread(one, x, finished=fin)
+            measured = max(measured, (tol - first * max(1.0, scale)) / 2.0)
+            far = first * max(1.0, scale) + orders.FAR * measured
+            if err > far:
+                at = f" of stacked layer {idx}" if slabs else ""
+                return (f"the first {x.shape[1]} steps as a sequence{at} differ by {err:.3g}, "
+                        f"{err / max(measured, 1e-300):.3g} times the largest float32 spread measured over "
+                        f"{len(used)} evaluation orders ({measured:.3g}: {', '.join(used)}; limit {far:.3g}), while "
+                        f"every step passed its bound: more than float32 rounding explains, less than a layout "
+                        f"slip moves the outputs")
+        return None
+
     def _sequence_escapes(self, i: int, rho: float, tols: list[float]) -> str | None:
         """Whether every slip that only the sequence comparison sees would move the short sequence of layer
         ``i`` (float64, the canonical equations) by more than twice ``rho`` of the output's scale or twice
@@ -789,17 +916,9 @@ class StreamedVerification:
         comparison is there to see: a reader's slip). docs/cli.md "Verdicts"."""
         from dataclasses import replace
 
-        layer = self.ckpt.layers[i]
-        if self.ckpt.lazy:  # a streamed conversion: read the layer again where it is small (this case is rare)
-            nbytes = sum(int(a.size) * a.dtype.itemsize for dirs in layer.params for dp in dirs
-                         for a in dp.arrays().values())
-            if nbytes > SEQ_SLIP_BYTES:
-                return (f"a slip only a sequence shows (the layer's {nbytes >> 20} MiB are not read again "
-                        f"to rule it out)")
-            try:
-                layer = replace(layer, params=[self.ckpt.slab(i, k) for k in range(layer.num_layers)])
-            except (OSError, ValueError, FormatError) as e:
-                return f"a slip only a sequence shows (the layer could not be read again: {e})"
+        layer = self._layer_again(i)
+        if isinstance(layer, str):
+            return f"a slip only a sequence shows ({layer} to rule it out)"
         xs = self._seq_x(i)
         cases = []  # (input, the correct layer, [(slip, slipped layer)]): slab by slab, or the whole layer
         if self._by_slab(layer):  # each slab of the target from the source's float32 input of that slab

@@ -67,7 +67,10 @@ def test_verify_json_keeps_its_fields(tmp_path, capsys):
     layer = json.loads(capsys.readouterr().out)["layers"][0]
     old = {"name", "max_abs_err", "tolerance", "max_abs_ref", "source_route", "target_route", "reference",
            "verdict", "reason", "step_err", "step_tol", "step_ratio", "seq_err", "seq_tol", "steps_checked", "ok"}
-    assert old <= set(layer) and set(layer) - old == {"step_err_t", "step_bound_t", "seq_err_t"}
+    assert old <= set(layer) and set(layer) - old == {
+        "step_err_t", "step_bound_t", "seq_err_t",  # the per-step plots
+        "states", "constructed", "unexercised", "coverage",  # issue #39: the one-step states and what they exercise
+        "resolution", "bias_resolution", "row_resolution", "resolution_at"}  # ... and what they catch
 
 
 def test_report_of_a_refusal(tmp_path):

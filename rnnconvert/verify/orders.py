@@ -1,0 +1,98 @@
+"""Float32 spreads measured over several evaluation orders of the canonical equations (issue #39, rule B).
+
+The sequence comparison's tolerance has a float32 term: the spread of the source's own float32 run from its
+float64 run over the short sequence. One run is one sample of a rounding that a target evaluating the same
+equations in another order (another BLAS kernel, blocked or unblocked sums, another thread count) does not
+reproduce: onnxruntime on the tf_keras reset-before GRU fixture parted from the float64 run by 7.7e-5 where
+numpy's float32 run parted by 3.7e-5. Where a target's sequence lands above that one-sample tolerance,
+:func:`spread` measures the spread again over :data:`ORDERS` independent float32 evaluations of the same
+equations on the same inputs (numpy's BLAS; blocked sums added in reverse order; an unblocked sequential sum;
+torch's own kernels where torch is already imported), and the verdict uses the largest
+(:meth:`rnnconvert.verify.engine.StreamedVerification.judge`; docs/cli.md "Verdicts").
+"""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..core import reference
+from ..core.model import RNNLayer
+
+#: a sequence error is "far above" float32 rounding when it exceeds this many times the largest spread measured
+#: over the evaluation orders (the tolerance's float32 term is twice one spread: this is twice that)
+FAR = 4.0
+
+
+def _blas(w: np.ndarray, vs: list[np.ndarray]) -> list[np.ndarray]:
+    return [w.astype(v.dtype, copy=False) @ v for v in vs]
+
+
+def _blocked(w: np.ndarray, vs: list[np.ndarray], blocks: int = 4) -> list[np.ndarray]:
+    """``w @ v`` as ``blocks`` partial products over column blocks of ``w``, added last block first."""
+    out = []
+    for v in vs:
+        wv = w.astype(v.dtype, copy=False)
+        edges = np.linspace(0, w.shape[1], blocks + 1).astype(int)
+        acc = np.zeros((w.shape[0], v.shape[1]), v.dtype)
+        for lo, hi in reversed(list(zip(edges[:-1], edges[1:]))):
+            acc = acc + wv[:, lo:hi] @ v[lo:hi]
+        out.append(acc)
+    return out
+
+
+def _sequential(w: np.ndarray, vs: list[np.ndarray]) -> list[np.ndarray]:
+    """``w @ v`` summed term by term, column ``k`` of ``w`` after column ``k - 1`` (no blocking, no FMA)."""
+    out = []
+    for v in vs:
+        wv = w.astype(v.dtype, copy=False)
+        acc = np.zeros((w.shape[0], v.shape[1]), v.dtype)
+        for k in range(w.shape[1]):
+            acc += wv[:, k:k + 1] * v[k:k + 1]
+        out.append(acc)
+    return out
+
+
+def _torch(w: np.ndarray, vs: list[np.ndarray]) -> list[np.ndarray]:
+    import torch
+
+    return [(torch.from_numpy(np.ascontiguousarray(w, v.dtype)) @ torch.from_numpy(np.ascontiguousarray(v))).numpy()
+            for v in vs]
+
+
+def _kernels(products) -> SimpleNamespace:
+    return SimpleNamespace(products=products, widened=lambda a, reuse=False: None if a is None else
+                           (a.astype(np.float32) if a.dtype == np.float16 else a))
+
+
+#: the float32 evaluation orders: ``(name, products)``; ``torch`` only where torch is already imported
+ORDERS = (("numpy BLAS", _blas), ("blocked sums, reversed", _blocked), ("sequential sums", _sequential),
+          ("torch", _torch))
+
+
+def spread(layer: RNNLayer, x: np.ndarray, ref: np.ndarray | None = None,
+           finished: bool = True) -> tuple[float, list[str]]:
+    """``(largest spread, orders used)``: the largest ``max |y32 - y64|`` of ``layer`` on ``x`` (``(B, T, I)``)
+    over the float32 evaluation orders of :data:`ORDERS`, ``y64`` the canonical float64 run (``ref`` where
+    given: the same run, finished or not as ``finished`` says). Cost: one float32 run per order of the short
+    sequence (the sequential order ``K`` vector operations per product)."""
+    x = np.asarray(x)
+    run = reference.forward if finished else _unfinished
+    y64 = run(layer, x.astype(np.float64), np.float64) if ref is None else np.asarray(ref, np.float64)
+    worst, used = 0.0, []
+    for name, products in ORDERS:
+        if name == "torch" and "torch" not in sys.modules:
+            continue
+        y32 = run(layer, x.astype(np.float32), np.float32, kernels=_kernels(products))
+        worst = max(worst, float(np.abs(np.asarray(y32, np.float64) - y64).max()))
+        used.append(name)
+    return worst, used
+
+
+def _unfinished(layer: RNNLayer, x: np.ndarray, dtype, kernels=reference.PLAIN) -> np.ndarray:
+    y = np.asarray(x, dtype)
+    for k in range(layer.num_layers):
+        y = reference.forward_slab(layer, layer.params[k], y, dtype, kernels=kernels)
+    return y
