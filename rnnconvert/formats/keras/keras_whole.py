@@ -14,7 +14,7 @@ as stored (``@weight_names`` order = tf_keras ``trainable_weights + non_trainabl
 Keras 3's ``layer.weights`` order for the whitelisted classes; shapes checked one by one), Keras-2
 hard_sigmoid layers rescaled (:class:`.keras_config.Rescale`).
 
-Verification (:func:`rnnconvert.verify.keras_whole_check.verify_model`): tf_keras runs the source file as stored (``load_model``; a model
+Verification (:func:`rnnconvert.whole.verify.keras_whole_check.verify_model`): tf_keras runs the source file as stored (``load_model``; a model
 with CuDNN layers is rebuilt with tf_keras' own CPU equivalents ``LSTM`` / ``GRU(reset_after=True)``
 and the file loaded into it by tf_keras' legacy loader, which converts the CuDNN weights), Keras 3 runs
 the written ``.keras`` (``keras.saving.load_model``), both on the same inputs: every top-level layer's
@@ -40,7 +40,7 @@ from ...errors import FormatError, UnsupportedError
 from ...safety import guard
 from . import keras_config
 from ...conventions import keras_names as naming
-from ...conventions.keras_graph import FullModel  # noqa: F401 - the record every whole-model reader returns
+from ...conventions.full_model import FullModel  # noqa: F401 - the record every whole-model reader returns
 
 #: relative tolerance of the whole-model comparison (issue #17): ``max|d| <= TOL * max(1, max|ref|)``
 TOL = 2e-5
@@ -402,7 +402,7 @@ def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.
     ``layer.weights`` order), as the HDF5 loader does.
 
     Raises:
-        UnsupportedError: a layer class outside :data:`rnnconvert.conventions.keras_graph.LAYERS` (SavedModels).
+        UnsupportedError: a layer class outside :data:`rnnconvert.whole.conventions.keras_graph.LAYERS` (SavedModels).
         FormatError: stored weights that do not fit the rebuilt layer (SavedModels)."""
     import os
 
@@ -422,14 +422,14 @@ def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.
 
 def _built_in_only(path: str, obj: Any) -> None:
     """Refuse a config holding a layer class the whole-model writers do not build (before tf_keras sees it)."""
-    from ...conventions import keras_graph
+    from ...conventions import full_model
 
     if isinstance(obj, dict):
         cls, conf = obj.get("class_name"), obj.get("config")
         if isinstance(cls, str) and isinstance(conf, dict) and "name" in conf:
-            if cls not in keras_graph.LAYERS and cls not in naming.CONTAINERS:
+            if cls not in full_model.LAYERS and cls not in naming.CONTAINERS:
                 raise UnsupportedError(f"{path}: layer '{conf.get('name')}' ({cls}): not a built-in layer the "
-                                       f"whole-model writers build; {keras_graph.WAY_OUT}")
+                                       f"whole-model writers build; {full_model.WAY_OUT}")
         for v in obj.values():
             _built_in_only(path, v)
     elif isinstance(obj, list):

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..formats.keras import keras_config, keras_whole
-from ..errors import FormatError
-from .checks import LayerCheck
-from ..formats.keras.keras_whole import TOL, FullModel
+from ...formats.keras import keras_config, keras_whole
+from ...errors import FormatError
+from ...verify.checks import LayerCheck
+from ...formats.keras.keras_whole import TOL, FullModel
 
 
 def as_float64(obj: Any) -> Any:
@@ -56,10 +56,10 @@ def keras3_source_model(path: str):
 
 def whole_of(ckpt) -> FullModel | None:
     """The whole Keras model behind ``ckpt`` for the whole-model checks: a Keras 1/2 HDF5 file or a Keras 3
-    archive (:func:`rnnconvert.formats.keras.whole_source.whole_source`), a tf.keras / tf_keras SavedModel folder
+    archive (:func:`rnnconvert.whole.formats.keras.whole_source.whole_source`), a tf.keras / tf_keras SavedModel folder
     (:func:`rnnconvert.formats.tf.savedmodel_keras.read_full_model`); ``None`` otherwise."""
     if ckpt.format == "tf_checkpoint":
-        from ..formats.tf import savedmodel_keras
+        from ...formats.tf import savedmodel_keras
 
         return savedmodel_keras.read_full_model(ckpt)
     if ckpt.format not in ("keras_h5", "keras3"):
