@@ -2,13 +2,13 @@
 
 Source: a Keras 2 / tf.keras / tf_keras full-model HDF5 file (root ``@model_config`` + ``model_weights``;
 tf_keras ``saving/legacy/hdf5_format.py``), read with h5py in the isolated child of
-:mod:`rnnconvert.guard` (:func:`read_full_model`). Weights-only files have no architecture: they keep
+:mod:`rnnconvert.safety.guard` (:func:`read_full_model`). Weights-only files have no architecture: they keep
 the recurrent-layers-only output of :mod:`.keras3` (the chaining, the other layers' classes and their
 activations are simply not in such a file).
 
 Target: the config translated by :mod:`.keras_config`, built by Keras 3 (``keras.saving.
 deserialize_keras_object`` of a whitelisted config, ``safe_mode``: no code runs), then every layer's
-weights set: recurrent layers from the canonical model (:mod:`.keras_h5_write` gives the Keras layout,
+weights set: recurrent layers from the canonical model (:mod:`.h5_write` gives the Keras layout,
 CuDNN kernels already turned, a CuDNNLSTM's two biases summed: one float32 rounding), every other layer
 as stored (``@weight_names`` order = tf_keras ``trainable_weights + non_trainable_weights`` =
 Keras 3's ``layer.weights`` order for the whitelisted classes; shapes checked one by one), Keras-2
@@ -81,10 +81,10 @@ def _read_in(path: str) -> FullModel | None:
 def read_full_model(ckpt: Checkpoint) -> FullModel | None:
     """The full model behind ``ckpt`` when it was read from a Keras 1/2 full-model HDF5 file, else ``None``
     (weights-only files, Keras 3's own legacy ``.h5``, other formats). Read in the isolated child
-    (:func:`rnnconvert.guard.isolated`).
+    (:func:`rnnconvert.safety.guard.isolated`).
 
     Raises:
-        FormatError: a damaged file (the same checks as :mod:`.keras_h5`).
+        FormatError: a damaged file (the same checks as :mod:`.h5_read`).
     """
     path = ckpt.meta.get("path")
     if ckpt.format != "keras_h5" or not path or not Path(path).is_file():

@@ -1,5 +1,5 @@
 """The Keras family's format records (:class:`~rnnconvert.engine.protocol.FormatSpec`): Keras 1/2 HDF5
-(reader :mod:`.keras_h5`, writer :mod:`.keras_h5_write`; run by the ``tf_keras`` runtime, the source's own
+(reader :mod:`.h5_read`, writer :mod:`.h5_write`; run by the ``tf_keras`` runtime, the source's own
 equations by ``keras_equations``) and Keras 3 (:mod:`.keras3`, run by the ``keras3`` runtime)."""
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def refusals(layer: RNNLayer) -> list[str]:
 
 def check(ckpt: Checkpoint, *, recurrent_only: bool = False, **_: Any) -> list[str]:
     """Refuse what an ONNX ``LSTM``/``GRU``/``RNN`` node cannot compute; return notes (the recurrent-layers
-    file; a whole model is checked by :func:`.model_write.check`).
+    file; a whole model is checked by :func:`rnnconvert.whole.formats.onnx.model_write.check`).
 
     Raises:
         UnsupportedError: projection, ``cell_clip``/``proj_clip``, an activation ONNX lacks (one line
@@ -288,7 +288,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
             forbids it, ``None`` (default) uses it when the initializers exceed 2 GB.
         external_min_bytes: tensors smaller than this stay inside the model (the int64 shape constants
             must: onnxruntime's shape inference cannot read them from external data).
-        recurrent_only: accepted (this writer writes the recurrent layers only; whole models: :mod:`.model_write`).
+        recurrent_only: accepted (this writer writes the recurrent layers only; whole models: :mod:`rnnconvert.whole.formats.onnx.model_write`).
 
     Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """

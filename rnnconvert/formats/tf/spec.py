@@ -1,7 +1,7 @@
-"""The TensorFlow family's format records: checkpoints read by :mod:`.tf_checkpoint` (bundle
-:mod:`.tf_bundle`, table :mod:`.tf_table`, TF1 cells :mod:`.tf1_cells`), TF1 checkpoints written by
-:mod:`.tf1_writer` (run by the ``tf_equations`` runtime on TensorFlow's read-back), TF2 object checkpoints by
-:mod:`.tf2_writer` (run by the ``tf_keras`` runtime); frozen graphs read by :mod:`.tf_graph`. A TF source's
+"""The TensorFlow family's format records: checkpoints read by :mod:`.checkpoint_read` (bundle
+:mod:`.bundle_read`, table :mod:`.table_read`, TF1 cells :mod:`.tf1_cells`), TF1 checkpoints written by
+:mod:`.tf1_write` (run by the ``tf_equations`` runtime on TensorFlow's read-back), TF2 object checkpoints by
+:mod:`.tf2_write` (run by the ``tf_keras`` runtime); frozen graphs read by :mod:`.graph_read`. A TF source's
 own equations are the ``tf_equations`` runtime, TensorFlow itself (``--verify framework``) the ``tensorflow`` one."""
 
 from __future__ import annotations

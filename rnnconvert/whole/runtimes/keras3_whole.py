@@ -14,7 +14,7 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
                  seed: int = 0) -> list:
     """Whole-model verification of a written ``.keras`` (:func:`rnnconvert.whole.verify.keras_whole_check.verify_model`): the source model
     run by tf_keras against Keras 3 running ``dst_path``; ``[]`` when ``ckpt`` is not a whole Keras 2 model
-    or the output is a ``.weights.h5``. Returns :class:`rnnconvert.verify.LayerCheck` entries."""
+    or the output is a ``.weights.h5``. Returns :class:`rnnconvert.verify.checks.LayerCheck` entries."""
     from ..verify import keras_whole_check
     from ...formats.keras.keras3 import whole_model
     from ...formats.keras.sniff import ZIP_MAGIC

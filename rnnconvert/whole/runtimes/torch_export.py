@@ -48,7 +48,7 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
 
 def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
                  seed: int = 0) -> list:
-    """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.LayerCheck` entries."""
+    """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.checks.LayerCheck` entries."""
     from ..conventions import keras_graph
     from ...core import reference
     from ...formats.keras import keras_whole

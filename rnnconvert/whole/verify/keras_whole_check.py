@@ -1,7 +1,7 @@
 """The end-to-end check of a Keras 2 model written whole as Keras 3 (the keras3 runtime's ``verify_whole``,
 :mod:`rnnconvert.runtimes.keras3`): the source model run by tf_keras (the file as stored) against Keras 3 loading
 the written ``.keras``, every top-level layer with one call and every model output; a failure re-judged with the
-float32/float64 spread of the written model (the second stage of the rule of :mod:`.engine`)."""
+float32/float64 spread of the written model (the second stage of the rule of :mod:`rnnconvert.verify.engine`)."""
 
 from __future__ import annotations
 
@@ -121,10 +121,10 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     ``load_model``): every top-level layer with one call and every model output.
 
     Args:
-        inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`make_inputs`).
+        inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`).
 
     Returns:
-        :class:`rnnconvert.verify.LayerCheck` entries named ``model:<layer>`` and ``model output <i>``.
+        :class:`rnnconvert.verify.checks.LayerCheck` entries named ``model:<layer>`` and ``model output <i>``.
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
@@ -216,7 +216,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
                   seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None) -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
-    ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`source_model`)
+    ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`rnnconvert.formats.keras.keras_whole.source_model`)
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
     (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`: token ids within each Embedding's range, masks with real padding at the end).
 
@@ -228,7 +228,7 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     ``run64`` in float32: a graph rebuilt from the source, not read from the written file) ``y`` is its output,
     so the spread measures the model's conditioning and a wrong file cannot widen its own tolerance.
 
-    Returns :class:`rnnconvert.verify.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
+    Returns :class:`rnnconvert.verify.checks.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.

@@ -3,7 +3,7 @@
 Output only: rnnconvert never reads a ``.pt2`` (``torch.export.load`` unpickles; a crafted file runs code). Users
 load what we write with ``torch.export.load(path).module()`` -- only files they trust, as for any pickle.
 
-The program is :class:`WholeModule` exported by ``torch.export.export`` with the batch (and a free time)
+The program is ``WholeModule`` (a class :func:`build_module` defines) exported by ``torch.export.export`` with the batch (and a free time)
 dimension dynamic; the recurrent layers are exact modules of their own (no ``nn.LSTM``/``nn.GRU``): each
 direction a ``torch._higher_order_ops.scan`` over time of the canonical equations of
 :mod:`rnnconvert.core.reference` (gate order i f g o / r z n from :data:`rnnconvert.core.gates.TABLE`; any
