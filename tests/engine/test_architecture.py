@@ -429,3 +429,49 @@ def test_a_traced_conversion_uses_only_its_families_and_no_module_pair_calls_bot
     edges = {tuple(e) for e in got["edges"]}
     both = sorted({tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges} - set(_CALLBACKS))
     assert not both, f"module pairs calling each other both ways: {both}"
+
+
+_LIGHT = r'''
+import json, sys
+import rnnconvert
+after_import = sorted(m for m in sys.modules if m.startswith("rnnconvert"))
+numpy_on_import = "numpy" in sys.modules
+from rnnconvert import cli
+rc = cli.main(["--help"])
+print(json.dumps({"import": after_import, "numpy_import": numpy_on_import, "rc": rc, "numpy_help": "numpy" in sys.modules,
+                  "help": sorted(m for m in sys.modules if m.startswith("rnnconvert"))}))
+'''
+
+
+def test_import_and_help_are_light():
+    """``import rnnconvert`` and ``rnnconvert --help`` import neither numpy nor a format, runtime, verification or
+    whole-model module (the package's names load on first use, PEP 562; the CLI imports ``api`` in its commands)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PKG.parent), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", _LIGHT], capture_output=True, text=True, env=env, timeout=120)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0 and not got["numpy_import"] and not got["numpy_help"], got
+    heavy = ("rnnconvert.api", "rnnconvert.formats", "rnnconvert.runtimes", "rnnconvert.verify", "rnnconvert.whole",
+             "rnnconvert.engine", "rnnconvert.core")
+    assert got["import"] == ["rnnconvert"], got["import"]
+    assert not [m for m in got["help"] if m.startswith(heavy)], got["help"]
+
+
+def test_every_error_and_report_type_is_exported():
+    """Every exception of rnnconvert/errors.py and the report types are names of ``rnnconvert`` (in ``__all__``),
+    loaded on first use."""
+    import inspect
+
+    import rnnconvert
+    from rnnconvert import errors
+
+    errs = {n for n, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.RNNConvertError)}
+    public = errs | {"VerifyReport", "LayerCheck", "ConversionReport", "DiagnosisReport"}
+    assert public <= set(rnnconvert.__all__), sorted(public - set(rnnconvert.__all__))
+    for name in rnnconvert.__all__:
+        assert getattr(rnnconvert, name) is not None, name
+    assert rnnconvert.InconclusiveError is errors.InconclusiveError
