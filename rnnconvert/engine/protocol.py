@@ -180,8 +180,9 @@ def located(where: str) -> Callable[..., Any]:
     """The function at ``where`` (``"package.module:function"``), imported on its first call: how a record below
     ``rnnconvert/whole/`` (a container's whole-model writer, a runtime's ``verify_whole``) names an operation of
     the whole-model compiler without importing it (docs/architecture.md: ``whole/`` is above ``formats/`` and
-    ``runtimes/``), so that a conversion of recurrent layers imports nothing of it. The registry names format
-    records the same way (:class:`rnnconvert.engine.registry.Format`).
+    ``runtimes/``), so that a conversion of recurrent layers imports nothing of it; a family's record names its
+    own whole-model readers so too (``whole_model``: read only for a writer of whole models). The registry names
+    format records the same way (:class:`rnnconvert.engine.registry.Format`).
 
     Raises (on the call):
         ImportError, AttributeError: ``where`` names nothing (a programming error, caught by

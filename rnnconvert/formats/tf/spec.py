@@ -6,13 +6,12 @@ own equations are the ``tf_equations`` runtime, TensorFlow itself (``--verify fr
 
 from __future__ import annotations
 
-from ...engine.protocol import FormatSpec
+from ...engine.protocol import FormatSpec, located
 from . import (
     tf1_write,
     tf2_write,
     checkpoint_read,
     graph_read,
-    savedmodel_keras,
 )
 
 #: options of the checkpoint reader: a TF1 cell's forget_bias/gate activation/clips are not in the file;
@@ -22,7 +21,9 @@ CHECKPOINT_OPTIONS = ("forget_bias", "gate_activation", "num_layers", "hidden_si
 
 TF_CHECKPOINT = FormatSpec(
     "tf_checkpoint", read=checkpoint_read.read, read_options=CHECKPOINT_OPTIONS,
-    lazy=True, whole_model=savedmodel_keras.read_full_model,
+    lazy=True,
+    # a SavedModel's whole Keras model: read only for a writer of whole models
+    whole_model=located("rnnconvert.formats.tf.savedmodel_keras:read_full_model"),
     refusals=tf1_write.refusals, check=tf1_write.check, write=tf1_write.write,
     runtime="tf_equations", load=tf1_write.load, route=tf1_write.ROUTE,
     equations="tf_equations", framework="tensorflow")
