@@ -15,6 +15,7 @@ below are imported on first use (``import rnnconvert`` loads no numpy, format, r
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -35,10 +36,13 @@ __all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
-    """The public name ``name``, imported from its module on first use (then cached in the package)."""
+    """The public name ``name``, imported from its module on first use (then cached in the package); a module of
+    the package (``rnnconvert.api``) is imported when first read as an attribute."""
     where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module 'rnnconvert' has no attribute {name!r}")
+    if where is None:  # a subpackage or module (``rnnconvert.api``, ``rnnconvert.errors``), as after an import
+        if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module 'rnnconvert' has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
     value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
     globals()[name] = value
     return value
