@@ -294,7 +294,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             depend on it.
         emit_module: a ``.py`` path: also write the source's whole Keras 1/2 model as readable ``torch.nn.Module``
             source there (class ``Model``) and its state dict beside it (``<stem>_state.pt``, ``torch.save`` of
-            plain tensors: ``torch.load(path, weights_only=True)``); :mod:`rnnconvert.formats.torch.module_write`.
+            plain tensors: ``torch.load(path, weights_only=True)``); :mod:`rnnconvert.whole.formats.torch.module_write`.
             Verified like a ``.pt2`` (the written file imported, the state loaded, every model output against
             tf_keras: checks ``module output <i>``) and put in place with DST, or not at all.
 
@@ -333,7 +333,11 @@ def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opt
     targets = _device_targets(device, out_fmt.name, out_mod, dst_p) if verify else [out_mod]
     if as_target(out_mod).verify_whole is None:  # integer inputs are for whole Keras models only
         _float_inputs(verify_inputs)
-    emit = _emit_paths(emit_module, src_p, dst_p, force) if emit_module is not None else None
+    emit = None
+    if emit_module is not None:  # the whole-model steps (rnnconvert.whole) load only when asked for
+        from .whole import pipeline as whole_steps
+
+        emit = whole_steps.emit_paths(emit_module, src_p, dst_p, force)
     # the cuDNN routes read the written file back slab by slab: a streamed conversion serves them as well
     stream = in_mod.lazy and out_mod.stream and (targets == [out_mod] or device == "cuda") and emit is None
     if out_mod.write is None:
@@ -343,7 +347,7 @@ def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opt
     ckpt, write_opts, stream = _whole_model(ckpt, in_mod, out_mod, write_opts, stream)
     rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
     unique_names(ckpt, out_fmt.name)
-    emitted = _emit(ckpt, in_mod, src_p, emit, write_opts) if emit is not None else None
+    emitted = whole_steps.emit(ckpt, in_mod, src_p, emit, write_opts) if emit is not None else None
     if out_mod.check is not None:  # on a lazy skeleton: refusals look at structure only
         with _way_out():
             rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
@@ -392,7 +396,7 @@ def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opt
                                 "model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", "keras 3 load_model",
                                 verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
         if emit is not None:  # its temporaries go into emit_tmps as they are made (discarded below)
-            _emit_write(emitted, emit, ckpt, src_p, rep, verify, verify_inputs, seed, emit_tmps)
+            whole_steps.emit_write(emitted, emit, ckpt, src_p, rep, verify, verify_inputs, seed, emit_tmps)
         if rep.verification is not None:
             try:
                 rep.verification.raise_if_failed(accept_inconclusive)
@@ -418,88 +422,6 @@ def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opt
         for t in emit_tmps:
             commit.discard(t)
     return rep
-
-
-def _emit_paths(emit_module: str | os.PathLike, src: Path, dst: Path, force: bool) -> tuple[Path, Path]:
-    """``(module path, state path)`` of ``emit_module`` (:func:`convert`), checked like DST.
-
-    Raises:
-        OptionError: not a ``.py`` path, or its stem is not a module name. FormatError: no such folder. OutputExistsError: one of the two is SRC or
-            DST, or exists (no force).
-    """
-    import keyword
-    import re
-
-    from .errors import OptionError
-    from .formats.torch import module_write
-
-    py = Path(emit_module)
-    if py.suffix != ".py":
-        raise OptionError(f"{py}: --emit-module writes Python source; give a path ending in .py")
-    if not py.stem.isidentifier() or keyword.iskeyword(py.stem):
-        good = re.sub(r"\W", "_", py.stem, flags=re.ASCII).lstrip("0123456789") or "model"
-        raise OptionError(f"{py}: '{py.stem}' is not a Python module name (`import {py.stem}` fails); give e.g. "
-                          f"{py.with_name(good + '.py').name}")
-    state = module_write.state_path(py)
-    for p in (py, state):
-        if p.resolve() in (src.resolve(), dst.resolve()):
-            raise OutputExistsError(f"{p} is the source or the output file; choose another --emit-module path")
-        commit.check_destination(p, force)
-    if not py.parent.exists():
-        raise FormatError(f"{py.parent}: output directory does not exist")
-    return py, state
-
-
-def _emit(ckpt: Checkpoint, in_mod, src: Path, emit: tuple[Path, Path], write_opts: dict[str, Any] | None):
-    """The emitted module of the source's whole model (:func:`rnnconvert.formats.torch.module_write.emit`).
-
-    Raises:
-        UnsupportedError: a source without a Keras 1/2 full model; a layer the module does not build (by name).
-    """
-    from .conventions import keras_graph
-    from .errors import UnsupportedError
-    from .formats.torch import module_write
-
-    full = (write_opts or {}).get("whole_model")
-    if full is None and in_mod.whole_model is not None:
-        full = in_mod.whole_model(ckpt)
-    if full is None or not hasattr(full, "config"):
-        raise UnsupportedError(f"{src.name}: --emit-module writes a whole Keras 1/2 model as nn.Module source, and "
-                               "this source holds none (a full-model HDF5 file with its model_config is needed)")
-    graph = keras_graph.build(full.config, full.weights, ckpt)
-    return full, keras_graph.from_config(module_write.emit, graph, src.name, emit[0].stem, emit[1].name)
-
-
-def _emit_write(emitted, emit: tuple[Path, Path], ckpt: Checkpoint, src: Path, rep, verify: str | None,
-                verify_inputs: dict[str, Any] | None, seed: int, tmps: list[Path]) -> None:
-    """Write the emitted module and its state dict to temporaries beside their paths, verify them (when
-    ``verify``: :func:`rnnconvert.runtimes.torch_export.verify_module`, checks added to ``rep.verification``),
-    note how to load them; the temporaries are appended to ``tmps`` as they are made (committed after DST by
-    :func:`convert`, discarded otherwise)."""
-    from .formats.torch import module_write
-    from .runtimes import torch_export
-
-    _, em = emitted
-    for final, data in zip(emit, (em.source.encode("utf-8"), module_write.state_bytes(em.state))):
-        tmps.append(commit.temp_beside(final))
-        tmps[-1].write_bytes(data)
-    if verify:
-        names = {layer.name for layer in ckpt.layers}
-        model_in = {k: v for k, v in (verify_inputs or {}).items() if k not in names} or None
-        if rep.verification is None:
-            rep.verification = VerifyReport(seed=seed)
-        try:
-            rep.verification.layers += torch_export.verify_module(ckpt, src, tmps[0], tmps[1], inputs=model_in,
-                                                                  seed=seed)
-        except DependencyError as exc:
-            rep.verification.layers.append(LayerCheck(
-                "module (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", "torch (emitted nn.Module)",
-                verdict="inconclusive", reason=f"emitted-module check not run: {exc}"))
-    rep.modules.append(f"{emit[0].name}: from {emit[0].stem} import {module_write.CLASS}; m = {module_write.CLASS}(); "
-                       f"m.load_state_dict(torch.load('{emit[1].name}', weights_only=True)); "
-                       f"m({', '.join(em.inputs)})")
-    rep.notes.append(f"module written: {emit[0].name} (readable nn.Module source, class {module_write.CLASS}) and its "
-                     f"state dict {emit[1].name} ({len(em.state)} tensors)")
 
 
 def _whole_model(ckpt: Checkpoint, in_mod, out_mod, write_opts: dict[str, Any] | None, stream: bool):

@@ -1,7 +1,7 @@
 """The Keras interpreter: Keras layer records (weight names, shapes, layer configs) -> canonical layers.
 
-Shared by every container of Keras tensors: Keras 1/2 HDF5 (:mod:`.keras_h5`), the Keras 3 weights
-store (:mod:`.keras3`), TF2 object checkpoints (:mod:`rnnconvert.formats.tf.checkpoint_read`) and frozen
+Shared by every container of Keras tensors: Keras 1/2 HDF5 (:mod:`rnnconvert.formats.keras.h5_read`), the Keras 3 weights
+store (:mod:`rnnconvert.formats.keras.keras3`), TF2 object checkpoints (:mod:`rnnconvert.formats.tf.checkpoint_read`) and frozen
 graphs (:mod:`rnnconvert.formats.tf.graph_read`). A container hands each layer over as a
 :class:`LayerEntry` (names, arrays or :func:`~rnnconvert.core.model.placeholder` s, config) and, when its
 tensors stay in the file, reads them through the :class:`TensorSource` given to :class:`Interpreter`.
@@ -527,7 +527,7 @@ PAD_MIN_ROW_BYTES = 4096
 
 def _rows(src: Any, where: str):
     """Yield ``(r0, block)`` row blocks of a 2-D array or row source ``src`` (an HDF5 dataset, a
-    :class:`.filerows.FileRows`, a :class:`.tf_bundle.RowSource`: anything with ``shape``, ``dtype`` and
+    :class:`rnnconvert.speed.filerows.FileRows`, a :class:`rnnconvert.formats.tf.bundle_read.RowSource`: anything with ``shape``, ``dtype`` and
     h5py's ``read_direct(out, rows, dest)``); a row source is read into one reused buffer (the block is
     valid until the next one; a block's rows are :data:`ROW_PAD_BYTES` apart beyond their length when
     they are :data:`PAD_MIN_ROW_BYTES` or longer: every row source takes a strided destination). NaN/Inf

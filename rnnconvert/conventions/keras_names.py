@@ -1,8 +1,8 @@
 """Keras naming: the class names of recurrent layers and wrappers, the names and order of their weights
 in every Keras (1, 2, tf.keras / tf_keras, 3), and the gate convention each form stores. One table, read
-by the readers (:mod:`.interpreter`, :mod:`.keras3`, :mod:`.keras_whole`), the writers
-(:mod:`.keras_h5_write`, :mod:`.keras3`, :mod:`rnnconvert.formats.tf.tf2_write`) and the config
-translation (:mod:`.keras_config`).
+by the readers (:mod:`.keras_interpreter`, :mod:`rnnconvert.formats.keras.keras3`, :mod:`rnnconvert.formats.keras.keras_whole`), the writers
+(:mod:`rnnconvert.formats.keras.h5_write`, :mod:`rnnconvert.formats.keras.keras3`, :mod:`rnnconvert.formats.tf.tf2_write`) and the config
+translation (:mod:`rnnconvert.formats.keras.keras_config`).
 
 Sources (``docs/LAYOUTS.md`` §§1-6): keras 1.2.2 ``keras/layers/recurrent.py`` (per-gate weights,
 ``consume_less``); keras 2.x / tf_keras ``layers/rnn/lstm.py``, ``gru.py``, ``simple_rnn.py``,

@@ -1,5 +1,5 @@
-"""PyTorch naming, read by both the readers (:mod:`.torch_pt`, ``safetensors_fmt``) and the writers
-(:mod:`.pt_writer`, ``safetensors_fmt``): the ``torch.nn`` class of each cell, the constructor arguments of
+"""PyTorch naming, read by both the readers (:mod:`rnnconvert.formats.torch.pt_read`, ``safetensors_fmt``) and the writers
+(:mod:`rnnconvert.formats.torch.pt_write`, ``safetensors_fmt``): the ``torch.nn`` class of each cell, the constructor arguments of
 the module that loads a layer, whether a layer came from an ``nn.*Cell`` (suffix-less state-dict keys), and
 the state-dict key of every recurrent parameter. Source: ``torch/nn/modules/rnn.py`` (``RNNBase.__init__``
 names its parameters ``weight_ih_l{k}{suffix}``, ``weight_hh_l{k}{suffix}``, ``bias_ih_l{k}{suffix}``,

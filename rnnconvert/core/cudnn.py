@@ -226,7 +226,7 @@ def pack(layer: RNNLayer) -> np.ndarray:
     everything else is a bit-exact copy. (The ``cudnn_npz`` writer gets layers the engine already folded
     -- ``FormatSpec.forget_bias`` -- and this fold is then a no-op; it stays because a cuDNN buffer has no
     run-time forget_bias, so ``pack`` must mean the same function for any canonical layer, e.g. a TF1
-    ``LSTMCell`` read back with ``forget_bias=1.0`` by ``verify --device cuda``, :mod:`rnnconvert.gpu`.) ``bias=False`` layers give zero bias regions (as PyTorch does).
+    ``LSTMCell`` read back with ``forget_bias=1.0`` by ``verify --device cuda``, :mod:`rnnconvert.speed.gpu`.) ``bias=False`` layers give zero bias regions (as PyTorch does).
 
     Raises:
         UnsupportedError: the layer computes something cuDNN cannot (peepholes, clipping, other

@@ -4,10 +4,10 @@ Published projects ship RNN weights as plain ``.npz``/``.safetensors``/``.pt``/H
 own names (``encoder_w_ih``, ``dec/Wx``, ``lstm/recurrent_kernel``, ...). This module is the one table of
 those names (in the spirit of llama.cpp's ``gguf-py/gguf/tensor_mapping.py``: canonical roles, each
 alias with the family that uses it) and the rules that turn a flat ``{name: array}`` into canonical
-:class:`~rnnconvert.model.RNNLayer` records. Numpy only; readers hand it their tensors
+:class:`~rnnconvert.core.model.RNNLayer` records. Numpy only; readers hand it their tensors
 (:func:`recognise`) when their own naming finds no recurrent module, or when the user gives a map.
 
-Roles (canonical names of :mod:`rnnconvert.model`): ``w_ih``, ``w_hh``, ``b_ih``, ``b_hh``, ``bias``
+Roles (canonical names of :mod:`rnnconvert.core.model`): ``w_ih``, ``w_hh``, ``b_ih``, ``b_hh``, ``bias``
 (one bias vector ``b_ih + b_hh``, or Keras' ``(2, G*H)`` rows input/recurrent), ``w_hr`` (LSTM
 projection), ``peep_i``/``peep_f``/``peep_o`` (LSTM peepholes, ``(H,)`` each).
 
@@ -150,7 +150,7 @@ class NameMap:
         orientation: ``out_in`` (``(G*H, in)``, ``W x``) or ``in_out`` (``(in, G*H)``, ``x @ W``); ``None``:
             from the shapes.
         cell: ``LSTM``, ``GRU``, ``RNN_TANH`` or ``RNN_RELU``; ``None``: from the shapes.
-        reset_after: GRU variant (:class:`~rnnconvert.model.Semantics`); ``None``: the family's.
+        reset_after: GRU variant (:class:`~rnnconvert.core.model.Semantics`); ``None``: the family's.
         activation, gate_activation: override the cell's defaults (``tanh``; ``sigmoid``).
         layers: the same options for one layer only (by the name rnnconvert gives it, as ``inspect``
             shows), over the ones above: ``{"decoder": NameMap(gate_order="rzn")}``.
@@ -393,7 +393,7 @@ def recognise(tensors: Mapping[str, np.ndarray], where: str, fmt: str, *, map: A
 
     Args:
         tensors: ``{name: array}`` (numpy arrays of any float dtype, kept as they are; a
-            :func:`~rnnconvert.model.placeholder` would do for the shapes but the result is eager).
+            :func:`~rnnconvert.core.model.placeholder` would do for the shapes but the result is eager).
         where: the file, for messages. fmt: the format name recorded in the checkpoint.
         map: a :class:`NameMap` or anything :func:`parse_map` takes.
         nonlinearity: ``tanh``/``relu``: a simple RNN's activation, which no file stores.
@@ -402,7 +402,7 @@ def recognise(tensors: Mapping[str, np.ndarray], where: str, fmt: str, *, map: A
             why, and finding no layer is no error.
 
     Returns:
-        a :class:`~rnnconvert.model.Checkpoint` with the recognised layers (canonical gate order,
+        a :class:`~rnnconvert.core.model.Checkpoint` with the recognised layers (canonical gate order,
         ``out_in``; bit-exact permutations/transposes of the stored arrays) and every other tensor in
         ``tensors``; ``meta['recognised']`` says per layer which rules, orientation and gate order were used.
 

@@ -56,7 +56,7 @@ def _direction(layer: RNNLayer, p: DirectionParams, xs: list[np.ndarray], revers
                kernels=PLAIN) -> list[np.ndarray]:
     """Run one direction (params ``p``) over each input of ``xs`` (``(B, T, I_k)``, one per dtype, each
     computed in its own dtype) in lockstep, so that every product
-    reads the weights once for all dtypes (:func:`products`); returns the ``(B, T, out)`` outputs in input
+    reads the weights once for all dtypes (``kernels.products``); returns the ``(B, T, out)`` outputs in input
     time order, one per input.
 
     ``init``: ``(h0, c0)`` initial states ``(B, out)``, ``(B, H)`` (``c0`` None for GRU/RNN) instead of zeros.
@@ -159,7 +159,7 @@ def forward(layer: RNNLayer, x: np.ndarray, dtype=np.float64, *, kernels=PLAIN) 
 def forward_multi(layer: RNNLayer, xs: list[np.ndarray], acts: dict | None = None, *,
                   kernels=PLAIN) -> list[np.ndarray]:
     """:func:`forward` of each input of ``xs`` in its own dtype, all in
-    lockstep so that each weight matrix is read once per product for all of them (:func:`products`).
+    lockstep so that each weight matrix is read once per product for all of them (``kernels.products``).
     ``acts``: ``{name: function}`` replacing activations of :data:`ACT` (e.g. a perturbed ``tanh`` that
     emulates a target's less accurate one: :meth:`rnnconvert.verify.cuda.CudaTarget.target_arithmetic`)."""
     ys = list(xs)

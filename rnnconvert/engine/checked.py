@@ -19,8 +19,8 @@ def _fields(dp) -> dict[str, Any]:
 
 
 class CheckedSlabs:
-    """The :class:`~rnnconvert.core.model.SlabSource` :func:`load` gives a lazy checkpoint: its reader's
-    source with :func:`load`'s rules applied to every slab read: low-level errors become FormatError,
+    """The :class:`~rnnconvert.core.model.SlabSource` :func:`rnnconvert.api.load` gives a lazy checkpoint: its reader's
+    source with :func:`rnnconvert.api.load`'s rules applied to every slab read: low-level errors become FormatError,
     NaN/Inf is refused. A memory-mapped source's pages are then given back array by array (the reader's
     ``release_array``), so that a writer holds one tensor's pages at a time, not the slab's."""
 

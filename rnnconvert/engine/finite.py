@@ -29,7 +29,7 @@ def check_arrays(arrays: dict[str, Any], layer: str, k: int, d: int, where: str,
 def check_finite(ckpt: Checkpoint, where: str, checked: Callable[[Any], None] | None = None) -> None:
     """Refuse NaN/Inf in any recurrent parameter or carried tensor, naming the first one found.
 
-    Every reader goes through :func:`load`, so the rule is the same for every format: a
+    Every reader goes through :func:`rnnconvert.api.load`, so the rule is the same for every format: a
     non-finite weight means a damaged (or diverged) checkpoint, and converting it exactly would
     only move the damage. ``checked(a)``, when given, is called on each recurrent parameter once it
     passed (a lazy reader's ``release_array``). Raises :class:`FormatError`.

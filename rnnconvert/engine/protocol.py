@@ -174,3 +174,26 @@ class Runtime:
     #: distribution whose version the report gives and the words of the report's target side; ``None`` while
     #: its own framework runs (called once per :class:`rnnconvert.verify.target.Target`)
     stand_in: Callable[[], tuple[str, str] | None] | None = None
+
+
+def located(where: str) -> Callable[..., Any]:
+    """The function at ``where`` (``"package.module:function"``), imported on its first call: how a record below
+    ``rnnconvert/whole/`` (a container's whole-model writer, a runtime's ``verify_whole``) names an operation of
+    the whole-model compiler without importing it (docs/architecture.md: ``whole/`` is above ``formats/`` and
+    ``runtimes/``), so that a conversion of recurrent layers imports nothing of it; a family's record names its
+    own whole-model readers so too (``whole_model``: read only for a writer of whole models). The registry names
+    format records the same way (:class:`rnnconvert.engine.registry.Format`).
+
+    Raises (on the call):
+        ImportError, AttributeError: ``where`` names nothing (a programming error, caught by
+        ``tests/engine/test_architecture.py``)."""
+    import importlib
+
+    module, _, attr = where.partition(":")
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = attr
+    call.location = where  # type: ignore[attr-defined]
+    return call

@@ -70,7 +70,7 @@ FORMATS: tuple[Format, ...] = (
     Format("pt", "rnnconvert.formats.torch.spec:PT", (".pt", ".pth"),
            "PyTorch state dict, training checkpoint or TorchScript archive (weights only)",
            sniff="rnnconvert.formats.torch.sniff:pt"),
-    Format("pt2", "rnnconvert.formats.torch.spec:PT2", (".pt2",),
+    Format("pt2", "rnnconvert.whole.formats.torch.spec:PT2", (".pt2",),
            "torch.export program (output only: whole Keras models, or the recurrent layers; never read)"),
     Format("tf_checkpoint", "rnnconvert.formats.tf.spec:TF_CHECKPOINT", (),
            "TensorFlow checkpoint: TF1 name-based (cells, cuDNN opaque_kernel) or TF2 object-based "

@@ -12,7 +12,7 @@ import path is covered, the frameworks are never imported when not needed):
 * points file descriptor 2 at ``os.devnull`` -- or at the file named by ``RNNCONVERT_NATIVE_LOG``,
   to keep the lines -- and gives Python's ``sys.stderr`` a duplicate of the original descriptor, so
   rnnconvert's own messages, progress bar and Python warnings still reach the terminal. Forked
-  children (:mod:`rnnconvert.guard`) inherit both.
+  children (:mod:`rnnconvert.safety.guard`) inherit both.
 
 Only :func:`rnnconvert.cli.run` (the ``rnnconvert`` command, ``python -m rnnconvert``) installs it: a
 program that imports rnnconvert keeps its own descriptors.

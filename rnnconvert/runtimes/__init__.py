@@ -6,7 +6,7 @@
 | runtime | module | runs |
 |---|---|---|
 | ``torch`` | :mod:`.torch` | ``torch.nn`` modules on a written state dict (``.pt``, safetensors) |
-| ``torch_export`` | :mod:`.torch_export` | a written ``.pt2`` program (``torch.export.load``): whole-model and per-layer output checks |
+| ``torch_export`` | :mod:`rnnconvert.whole.runtimes.torch_export` | a written ``.pt2`` program (``torch.export.load``): whole-model and per-layer output checks |
 | ``canonical`` | :mod:`.canonical` | a file read back by rnnconvert's reader: ``torch.nn``, or the numpy reference where torch cannot express the layer (npz, cuDNN buffers) |
 | ``onnxruntime`` | :mod:`.onnxruntime` | the written ONNX graph (one-node graphs for single slabs and steps) |
 | ``tf_keras`` | :mod:`.tf_keras` | tf_keras layers loading a written Keras HDF5 file or restoring a TF2 object checkpoint; a Keras source file (``--verify framework``) |
@@ -30,7 +30,7 @@ from ..engine.protocol import Runtime
 #: runtime name -> ``"module:RECORD"`` (loaded on first use, so that ``import rnnconvert`` stays light)
 RUNTIMES: dict[str, str] = {
     "torch": "rnnconvert.runtimes.torch:RUNTIME",
-    "torch_export": "rnnconvert.runtimes.torch_export:RUNTIME",
+    "torch_export": "rnnconvert.whole.runtimes.torch_export:RUNTIME",
     "canonical": "rnnconvert.runtimes.canonical:RUNTIME",
     "onnxruntime": "rnnconvert.runtimes.onnxruntime:RUNTIME",
     "tf_keras": "rnnconvert.runtimes.tf_keras:RUNTIME",

@@ -1,5 +1,5 @@
 """The Keras 3 runtime: Keras 3 runs a written ``.keras`` / ``.weights.h5`` (verification's target side) and
-whole Keras 2 models migrated to Keras 3 (:func:`verify_whole`).
+whole Keras 2 models migrated to Keras 3 (its ``verify_whole``: :func:`rnnconvert.whole.runtimes.keras3_whole.verify_whole`).
 
 A container hands this runtime a written file through its :attr:`~rnnconvert.engine.protocol.FormatSpec.load`:
 ``load(path, ckpt, name, k) -> (chain, whole)``, the Keras 3 layers to run in a chain for layer ``name`` (``k``
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.model import Checkpoint
-from ..engine.protocol import Runtime
+from ..engine.protocol import Runtime, located
 from ..formats.keras.keras_config import import_keras3
 from .tf_keras import cell_step
 
@@ -63,22 +63,5 @@ def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, s
     return [cell_step(sub, x, st, layer.dtype, to_tensor) for sub, st in zip(subs, states)]
 
 
-def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
-                 seed: int = 0) -> list:
-    """Whole-model verification of a written ``.keras`` (:func:`rnnconvert.verify.keras_whole_check.verify_model`): the source model
-    run by tf_keras against Keras 3 running ``dst_path``; ``[]`` when ``ckpt`` is not a whole Keras 2 model
-    or the output is a ``.weights.h5``. Returns :class:`rnnconvert.verify.LayerCheck` entries."""
-    from ..verify import keras_whole_check
-    from ..formats.keras.keras3 import whole_model
-    from ..formats.keras.sniff import ZIP_MAGIC
-
-    with open(dst_path, "rb") as fh:
-        if fh.read(4) != ZIP_MAGIC:
-            return []
-    full = whole_model(ckpt, dst_path)
-    if full is None:
-        return []
-    return keras_whole_check.verify_model(str(src_path), str(dst_path), full, inputs=inputs, seed=seed)
-
-
-RUNTIME = Runtime("keras3", engine="keras", forward=forward, step=step, verify_whole=verify_whole)
+RUNTIME = Runtime("keras3", engine="keras", forward=forward, step=step,
+                  verify_whole=located("rnnconvert.whole.runtimes.keras3_whole:verify_whole"))

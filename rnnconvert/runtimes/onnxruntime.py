@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..core.model import Checkpoint
-from ..engine.protocol import Runtime
+from ..engine.protocol import Runtime, located
 from ..errors import FormatError, require
 from ..speed import filerows
 
@@ -45,7 +45,7 @@ _WHOLE: dict[tuple, dict | None] = {}
 
 
 def whole_meta(path: str | Path) -> dict | None:
-    """rnnconvert's metadata of a whole-model graph written by :mod:`rnnconvert.formats.onnx.model_write`
+    """rnnconvert's metadata of a whole-model graph written by :mod:`rnnconvert.whole.formats.onnx.model_write`
     (``{"whole": true, "inputs": [...], "outputs": [...]}``), else ``None``; parsed once per file."""
     key = filerows.identity(path)
     if key not in _WHOLE:
@@ -68,54 +68,6 @@ def _whole_meta(path: str | Path) -> dict | None:
                 return None
             return meta if isinstance(meta, dict) and meta.get("whole") is True else None
     return None
-
-
-def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
-                 seed: int = 0) -> list:
-    """Whole-model verification of a written whole-model ONNX graph (issue #30): the source Keras model run by
-    tf_keras against onnxruntime running ``dst_path`` on the model inputs, every model output and every
-    top-level layer's output (the graph's ``layer:<name>`` outputs); the float64 second stage runs the same
-    graph as a float64 torch program (:func:`rnnconvert.formats.torch.pt2_write.build_module`). ``[]`` when the
-    file holds the recurrent layers only (:func:`rnnconvert.verify.keras_whole_check.compare_whole`)."""
-    from ..verify import keras_whole_check
-
-    meta = whole_meta(dst_path)
-    if meta is None:
-        return []
-    full = keras_whole_check.whole_of(ckpt)
-    if full is None:
-        return []
-    ort = require("onnxruntime", "onnx")
-    sess = ort.InferenceSession(str(dst_path), providers=["CPUExecutionProvider"])
-    kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in sess.get_inputs()}
-    names = [o.name for o in sess.get_outputs()]
-
-    def target(xs):
-        got = sess.run(names, {k: np.asarray(v).astype(kinds[k]) for k, v in xs.items()})
-        by = dict(zip(names, got))
-        return ([by[o] for o in meta["outputs"]],
-                {n[len("layer:"):]: a for n, a in by.items() if n.startswith("layer:")})
-
-    return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
-                                     inputs=inputs, seed=seed, run64=_float64_run(ckpt, full),
-                                     run32=_float64_run(ckpt, full, double=False))
-
-
-def _float64_run(ckpt: Checkpoint, full, double: bool = True):
-    """The whole model as a float64 torch module (``double=False``: the same module in float32; the second stage
-    measures the model's conditioning with the two, never with the written file), or ``None`` without torch (the
-    float32 verdicts then stand)."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        return None
-
-    def run64(xs):  # imported only when a check misses the float32 tolerance (the second stage)
-        from ..conventions import keras_graph
-        from ..formats.torch import pt2_write
-
-        return pt2_write.run_float64(keras_graph.build(full.config, full.weights, ckpt), xs, double)
-    return run64
 
 
 def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list, load=None) -> list:
@@ -290,4 +242,5 @@ def run(sess, path, name: str, x: np.ndarray) -> np.ndarray:
 
 
 RUNTIME = Runtime("onnxruntime", engine="onnxruntime", forward=forward, forward_slab=forward_slab, step=step,
-                  release=release, verify_whole=verify_whole)
+                  release=release,
+                  verify_whole=located("rnnconvert.whole.runtimes.onnx_whole:verify_whole"))

@@ -3,7 +3,7 @@ the walk over the file is bounded whatever its links declare.
 
 Used by the Keras 2 reader (:mod:`rnnconvert.formats.keras.h5_read`, its whole-model re-read and its
 isolated probe), the Keras 3 store reader (``.weights.h5``, and the store inside a ``.keras``), and the
-plain HDF5 reader (:mod:`rnnconvert.formats.storage.hdf5_plain`): one function, :func:`check_file`, so no
+plain HDF5 reader (:mod:`rnnconvert.formats.keras.plain_h5_read`): one function, :func:`check_file`, so no
 route can forget a case (issue 29: the plain reader had copied ``/etc/passwd`` into DST through a dataset
 with external raw storage).
 

@@ -180,7 +180,7 @@ def widened(a: np.ndarray | None, reuse: bool = False) -> np.ndarray | None:
     """``a`` itself, or float16 widened to float32 once (exact; numpy's float16 casts are slow, so the
     products and per-block casts work from float32). ``reuse=True``: into this thread's scratch buffer
     (valid until the next ``widened(..., reuse=True)`` call), so that layer after layer of a large model does
-    not pay for fresh pages (each direction's ``W_hh`` of :func:`_direction`)."""
+    not pay for fresh pages (each direction's ``W_hh`` of ``core.reference._direction``)."""
     if a is None or a.dtype.itemsize >= 4:
         return a
     if not reuse:

@@ -94,7 +94,7 @@ def lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarr
     below the float32 ``u`` it bounds).
 
     Rows of ``v`` that are all zero (the zero states of a trajectory's first step, the zero probes of
-    :func:`probe_rows`) give value and magnitude 0 without entering the products: exact, as ``0 * w`` is 0
+    :func:`.escapes.probe_rows`) give value and magnitude 0 without entering the products: exact, as ``0 * w`` is 0
     for the finite weights readers admit; of the 11 rows of the issue #18 sample's ``W_hh`` step, 6 are zero.
     Rows with one nonzero element ``v[r, j]`` (the one-hot probes) are column ``j`` of ``w`` times it, without
     a product either (exact for float32 factors; the magnitude raised by ``2**-50`` for a float64 one): a
@@ -185,9 +185,9 @@ def step_with_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.n
     """``(step(layer, p, x, h0, c0), step_bound(layer, p, x, h0, c0, u, u_acc))`` (float64), reading ``W_hh`` once
     for both: one pass (:func:`lin`) over each of ``W_ih``, ``W_hh`` gives the products (the exact step's, and
     the bound's pre-activations) and their magnitudes (``|x| @ |W|.T``); the exact step is evaluated from those
-    products by the bound's own elementwise code (:func:`step_terms`: the equations of :func:`step`, in float64). ``parts``: a dict the products of the
+    products by the bound's own elementwise code (:func:`step_terms`: the equations of :func:`rnnconvert.core.reference.step`, in float64). ``parts``: a dict the products of the
     step are put into (``'xx'``, ``'hh'``: the ``(value, magnitude)`` pairs of :func:`lin`), for
-    :func:`swap_escapes`. ``act_ulps``: the activations' accuracy the bound allows (:func:`act_error`). ``xx``: the
+    :func:`.escapes.swap_escapes`. ``act_ulps``: the activations' accuracy the bound allows (:func:`act_error`). ``xx``: the
     ``(value, magnitude)`` pair of ``W_ih x`` where the caller has it (the float64 products of the source's own
     equations, :mod:`rnnconvert.verify.keras_equations`): no pass over ``W_ih`` is made then."""
     h0 = np.asarray(h0, np.float64)
@@ -203,7 +203,7 @@ def step_bound(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarra
                u: float, u_acc: float | None = None, hh: tuple | None = None,
                xx: tuple | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Bounds ``(dh, dc)`` (float64, shapes of ``h1``, ``c1``) of ``|h1' - h1|``, ``|c1' - c1|`` elementwise, where
-    ``h1, c1`` is the exact step of :func:`step` from ``x, h0, c0`` and ``h1', c1'`` the same step computed by
+    ``h1, c1`` is the exact step of :func:`rnnconvert.core.reference.step` from ``x, h0, c0`` and ``h1', c1'`` the same step computed by
     any implementation in floating point of unit roundoff ``u`` (float32: ``2**-24``) that holds the same
     weights and states (or rounds them once to its precision), sums in any order and evaluates its
     activations within :data:`ACT_ULPS` ulps. Forward error analysis, term by term:
@@ -237,7 +237,7 @@ def step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarr
                 n_products=None):
     """The elementwise part of :func:`step_bound` from the products ``zx = x W_ih^T``, ``ax = |x||W_ih|^T``,
     ``zh``, ``ah`` (float64, ``(N, G*H)``) and the biases: ``(dh, dc, h1, c1)``, the bounds and the exact step
-    they are bounds of (float64; ``c1`` None but for LSTM). :func:`swap_escapes` calls it on permuted
+    they are bounds of (float64; ``c1`` None but for LSTM). :func:`.escapes.swap_escapes` calls it on permuted
     products and biases, and on a subset of the hidden units: ``units`` (indices into ``0..H-1``) the units
     whose columns (of each gate block) ``zx``, ``ax``, ``zh``, ``ah``, the biases, ``h0`` and ``c0`` hold, in gate
     order; ``n_h`` the fan-in of ``W_hh`` (default ``h0.shape[1]``; the whole state's width when ``h0`` holds

@@ -9,7 +9,7 @@ without ``torch.cuda.is_available()``; torch is imported inside the functions.
 * :func:`expected_offsets`: the same entries' offsets according to :func:`rnnconvert.core.cudnn.layout`.
 * :func:`forward_module`: cuDNN forward of ``nn.LSTM/GRU/RNN`` loaded with ``unpack(pack(layer))``.
 * :func:`forward_buffer`: cuDNN forward of OUR packed buffer handed to ``torch._cudnn_rnn`` as its
-  ``weight_buf`` (the weight list is carved out of that buffer by :func:`layout`), so the layout
+  ``weight_buf`` (the weight list is carved out of that buffer by :func:`rnnconvert.core.cudnn.layout`), so the layout
   itself is what is run.
 """
 
@@ -86,7 +86,7 @@ def torch_offsets(spec: cudnn.Spec, dtype=None) -> tuple[dict[str, int], int]:
 
 
 def compare_offsets(spec: cudnn.Spec, dtype=None) -> list[str]:
-    """Mismatches between cuDNN's region offsets and :func:`layout` (empty when they agree)."""
+    """Mismatches between cuDNN's region offsets and :func:`rnnconvert.core.cudnn.layout` (empty when they agree)."""
     got, n = torch_offsets(spec, dtype)
     want = expected_offsets(spec)
     bad = [f"{k}: cuDNN offset {got[k]}, layout() says {want[k]}" for k in want if got.get(k) != want[k]]

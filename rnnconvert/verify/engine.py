@@ -12,7 +12,7 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    initial states (torch ``h0, c0``; onnxruntime ``initial_h``/``initial_c``; Keras ``initial_state`` /
    the layer's cell; ``target_step`` of the target format module). The same steps are computed exactly
    (float64, :func:`rnnconvert.core.reference.step`), and each element of ``h_t`` (and ``c_t``) must agree
-   within :func:`rnnconvert.core.bounds.step_bound`: a forward error bound of one step evaluated in
+   within :func:`rnnconvert.verify.bounds.step_bound`: a forward error bound of one step evaluated in
    float32 (unit roundoff ``u``; float16 ``u`` for float16 weights or ``--dtype float16``), a few
    roundings of the step's own magnitudes. Errors cannot compound: each step starts from exactly the
    same numbers on both sides, so the tolerance does not grow with the sequence length. States built from
@@ -74,7 +74,7 @@ from .target import as_source, as_target
 U_ACC = 2.0 ** -24
 #: the full-sequence comparison uses the first this-many steps of each layer's batch
 SEQ_STEPS = 8
-#: the trajectory states :func:`rnnconvert.core.escapes.swap_escapes` uses besides the probes (its cost, 24
+#: the trajectory states :func:`rnnconvert.verify.escapes.swap_escapes` uses besides the probes (its cost, 24
 #: elementwise evaluations of the step per LSTM direction, is linear in the states; the probes do most of the
 #: work: their bound is a few ``u``)
 SWAP_STATES = 2
@@ -156,7 +156,7 @@ SAMPLE = (3, 8)
 #: (:func:`rnnconvert.core.escapes.probe_rows`) still test every weight of the step, tell the directions and
 #: ``go_backwards`` apart (two steps, not one: the mutation tests run on this sample too,
 #: tests/verify/test_verify_mutations.py), and show every gate-block swap where the bound is loose
-#: (:func:`rnnconvert.core.escapes.swap_escapes`).
+#: (:func:`rnnconvert.verify.escapes.swap_escapes`).
 SAMPLE_LARGE = (4, 2)
 LARGE_BYTES = 256 << 20
 
@@ -342,7 +342,7 @@ class StreamedVerification:
 
     * :meth:`source_slab` while slab ``(i, k)`` is loaded (called in order): the trajectory of the slab in
       float32 from its input (the batch, or the previous slab's trajectory output), the exact one-step
-      results from every state and their bounds (:func:`rnnconvert.core.bounds.step_bound`), and the short
+      results from every state and their bounds (:func:`rnnconvert.verify.bounds.step_bound`), and the short
       sequence in float32 and float64 (the numpy reference chained over slabs; a layer the source format
       runs with its own equations, ``source_forward`` on the file's tensors (``layer.source['raw']`` read, passed
       as ``raw=``, the layer left as it is), at its last slab -- or, for a one-slab layer whose batch is the
@@ -417,7 +417,7 @@ class StreamedVerification:
     def _own_run(self, i: int, record: list[dict] | None = None) -> list[dict] | None:
         """The short sequence of layer ``i`` by the source format's own equations on the file's tensors, in
         float32 and float64 (``self.y32``, ``self.y64``); ``record``, returned, filled with the float32 run's
-        states where the format records them (:func:`_source`)."""
+        states where the format records them (``source_slab``)."""
         layer = self.ckpt.layers[i]
         xs = self._seq_x(i)
         raw = raw_tensors(layer, self.pool)
@@ -964,7 +964,7 @@ class StreamedVerification:
 
     def _swaps_caught(self, i: int) -> bool:
         """Whether every loose direction of layer ``i`` showed that all its gate-block swaps are caught
-        (:func:`rnnconvert.core.escapes.swap_escapes` returned None for each)."""
+        (:func:`rnnconvert.verify.escapes.swap_escapes` returned None for each)."""
         return bool(self.escapes[i]) and all(e is None for _, _, e in self.escapes[i])
 
     @_one_blas_thread

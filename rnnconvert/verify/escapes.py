@@ -144,7 +144,7 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
     fewer states can only make this harder) the slipped file's exact step differs from the correct one by
     more than the correct step's bound plus the slipped step's own bound: any float evaluation of the
     slipped file then lies outside the correct step's bound there, and the comparison fails it. Computed from
-    the step's products (``parts`` of :func:`step_with_bound`): a swap of weight rows permutes the product's
+    the step's products (``parts`` of :func:`.bounds.step_with_bound`): a swap of weight rows permutes the product's
     columns, so no new pass over ``W_ih`` or ``W_hh`` is made, but for what needs a new product:
 
     * a reset-before evaluation (a reset-before GRU, or a reset-after one read reset-before): the slipped
@@ -287,7 +287,7 @@ def _n_products(p: DirectionParams, H: int, block: int, transposed: bool):
 
 def directions_escape(mine: tuple, other: tuple, rows) -> str | None:
     """Whether the one-step comparison of a direction would fail a file with the two directions exchanged:
-    ``mine``, ``other`` the ``(exact, bound)`` pairs (``((h1, c1), (dh, dc))`` of :func:`step_with_bound`) of
+    ``mine``, ``other`` the ``(exact, bound)`` pairs (``((h1, c1), (dh, dc))`` of :func:`.bounds.step_with_bound`) of
     the two directions on their states; ``rows`` the states both directions share (the probes of
     :func:`probe_rows`: the same inputs and states for both). The exchanged file computes, from those
     states, the other direction's exact step, within the other's bound: caught when at some element the two

@@ -310,7 +310,7 @@ def render(c: Content) -> str:
 
 
 def require() -> None:
-    """Raise :class:`DependencyError` now when matplotlib (the ``report`` extra) is missing, before any work."""
+    """Raise :class:`rnnconvert.errors.DependencyError` now when matplotlib (the ``report`` extra) is missing, before any work."""
     require_module("matplotlib", "report")
 
 

@@ -6,6 +6,7 @@ Every import counts, also those inside functions: a lazy import still ties the t
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 from pathlib import Path
@@ -178,6 +179,117 @@ def test_every_module_is_on_the_map():
     assert not listed - have, f"docs/architecture.md lists modules that do not exist: {sorted(listed - have)}"
 
 
+def test_nothing_below_whole_imports_it():
+    """``rnnconvert/whole/`` (the whole-model compiler) is one room above formats/ and runtimes/: only the front
+    door (api, cli, batch, the package) imports it; the records below name its operations by location
+    (:func:`rnnconvert.engine.protocol.located`), loaded when a whole model is written or checked."""
+    graph = _graph()[0]
+    door = {"rnnconvert", "rnnconvert.api", "rnnconvert.cli", "rnnconvert.batch"}
+    bad = [f"{m} imports {t}" for m, ts in graph.items() if not m.startswith("rnnconvert.whole") and m not in door
+           for t in ts if t.startswith("rnnconvert.whole")]
+    assert not bad, "\n".join(bad)
+
+
+def _located() -> list[tuple[str, str]]:
+    """``(module, "package.module:function")`` for every ``located("...")`` call of the package (ast)."""
+    out = []
+    for mod, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "located"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                out.append((mod, node.args[0].value))
+    return out
+
+
+def test_every_located_operation_exists():
+    """Each operation a record names by location (:func:`rnnconvert.engine.protocol.located`) is there: a rename or
+    a move in ``whole/`` fails here, not on the first whole model a user converts."""
+    import importlib
+
+    found = _located()
+    assert len(found) >= 4, found  # the onnx container's two, the onnxruntime and keras3 runtimes' verify_whole
+    bad = []
+    for mod, where in found:
+        module, _, attr = where.partition(":")
+        if not callable(getattr(importlib.import_module(module), attr, None)):
+            bad.append(f"{mod}: located({where!r}) names nothing")
+    assert not bad, "\n".join(bad)
+
+
+_ROLE = re.compile(r":(mod|func|class):`([^`]+)`")
+
+
+def _resolves(name: str) -> bool:
+    """``name`` (``package.module.attr...``) is an importable module followed by attributes that exist."""
+    import importlib
+
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for a in parts[i:]:
+            if not hasattr(obj, a):
+                return False
+            obj = getattr(obj, a)
+        return True
+    return False
+
+
+def _doc_refs(mod: str, path: Path):
+    """``(role, target, candidates)`` for every ``:mod:``/``:func:``/``:class:`` reference in the docstrings of
+    ``path``: absolute (``rnnconvert.x.y``), relative (``.x``: the module's own, then its package's) and bare names
+    (the module's, its package's, or the enclosing class's); references to other distributions are left out."""
+    import importlib.util
+
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+
+    def visit(node, cls):
+        here = cls
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            here = node.name if isinstance(node, ast.ClassDef) else cls
+            for role, t in _ROLE.findall(ast.get_docstring(node, clean=False) or ""):
+                t = re.sub(r"\s+", "", t.split("<")[-1].rstrip(">")).lstrip("~!").removesuffix("()")
+                top = t.split(".")[0]
+                if t.startswith("rnnconvert"):
+                    yield role, t, [t]
+                elif t.startswith("."):
+                    yield role, t, [mod + t, pkg + t]
+                elif not ("." in t and importlib.util.find_spec(top) is not None):
+                    yield role, t, [f"{mod}.{t}", f"{pkg}.{t}"] + ([f"{mod}.{here}.{t}"] if here else [])
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, here)
+
+    yield from visit(ast.parse(path.read_text(), str(path)), None)
+
+
+def test_docstring_cross_references_exist():
+    """Every ``:mod:``/``:func:``/``:class:`` target named in a docstring of the package exists (modules imported,
+    attributes looked up): a module renamed or moved leaves no reference to its old name behind."""
+    bad, seen = [], 0
+    for mod, path in _modules().items():
+        if mod.endswith("__main__"):
+            continue
+        for role, t, cands in _doc_refs(mod, path):
+            seen += 1
+            if not any(_resolves(c) for c in cands):
+                bad.append(f"{path.relative_to(PKG.parent)}: :{role}:`{t}`")
+    assert seen > 500, seen  # the check reads the docstrings (about 1,100 references)
+    assert not bad, f"{len(bad)} of {seen} docstring references name nothing:\n" + "\n".join(bad)
+
+
+def test_the_reference_check_sees_a_stale_reference(tmp_path):
+    """The check above can fail: a module whose docstring names a module that moved (``pt2_write``, now in
+    ``whole/``), a function of its own that is gone and a relative name, next to ones that exist."""
+    path = tmp_path / "made_up.py"
+    path.write_text('"""See :mod:`rnnconvert.formats.torch.pt2_write`, :func:`gone`, :mod:`.nowhere`,\n'
+                    ':func:`rnnconvert.engine.protocol.located` and :class:`.protocol.FormatSpec`."""\n')
+    refs = list(_doc_refs("rnnconvert.engine.made_up", path))
+    stale = [t for _, t, cands in refs if not any(_resolves(c) for c in cands)]
+    assert stale == ["rnnconvert.formats.torch.pt2_write", "gone", ".nowhere"], stale
+
+
 def test_every_container_names_registered_runtimes():
     """A runtime is declared once per framework (rnnconvert.runtimes.RUNTIMES); containers name them."""
     from rnnconvert import runtimes
@@ -257,19 +369,33 @@ sys.setprofile(prof); threading.setprofile(prof)
 import rnnconvert
 rnnconvert.convert(sys.argv[1], sys.argv[2])
 sys.setprofile(None); threading.setprofile(None)
-print(json.dumps({"modules": sorted(m for m in sys.modules if m.startswith("rnnconvert.")), "edges": sorted(edges)}))
+print(json.dumps({"modules": sorted(m for m in sys.modules if m.startswith("rnnconvert.")), "edges": sorted(edges),
+                  "package": rnnconvert.__file__}))
 '''
 
 
-@pytest.mark.parametrize("src,dst,families", [
-    ("keras/cudnn_lstm.h5", "out.pt", {"keras", "torch"}),
-    ("tf/lstm_cell/ckpt", "out.onnx", {"tf", "onnx"}),
-    ("src.pt", "out.safetensors", {"torch", "storage"}),
-], ids=["keras-pt", "tf1-onnx", "pt-safetensors"])
-def test_a_traced_conversion_uses_only_its_families_and_no_module_pair_calls_both_ways(src, dst, families, tmp_path):
+#: pairs that call both ways because one hands the other a callable of its own (the tracer sees the callee's module
+#: calling back): the whole-model compiler's, each named with its call
+_CALLBACKS = {
+    ("rnnconvert.whole.conventions.keras_graph", "rnnconvert.whole.formats.onnx.model_write"):
+        "keras_graph.from_config(model_write.build, graph)",
+    ("rnnconvert.whole.runtimes.onnx_whole", "rnnconvert.whole.verify.keras_whole_check"):
+        "keras_whole_check.compare_whole(..., target, run64=..., run32=...)",
+}
+
+
+@pytest.mark.parametrize("src,dst,families,whole", [
+    ("keras/cudnn_lstm.h5", "out.pt", {"keras", "torch"}, False),
+    ("tf/lstm_cell/ckpt", "out.onnx", {"tf", "onnx"}, False),
+    ("src.pt", "out.safetensors", {"torch", "storage"}, False),
+    ("whole_graph/whole30_embed_conv_lstm.h5", "out.onnx", {"keras", "onnx"}, True),
+], ids=["keras-pt", "tf1-onnx", "pt-safetensors", "keras-whole-onnx"])
+def test_a_traced_conversion_uses_only_its_families_and_no_module_pair_calls_both_ways(src, dst, families, whole,
+                                                                                       tmp_path):
     """A verified default conversion, traced (every call between two rnnconvert modules, in every thread): it
     imports of the format families only the two it reads and writes (every family's light ``sniff`` module
-    aside: detection asks them all), and no two modules call each other both ways (a callback or a shared
+    aside: detection asks them all), nothing of ``rnnconvert/whole/`` unless it writes a whole model (then its
+    ONNX writer and check), and no two modules call each other both ways (a callback or a shared
     helper living in the wrong module shows up as such a pair)."""
     import json
     import subprocess
@@ -283,13 +409,69 @@ def test_a_traced_conversion_uses_only_its_families_and_no_module_pair_calls_bot
         path = tmp_path / "src.pt"
     else:
         path = fixtures / src
+    import os
+
+    # the package of this checkout (not an installed copy) is the one traced
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PKG.parent), os.environ.get("PYTHONPATH")]))}
     r = subprocess.run([sys.executable, "-c", _TRACE, str(path), str(tmp_path / dst)], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=600)
+                       cwd=tmp_path, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["package"] == str(PKG / "__init__.py"), got["package"]
     used = {m.split(".")[2] for m in got["modules"] if m.count(".") >= 3 and m.startswith("rnnconvert.formats.")
             and not m.endswith(".sniff")}
     assert used == families, used
+    wing = sorted(m for m in got["modules"] if m.startswith("rnnconvert.whole"))
+    if whole:
+        assert {"rnnconvert.whole.formats.onnx.model_write", "rnnconvert.whole.runtimes.onnx_whole"} <= set(wing), wing
+    else:
+        assert not wing, f"a conversion of recurrent layers imported the whole-model compiler: {wing}"
     edges = {tuple(e) for e in got["edges"]}
-    both = sorted({tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges})
+    both = sorted({tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges} - set(_CALLBACKS))
     assert not both, f"module pairs calling each other both ways: {both}"
+
+
+_LIGHT = r'''
+import json, sys
+import rnnconvert
+after_import = sorted(m for m in sys.modules if m.startswith("rnnconvert"))
+numpy_on_import = "numpy" in sys.modules
+from rnnconvert import cli
+rc = cli.main(["--help"])
+print(json.dumps({"import": after_import, "numpy_import": numpy_on_import, "rc": rc, "numpy_help": "numpy" in sys.modules,
+                  "help": sorted(m for m in sys.modules if m.startswith("rnnconvert"))}))
+'''
+
+
+def test_import_and_help_are_light():
+    """``import rnnconvert`` and ``rnnconvert --help`` import neither numpy nor a format, runtime, verification or
+    whole-model module (the package's names load on first use, PEP 562; the CLI imports ``api`` in its commands)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PKG.parent), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", _LIGHT], capture_output=True, text=True, env=env, timeout=120)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0 and not got["numpy_import"] and not got["numpy_help"], got
+    heavy = ("rnnconvert.api", "rnnconvert.formats", "rnnconvert.runtimes", "rnnconvert.verify", "rnnconvert.whole",
+             "rnnconvert.engine", "rnnconvert.core")
+    assert got["import"] == ["rnnconvert"], got["import"]
+    assert not [m for m in got["help"] if m.startswith(heavy)], got["help"]
+
+
+def test_every_error_and_report_type_is_exported():
+    """Every exception of rnnconvert/errors.py and the report types are names of ``rnnconvert`` (in ``__all__``),
+    loaded on first use."""
+    import inspect
+
+    import rnnconvert
+    from rnnconvert import errors
+
+    errs = {n for n, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.RNNConvertError)}
+    public = errs | {"VerifyReport", "LayerCheck", "ConversionReport", "DiagnosisReport"}
+    assert public <= set(rnnconvert.__all__), sorted(public - set(rnnconvert.__all__))
+    for name in rnnconvert.__all__:
+        assert getattr(rnnconvert, name) is not None, name
+    assert rnnconvert.InconclusiveError is errors.InconclusiveError

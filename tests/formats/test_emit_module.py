@@ -18,11 +18,11 @@ torch = pytest.importorskip("torch")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.conventions import keras_graph  # noqa: E402
+from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import FormatError, UnsupportedError  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
-from rnnconvert.formats.torch import module_write  # noqa: E402
-from rnnconvert.runtimes import torch_export  # noqa: E402
+from rnnconvert.whole.formats.torch import module_write  # noqa: E402
+from rnnconvert.whole.runtimes import torch_export  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 WHOLE = (sorted((FIX / "keras_whole").glob("whole_*.h5")) + sorted((FIX / "whole_graph").glob("whole30_*.h5"))

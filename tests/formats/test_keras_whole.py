@@ -19,7 +19,7 @@ import pytest
 
 import rnnconvert
 from conftest import FIXTURES, ROOT, manifest
-from rnnconvert.verify import keras_whole_check
+from rnnconvert.whole.verify import keras_whole_check
 from rnnconvert.errors import FormatError, UnsupportedError
 
 TOL = 2e-5  # issue #17: relative to the output's scale, max|d| <= TOL * max(1, max|ref|)

@@ -19,10 +19,10 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.conventions import keras_graph  # noqa: E402
+from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
-from rnnconvert.formats.onnx import model_write  # noqa: E402
-from rnnconvert.verify import keras_whole_check  # noqa: E402
+from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
+from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "whole_conv"
 CONV = sorted(FIX.glob("conv_*.h5"))
@@ -67,7 +67,7 @@ def test_onnx_graph_matches_tf_keras(path):
 @pytest.mark.parametrize("path", CONV, ids=lambda p: p.stem)
 def test_pt2_program_matches_tf_keras(path, tmp_path):
     torch = pytest.importorskip("torch")
-    from rnnconvert.formats.torch import pt2_write
+    from rnnconvert.whole.formats.torch import pt2_write
 
     g = _graph(path)
     torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))
@@ -83,7 +83,7 @@ def test_pt2_same_pads_follow_the_length(tmp_path):
     export: tf_keras' outputs at other lengths (even and odd) from the same program."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("tf_keras")
-    from rnnconvert.formats.torch import pt2_write
+    from rnnconvert.whole.formats.torch import pt2_write
 
     path = FIX / "conv_strided_same.h5"
     g = _graph(path)
@@ -177,7 +177,7 @@ def test_pt2_mutated_same_pads_fail():
     """The .pt2 program with TensorFlow's split reversed (the odd pad at the start) no longer gives tf_keras'
     outputs: the oracle comparison decides the split."""
     torch = pytest.importorskip("torch")
-    from rnnconvert.formats.torch import pt2_write
+    from rnnconvert.whole.formats.torch import pt2_write
 
     path = FIX / "conv_strided_same.h5"
     g = _graph(path)

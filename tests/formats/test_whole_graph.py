@@ -20,11 +20,11 @@ pytest.importorskip("onnx")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.conventions import keras_graph  # noqa: E402
+from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import UnsupportedError  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
-from rnnconvert.verify import keras_whole_check  # noqa: E402
-from rnnconvert.formats.onnx import model_write  # noqa: E402
+from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
+from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 WHOLE = sorted((FIX / "keras_whole").glob("whole_*.h5")) + sorted((FIX / "whole_graph").glob("whole30_*.h5"))
@@ -95,7 +95,7 @@ def test_pt2_follows_masks_and_runs_other_lengths(tmp_path):
     """The .pt2 program of a masked reset-before GRU stack: tf_keras' outputs on the oracle inputs, and a
     batch/time of other sizes runs (dynamic dimensions)."""
     torch = pytest.importorskip("torch")
-    from rnnconvert.formats.torch import pt2_write
+    from rnnconvert.whole.formats.torch import pt2_write
 
     path = FIX / "keras_whole" / "whole_masked_gru_actreg.h5"
     g = _graph(path)
@@ -119,7 +119,7 @@ def test_pt2_program_matches_tf_keras(path, tmp_path):
     """issue #30's fixtures (masked Bidirectional 'ave', masked mean pooling, go_backwards, every pooling,
     normalisation, merge and reshaping layer) as .pt2 programs, loaded and run by torch: tf_keras' outputs."""
     torch = pytest.importorskip("torch")
-    from rnnconvert.formats.torch import pt2_write
+    from rnnconvert.whole.formats.torch import pt2_write
 
     g = _graph(path)
     torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))

@@ -3,7 +3,7 @@
 Oracle: Keras 3.15 (``fixtures/gen_keras3_whole.py`` made every fixture with ``model.save`` and its outputs
 ``out__<i>`` on ``in__<name>``); the targets are onnxruntime on the written graph and torch on the loaded
 program. Tolerance: ``2e-5 * max(1, max|ref|)`` (issue #17/#30). The end-to-end checks run Keras 3 on the
-source archive (``rnnconvert.verify.keras_whole_check.compare_whole``); the mutation tests make them fail.
+source archive (``rnnconvert.whole.verify.keras_whole_check.compare_whole``); the mutation tests make them fail.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.conventions import keras_graph  # noqa: E402
+from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import UnsupportedError  # noqa: E402
-from rnnconvert.formats.keras import whole_source  # noqa: E402
-from rnnconvert.formats.onnx import model_write  # noqa: E402
-from rnnconvert.verify import keras_whole_check  # noqa: E402
+from rnnconvert.whole.formats.keras import whole_source  # noqa: E402
+from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
+from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "keras3_whole"
 K3 = sorted(FIX.glob("k3whole_*.keras"))
@@ -88,7 +88,7 @@ def test_onnx_graph_matches_keras3(path):
 def test_pt2_program_matches_keras3(path, tmp_path):
     """The same fixtures as .pt2 programs, loaded and run by torch: Keras 3's outputs."""
     torch = pytest.importorskip("torch")
-    from rnnconvert.formats.torch import pt2_write
+    from rnnconvert.whole.formats.torch import pt2_write
 
     g = _graph(path)
     torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))

@@ -24,9 +24,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import rnnconvert  # noqa: E402
 from rnnconvert.cli import main  # noqa: E402
-from rnnconvert.conventions import keras_graph  # noqa: E402
+from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import FormatError, UnsupportedError  # noqa: E402
-from rnnconvert.formats.onnx import model_write  # noqa: E402
+from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 from rnnconvert.formats.tf import savedmodel_keras  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "keras_savedmodel"
@@ -157,7 +157,7 @@ def _mutated(tmp_path, path, mutate):
     model rebuilt from the SavedModel's config and weights)."""
     import onnx
 
-    from rnnconvert.runtimes import onnxruntime as ort_rt
+    from rnnconvert.whole.runtimes import onnx_whole as ort_rt
 
     rnnconvert.convert(path, tmp_path / "m.onnx", verify=None)
     m = onnx.load(str(tmp_path / "m.onnx"))

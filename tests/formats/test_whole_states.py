@@ -21,7 +21,7 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.conventions import keras_graph  # noqa: E402
+from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import UnsupportedError  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
 
@@ -64,7 +64,7 @@ def test_states_are_graph_outputs():
 def test_onnx_states_match_tf_keras(path):
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from rnnconvert.formats.onnx import model_write
+    from rnnconvert.whole.formats.onnx import model_write
 
     g = _graph(path)
     feeds, refs = _oracle(path, g)
@@ -76,7 +76,7 @@ def test_onnx_states_match_tf_keras(path):
 @pytest.mark.parametrize("path", STATES, ids=lambda p: p.stem)
 def test_pt2_states_match_tf_keras(path):
     torch = pytest.importorskip("torch")
-    from rnnconvert.formats.torch import pt2_write
+    from rnnconvert.whole.formats.torch import pt2_write
 
     g = _graph(path)
     feeds, refs = _oracle(path, g)
@@ -90,8 +90,8 @@ def test_pt2_states_match_tf_keras(path):
 @pytest.mark.parametrize("path", STATES, ids=lambda p: p.stem)
 def test_emitted_module_states_match_tf_keras(path, tmp_path):
     torch = pytest.importorskip("torch")
-    from rnnconvert.formats.torch import module_write
-    from rnnconvert.runtimes import torch_export
+    from rnnconvert.whole.formats.torch import module_write
+    from rnnconvert.whole.runtimes import torch_export
 
     g = _graph(path)
     feeds, refs = _oracle(path, g)
@@ -146,8 +146,8 @@ def test_state_mutations_fail(kind):
     h and c swapped."""
     pytest.importorskip("tf_keras")
     ort = pytest.importorskip("onnxruntime")
-    from rnnconvert.formats.onnx import model_write
-    from rnnconvert.verify import keras_whole_check
+    from rnnconvert.whole.formats.onnx import model_write
+    from rnnconvert.whole.verify import keras_whole_check
 
     path = FIX / "whole_states" / "whole_states_lstm_seq2seq.h5"
     ckpt = rnnconvert.load(path)

@@ -18,7 +18,7 @@ pytest.importorskip("tf_keras")
 
 import rnnconvert  # noqa: E402
 from rnnconvert import api  # noqa: E402
-from rnnconvert.verify import keras_whole_check  # noqa: E402
+from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 
 CASES = [FIXTURES / "loose" / "keras_bidi_gru_before.h5", FIXTURES / "whole_graph" / "whole30_masked_bidir.h5"]
 

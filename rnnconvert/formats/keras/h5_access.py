@@ -95,9 +95,9 @@ def dataset_meta(ds, where: str) -> np.ndarray:
 
 
 def read_dataset(ds, where: str, out: np.ndarray | None = None) -> np.ndarray:
-    """Read a dataset fully (into ``out`` when its shape and dtype fit) after :func:`_dataset_meta`'s
+    """Read a dataset fully (into ``out`` when its shape and dtype fit) after ``_dataset_meta``'s
     checks. NaN/Inf is not looked for here: the recurrent tensors are checked by the conversion's own read
-    (:func:`.interpreter.convert_direction`, block by block, naming the stored tensor), every tensor a
+    (:func:`rnnconvert.conventions.keras_interpreter.convert_direction`, block by block, naming the stored tensor), every tensor a
     reader keeps by :func:`rnnconvert.api.check_finite`; a re-read (verification, the whole-model writer)
     reads bytes those checks passed."""
     dataset_meta(ds, where)

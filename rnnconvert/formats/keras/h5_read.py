@@ -1,8 +1,8 @@
-"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader (writer: :mod:`.keras_h5_write`).
+"""Keras HDF5 files (``.h5``, ``.hdf5``, ``.keras`` of Keras 2): reader (writer: :mod:`.h5_write`).
 
 This module is the HDF5 container (h5py access hardened against hostile files, the isolated child of
 :mod:`rnnconvert.safety.guard`, lazy loading, the stored tensors re-read for verification); what the
-layers mean is decided by the Keras interpreter, :mod:`.interpreter`, which reads the file's tensors
+layers mean is decided by the Keras interpreter, :mod:`rnnconvert.conventions.keras_interpreter`, which reads the file's tensors
 through :class:`Hdf5Tensors`.
 
 Dialects read (``docs/LAYOUTS.md`` §§1-4; tf_keras ``saving/legacy/hdf5_format.py``):
@@ -74,7 +74,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, lazy: bool = F
         gate_activation: override the LSTM/GRU gate activation (``'sigmoid'`` or ``'hard_sigmoid'``)
             when a weights-only file cannot tell.
         lazy: return the structure only (layers, semantics, ``source`` provenance with the
-            :class:`LazyRaw` tensor maps, Dense/Embedding tensors) with
+            :class:`.h5_access.LazyRaw` tensor maps, Dense/Embedding tensors) with
             :func:`~rnnconvert.core.model.placeholder` parameters, and ``ckpt.slabs`` (:class:`H5Slabs`) reading layer
             ``i``'s datasets (both directions of a Bidirectional: one slab) when asked. ``False``: the same,
             every slab loaded before returning (one code path).

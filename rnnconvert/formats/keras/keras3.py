@@ -22,7 +22,7 @@ Layout (LAYOUTS.md §6; keras 3.15 ``src/saving/saving_lib.py``, ``src/layers/la
 Reading never runs Keras: the zip is checked (no absolute or ``..`` member names, bounded sizes and
 compression ratio), ``config.json`` is parsed with :mod:`json` and the weights with h5py.
 Writing builds the model in Keras 3 (``import keras``) and saves it with ``model.save`` /
-``model.save_weights``; the layout of the model is that of :mod:`.keras_h5_write` (one ``Input``
+``model.save_weights``; the layout of the model is that of :mod:`.h5_write` (one ``Input``
 per recurrent layer, stacked layers ``<name>_l<k>``, ``return_sequences=True``).
 """
 

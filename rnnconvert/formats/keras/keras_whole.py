@@ -2,19 +2,19 @@
 
 Source: a Keras 2 / tf.keras / tf_keras full-model HDF5 file (root ``@model_config`` + ``model_weights``;
 tf_keras ``saving/legacy/hdf5_format.py``), read with h5py in the isolated child of
-:mod:`rnnconvert.guard` (:func:`read_full_model`). Weights-only files have no architecture: they keep
+:mod:`rnnconvert.safety.guard` (:func:`read_full_model`). Weights-only files have no architecture: they keep
 the recurrent-layers-only output of :mod:`.keras3` (the chaining, the other layers' classes and their
 activations are simply not in such a file).
 
 Target: the config translated by :mod:`.keras_config`, built by Keras 3 (``keras.saving.
 deserialize_keras_object`` of a whitelisted config, ``safe_mode``: no code runs), then every layer's
-weights set: recurrent layers from the canonical model (:mod:`.keras_h5_write` gives the Keras layout,
+weights set: recurrent layers from the canonical model (:mod:`.h5_write` gives the Keras layout,
 CuDNN kernels already turned, a CuDNNLSTM's two biases summed: one float32 rounding), every other layer
 as stored (``@weight_names`` order = tf_keras ``trainable_weights + non_trainable_weights`` =
 Keras 3's ``layer.weights`` order for the whitelisted classes; shapes checked one by one), Keras-2
 hard_sigmoid layers rescaled (:class:`.keras_config.Rescale`).
 
-Verification (:func:`rnnconvert.verify.keras_whole_check.verify_model`): tf_keras runs the source file as stored (``load_model``; a model
+Verification (:func:`rnnconvert.whole.verify.keras_whole_check.verify_model`): tf_keras runs the source file as stored (``load_model``; a model
 with CuDNN layers is rebuilt with tf_keras' own CPU equivalents ``LSTM`` / ``GRU(reset_after=True)``
 and the file loaded into it by tf_keras' legacy loader, which converts the CuDNN weights), Keras 3 runs
 the written ``.keras`` (``keras.saving.load_model``), both on the same inputs: every top-level layer's
@@ -40,7 +40,7 @@ from ...errors import FormatError, UnsupportedError
 from ...safety import guard
 from . import keras_config
 from ...conventions import keras_names as naming
-from ...conventions.keras_graph import FullModel  # noqa: F401 - the record every whole-model reader returns
+from ...conventions.full_model import FullModel  # noqa: F401 - the record every whole-model reader returns
 
 #: relative tolerance of the whole-model comparison (issue #17): ``max|d| <= TOL * max(1, max|ref|)``
 TOL = 2e-5
@@ -81,10 +81,10 @@ def _read_in(path: str) -> FullModel | None:
 def read_full_model(ckpt: Checkpoint) -> FullModel | None:
     """The full model behind ``ckpt`` when it was read from a Keras 1/2 full-model HDF5 file, else ``None``
     (weights-only files, Keras 3's own legacy ``.h5``, other formats). Read in the isolated child
-    (:func:`rnnconvert.guard.isolated`).
+    (:func:`rnnconvert.safety.guard.isolated`).
 
     Raises:
-        FormatError: a damaged file (the same checks as :mod:`.keras_h5`).
+        FormatError: a damaged file (the same checks as :mod:`.h5_read`).
     """
     path = ckpt.meta.get("path")
     if ckpt.format != "keras_h5" or not path or not Path(path).is_file():
@@ -402,7 +402,7 @@ def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.
     ``layer.weights`` order), as the HDF5 loader does.
 
     Raises:
-        UnsupportedError: a layer class outside :data:`rnnconvert.conventions.keras_graph.LAYERS` (SavedModels).
+        UnsupportedError: a layer class outside :data:`rnnconvert.whole.conventions.keras_graph.LAYERS` (SavedModels).
         FormatError: stored weights that do not fit the rebuilt layer (SavedModels)."""
     import os
 
@@ -422,14 +422,14 @@ def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.
 
 def _built_in_only(path: str, obj: Any) -> None:
     """Refuse a config holding a layer class the whole-model writers do not build (before tf_keras sees it)."""
-    from ...conventions import keras_graph
+    from ...conventions import full_model
 
     if isinstance(obj, dict):
         cls, conf = obj.get("class_name"), obj.get("config")
         if isinstance(cls, str) and isinstance(conf, dict) and "name" in conf:
-            if cls not in keras_graph.LAYERS and cls not in naming.CONTAINERS:
+            if cls not in full_model.LAYERS and cls not in naming.CONTAINERS:
                 raise UnsupportedError(f"{path}: layer '{conf.get('name')}' ({cls}): not a built-in layer the "
-                                       f"whole-model writers build; {keras_graph.WAY_OUT}")
+                                       f"whole-model writers build; {full_model.WAY_OUT}")
         for v in obj.values():
             _built_in_only(path, v)
     elif isinstance(obj, list):

@@ -1,7 +1,7 @@
 """Every numeric dataset of an HDF5 file that no Keras reader claims, for the foreign-name table
 (:mod:`rnnconvert.core.names`): ``{path inside the file: array}``, nothing else interpreted.
 
-Read in the isolated child of :mod:`rnnconvert.guard` (libhdf5 can loop on a damaged file); only hard
+Read in the isolated child of :mod:`rnnconvert.safety.guard` (libhdf5 can loop on a damaged file); only hard
 links are followed, each object once (``h5py`` ``visititems``); soft and external links, external raw storage and
 virtual datasets are refused (:func:`rnnconvert.safety.hdf5_checks.check_file`, as on every HDF5 route); the count
 and total size of the datasets are bounded, and each dataset's declared bytes against what it stores (the

@@ -1,16 +1,18 @@
 """The Keras family's format records (:class:`~rnnconvert.engine.protocol.FormatSpec`): Keras 1/2 HDF5
-(reader :mod:`.keras_h5`, writer :mod:`.keras_h5_write`; run by the ``tf_keras`` runtime, the source's own
+(reader :mod:`.h5_read`, writer :mod:`.h5_write`; run by the ``tf_keras`` runtime, the source's own
 equations by ``keras_equations``) and Keras 3 (:mod:`.keras3`, run by the ``keras3`` runtime)."""
 
 from __future__ import annotations
 
-from ...engine.protocol import FormatSpec
-from . import keras3, h5_read, h5_write, keras_whole
+from ...engine.protocol import FormatSpec, located
+from . import keras3, h5_read, h5_write
 
 KERAS_H5 = FormatSpec(
     "keras_h5", read=h5_read.read, lazy=True,
     # map, nonlinearity: a plain (not Keras) HDF5 file read by its tensor names (rnnconvert.core.names)
-    read_options=("gate_activation", "map", "nonlinearity"), whole_model=keras_whole.read_full_model,
+    read_options=("gate_activation", "map", "nonlinearity"),
+    # the whole model (config and every layer's weights): read only for a writer of whole models
+    whole_model=located("rnnconvert.formats.keras.keras_whole:read_full_model"),
     refusals=h5_write.refusals, check=h5_write.check, write=h5_write.write,
     write_options=("cudnn",), open_stream=h5_write.open_stream,
     runtime="tf_keras", load=h5_write.load, route="tf_keras",

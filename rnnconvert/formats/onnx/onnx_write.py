@@ -33,6 +33,7 @@ import numpy as np
 
 from ...core import gates
 from ...engine import refusal
+from ...engine.protocol import located
 from ...speed import directio
 from ...errors import FormatError, OutputExistsError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
@@ -43,6 +44,9 @@ OPSET = 14
 #: onnxruntime 1.31 refuses IR version 14 (onnx 1.23's default); 8 is the IR of op set 14 (LAYOUTS §13.5).
 IR_VERSION = 8
 EXTERNAL_THRESHOLD = 2_000_000_000  # bytes of initializers above which external data is used (protobuf limit 2 GB)
+#: the note of a Keras file without a model_config (the reason the recurrent layers alone are written)
+WEIGHTS_ONLY = ("weights-only Keras file: it holds no architecture (no chaining, no classes or activations of the "
+                "other layers), so only the recurrent layers are written")
 OP = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_RELU: "RNN"}
 # our activation name -> (ONNX name, alpha, beta); alpha/beta None = the op takes none.
 _TO_ONNX = {
@@ -74,7 +78,7 @@ def refusals(layer: RNNLayer) -> list[str]:
 
 def check(ckpt: Checkpoint, *, recurrent_only: bool = False, **_: Any) -> list[str]:
     """Refuse what an ONNX ``LSTM``/``GRU``/``RNN`` node cannot compute; return notes (the recurrent-layers
-    file; a whole model is checked by :func:`.model_write.check`).
+    file; a whole model is checked by :func:`rnnconvert.whole.formats.onnx.model_write.check`).
 
     Raises:
         UnsupportedError: projection, ``cell_clip``/``proj_clip``, an activation ONNX lacks (one line
@@ -284,7 +288,7 @@ def write(ckpt: Checkpoint, path: str | Path, *, external_data: bool | None = No
             forbids it, ``None`` (default) uses it when the initializers exceed 2 GB.
         external_min_bytes: tensors smaller than this stay inside the model (the int64 shape constants
             must: onnxruntime's shape inference cannot read them from external data).
-        recurrent_only: accepted (this writer writes the recurrent layers only; whole models: :mod:`.model_write`).
+        recurrent_only: accepted (this writer writes the recurrent layers only; whole models: :mod:`rnnconvert.whole.formats.onnx.model_write`).
 
     Assumes :func:`check` passed (the engine calls it, once: :mod:`rnnconvert.engine.protocol`).
     """
@@ -359,3 +363,31 @@ class OnnxStream:
                 Path(fh.path).unlink(missing_ok=True)
 
 
+#: the whole-model ONNX writer (:mod:`rnnconvert.whole.formats.onnx.model_write`), loaded when a whole model is written
+WHOLE_CHECK = located("rnnconvert.whole.formats.onnx.model_write:check")
+WHOLE_WRITE = located("rnnconvert.whole.formats.onnx.model_write:write")
+
+
+def container_check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = None,
+                    **options: Any) -> list[str]:
+    """The ``onnx`` container's check: a whole model (the engine's write option ``whole_model``, not
+    ``recurrent_only``) by the whole-model writer (:data:`WHOLE_CHECK`), else the recurrent layers' refusals
+    (:func:`check`), noting a Keras file without architecture (:data:`WEIGHTS_ONLY`).
+
+    Raises:
+        UnsupportedError: as :func:`check`, or the whole-model writer's refusals (layer, class, way out)."""
+    if whole_model is not None and not recurrent_only:
+        return WHOLE_CHECK(ckpt, whole_model=whole_model, **options)
+    out = check(ckpt, recurrent_only=recurrent_only, **options)
+    if ckpt.format == "keras_h5" and not recurrent_only:
+        out.insert(0, WEIGHTS_ONLY)
+    return out
+
+
+def container_write(ckpt: Checkpoint, path: str | Path, *, recurrent_only: bool = False, whole_model: Any = None,
+                    **options: Any) -> list[str]:
+    """The ``onnx`` container's write: a whole model as one graph (:data:`WHOLE_WRITE`), else the recurrent
+    layers (:func:`write`). Assumes :func:`container_check` passed."""
+    if whole_model is not None and not recurrent_only:
+        return WHOLE_WRITE(ckpt, path, whole_model=whole_model, **options)
+    return write(ckpt, path, **options)

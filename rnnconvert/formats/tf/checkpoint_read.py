@@ -31,7 +31,7 @@ Two readers. :class:`rnnconvert.formats.tf.bundle_read.BundleReader` (pure Pytho
 bundle of plain dtypes (partitioned variables and several shards included) -- the common case -- and
 TensorFlow is then not imported at all; it runs in this process, without the forked child, because no
 C++ code runs: a damaged file can only raise FormatError from our own checks. A bundle it declines
-(:class:`~.tf_bundle.BundleUnsupported`: big-endian, compressed index blocks, other dtypes) is read by
+(:class:`~.table_read.BundleUnsupported`: big-endian, compressed index blocks, other dtypes) is read by
 TensorFlow (imported only then). TensorFlow's C++ reader aborts the whole process on some forged
 ``.index`` files, so that read runs in a forked child under a deadline (:func:`rnnconvert.safety.guard.isolated`),
 as HDF5 reads do; for checkpoints over 64 MiB the child only opens the checkpoint and lists its variables
@@ -101,7 +101,7 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
         gate_activation: TF2 Keras layers: ``'sigmoid'`` (default) or ``'hard_sigmoid'``.
         num_layers, hidden_size, bidirectional: spec of a cuDNN ``opaque_kernel`` without companions.
         cell_clip, proj_clip: TF1 LSTMCell clipping used at training time (not stored in checkpoints).
-        lazy: a TF2 object checkpoint read by :mod:`.tf_bundle` comes back as the structure with
+        lazy: a TF2 object checkpoint read by :mod:`.bundle_read` comes back as the structure with
             placeholder parameters and a slab source that reads one Keras layer's tensors when asked
             (streaming conversion, :class:`~rnnconvert.core.model.Checkpoint`); other checkpoints are read
             eagerly either way.
@@ -113,7 +113,7 @@ def read(path: str | Path, *, forget_bias: float | None = None, gate_activation:
 
     Raises:
         FormatError: unreadable checkpoint (damaged ``.index``, ``.data`` shorter than the index says or
-            failing its checksums: :mod:`.tf_bundle`), unexpected shapes, NaN/Inf, ambiguous opaque buffer
+            failing its checksums: :mod:`.bundle_read`), unexpected shapes, NaN/Inf, ambiguous opaque buffer
             size; on the TensorFlow path also its reader crashing (SIGABRT on forged ``.index`` shapes) or
             running past the deadline.
         UnsupportedError: a cell rnnconvert refuses (named, with the reason).
@@ -228,7 +228,7 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
     """``names``: checkpoint key -> object path (``layer_with_weights-N/...``). With ``meta_of(key)`` (a
     placeholder of the variable's shape and dtype) the Keras interpreter (:mod:`rnnconvert.conventions.keras_interpreter`) builds the
     structure from placeholders, and ``ckpt.slabs`` (:class:`KerasBundleSlabs`) reads layer ``i``'s tensors (``rows_of(key)``:
-    kernels as row-block sources, :class:`.tf_bundle.RowSource`, turned block by block as HDF5 datasets
+    kernels as row-block sources, :class:`.bundle_read.RowSource`, turned block by block as HDF5 datasets
     are; else ``get``) and converts them as the eager reader does (``interpreter.convert_direction``); other tensors
     (Dense) are read now."""
     from ...conventions.keras_interpreter import LayerEntry, Interpreter
@@ -265,7 +265,7 @@ def _read_tf2(path, names: dict[str, str], get, gate_activation, meta, meta_of=N
 class KerasBundleSlabs:
     """The :class:`~rnnconvert.core.model.SlabSource` of a lazily read TF2 object checkpoint of Keras layers:
     slab ``(i, 0)`` = layer ``i``'s directions, each tensor read by ``read(key)`` (kernels as row-block
-    sources, :class:`.tf_bundle.RowSource`) and converted as the eager reader does
+    sources, :class:`.bundle_read.RowSource`) and converted as the eager reader does
     (``interpreter.convert_direction``, from the interpreter's ``specs[i]``) into arrays of released slabs
     nothing holds any more (:class:`~rnnconvert.speed.pool.ArrayPool`); ``release_array`` does nothing."""
 

@@ -5,7 +5,7 @@ Frozen graphs keep each variable's value in a ``Const`` node named like the vari
 Two kinds of names are recognised:
 
 * TF1 cell scopes (``lstm_cell``, ``gru_cell``, ...): read exactly like a TF1 name-based checkpoint
-  (:mod:`.tf_checkpoint`), with its gate conventions and ``forget_bias`` defaults.
+  (:mod:`.checkpoint_read`), with its gate conventions and ``forget_bias`` defaults.
 * Keras layers (``<layer>/kernel``, ``recurrent_kernel``, ``bias``; Bidirectional ``forward_*`` /
   ``backward_*``): read by the Keras interpreter of :mod:`rnnconvert.conventions.keras_interpreter` (kind from the shapes). The
   activations are not stored as data; they are taken from the graph's ops under the layer's scope:
@@ -102,7 +102,7 @@ def read(path: str | Path, *, gate_activation: str | None = None, activation: st
     Args:
         path: the ``.pb`` file.
         gate_activation, activation: override what the graph's ops say (Keras layers).
-        **opts: TF1-cell options of :func:`.tf_checkpoint.read` (``forget_bias``, ``cell_clip``, ...).
+        **opts: TF1-cell options of :func:`.checkpoint_read.read` (``forget_bias``, ``cell_clip``, ...).
 
     Raises:
         FormatError: not a GraphDef, or no recurrent weights among its Const nodes (a SavedModel's

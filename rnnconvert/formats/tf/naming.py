@@ -1,5 +1,5 @@
-"""TensorFlow naming, read by both the readers (:mod:`.tf1_cells`, :mod:`.tf_checkpoint`, :mod:`.tf_graph`) and
-the writers (:mod:`.tf1_writer`, :mod:`.tf2_writer`): one table for the names of the TF family.
+"""TensorFlow naming, read by both the readers (:mod:`.tf1_cells`, :mod:`.checkpoint_read`, :mod:`.graph_read`) and
+the writers (:mod:`.tf1_write`, :mod:`.tf2_write`): one table for the names of the TF family.
 
 * **TF1 cells** (name-based checkpoints, frozen graphs; LAYOUTS §8, §9): the cell scopes and their default
   run-time ``forget_bias`` (:data:`CELL_SCOPES`), the contrib cells refused by name (:data:`REFUSED`), the

@@ -18,7 +18,7 @@ node_id = 2; string node_path = 3; string identifier = 4; string metadata = 5; V
   (``layer_with_weights-0/embeddings``); its metadata's ``name`` is the Keras layer name.
 * Every top-level layer's variables are listed in tf_keras' ``layer.weights`` order (= a full-model HDF5 file's
   ``weight_names``; :func:`rnnconvert.conventions.keras_names.saved_weight_key`) under HDF5-style names
-  (``bilstm/forward_lstm/lstm_cell/kernel:0``), so that :func:`rnnconvert.conventions.keras_graph.build` gets
+  (``bilstm/forward_lstm/lstm_cell/kernel:0``), so that :func:`rnnconvert.whole.conventions.keras_graph.build` gets
   what a full-model HDF5 file gives it.
 
 Verification never loads the SavedModel (its functions could hold file operations): tf_keras rebuilds the model
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ...conventions import keras_names as naming
-from ...conventions.keras_graph import FullModel
+from ...conventions.full_model import FullModel
 from ...conventions.keras_interpreter import index_configs
 from ...core.model import Checkpoint
 from ...errors import FormatError, UnsupportedError
@@ -189,7 +189,7 @@ def read_full_model(ckpt: Checkpoint) -> FullModel | None:
     when ``ckpt`` is not such a folder or has no ``keras_metadata.pb``.
 
     Returns:
-        a :class:`~rnnconvert.conventions.keras_graph.FullModel` with ``origin='weights'`` (tf_keras is given
+        a :class:`~rnnconvert.conventions.full_model.FullModel` with ``origin='weights'`` (tf_keras is given
         the weights, never the SavedModel's functions) and ``layer_names`` (the checkpoint's recurrent layers,
         by Keras name or, when :func:`keras_named` could not name them, ``layer_with_weights-N`` -> their Keras
         names).

@@ -1,10 +1,10 @@
-"""The containers under a TensorFlow checkpoint bundle (:mod:`.tf_bundle`), decoded without TensorFlow:
+"""The containers under a TensorFlow checkpoint bundle (:mod:`.bundle_read`), decoded without TensorFlow:
 protobuf wire format, the leveldb-style table (SSTable) of the ``.index`` file, and the OrderedCode keys
 of partitioned variables' slices.
 
 Facts (read for facts only): protobuf encoding (varints, wire types 0/1/2/5; protobuf.dev
 "Encoding"); the table: ``tsl/lib/io/{format,block,table}.cc`` of TensorFlow and leveldb's
-``doc/table_format.md`` (see :mod:`.tf_bundle` for the layout); OrderedCode:
+``doc/table_format.md`` (see :mod:`.bundle_read` for the layout); OrderedCode:
 ``tensorflow/core/lib/strings/ordered_code.cc``. Every loop is bounded by the input's length and every
 offset is checked before use: damaged input raises :class:`TableError` (never IndexError & co.).
 """
@@ -22,7 +22,7 @@ class BundleUnsupported(Exception):
 
 
 class TableError(Exception):
-    """A defect found while decoding; :mod:`.tf_bundle` re-raises it as FormatError naming the file."""
+    """A defect found while decoding; :mod:`.bundle_read` re-raises it as FormatError naming the file."""
 
 
 # ------------------------------------------------------------------------------------------ wire format

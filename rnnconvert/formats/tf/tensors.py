@@ -21,7 +21,7 @@ def bundle(pre: str, path) -> bundle_read.BundleReader | None:
     """The pure reader of the bundle at ``pre``, or None where it declines (then TensorFlow reads it).
 
     Raises:
-        FormatError: the bundle is damaged (from :class:`~.tf_bundle.BundleReader`)."""
+        FormatError: the bundle is damaged (from :class:`~.bundle_read.BundleReader`)."""
     if os.environ.get("RNNCONVERT_TF_READER", "auto") == "tensorflow":
         return None
     try:
@@ -85,8 +85,8 @@ class BundleTensors:
 def lazy_get(path: str, key: str, out: np.ndarray | None = None) -> np.ndarray:
     """Variable ``key`` of the checkpoint at ``path``, read again (verification of TF2 Keras layers:
     :class:`BundleRaw`): large plain tensors memory-mapped
-    (:meth:`.tf_bundle.BundleReader.mapped`), others read into ``out`` when the bundle reader can, NaN/Inf
-    refused as in :func:`read`."""
+    (:meth:`.bundle_read.BundleReader.mapped`), others read into ``out`` when the bundle reader can, NaN/Inf
+    refused as in :func:`tensor`."""
     pre = prefix_of(path)
     rd = bundle(pre, path)
     if rd is not None:

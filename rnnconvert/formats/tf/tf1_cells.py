@@ -1,6 +1,6 @@
 """TF1 RNN cells in name-based checkpoints and frozen graphs: scopes, variables, canonical parameters.
 
-Shared by :mod:`.tf_checkpoint` and :mod:`.tf_graph` (LAYOUTS §8, §9). Gate conventions come from
+Shared by :mod:`.checkpoint_read` and :mod:`.graph_read` (LAYOUTS §8, §9). Gate conventions come from
 :data:`rnnconvert.core.gates.TABLE` (``("tf1", LSTM)`` i, j, f, o columns; ``("tf1_gates", GRU)`` r, u).
 Numpy only.
 """

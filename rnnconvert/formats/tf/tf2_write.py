@@ -1,5 +1,5 @@
 """TF2 object-based checkpoints of tf_keras layers (format ``tf2_checkpoint``): writer (+ the reader of
-:mod:`.tf_checkpoint`).
+:mod:`.checkpoint_read`).
 
 The output is a directory with ``ckpt-1.index``, ``ckpt-1.data-*`` and ``checkpoint``, written by
 ``tf.train.Checkpoint`` whose children are named like a Keras model's: ``layer_with_weights-N`` for the

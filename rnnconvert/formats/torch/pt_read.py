@@ -1,5 +1,5 @@
 """PyTorch ``.pt``/``.pth`` files: sniffing, the reader (state dicts, training checkpoints, legacy and
-TorchScript archives), the writer's entry points (:mod:`.pt_writer`), and how the torch runtime
+TorchScript archives), the writer's entry points (:mod:`.pt_write`), and how the torch runtime
 (:mod:`rnnconvert.runtimes.torch`) gets a written file's tensors (:func:`load`).
 
 The state-dict convention (key names, gate order, grouping into layers, what ``torch.nn`` expresses) is
@@ -213,7 +213,7 @@ def read(path: str | Path, *, nonlinearity: str = "tanh", lazy: bool = False, ma
 class ZipSlabs:
     """The :class:`~rnnconvert.core.model.SlabSource` of a lazily read ``torch.save`` zip: slab ``(i, k)``
     = the arrays named ``keys[i][k]`` (per direction, in :func:`rnnconvert.conventions.torch_state.direction`'s order; ``None`` for a missing
-    bias) mapped from the archive (:class:`.torch_zip.Archive`) and put in canonical form; ``release``
+    bias) mapped from the archive (:class:`.zip_read.Archive`) and put in canonical form; ``release``
     gives back their mapped pages, ``release_array`` one array's."""
 
     def __init__(self, arch, found: dict[str, Any], keys: list, layers: list[RNNLayer]) -> None:

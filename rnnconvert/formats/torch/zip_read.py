@@ -260,7 +260,7 @@ class Archive:
 
 def tensors(obj: Any, where: object = "data.pkl") -> dict[str, Any]:
     """The :class:`LazyTensor` leaves of nested dicts, keys joined with ``.`` (other leaves dropped), like
-    :func:`rnnconvert.formats.torch_pt._flatten` does for ``torch.load`` output. Each container is walked
+    ``pt_read._flatten`` does for ``torch.load`` output. Each container is walked
     once (:func:`rnnconvert.safety.budget.leaves`: a pickle's shared children cost nothing twice, the walk is
     bounded by the ``pickle_nodes`` limit).
 

@@ -1,8 +1,8 @@
 """``--emit-module``: a whole Keras model as readable ``torch.nn.Module`` source plus its state dict (issue #30).
 
-Built from the same :class:`rnnconvert.conventions.keras_graph.Graph` as the ``.pt2`` program
+Built from the same :class:`rnnconvert.whole.conventions.keras_graph.Graph` as the ``.pt2`` program
 (:mod:`.pt2_write`) and the ONNX graph, so the three follow one description of the model. Nothing here runs
-the source it writes (verification imports it: :func:`rnnconvert.runtimes.torch_export.verify_module`).
+the source it writes (verification imports it: :func:`rnnconvert.whole.runtimes.torch_export.verify_module`).
 
 The written file holds one class ``Model(nn.Module)``: every layer with weights is an attribute named after
 its Keras layer (path sanitised to a Python identifier; a clash with an ``nn.Module`` attribute, a keyword or
@@ -35,7 +35,7 @@ The state dict (:func:`state_bytes`) is ``torch.save`` of plain tensors (float32
 int64), loadable with ``torch.load(path, weights_only=True)``. Source and state are deterministic (the same
 graph gives the same bytes).
 
-Oracle: tf_keras running the source model (:func:`rnnconvert.verify.keras_whole_check.compare_whole`), every
+Oracle: tf_keras running the source model (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`), every
 model output, in ``tests/formats/test_emit_module.py``.
 """
 
@@ -50,9 +50,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ...conventions import keras_graph, torch_state
-from ...core.model import Cell
-from ...errors import require
+from ....conventions import torch_state
+from ...conventions import keras_graph
+from ....core.model import Cell
+from ....errors import require
 
 #: the activations ``KerasRecurrent`` computes (our names, :data:`rnnconvert.core.reference.ACT`)
 RECURRENT_ACTS = ("sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "softsign")

@@ -1,4 +1,4 @@
-"""A whole Keras model as one runnable ONNX graph (issue #30): the :class:`rnnconvert.conventions.keras_graph.Graph`
+"""A whole Keras model as one runnable ONNX graph (issue #30): the :class:`rnnconvert.whole.conventions.keras_graph.Graph`
 of a full-model file, built node by node in ONNX op set 14 (:data:`.onnx_write.OPSET`).
 
 Graph inputs are the model's inputs (their names, ``batch`` and free ``time`` dimensions symbolic; an input
@@ -13,7 +13,7 @@ layer becomes the node's ``sequence_lens`` (the count of unmasked steps per sequ
 sequence's padding is at its end (ONNX runs steps ``0 .. len-1``; tf_keras keeps the state at masked steps),
 which the written notes say; a unidirectional layer's outputs past the end repeat the last one (tf_keras),
 a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). ``return_state`` is the node's ``Y_h`` /
-``Y_c`` as ``(B, H)``, ``initial_state`` its ``initial_h`` / ``initial_c`` (:mod:`rnnconvert.conventions.keras_graph`
+``Y_c`` as ``(B, H)``, ``initial_state`` its ``initial_h`` / ``initial_c`` (:mod:`rnnconvert.whole.conventions.keras_graph`
 "States"; tf_keras' outputs in ``tests/formats/test_whole_states.py``). Other layers (ONNX operator spec):
 ``Embedding`` ``Gather``; ``Dense`` ``MatMul`` + ``Add``; ``Conv1D`` ``Conv`` on channels-first (kernel
 ``(k, in, out)`` -> ``(out, in, k)``; ``same``: ``auto_pad=SAME_UPPER`` = TensorFlow's split, ``causal``:
@@ -31,16 +31,12 @@ from typing import Any
 import numpy as np
 
 from ...conventions import keras_graph
-from ...core.model import Cell
-from ...errors import require
-from . import onnx_write
+from ....core.model import Cell
+from ....errors import require
+from ....formats.onnx import onnx_write
+from ....formats.onnx.onnx_write import WEIGHTS_ONLY
 
 META_KEY = onnx_write.META_KEY
-#: the note of a Keras file without a model_config (the reason the recurrent layers alone are written)
-WEIGHTS_ONLY = ("weights-only Keras file: it holds no architecture (no chaining, no classes or activations of the "
-                "other layers), so only the recurrent layers are written")
-
-
 class _G:
     """The graph being built: nodes, initializers, fresh names."""
 
@@ -524,7 +520,7 @@ def notes(graph: keras_graph.Graph) -> list[str]:
 
 
 def whole_graph(ckpt, whole_model: Any, recurrent_only: bool = False) -> keras_graph.Graph | None:
-    """The :class:`~rnnconvert.conventions.keras_graph.Graph` of ``whole_model`` (the engine's write option: a Keras
+    """The :class:`~rnnconvert.whole.conventions.keras_graph.Graph` of ``whole_model`` (the engine's write option: a Keras
     full model's ``config`` and ``weights``), or ``None`` without one or under ``recurrent_only``."""
     if whole_model is None or recurrent_only:
         return None
@@ -537,7 +533,7 @@ def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, **opti
 
     Raises:
         UnsupportedError: as :func:`.onnx_write.check`; a layer outside
-            :data:`rnnconvert.conventions.keras_graph.LAYERS` or a feature not built (layer, class, way out).
+            :data:`rnnconvert.whole.conventions.keras_graph.LAYERS` or a feature not built (layer, class, way out).
     """
     out = onnx_write.check(ckpt, recurrent_only=recurrent_only, **options)
     graph = whole_graph(ckpt, whole_model, recurrent_only)

@@ -1,9 +1,9 @@
-"""The torch_export runtime: a written ``.pt2`` program (:mod:`rnnconvert.formats.torch.pt2_write`) loaded by
+"""The torch_export runtime: a written ``.pt2`` program (:mod:`rnnconvert.whole.formats.torch.pt2_write`) loaded by
 ``torch.export.load`` and run by torch (verification's target side, issue #30).
 
 Only files rnnconvert has just written are loaded (``torch.export.load`` unpickles; a ``.pt2`` is never read
 as a source). :func:`verify_whole` is the whole check of such a file: a whole Keras model against tf_keras
-running the source (:func:`rnnconvert.verify.keras_whole_check.compare_whole`: every model output, the float64
+running the source (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`: every model output, the float64
 second stage from the same graph run eagerly in float64), or, for a program of the recurrent layers alone,
 each layer's output against the canonical float64 equations :func:`rnnconvert.core.reference.forward`
 (the rule ``max|d| <= TOL * max(1, max|ref|)`` with the float32 run of the same equations' spread added).
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.model import Checkpoint
-from ..engine.protocol import Runtime
-from ..errors import require
+from ...core.model import Checkpoint
+from ...engine.protocol import Runtime
+from ...errors import require
 
 
 def _load(path: str | Path):
@@ -34,7 +34,7 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
 
     Raises:
         FormatError: a whole-model program (its layers are not inputs of their own: :func:`verify_whole`)."""
-    from ..errors import FormatError
+    from ...errors import FormatError
 
     torch, prog = _load(path)
     names = [layer.name for layer in ckpt.layers]
@@ -48,13 +48,13 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
 
 def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
                  seed: int = 0) -> list:
-    """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.LayerCheck` entries."""
+    """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.checks.LayerCheck` entries."""
     from ..conventions import keras_graph
-    from ..core import reference
-    from ..formats.keras import keras_whole
+    from ...core import reference
+    from ...formats.keras import keras_whole
     from ..verify import keras_whole_check
     from ..formats.torch import pt2_write
-    from ..verify.checks import LayerCheck
+    from ...verify.checks import LayerCheck
 
     torch, prog = _load(dst_path)
     route = f"torch {torch.__version__} (torch.export program)"
@@ -95,7 +95,7 @@ RUNTIME = Runtime("torch_export", engine="torch", forward=forward, verify_whole=
 
 
 def import_module(py_path: str | Path, name: str = "rnnconvert_emitted"):
-    """The module source at ``py_path`` (written by :mod:`rnnconvert.formats.torch.module_write`) imported in a fresh
+    """The module source at ``py_path`` (written by :mod:`rnnconvert.whole.formats.torch.module_write`) imported in a fresh
     module namespace (``importlib`` from the path; not put in ``sys.modules``, no bytecode cache written). It runs the
     file: only files rnnconvert has just written."""
     import importlib.machinery
@@ -128,7 +128,7 @@ def verify_module(ckpt: Checkpoint, src_path: str | Path, py_path: str | Path, s
                   inputs: dict | None = None, seed: int = 0) -> list:
     """The check of an emitted ``nn.Module`` (``--emit-module``): the written source imported from its file
     (:func:`import_module`), the written state dict loaded, run by torch in eval mode against tf_keras running the
-    source model (:func:`rnnconvert.verify.keras_whole_check.compare_whole`: every model output, the same rule as
+    source model (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`: every model output, the same rule as
     the ``.pt2`` check; the second stage from the same module in float64). Checks are named
     ``module output <i>`` (and ``module outputs (count)``).
 

@@ -1,12 +1,12 @@
 """The whole Keras model behind a checkpoint, whichever Keras wrote it (issue #30): a Keras 1/2 full-model HDF5
 file (:func:`.keras_whole.read_full_model`, run by tf_keras) or a Keras 3 ``.keras`` archive
 (:func:`.keras3.read_full_model`, run by Keras 3), for the whole-model writers' checks
-(:mod:`rnnconvert.runtimes.onnxruntime`, :mod:`rnnconvert.runtimes.torch_export`)."""
+(:mod:`rnnconvert.runtimes.onnxruntime`, :mod:`rnnconvert.whole.runtimes.torch_export`)."""
 
 from __future__ import annotations
 
-from ...core.model import Checkpoint
-from . import keras3, keras_whole
+from ....core.model import Checkpoint
+from ....formats.keras import keras3, keras_whole
 
 
 def whole_source(ckpt: Checkpoint) -> keras_whole.FullModel | None:

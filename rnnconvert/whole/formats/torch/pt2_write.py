@@ -3,7 +3,7 @@
 Output only: rnnconvert never reads a ``.pt2`` (``torch.export.load`` unpickles; a crafted file runs code). Users
 load what we write with ``torch.export.load(path).module()`` -- only files they trust, as for any pickle.
 
-The program is :class:`WholeModule` exported by ``torch.export.export`` with the batch (and a free time)
+The program is ``WholeModule`` (a class :func:`build_module` defines) exported by ``torch.export.export`` with the batch (and a free time)
 dimension dynamic; the recurrent layers are exact modules of their own (no ``nn.LSTM``/``nn.GRU``): each
 direction a ``torch._higher_order_ops.scan`` over time of the canonical equations of
 :mod:`rnnconvert.core.reference` (gate order i f g o / r z n from :data:`rnnconvert.core.gates.TABLE`; any
@@ -12,8 +12,8 @@ reset-before and reset-after GRU, peepholes, TF1 cell and projection clips, forg
 no recurrent layer that ``.onnx`` carries. Keras masks are followed step by step, whatever their shape (a
 masked step keeps the state; a unidirectional layer's output there is the previous output, a Bidirectional's
 zero, as tf_keras computes); ``return_state`` outputs are the scan's final carries, ``initial_state`` inputs its
-first (:mod:`rnnconvert.conventions.keras_graph` "States"). Other layers follow :mod:`rnnconvert.formats.onnx.model_write` (the same
-:class:`rnnconvert.conventions.keras_graph.Graph`). Inputs: int32 token ids for an input feeding
+first (:mod:`rnnconvert.whole.conventions.keras_graph` "States"). Other layers follow :mod:`rnnconvert.whole.formats.onnx.model_write` (the same
+:class:`rnnconvert.whole.conventions.keras_graph.Graph`). Inputs: int32 token ids for an input feeding
 an Embedding, float32 otherwise, positional in the model's input order; outputs: a tuple of the model outputs.
 Convolutions and pools pad as TensorFlow does (:func:`tf_same_pads`, from the length the program is given);
 a program whose strided layers shrink a free time axis runs the lengths at which no layer's time axis is one
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from ...conventions import keras_graph
-from ...core.gates import CANONICAL, gate_slice
-from ...core.model import Cell, Checkpoint, RNNLayer
-from ...errors import RNNConvertError, UnsupportedError, require
+from ....core.gates import CANONICAL, gate_slice
+from ....core.model import Cell, Checkpoint, RNNLayer
+from ....errors import RNNConvertError, UnsupportedError, require
 
 ROUTE = "torch.export"
 #: activations the recurrent modules compute (our names, :data:`rnnconvert.core.reference.ACT`)
@@ -459,7 +459,7 @@ def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = 
     Raises:
         UnsupportedError: one line naming the layer, the feature and the way out.
     """
-    from ...engine import refusal
+    from ....engine import refusal
 
     for layer in ckpt.layers:
         refusal.refuse(layer, refusals(layer), "pt2", "a torch.export recurrent module")

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ..formats.keras import keras_config, keras_whole
-from ..errors import FormatError
-from .checks import LayerCheck
-from ..formats.keras.keras_whole import TOL, FullModel
+from ...formats.keras import keras_config, keras_whole
+from ...errors import FormatError
+from ...verify.checks import LayerCheck
+from ...formats.keras.keras_whole import TOL, FullModel
 
 
 def as_float64(obj: Any) -> Any:
@@ -83,10 +83,10 @@ def keras3_source_model(path: str):
 
 def whole_of(ckpt) -> FullModel | None:
     """The whole Keras model behind ``ckpt`` for the whole-model checks: a Keras 1/2 HDF5 file or a Keras 3
-    archive (:func:`rnnconvert.formats.keras.whole_source.whole_source`), a tf.keras / tf_keras SavedModel folder
+    archive (:func:`rnnconvert.whole.formats.keras.whole_source.whole_source`), a tf.keras / tf_keras SavedModel folder
     (:func:`rnnconvert.formats.tf.savedmodel_keras.read_full_model`); ``None`` otherwise."""
     if ckpt.format == "tf_checkpoint":
-        from ..formats.tf import savedmodel_keras
+        from ...formats.tf import savedmodel_keras
 
         return savedmodel_keras.read_full_model(ckpt)
     if ckpt.format not in ("keras_h5", "keras3"):
@@ -149,10 +149,10 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     ``load_model``): every top-level layer with one call and every model output.
 
     Args:
-        inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`make_inputs`).
+        inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`).
 
     Returns:
-        :class:`rnnconvert.verify.LayerCheck` entries named ``model:<layer>`` and ``model output <i>``.
+        :class:`rnnconvert.verify.checks.LayerCheck` entries named ``model:<layer>`` and ``model output <i>``.
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
@@ -349,7 +349,7 @@ def _tf_keras():
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
                   seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None) -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
-    ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`source_model`)
+    ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`rnnconvert.formats.keras.keras_whole.source_model`)
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
     (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`: token ids within each Embedding's range, masks with real padding at the end).
 
@@ -361,7 +361,7 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     ``run64`` in float32: a graph rebuilt from the source, not read from the written file) ``y`` is its output,
     so the spread measures the model's conditioning and a wrong file cannot widen its own tolerance.
 
-    Returns :class:`rnnconvert.verify.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
+    Returns :class:`rnnconvert.verify.checks.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.

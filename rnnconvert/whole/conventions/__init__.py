@@ -1,0 +1,1 @@
+"""The whole-model graph of a Keras full model (:mod:`.keras_graph`)."""

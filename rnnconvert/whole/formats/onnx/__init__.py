@@ -1,0 +1,1 @@
+"""A whole Keras model as one ONNX graph (:mod:`.model_write`)."""

@@ -1,0 +1,63 @@
+"""The whole-model check of the ``onnxruntime`` runtime (its ``verify_whole``, named by location in
+:data:`rnnconvert.runtimes.onnxruntime.RUNTIME`): a whole Keras model written as one ONNX graph
+(:mod:`rnnconvert.whole.formats.onnx.model_write`) run by onnxruntime against the source model, with a float64
+torch run of the same graph for the second stage. Moved here from :mod:`rnnconvert.runtimes.onnxruntime`
+(issue #38): ``runtimes/`` imports nothing of ``whole/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ...core.model import Checkpoint
+from ...errors import require
+from ...runtimes.onnxruntime import whole_meta
+
+
+def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
+                 seed: int = 0) -> list:
+    """Whole-model verification of a written whole-model ONNX graph (issue #30): the source Keras model run by
+    tf_keras against onnxruntime running ``dst_path`` on the model inputs, every model output and every
+    top-level layer's output (the graph's ``layer:<name>`` outputs); the float64 second stage runs the same
+    graph as a float64 torch program (:func:`rnnconvert.whole.formats.torch.pt2_write.build_module`). ``[]`` when the
+    file holds the recurrent layers only (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`)."""
+    from ..verify import keras_whole_check
+
+    meta = whole_meta(dst_path)
+    if meta is None:
+        return []
+    full = keras_whole_check.whole_of(ckpt)
+    if full is None:
+        return []
+    ort = require("onnxruntime", "onnx")
+    sess = ort.InferenceSession(str(dst_path), providers=["CPUExecutionProvider"])
+    kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in sess.get_inputs()}
+    names = [o.name for o in sess.get_outputs()]
+
+    def target(xs):
+        got = sess.run(names, {k: np.asarray(v).astype(kinds[k]) for k, v in xs.items()})
+        by = dict(zip(names, got))
+        return ([by[o] for o in meta["outputs"]],
+                {n[len("layer:"):]: a for n, a in by.items() if n.startswith("layer:")})
+
+    return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
+                                     inputs=inputs, seed=seed, run64=_float64_run(ckpt, full),
+                                     run32=_float64_run(ckpt, full, double=False))
+
+
+def _float64_run(ckpt: Checkpoint, full, double: bool = True):
+    """The whole model as a float64 torch module (``double=False``: the same module in float32; the second stage
+    measures the model's conditioning with the two, never with the written file), or ``None`` without torch (the
+    float32 verdicts then stand)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+
+    def run64(xs):  # imported only when a check misses the float32 tolerance (the second stage)
+        from ..conventions import keras_graph
+        from ..formats.torch import pt2_write
+
+        return pt2_write.run_float64(keras_graph.build(full.config, full.weights, ckpt), xs, double)
+    return run64
