@@ -39,7 +39,7 @@ from ...conventions.keras_graph import FullModel
 from ...conventions.keras_interpreter import index_configs
 from ...core.model import Checkpoint
 from ...errors import FormatError, UnsupportedError
-from ...safety import budget
+from ...safety import budget, keras_sanitize
 from . import checkpoint_read
 from .naming import ATTR
 from .table_read import TableError, fields, int64, text
@@ -147,7 +147,7 @@ def read_full_model(ckpt: Checkpoint) -> FullModel | None:
         return None
     folder = str(meta.parent)
     nodes = saved_nodes(_read_blob(meta), meta)
-    config = model_config(nodes, meta)
+    config = keras_sanitize.model_config(model_config(nodes, meta), folder, unknown="stub")  # issue #40
     by_path = {n["node_path"]: n["metadata"] for n in nodes}
     pre = ckpt.meta.get("prefix") or str(Path(folder) / "variables" / "variables")
     rd = bundle(pre, folder)
