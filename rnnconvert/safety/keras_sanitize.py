@@ -608,7 +608,7 @@ _MODEL_KEYS = ("name", "trainable", "dtype", "build_input_shape", "input_layers"
 
 
 def _model_conf(ctx: _Ctx, path: str, cls: str, conf: Any, depth: int) -> Any:
-    prefix = path + "." if path else ""
+    prefix = path + "." if path and depth > 0 else ""  # the root model's layers are named by their own names
     if isinstance(conf, list):  # Keras <= 2.1 Sequential: a bare list of layer records
         return [_record(ctx, r, prefix, depth + 1) for r in conf]
     if not isinstance(conf, dict):
