@@ -19,8 +19,8 @@ Verification (:func:`rnnconvert.verify.keras_whole_check.verify_model`): tf_kera
 :func:`rnnconvert.safety.keras_sanitize.model_config` is built by ``model_from_json`` and the file's weights loaded
 by tf_keras' own weight loader, datasets only; a model with CuDNN layers is rebuilt with tf_keras' CPU equivalents
 ``LSTM`` / ``GRU(reset_after=True)``, whose weights that loader converts), Keras 3 runs the written ``.keras``
-(:func:`.keras3.built_archive`: its config rebuilt the same way, weights by ``load_weights``), both on the same inputs: every top-level layer's
-output and the model outputs are compared, relative to the reference's scale:
+(:func:`.keras3.built_archive`: its config rebuilt the same way, weights by ``load_weights``), both on the same
+inputs: every top-level layer's output and the model outputs are compared, relative to the reference's scale:
 ``max|y3 - y2| <= TOL * max(1, max|y2|)``, ``TOL = 2e-5`` (issue #17). An output that misses it is judged
 again with ``+ 2 * max|y3 - y3_64|`` added, ``y3_64`` the written model run in float64 (the second stage of
 :mod:`rnnconvert.verify.engine`): an ill-conditioned layer (the Mycroft GRU: linear activation, outputs up
