@@ -8,8 +8,9 @@ The written file holds one class ``Model(nn.Module)``: every layer with weights 
 its Keras layer (path sanitised to a Python identifier; a clash with an ``nn.Module`` attribute, class or instance
 (``forward``, ``state_dict``, ``to``, ``eval``, ``training``...: :func:`module_attributes`), a keyword or another layer
 gets a ``_`` or ``_<k>`` suffix, a name starting ``__`` (which Python would mangle) a ``layer`` prefix),
-``forward`` takes the model inputs positionally (token ids for an input feeding an ``Embedding``, float32 otherwise) and follows the Keras graph call by call; it returns the one
-output, or a tuple of the outputs in the model's order. Layers (tf_keras 2.21 ``layers/``):
+``forward`` takes the model inputs positionally (token ids for an input feeding an ``Embedding``, float32
+otherwise) and follows the Keras graph call by call; it returns the one output, or a tuple of the outputs in the
+model's order. Layers (tf_keras 2.21 ``layers/``):
 
 * ``Dense`` / ``TimeDistributed(Dense)`` -> ``nn.Linear`` (weight = Keras ``kernel`` ``(in, out)`` transposed);
   ``Embedding`` -> ``nn.Embedding``; ``Conv1D`` -> ``nn.Conv1d`` on channels-first (weight = ``kernel``
