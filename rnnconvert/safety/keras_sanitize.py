@@ -255,7 +255,6 @@ _SEED = _opt(_int(-2**63, 2**64 - 1))
 _FLOAT = _num()
 _BOOL = _bool
 _SIZE = _int(0, MAX_INT)
-_OPT_SIZE = _opt(_SIZE)
 
 #: regularizer class -> its config keys (tf_keras 2.21 / Keras 3.15 ``regularizers.py``)
 REGULARIZERS: dict[str, dict[str, Callable]] = {
