@@ -22,7 +22,9 @@ from .tf_keras import cell_step
 
 def sequence_run(k, lay, h: np.ndarray) -> np.ndarray:
     """Run a Keras 3 recurrent layer of a whole model on ``h`` as a copy returning the full sequence."""
-    cfg = lay.get_config()
+    from ..safety import keras_sanitize
+
+    cfg = keras_sanitize.layer_config(type(lay).__name__, lay.get_config(), "the written model", lay.name)
     cfg.update(return_sequences=True, return_state=False, stateful=False)
     twin = type(lay).from_config(cfg)
     twin.build((None, None, h.shape[-1]))

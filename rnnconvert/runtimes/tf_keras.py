@@ -42,7 +42,9 @@ def _tf_keras_layer(keras, layer: RNNLayer, backwards: bool):
         return cls(layer.hidden_size, **extra, **over)
     cfg = layer.source.get("config")
     if cfg and "units" in cfg:
-        cfg = {**cfg, **over}
+        from ..safety import keras_sanitize
+
+        cfg = {**keras_sanitize.layer_config(kind, cfg, layer.name), **over}  # the whitelist first (issue #40)
         for key in ("dropout", "recurrent_dropout"):
             cfg.pop(key, None)
         if kind == "GRU":  # a Keras 2.0/2.1 config without the key means reset-before (LAYOUTS.md §3.4)

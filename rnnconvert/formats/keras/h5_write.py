@@ -620,7 +620,7 @@ def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):
 
     import h5py
 
-    from ...safety import hdf5_checks
+    from ...safety import hdf5_checks, keras_sanitize
     from .h5_read import attr_list
 
     k = tf_keras()
@@ -639,7 +639,8 @@ def _loaded_layers(path: str | Path, layer: RNNLayer, names: list[str], which):
             if "CuDNN" in json.dumps(rec):
                 klayer = _make_layer(k, layer, nm, cudnn=False, twin=True, zeros=True)
             else:
-                klayer = k.layers.deserialize({"class_name": rec["class_name"], "config": _zero_init(rec["config"])})
+                clean = keras_sanitize.layer_config(rec["class_name"], rec["config"], path, nm)  # issue #40
+                klayer = k.layers.deserialize({"class_name": rec["class_name"], "config": _zero_init(clean)})
             klayer.build((None, None, layer.layer_input_size(kk)))
             values = hdf5_format.preprocess_weights_for_loading(
                 klayer, [np.asarray(g[nm][w]) for w in attr_list(g[nm], "weight_names")],

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ...safety import guard
+from ...safety import guard, keras_sanitize
 from ...engine import refusal
 from ...errors import FormatError
 from ...core.model import Checkpoint, Cell, RNNLayer
@@ -565,6 +565,35 @@ def _resolve(model, name: str):
     return lay
 
 
+def built_archive(k, path: str | Path, config: dict | None = None):
+    """A ``.keras`` archive as a Keras 3 model, never handed to ``keras.saving.load_model`` (issue #40): its
+    ``config.json`` (or ``config``, already read) rebuilt by :func:`rnnconvert.safety.keras_sanitize.model_config`
+    (every class, key and value from rnnconvert's whitelist), built by ``keras.saving.deserialize_keras_object``
+    (``safe_mode``), then ``model.weights.h5`` (copied out of the archive with the checks of :func:`_safe_member`)
+    loaded by ``model.load_weights``: Keras 3's own variable placement, no config read from the file by Keras.
+    The same model ``load_model(compile=False)`` makes (keras 3.15 ``saving_lib.load_model``: deserialize the
+    config, then ``_load_state`` from the weights store, as ``load_weights`` does).
+
+    Raises:
+        FormatError: an unsafe or damaged archive, a bad config value. UnsupportedError: a class, key or object
+            outside the whitelist."""
+    p = Path(path)
+    with zipfile.ZipFile(p) as z, tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
+        if config is None:
+            info = _safe_member(z, "config.json", p)
+            if info.file_size > MAX_CONFIG_BYTES:
+                raise FormatError(f"{p}: config.json of {info.file_size} bytes is implausibly large")
+            config = json.loads(z.read(info).decode("utf8"))
+        clean = keras_sanitize.model_config(config, p)
+        winfo = _safe_member(z, "model.weights.h5", p)
+        local = os.path.join(tmp, "model.weights.h5")
+        with z.open(winfo) as src, open(local, "wb") as dst:
+            _copy_limited(src, dst, winfo.file_size, f"{p}: model.weights.h5")
+        model = k.saving.deserialize_keras_object(clean, safe_mode=True)
+        model.load_weights(local)
+        return model
+
+
 def _load(path: str | Path, ckpt: Checkpoint):
     """The written Keras 3 file as a Keras 3 model: ``.keras`` by ``keras.saving.load_model`` (safe mode),
     ``.weights.h5`` by ``load_weights`` into the model :func:`build` makes."""
@@ -574,8 +603,8 @@ def _load(path: str | Path, ckpt: Checkpoint):
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         local = os.path.join(tmp, "model.keras" if is_zip else "model.weights.h5")
         shutil.copyfile(path, local)
-        if is_zip:
-            return k.saving.load_model(local, compile=False, safe_mode=True)
+        if is_zip:  # never load_model: the archive's config is rebuilt from the whitelist first (issue #40)
+            return built_archive(k, local)
         from . import keras_whole
 
         full = whole_model(ckpt, path)
@@ -680,6 +709,7 @@ def read_full_model(ckpt: Checkpoint):
             config = json.loads(z.read(info).decode("utf8"))
             if not isinstance(config, dict) or config.get("class_name") not in ("Sequential", "Functional", "Model"):
                 return None
+            config = keras_sanitize.model_config(config, p, unknown="stub")  # the whitelist (issue #40)
             winfo = _safe_member(z, "model.weights.h5", p)
             h5 = os.path.join(tmp, "weights.h5")
             with z.open(winfo) as src, open(h5, "wb") as dst:

@@ -14,11 +14,13 @@ as stored (``@weight_names`` order = tf_keras ``trainable_weights + non_trainabl
 Keras 3's ``layer.weights`` order for the whitelisted classes; shapes checked one by one), Keras-2
 hard_sigmoid layers rescaled (:class:`.keras_config.Rescale`).
 
-Verification (:func:`rnnconvert.whole.verify.keras_whole_check.verify_model`): tf_keras runs the source file as stored (``load_model``; a model
-with CuDNN layers is rebuilt with tf_keras' own CPU equivalents ``LSTM`` / ``GRU(reset_after=True)``
-and the file loaded into it by tf_keras' legacy loader, which converts the CuDNN weights), Keras 3 runs
-the written ``.keras`` (``keras.saving.load_model``), both on the same inputs: every top-level layer's
-output and the model outputs are compared, relative to the reference's scale:
+Verification (:func:`rnnconvert.whole.verify.keras_whole_check.verify_model`): tf_keras runs the source file as stored
+(never ``load_model``, whose HDF5 loader deserializes any object in the config, issue #40: the config rebuilt by
+:func:`rnnconvert.safety.keras_sanitize.model_config` is built by ``model_from_json`` and the file's weights loaded
+by tf_keras' own weight loader, datasets only; a model with CuDNN layers is rebuilt with tf_keras' CPU equivalents
+``LSTM`` / ``GRU(reset_after=True)``, whose weights that loader converts), Keras 3 runs the written ``.keras``
+(:func:`.keras3.built_archive`: its config rebuilt the same way, weights by ``load_weights``), both on the same
+inputs: every top-level layer's output and the model outputs are compared, relative to the reference's scale:
 ``max|y3 - y2| <= TOL * max(1, max|y2|)``, ``TOL = 2e-5`` (issue #17). An output that misses it is judged
 again with ``+ 2 * max|y3 - y3_64|`` added, ``y3_64`` the written model run in float64 (the second stage of
 :mod:`rnnconvert.verify.engine`): an ill-conditioned layer (the Mycroft GRU: linear activation, outputs up
@@ -37,7 +39,7 @@ import numpy as np
 
 from ...core.model import Cell, Checkpoint, RNNLayer
 from ...errors import FormatError, UnsupportedError
-from ...safety import guard
+from ...safety import guard, keras_sanitize
 from . import keras_config
 from ...conventions import keras_names as naming
 from ...conventions.full_model import FullModel  # noqa: F401 - the record every whole-model reader returns
@@ -90,9 +92,12 @@ def read_full_model(ckpt: Checkpoint) -> FullModel | None:
     if ckpt.format != "keras_h5" or not path or not Path(path).is_file():
         return None
     try:
-        return guard.isolated(_read_in, (str(path),), path, "HDF5")
+        full = guard.isolated(_read_in, (str(path),), path, "HDF5")
     except (OSError, KeyError, ValueError, RuntimeError) as exc:
         raise FormatError(f"{path}: damaged HDF5 file ({exc})") from exc
+    if full is not None:  # every value rebuilt from rnnconvert's whitelist (issue #40)
+        full.config = keras_sanitize.model_config(full.config, path, unknown="stub")
+    return full
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,7 +291,8 @@ def build(full: FullModel, ckpt: Checkpoint):
     tr = translate(full)
     with Unfiltered(k, _tf_module()):
         try:
-            model = k.saving.deserialize_keras_object(tr.config, safe_mode=True)
+            model = k.saving.deserialize_keras_object(keras_sanitize.model_config(tr.config, full.path),
+                                                      safe_mode=True)
         except Exception as exc:  # noqa: BLE001 - whatever Keras 3 / TensorFlow raise: a refusal naming the layer
             if passes(exc):
                 raise
@@ -392,7 +398,10 @@ def _input_dtype_first(seq: dict) -> None:
 
 
 def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.ndarray]]] | None = None):
-    """The source model as tf_keras runs it, weights loaded by tf_keras from the file as stored.
+    """The source model as tf_keras runs it, weights loaded by tf_keras from the file as stored: ``config`` rebuilt
+    by :func:`rnnconvert.safety.keras_sanitize.model_config` (``unknown='refuse'``), built by ``model_from_json``,
+    then ``model.load_weights(path)`` (tf_keras' HDF5 weight loader reads datasets and their names only; the file
+    is never handed to ``load_model``, issue #40).
 
     With ``weights`` (a tf.keras / tf_keras SavedModel folder, :func:`rnnconvert.formats.tf.savedmodel_keras.
     read_full_model`): the SavedModel is never loaded (``tf_keras.models.load_model`` would restore its traced
@@ -402,8 +411,9 @@ def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.
     ``layer.weights`` order), as the HDF5 loader does.
 
     Raises:
-        UnsupportedError: a layer class outside :data:`rnnconvert.whole.conventions.keras_graph.LAYERS` (SavedModels).
-        FormatError: stored weights that do not fit the rebuilt layer (SavedModels)."""
+        UnsupportedError: a layer class outside :data:`rnnconvert.whole.conventions.keras_graph.LAYERS` (SavedModels),
+            a class, key or object outside the sanitizer's whitelist.
+        FormatError: stored weights that do not fit the rebuilt layer (SavedModels); a bad config value."""
     import os
 
     from ...errors import require
@@ -412,9 +422,12 @@ def source_model(path: str, config: dict, weights: dict[str, list[tuple[str, np.
     tfk = require("tf_keras", "tf")
     fixed = _tf_keras_config(config)
     if weights is not None:
+        _built_in_only(path, fixed)
+    # never load_model (its HDF5 loader deserializes any object in the config, issue #40): the config rebuilt
+    # from rnnconvert's whitelist, then tf_keras' own weight loader (datasets only, no config read)
+    fixed = keras_sanitize.model_config(fixed, path)
+    if weights is not None:
         return _rebuilt(tfk, path, fixed, weights)
-    if fixed == config:
-        return tfk.models.load_model(path, compile=False)
     model = tfk.models.model_from_json(json.dumps(fixed))
     model.load_weights(path)
     return model

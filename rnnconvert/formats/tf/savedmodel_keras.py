@@ -41,7 +41,7 @@ from ...conventions.full_model import FullModel
 from ...conventions.keras_interpreter import index_configs
 from ...core.model import Checkpoint
 from ...errors import FormatError, UnsupportedError
-from ...safety import budget
+from ...safety import budget, keras_sanitize
 from ...safety.paths import folder_of, open_inside
 from . import checkpoint_read
 from .naming import ATTR
@@ -203,7 +203,7 @@ def read_full_model(ckpt: Checkpoint) -> FullModel | None:
         return None
     folder = str(meta.parent)
     nodes = saved_nodes(_read_blob(meta), meta)
-    config = model_config(nodes, meta)
+    config = keras_sanitize.model_config(model_config(nodes, meta), folder, unknown="stub")  # issue #40
     by_path = {n["node_path"]: n["metadata"] for n in nodes}
     pre = ckpt.meta.get("prefix") or str(Path(folder) / "variables" / "variables")
     rd = bundle(pre, folder)

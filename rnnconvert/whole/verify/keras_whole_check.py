@@ -15,6 +15,7 @@ import numpy as np
 
 from ...formats.keras import keras_config, keras_whole
 from ...errors import FormatError
+from ...safety import keras_sanitize
 from ...verify.checks import LayerCheck
 from ...formats.keras.keras_whole import TOL, FullModel
 
@@ -34,7 +35,10 @@ def float64_twin(k, model):
     when Keras cannot rebuild it: it measures how far two float32 evaluations may drift apart on this batch
     (``2 * max|y32 - y64|``), the second stage of the rule of :mod:`rnnconvert.verify.engine`."""
     try:
-        twin = type(model).from_config(as_float64(model.get_config()))
+        cls = type(model).__name__ if type(model).__name__ in keras_sanitize.CONTAINERS else "Functional"
+        cfg = keras_sanitize.model_config({"class_name": cls, "config": as_float64(model.get_config())},
+                                          "the written model")["config"]  # the whitelist first (issue #40)
+        twin = type(model).from_config(cfg)
         twin.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])
         return twin
     except Exception as exc:  # noqa: BLE001 - whatever Keras 3 / TensorFlow raise: no second stage
@@ -67,18 +71,21 @@ def standard_rnn_kernels():
             gru.gru_with_backend_selection, lstm.lstm_with_backend_selection = saved
 
 
-def keras3_source_model(path: str):
-    """The source ``.keras`` archive as Keras 3 runs it: ``keras.saving.load_model(compile=False,
-    safe_mode=True)`` (no Lambda or custom code is deserialized), on a private copy of the file."""
+def keras3_source_model(path: str, config: dict | None = None):
+    """The source ``.keras`` archive as Keras 3 runs it, on a private copy of the file: built from its config
+    rebuilt from rnnconvert's whitelist, weights loaded by Keras 3 (:func:`rnnconvert.formats.keras.keras3.
+    built_archive`; never ``load_model``, issue #40)."""
     import os
     import shutil
     import tempfile
+
+    from ...formats.keras import keras3
 
     k = keras_config.import_keras3()
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3src-") as tmp:
         local = os.path.join(tmp, "source.keras")
         shutil.copyfile(path, local)
-        return k.saving.load_model(local, compile=False, safe_mode=True)
+        return keras3.built_archive(k, local, config)
 
 
 def whole_of(ckpt) -> FullModel | None:
@@ -123,7 +130,7 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
     if full.framework == "keras3":  # a Keras 3 .keras archive: Keras 3 runs its source (issue #30)
         with keras_whole.guarded("Keras 3 loading the source model (the reference of the whole-model check)", full,
                                  None, "keras"):
-            tfm = keras3_source_model(src_path)
+            tfm = keras3_source_model(src_path, full.config)
     else:
         with keras_whole.guarded("tf_keras loading the source model (the reference of the whole-model check)", full,
                                  None, "tf_keras"):
@@ -162,6 +169,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     import tempfile
     import warnings
 
+    from ...formats.keras import keras3
 
     k = keras_config.import_keras3()
     tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed)
@@ -169,7 +177,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
         local = os.path.join(tmp, "model.keras")
         shutil.copyfile(dst_path, local)
         with keras_whole.guarded("Keras 3 loading the written model", full, None, "keras"):
-            new = k.saving.load_model(local, compile=False, safe_mode=True)
+            new = keras3.built_archive(k, local)  # never load_model (issue #40)
     args = [xs[n] for n in names_in]
     single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
               and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
@@ -246,8 +254,9 @@ def source_float64(full: FullModel, model):
             return float64_twin(keras_config.import_keras3(), model)
         import tf_keras as tfk
 
-        with standard_rnn_kernels():
-            twin = tfk.models.model_from_json(json.dumps(as_float64(json.loads(model.to_json()))))
+        cfg = keras_sanitize.model_config(as_float64(json.loads(model.to_json())), "the source model")
+        with standard_rnn_kernels():  # the whitelist first (issue #40), as every build from a config
+            twin = tfk.models.model_from_json(json.dumps(cfg))
         twin.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])
         return twin
     except Exception as exc:  # noqa: BLE001 - whatever the framework raises: the rebuilt graph's float64 run instead

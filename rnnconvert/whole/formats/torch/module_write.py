@@ -5,10 +5,12 @@ Built from the same :class:`rnnconvert.whole.conventions.keras_graph.Graph` as t
 the source it writes (verification imports it: :func:`rnnconvert.whole.runtimes.torch_export.verify_module`).
 
 The written file holds one class ``Model(nn.Module)``: every layer with weights is an attribute named after
-its Keras layer (path sanitised to a Python identifier; a clash with an ``nn.Module`` attribute, a keyword or
-another layer gets a ``_`` or ``_<k>`` suffix), ``forward`` takes the model inputs positionally (token ids for an
-input feeding an ``Embedding``, float32 otherwise) and follows the Keras graph call by call; it returns the one
-output, or a tuple of the outputs in the model's order. Layers (tf_keras 2.21 ``layers/``):
+its Keras layer (path sanitised to a Python identifier; a clash with an ``nn.Module`` attribute, class or instance
+(``forward``, ``state_dict``, ``to``, ``eval``, ``training``...: :func:`module_attributes`), a keyword or another layer
+gets a ``_`` or ``_<k>`` suffix, a name starting ``__`` (which Python would mangle) a ``layer`` prefix),
+``forward`` takes the model inputs positionally (token ids for an input feeding an ``Embedding``, float32
+otherwise) and follows the Keras graph call by call; it returns the one output, or a tuple of the outputs in the
+model's order. Layers (tf_keras 2.21 ``layers/``):
 
 * ``Dense`` / ``TimeDistributed(Dense)`` -> ``nn.Linear`` (weight = Keras ``kernel`` ``(in, out)`` transposed);
   ``Embedding`` -> ``nn.Embedding``; ``Conv1D`` -> ``nn.Conv1d`` on channels-first (weight = ``kernel``
@@ -181,6 +183,8 @@ class _Names:
 
     def get(self, name: str, forbid=lambda s: False) -> str:
         base = _identifier(name)
+        if base.startswith("__"):  # a class-private name: Python would mangle it to _Model__x (issue #40)
+            base = "layer" + base
         if keyword.iskeyword(base) or forbid(base):
             base += "_"
         s, k = base, 1
@@ -188,6 +192,17 @@ class _Names:
             s, k = f"{base}_{k}", k + 1
         self.used.add(s)
         return s
+
+
+#: instance attributes ``nn.Module.__init__`` sets, whichever torch (``training`` is not a class attribute)
+MODULE_INSTANCE = frozenset({"training", "call_super_init", "dump_patches"})
+
+
+def module_attributes(torch) -> frozenset:
+    """Every name an emitted layer attribute must not take: ``nn.Module``'s class attributes and methods
+    (``forward``, ``state_dict``, ``to``, ``eval``...) and the instance attributes its ``__init__`` sets
+    (``training``, ``_parameters``...; :data:`MODULE_INSTANCE` and those of a fresh ``nn.Module()``), issue #40."""
+    return frozenset(dir(torch.nn.Module)) | MODULE_INSTANCE | frozenset(vars(torch.nn.Module()))
 
 
 @dataclass
@@ -247,8 +262,9 @@ class _Emitter:
         """The attribute of ``node``'s layer (created on its first call; a shared layer's later calls reuse it)."""
         if node.path in self.attr_of:
             return self.attr_of[node.path]
-        torch = require("torch", "torch")  # an attribute must not shadow one of nn.Module's
-        a = self.attrs.get(node.path, lambda s: hasattr(torch.nn.Module, s) or s.startswith("_"))
+        torch = require("torch", "torch")  # an attribute must not shadow one of nn.Module's (class or instance)
+        taken = module_attributes(torch)
+        a = self.attrs.get(node.path, lambda s: s in taken or s.startswith("_"))
         self.attr_of[node.path] = a
         self.init.append(f"        self.{a} = {ctor}" + (f"  # {comment}" if comment else ""))
         for k, v in state.items():
