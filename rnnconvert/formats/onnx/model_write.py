@@ -33,6 +33,7 @@ import numpy as np
 from ...conventions import keras_graph
 from ...core.model import Cell
 from ...errors import require
+from . import masks as mask_forms
 from . import onnx_write
 
 META_KEY = onnx_write.META_KEY
@@ -129,10 +130,12 @@ def _lens(g: _G, mask_name: str, masks: dict, made: dict, env: dict) -> str:
     return made[key]
 
 
-def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial: list[str] | None = None):
+def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial: list[str] | None = None,
+               cp: mask_forms.Compaction | None = None):
     """The recurrent layer call ``node`` on ``x``: its output, or with ``return_state`` ``[output, h(, c)]``
     (:func:`_states`); ``initial``: the ``initial_state`` tensors (Keras ``[h, c]`` / ``[h]``, each ``(B, H)``), fed
-    as the node's ``initial_h`` / ``initial_c`` ``(1, B, H)``."""
+    as the node's ``initial_h`` / ``initial_c`` ``(1, B, H)``; ``cp``: the mask in its general form
+    (:mod:`.masks`, any padding; ``lens`` is then its ``sequence_lens``), else ``lens`` alone (padding at the end)."""
     layer = node.layer
     s = layer.semantics
     base = node.name
@@ -141,7 +144,10 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
     inner = (conf.get("layer") or {}).get("config", {}) if node.cls == "Bidirectional" else conf
     seqs = bool(inner.get("return_sequences"))
     reverse = s.go_backwards and not layer.bidirectional
-    if lens is not None and reverse and seqs:
+    if cp is not None:  # any mask: the node runs on each sequence's unmasked steps moved to the front
+        lens = cp.lens
+        x = mask_forms.compact(g, x, cp, base)
+    elif lens is not None and reverse and seqs:
         keras_graph.refuse(node.path, node.cls, "a masked go_backwards layer returning sequences (ONNX "
                            "sequence_lens runs it from each sequence's end, Keras from the padding)")
     from onnx import helper
@@ -178,18 +184,41 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
     if merge not in ("concat", "sum", "ave", "mul"):
         keras_graph.refuse(node.path, node.cls, f"merge_mode={merge!r} (several outputs) is not built")
     red = {"sum": "ReduceSum", "ave": "ReduceMean", "mul": "ReduceProd"}
+    if cp is not None:
+        out = _general_output(g, node, y, yh, cp, seqs, merge, reverse, red)
+        return _states(g, node, out, yh, yc, cp, initial)
     out = _sequence_or_last(g, node, y, yh, lens, seqs, merge, reverse, red)
     return _states(g, node, out, yh, yc)
 
 
-def _states(g: _G, node: keras_graph.Node, out: str, yh: str, yc: list[str]):
+def _states(g: _G, node: keras_graph.Node, out: str, yh: str, yc: list[str],
+            cp: mask_forms.Compaction | None = None, initial: list[str] | None = None):
     """``out``, or with ``return_state`` (``node.outputs`` beyond the first) ``[out, h, c]`` / ``[out, h]``: the
     node's ``Y_h`` / ``Y_c`` ``(1, B, H)`` as Keras' ``(B, H)`` (with ``sequence_lens``, the state at each
-    sequence's last step, as tf_keras keeps it over masked steps)."""
+    sequence's last step, as tf_keras keeps it over masked steps; with ``cp``, the initial state where a sequence
+    has no unmasked step, :func:`.masks.state`)."""
     if len(node.outputs) == 1:
         return out
     sq = [g.op("Squeeze", [t, g.const(_int64([0]), "ax")], node.name) for t in [yh] + yc]
+    if cp is not None:
+        sq = [mask_forms.state(g, t, initial[i] if initial else None, cp, node.name) for i, t in enumerate(sq)]
     return [out] + sq[:len(node.outputs) - 1]
+
+
+def _general_output(g: _G, node: keras_graph.Node, y: str, yh: str, cp: mask_forms.Compaction, seqs: bool,
+                    merge: str, reverse: bool, red: dict) -> str:
+    """The Keras output of a recurrent node run on compacted steps (:mod:`.masks`): the last state(s), zero for a
+    sequence with no unmasked step, or the sequence scattered back to the original steps."""
+    base = node.name
+    if not seqs:
+        t = g.op("Transpose", [yh], base, perm=[1, 0, 2])  # (B, D, H)
+        out = (g.op("Reshape", [t, g.const(_int64([0, -1]), "shape")], base) if merge == "concat"
+               else _reduce(g, red[merge], t, [1], 0, base))
+        return mask_forms.last(g, out, cp, base)
+    t = g.op("Transpose", [y], base, perm=[2, 0, 1, 3])  # (T, D, B, H) -> (B, T, D, H)
+    out = (g.op("Reshape", [t, g.const(_int64([0, 0, -1]), "shape")], base) if merge == "concat"
+           else _reduce(g, red[merge], t, [2], 0, base))
+    return mask_forms.sequence(g, out, cp, bidirectional=node.layer.bidirectional, go_backwards=reverse, base=base)
 
 
 def _sequence_or_last(g: _G, node: keras_graph.Node, y: str, yh: str, lens: str | None, seqs: bool, merge: str,
@@ -337,13 +366,14 @@ def _merge(g: _G, xs: list[str], node: keras_graph.Node) -> str:
     return y
 
 
-def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask: str | None) -> str:
+def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask: str | None,
+           cp: mask_forms.Compaction | None = None) -> str:
     cls, conf, ws, base = node.cls, node.config, node.weights, node.name
     x = xs[0]
     if cls in keras_graph.IDENTITY:
         return g.op("Identity", [x], base)
     if cls in keras_graph.RECURRENT or cls == "Bidirectional":
-        return _recurrent(g, node, x, lens, xs[1:])
+        return _recurrent(g, node, x, lens, xs[1:], cp)
     if cls == "Embedding":
         return g.op("Gather", [g.const(_f32(ws[0]), base + ".embeddings"), g.op("Cast", [x], base, to=g.TP.INT64)],
                     base)
@@ -454,8 +484,13 @@ def input_dtype(graph: keras_graph.Graph, name: str) -> str:
     return "int32" if spec[3] is not None else "float32"
 
 
-def build(graph: keras_graph.Graph):
-    """The ``onnx.ModelProto`` of ``graph`` (module docstring); deterministic; checked by ``onnx.checker``."""
+def build(graph: keras_graph.Graph, mask_layout: str = "any"):
+    """The ``onnx.ModelProto`` of ``graph`` (module docstring); deterministic; checked by ``onnx.checker``.
+    ``mask_layout``: ``'any'`` (default) builds a mask reaching a recurrent layer exactly for any padding
+    (:mod:`.masks`); ``'end'`` passes it as ``sequence_lens`` alone (exact only when every sequence's padding is
+    at its end; a smaller graph)."""
+    if mask_layout not in mask_forms.LAYOUTS:
+        raise ValueError(f"mask_layout {mask_layout!r}")
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
@@ -471,11 +506,13 @@ def build(graph: keras_graph.Graph):
     layer_outs = []
     for node in graph.nodes:
         mask = node.masks[0] if node.masks else None
-        lens = None
+        lens = cp = None
         if mask is not None and (node.cls in keras_graph.RECURRENT or node.cls == "Bidirectional"
                                  or node.cls == "GlobalAveragePooling1D"):
             lens = _lens(g, mask, graph.masks, made, env)
-        y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None)
+            if mask_layout == "any" and node.cls != "GlobalAveragePooling1D":
+                cp = mask_forms.compaction(g, made[mask], lens, made, mask)
+        y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None, cp)
         if isinstance(y, list):  # return_state: the states are further outputs of the call
             for t, v in zip(node.outputs[1:], y[1:]):
                 env[t] = v
