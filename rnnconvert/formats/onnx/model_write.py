@@ -148,8 +148,9 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
         lens = cp.lens
         x = mask_forms.compact(g, x, cp, base)
     elif lens is not None and reverse and seqs:
-        keras_graph.refuse(node.path, node.cls, "a masked go_backwards layer returning sequences (ONNX "
-                           "sequence_lens runs it from each sequence's end, Keras from the padding)")
+        keras_graph.refuse(node.path, node.cls, "a masked go_backwards layer returning sequences under "
+                           "mask_layout='end' (ONNX sequence_lens runs it from each sequence's end, Keras from the "
+                           "padding; the default mask_layout='any' builds it)")
     from onnx import helper
 
     init = onnx_write.Initializers(g.nh, helper, g.TP)
