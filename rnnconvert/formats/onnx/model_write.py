@@ -9,10 +9,12 @@ a runtime can compare each layer (:mod:`rnnconvert.runtimes.onnxruntime` ``verif
 Recurrent layers are native ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes built by :mod:`.onnx_write` (gate orders
 from :data:`rnnconvert.core.gates.TABLE`, ``HardSigmoid`` alpha 0.2 / beta 0.5 for Keras 2's hard_sigmoid,
 ``Affine`` 1/0 for linear, ``linear_before_reset`` = Keras ``reset_after``). A Keras mask reaching a recurrent
-layer becomes the node's ``sequence_lens`` (the count of unmasked steps per sequence): exact when each
-sequence's padding is at its end (ONNX runs steps ``0 .. len-1``; tf_keras keeps the state at masked steps),
-which the written notes say; a unidirectional layer's outputs past the end repeat the last one (tf_keras),
-a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). ``return_state`` is the node's ``Y_h`` /
+layer is exact for any padding by default (``mask_layout='any'``, :mod:`.masks`: the unmasked steps compacted to
+the front, the node's ``sequence_lens``, the outputs put back with tf_keras' masked-step rules, issue #41); with
+``mask_layout='end'`` it is the node's ``sequence_lens`` alone (the count of unmasked steps per sequence): exact
+when each sequence's padding is at its end (ONNX runs steps ``0 .. len-1``; tf_keras keeps the state at masked
+steps), which the written notes say; a unidirectional layer's outputs past the end repeat the last one
+(tf_keras), a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). ``return_state`` is the node's ``Y_h`` /
 ``Y_c`` as ``(B, H)``, ``initial_state`` its ``initial_h`` / ``initial_c`` (:mod:`rnnconvert.conventions.keras_graph`
 "States"; tf_keras' outputs in ``tests/formats/test_whole_states.py``). Other layers (ONNX operator spec):
 ``Embedding`` ``Gather``; ``Dense`` ``MatMul`` + ``Add``; ``Conv1D`` ``Conv`` on channels-first (kernel
@@ -32,7 +34,7 @@ import numpy as np
 
 from ...conventions import keras_graph
 from ...core.model import Cell
-from ...errors import require
+from ...errors import OptionError, require
 from . import masks as mask_forms
 from . import onnx_write
 
@@ -547,17 +549,23 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     return model
 
 
-def notes(graph: keras_graph.Graph) -> list[str]:
-    """What the written graph says about itself (masks as sequence_lens, inputs' dtypes)."""
+def notes(graph: keras_graph.Graph, mask_layout: str = "any") -> list[str]:
+    """What the written graph says about itself (how masks reach recurrent layers, inputs' dtypes)."""
     out = [f"whole model written: {len(graph.nodes)} layer call(s) in one ONNX graph; inputs "
            + ", ".join(f"'{n}' ({'int32 token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
            + f"; outputs {', '.join(f'output_{i}' for i in range(len(graph.outputs)))} (each layer's output as "
            "'layer:<name>')"]
     if any(n.masks and n.masks[0] and (n.cls in keras_graph.RECURRENT or n.cls == "Bidirectional")
            for n in graph.nodes):
-        out.append("masks reach recurrent layers as ONNX sequence_lens (the count of unmasked steps): exact when "
-                   "each sequence's padding is at its end; a mask with gaps or leading padding computes otherwise "
-                   "in ONNX (the .pt2 program follows any mask)")
+        if mask_layout == "end":
+            out.append("mask_layout='end': masks reach recurrent layers as ONNX sequence_lens alone (the count of "
+                       "unmasked steps): exact only when each sequence's padding is at its end; a mask with gaps or "
+                       "leading padding (Keras pad_sequences' default) computes otherwise in this graph")
+        else:
+            out.append("masks reach recurrent layers exactly for any padding (front, end, inside): each sequence's "
+                       "unmasked steps are moved to the front, run with ONNX sequence_lens and put back; "
+                       "mask_layout='end' (CLI --mask-layout end) writes a smaller graph when all padding is at "
+                       "the end")
     return out
 
 
@@ -569,7 +577,19 @@ def whole_graph(ckpt, whole_model: Any, recurrent_only: bool = False) -> keras_g
     return keras_graph.build(whole_model.config, whole_model.weights, ckpt)
 
 
-def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, **options: Any) -> list[str]:
+def _layout(mask_layout: Any) -> str:
+    """The write option ``mask_layout`` checked: ``'any'`` (default) or ``'end'``.
+
+    Raises:
+        OptionError: another value (one line naming the valid ones; exit 2)."""
+    if mask_layout not in mask_forms.LAYOUTS:
+        raise OptionError(f"write option mask_layout is 'any' (default: any padding exact) or 'end' (padding at the "
+                          f"end only, a smaller graph), got {mask_layout!r}")
+    return mask_layout
+
+
+def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, mask_layout: str = "any",
+          **options: Any) -> list[str]:
     """The ``onnx`` container's check: the recurrent layers' refusals (:func:`.onnx_write.check`), then, for a
     whole model, every layer (refused by name when it is not built) and the notes of :func:`notes`.
 
@@ -577,24 +597,26 @@ def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, **opti
         UnsupportedError: as :func:`.onnx_write.check`; a layer outside
             :data:`rnnconvert.conventions.keras_graph.LAYERS` or a feature not built (layer, class, way out).
     """
+    _layout(mask_layout)
     out = onnx_write.check(ckpt, recurrent_only=recurrent_only, **options)
     graph = whole_graph(ckpt, whole_model, recurrent_only)
     if graph is None:
         if ckpt.format == "keras_h5" and not recurrent_only:
             out.insert(0, WEIGHTS_ONLY)
         return out
-    keras_graph.from_config(build, graph)  # the refusals raised while building (e.g. a masked go_backwards sequence)
-    return notes(graph)
+    keras_graph.from_config(build, graph, mask_layout)  # the refusals raised while building
+    return notes(graph, mask_layout)
 
 
-def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, **options: Any) -> list[str]:
+def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, mask_layout: str = "any",
+          **options: Any) -> list[str]:
     """The ``onnx`` container's write: a whole model (``whole_model``, not ``recurrent_only``) as one graph
-    (:func:`build`), else the recurrent layers (:func:`.onnx_write.write`). One line says how to run it.
-    Assumes :func:`check` passed."""
+    (:func:`build`, masks as ``mask_layout`` says), else the recurrent layers (:func:`.onnx_write.write`). One line
+    says how to run it. Assumes :func:`check` passed."""
     graph = whole_graph(ckpt, whole_model, recurrent_only)
     if graph is None:
         return onnx_write.write(ckpt, path, **options)
     onnx = require("onnx", "onnx")
-    onnx.save_model(build(graph), str(path))
+    onnx.save_model(build(graph, _layout(mask_layout)), str(path))
     return [f"whole model '{graph.name}': onnxruntime.InferenceSession(path).run(['output_0'], "
             f"{{{', '.join(repr(i[0]) + ': ...' for i in graph.inputs)}}})"]
