@@ -75,7 +75,8 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     """Whole-model verification of a written whole-model ONNX graph (issue #30): the source Keras model run by
     tf_keras against onnxruntime running ``dst_path`` on the model inputs, every model output and every
     top-level layer's output (the graph's ``layer:<name>`` outputs); the float64 second stage runs the same
-    graph as a float64 torch program (:func:`rnnconvert.formats.torch.pt2_write.build_module`). ``[]`` when the
+    graph as a float64 torch program (:func:`rnnconvert.formats.torch.pt2_write.build_module`); generated inputs
+    pad at the end only for a graph written with ``mask_layout='end'`` (its metadata says). ``[]`` when the
     file holds the recurrent layers only (:func:`rnnconvert.verify.keras_whole_check.compare_whole`)."""
     from ..verify import keras_whole_check
 
@@ -98,7 +99,8 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
 
     return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
                                      inputs=inputs, seed=seed, run64=_float64_run(ckpt, full),
-                                     run32=_float64_run(ckpt, full, double=False))
+                                     run32=_float64_run(ckpt, full, double=False),
+                                     padding=meta.get("mask_layout", "any"))
 
 
 def _float64_run(ckpt: Checkpoint, full, double: bool = True):

@@ -539,6 +539,7 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)],
                               producer_name="rnnconvert", ir_version=onnx_write.IR_VERSION)
     meta = {"whole": True, "model": graph.name, "inputs": [i[0] for i in graph.inputs],
+            "mask_layout": mask_layout,
             "outputs": [f"output_{i}" for i in range(len(graph.outputs))],
             "layers": [{"name": n.layer.name, "nodes": [n.layer.name], "whole_node": n.name, "source_class": n.cls,
                         "go_backwards": bool(n.layer.semantics.go_backwards), "merge_mode": n.layer.semantics.merge_mode,
