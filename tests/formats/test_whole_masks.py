@@ -96,3 +96,44 @@ def test_masked_go_backwards_sequence_is_built():
     assert ops.count("LSTM") == 1 and ops.count("GRU") == 1 and ops.count("RNN") == 2 and "Loop" not in ops
     with pytest.raises(rnnconvert.errors.UnsupportedError, match="go_backwards"):
         model_write.build(g, mask_layout="end")
+
+
+def test_convert_verifies_any_padding_and_end_layout(tmp_path):
+    """``rnnconvert.convert`` of a masked model: by default the graph is verified on generated rows padded at the
+    end, the front and inside (``keras_whole.padded_steps``) and matches tf_keras' stored outputs; with the write
+    option ``mask_layout='end'`` the smaller graph is verified on end padding, its metadata and note say so."""
+    import json
+
+    import onnx
+
+    src = FIX / "masks_bidir.h5"
+    g = _graph(src)
+    z = np.load(src.with_suffix(".npz"))
+    rep = rnnconvert.convert(src, tmp_path / "any.onnx")
+    assert rep.verification.ok and any("any padding" in n for n in rep.notes)
+    m = onnx.load(str(tmp_path / "any.onnx"))
+    for i, y in enumerate(_run(m, g, z)):
+        assert _err(y, z[f"out__{i}"]) <= TOL
+    rep = rnnconvert.convert(src, tmp_path / "end.onnx", write_opts={"mask_layout": "end"})
+    assert rep.verification.ok and any("mask_layout='end'" in n for n in rep.notes)
+    meta = {p.key: p.value for p in onnx.load(str(tmp_path / "end.onnx")).metadata_props}
+    assert json.loads(meta[model_write.META_KEY])["mask_layout"] == "end"
+
+
+def test_generated_verification_inputs_pad_front_and_inside():
+    """The whole-model check's generated masks: row 1 padded at its end, row 2 at its front and inside (issue #41);
+    end padding only for a graph written with ``mask_layout='end'``."""
+    assert keras_whole.padded_steps(3, 9) == [(1, [6, 7, 8]), (2, [0, 1, 5])]
+    assert keras_whole.padded_steps(3, 9, "end") == [(1, [6, 7, 8])]
+
+
+def test_cli_refuses_an_unknown_mask_layout(tmp_path):
+    """``--mask-layout`` takes ``any`` or ``end``: another value is one line and exit 2 (OptionError), nothing
+    written."""
+    import subprocess
+    import sys
+
+    dst = tmp_path / "x.onnx"
+    r = subprocess.run([sys.executable, "-m", "rnnconvert", "convert", str(FIX / "masks_gru_stack.h5"), str(dst),
+                        "--mask-layout", "front", "--no-verify"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "mask_layout" in r.stderr and "Traceback" not in r.stderr and not dst.exists()
