@@ -491,9 +491,11 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     """The ``onnx.ModelProto`` of ``graph`` (module docstring); deterministic; checked by ``onnx.checker``.
     ``mask_layout``: ``'any'`` (default) builds a mask reaching a recurrent layer exactly for any padding
     (:mod:`.masks`); ``'end'`` passes it as ``sequence_lens`` alone (exact only when every sequence's padding is
-    at its end; a smaller graph)."""
-    if mask_layout not in mask_forms.LAYOUTS:
-        raise ValueError(f"mask_layout {mask_layout!r}")
+    at its end; a smaller graph).
+
+    Raises:
+        OptionError: another ``mask_layout`` (:func:`_layout`)."""
+    _layout(mask_layout)
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
