@@ -3,9 +3,10 @@
 ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes take a mask only as ``sequence_lens`` (the node runs steps ``0 .. len-1``
 of each sequence, ONNX operator spec), which is Keras' masked computation only when each sequence's padding is
 at its end. The general form built here (the default, write option ``mask_layout='any'``) makes any mask such a
-mask: each sequence's unmasked steps are moved to the front, in order (a stable permutation per row,
-``ScatterElements`` on the time axis), the node runs on them with ``sequence_lens`` = their count, and each
-original step takes its output back (``GatherElements`` on the time axis).
+mask: each sequence's unmasked steps are moved to the front, in order (a stable permutation per row, made by
+``ScatterElements`` on the ``(B, T)`` step indices), the node runs on them with ``sequence_lens`` = their count,
+and each original step takes its output back; both moves are one ``Gather`` of the ``(B*T, F)`` rows (indices
+``(B, T)``, never widened to the feature axis).
 
 Keras' masked-step semantics (tf_keras 2.21 ``backend.rnn``: a masked step keeps the states and, unless
 ``zero_output_for_mask``, repeats the previous output, which is zero before the first unmasked step;
@@ -42,15 +43,17 @@ LAYOUTS = ("any", "end")
 class Compaction:
     """The tensors of one mask, shared by every recurrent layer it reaches: ``mask`` bool ``(B, T)``,
     ``mi`` its int64 form, ``c`` the inclusive count of unmasked steps ``(B, T)`` int64, ``n`` their total
-    ``(B, 1)`` int64, ``lens`` the same as ``sequence_lens`` int32 ``(B,)``, ``dest`` int64 ``(B, T)`` the
-    compacted place of each step (unmasked steps ``c - 1``; masked ones after them, in order)."""
+    ``(B, 1)`` int64, ``lens`` the same as ``sequence_lens`` int32 ``(B,)``, ``src`` int64 ``(B, T)`` the original
+    step at each compacted place (unmasked steps first, in order; masked ones after them, in order), ``off`` int64
+    ``(B, 1)`` each row's first index in the ``(B*T, F)`` rows (``b * T``)."""
 
     mask: str
     mi: str
     c: str
     n: str
     lens: str
-    dest: str
+    src: str
+    off: str
 
 
 def _i64(v) -> np.ndarray:
@@ -67,24 +70,30 @@ def compaction(g, mask: str, lens: str, made: dict, key: str) -> Compaction:
     mi = g.op("Cast", [mask], "cmask", to=tp.INT64)
     c = g.op("CumSum", [mi, g.const(_i64(1), "ax")], "cmask")
     n = g.op("Unsqueeze", [g.op("Cast", [lens], "cmask", to=tp.INT64), g.const(_i64([1]), "ax")], "cmask")  # (B, 1)
-    T = g.op("Gather", [g.op("Shape", [mask], "cmask"), g.const(_i64(1), "one")], "cmask")
+    shape = g.op("Shape", [mask], "cmask")
+    B = g.op("Gather", [shape, g.const(_i64(0), "zero")], "cmask")
+    T = g.op("Gather", [shape, g.const(_i64(1), "one")], "cmask")
     t = g.op("Range", [g.const(_i64(0), "zero"), T, g.const(_i64(1), "one")], "cmask")  # (T,)
     # a masked step goes after the n unmasked ones, keeping its order: n + (t - c[t])
     after = g.op("Add", [n, g.op("Sub", [t, c], "cmask")], "cmask")
     dest = g.op("Where", [mask, g.op("Sub", [c, g.const(_i64(1), "one")], "cmask"), after], "cmask")
-    made[k] = Compaction(mask, mi, c, n, lens, dest)
+    # the inverse permutation: src[b, dest[b, t]] = t (dest is a permutation of each row: every place written)
+    src = g.op("ScatterElements", [dest, dest, g.op("Expand", [t, shape], "cmask")], "cmask", axis=1)
+    off = g.op("Mul", [g.op("Unsqueeze", [g.op("Range", [g.const(_i64(0), "zero"), B, g.const(_i64(1), "one")],
+                                                "cmask"), g.const(_i64([1]), "ax")], "cmask"), T], "cmask")
+    made[k] = Compaction(mask, mi, c, n, lens, src, off)
     return made[k]
 
 
-def _time_index(g, idx: str, like: str, base: str) -> str:
-    """``idx`` ``(B, T)`` broadcast to ``like``'s shape ``(B, T, F)`` for an element gather/scatter on axis 1."""
-    return g.op("Expand", [g.op("Unsqueeze", [idx, g.const(_i64([2]), "ax")], base), g.op("Shape", [like], base)],
-                base)
+def _take(g, x: str, idx: str, cp: Compaction, base: str) -> str:
+    """``y[b, t] = x[b, idx[b, t]]`` for ``x`` ``(B, T, F)`` and ``idx`` ``(B, T)``: one ``Gather`` of the rows of
+    ``x`` flattened to ``(B*T, F)``."""
+    return g.op("Gather", [g.op("Flatten", [x], base, axis=2), g.op("Add", [idx, cp.off], base)], base, axis=0)
 
 
 def compact(g, x: str, cp: Compaction, base: str) -> str:
     """``x`` ``(B, T, F)`` with each row's unmasked steps first, in order (masked ones after them)."""
-    return g.op("ScatterElements", [x, _time_index(g, cp.dest, x, base), x], base, axis=1)
+    return _take(g, x, cp.src, cp, base)
 
 
 def sequence(g, out: str, cp: Compaction, *, bidirectional: bool, go_backwards: bool, base: str) -> str:
@@ -99,7 +108,7 @@ def sequence(g, out: str, cp: Compaction, *, bidirectional: bool, go_backwards: 
     else:
         idx = g.op("Max", [g.op("Sub", [cp.c, one], base), g.const(_i64(0), "zero")], base)
         keep = cp.mask if bidirectional else g.op("Greater", [cp.c, g.const(_i64(0), "zero")], base)
-    y = g.op("GatherElements", [out, _time_index(g, idx, out, base)], base, axis=1)
+    y = _take(g, out, idx, cp, base)
     y = g.op("Where", [g.op("Unsqueeze", [keep, g.const(_i64([2]), "ax")], base), y,
                        g.const(np.zeros((), np.float32), "zero")], base)
     if go_backwards and not bidirectional:  # processing order, as Keras returns a go_backwards layer's sequence
