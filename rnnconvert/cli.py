@@ -146,6 +146,10 @@ def convert(
     recurrent_only: Annotated[bool, typer.Option(
         "--recurrent-only", help="A Keras 2 full model to .keras, .onnx or .pt2: write only the recurrent "
         "layers, each with its own input, not the whole model.")] = False,
+    mask_layout: Annotated[Optional[str], typer.Option(
+        "--mask-layout", help="A masked Keras full model to .onnx: 'any' (default) makes masks exact for any "
+        "padding (front, end, inside); 'end' writes a smaller graph, exact only when every sequence's padding is "
+        "at its end.", show_default=False)] = None,
     emit_module: Annotated[Optional[Path], typer.Option(
         "--emit-module", help="A Keras 2 full model: also write it as readable PyTorch nn.Module source to this .py "
         "file (class Model) and its state dict beside it (<stem>_state.pt), verified against tf_keras.",
@@ -175,7 +179,8 @@ def convert(
     # --cudnn is a keras_h5 writer option: any other writer refuses it, naming the options it takes
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
                   read_opts=_read_opts(gate_activation, read_opt, name_map),
-                  write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {})}
+                  write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {}),
+                              **({"mask_layout": mask_layout} if mask_layout is not None else {})}
                   or None, accept_inconclusive=accept_inconclusive)
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter("--device is cpu or cuda")

@@ -327,9 +327,9 @@ def test_emitted_module_with_a_module_attribute_name_loads_by_the_documented_ste
     m.load_state_dict(torch.load(..., weights_only=True)); m(x)``) in a fresh interpreter and computes tf_keras'
     saved outputs of the fixture (the renaming changes no value)."""
     pytest.importorskip("torch")
-    from rnnconvert.conventions import keras_graph
+    from rnnconvert.whole.conventions import keras_graph
     from rnnconvert.formats.keras import keras_whole
-    from rnnconvert.formats.torch import module_write
+    from rnnconvert.whole.formats.torch import module_write
 
     src = gen.named(tmp_path / "named.h5", name)
     ckpt = rnnconvert.load(src)

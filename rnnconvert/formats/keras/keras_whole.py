@@ -497,11 +497,12 @@ def _input_specs(config: dict) -> dict[str, dict]:
     return specs
 
 
-def make_inputs(tfm, config: dict, seed: int, steps: int = STEPS) -> dict[str, np.ndarray]:
+def make_inputs(tfm, config: dict, seed: int, steps: int = STEPS, padding: str = "any") -> dict[str, np.ndarray]:
     """Valid generated inputs, one array per model input: integer ids in ``[1, input_dim)`` for an input that
-    feeds an Embedding (with ``mask_zero``: the last 3 steps of the second sequence are padding 0), standard
-    normal floats otherwise (feeding a ``Masking`` layer: the last 3 steps of the second sequence set to
-    its ``mask_value``); free dimensions ``steps`` long."""
+    feeds an Embedding (with ``mask_zero``: padding 0 where :func:`padded_steps` says), standard normal floats
+    otherwise (feeding a ``Masking`` layer: those steps set to its ``mask_value``); free dimensions ``steps``
+    long; the same arrays for the same ``seed``. ``padding``: ``'any'`` (default) or ``'end'`` (a file written
+    for padding at the end only, ONNX ``mask_layout='end'``)."""
     rng = np.random.default_rng(seed)
     specs = _input_specs(config)
     out = {}
@@ -513,14 +514,30 @@ def make_inputs(tfm, config: dict, seed: int, steps: int = STEPS) -> dict[str, n
         shape = [BATCH] + [steps if d is None else int(d) for d in t.shape[1:]]
         if spec.get("embedding"):
             x = rng.integers(1, max(2, int(spec["embedding"])), size=shape).astype(np.int32)
-            if spec.get("mask_zero") and x.ndim >= 2 and x.shape[1] > 3:
-                x[1, -3:] = 0
+            if spec.get("mask_zero") and x.ndim >= 2:
+                for b, ts in padded_steps(x.shape[0], x.shape[1], padding):
+                    x[b, ts] = 0
         else:
             x = rng.standard_normal(shape).astype(np.float32)
             mv = spec.get("mask_value")
-            if mv is not None and x.ndim >= 3 and x.shape[1] > 3:
-                x[1, -3:] = mv
+            if mv is not None and x.ndim >= 3:
+                for b, ts in padded_steps(x.shape[0], x.shape[1], padding):
+                    x[b, ts] = mv
         out[lname] = x
+    return out
+
+
+def padded_steps(batch: int, steps: int, padding: str = "any") -> list[tuple[int, list[int]]]:
+    """The padded steps of the generated masked inputs (:func:`make_inputs`), ``[(row, [time steps])]``: the
+    first row none, the second its last 3 steps (``pad_sequences(padding='post')``), the third its first 2
+    (``pad_sequences``' default, front padding) and one inside (issue #41: the whole-model ONNX graph's masks are
+    checked for any padding; not with ``padding='end'``). Rows or steps too few for a form: that form is left out
+    (a row keeps an unmasked step)."""
+    out = []
+    if batch > 1 and steps > 3:
+        out.append((1, list(range(steps - 3, steps))))
+    if batch > 2 and steps > 4 and padding != "end":
+        out.append((2, [0, 1, 2 + (steps - 2) // 2]))
     return out
 
 

@@ -378,6 +378,7 @@ def container_check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_mod
         UnsupportedError: as :func:`check`, or the whole-model writer's refusals (layer, class, way out)."""
     if whole_model is not None and not recurrent_only:
         return WHOLE_CHECK(ckpt, whole_model=whole_model, **options)
+    options.pop("mask_layout", None)  # the recurrent layers alone take no mask
     out = check(ckpt, recurrent_only=recurrent_only, **options)
     if ckpt.format == "keras_h5" and not recurrent_only:
         out.insert(0, WEIGHTS_ONLY)
@@ -390,4 +391,5 @@ def container_write(ckpt: Checkpoint, path: str | Path, *, recurrent_only: bool 
     layers (:func:`write`). Assumes :func:`container_check` passed."""
     if whole_model is not None and not recurrent_only:
         return WHOLE_WRITE(ckpt, path, whole_model=whole_model, **options)
+    options.pop("mask_layout", None)
     return write(ckpt, path, **options)

@@ -43,7 +43,8 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
 
     return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
                                      inputs=inputs, seed=seed, run64=_float64_run(ckpt, full),
-                                     run32=_float64_run(ckpt, full, double=False))
+                                     run32=_float64_run(ckpt, full, double=False),
+                                     padding=meta.get("mask_layout", "any"))
 
 
 def _float64_run(ckpt: Checkpoint, full, double: bool = True):

@@ -121,7 +121,7 @@ def _sub_model(full: FullModel, m, name: str):
 
 
 def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None, seed: int,
-                       steps: int = keras_whole.STEPS):
+                       steps: int = keras_whole.STEPS, padding: str = "any"):
     """The source model in tf_keras (the file as stored), its input names, and the inputs both sides run on:
     ``inputs`` (``--inputs``, which must name exactly the model's inputs) or generated valid ones.
 
@@ -146,7 +146,7 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
                               f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
         xs = {n: np.asarray(inputs[n]) for n in names_in}
     else:
-        xs = keras_whole.make_inputs(tfm, full.config, seed, steps)
+        xs = keras_whole.make_inputs(tfm, full.config, seed, steps, padding)
     return tfm, names_in, xs
 
 
@@ -356,11 +356,13 @@ def _tf_keras():
 
 
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
-                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None) -> list:
+                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None, padding: str = "any") -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
     ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`rnnconvert.formats.keras.keras_whole.source_model`)
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
-    (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`: token ids within each Embedding's range, masks with real padding at the end).
+    (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`: token ids within each Embedding's range, masks with
+    real padding at the end, the front and inside: :func:`rnnconvert.formats.keras.keras_whole.padded_steps`;
+    ``padding='end'``: at the end only, for a file written for that).
 
     ``run_target(xs) -> (outputs, layers)``: ``xs`` the model inputs by name; ``outputs`` the model outputs in
     order, ``layers`` ``{top-level layer name: its output}`` for the layers the target exposes. Each is compared
@@ -375,7 +377,7 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
     """
-    tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps)
+    tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps, padding)
     args = [xs[n] for n in names_in]
     src, fw = source_framework(full)
     outs, layers = run_target(xs)

@@ -9,10 +9,12 @@ a runtime can compare each layer (:mod:`rnnconvert.runtimes.onnxruntime` ``verif
 Recurrent layers are native ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes built by :mod:`.onnx_write` (gate orders
 from :data:`rnnconvert.core.gates.TABLE`, ``HardSigmoid`` alpha 0.2 / beta 0.5 for Keras 2's hard_sigmoid,
 ``Affine`` 1/0 for linear, ``linear_before_reset`` = Keras ``reset_after``). A Keras mask reaching a recurrent
-layer becomes the node's ``sequence_lens`` (the count of unmasked steps per sequence): exact when each
-sequence's padding is at its end (ONNX runs steps ``0 .. len-1``; tf_keras keeps the state at masked steps),
-which the written notes say; a unidirectional layer's outputs past the end repeat the last one (tf_keras),
-a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). ``return_state`` is the node's ``Y_h`` /
+layer is exact for any padding by default (``mask_layout='any'``, :mod:`.masks`: the unmasked steps compacted to
+the front, the node's ``sequence_lens``, the outputs put back with tf_keras' masked-step rules, issue #41); with
+``mask_layout='end'`` it is the node's ``sequence_lens`` alone (the count of unmasked steps per sequence): exact
+when each sequence's padding is at its end (ONNX runs steps ``0 .. len-1``; tf_keras keeps the state at masked
+steps), which the written notes say; a unidirectional layer's outputs past the end repeat the last one
+(tf_keras), a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). ``return_state`` is the node's ``Y_h`` /
 ``Y_c`` as ``(B, H)``, ``initial_state`` its ``initial_h`` / ``initial_c`` (:mod:`rnnconvert.whole.conventions.keras_graph`
 "States"; tf_keras' outputs in ``tests/formats/test_whole_states.py``). Other layers (ONNX operator spec):
 ``Embedding`` ``Gather``; ``Dense`` ``MatMul`` + ``Add``; ``Conv1D`` ``Conv`` on channels-first (kernel
@@ -32,9 +34,10 @@ import numpy as np
 
 from ...conventions import keras_graph
 from ....core.model import Cell
-from ....errors import require
+from ....errors import OptionError, require
 from ....formats.onnx import onnx_write
 from ....formats.onnx.onnx_write import WEIGHTS_ONLY
+from . import masks as mask_forms
 
 META_KEY = onnx_write.META_KEY
 class _G:
@@ -125,10 +128,12 @@ def _lens(g: _G, mask_name: str, masks: dict, made: dict, env: dict) -> str:
     return made[key]
 
 
-def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial: list[str] | None = None):
+def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial: list[str] | None = None,
+               cp: mask_forms.Compaction | None = None):
     """The recurrent layer call ``node`` on ``x``: its output, or with ``return_state`` ``[output, h(, c)]``
     (:func:`_states`); ``initial``: the ``initial_state`` tensors (Keras ``[h, c]`` / ``[h]``, each ``(B, H)``), fed
-    as the node's ``initial_h`` / ``initial_c`` ``(1, B, H)``."""
+    as the node's ``initial_h`` / ``initial_c`` ``(1, B, H)``; ``cp``: the mask in its general form
+    (:mod:`.masks`, any padding; ``lens`` is then its ``sequence_lens``), else ``lens`` alone (padding at the end)."""
     layer = node.layer
     s = layer.semantics
     base = node.name
@@ -137,9 +142,13 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
     inner = (conf.get("layer") or {}).get("config", {}) if node.cls == "Bidirectional" else conf
     seqs = bool(inner.get("return_sequences"))
     reverse = s.go_backwards and not layer.bidirectional
-    if lens is not None and reverse and seqs:
-        keras_graph.refuse(node.path, node.cls, "a masked go_backwards layer returning sequences (ONNX "
-                           "sequence_lens runs it from each sequence's end, Keras from the padding)")
+    if cp is not None:  # any mask: the node runs on each sequence's unmasked steps moved to the front
+        lens = cp.lens
+        x = mask_forms.compact(g, x, cp, base)
+    elif lens is not None and reverse and seqs:
+        keras_graph.refuse(node.path, node.cls, "a masked go_backwards layer returning sequences under "
+                           "mask_layout='end' (ONNX sequence_lens runs it from each sequence's end, Keras from the "
+                           "padding; the default mask_layout='any' builds it)")
     from onnx import helper
 
     init = onnx_write.Initializers(g.nh, helper, g.TP)
@@ -174,18 +183,41 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
     if merge not in ("concat", "sum", "ave", "mul"):
         keras_graph.refuse(node.path, node.cls, f"merge_mode={merge!r} (several outputs) is not built")
     red = {"sum": "ReduceSum", "ave": "ReduceMean", "mul": "ReduceProd"}
+    if cp is not None:
+        out = _general_output(g, node, y, yh, cp, seqs, merge, reverse, red)
+        return _states(g, node, out, yh, yc, cp, initial)
     out = _sequence_or_last(g, node, y, yh, lens, seqs, merge, reverse, red)
     return _states(g, node, out, yh, yc)
 
 
-def _states(g: _G, node: keras_graph.Node, out: str, yh: str, yc: list[str]):
+def _states(g: _G, node: keras_graph.Node, out: str, yh: str, yc: list[str],
+            cp: mask_forms.Compaction | None = None, initial: list[str] | None = None):
     """``out``, or with ``return_state`` (``node.outputs`` beyond the first) ``[out, h, c]`` / ``[out, h]``: the
     node's ``Y_h`` / ``Y_c`` ``(1, B, H)`` as Keras' ``(B, H)`` (with ``sequence_lens``, the state at each
-    sequence's last step, as tf_keras keeps it over masked steps)."""
+    sequence's last step, as tf_keras keeps it over masked steps; with ``cp``, the initial state where a sequence
+    has no unmasked step, :func:`.masks.state`)."""
     if len(node.outputs) == 1:
         return out
     sq = [g.op("Squeeze", [t, g.const(_int64([0]), "ax")], node.name) for t in [yh] + yc]
+    if cp is not None:
+        sq = [mask_forms.state(g, t, initial[i] if initial else None, cp, node.name) for i, t in enumerate(sq)]
     return [out] + sq[:len(node.outputs) - 1]
+
+
+def _general_output(g: _G, node: keras_graph.Node, y: str, yh: str, cp: mask_forms.Compaction, seqs: bool,
+                    merge: str, reverse: bool, red: dict) -> str:
+    """The Keras output of a recurrent node run on compacted steps (:mod:`.masks`): the last state(s), zero for a
+    sequence with no unmasked step, or the sequence scattered back to the original steps."""
+    base = node.name
+    if not seqs:
+        t = g.op("Transpose", [yh], base, perm=[1, 0, 2])  # (B, D, H)
+        out = (g.op("Reshape", [t, g.const(_int64([0, -1]), "shape")], base) if merge == "concat"
+               else _reduce(g, red[merge], t, [1], 0, base))
+        return mask_forms.last(g, out, cp, base)
+    t = g.op("Transpose", [y], base, perm=[2, 0, 1, 3])  # (T, D, B, H) -> (B, T, D, H)
+    out = (g.op("Reshape", [t, g.const(_int64([0, 0, -1]), "shape")], base) if merge == "concat"
+           else _reduce(g, red[merge], t, [2], 0, base))
+    return mask_forms.sequence(g, out, cp, bidirectional=node.layer.bidirectional, go_backwards=reverse, base=base)
 
 
 def _sequence_or_last(g: _G, node: keras_graph.Node, y: str, yh: str, lens: str | None, seqs: bool, merge: str,
@@ -333,13 +365,14 @@ def _merge(g: _G, xs: list[str], node: keras_graph.Node) -> str:
     return y
 
 
-def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask: str | None) -> str:
+def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask: str | None,
+           cp: mask_forms.Compaction | None = None) -> str:
     cls, conf, ws, base = node.cls, node.config, node.weights, node.name
     x = xs[0]
     if cls in keras_graph.IDENTITY:
         return g.op("Identity", [x], base)
     if cls in keras_graph.RECURRENT or cls == "Bidirectional":
-        return _recurrent(g, node, x, lens, xs[1:])
+        return _recurrent(g, node, x, lens, xs[1:], cp)
     if cls == "Embedding":
         return g.op("Gather", [g.const(_f32(ws[0]), base + ".embeddings"), g.op("Cast", [x], base, to=g.TP.INT64)],
                     base)
@@ -450,8 +483,15 @@ def input_dtype(graph: keras_graph.Graph, name: str) -> str:
     return "int32" if spec[3] is not None else "float32"
 
 
-def build(graph: keras_graph.Graph):
-    """The ``onnx.ModelProto`` of ``graph`` (module docstring); deterministic; checked by ``onnx.checker``."""
+def build(graph: keras_graph.Graph, mask_layout: str = "any"):
+    """The ``onnx.ModelProto`` of ``graph`` (module docstring); deterministic; checked by ``onnx.checker``.
+    ``mask_layout``: ``'any'`` (default) builds a mask reaching a recurrent layer exactly for any padding
+    (:mod:`.masks`); ``'end'`` passes it as ``sequence_lens`` alone (exact only when every sequence's padding is
+    at its end; a smaller graph).
+
+    Raises:
+        OptionError: another ``mask_layout`` (:func:`_layout`)."""
+    _layout(mask_layout)
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
@@ -467,11 +507,13 @@ def build(graph: keras_graph.Graph):
     layer_outs = []
     for node in graph.nodes:
         mask = node.masks[0] if node.masks else None
-        lens = None
+        lens = cp = None
         if mask is not None and (node.cls in keras_graph.RECURRENT or node.cls == "Bidirectional"
                                  or node.cls == "GlobalAveragePooling1D"):
             lens = _lens(g, mask, graph.masks, made, env)
-        y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None)
+            if mask_layout == "any" and node.cls != "GlobalAveragePooling1D":
+                cp = mask_forms.compaction(g, made[mask], lens, made, mask)
+        y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None, cp)
         if isinstance(y, list):  # return_state: the states are further outputs of the call
             for t, v in zip(node.outputs[1:], y[1:]):
                 env[t] = v
@@ -495,6 +537,7 @@ def build(graph: keras_graph.Graph):
     model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)],
                               producer_name="rnnconvert", ir_version=onnx_write.IR_VERSION)
     meta = {"whole": True, "model": graph.name, "inputs": [i[0] for i in graph.inputs],
+            "mask_layout": mask_layout,
             "outputs": [f"output_{i}" for i in range(len(graph.outputs))],
             "layers": [{"name": n.layer.name, "nodes": [n.layer.name], "whole_node": n.name, "source_class": n.cls,
                         "go_backwards": bool(n.layer.semantics.go_backwards), "merge_mode": n.layer.semantics.merge_mode,
@@ -505,17 +548,23 @@ def build(graph: keras_graph.Graph):
     return model
 
 
-def notes(graph: keras_graph.Graph) -> list[str]:
-    """What the written graph says about itself (masks as sequence_lens, inputs' dtypes)."""
+def notes(graph: keras_graph.Graph, mask_layout: str = "any") -> list[str]:
+    """What the written graph says about itself (how masks reach recurrent layers, inputs' dtypes)."""
     out = [f"whole model written: {len(graph.nodes)} layer call(s) in one ONNX graph; inputs "
            + ", ".join(f"'{n}' ({'int32 token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
            + f"; outputs {', '.join(f'output_{i}' for i in range(len(graph.outputs)))} (each layer's output as "
            "'layer:<name>')"]
     if any(n.masks and n.masks[0] and (n.cls in keras_graph.RECURRENT or n.cls == "Bidirectional")
            for n in graph.nodes):
-        out.append("masks reach recurrent layers as ONNX sequence_lens (the count of unmasked steps): exact when "
-                   "each sequence's padding is at its end; a mask with gaps or leading padding computes otherwise "
-                   "in ONNX (the .pt2 program follows any mask)")
+        if mask_layout == "end":
+            out.append("mask_layout='end': masks reach recurrent layers as ONNX sequence_lens alone (the count of "
+                       "unmasked steps): exact only when each sequence's padding is at its end; a mask with gaps or "
+                       "leading padding (Keras pad_sequences' default) computes otherwise in this graph")
+        else:
+            out.append("masks reach recurrent layers exactly for any padding (front, end, inside): each sequence's "
+                       "unmasked steps are moved to the front, run with ONNX sequence_lens and put back; "
+                       "mask_layout='end' (CLI --mask-layout end) writes a smaller graph when all padding is at "
+                       "the end")
     return out
 
 
@@ -527,7 +576,19 @@ def whole_graph(ckpt, whole_model: Any, recurrent_only: bool = False) -> keras_g
     return keras_graph.build(whole_model.config, whole_model.weights, ckpt)
 
 
-def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, **options: Any) -> list[str]:
+def _layout(mask_layout: Any) -> str:
+    """The write option ``mask_layout`` checked: ``'any'`` (default) or ``'end'``.
+
+    Raises:
+        OptionError: another value (one line naming the valid ones; exit 2)."""
+    if mask_layout not in mask_forms.LAYOUTS:
+        raise OptionError(f"write option mask_layout is 'any' (default: any padding exact) or 'end' (padding at the "
+                          f"end only, a smaller graph), got {mask_layout!r}")
+    return mask_layout
+
+
+def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, mask_layout: str = "any",
+          **options: Any) -> list[str]:
     """The ``onnx`` container's check: the recurrent layers' refusals (:func:`.onnx_write.check`), then, for a
     whole model, every layer (refused by name when it is not built) and the notes of :func:`notes`.
 
@@ -535,24 +596,26 @@ def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, **opti
         UnsupportedError: as :func:`.onnx_write.check`; a layer outside
             :data:`rnnconvert.whole.conventions.keras_graph.LAYERS` or a feature not built (layer, class, way out).
     """
+    _layout(mask_layout)
     out = onnx_write.check(ckpt, recurrent_only=recurrent_only, **options)
     graph = whole_graph(ckpt, whole_model, recurrent_only)
     if graph is None:
         if ckpt.format == "keras_h5" and not recurrent_only:
             out.insert(0, WEIGHTS_ONLY)
         return out
-    keras_graph.from_config(build, graph)  # the refusals raised while building (e.g. a masked go_backwards sequence)
-    return notes(graph)
+    keras_graph.from_config(build, graph, mask_layout)  # the refusals raised while building
+    return notes(graph, mask_layout)
 
 
-def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, **options: Any) -> list[str]:
+def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, mask_layout: str = "any",
+          **options: Any) -> list[str]:
     """The ``onnx`` container's write: a whole model (``whole_model``, not ``recurrent_only``) as one graph
-    (:func:`build`), else the recurrent layers (:func:`.onnx_write.write`). One line says how to run it.
-    Assumes :func:`check` passed."""
+    (:func:`build`, masks as ``mask_layout`` says), else the recurrent layers (:func:`.onnx_write.write`). One line
+    says how to run it. Assumes :func:`check` passed."""
     graph = whole_graph(ckpt, whole_model, recurrent_only)
     if graph is None:
         return onnx_write.write(ckpt, path, **options)
     onnx = require("onnx", "onnx")
-    onnx.save_model(build(graph), str(path))
+    onnx.save_model(build(graph, _layout(mask_layout)), str(path))
     return [f"whole model '{graph.name}': onnxruntime.InferenceSession(path).run(['output_0'], "
             f"{{{', '.join(repr(i[0]) + ': ...' for i in graph.inputs)}}})"]
