@@ -12,7 +12,7 @@ config, from scratch, key by key in the stored order (so that a legitimate confi
 read, and every writer's output stays byte for byte the same):
 
 * layer classes: :data:`LAYER_CLASSES` (the union of the whole-model writers' and the Keras 3 translation's
-  whitelists, :mod:`rnnconvert.conventions.keras_graph` and :mod:`rnnconvert.formats.keras.keras_config`, and
+  whitelists, :mod:`rnnconvert.conventions.full_model` and :mod:`rnnconvert.formats.keras.keras_config`, and
   the containers); another class is refused by name (``unknown='refuse'``) or kept as a stub holding its name
   only (``unknown='stub'``: the readers, so that the writers' own refusals, which name the class and give the
   way out, still speak);
