@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -34,6 +36,17 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+
+class _Package(types.ModuleType):
+    """The package's module type: the import system binds a subpackage on its parent when it is first imported,
+    and the subpackage :mod:`rnnconvert.verify` has the name of the public function :func:`verify`; the
+    function keeps the name (as when ``__init__`` imported it eagerly, after its subpackages)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
 
 
 def __getattr__(name: str) -> Any:
@@ -63,3 +76,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .engine.refusal import Refused  # noqa: F401
     from .verify.checks import LayerCheck  # noqa: F401
     from .verify.engine import VerifyReport  # noqa: F401
+
+
+sys.modules[__name__].__class__ = _Package

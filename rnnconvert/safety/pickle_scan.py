@@ -88,7 +88,7 @@ class _Scan:
     # -- errors ---------------------------------------------------------------------------------------------
     def bad(self, why: str) -> FormatError:
         return FormatError(f"{self.where}: not a readable pickle ({why} at byte {self.pos}); refused before "
-                           "unpickling")
+                           "unpickling (rnnconvert never runs code from a file)")
 
     # -- reading arguments ----------------------------------------------------------------------------------
     def take(self, n: int) -> bytes:

@@ -179,20 +179,24 @@ def _targets(layer: RNNLayer, rng: np.random.Generator, units: np.ndarray) -> np
 
 
 def construct(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.random.Generator, x_range: float,
-              h_range: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+              h_range: float, short: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """One state ``(x, h, c)`` (float32 ``(I,)``, ``(P or H,)``, ``(H,)`` or None) whose pre-activations of every
     gate of ``units`` hit targets inside the gates' responsive bands: the minimum-norm least-squares solution of
     ``[W_ih | W_hh] [x; h] = t - b`` over those rows (a reset-after GRU's candidate row with ``W_hn`` scaled by
     its target ``r``; a reset-before one's ``W_hn`` applied to ``r * h``, ``r`` iterated three times from the
-    previous solution), clipped to ``|x| <= x_range``, ``|h| <= h_range``. An LSTM's ``c`` is drawn in ``[-1,
-    -0.3] U [0.3, 1]`` (its forget gate shows through ``c``) and enters the peephole terms."""
+    previous solution), clipped to ``|x| <= x_range``, ``|h| <= h_range``. An LSTM's ``c`` is drawn in ``[-2.5,
+    -0.5] U [0.5, 2.5]`` (its forget gate shows through ``c``, its output gate through ``tanh(c_1)``: a unit whose
+    ``W_hr`` column is small needs ``|tanh(c_1)|`` near 1) and enters the peephole terms. ``short`` (gate rows
+    ``k * H + unit``): only these rows must hit their targets; the other rows of ``units`` weigh 1e-3 in the
+    least-squares system, so that a narrow layer (``I + P`` unknowns, ``G`` rows a unit: a projected LSTM's
+    second layer has 4 for 4) can still place the gates that were never responsive."""
     s, cell, H = layer.semantics, layer.cell, layer.hidden_size
     I, P = p.w_ih.shape[1], p.w_hh.shape[1]
     b_ih, b_hh = _bias(p)
     t = _targets(layer, rng, units)
     c = None
     if cell is Cell.LSTM:
-        c = rng.uniform(0.3, 1.0, H) * rng.choice([-1.0, 1.0], H)
+        c = rng.uniform(0.5, 2.5, H) * rng.choice([-1.0, 1.0], H)
     letters = CANONICAL[cell]
     rows = np.concatenate([units + k * H for k in range(len(letters))])
     a_ih = np.asarray(p.w_ih[rows], np.float64)
@@ -216,7 +220,9 @@ def construct(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.ra
             b[n_rows] += b_hh[rows[n_rows]] * (1.0 - rt)  # b_hn is inside the reset
         elif cell is Cell.GRU:
             a_h[n_rows] *= r[None, :]
-        sol = _bounded_lstsq(np.concatenate([a_ih, a_h], axis=1), b, np.r_[np.full(I, x_range), np.full(P, h_range)])
+        wts = np.ones(len(rows)) if short is None else np.where(np.isin(rows, short), 1.0, 1e-3)
+        sol = _bounded_lstsq(wts[:, None] * np.concatenate([a_ih, a_h], axis=1), wts * b,
+                             np.r_[np.full(I, x_range), np.full(P, h_range)])
         x, h = sol[:I], sol[I:]
         if cell is Cell.GRU and not s.reset_after:  # r of every unit at this solution, for the next round
             zr = p.w_ih[:H] @ x + b_ih[:H] + p.w_hh[:H] @ h + b_hh[:H]
@@ -290,7 +296,7 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
         for d, p in enumerate(dirs):
             rows = np.flatnonzero(counts[d] < WANT) if short is None else short[d]
             for grp in (groups(layer, p, np.unique(rows % H), rng) if len(rows) else []):
-                new += [(d, *construct(layer, p, grp, rng, x_range, h_range)) for _ in range(WANT)]
+                new += [(d, *construct(layer, p, grp, rng, x_range, h_range, rows)) for _ in range(WANT)]
         if not new:
             break
         xe = np.stack([s[1] for s in new])

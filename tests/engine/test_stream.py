@@ -303,7 +303,8 @@ def test_streamed_conversions_verified_and_bit_exact(kind, kw, tmp_path, monkeyp
         out = tmp_path / f"a.{ext}"
         rep = api.convert(tmp_path / "src.pt", out, read_opts=opts)
         (check,) = rep.verification.layers
-        assert check.ok and check.name == "enc.rnn" and check.steps_checked % (3 * 8) == 0 and check.steps_checked
+        # the 3 x 8 trajectory states, the probes, and the states constructed to exercise every unit (verify/states.py)
+        assert check.ok and check.name == "enc.rnn" and check.steps_checked >= 3 * 8
         assert check.source_route == "numpy float64 equations (one step); numpy reference (sequence)"
         back = api.load(out, **opts)
         _assert_same(torch_state.state_dict(back), {k: v.numpy() for k, v in sd.items()})
