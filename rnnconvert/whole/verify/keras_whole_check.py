@@ -218,14 +218,13 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     failed = [i for i, c in enumerate(checks) if not c.ok and np.isfinite(c.max_abs_err)]
     twin = source_float64(full, tfm) if failed else None
     if twin is not None:  # stage 2: the source's own float64 run decides (:func:`second_stage`)
-        args64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
-        feed64 = args64 if len(args64) > 1 else args64[0]
-        for i in failed:
+        keys = [int(checks[i].name.rsplit(" ", 1)[1]) if checks[i].name.startswith("model output")
+                else checks[i].name.split(":", 1)[1] for i in failed]
+        z64 = _twin_outputs(full, twin, keys, args)
+        for i, key in zip(failed, keys):
             c, (_, a, b) = checks[i], pairs[i]
-            key = int(c.name.rsplit(" ", 1)[1]) if c.name.startswith("model output") else c.name.split(":", 1)[1]
-            z = _twin_output(full, twin, key, feed64)
             checks[i] = second_stage(c, np.asarray(a, np.float64),
-                                     np.asarray(k.ops.convert_to_numpy(b), np.float64), z, [])
+                                     np.asarray(k.ops.convert_to_numpy(b), np.float64), z64.get(key), [])
     if len(y2) != len(y3):
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
                                  "keras 3 load_model", "float32", verdict="fail",
@@ -265,20 +264,21 @@ def source_float64(full: FullModel, model):
         return None
 
 
-def _twin_output(full: FullModel, twin, key, feed64):
-    """The float64 twin's model output ``key`` (an index) or top-level layer ``key``'s output, or ``None``."""
+def _twin_outputs(full: FullModel, twin, keys: list, args: list) -> dict:
+    """``{key: float64 array}`` of the float64 twin on ``args`` (the float inputs widened): ``key`` a model output
+    index or a top-level layer name; one run of the twin for every key (:func:`_source_run`); a key the twin cannot
+    give is absent, and a twin that cannot run gives ``{}``."""
+    args64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
+    names = [k for k in keys if not isinstance(k, int)]
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if isinstance(key, int):
-                y = twin(feed64, training=False)
-                y = y if isinstance(y, (list, tuple)) else [y]
-                return np.asarray(y[key], np.float64)
-            return np.asarray(_sub_model(full, twin, key)(feed64, training=False), np.float64)
+        y, probed = _source_run(full, twin, args64 if len(args64) > 1 else args64[0], names)
     except Exception as exc:  # noqa: BLE001
         if keras_whole.passes(exc):
             raise
-        return None
+        return {}
+    got = {k: y[k] for k in keys if isinstance(k, int) and k < len(y)}
+    got.update({n: probed[n] for n in names if n in probed})
+    return {k: np.asarray(v, np.float64) for k, v in got.items()}
 
 
 def second_stage(c: LayerCheck, a32, b, z64, spreads: list[float]) -> LayerCheck:
@@ -408,13 +408,12 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
                                  reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
     if failed:  # stage 2: the source's own float64 run decides (the rule of :func:`second_stage`)
         twin = source_float64(full, tfm)
-        feed64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
-        feed64 = feed64 if len(feed64) > 1 else feed64[0]
+        z64 = _twin_outputs(full, twin, [key for _, key, _ in failed], args) if twin is not None else {}
         o64, l64 = run64(xs) if run64 is not None else (None, None)
         o32, l32 = run32(xs) if run32 is not None else (None, None)
         for i, key, b in failed:
             a = pairs[[p[0] for p in pairs].index(checks[i].name)][2]
-            z = _twin_output(full, twin, key, feed64) if twin is not None else None
+            z = z64.get(key)
             ours = []  # the rebuilt graph's own float32/float64 spread (a second float32 evaluation order)
             if o64 is not None and o32 is not None:
                 p64 = o64[key] if isinstance(key, int) else l64.get(key)
