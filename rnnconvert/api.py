@@ -389,12 +389,7 @@ def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opt
                     else:  # a program (.pt2): its runtime's whole-model checks only
                         rep.verification = VerifyReport(seed=seed)
                     if whole:
-                        try:
-                            rep.verification.layers += whole(ckpt, src_p, tmp, inputs=model_in or None, seed=seed)
-                        except DependencyError as exc:  # no tf_keras: the whole model cannot be judged
-                            rep.verification.layers.append(LayerCheck(
-                                "model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", "keras 3 load_model",
-                                verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
+                        _whole_checks(whole, rep.verification, ckpt, src_p, tmp, model_in, seed, "keras 3 load_model")
         if emit is not None:  # its temporaries go into emit_tmps as they are made (discarded below)
             whole_steps.emit_write(emitted, emit, ckpt, src_p, rep, verify, verify_inputs, seed, emit_tmps)
         if rep.verification is not None:
@@ -602,10 +597,16 @@ def _verify_whole_file(ckpt, in_mod, whole, src: Path, dst: Path, model_in: dict
         return
     names = {layer.name for layer in ckpt.layers}
     model_in = {**{k: v for k, v in (layer_in or {}).items() if k not in names}, **model_in}
+    _whole_checks(whole, rep, full.renamed(ckpt.materialize()), src, dst, model_in, seed, str(dst.suffix))
+
+
+def _whole_checks(whole, rep: VerifyReport, ckpt, src: Path, dst: Path, model_in: dict, seed: int, route: str) -> None:
+    """The runtime's whole-model checks ``whole`` of ``dst`` appended to ``rep``; without tf_keras one
+    ``inconclusive`` check naming why (the whole model cannot be judged), ``route`` its target side."""
     try:
-        rep.layers += whole(full.renamed(ckpt.materialize()), src, dst, inputs=model_in or None, seed=seed)
-    except DependencyError as exc:  # no tf_keras: the whole model cannot be judged
-        rep.layers.append(LayerCheck("model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", str(dst.suffix),
+        rep.layers += whole(ckpt, src, dst, inputs=model_in or None, seed=seed)
+    except DependencyError as exc:
+        rep.layers.append(LayerCheck("model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", route,
                                      verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
 
 
