@@ -9,6 +9,14 @@ FormatError too (TensorFlow's checkpoint reader aborts on some forged ``.index``
 stderr goes to ``/dev/null``: what a dying C library prints there is not for the user; the error that
 counts comes back to the parent. The result comes back pickled from our own child (never from the file).
 
+A plain ``fork`` copies the parent's memory but only its calling thread: once a runtime with native worker
+threads has run in this process (TensorFlow's Eigen pools, torch's OpenMP pool, XLA, tensorstore,
+onnxruntime), a lock one of those threads held at the fork stays locked in the child forever. Reproduced in
+the suite: after the SavedModel tests ran TensorFlow and torch in the pytest process, the forked read of a
+valid 30 kB ``.h5`` hung until the deadline and was reported as a damaged file. So once such a runtime is
+loaded (:func:`fork_unsafe`), the child is a fresh interpreter instead (``python -m rnnconvert.safety.guard``,
+about 0.3 s more to start and import the reader); the deadline, the answer and the errors are the same.
+
 The deadline is ``RNNCONVERT_READ_TIMEOUT`` seconds (default 60) plus one second per MiB of input.
 ``RNNCONVERT_ISOLATE=0`` reads in-process instead (no protection); platforms without ``fork`` do.
 """
@@ -19,6 +27,7 @@ import os
 import pickle
 import select
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -72,8 +81,100 @@ def _die_with(parent: int) -> None:
         os._exit(0)
 
 
+#: Modules whose native worker threads make a plain fork of this process unsafe once they are loaded.
+THREADED_RUNTIMES = ("tensorflow", "torch", "jax", "jaxlib", "tensorstore", "onnxruntime", "openvino", "paddle")
+
+
+def fork_unsafe() -> bool:
+    """Whether a runtime with native worker threads is loaded here (see the module docstring); the isolated
+    read then runs in a fresh interpreter instead of a fork of this one."""
+    return any(name in sys.modules for name in THREADED_RUNTIMES)
+
+
+class _Forked:
+    """The reader in a plain fork of this process; it writes its answer to ``w``."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple, r: int, w: int) -> None:
+        parent = os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - runs in the child
+            os.close(r)
+            _die_with(parent)
+            _quiet_stderr()
+            _child(fn, args, w)
+        os.close(w)
+        self.fd = r
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def wait(self) -> str:
+        os.close(self.fd)
+        _, status = os.waitpid(self.pid, 0)
+        if os.WIFSIGNALED(status):
+            return f"signal {os.WTERMSIG(status)}"
+        return f"status {os.waitstatus_to_exitcode(status)}"
+
+
+class _Spawned:
+    """The reader in a fresh interpreter (``python -m rnnconvert.safety.guard``): no thread and no lock of
+    this process comes with it. ``fn`` travels by name (its module and qualified name; the readers pass their
+    own module-level functions), ``args`` pickled on its stdin; the answer comes back on its stdout."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
+        import subprocess
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.proc = subprocess.Popen([sys.executable, "-m", "rnnconvert.safety.guard", str(os.getpid())],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     env=env, close_fds=True)
+        try:
+            self.proc.stdin.write(pickle.dumps((fn.__module__, fn.__qualname__, args), protocol=pickle.HIGHEST_PROTOCOL))
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the child died at once; wait() says how
+        self.fd = self.proc.stdout.fileno()
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def wait(self) -> str:
+        self.proc.stdout.close()
+        code = self.proc.wait()
+        return f"signal {-code}" if code < 0 else f"status {code}"
+
+
+def _spawned_main(parent: int) -> None:  # pragma: no cover - runs in the spawned child
+    import importlib
+
+    _die_with(parent)
+    _quiet_stderr()
+    module, name, args = pickle.loads(sys.stdin.buffer.read())  # from our parent, not from a file
+    fn: Any = importlib.import_module(module)
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    _child(fn, args, sys.stdout.fileno())
+
+
+def _quiet_stderr() -> None:  # pragma: no cover - runs in the child
+    """A C library dying in the child (TF's CHECK failures print a stack) must not reach the user."""
+    try:
+        import faulthandler
+
+        faulthandler.disable()  # it would print a Python stack on the fd it was given (pytest's)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    except OSError:
+        pass
+
+
 def isolated(fn: Callable[..., Any], args: tuple, path: str | Path, what: str) -> Any:
-    """``fn(*args)`` in a forked child under the deadline of :func:`budget`; its result or exception.
+    """``fn(*args)`` in a child process under the deadline of :func:`budget`; its result or exception.
+
+    ``fn`` is a module-level function (a spawned child imports it by name); the child is a fork of this
+    process, or a fresh interpreter once :func:`fork_unsafe`.
 
     Raises:
         FormatError: the child ran past the deadline or died without an answer.
@@ -85,27 +186,14 @@ def isolated(fn: Callable[..., Any], args: tuple, path: str | Path, what: str) -
     if not hasattr(os, "fork") or settings.value("RNNCONVERT_ISOLATE") == "0":
         return fn(*args)
     seconds = budget(path)
-    r, w = os.pipe()
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        os.close(r)
-        _die_with(parent)
-        try:  # a C library dying in the child (TF's CHECK failures print a stack) must not reach the user
-            import faulthandler
-
-            faulthandler.disable()  # it would print a Python stack on the fd it was given (pytest's)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-        except OSError:
-            pass
-        _child(fn, args, w)
-    os.close(w)
+    child = _Spawned(fn, args) if fork_unsafe() else _Forked(fn, args, *os.pipe())
+    r = child.fd
     chunks, end = [], time.monotonic() + seconds
     try:
         while True:
             left = end - time.monotonic()
             if left <= 0:
-                os.kill(pid, signal.SIGKILL)
+                child.kill()
                 raise FormatError(f"{path}: {what} did not finish within {seconds:.0f} s; the file is damaged "
                                   "(the parser loops on it); refused (RNNCONVERT_READ_TIMEOUT sets the limit)")
             ready, _, _ = select.select([r], [], [], min(left, 1.0))
@@ -115,19 +203,20 @@ def isolated(fn: Callable[..., Any], args: tuple, path: str | Path, what: str) -
                     break
                 chunks.append(chunk)
     except BaseException:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        child.kill()
         raise
     finally:
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
+        why = child.wait()
     data = b"".join(chunks)
     if not data:
-        why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.waitstatus_to_exitcode(status)}"
         raise FormatError(f"{path}: the {what} parser crashed on this file ({why}); the file is damaged")
     kind, value = pickle.loads(data)  # our own child's answer, not file content
     if kind == "ok":
         return value
     raise value
+
+
+if __name__ == "__main__":  # pragma: no cover - the spawned reader of :class:`_Spawned`
+    from rnnconvert.safety import guard as _guard  # the package's module: the answer names its classes
+
+    _guard._spawned_main(int(sys.argv[1]))
