@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from ...conventions import haiku_names, haiku_params
+from ...conventions import haiku_names, haiku_params, madmom_layers
 from ...core import names
 from ...core.model import Checkpoint
 from ...errors import FormatError
@@ -379,6 +379,13 @@ def load_tree(path: str | Path) -> Any:
     return tree
 
 
+def _leaf_array(v: Any) -> np.ndarray | None:
+    """The array an unpickled leaf holds, ``None`` for anything else."""
+    if isinstance(v, ArrayRecord):
+        return v.array
+    return v if isinstance(v, np.ndarray) else None
+
+
 def _haiku_tree(tree: Any, tensors: dict[str, np.ndarray], cells: Any) -> dict | None:
     """The Haiku modules of a pickled ``{module: {param: array}}`` (a Haiku parameter tree, e.g.
     ``pickle.dump(jax.device_get(params))``) holding a core by Haiku's names or ``cells``, else ``None``."""
@@ -401,7 +408,10 @@ def read(path: str | Path, nonlinearity: str | None = None, map: Any = None, cel
             default names (:func:`rnnconvert.conventions.haiku_names.parse_cells`).
 
     Returns:
-        a Haiku parameter tree's cores by Haiku's equations (:mod:`rnnconvert.conventions.haiku_params`: LSTM
+        a class-structured network (madmom's ``NeuralNetwork`` of ``LSTMLayer``/``GRULayer``/``RecurrentLayer``/
+        ``BidirectionalLayer`` objects with per-gate ``Gate`` objects) by madmom's equations
+        (:mod:`rnnconvert.conventions.madmom_layers`: peepholes, the GRU update gate inverted, learned initial
+        states carried) when no ``map`` is given; a Haiku parameter tree's cores by Haiku's equations (:mod:`rnnconvert.conventions.haiku_params`: LSTM
         forget bias 1, GRU update gate inverted, VanillaRNN ReLU) when the pickle is one and no ``map`` is given;
         otherwise the layers :func:`rnnconvert.core.names.recognise` finds among the arrays named by their path, every
         other array as a carried tensor; arrays holding a learned initial state (``h0``, ``c0``, ``init_h``,
@@ -413,6 +423,8 @@ def read(path: str | Path, nonlinearity: str | None = None, map: Any = None, cel
     """
     tree = load_tree(path)
     tensors = arrays(tree, path)
+    if map is None and cells is None and madmom_layers.is_network(tree, Record):  # madmom's per-gate objects
+        return madmom_layers.read(tree, str(path), "pickle", Record, _leaf_array)
     haiku = _haiku_tree(tree, tensors, cells) if map is None else None
     if haiku is not None:  # hk.transform(f).init's {module: {param: array}}: Haiku's own equations
         return haiku_params.read(haiku, str(path), "pickle", cells)
