@@ -73,15 +73,6 @@ def test_onnx_states_match_tf_keras(path):
     assert all(_close(y, r) for y, r in zip(outs, refs)), [float(np.abs(y - r).max()) for y, r in zip(outs, refs)]
 
 
-@pytest.fixture(autouse=True)
-def _read_in_process(monkeypatch):
-    """These tests read their fixtures in this process (``RNNCONVERT_ISOLATE=0``): after the SavedModel tests ran
-    TensorFlow in the same pytest process, the forked isolated HDF5 read of ``whole_states_gru.h5`` did not
-    finish within 60 s in the full suite (never alone; no Python thread was alive at the fork). The forked
-    reader is tested by tests/security; this module tests the states' numerics."""
-    monkeypatch.setenv("RNNCONVERT_ISOLATE", "0")
-
-
 @pytest.mark.parametrize("path", STATES, ids=lambda p: p.stem)
 def test_pt2_states_match_tf_keras(path):
     torch = pytest.importorskip("torch")
