@@ -29,7 +29,6 @@ whatever the value shares.
 
 from __future__ import annotations
 
-import mmap
 import struct
 from typing import Any
 
@@ -523,23 +522,6 @@ def scan(data: Any, where: object, start: int = 0) -> int:
     except (struct.error, ValueError, UnicodeDecodeError, OverflowError) as exc:
         raise FormatError(f"{where}: not a readable pickle ({type(exc).__name__}); refused before unpickling") \
             from None
-
-
-def scan_file(fh: Any, where: object) -> int:
-    """:func:`scan` of an open binary file from its current position (memory-mapped: the file's bytes are not
-    copied; arrays' bytes are skipped); the file's position is left where it was. Returns the offset of the end
-    of the pickle (``STOP`` + 1) in the file."""
-    pos = fh.tell()
-    import os
-
-    size = os.fstat(fh.fileno()).st_size
-    if size <= pos:
-        raise FormatError(f"{where}: empty file; not a pickle")
-    with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        try:
-            return scan(mm, where, pos)
-        finally:
-            fh.seek(pos)
 
 
 # -- bounded messages --------------------------------------------------------------------------------------

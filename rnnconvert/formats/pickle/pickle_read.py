@@ -45,7 +45,7 @@ pickle ``jax.device_get(params)``, as a ``jax.Array`` is refused like every fram
 from __future__ import annotations
 
 import collections
-import os
+import io
 import pickle
 import re
 import sys
@@ -351,8 +351,9 @@ def arrays(obj: Any, where: object) -> dict[str, np.ndarray]:
 def load_tree(path: str | Path) -> Any:
     """Unpickle ``path`` with :class:`Unpickler` (nothing the file names is imported or run).
 
-    The stream is checked first by :func:`rnnconvert.safety.pickle_scan.scan` (expanded size, nesting, memo,
-    hashed keys), before the unpickler runs.
+    The file is read once into memory; those bytes are checked by :func:`rnnconvert.safety.pickle_scan.scan`
+    (expanded size, nesting, memo, hashed keys) and then unpickled, so a file changed between the two steps
+    cannot slip an unscanned stream to the unpickler.
 
     Raises:
         FormatError: a global off the allow-list (named), a damaged or truncated pickle, trailing garbage, a
@@ -360,11 +361,15 @@ def load_tree(path: str | Path) -> Any:
     p = Path(path)
     budget.regular_source(p, dirs=False)
     try:
-        with open(p, "rb") as fh:
-            end = pickle_scan.scan_file(fh, p)  # structure bounded before the unpickler runs
-            if end != os.fstat(fh.fileno()).st_size:
-                raise FormatError(f"{p}: data after the pickle's STOP opcode; refused")
-            tree = Unpickler(fh).load()
+        with open(p, "rb") as fh:  # one read: the scan and the unpickler see the same bytes, whatever
+            data = fh.read()       # happens to the file meanwhile (no second read to swap it under)
+        if not data:
+            raise FormatError(f"{p}: empty file; not a pickle")
+        end = pickle_scan.scan(data, p, 0)  # structure bounded before the unpickler runs
+        if end != len(data):
+            raise FormatError(f"{p}: data after the pickle's STOP opcode; refused")
+        tree = Unpickler(io.BytesIO(data)).load()
+        del data
     except FormatError as exc:
         msg = str(exc)
         raise type(exc)(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
