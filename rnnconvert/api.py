@@ -541,8 +541,9 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
+    d_ckpt = None
     if out_mod.read is not None:  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
-        load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
+        d_ckpt = load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
     if device == "cuda":
         from .verify.cuda import ROUTES, CudaTarget, require_cuda
 
@@ -566,6 +567,11 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     # maps it was 3x slower than reading it ahead (speed/prefetch.py)
     prefetch(dst)
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
+    paired = _paired(ckpt, d_ckpt, seed)  # DST names its layers otherwise: diagnose's pairing (#42)
+    if paired is not None:
+        from .verify.pairing import RenamedTarget
+
+        targets = [RenamedTarget(t, paired.names()) for t in targets]
     try:
         first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
         if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
@@ -578,12 +584,29 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
                           first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
         if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
             _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
+        rep.pairing = paired
         return rep
     except RNNConvertError:
         raise
     except Exception as exc:  # the target framework rejected the file: it does not match the source
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+
+
+def _paired(ckpt: Checkpoint, d_ckpt: Checkpoint | None, seed: int):
+    """How ``verify`` pairs SRC's layers with DST's where DST does not name them all as SRC does: the pairing
+    ``diagnose`` uses (:func:`rnnconvert.verify.diagnose.pair_checkpoints`: by name where the names match, else
+    by position, shape or parameters), or ``None`` (all by name; DST unreadable by rnnconvert; the files stack
+    their layers otherwise: verification then looks DST's layers up by SRC's names, as before)."""
+    if d_ckpt is None or {l.name for l in d_ckpt.layers} <= {l.name for l in ckpt.layers}:
+        return None
+    from .verify import diagnose as dg
+
+    try:
+        got = dg.pair_checkpoints(ckpt.materialize(), d_ckpt.materialize(), seed)
+    except ValueError:
+        return None
+    return None if got is None or got.named else got
 
 
 def _verify_whole_file(ckpt, in_mod, whole, src: Path, dst: Path, model_in: dict, layer_in: dict | None, seed: int,
