@@ -733,6 +733,9 @@ class DiagnosisReport:
     verification_error: str = ""
     fixed: str | None = None
     fix_verification: VerifyReport | None = None
+    #: how DST's layers were paired with SRC's where DST names them otherwise
+    #: (:class:`rnnconvert.verify.pairing.Pairing`; ``None``: all by name, or compared as one-layer pieces)
+    pairing: Any = None
 
     @property
     def verdict(self) -> str:
@@ -746,7 +749,8 @@ class DiagnosisReport:
                 "verdict": self.verdict, "layers": [ld.to_dict() for ld in self.layers],
                 "verification": self.verification.to_dict() if self.verification else None,
                 "verification_error": self.verification_error or None, "fixed": self.fixed,
-                "fix_verification": self.fix_verification.to_dict() if self.fix_verification else None}
+                "fix_verification": self.fix_verification.to_dict() if self.fix_verification else None,
+                "pairing": self.pairing.to_dict() if self.pairing is not None else None}
 
 
 def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.PathLike | None = None,
@@ -782,7 +786,8 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
         layers = dg.diagnose(s_ckpt, d_ckpt, seed)
     except ValueError as exc:
         raise FormatError(f"{dst}: {exc}") from exc
-    rep = DiagnosisReport(str(src), str(dst), s_ckpt.format, d_ckpt.format, layers)
+    rep = DiagnosisReport(str(src), str(dst), s_ckpt.format, d_ckpt.format, layers,
+                          pairing=_paired(s_ckpt, d_ckpt, seed))
     if run_verify:
         try:
             rep.verification = verify(src, dst, src_format=s_ckpt.format, dst_format=d_ckpt.format,

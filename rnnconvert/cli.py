@@ -81,6 +81,8 @@ MapOpt = Annotated[Optional[list[str]], typer.Option(
 GateOpt = Annotated[Optional[str], typer.Option(
     "--gate-activation", help="Gate activation of a Keras weights-only file that cannot tell (sigmoid, hard_sigmoid).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Print the details: every measured number, "
+                                          "every slip, every layer pairing.")]
 InputsOpt = Annotated[Optional[Path], typer.Option(
     "--inputs", help="Verify on these inputs instead of a random batch: an .npz of float (batch, steps, "
                      "input_size) arrays keyed by layer name.", show_default=False)]
@@ -531,8 +533,10 @@ def verify(
                      inputs=None if inputs is None else api.load_inputs(inputs))
     if report is not None:
         _html(report, "verification", src, dst, opts, verification=rep, force=force)
+    paired = getattr(rep, "pairing", None)  # DST names its layers otherwise (api._paired)
     if as_json:
         out = rep.to_dict()
+        out["pairing"] = paired.to_dict() if paired is not None else None
         if device == "cuda":
             from .verify.cudnn_layout import versions
 
@@ -540,6 +544,9 @@ def verify(
         typer.echo(json.dumps(out, indent=2))
     else:
         con = _console()
+        if paired is not None:  # how DST's layers were found (the lines below name SRC's layers)
+            for line in paired.lines():
+                con.print(_shown(line), soft_wrap=True)
         for c in rep.layers:
             tag = {"ok": "ok  ", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}[c.verdict]
             con.print(f"{tag} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs {c.target_route}"
@@ -571,6 +578,7 @@ def diagnose(
     name_map: MapOpt = None,
     as_json: JsonOpt = False,
     report: ReportOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Name the slip (gate order, transpose, biases, directions, activations...) that makes DST compute
     something else than SRC, per layer; exit 0 when DST is right (or --fix wrote a verified file), 5 if not
@@ -591,20 +599,53 @@ def diagnose(
     if as_json:
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:
-        con = _console()
-        for ld in rep.layers:
-            tag = {"ok": "ok  ", "slip": "SLIP", "unexplained": "UNEXPLAINED"}[ld.verdict]
-            if ld.verdict == "ok":
-                con.print(f"{tag} {_shown(ld.note or ld.name)}")
-            elif ld.verdict == "slip":
-                for s in ld.slips:
-                    con.print(f"{tag} {_shown(s.message)}")
-            else:
-                con.print(f"{tag} {_shown(ld.note)}")
-        if rep.fixed:
-            con.print(_shown(f"fixed: {rep.fixed} written and verified against {src}"))
+        _diagnosis_lines(rep, src, dst, verbose, gate_activation, read_opt, name_map)
     if rep.verdict != "ok" and not rep.fixed:
         raise typer.Exit(VerificationError.exit_code)
+
+
+def _diagnosis_lines(rep, src: Path, dst: Path, verbose: bool, gate_activation, read_opt, name_map) -> None:
+    """Print a diagnosis: how the layers were paired (where DST names them otherwise), the ok and unexplained
+    layers one line each, the slips grouped (``12 slips in 2 layers (encoder, decoder), all z<->r``; a group of
+    one slip is its own line; ``verbose``: every slip, and every pair), then the ``--fix`` command line that
+    undoes them (when every layer is explained and nothing was fixed) or what ``--fix`` wrote."""
+    import shlex
+
+    from .verify import diagnose as dg
+
+    con = _console()
+    if rep.pairing is not None:
+        for line in (rep.pairing.lines() if verbose else [rep.pairing.summary()]):
+            con.print(_shown(line), soft_wrap=True)
+    for ld in rep.layers:
+        if ld.verdict == "ok":
+            con.print(f"ok   {_shown(ld.note or ld.name)}")
+        elif ld.verdict == "unexplained":
+            con.print(f"UNEXPLAINED {_shown(ld.note)}")
+        elif verbose:
+            for s in ld.slips:
+                con.print(f"SLIP {_shown(s.message)}")
+    if not verbose:
+        for g in dg.groups(rep.layers):
+            if g["count"] == 1:
+                con.print(f"SLIP {_shown(g['example'])}")
+                continue
+            where = (f"in {len(g['layers'])} layers ({', '.join(g['layers'])})" if len(g["layers"]) > 1
+                     else f"in {g['layers'][0]}")
+            con.print(_shown(f"SLIP {g['count']} slips {where}, all {g['short']}: {g['what']}"), soft_wrap=True)
+        if any(g["count"] > 1 for g in dg.groups(rep.layers)):
+            con.print("     (-v lists every slip; --json gives each with its layer, direction and tensor)")
+    if rep.fixed:
+        kept = f" (DST's layer names kept: {', '.join(rep.pairing.dst_names)})" if rep.pairing is not None else ""
+        con.print(_shown(f"fixed: {rep.fixed} written and verified against {src}{kept}"), soft_wrap=True)
+    elif rep.verdict == "slip":
+        fixed = dst.with_name(f"{dst.stem}_fixed{dst.suffix}")
+        extra = ([f"--gate-activation {shlex.quote(gate_activation)}"] if gate_activation else []) + \
+            [f"--read-opt {shlex.quote(o)}" for o in read_opt or []] + [f"--map {shlex.quote(m)}" for m in name_map or []]
+        cmd = " ".join(["rnnconvert diagnose", shlex.quote(str(src)), shlex.quote(str(dst)), *extra, "--fix",
+                        shlex.quote(str(fixed))])
+        con.print(_shown(f"to undo every slip (writes a corrected copy of DST, verified against SRC): {cmd}"),
+                  soft_wrap=True)
 
 
 @app.command()

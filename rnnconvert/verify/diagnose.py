@@ -498,9 +498,10 @@ def view(src: Checkpoint, dst: Checkpoint) -> View:
             raise
         return pieces
     p = got.tuples()
-    # paired by position with stacks cut otherwise (a 2-layer and a 1-layer against a 1-layer and a 2-layer):
-    # the pieces, where they all agree in shape
-    if not got.named and any(_structure(src.layers[i]) != _structure(dst.layers[j]) for i, j in p) and \
+    # paired by position or shape with stacks cut otherwise (a 2-layer and a 1-layer against a 1-layer and a
+    # 2-layer): the pieces, where they all agree in shape (the files' order first: a stack is cut, not reordered)
+    if not got.named and any(q.how == "shape" or _structure(src.layers[q.src]) != _structure(dst.layers[q.dst])
+                             for q in got.pairs) and \
             len(sp) == len(dp) and all(_structure(a) == _structure(b) for a, b in zip(pieces.src, pieces.dst)):
         return pieces
     return View(list(src.layers), list(dst.layers), p, got.named, False, list(range(len(src.layers))),
@@ -676,3 +677,39 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
                 raise ValueError(f"source layer '{l.name}': not every stacked layer was found in DST")
             layers.append(replace(fold_forget_bias(l), params=[pieces[x] for x in idx]))
     return replace(dst, layers=layers, slabs=None)
+
+
+def _short(s: Slip) -> str:
+    """A slip's kind in a few words: ``z<->r`` for two exchanged gate blocks, ``gate order z,r,n``..."""
+    if s.kind == "gate_order":
+        moved = [(a, b) for a, b in zip(s.frm, s.to) if a != b]
+        return f"{moved[0][0]}<->{moved[0][1]}" if len(moved) == 2 else f"gate order {','.join(s.frm)}"
+    if s.kind in S.SEMANTIC:
+        return f"{s.kind} {s.frm} (source: {s.to})"
+    return s.kind.replace("_", " ")
+
+
+def groups(layers: list[LayerDiagnosis]) -> list[dict[str, Any]]:
+    """The slips of ``layers`` grouped by what was slipped (kind, ``from``, ``to``), in order of first
+    appearance: per group ``{"kind", "short" (``'z<->r'``...), "count", "layers" (DST names), "example" (the
+    first slip's message), "what" (the message's part after the tensor's name where all of a group's messages
+    share it, else the example)}``. The console's grouped lines (``rnnconvert diagnose``; ``-v`` lists each)."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for ld in layers:
+        if ld.verdict != "slip":
+            continue
+        for s in ld.slips:
+            key = (s.kind, str(s.frm), str(s.to))
+            g = out.setdefault(key, {"kind": s.kind, "short": _short(s), "count": 0, "layers": [],
+                                     "example": s.message, "tails": set()})
+            g["count"] += 1
+            if ld.name not in g["layers"]:
+                g["layers"].append(ld.name)
+            tail = s.message.split(": ", 1)[-1]
+            g["tails"].add(tail.split(" ", 1)[1] if s.tensor in S.TENSORS and " " in tail else tail)
+    got = []
+    for g in out.values():
+        tails = g.pop("tails")
+        g["what"] = next(iter(tails)) if len(tails) == 1 else g["example"]
+        got.append(g)
+    return got

@@ -67,7 +67,7 @@ class Pairing:
     def lines(self) -> list[str]:
         """One line per pair not made by name: ``DST layer 'encoder' paired with source layer 'bidirectional' by
         position``; empty when every pair is by name."""
-        words = {"position": "by position", "shape": "by shape (the only source layer of its shape left)",
+        words = {"position": "by position", "shape": "by shape (the first source layer of its shape left)",
                  "parameters": "by its parameters (it computes that layer's function, or its slips explain it)"}
         return [f"DST layer '{self.dst_names[p.dst]}' paired with source layer '{self.src_names[p.src]}' "
                 f"{words[p.how]}" for p in self.pairs if p.how != "name"]
