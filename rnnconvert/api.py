@@ -207,6 +207,9 @@ class ConversionReport:
     modules: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     verification: VerifyReport | None = None
+    #: the source's non-recurrent tensors handed to the writer (Embedding, Dense...: ``Checkpoint.tensors`` keys,
+    #: PyTorch naming); written unless a note says "non-recurrent tensor(s) ... are not written"
+    tensors: list[str] = field(default_factory=list)
 
 
 def unique_names(ckpt: Checkpoint, target: str) -> None:
@@ -345,7 +348,7 @@ def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opt
     out_mod.check_options("write", write_opts or {})
     ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
     ckpt, write_opts, stream = _whole_model(ckpt, in_mod, out_mod, write_opts, stream)
-    rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
+    rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name, tensors=list(ckpt.tensors))
     unique_names(ckpt, out_fmt.name)
     emitted = whole_steps.emit(ckpt, in_mod, src_p, emit, write_opts) if emit is not None else None
     if out_mod.check is not None:  # on a lazy skeleton: refusals look at structure only
