@@ -360,7 +360,7 @@ def _short_rule(c) -> str:
     if c.seq_tol > 0 or c.seq_err > 0:
         parts.append(f"sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})")
     if c.steps_checked:
-        parts.append(f"one step: {c.step_ratio:.2g} of its bound")
+        parts.append(f"one step {c.step_ratio:.2g} of bound")
     if parts:
         return "; ".join(parts)
     if c.max_abs_err != c.max_abs_err or c.max_abs_err == float("inf"):
