@@ -570,37 +570,50 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     # maps it was 3x slower than reading it ahead (speed/prefetch.py)
     prefetch(dst)
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
-    paired = _paired(ckpt, d_ckpt, seed)  # DST names its layers otherwise: diagnose's pairing (#42)
-    if paired is not None:
-        from .verify.pairing import RenamedTarget
+    first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
 
-        targets = [RenamedTarget(t, paired.names()) for t in targets]
-    try:
-        first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
-        if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
-            rep = VerifyReport(seed=seed)  # a program (.pt2): its runtime's whole-model checks only, as converted
-        elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
-            rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
-                                   first_tol, target_dtype)
-        else:
-            rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
-                          first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
-        if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
-            _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
-        rep.pairing = paired
+    def attempt(targets: list) -> VerifyReport:
+        try:
+            if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
+                rep = VerifyReport(seed=seed)  # a program (.pt2): its runtime's whole-model checks only, as converted
+            elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
+                rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
+                                       first_tol, target_dtype)
+            else:
+                rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
+                              first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
+            if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
+                _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
+            return rep
+        except RNNConvertError:
+            raise
+        except Exception as exc:  # the target framework rejected the file: it does not match the source
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+
+    try:  # DST's layers looked up by SRC's names (every file rnnconvert writes keeps them, or its runtime finds them)
+        rep = attempt(targets)
+        rep.pairing = None
         return rep
-    except RNNConvertError:
-        raise
-    except Exception as exc:  # the target framework rejected the file: it does not match the source
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+    except FormatError:
+        # DST names its layers otherwise (a hand port's encoder/decoder): paired as diagnose pairs them (#42)
+        paired = _paired(ckpt, d_ckpt, seed)
+        if paired is None:
+            raise
+    from .verify.pairing import RenamedTarget
+
+    rep = attempt([RenamedTarget(t, paired.names()) for t in targets])
+    rep.pairing = paired
+    return rep
 
 
 def _paired(ckpt: Checkpoint, d_ckpt: Checkpoint | None, seed: int):
-    """How ``verify`` pairs SRC's layers with DST's where DST does not name them all as SRC does: the pairing
-    ``diagnose`` uses (:func:`rnnconvert.verify.diagnose.pair_checkpoints`: by name where the names match, else
-    by position, shape or parameters), or ``None`` (all by name; DST unreadable by rnnconvert; the files stack
-    their layers otherwise: verification then looks DST's layers up by SRC's names, as before)."""
+    """How ``verify`` pairs SRC's layers with DST's where looking DST's layers up by SRC's names failed and DST
+    does not name them all as SRC does: the pairing ``diagnose`` uses
+    (:func:`rnnconvert.verify.diagnose.pair_checkpoints`: by name where the names match, else by position, shape
+    or parameters), or ``None`` (all by name; DST unreadable by rnnconvert; the files stack their layers
+    otherwise). Only after the lookup by name failed: a file whose reader names its layers otherwise (a TF2
+    object checkpoint's ``layer_with_weights-0``) but whose runtime finds SRC's names verifies as before."""
     if d_ckpt is None or {l.name for l in d_ckpt.layers} <= {l.name for l in ckpt.layers}:
         return None
     from .verify import diagnose as dg

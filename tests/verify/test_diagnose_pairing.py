@@ -154,3 +154,15 @@ def test_verify_pairs_like_diagnose(capsys):
     rep = api.verify(SRC, PORT)
     assert rep.verdict == "ok" and rep.pairing.names() == {"bidirectional": "encoder", "gru_1": "decoder"}
     assert api.verify(SRC, ZR_DECFIRST).verdict == "fail"
+
+
+def test_a_file_whose_reader_names_layers_otherwise_verifies_by_name_first(tmp_path):
+    """A TF2 object checkpoint is read back as ``layer_with_weights-N``, yet its runtime (tf_keras) finds the
+    source's names: verify looks DST's layers up by SRC's names first and pairs only where that fails."""
+    pytest.importorskip("tf_keras")
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "keras" / "stack_lstm_gru_rnn.h5"
+    dst = tmp_path / "tf2"
+    api.convert(src, dst, to="tf2_checkpoint", verify=None)
+    assert {l.name for l in api.load(dst, "tf2_checkpoint").layers}.isdisjoint({l.name for l in api.load(src).layers})
+    rep = api.verify(src, dst, dst_format="tf2_checkpoint")
+    assert rep.verdict == "ok" and rep.pairing is None
