@@ -396,12 +396,22 @@ def _pytorch_way_out(exc, src: Path, dst: Path) -> None:
         return
     import shlex
 
-    py = dst.with_suffix(".py")
-    if not py.stem.isidentifier():
-        py = py.with_name("model.py")
-    exc.way_out = (f"{exc.way_out.rstrip('.')}. For PyTorch code: rnnconvert {shlex.quote(str(src))} "
-                   f"{shlex.quote(str(dst.with_suffix('.pt2')))} --emit-module {shlex.quote(str(py))} (a Keras 2 "
-                   f"full model: an exact torch.export program, and nn.Module source to read and train)")
+    from .engine import registry
+
+    try:
+        whole = registry.detect(src).load().whole_model is not None  # a Keras 2 model: --emit-module applies
+    except Exception:  # noqa: BLE001 - the refusal stands as it is
+        whole = False
+    pt2 = shlex.quote(str(dst.with_suffix(".pt2")))
+    if whole:
+        py = dst.with_suffix(".py")
+        if not py.stem.isidentifier():
+            py = py.with_name("model.py")
+        tail = (f"rnnconvert {shlex.quote(str(src))} {pt2} --emit-module {shlex.quote(str(py))} (a Keras 2 full "
+                f"model: an exact torch.export program, and nn.Module source to read and train)")
+    else:
+        tail = f"rnnconvert {shlex.quote(str(src))} {pt2} (a torch.export program: torch.export.load(path).module())"
+    exc.way_out = f"{exc.way_out.rstrip('.')}. For PyTorch code: {tail}"
 
 
 def _verify_mode(verify: Optional[str], no_verify: bool) -> str:
