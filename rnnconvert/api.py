@@ -207,6 +207,9 @@ class ConversionReport:
     modules: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     verification: VerifyReport | None = None
+    #: the source's non-recurrent tensors handed to the writer (Embedding, Dense...: ``Checkpoint.tensors`` keys,
+    #: PyTorch naming); written unless a note says "non-recurrent tensor(s) ... are not written"
+    tensors: list[str] = field(default_factory=list)
 
 
 def unique_names(ckpt: Checkpoint, target: str) -> None:
@@ -345,7 +348,7 @@ def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opt
     out_mod.check_options("write", write_opts or {})
     ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
     ckpt, write_opts, stream = _whole_model(ckpt, in_mod, out_mod, write_opts, stream)
-    rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name)
+    rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name, tensors=list(ckpt.tensors))
     unique_names(ckpt, out_fmt.name)
     emitted = whole_steps.emit(ckpt, in_mod, src_p, emit, write_opts) if emit is not None else None
     if out_mod.check is not None:  # on a lazy skeleton: refusals look at structure only
@@ -541,8 +544,9 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
+    d_ckpt = None
     if out_mod.read is not None:  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
-        load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
+        d_ckpt = load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
     if device == "cuda":
         from .verify.cuda import ROUTES, CudaTarget, require_cuda
 
@@ -566,24 +570,59 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     # maps it was 3x slower than reading it ahead (speed/prefetch.py)
     prefetch(dst)
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
-    try:
-        first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
-        if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
-            rep = VerifyReport(seed=seed)  # a program (.pt2): its runtime's whole-model checks only, as converted
-        elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
-            rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
-                                   first_tol, target_dtype)
-        else:
-            rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
-                          first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
-        if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
-            _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
+    first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
+
+    def attempt(targets: list) -> VerifyReport:
+        try:
+            if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
+                rep = VerifyReport(seed=seed)  # a program (.pt2): its runtime's whole-model checks only, as converted
+            elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
+                rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
+                                       first_tol, target_dtype)
+            else:
+                rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
+                              first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
+            if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
+                _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
+            return rep
+        except RNNConvertError:
+            raise
+        except Exception as exc:  # the target framework rejected the file: it does not match the source
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+
+    try:  # DST's layers looked up by SRC's names (every file rnnconvert writes keeps them, or its runtime finds them)
+        rep = attempt(targets)
+        rep.pairing = None
         return rep
-    except RNNConvertError:
-        raise
-    except Exception as exc:  # the target framework rejected the file: it does not match the source
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
+    except FormatError:
+        # DST names its layers otherwise (a hand port's encoder/decoder): paired as diagnose pairs them (#42)
+        paired = _paired(ckpt, d_ckpt, seed)
+        if paired is None:
+            raise
+    from .verify.pairing import RenamedTarget
+
+    rep = attempt([RenamedTarget(t, paired.names()) for t in targets])
+    rep.pairing = paired
+    return rep
+
+
+def _paired(ckpt: Checkpoint, d_ckpt: Checkpoint | None, seed: int):
+    """How ``verify`` pairs SRC's layers with DST's where looking DST's layers up by SRC's names failed and DST
+    does not name them all as SRC does: the pairing ``diagnose`` uses
+    (:func:`rnnconvert.verify.diagnose.pair_checkpoints`: by name where the names match, else by position, shape
+    or parameters), or ``None`` (all by name; DST unreadable by rnnconvert; the files stack their layers
+    otherwise). Only after the lookup by name failed: a file whose reader names its layers otherwise (a TF2
+    object checkpoint's ``layer_with_weights-0``) but whose runtime finds SRC's names verifies as before."""
+    if d_ckpt is None or {l.name for l in d_ckpt.layers} <= {l.name for l in ckpt.layers}:
+        return None
+    from .verify import diagnose as dg
+
+    try:
+        got = dg.pair_checkpoints(ckpt.materialize(), d_ckpt.materialize(), seed)
+    except ValueError:
+        return None
+    return None if got is None or got.named else got
 
 
 def _verify_whole_file(ckpt, in_mod, whole, src: Path, dst: Path, model_in: dict, layer_in: dict | None, seed: int,
@@ -710,6 +749,9 @@ class DiagnosisReport:
     verification_error: str = ""
     fixed: str | None = None
     fix_verification: VerifyReport | None = None
+    #: how DST's layers were paired with SRC's where DST names them otherwise
+    #: (:class:`rnnconvert.verify.pairing.Pairing`; ``None``: all by name, or compared as one-layer pieces)
+    pairing: Any = None
 
     @property
     def verdict(self) -> str:
@@ -723,7 +765,8 @@ class DiagnosisReport:
                 "verdict": self.verdict, "layers": [ld.to_dict() for ld in self.layers],
                 "verification": self.verification.to_dict() if self.verification else None,
                 "verification_error": self.verification_error or None, "fixed": self.fixed,
-                "fix_verification": self.fix_verification.to_dict() if self.fix_verification else None}
+                "fix_verification": self.fix_verification.to_dict() if self.fix_verification else None,
+                "pairing": self.pairing.to_dict() if self.pairing is not None else None}
 
 
 def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.PathLike | None = None,
@@ -759,7 +802,8 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
         layers = dg.diagnose(s_ckpt, d_ckpt, seed)
     except ValueError as exc:
         raise FormatError(f"{dst}: {exc}") from exc
-    rep = DiagnosisReport(str(src), str(dst), s_ckpt.format, d_ckpt.format, layers)
+    rep = DiagnosisReport(str(src), str(dst), s_ckpt.format, d_ckpt.format, layers,
+                          pairing=_paired(s_ckpt, d_ckpt, seed))
     if run_verify:
         try:
             rep.verification = verify(src, dst, src_format=s_ckpt.format, dst_format=d_ckpt.format,

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -81,6 +82,8 @@ MapOpt = Annotated[Optional[list[str]], typer.Option(
 GateOpt = Annotated[Optional[str], typer.Option(
     "--gate-activation", help="Gate activation of a Keras weights-only file that cannot tell (sigmoid, hard_sigmoid).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Print the details: every measured number, "
+                                          "every slip, every layer pairing.")]
 InputsOpt = Annotated[Optional[Path], typer.Option(
     "--inputs", help="Verify on these inputs instead of a random batch: an .npz of float (batch, steps, "
                      "input_size) arrays keyed by layer name.", show_default=False)]
@@ -154,6 +157,7 @@ def convert(
         "--emit-module", help="A Keras 2 full model: also write it as readable PyTorch nn.Module source to this .py "
         "file (class Model) and its state dict beside it (<stem>_state.pt), verified against tf_keras.",
         show_default=False)] = None,
+    verbose: VerboseOpt = False,
     jobs: Annotated[Optional[int], typer.Option(
         "--jobs", "-j", help="Parallel workers: files at a time for a directory SRC (default 1); for one SRC file, "
         "threads (as --threads).", show_default=False)] = None,
@@ -209,11 +213,13 @@ def convert(
         state = None if emit_module is None else emit_module.with_name(emit_module.stem + "_state.pt")
         _check_report(report, force, {"the source": src, "the output": dst, "the emitted module": emit_module,
                                        "the emitted state dict": state})
+    started = time.monotonic()
     with _progress(quiet, f"converting {src.name}") as bar:
         try:
             rep = api.convert(src, dst, to=to, progress=bar.update, emit_module=emit_module,
                               verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
         except RNNConvertError as exc:
+            _pytorch_way_out(exc, src, dst)
             if report is not None:  # the refusal or failure, with what was measured
                 done = getattr(exc, "report", None)
                 _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=src_format, error=exc.cli_message(),
@@ -233,7 +239,7 @@ def convert(
             _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=rep.src_format,
                   dst_format=rep.dst_format, modules=rep.modules, notes=rep.notes, verification=rep.verification,
                   force=force)
-        _report(rep, as_json)
+        _report(rep, as_json, verbose, time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - e.g. a closed stdout
         print(f"rnnconvert: warning: {_shown(rep.dst)} was written; the report could not be printed "
               f"({type(exc).__name__}: {_shown(exc)})", file=sys.stderr)
@@ -266,26 +272,146 @@ def _html(path: Path, kind: str, src, dst, read_opts: dict, read_dst: bool = Tru
                                                dst_format=dst_format, read_opts=read_opts, **content), force=force)
 
 
-def _report(rep, as_json: bool) -> None:
-    """Print what :func:`rnnconvert.api.convert` did (after DST was put in place)."""
+def _report(rep, as_json: bool, verbose: bool = False, seconds: float | None = None) -> None:
+    """Print what :func:`rnnconvert.api.convert` did (after DST was put in place): the formats, the writer's
+    lines and notes, what was carried beyond the recurrent layers, one short line per check (name, verdict,
+    error against tolerance; ``verbose``: every measured number and both routes, :func:`_rule`), and a closing
+    line (file, size, overall verdict, time). ``--json`` has everything (``carried``, ``bytes``, ``seconds``)."""
+    size = _size(Path(rep.dst))
+    carried = _carried(rep)
     if as_json:
         out = {"src": rep.src, "dst": rep.dst, "src_format": rep.src_format, "dst_format": rep.dst_format,
-               "modules": rep.modules, "notes": rep.notes,
+               "modules": rep.modules, "notes": rep.notes, "carried": carried, "bytes": size,
+               "seconds": None if seconds is None else round(seconds, 3),
                "verification": rep.verification.to_dict() if rep.verification else None}
         typer.echo(json.dumps(out, indent=2))
         return
     con = _console()
-    con.print(_shown(f"{rep.src} ({rep.src_format}) -> {rep.dst} ({rep.dst_format})"))
+    con.print(_shown(f"{rep.src} ({rep.src_format}) -> {rep.dst} ({rep.dst_format})"), soft_wrap=True)
     for line in rep.modules:
-        con.print(f"  {_shown(line)}")
+        con.print(f"  {_shown(line)}", soft_wrap=True)
     for note in rep.notes:
-        con.print(f"  note: {_shown(note)}")
-    if rep.verification:
-        for c in rep.verification.layers:
-            con.print(f"  {'verified' if c.ok else c.verdict} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs "
-                      f"{c.target_route}" + (f" ({_shown(c.reason)})" if c.reason else ""))
-    else:
+        con.print(f"  note: {_shown(note)}", soft_wrap=True)
+    if carried:
+        con.print(_shown(f"  carried beyond the recurrent layers: {_tensor_list(carried)}"), soft_wrap=True)
+    checks = rep.verification.layers if rep.verification else []
+    for c in checks:
+        word = "verified" if c.ok else c.verdict
+        if verbose:
+            con.print(f"  {word} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs {c.target_route}"
+                      + (f" ({_shown(c.reason)})" if c.reason else ""), soft_wrap=True)
+        else:
+            con.print(f"  {word} {_shown(c.name)}: {_short_rule(c)}", soft_wrap=True)
+            if c.reason:
+                con.print(f"    {_shown(c.reason)}", soft_wrap=True)
+    if not rep.verification:
         con.print("  not verified (--no-verify)")
+    con.print(_shown(_closing(rep, size, seconds)), soft_wrap=True)
+
+
+def _size(path: Path) -> int | None:
+    """Bytes of the written file (of every file under a written folder); ``None`` where it cannot be told."""
+    try:
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "size unknown"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _carried(rep) -> list[str]:
+    """The non-recurrent tensors the conversion wrote (:attr:`rnnconvert.api.ConversionReport.tensors`), none
+    where a writer's note says they are not written (ONNX, Keras, TF, TFLite, cuDNN buffers)."""
+    tensors = list(getattr(rep, "tensors", []) or [])
+    dropped = any("non-recurrent tensor" in n and "not written" in n for n in rep.notes)
+    return [] if dropped else tensors
+
+
+def _tensor_list(names: list[str], room: int = 70) -> str:
+    """``embedding (weight), dense (weight, bias)``: the tensors by owner, cut to about ``room`` characters."""
+    owners: dict[str, list[str]] = {}
+    for n in names:
+        owner, _, leaf = n.rpartition(".")
+        owners.setdefault(owner or n, []).append(leaf if owner else "")
+    parts = [f"{o} ({', '.join(x for x in leaves if x)})" if any(leaves) else o for o, leaves in owners.items()]
+    out, more = "", ""
+    for k, part in enumerate(parts):
+        if out and len(out) + len(part) > room:
+            more = f", and {len(parts) - k} more"
+            break
+        out = f"{out}, {part}" if out else part
+    return f"{len(names)} tensor{'s' if len(names) != 1 else ''}: {out}{more}"
+
+
+def _short_rule(c) -> str:
+    """A check in a few words: for a layer judged by :mod:`rnnconvert.verify.engine`, the short sequence's
+    largest error against its tolerance and the one-step error as a fraction of its bound; for another check
+    (a whole-model comparison) its largest error against its tolerance (:func:`_rule` has every number)."""
+    parts = []
+    if c.seq_tol > 0 or c.seq_err > 0:
+        parts.append(f"sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})")
+    if c.steps_checked:
+        parts.append(f"one step {c.step_ratio:.2g} of bound")
+    if parts:
+        return "; ".join(parts)
+    if c.max_abs_err != c.max_abs_err or c.max_abs_err == float("inf"):
+        return "not compared"
+    if c.tolerance <= 0 and c.max_abs_err == 0:
+        return "not measured"
+    return f"max abs error {c.max_abs_err:.2e} (tolerance {c.tolerance:.1e})"
+
+
+def _closing(rep, size: int | None, seconds: float | None) -> str:
+    """The last line: the written file, its size, the overall verdict, the time the conversion took."""
+    v = rep.verification
+    took = "" if seconds is None else f", {seconds:.1f} s"
+    if v is None:
+        verdict = "not verified (--no-verify)"
+    elif not v.layers:
+        verdict = "written (no check ran)"
+    elif v.inconclusive:
+        unsure = sum(c.verdict == "inconclusive" for c in v.layers)
+        verdict = f"inconclusive, accepted ({unsure} of {len(v.layers)} checks)"
+    else:
+        verdict = f"verified ({len(v.layers)} check{'s' if len(v.layers) != 1 else ''})"
+    return f"{rep.dst}: {_bytes(size)}, {verdict}{took}"
+
+
+def _pytorch_way_out(exc, src: Path, dst: Path) -> None:
+    """A refusal into ``.pt`` (``torch.nn`` modules cannot express the layer) where a ``.pt2`` program can: the
+    PyTorch user's way out named too, the ``--emit-module`` command (a Keras 2 full model: an exact
+    ``torch.export`` program and readable ``nn.Module`` source beside it, docs/pytorch.md)."""
+    from .engine.refusal import Refused
+
+    if not isinstance(exc, Refused) or exc.fmt != "pt" or ".pt2" not in (exc.way_out or ""):
+        return
+    import shlex
+
+    from .engine import registry
+
+    try:
+        whole = registry.detect(src).load().whole_model is not None  # a Keras 2 model: --emit-module applies
+    except Exception:  # noqa: BLE001 - the refusal stands as it is
+        whole = False
+    pt2 = shlex.quote(str(dst.with_suffix(".pt2")))
+    if whole:
+        py = dst.with_suffix(".py")
+        if not py.stem.isidentifier():
+            py = py.with_name("model.py")
+        tail = (f"rnnconvert {shlex.quote(str(src))} {pt2} --emit-module {shlex.quote(str(py))} (a Keras 2 full "
+                f"model: an exact torch.export program, and nn.Module source to read and train)")
+    else:
+        tail = f"rnnconvert {shlex.quote(str(src))} {pt2} (a torch.export program: torch.export.load(path).module())"
+    exc.way_out = f"{exc.way_out.rstrip('.')}. For PyTorch code: {tail}"
 
 
 def _verify_mode(verify: Optional[str], no_verify: bool) -> str:
@@ -531,8 +657,10 @@ def verify(
                      inputs=None if inputs is None else api.load_inputs(inputs))
     if report is not None:
         _html(report, "verification", src, dst, opts, verification=rep, force=force)
+    paired = getattr(rep, "pairing", None)  # DST names its layers otherwise (api._paired)
     if as_json:
         out = rep.to_dict()
+        out["pairing"] = paired.to_dict() if paired is not None else None
         if device == "cuda":
             from .verify.cudnn_layout import versions
 
@@ -540,6 +668,9 @@ def verify(
         typer.echo(json.dumps(out, indent=2))
     else:
         con = _console()
+        if paired is not None:  # how DST's layers were found (the lines below name SRC's layers)
+            for line in paired.lines():
+                con.print(_shown(line), soft_wrap=True)
         for c in rep.layers:
             tag = {"ok": "ok  ", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}[c.verdict]
             con.print(f"{tag} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs {c.target_route}"
@@ -571,6 +702,7 @@ def diagnose(
     name_map: MapOpt = None,
     as_json: JsonOpt = False,
     report: ReportOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Name the slip (gate order, transpose, biases, directions, activations...) that makes DST compute
     something else than SRC, per layer; exit 0 when DST is right (or --fix wrote a verified file), 5 if not
@@ -591,20 +723,53 @@ def diagnose(
     if as_json:
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:
-        con = _console()
-        for ld in rep.layers:
-            tag = {"ok": "ok  ", "slip": "SLIP", "unexplained": "UNEXPLAINED"}[ld.verdict]
-            if ld.verdict == "ok":
-                con.print(f"{tag} {_shown(ld.note or ld.name)}")
-            elif ld.verdict == "slip":
-                for s in ld.slips:
-                    con.print(f"{tag} {_shown(s.message)}")
-            else:
-                con.print(f"{tag} {_shown(ld.note)}")
-        if rep.fixed:
-            con.print(_shown(f"fixed: {rep.fixed} written and verified against {src}"))
+        _diagnosis_lines(rep, src, dst, verbose, gate_activation, read_opt, name_map)
     if rep.verdict != "ok" and not rep.fixed:
         raise typer.Exit(VerificationError.exit_code)
+
+
+def _diagnosis_lines(rep, src: Path, dst: Path, verbose: bool, gate_activation, read_opt, name_map) -> None:
+    """Print a diagnosis: how the layers were paired (where DST names them otherwise), the ok and unexplained
+    layers one line each, the slips grouped (``12 slips in 2 layers (encoder, decoder), all z<->r``; a group of
+    one slip is its own line; ``verbose``: every slip, and every pair), then the ``--fix`` command line that
+    undoes them (when every layer is explained and nothing was fixed) or what ``--fix`` wrote."""
+    import shlex
+
+    from .verify import diagnose as dg
+
+    con = _console()
+    if rep.pairing is not None:
+        for line in (rep.pairing.lines() if verbose else [rep.pairing.summary()]):
+            con.print(_shown(line), soft_wrap=True)
+    for ld in rep.layers:
+        if ld.verdict == "ok":
+            con.print(f"ok   {_shown(ld.note or ld.name)}")
+        elif ld.verdict == "unexplained":
+            con.print(f"UNEXPLAINED {_shown(ld.note)}")
+        elif verbose:
+            for s in ld.slips:
+                con.print(f"SLIP {_shown(s.message)}")
+    if not verbose:
+        for g in dg.groups(rep.layers):
+            if g["count"] == 1:
+                con.print(f"SLIP {_shown(g['example'])}")
+                continue
+            where = (f"in {len(g['layers'])} layers ({', '.join(g['layers'])})" if len(g["layers"]) > 1
+                     else f"in {g['layers'][0]}")
+            con.print(_shown(f"SLIP {g['count']} slips {where}, all {g['short']}: {g['what']}"), soft_wrap=True)
+        if any(g["count"] > 1 for g in dg.groups(rep.layers)):
+            con.print("     (-v lists every slip; --json gives each with its layer, direction and tensor)")
+    if rep.fixed:
+        kept = f" (DST's layer names kept: {', '.join(rep.pairing.dst_names)})" if rep.pairing is not None else ""
+        con.print(_shown(f"fixed: {rep.fixed} written and verified against {src}{kept}"), soft_wrap=True)
+    elif rep.verdict == "slip":
+        fixed = dst.with_name(f"{dst.stem}_fixed{dst.suffix}")
+        extra = ([f"--gate-activation {shlex.quote(gate_activation)}"] if gate_activation else []) + \
+            [f"--read-opt {shlex.quote(o)}" for o in read_opt or []] + [f"--map {shlex.quote(m)}" for m in name_map or []]
+        cmd = " ".join(["rnnconvert diagnose", shlex.quote(str(src)), shlex.quote(str(dst)), *extra, "--fix",
+                        shlex.quote(str(fixed))])
+        con.print(_shown(f"to undo every slip (writes a corrected copy of DST, verified against SRC): {cmd}"),
+                  soft_wrap=True)
 
 
 @app.command()

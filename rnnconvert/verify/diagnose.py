@@ -40,6 +40,7 @@ from ..core import reference
 from ..core.gates import CANONICAL, gate_slice
 from ..core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ..core.transforms import fold_forget_bias
+from . import pairing as P
 from . import slips as S
 from .slips import Slip
 
@@ -435,24 +436,13 @@ def _unexplained(name: str, e: RNNLayer, div: dict, missing: list[str]) -> str:
 # ---------------------------------------------------------------------------------------------------------
 # checkpoints
 
-def _by_name(src: Checkpoint, dst: Checkpoint) -> bool:
-    names = [l.name for l in src.layers]
-    return all(l.name in names for l in dst.layers) and len(set(l.name for l in dst.layers)) == len(dst.layers)
-
-
 def pairs(src: Checkpoint, dst: Checkpoint) -> list[tuple[int, int]]:
-    """``(source index, DST index)`` of the layers compared: by name when every DST name is a source name,
-    else by position.
+    """``(source index, DST index)`` of the layers compared: the one pairing rule (:func:`rnnconvert.verify.pairing.pair`:
+    by name where the names match, else by position or shape).
 
     Raises:
-        ValueError: the files hold different numbers of recurrent layers and their names differ."""
-    names = [l.name for l in src.layers]
-    if _by_name(src, dst):
-        return [(names.index(l.name), j) for j, l in enumerate(dst.layers)]
-    if len(src.layers) != len(dst.layers):
-        raise ValueError(f"SRC holds {len(src.layers)} recurrent layers ({', '.join(names)}) and DST "
-                         f"{len(dst.layers)} ({', '.join(l.name for l in dst.layers)}), with other names")
-    return [(j, j) for j in range(len(dst.layers))]
+        ValueError: the layers left after the names differ in number."""
+    return P.pair(src.layers, dst.layers).tuples()
 
 
 def split_stack(layer: RNNLayer) -> list[RNNLayer]:
@@ -474,7 +464,7 @@ class View:
     """The layers compared: ``src``/``dst`` the layers (or their one-layer pieces, ``split``), ``pairs``
     ``(source index, DST index)`` into them, ``named`` whether paired by name, ``owner[i]`` the index in
     ``Checkpoint.layers`` of source view layer ``i``, ``dst_at[j]`` DST view layer ``j``'s layer name and depth
-    in DST's file."""
+    in DST's file; ``pairing`` the rule's pairing of the view's layers (:mod:`rnnconvert.verify.pairing`)."""
 
     src: list[RNNLayer]
     dst: list[RNNLayer]
@@ -483,6 +473,7 @@ class View:
     split: bool
     owner: list[int]
     dst_at: list[tuple[str, int]] = field(default_factory=list)
+    pairing: P.Pairing | None = None
 
 
 def view(src: Checkpoint, dst: Checkpoint) -> View:
@@ -495,22 +486,26 @@ def view(src: Checkpoint, dst: Checkpoint) -> View:
         ValueError: the layer counts differ, with other names, and the pieces' counts differ too."""
     sp = [(i, piece) for i, l in enumerate(src.layers) for piece in split_stack(l)]
     dp = [(l.name, k, piece) for l in dst.layers for k, piece in enumerate(split_stack(l))]
-    pieces = View([x for _, x in sp], [x for _, _, x in dp], [(j, j) for j in range(len(dp))], False, True,
-                  [i for i, _ in sp], [(n, k) for n, k, _ in dp])
+    s_pieces, d_pieces = [x for _, x in sp], [x for _, _, x in dp]
+    pieces = View(s_pieces, d_pieces, [(j, j) for j in range(len(dp))], False, True,
+                  [i for i, _ in sp], [(n, k) for n, k, _ in dp],
+                  P.Pairing([P.Pair(j, j, "position") for j in range(len(dp))], [l.name for l in s_pieces],
+                            [l.name for l in d_pieces]))
     try:
-        p = pairs(src, dst)
+        got = P.pair(src.layers, dst.layers)
     except ValueError:
         if len(sp) != len(dp):
             raise
         return pieces
-    named = _by_name(src, dst)
-    # paired by position with stacks cut otherwise (a 2-layer and a 1-layer against a 1-layer and a 2-layer):
-    # the pieces, where they all agree in shape
-    if not named and any(_structure(src.layers[i]) != _structure(dst.layers[j]) for i, j in p) and \
+    p = got.tuples()
+    # paired by position or shape with stacks cut otherwise (a 2-layer and a 1-layer against a 1-layer and a
+    # 2-layer): the pieces, where they all agree in shape (the files' order first: a stack is cut, not reordered)
+    if not got.named and any(q.how == "shape" or _structure(src.layers[q.src]) != _structure(dst.layers[q.dst])
+                             for q in got.pairs) and \
             len(sp) == len(dp) and all(_structure(a) == _structure(b) for a, b in zip(pieces.src, pieces.dst)):
         return pieces
-    return View(list(src.layers), list(dst.layers), p, named, False, list(range(len(src.layers))),
-                [(l.name, 0) for l in dst.layers])
+    return View(list(src.layers), list(dst.layers), p, got.named, False, list(range(len(src.layers))),
+                [(l.name, 0) for l in dst.layers], got)
 
 
 #: the most kinds of slip (the layer's semantics fields not counted: they are read, not guessed) one layer's
@@ -556,7 +551,7 @@ def diagnose(src: Checkpoint, dst: Checkpoint, seed: int = 0) -> list[LayerDiagn
     base = {j: i for i, j in v.pairs}
     if not v.named:
         out = []
-        for j, i in sorted(_assign(v, base, dg).items()):
+        for j, i in sorted({p.dst: p.src for p in _pairing(v, dg).pairs}.items()):
             got = _copy(dg(i, j))
             if i != base[j]:  # not an exchange: the names differ, the order was a guess
                 said = (f"paired with source layer '{v.src[i].name}' by its parameters (the files name and order "
@@ -596,34 +591,33 @@ def diagnose(src: Checkpoint, dst: Checkpoint, seed: int = 0) -> list[LayerDiagn
     return out
 
 
-#: the most DST layers whose pairing by position is searched (every permutation of them)
-MAX_REPAIR = 6
+def _pairing(v: View, dg) -> P.Pairing:
+    """The view's pairing (:func:`view`), and where it is not all by name, by parameters too (``dg(i, j)``: the
+    diagnosis of DST view layer ``j`` against source view layer ``i``; :func:`_cost` of it)."""
+    if v.named:
+        return v.pairing
+    return P.pair(v.src, v.dst, cost=lambda i, j: _cost(dg(i, j)))
 
 
-def _assign(v: View, base: dict[int, int], dg) -> dict[int, int]:
-    """DST view index -> source view index: the position pairing, except that the DST layers it leaves not
-    ok are paired among their positions' source layers in the way whose explanations claim least in all
-    (:func:`_cost`; ties: the most layers kept at their position)."""
-    bad = [j for j in sorted(base) if dg(base[j], j).verdict != "ok"]
-    if len(bad) < 2 or len(bad) > MAX_REPAIR:
-        return dict(base)
-    pool = [base[j] for j in bad]
-    best = None
-    for perm in itertools.permutations(pool):
-        total = [0, 0, 0]
-        for j, i in zip(bad, perm):
-            if _structure(fold_forget_bias(v.src[i])) != _structure(v.dst[j]):
-                c = _cost(LayerDiagnosis("", "", "unexplained"))
-            else:
-                c = _cost(dg(i, j))
-            total[0] += c[0]
-            total[1] += c[1]
-            total[2] += i != base[j]
-        if best is None or tuple(total) < best[0]:
-            best = (tuple(total), perm)
-    out = dict(base)
-    out.update(zip(bad, best[1]))
-    return out
+def pair_checkpoints(src: Checkpoint, dst: Checkpoint, seed: int = 0) -> P.Pairing | None:
+    """How ``diagnose`` pairs the layers of ``src`` and ``dst`` (:func:`view`, then by parameters: the pairing
+    rule of :mod:`rnnconvert.verify.pairing`), for ``verify`` and ``--fix``'s verification to pair the same way;
+    ``None`` where the files' layers are compared as one-layer pieces (stacked otherwise). Eager checkpoints.
+
+    Raises:
+        ValueError: see :func:`view`."""
+    v = view(src, dst)
+    if v.split:
+        return None
+    memo: dict = {}
+
+    def dg(i: int, j: int) -> LayerDiagnosis:
+        if (i, j) not in memo:
+            memo[(i, j)] = diagnose_layer(v.dst_at[j][0], v.src[i], v.dst[j], dst.format, seed, v.dst_at[j][1])
+        return memo[(i, j)]
+
+    got = _pairing(v, dg)
+    return P.Pairing(got.pairs, [l.name for l in src.layers], [l.name for l in dst.layers])
 
 
 def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosis]) -> Checkpoint:
@@ -631,9 +625,10 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
     of its recipes, at the source slots they came from, with the source's semantics (forget bias folded) and
     DST's name; a layer holding another source layer's parameters (layers exchanged) goes where that layer
     belongs. The other tensors of DST as they are. Where DST's layer names are not the source's (paired by
-    position or by parameters, :func:`diagnose`), the fixed layers take the source's names and order (the
-    verification of the fixed file pairs layers by name); where the layers were compared as one-layer pieces
-    (:func:`view`), the result has the source's layers (names, stacking), each built from the fixed pieces.
+    position, shape or parameters: :mod:`rnnconvert.verify.pairing`), each fixed layer keeps DST's name and
+    place (the fixed file is a drop-in for the user's code; its verification pairs the same way,
+    :func:`pair_checkpoints`); where the layers were compared as one-layer pieces (:func:`view`: the files
+    stack them otherwise), the result has the source's layers (names, stacking), each built from the fixed pieces.
 
     Raises:
         ValueError: a layer is unexplained (nothing to fix), or the fix does not give back the source's
@@ -642,15 +637,12 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
     layers = list(dst.layers)
     pos = {i: j for i, j in v.pairs}  # source index -> DST position
     pieces: dict[int, list] = {}
-    placed: dict[int, RNNLayer] = {}
     for j, ld in enumerate(found):
         if ld.verdict == "unexplained":
             raise ValueError(f"layer '{ld.name}' is not explained by a known slip; nothing to fix")
         if ld.verdict != "slip":
             if v.split:
                 pieces[ld.src_index] = v.dst[j].params[0]
-            elif not v.named:
-                placed[ld.src_index] = replace(dst.layers[j], name=src.layers[ld.src_index].name)
             continue
         s_layer = v.src[ld.src_index]
         e_layer, fb = fold_forget_bias(s_layer), e_layer_fb(s_layer)
@@ -669,16 +661,14 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
         if v.split:
             pieces[ld.src_index] = params[0]
             continue
-        if not v.named:  # paired by position or by parameters: the source's name and place
-            placed[ld.src_index] = replace(d_layer, name=src.layers[ld.src_index].name, semantics=e_layer.semantics,
-                                           params=params)
+        if not v.named:  # paired by position, shape or parameters: DST's (the user's) name and place
+            layers[j] = replace(d_layer, name=dst.layers[j].name, semantics=e_layer.semantics, params=params,
+                                source=dst.layers[j].source)
             continue
         target = pos.get(ld.src_index, j)
         name = dst.layers[target].name
         layers[target] = replace(d_layer, name=name, semantics=e_layer.semantics, params=params,
                                  source=dst.layers[target].source)
-    if not v.named and not v.split:
-        layers = [placed[i] for i in range(len(src.layers))]
     if v.split:
         layers = []
         for i, l in enumerate(src.layers):
@@ -687,3 +677,39 @@ def fixed_checkpoint(src: Checkpoint, dst: Checkpoint, found: list[LayerDiagnosi
                 raise ValueError(f"source layer '{l.name}': not every stacked layer was found in DST")
             layers.append(replace(fold_forget_bias(l), params=[pieces[x] for x in idx]))
     return replace(dst, layers=layers, slabs=None)
+
+
+def _short(s: Slip) -> str:
+    """A slip's kind in a few words: ``z<->r`` for two exchanged gate blocks, ``gate order z,r,n``..."""
+    if s.kind == "gate_order":
+        moved = [(a, b) for a, b in zip(s.frm, s.to) if a != b]
+        return f"{moved[0][0]}<->{moved[0][1]}" if len(moved) == 2 else f"gate order {','.join(s.frm)}"
+    if s.kind in S.SEMANTIC:
+        return f"{s.kind} {s.frm} (source: {s.to})"
+    return s.kind.replace("_", " ")
+
+
+def groups(layers: list[LayerDiagnosis]) -> list[dict[str, Any]]:
+    """The slips of ``layers`` grouped by what was slipped (kind, ``from``, ``to``), in order of first
+    appearance: per group ``{"kind", "short" (``'z<->r'``...), "count", "layers" (DST names), "example" (the
+    first slip's message), "what" (the message's part after the tensor's name where all of a group's messages
+    share it, else the example)}``. The console's grouped lines (``rnnconvert diagnose``; ``-v`` lists each)."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for ld in layers:
+        if ld.verdict != "slip":
+            continue
+        for s in ld.slips:
+            key = (s.kind, str(s.frm), str(s.to))
+            g = out.setdefault(key, {"kind": s.kind, "short": _short(s), "count": 0, "layers": [],
+                                     "example": s.message, "tails": set()})
+            g["count"] += 1
+            if ld.name not in g["layers"]:
+                g["layers"].append(ld.name)
+            tail = s.message.split(": ", 1)[-1]
+            g["tails"].add(tail.split(" ", 1)[1] if s.tensor in S.TENSORS and " " in tail else tail)
+    got = []
+    for g in out.values():
+        tails = g.pop("tails")
+        g["what"] = next(iter(tails)) if len(tails) == 1 else g["example"]
+        got.append(g)
+    return got

@@ -25,7 +25,7 @@ def lstm_pt(tmp_path):
 
 def test_convert_prints_modules_and_verification(lstm_pt, tmp_path, capsys):
     dst = tmp_path / "out.pt"
-    assert main([str(lstm_pt), str(dst)]) == 0
+    assert main([str(lstm_pt), str(dst), "-v"]) == 0  # -v: the long verdict lines (issue #42's short ones: below)
     out = capsys.readouterr().out
     assert "enc: nn.LSTM(input_size=3, hidden_size=4, num_layers=2, batch_first=True)" in out
     assert "verified enc: one step: max abs error" in out and "torch" in out

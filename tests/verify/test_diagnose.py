@@ -374,10 +374,11 @@ def test_real_dinornn_reset_placement_and_keras_order(dinornn, tmp_path):
 
 
 def test_cli_names_reset_placement_where_it_exited_3(corpus43, capsys):
-    """A 2-layer torch GRU against two hand-written ONNX GRU nodes: named (exit 5, the slip's code), no error."""
+    """A 2-layer torch GRU against two hand-written ONNX GRU nodes: named (exit 5, the slip's code), no error
+    (``-v``: every slip on its own line; without it the two reset_after slips are one group, issue #42)."""
     c = corpus43["torch_bigru_onnx_reset_before_dirs_exchanged"]
-    assert main(["diagnose", c["src"], c["dst"]]) == VerificationError.exit_code
-    lines = capsys.readouterr().out.splitlines()
+    assert main(["diagnose", c["src"], c["dst"], "-v"]) == VerificationError.exit_code
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("SLIP")]  # (then the --fix line)
     assert [ln.split(":")[0] for ln in lines] == ["SLIP gru_0", "SLIP gru_1", "SLIP gru_1 (layer 0, forward)",
                                                    "SLIP gru_1 (layer 0, backward)"]
     assert "the GRU is run reset-before" in lines[0] and "directions exchanged" in lines[3]
