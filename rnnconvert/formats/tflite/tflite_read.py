@@ -507,7 +507,7 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
                             "subgraph": s, "ops": [c[0] for c in chain], "time_major": chain[0][3]}))
             except ValueError as exc:
                 raise FormatError(f"{p}: {lname}: {exc}") from exc
-        _while_layers(flat, s, sg, ops, layers)
+        _while_layers(flat, s, sg, ops, layers, notes)
     if not layers:
         raise FormatError(f"{p}: no {LSTM_OP} op and no WHILE loop in the model; nothing recurrent to read")
     meta: dict[str, Any] = {"path": str(p), "tflite_version": int(flat.model.Version())}
@@ -519,9 +519,15 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
 _KIND = {Cell.LSTM: "lstm", Cell.GRU: "gru", Cell.RNN_TANH: "simple_rnn", Cell.RNN_RELU: "simple_rnn"}
 
 
-def _while_layers(flat: Flat, s: int, sg: Any, ops: list, layers: list[RNNLayer]) -> None:
+_GATES = {"hard_sigmoid": "Keras 2 hard_sigmoid gates clip(0.2 x + 0.5, 0, 1)",
+          "hard_sigmoid_k3": "Keras 3 hard_sigmoid gates relu6(x + 3) / 6"}
+
+
+def _while_layers(flat: Flat, s: int, sg: Any, ops: list, layers: list[RNNLayer], notes: list[str]) -> None:
     """Append the Keras cells of subgraph ``s``'s ``WHILE`` loops (:mod:`.tflite_while`) as layers
-    ``<gru|lstm|simple_rnn>_<k>`` (``k`` counts every layer read so far); a Bidirectional pair is one layer."""
+    ``<gru|lstm|simple_rnn>_<k>`` (``k`` counts every layer read so far); a Bidirectional pair is one layer.
+    A ``hard_sigmoid`` gate (which definition, by its constants) is named in ``source['class_name']``; the
+    multiplies by ones read as the identity (Keras' dropout at inference) are a note in ``notes``."""
     loops = {j: tflite_while.read_loop(flat, s, sg, ops, j) for j, o in enumerate(ops) if o[0] == "WHILE"}
     pairs = tflite_while.bidirectional_pairs(flat, sg, ops, loops)
     for j, lp in loops.items():
@@ -530,12 +536,17 @@ def _while_layers(flat: Flat, s: int, sg: Any, ops: list, layers: list[RNNLayer]
         back = [loops[b] for b, f in pairs.items() if f == j]
         lname = f"{_KIND[lp.cell]}_{len(layers)}"
         sem = lp.semantics if not back else replace(lp.semantics, go_backwards=False)
+        ones = lp.ones + sum(b.ones for b in back)
+        if ones:
+            notes.append(f"{lname}: {ones} MUL op(s) by a constant of ones in the loop body read as the identity "
+                         "(Keras' dropout mask at inference; exact)")
+        gates_txt = f", {_GATES[sem.gate_activation]}" if sem.gate_activation in _GATES else ""
         try:
             layers.append(RNNLayer(
                 name=lname, cell=lp.cell, input_size=lp.input_size, hidden_size=lp.hidden_size,
                 bidirectional=bool(back), semantics=sem, params=[[lp.params] + [b.params for b in back]],
                 return_sequences=lp.return_sequences,
-                source={"format": "tflite", "class_name": f"WHILE loop ({lp.cell.value} cell)"
+                source={"format": "tflite", "class_name": f"WHILE loop ({lp.cell.value} cell{gates_txt})"
                         + (" x2 (Bidirectional)" if back else ""), "subgraph": s,
                         "ops": [j] + [b.op for b in back], "body": [lp.body] + [b.body for b in back],
                         "time_major": False}))
