@@ -104,3 +104,27 @@ def test_other_errors_carry_no_listing(tmp_path, capsys):
     assert main(["inspect", "--json", str(src)]) != 0
     doc = json.loads(capsys.readouterr().out)
     assert "error" in doc and "unrecognised" not in doc
+
+
+def test_tflite_without_recurrent_ops_lists_its_constants(tmp_path, capsys):
+    """A .tflite with no LSTM op and no WHILE loop (TF's converter, a matmul + bias + relu): its constant tensors
+    are listed (no --map: the TFLite reader takes none); each as tf.lite.Interpreter describes it (name, shape,
+    dtype), the oracle."""
+    pytest.importorskip("tflite")
+    tf = pytest.importorskip("tensorflow")
+    w = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4))
+    b = tf.constant(np.ones(4, np.float32))
+    cf = tf.function(lambda x: tf.nn.relu(tf.matmul(x, w) + b)).get_concrete_function(tf.TensorSpec([2, 3]))
+    src = tmp_path / "dense.tflite"
+    src.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([cf]).convert())
+    it = tf.lite.Interpreter(model_path=str(src))
+    details = {d["name"]: (tuple(int(v) for v in d["shape"]), np.dtype(d["dtype"]).name)
+               for d in it.get_tensor_details()}
+    lst = _json(["inspect", "--json", str(src)], capsys)["unrecognised"]
+    assert lst["total"] == len(lst["tensors"]) == 2 and lst["suggested_map"] == [] and lst["command"] is None
+    for t in lst["tensors"]:
+        assert details[t["name"]] == (tuple(t["shape"]), t["dtype"])
+    assert sorted(tuple(t["shape"]) for t in lst["tensors"]) == [(4,), (4, 3)]  # the bias, the transposed kernel
+    assert main(["inspect", str(src)]) == 3
+    out, err = capsys.readouterr()
+    assert "2 tensor(s), none recognised" in out and "nothing recurrent to read" in err

@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from ...core import gates
+from ...core import gates, names
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
-from ...errors import DependencyError, FormatError, UnsupportedError, require
+from ...errors import DependencyError, FormatError, UnrecognisedError, UnsupportedError, require
 from ...safety import budget
 from . import tflite_while
 
@@ -509,7 +509,9 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
                 raise FormatError(f"{p}: {lname}: {exc}") from exc
         _while_layers(flat, s, sg, ops, layers, notes)
     if not layers:
-        raise FormatError(f"{p}: no {LSTM_OP} op and no WHILE loop in the model; nothing recurrent to read")
+        listed, total = _constants(flat, sgs, loop_sgs)
+        raise UnrecognisedError(f"{p}: no {LSTM_OP} op and no WHILE loop in the model; nothing recurrent to read",
+                                tensors=names.listing(listed), total=total, suggested_map=[])
     meta: dict[str, Any] = {"path": str(p), "tflite_version": int(flat.model.Version())}
     if notes:
         meta["notes"] = notes
@@ -517,6 +519,48 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
 
 
 _KIND = {Cell.LSTM: "lstm", Cell.GRU: "gru", Cell.RNN_TANH: "simple_rnn", Cell.RNN_RELU: "simple_rnn"}
+
+#: ``TensorType`` -> numpy dtype name (``schema.fbs``), for the listing of a file with nothing recurrent
+_TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8",
+               10: "float64", 12: "uint64", 15: "uint32", 16: "uint16"}
+
+
+class _Listed:
+    """A constant tensor as :func:`rnnconvert.core.names.listing` lists it: ``shape``, ``dtype`` (None: a type
+    numpy has no name for), nothing read."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: str | None) -> None:
+        self.shape, self.dtype = shape, dtype
+
+
+def _constants(flat: Flat, sgs: list, loop_sgs: set[int]) -> tuple[dict[str, _Listed], int]:
+    """The first :data:`rnnconvert.core.names.LISTED` constant tensors (a non-empty buffer) of the subgraphs that
+    are not a loop's, by name (``name``, ``name#2``... when names repeat), and how many there are; their bytes
+    are not read (the tensor tables are distinct and each within ``RNNCONVERT_MAX_NAMES``, checked before)."""
+    out: dict[str, _Listed] = {}
+    total = 0
+    for s, sg in enumerate(sgs):
+        if s in loop_sgs:
+            continue
+        for t in range(sg.TensorsLength()):
+            tt = sg.Tensors(t)
+            b = tt.Buffer()
+            if not 0 <= b < flat.nbuf:
+                continue
+            buf = flat.model.Buffers(b)
+            if not (buf.DataLength() or buf.Size()):
+                continue
+            total += 1
+            if len(out) >= names.LISTED:
+                continue
+            name = (tt.Name() or b"").decode("utf-8", "replace") or f"tensor {t}"
+            key, k = name, 1
+            while key in out:
+                k += 1
+                key = f"{name}#{k}"
+            shape = tuple(int(d) for d in tt.ShapeAsNumpy()) if tt.ShapeLength() else ()
+            out[key] = _Listed(shape, _TYPE_NAMES.get(int(tt.Type())))
+    return out, total
 
 
 _GATES = {"hard_sigmoid": "Keras 2 hard_sigmoid gates clip(0.2 x + 0.5, 0, 1)",
