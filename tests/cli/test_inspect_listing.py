@@ -46,8 +46,7 @@ def _truth(kind: str, path) -> dict[str, tuple[tuple[int, ...], str]]:
 
 def _json(args, capsys):
     assert main(args) == 3
-    out, err = capsys.readouterr()
-    return json.loads(out)
+    return json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("kind", ["npz", "safetensors"])

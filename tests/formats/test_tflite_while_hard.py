@@ -1,7 +1,7 @@
 """TFLite ``WHILE`` loops with ``hard_sigmoid`` gates (issue #42; rnnconvert/formats/tflite/tflite_while.py,
 docs/tflite.md): tf_keras and Keras 3 GRUs (linear or tanh candidate, reset before and after, dropout) and LSTMs
-as TF 2.21's converter writes them, the multiply-by-ones of older converters, ``MAXIMUM`` for ``RELU``, and the
-real Mycroft Precise wake-word GRU converted (fixtures/gen_tflite_while_hard.py).
+as TF 2.21's converter writes them, the multiply-by-ones of issue #42's on-device files, ``MAXIMUM`` for
+``RELU``, and the real Mycroft Precise wake-word GRU converted (fixtures/gen_tflite_while_hard.py).
 
 Oracle: ``tf.lite.Interpreter`` ran each file (``tflite_while_hard/<name>.oracle.npz``: ``x``, ``y``; ``keras``:
 the Keras model's own ``predict``). Here onnxruntime runs the converted ``.onnx`` and torch the converted ``.pt2``

@@ -25,13 +25,14 @@ affine maps (or of a constant vector) is one affine map, each bias kept with the
 expression. A gate may also be Keras' ``hard_sigmoid``: scalar ``MUL``/``DIV``/``ADD`` and ``MINIMUM``/
 ``MAXIMUM``/``RELU``/``RELU6`` (or a fused ``RELU``/``RELU6``) of a gate's matmul compose into one
 ``clip(s x + b, lo, hi)`` (kind ``pw``), accepted only when its constants are Keras 2's ``(0.2, 0.5, 0, 1)``
-(tf_keras ``backend.hard_sigmoid``: the converter writes ``MUL 0.2, ADD 0.5, MINIMUM 1, RELU``; older ones
-``MAXIMUM 0``) or Keras 3's ``(1/6, 0.5, 0, 1)`` (``relu6(x + 3) / 6``: ``ADD 3`` with a fused ``RELU6``, ``MUL
-0.16666667``), within one float32 rounding (:func:`gate_kind`); which one is recorded (``hard_sigmoid`` or
-``hard_sigmoid_k3``). A ``MUL`` by a float32 constant of ones (Keras' dropout mask at inference, which older
-converters leave in the body) is the identity, exact, counted in :attr:`Loop.ones`. The expression must be
-exactly one of (gates identified by their place in the equations, never by the split order; canonical order
-``core/gates.CANONICAL``; gate activation sigmoid or one of the hard_sigmoids, the same for every gate):
+(tf_keras ``backend.hard_sigmoid``: the converter writes ``MUL 0.2, ADD 0.5, MINIMUM 1, RELU``; issue
+#42's on-device files ``MAXIMUM 0``) or Keras 3's ``(1/6, 0.5, 0, 1)`` (``relu6(x + 3) / 6``: ``ADD 3`` with
+a fused ``RELU6``, ``MUL 0.16666667``), within one float32 rounding (:func:`gate_kind`); which one is recorded
+(``hard_sigmoid`` or ``hard_sigmoid_k3``). A ``MUL`` by a float32 constant of ones (Keras' dropout mask at
+inference, which TF 2.21 folds away but issue #42's on-device files hold) is the identity, exact, counted in
+:attr:`Loop.ones`. The expression must be exactly one of (gates identified by their place in the equations,
+never by the split order; canonical order ``core/gates.CANONICAL``; gate activation sigmoid or one of the
+hard_sigmoids, the same for every gate):
 
 * SimpleRNN: ``h' = act(W x + b + U h)``, act tanh, relu or none (linear);
 * LSTM: ``c' = f * c + i * tanh(g)``, ``h' = o * tanh(c')``, i f o = ``LOGISTIC``;
