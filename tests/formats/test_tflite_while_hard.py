@@ -181,3 +181,30 @@ def test_real_wake_word_gru(tmp_path):
         assert rep.verification.verdict == "ok"
         y = _last_if((_run_onnx if ext == "onnx" else _run_pt2)(tmp_path / f"out.{ext}", orc["x"]), orc["y"])
         assert np.max(np.abs(y - orc["y"]) / scale) < 1e-3, ext
+
+
+def test_bidirectional_hard_sigmoid_is_one_layer(tmp_path):
+    """tf_keras Bidirectional(GRU(hard_sigmoid, linear, reset before)): one bidirectional layer; its .onnx follows
+    the interpreter."""
+    orc = _oracle("hs_bigru")
+    (la,) = api.load(TH / "hs_bigru.tflite").layers
+    assert la.bidirectional and la.semantics.gate_activation == "hard_sigmoid"
+    assert api.convert(TH / "hs_bigru.tflite", tmp_path / "out.onnx").verification.verdict == "ok"
+    np.testing.assert_allclose(_run_onnx(tmp_path / "out.onnx", orc["x"]), orc["y"], rtol=RTOL, atol=ATOL)
+
+
+def test_directions_with_different_gates_stay_two_layers():
+    """Keras' Bidirectional with a backward_layer of sigmoid gates under a hard_sigmoid forward layer: the two
+    loops are two layers, each with its own gates (read as one, the backward direction would take the forward's
+    hard_sigmoid: it misses the interpreter by > 0.1); each follows its half of the interpreter's output (the
+    backward one reversed in time, as Bidirectional does)."""
+    orc = _oracle("hs_bigru_mixed")
+    layers = {la.semantics.go_backwards: la for la in api.load(TH / "hs_bigru_mixed.tflite").layers}
+    assert len(layers) == 2 and not any(la.bidirectional for la in layers.values())
+    fwd, bwd = layers[False], layers[True]
+    assert (fwd.semantics.gate_activation, bwd.semantics.gate_activation) == ("hard_sigmoid", "sigmoid")
+    H = fwd.hidden_size
+    np.testing.assert_allclose(reference.forward(fwd, orc["x"]), orc["y"][..., :H], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(reference.forward(bwd, orc["x"])[:, ::-1], orc["y"][..., H:], rtol=RTOL, atol=ATOL)
+    wrong = bwd.with_semantics(gate_activation="hard_sigmoid")
+    assert np.max(np.abs(reference.forward(wrong, orc["x"])[:, ::-1] - orc["y"][..., H:])) > 0.1

@@ -817,6 +817,9 @@ def bidirectional_pairs(flat, sg, ops: list, loops: dict[int, Loop]) -> dict[int
 
 
 def _same_cell(a: Loop, b: Loop) -> bool:
-    return (a.cell, a.semantics.activation, a.semantics.reset_after, a.hidden_size, a.input_size) == \
-        (b.cell, b.semantics.activation, b.semantics.reset_after, b.hidden_size, b.input_size)
+    """Two loops one layer can hold: same cell, sizes and semantics (the gate activation too: a pair whose
+    directions differ in it stays two layers, never one with the forward's gates)."""
+    return (a.cell, a.semantics.gate_activation, a.semantics.activation, a.semantics.reset_after, a.hidden_size,
+            a.input_size) == (b.cell, b.semantics.gate_activation, b.semantics.activation, b.semantics.reset_after,
+                              b.hidden_size, b.input_size)
 
