@@ -561,14 +561,17 @@ def inspect(
     as_json: JsonOpt = False,
 ) -> None:
     """List the recurrent layers of SRC: kinds, sizes, semantics; and its other tensors. A file whose tensors
-    are not recognised: its tensors (names, shapes, dtypes) and a --map to start from, then the error (exit 3)."""
+    are not recognised: its tensors (names, shapes, dtypes) and a --map to start from (with --json: the same as
+    the error's JSON object, key "unrecognised"), then the error (exit 3)."""
     from . import api
     from .errors import UnrecognisedError
 
     try:
         info = api.inspect(src, src_format, **_read_opts(gate_activation, read_opt, name_map))
     except UnrecognisedError as exc:
-        if not as_json:
+        if as_json:  # one JSON object: main's {"error": ...} with the listing beside it
+            exc.listing = _unrecognised_listing(src, exc)
+        else:
             _list_unrecognised(src, exc)
         raise
     if as_json:
@@ -597,28 +600,45 @@ def inspect(
 INSPECT_LISTED = 40
 
 
-def _list_unrecognised(src: Path, exc) -> None:
-    """The tensors of a file no reader recognised (:class:`rnnconvert.errors.UnrecognisedError`), at most
-    :data:`INSPECT_LISTED` of them, and the ``--map`` read from their shapes (docs/foreign-names.md)."""
+def _unrecognised_listing(src: Path, exc) -> dict:
+    """What ``inspect`` shows of a file no reader recognised (:class:`rnnconvert.errors.UnrecognisedError`), as
+    one dict (``inspect --json`` prints it as ``"unrecognised"`` beside ``"error"``): ``path``, ``total``
+    (tensors in the file), ``tensors`` (the first :data:`INSPECT_LISTED`:
+    ``{"name", "shape", "dtype"}``, names as read: JSON escapes them), ``more`` (``total`` less those listed),
+    ``suggested_map`` (``--map`` items read from the shapes alone, docs/foreign-names.md; ``[]`` when the
+    format's reader takes no map) and ``command`` (the ``inspect`` line that tries them, shell-quoted, or
+    None)."""
     import shlex
 
+    shown = exc.tensors[:INSPECT_LISTED]
+    total = max(int(exc.total), len(shown))
+    cmd = ("rnnconvert inspect " + shlex.quote(str(src)) + " "
+           + " ".join(f"--map {shlex.quote(m)}" for m in exc.suggested_map)) if exc.suggested_map else None
+    return {"path": str(src), "total": total,
+            "tensors": [{"name": n, "shape": list(sh), "dtype": dt} for n, sh, dt in shown],
+            "more": total - len(shown), "suggested_map": list(exc.suggested_map), "command": cmd}
+
+
+def _list_unrecognised(src: Path, exc) -> None:
+    """The tensors of a file no reader recognised (:class:`rnnconvert.errors.UnrecognisedError`), at most
+    :data:`INSPECT_LISTED` of them, and the ``--map`` read from their shapes (docs/foreign-names.md); every
+    name through :func:`_shown` (control characters made visible; the console prints no markup)."""
     from rich.table import Table
 
     con = _console()
-    shown = exc.tensors[:INSPECT_LISTED]
-    t = Table(title=_shown(f"{src}: {exc.total} tensor(s), none recognised as recurrent weights"))
+    info = _unrecognised_listing(src, exc)
+    t = Table(title=_shown(f"{src}: {info['total']} tensor(s), none recognised as recurrent weights"))
     for head in ("tensor", "shape", "dtype"):
         t.add_column(head, no_wrap=True)
-    for name, shape, dtype in shown:
-        t.add_row(_shown(name), _shown(tuple(shape)), _shown(dtype))
+    for row in info["tensors"]:
+        t.add_row(_shown(row["name"]), _shown(tuple(row["shape"])), _shown(row["dtype"]))
     con.print(t)
-    if exc.total > len(shown):
-        con.print(f"... and {exc.total - len(shown)} more")
-    if exc.suggested_map:
+    if info["more"]:
+        con.print(f"... and {info['more']} more")
+    if info["command"]:
         con.print("a --map read from the shapes alone (check each role and the gate order: the file does not say "
                   "them; docs/foreign-names.md):")
-        con.print(_shown("  rnnconvert inspect " + shlex.quote(str(src)) + " "
-                         + " ".join(f"--map {shlex.quote(m)}" for m in exc.suggested_map)), soft_wrap=True)
+        con.print(_shown("  " + info["command"]), soft_wrap=True)
 
 
 @app.command()
@@ -819,7 +839,8 @@ def main(argv: list[str] | None = None) -> int:
     except RNNConvertError as exc:
         if os.environ.get("RNNCONVERT_DEBUG"):
             raise
-        return _fail(_shown(exc.cli_message()), exc.exit_code, type(exc).__name__, as_json)
+        return _fail(_shown(exc.cli_message()), exc.exit_code, type(exc).__name__, as_json,
+                     getattr(exc, "listing", None))
     except SystemExit as exc:
         return int(exc.code or 0)
     except KeyboardInterrupt as exc:
@@ -892,11 +913,15 @@ def _command_typo(args: list[str]) -> str | None:
     return close[0] if close else None
 
 
-def _fail(message: str, code: int, kind: str, as_json: bool) -> int:
+def _fail(message: str, code: int, kind: str, as_json: bool, listing: dict | None = None) -> int:
     """Report a failure: one line on stderr, or with ``--json`` a JSON object on stdout
-    (``{"error": {"type", "message", "exit_code"}}``); returns the exit code."""
+    (``{"error": {"type", "message", "exit_code"}}``, and ``"unrecognised": listing`` when given: ``inspect``
+    of a file no reader recognised, :func:`_unrecognised_listing`); returns the exit code."""
     if as_json:
-        typer.echo(json.dumps({"error": {"type": kind, "message": message, "exit_code": code}}, indent=2))
+        out = {"error": {"type": kind, "message": message, "exit_code": code}}
+        if listing is not None:
+            out["unrecognised"] = listing
+        typer.echo(json.dumps(out, indent=2))
     else:
         print(f"rnnconvert: error: {message}", file=sys.stderr)
     return code

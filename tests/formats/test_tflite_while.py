@@ -216,7 +216,6 @@ def test_verification_catches_reset_confusion(tmp_path, monkeypatch, name):
 
 REFUSED = {
     "gru_mask": r"op 4 \(GATHER\) reads a second sequence",
-    "gru_hard": r"op 10 \(MINIMUM\) is not an op of a Keras recurrent cell",
     "gru_tanh_gate": r"op 7 \(TANH\) does not fit a Keras cell \(the update gate is not sig",
     "gru_extra_mul": r"op 15 \(MUL\) multiplies by a constant",
     "gru_dead_op": r"op 26 \(TANH\) is not part of the cell",
@@ -226,8 +225,8 @@ REFUSED = {
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_unrecognised_bodies_refused_naming_op_and_subgraph(tmp_path, name):
-    """Bodies that are not exactly a Keras cell: a Keras mask (a second sequence, SELECT_V2), a hard_sigmoid gate
-    (MUL/ADD/MINIMUM/RELU), and gru_ra/rnn_relu edited with TF's schema API (a TANH update gate, an extra MUL, an
+    """Bodies that are not exactly a Keras cell: a Keras mask (a second sequence, SELECT_V2), and gru_ra/rnn_relu
+    edited with TF's schema API (a TANH update gate, an extra MUL, an
     unused op, a fused RELU6): refused, naming the op and the body subgraph; nothing written."""
     with pytest.raises(UnsupportedError, match=REFUSED[name]) as exc:
         api.convert(TW / f"{name}.tflite", tmp_path / "out.pt")

@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from ...core import gates
+from ...core import gates, names
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics
-from ...errors import DependencyError, FormatError, UnsupportedError, require
+from ...errors import DependencyError, FormatError, UnrecognisedError, UnsupportedError, require
 from ...safety import budget
 from . import tflite_while
 
@@ -507,9 +507,11 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
                             "subgraph": s, "ops": [c[0] for c in chain], "time_major": chain[0][3]}))
             except ValueError as exc:
                 raise FormatError(f"{p}: {lname}: {exc}") from exc
-        _while_layers(flat, s, sg, ops, layers)
+        _while_layers(flat, s, sg, ops, layers, notes)
     if not layers:
-        raise FormatError(f"{p}: no {LSTM_OP} op and no WHILE loop in the model; nothing recurrent to read")
+        listed, total = _constants(flat, sgs, loop_sgs)
+        raise UnrecognisedError(f"{p}: no {LSTM_OP} op and no WHILE loop in the model; nothing recurrent to read",
+                                tensors=names.listing(listed), total=total, suggested_map=[])
     meta: dict[str, Any] = {"path": str(p), "tflite_version": int(flat.model.Version())}
     if notes:
         meta["notes"] = notes
@@ -518,10 +520,58 @@ def _read(p: Path, drop_clip: bool) -> Checkpoint:
 
 _KIND = {Cell.LSTM: "lstm", Cell.GRU: "gru", Cell.RNN_TANH: "simple_rnn", Cell.RNN_RELU: "simple_rnn"}
 
+#: ``TensorType`` -> numpy dtype name (``schema.fbs``), for the listing of a file with nothing recurrent
+_TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8",
+               10: "float64", 12: "uint64", 15: "uint32", 16: "uint16"}
 
-def _while_layers(flat: Flat, s: int, sg: Any, ops: list, layers: list[RNNLayer]) -> None:
+
+class _Listed:
+    """A constant tensor as :func:`rnnconvert.core.names.listing` lists it: ``shape``, ``dtype`` (None: a type
+    numpy has no name for), nothing read."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: str | None) -> None:
+        self.shape, self.dtype = shape, dtype
+
+
+def _constants(flat: Flat, sgs: list, loop_sgs: set[int]) -> tuple[dict[str, _Listed], int]:
+    """The first :data:`rnnconvert.core.names.LISTED` constant tensors (a non-empty buffer) of the subgraphs that
+    are not a loop's, by name (``name``, ``name#2``... when names repeat), and how many there are; their bytes
+    are not read (the tensor tables are distinct and each within ``RNNCONVERT_MAX_NAMES``, checked before)."""
+    out: dict[str, _Listed] = {}
+    total = 0
+    for s, sg in enumerate(sgs):
+        if s in loop_sgs:
+            continue
+        for t in range(sg.TensorsLength()):
+            tt = sg.Tensors(t)
+            b = tt.Buffer()
+            if not 0 <= b < flat.nbuf:
+                continue
+            buf = flat.model.Buffers(b)
+            if not (buf.DataLength() or buf.Size()):
+                continue
+            total += 1
+            if len(out) >= names.LISTED:
+                continue
+            name = (tt.Name() or b"").decode("utf-8", "replace") or f"tensor {t}"
+            key, k = name, 1
+            while key in out:
+                k += 1
+                key = f"{name}#{k}"
+            shape = tuple(int(d) for d in tt.ShapeAsNumpy()) if tt.ShapeLength() else ()
+            out[key] = _Listed(shape, _TYPE_NAMES.get(int(tt.Type())))
+    return out, total
+
+
+_GATES = {"hard_sigmoid": "Keras 2 hard_sigmoid gates clip(0.2 x + 0.5, 0, 1)",
+          "hard_sigmoid_k3": "Keras 3 hard_sigmoid gates relu6(x + 3) / 6"}
+
+
+def _while_layers(flat: Flat, s: int, sg: Any, ops: list, layers: list[RNNLayer], notes: list[str]) -> None:
     """Append the Keras cells of subgraph ``s``'s ``WHILE`` loops (:mod:`.tflite_while`) as layers
-    ``<gru|lstm|simple_rnn>_<k>`` (``k`` counts every layer read so far); a Bidirectional pair is one layer."""
+    ``<gru|lstm|simple_rnn>_<k>`` (``k`` counts every layer read so far); a Bidirectional pair is one layer.
+    A ``hard_sigmoid`` gate (which definition, by its constants) is named in ``source['class_name']``; the
+    multiplies by ones read as the identity (Keras' dropout at inference) are a note in ``notes``."""
     loops = {j: tflite_while.read_loop(flat, s, sg, ops, j) for j, o in enumerate(ops) if o[0] == "WHILE"}
     pairs = tflite_while.bidirectional_pairs(flat, sg, ops, loops)
     for j, lp in loops.items():
@@ -530,12 +580,17 @@ def _while_layers(flat: Flat, s: int, sg: Any, ops: list, layers: list[RNNLayer]
         back = [loops[b] for b, f in pairs.items() if f == j]
         lname = f"{_KIND[lp.cell]}_{len(layers)}"
         sem = lp.semantics if not back else replace(lp.semantics, go_backwards=False)
+        ones = lp.ones + sum(b.ones for b in back)
+        if ones:
+            notes.append(f"{lname}: {ones} MUL op(s) by a constant of ones in the loop body read as the identity "
+                         "(Keras' dropout mask at inference; exact)")
+        gates_txt = f", {_GATES[sem.gate_activation]}" if sem.gate_activation in _GATES else ""
         try:
             layers.append(RNNLayer(
                 name=lname, cell=lp.cell, input_size=lp.input_size, hidden_size=lp.hidden_size,
                 bidirectional=bool(back), semantics=sem, params=[[lp.params] + [b.params for b in back]],
                 return_sequences=lp.return_sequences,
-                source={"format": "tflite", "class_name": f"WHILE loop ({lp.cell.value} cell)"
+                source={"format": "tflite", "class_name": f"WHILE loop ({lp.cell.value} cell{gates_txt})"
                         + (" x2 (Bidirectional)" if back else ""), "subgraph": s,
                         "ops": [j] + [b.op for b in back], "body": [lp.body] + [b.body for b in back],
                         "time_major": False}))

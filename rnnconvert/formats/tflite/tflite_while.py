@@ -22,18 +22,28 @@ bias) and ``BATCH_MATMUL`` with a constant ``(in, out)`` right side are affine m
 affine maps (or of a constant vector) is one affine map, each bias kept with the matmul it came with;
 ``SPLIT``/``SPLIT_V``/``STRIDED_SLICE`` on the last axis cut an affine map's rows; ``LOGISTIC``, ``TANH``,
 ``RELU`` (or a ``RELU`` fused activation), ``MUL``, ``SUB(1, z)`` and the remaining ``ADD`` build the cell's
-expression, which must be exactly one of (gates identified by their place in the equations, never by the split
-order; canonical order ``core/gates.CANONICAL``):
+expression. A gate may also be Keras' ``hard_sigmoid``: scalar ``MUL``/``DIV``/``ADD`` and ``MINIMUM``/
+``MAXIMUM``/``RELU``/``RELU6`` (or a fused ``RELU``/``RELU6``) of a gate's matmul compose into one
+``clip(s x + b, lo, hi)`` (kind ``pw``), accepted only when its constants are Keras 2's ``(0.2, 0.5, 0, 1)``
+(tf_keras ``backend.hard_sigmoid``: the converter writes ``MUL 0.2, ADD 0.5, MINIMUM 1, RELU``; issue
+#42's on-device files ``MAXIMUM 0``) or Keras 3's ``(1/6, 0.5, 0, 1)`` (``relu6(x + 3) / 6``: ``ADD 3`` with
+a fused ``RELU6``, ``MUL 0.16666667``), within one float32 rounding (:func:`gate_kind`); which one is recorded
+(``hard_sigmoid`` or ``hard_sigmoid_k3``). A ``MUL`` by a float32 constant of ones (Keras' dropout mask at
+inference, which TF 2.21 folds away but issue #42's on-device files hold) is the identity, exact, counted in
+:attr:`Loop.ones`. The expression must be exactly one of (gates identified by their place in the equations,
+never by the split order; canonical order ``core/gates.CANONICAL``; gate activation sigmoid or one of the
+hard_sigmoids, the same for every gate):
 
 * SimpleRNN: ``h' = act(W x + b + U h)``, act tanh, relu or none (linear);
 * LSTM: ``c' = f * c + i * tanh(g)``, ``h' = o * tanh(c')``, i f o = ``LOGISTIC``;
 * GRU, reset after the matmul (Keras 2 ``reset_after=True``, Keras 3): ``h' = z * h + (1 - z) *
   tanh(W_n x + b_in + r * (U_n h + b_hn))``;
-* GRU, reset before (``reset_after=False``): ``h' = z * h + (1 - z) * tanh(W_n x + b_in + U_n (r * h))``.
+* GRU, reset before (``reset_after=False``): ``h' = z * h + (1 - z) * tanh(W_n x + b_in + U_n (r * h))``;
+* either GRU with ``activation='linear'`` (no op around the candidate; the wake-word GRUs of Mycroft Precise).
 
 Anything else -- an op outside these, an op no output depends on, a fused activation other than relu, a
 second sequence (a Keras mask: ``SELECT_V2``), weights in resource variables (``READ_VARIABLE``), a gate
-activation other than ``LOGISTIC`` (Keras ``hard_sigmoid`` is ``MUL``/``ADD``/``MINIMUM``/``RELU``), a non-zero
+activation other than ``LOGISTIC`` or a Keras hard_sigmoid (a clip with other constants names them), a non-zero
 or non-constant initial state -- raises :class:`~rnnconvert.errors.UnsupportedError` naming the op and the
 subgraph. Weights are float32 constants, taken bit-exact (rows of the ``(out, in)`` matrices), or float16 constants
 behind ``DEQUANTIZE`` (the converter's float16 quantisation), read as the float32 values the op computes (exact).
@@ -58,8 +68,9 @@ _FUSED_NAMES = {2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 @dataclass(eq=False)
 class _N:
     """A symbolic value of the loop body: ``kind`` in x, state, t, iter, seq, acc, const, aff, sig, tanh, relu,
-    mul, add, one_minus. ``aff``: ``terms`` {source node: (out, in) matrix}, ``bias`` {source node or None (a
-    bias added on its own): (out,) vector}."""
+    mul, add, one_minus, pw. ``aff``: ``terms`` {source node: (out, in) matrix}, ``bias`` {source node or None (a
+    bias added on its own): (out,) vector}. ``pw``: ``clip(s * args[0] + b, lo, hi)`` of an ``aff`` node,
+    ``value`` ``(s, b, lo, hi)`` (float64)."""
 
     kind: str
     args: tuple = ()
@@ -88,6 +99,7 @@ class Loop:
     body: str
     input_size: int
     hidden_size: int
+    ones: int = 0  #: MUL ops by a constant of ones read as the identity (Keras' dropout mask at inference)
 
 
 def ops(flat, sg) -> list[tuple[str, list[int], list[int], Any]]:
@@ -133,6 +145,7 @@ class _Body:
         self.made = {o: j for j, (_, _, outs, _) in enumerate(self.ops) for o in outs}
         self.memo: dict[int, _N] = dict(leaves)
         self.seen: set[int] = set()
+        self.ones: list[int] = []  # MUL ops by a constant of ones (Keras' dropout mask at inference)
 
     def refuse(self, j: int, why: str) -> UnsupportedError:
         where = f"op {j} ({self.ops[j][0]}) " if 0 <= j < len(self.ops) else ""
@@ -245,6 +258,9 @@ class _Body:
                 if _width(a) != _width(b):
                     raise self.refuse(j, f"adds {_width(a)} columns to {_width(b)}")
                 n = _N("aff", (), j, a.terms | b.terms, a.bias | b.bias)
+            elif b.kind == "const" and b.value.size == 1 and (a.kind == "pw" or a.kind == "aff" and (
+                    b.value.ndim == 0 or _width(a) != 1)):  # a scalar: hard_sigmoid's shift, not a bias vector
+                return [self._chain(j, op, "AddOptions", a, "add", b.value)]
             elif a.kind == "aff" and b.kind == "const":
                 v = b.value
                 width = _width(a)
@@ -258,9 +274,36 @@ class _Body:
             return [self._fused(j, op, "AddOptions", n)]
         if name == "MUL":
             a, b = ev(0), ev(1)
-            if "const" in (a.kind, b.kind) or "aff" in (a.kind, b.kind) and not {a.kind, b.kind} <= {"aff", "sig"}:
+            if a.kind == "const" and b.kind != "const":
+                a, b, ins = b, a, [ins[1], ins[0], *ins[2:]]
+            if b.kind == "const" and a.kind not in ("const", "t", "iter", "seq", "acc", "pass") \
+                    and b.value.dtype == np.float32 and bool(np.all(b.value == 1.0)) \
+                    and self.shape(outs[0]) == self.shape(ins[0]):
+                self.ones.append(j)  # Keras' inference-time dropout: times a mask of ones (exact)
+                return [self._fused(j, op, "MulOptions", a)]
+            if b.kind == "const" and a.kind in ("aff", "pw") and b.value.size == 1:
+                return [self._chain(j, op, "MulOptions", a, "mul", b.value)]
+            if "const" in (a.kind, b.kind) or "aff" in (a.kind, b.kind) \
+                    and not {a.kind, b.kind} <= {"aff", "sig", "pw", "one_minus"}:
                 raise self.refuse(j, "multiplies by a constant or a bare matmul")
             return [self._fused(j, op, "MulOptions", _N("mul", (a, b), j))]
+        if name in ("MINIMUM", "MAXIMUM", "DIV"):
+            a, b = ev(0), ev(1)
+            if a.kind == "const" and name != "DIV":
+                a, b = b, a
+            if a.kind not in ("aff", "pw") or b.kind != "const" or b.value.size != 1:
+                raise self.refuse(j, f"is not a {name} of a gate's pre-activation by a constant scalar (Keras "
+                                  "hard_sigmoid)")
+            return [self._chain(j, op, "DivOptions" if name == "DIV" else None, a,
+                                {"MINIMUM": "min", "MAXIMUM": "max", "DIV": "div"}[name], b.value)]
+        if name in ("RELU6", "RELU_0_TO_1", "RELU_N1_TO_1") or name == "RELU" and ins and self._is_chain(ins[0], depth):
+            a = ev(0)
+            if a.kind not in ("aff", "pw"):
+                raise self.refuse(j, "is not a clip of a gate's pre-activation (Keras hard_sigmoid)")
+            lo, hi = {"RELU": (0.0, np.inf), "RELU6": (0.0, 6.0), "RELU_0_TO_1": (0.0, 1.0),
+                      "RELU_N1_TO_1": (-1.0, 1.0)}[name]
+            n = self._chain(j, None, None, a, "max", np.float32(lo))
+            return [self._chain(j, None, None, n, "min", np.float32(hi))]
         if name == "SUB":
             a, b = ev(0), ev(1)
             ones = a.kind == "const" and a.value.dtype == np.float32 and bool(np.all(a.value == 1.0)) \
@@ -315,6 +358,43 @@ class _Body:
             return [self._rows(a, lo, hi, j)]
         raise self.refuse(j, "is not an op of a Keras recurrent cell")
 
+    def _is_chain(self, t: int, depth: int) -> bool:
+        """Whether tensor ``t`` is a ``pw`` chain (a RELU after it continues the chain, not a SimpleRNN's relu)."""
+        return t in self.made and self.ev(t, depth + 1).kind == "pw"
+
+    def _chain(self, j: int, op, cls: str | None, a: _N, step: str, c: np.ndarray) -> _N:
+        """``a`` (an affine map or a ``pw`` chain over one) followed by the scalar step ``step`` by ``c``, as one
+        ``pw`` node ``clip(s * pre + b, lo, hi)`` over the affine map ``pre`` (``value``: ``(s, b, lo, hi)`` in
+        float64, the constants' float32 values composed); the op's fused activation (RELU, RELU6, RELU_N1_TO_1)
+        continues the chain."""
+        if c.dtype != np.float32:
+            raise self.refuse(j, "scales, shifts or clips by a constant that is not float32")
+        v = float(c.reshape(-1)[0])
+        pre, (s, b, lo, hi) = (a, (1.0, 0.0, -np.inf, np.inf)) if a.kind == "aff" else (a.args[0], a.value)
+        if step in ("mul", "div"):
+            if not v > 0 or not np.isfinite(v):
+                raise self.refuse(j, f"scales by {v:g}; a Keras hard_sigmoid scales by a positive constant")
+            f = v if step == "mul" else 1.0 / v
+            s, b, lo, hi = s * f, b * f, lo * f, hi * f
+        elif step == "add":
+            b, lo, hi = b + v, lo + v, hi + v
+        elif step == "min":
+            lo, hi = min(lo, v), min(hi, v)
+        else:
+            lo, hi = max(lo, v), max(hi, v)
+        n = _N("pw", (pre,), j, value=(s, b, lo, hi))
+        if cls is None:
+            return n
+        o = _options(self.flat, op, cls)
+        code = 0 if o is None else int(o.FusedActivationFunction())
+        clip = {0: None, 1: (0.0, np.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}.get(code, False)
+        if clip is False:
+            raise self.refuse(j, f"has the fused activation {_FUSED_NAMES.get(code, code)}, not a Keras cell's")
+        if clip is not None:
+            n = self._chain(j, None, None, n, "max", np.float32(clip[0]))
+            n = self._chain(j, None, None, n, "min", np.float32(clip[1]))
+        return n
+
     @staticmethod
     def _rows(a: _N, lo: int, hi: int, j: int) -> _N:
         return _N("aff", (), j, {k: v[lo:hi] for k, v in a.terms.items()},
@@ -356,16 +436,54 @@ def _lin(n: _N, srcs: tuple, what: str) -> tuple[list[np.ndarray], list[np.ndarr
     return [n.terms[s] for s in srcs], bs
 
 
+#: Keras' hard_sigmoid definitions as ``clip(s * x + b, lo, hi)``: Keras 2 (tf_keras ``backend.hard_sigmoid``:
+#: ``clip(0.2 x + 0.5, 0, 1)``) and Keras 3 (``keras/src/backend/tensorflow/nn.py``: ``relu6(x + 3) / 6``), the
+#: names :class:`~rnnconvert.core.model.Semantics` gives them
+HARD_SIGMOIDS = {"hard_sigmoid": (float(np.float32(0.2)), 0.5, 0.0, 1.0),
+                 "hard_sigmoid_k3": (1.0 / 6.0, 0.5, 0.0, 1.0)}
+
+
+def gate_kind(n: _N) -> str | None:
+    """The gate activation ``n`` applies: ``sigmoid`` (``LOGISTIC``), ``hard_sigmoid`` / ``hard_sigmoid_k3`` (a
+    ``pw`` chain whose composed constants are Keras 2's or Keras 3's within one float32 rounding: 2^-23
+    relative, so ``x * float32(1/6)`` and ``x / 6`` are both Keras 3's), or None."""
+    if n.kind == "sig":
+        return "sigmoid"
+    if n.kind != "pw":
+        return None
+    for name, want in HARD_SIGMOIDS.items():
+        if all(abs(g - w) <= 2.0 ** -23 * max(abs(w), 1e-30) if w else g == 0 for g, w in zip(n.value, want)):
+            return name
+    return None
+
+
+def _pw_text(n: _N) -> str:
+    s, b, lo, hi = n.value
+    return f"clip({s:.9g} x + {b:.9g}, {lo:g}, {hi:g})"
+
+
 def _gate(n: _N, kind: str, x: _N, h: _N, what: str):
-    if n.kind != kind:
+    """``(W_x, W_h, b_x, b_h)`` of gate ``n``: ``kind`` ``"sig"`` takes any gate activation (:func:`gate_kind`),
+    else ``n`` must be ``kind(...)``."""
+    if kind == "sig" and n.kind == "pw" and gate_kind(n) is None:
+        raise _NoMatch(n, f"{what} is {_pw_text(n)}, neither Keras 2's hard_sigmoid clip(0.2 x + 0.5, 0, 1) nor "
+                          "Keras 3's relu6(x + 3) / 6")
+    if (gate_kind(n) is None) if kind == "sig" else n.kind != kind:
         raise _NoMatch(n, f"{what} is not {kind}(...)")
     (wx, wh), (bx, bh) = _lin(n.args[0], (x, h), what)
     return wx, wh, bx, bh
 
 
+def _one_gate_kind(nodes: list[_N]) -> str:
+    kinds = {gate_kind(n) for n in nodes}
+    if len(kinds) != 1:
+        raise _NoMatch(nodes[0], f"the gates use different activations ({', '.join(sorted(map(str, kinds)))})")
+    return kinds.pop()
+
+
 def _cell(outs: dict[int, _N], x: _N, states: list[_N]):
     """Match the state outputs to a cell. Returns (cell, {gate: (W_x, W_h, b_x, b_h)}, activation, reset_after,
-    h state index)."""
+    h state index, gate activation)."""
     if len(states) == 2:
         for hs, cs in ((states[0], states[1]), (states[1], states[0])):
             hn, cn = outs[hs.var], outs[cs.var]
@@ -373,6 +491,7 @@ def _cell(outs: dict[int, _N], x: _N, states: list[_N]):
             if p is None:
                 continue
             g = {"o": _gate(p[1], "sig", x, hs, "the output gate")}
+            gnodes = [p[1]]
             if cn.kind != "add":
                 raise _NoMatch(cn, "c' is not f * c + i * g")
             fc = [a for a in cn.args if a.kind == "mul" and cs in a.args]
@@ -381,21 +500,21 @@ def _cell(outs: dict[int, _N], x: _N, states: list[_N]):
             other = cn.args[1] if cn.args[0] is fc[0] else cn.args[0]
             f = fc[0].args[1] if fc[0].args[0] is cs else fc[0].args[0]
             g["f"] = _gate(f, "sig", x, hs, "the forget gate")
-            ig = _pair(other, "mul", lambda a: a.kind == "sig")
+            ig = _pair(other, "mul", lambda a: gate_kind(a) is not None)
             if ig is None or ig[1].kind != "tanh":
                 raise _NoMatch(other, "i * tanh(g) not found")
             g["i"] = _gate(ig[0], "sig", x, hs, "the input gate")
             g["g"] = _gate(ig[1], "tanh", x, hs, "the cell candidate")
-            return Cell.LSTM, g, "tanh", True, hs.var
+            return Cell.LSTM, g, "tanh", True, hs.var, _one_gate_kind(gnodes + [f, ig[0]])
         raise _NoMatch(outs[states[0].var], "neither state output is o * tanh(c')")
     h = states[0]
     hn = outs[h.var]
     if hn.kind in ("tanh", "relu"):
         return (Cell.RNN_TANH if hn.kind == "tanh" else Cell.RNN_RELU,
-                {"h": _gate(hn, hn.kind, x, h, "the SimpleRNN step")}, hn.kind, True, h.var)
+                {"h": _gate(hn, hn.kind, x, h, "the SimpleRNN step")}, hn.kind, True, h.var, "sigmoid")
     if hn.kind == "aff":  # SimpleRNN(activation=None): linear (Cell.RNN_TANH with activation 'linear', as Keras')
         (wx, wh), (bx, bh) = _lin(hn, (x, h), "the SimpleRNN step")
-        return Cell.RNN_TANH, {"h": (wx, wh, bx, bh)}, "linear", True, h.var
+        return Cell.RNN_TANH, {"h": (wx, wh, bx, bh)}, "linear", True, h.var, "sigmoid"
     if hn.kind != "add":
         raise _NoMatch(hn, "h' is neither act(W x + U h + b) nor z * h + (1 - z) * n")
     zh = [a for a in hn.args if a.kind == "mul" and h in a.args]
@@ -404,13 +523,13 @@ def _cell(outs: dict[int, _N], x: _N, states: list[_N]):
     z = zh[0].args[1] if zh[0].args[0] is h else zh[0].args[0]
     rest = hn.args[1] if hn.args[0] is zh[0] else hn.args[0]
     p = _pair(rest, "mul", lambda a: a.kind == "one_minus" and a.args[0] is z)
-    if p is None or p[1].kind != "tanh":
-        raise _NoMatch(rest, "h' has no (1 - z) * tanh(...) term with the same z")
+    if p is None or p[1].kind not in ("tanh", "add", "aff"):
+        raise _NoMatch(rest, "h' has no (1 - z) * tanh(...) (or linear) term with the same z")
     g = {"z": _gate(z, "sig", x, h, "the update gate")}
-    inner = p[1].args[0]
+    act, inner = ("tanh", p[1].args[0]) if p[1].kind == "tanh" else ("linear", p[1])  # activation='linear': no op
     if inner.kind == "add":  # reset after: W_n x + b_in + r * (U_n h + b_hn)
         m = [a for a in inner.args if a.kind == "mul"]
-        rp = _pair(m[0], "mul", lambda a: a.kind == "sig") if len(m) == 1 else None
+        rp = _pair(m[0], "mul", lambda a: gate_kind(a) is not None) if len(m) == 1 else None
         ax = inner.args[1] if m and inner.args[0] is m[0] else inner.args[0]
         if rp is None or ax.kind != "aff":
             raise _NoMatch(inner, "the candidate is not W_n x + r * (U_n h + b_hn)")
@@ -418,7 +537,7 @@ def _cell(outs: dict[int, _N], x: _N, states: list[_N]):
         (wx,), (bx,) = _lin(ax, (x,), "the candidate's input side")
         (wh,), (bh,) = _lin(rp[1], (h,), "the candidate's recurrent side")
         g["n"] = (wx, wh, bx, bh)
-        return Cell.GRU, g, "tanh", True, h.var
+        return Cell.GRU, g, act, True, h.var, _one_gate_kind([z, rp[0]])
     rh = [s for s in inner.terms if s.kind == "mul" and h in s.args] if inner.kind == "aff" else []
     if len(rh) != 1:
         raise _NoMatch(inner, "the candidate is neither W_n x + r * (U_n h) nor W_n x + U_n (r * h)")
@@ -426,7 +545,7 @@ def _cell(outs: dict[int, _N], x: _N, states: list[_N]):
     g["r"] = _gate(r, "sig", x, h, "the reset gate")
     (wx, wh), (bx, bh) = _lin(inner, (x, rh[0]), "the candidate")
     g["n"] = (wx, wh, bx, bh)
-    return Cell.GRU, g, "tanh", False, h.var
+    return Cell.GRU, g, act, False, h.var, _one_gate_kind([z, r])
 
 
 def read_loop(flat, s: int, sg, ops: list, j: int) -> Loop:
@@ -507,7 +626,7 @@ def read_loop(flat, s: int, sg, ops: list, j: int) -> Loop:
     if x is None:
         raise body.refuse(gathers[0], "is not used by the cell")
     try:
-        cell, gm, act, reset_after, hv = _cell(outs, x, states)
+        cell, gm, act, reset_after, hv, gate_act = _cell(outs, x, states)
     except _NoMatch as exc:
         raise body.refuse(exc.node.op, f"does not fit a Keras cell ({exc.why})") from None
     # the outputs' update
@@ -544,8 +663,8 @@ def read_loop(flat, s: int, sg, ops: list, j: int) -> Loop:
     z = np.zeros(H, np.float32)
     dp = DirectionParams(np.concatenate(wx), np.concatenate(wh), np.concatenate([z if b is None else b for b in bx]),
                          np.concatenate([z if b is None else b for b in bh]))
-    return Loop(cell, dp, Semantics(activation=act, reset_after=reset_after, go_backwards=backwards), x_in, out_t, rs,
-                j, sname(body_i), I, H)
+    return Loop(cell, dp, Semantics(gate_activation=gate_act, activation=act, reset_after=reset_after,
+                                    go_backwards=backwards), x_in, out_t, rs, j, sname(body_i), I, H, len(body.ones))
 
 
 def _acc_update(body: _Body, b_in, b_out, acc_v: int, t_v: int, hv: int, bh: tuple, bk: set) -> bool:
@@ -698,6 +817,9 @@ def bidirectional_pairs(flat, sg, ops: list, loops: dict[int, Loop]) -> dict[int
 
 
 def _same_cell(a: Loop, b: Loop) -> bool:
-    return (a.cell, a.semantics.activation, a.semantics.reset_after, a.hidden_size, a.input_size) == \
-        (b.cell, b.semantics.activation, b.semantics.reset_after, b.hidden_size, b.input_size)
+    """Two loops one layer can hold: same cell, sizes and semantics (the gate activation too: a pair whose
+    directions differ in it stays two layers, never one with the forward's gates)."""
+    return (a.cell, a.semantics.gate_activation, a.semantics.activation, a.semantics.reset_after, a.hidden_size,
+            a.input_size) == (b.cell, b.semantics.gate_activation, b.semantics.activation, b.semantics.reset_after,
+                              b.hidden_size, b.input_size)
 
