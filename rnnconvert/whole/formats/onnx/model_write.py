@@ -1,7 +1,9 @@
 """A whole Keras model as one runnable ONNX graph (issue #30): the :class:`rnnconvert.whole.conventions.keras_graph.Graph`
 of a full-model file, built node by node in ONNX op set 14 (:data:`.onnx_write.OPSET`).
 
-Graph inputs are the model's inputs (their names, ``batch`` and free ``time`` dimensions symbolic; an input
+Graph inputs are the model's inputs (their names, ``batch`` and ``time`` dimensions symbolic: a sequence input's time
+axis is free even where the model declares a length, unless a layer ties it (:mod:`...conventions.time_axis`; the
+metadata's ``time_axis`` and the notes say which layer, or the shortest length a strided layer allows); an input
 feeding an ``Embedding`` is ``int32`` token ids, everything else ``float32``); graph outputs the model outputs
 (``output_0``, ``output_1``, ... in the model's order) and every layer call's output ``layer:<name>``, so that
 a runtime can compare each layer (:mod:`rnnconvert.runtimes.onnxruntime` ``verify_whole``).
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ...conventions import keras_graph
+from ...conventions import keras_graph, time_axis
 from ....core.model import Cell
 from ....errors import OptionError, require
 from ....formats.onnx import onnx_write
@@ -499,8 +501,11 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     env: dict[str, str] = {}
     made: dict[str, str] = {}
     ins = []
+    axes = time_axis.analyse(graph)
     for name, shape, _, emb in graph.inputs:
         dims = ["batch"] + [d if d is not None else ("time" if i == 0 else f"d{i}") for i, d in enumerate(shape)]
+        if name in axes and axes[name].free:  # issue #41: any length the layers allow (:mod:`time_axis`)
+            dims[1] = "time"
         ins.append(helper.make_tensor_value_info(name, TensorProto.INT32 if emb is not None else TensorProto.FLOAT,
                                                  dims))
         env[name] = name
@@ -537,7 +542,7 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)],
                               producer_name="rnnconvert", ir_version=onnx_write.IR_VERSION)
     meta = {"whole": True, "model": graph.name, "inputs": [i[0] for i in graph.inputs],
-            "mask_layout": mask_layout,
+            "mask_layout": mask_layout, "time_axis": {n: a.meta() for n, a in axes.items()},
             "outputs": [f"output_{i}" for i in range(len(graph.outputs))],
             "layers": [{"name": n.layer.name, "nodes": [n.layer.name], "whole_node": n.name, "source_class": n.cls,
                         "go_backwards": bool(n.layer.semantics.go_backwards), "merge_mode": n.layer.semantics.merge_mode,
@@ -554,6 +559,7 @@ def notes(graph: keras_graph.Graph, mask_layout: str = "any") -> list[str]:
            + ", ".join(f"'{n}' ({'int32 token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
            + f"; outputs {', '.join(f'output_{i}' for i in range(len(graph.outputs)))} (each layer's output as "
            "'layer:<name>')"]
+    out += time_axis.notes(time_axis.analyse(graph))
     if any(n.masks and n.masks[0] and (n.cls in keras_graph.RECURRENT or n.cls == "Bidirectional")
            for n in graph.nodes):
         if mask_layout == "end":
