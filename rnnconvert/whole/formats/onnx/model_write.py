@@ -2,7 +2,7 @@
 of a full-model file, built node by node in ONNX op set 14 (:data:`.onnx_write.OPSET`).
 
 Graph inputs are the model's inputs (their names, ``batch`` and ``time`` dimensions symbolic: a sequence input's time
-axis is free even where the model declares a length, unless a layer ties it (:mod:`...conventions.time_axis`; the
+axis is free even where the model declares a length, unless a layer ties it (:mod:`rnnconvert.whole.conventions.time_axis`; the
 metadata's ``time_axis`` and the notes say which layer, or the shortest length a strided layer allows); an input
 feeding an ``Embedding`` is ``int32`` token ids, everything else ``float32``); graph outputs the model outputs
 (``output_0``, ``output_1``, ... in the model's order) and every layer call's output ``layer:<name>``, so that
