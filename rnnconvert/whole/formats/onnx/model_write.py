@@ -40,6 +40,7 @@ from ....errors import OptionError, require
 from ....formats.onnx import onnx_write
 from ....formats.onnx.onnx_write import WEIGHTS_ONLY
 from . import masks as mask_forms
+from . import profiles, scan_cells
 
 META_KEY = onnx_write.META_KEY
 class _G:
@@ -50,6 +51,9 @@ class _G:
         self.nodes: list = []
         self.inits: list = []
         self.n = 0
+        self.profile = profiles.profile(None)
+        self.scans: list[str] = []  # the recurrent layer calls written as Scans (a runtime profile)
+        self.native: dict[str, dict] = {}  # their native node (op, W R B names, attributes) by layer name
 
     def fresh(self, base: str) -> str:
         self.n += 1
@@ -177,10 +181,17 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
     if layer.cell is Cell.GRU:
         attrs["linear_before_reset"] = 1 if s.reset_after else 0
     op = onnx_write.OP[layer.cell]
+    if not profiles.native(g.profile, acts, op, bool(lens)):
+        g.scans.append(node.name)
+        if node.name == node.path:  # the per-layer checks run the native node of these inputs and attributes
+            g.native[layer.name] = {"op": op, "inputs": ins[1:4], "attrs": attrs}
     # the layer's first call is named after it (the runtime's one-node checks find it); further calls of a
     # shared layer after the call
-    y, yh, *yc = g.op(op, ins, base, n_out=3 if layer.cell is Cell.LSTM else 2,
-                      node_name=layer.name if node.name == node.path else node.name, **attrs)
+    if profiles.native(g.profile, acts, op, bool(lens)):
+        y, yh, *yc = g.op(op, ins, base, n_out=3 if layer.cell is Cell.LSTM else 2,
+                          node_name=layer.name if node.name == node.path else node.name, **attrs)
+    else:  # a runtime profile (issue #41): the node as Scans of elementwise ops
+        y, yh, *yc = scan_cells.node(g, op, ins, attrs, base)
     merge = s.merge_mode if layer.bidirectional else "concat"
     if merge not in ("concat", "sum", "ave", "mul"):
         keras_graph.refuse(node.path, node.cls, f"merge_mode={merge!r} (several outputs) is not built")
@@ -485,19 +496,22 @@ def input_dtype(graph: keras_graph.Graph, name: str) -> str:
     return "int32" if spec[3] is not None else "float32"
 
 
-def build(graph: keras_graph.Graph, mask_layout: str = "any"):
+def build(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | None = None):
     """The ``onnx.ModelProto`` of ``graph`` (module docstring); deterministic; checked by ``onnx.checker``.
     ``mask_layout``: ``'any'`` (default) builds a mask reaching a recurrent layer exactly for any padding
     (:mod:`.masks`); ``'end'`` passes it as ``sequence_lens`` alone (exact only when every sequence's padding is
-    at its end; a smaller graph).
+    at its end; a smaller graph). ``runtime``: the profile of the recurrent nodes (:mod:`.profiles`; ``None``:
+    onnxruntime's, native nodes).
 
     Raises:
-        OptionError: another ``mask_layout`` (:func:`_layout`)."""
+        OptionError: another ``mask_layout`` (:func:`_layout`) or ``runtime`` (:func:`.profiles.profile`)."""
     _layout(mask_layout)
+    prof = profiles.profile(runtime)
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     g = _G(helper, numpy_helper, TensorProto)
+    g.profile = prof
     env: dict[str, str] = {}
     made: dict[str, str] = {}
     ins = []
@@ -542,7 +556,8 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)],
                               producer_name="rnnconvert", ir_version=onnx_write.IR_VERSION)
     meta = {"whole": True, "model": graph.name, "inputs": [i[0] for i in graph.inputs],
-            "mask_layout": mask_layout, "time_axis": {n: a.meta() for n, a in axes.items()},
+            "mask_layout": mask_layout, "runtime": prof.name, "scans": g.scans, "native_nodes": g.native,
+            "time_axis": {n: a.meta() for n, a in axes.items()},
             "outputs": [f"output_{i}" for i in range(len(graph.outputs))],
             "layers": [{"name": n.layer.name, "nodes": [n.layer.name], "whole_node": n.name, "source_class": n.cls,
                         "go_backwards": bool(n.layer.semantics.go_backwards), "merge_mode": n.layer.semantics.merge_mode,
@@ -553,13 +568,20 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     return model
 
 
-def notes(graph: keras_graph.Graph, mask_layout: str = "any") -> list[str]:
-    """What the written graph says about itself (how masks reach recurrent layers, inputs' dtypes)."""
+def notes(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | None = None) -> list[str]:
+    """What the written graph says about itself (how masks reach recurrent layers, inputs' dtypes, the time axis,
+    the runtime profile's decompositions or the runtimes known to reject the default graph's nodes)."""
     out = [f"whole model written: {len(graph.nodes)} layer call(s) in one ONNX graph; inputs "
            + ", ".join(f"'{n}' ({'int32 token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
            + f"; outputs {', '.join(f'output_{i}' for i in range(len(graph.outputs)))} (each layer's output as "
            "'layer:<name>')"]
     out += time_axis.notes(time_axis.analyse(graph))
+    prof = profiles.profile(runtime)
+    acts = {n.name: onnx_write.rnn_activations(n.layer)[0] for n in graph.nodes if n.layer is not None}
+    done = [n.name for n in graph.nodes if n.layer is not None and not profiles.native(
+        prof, acts[n.name], onnx_write.OP[n.layer.cell], bool(n.masks and n.masks[0]))]
+    states = [n.name for n in graph.nodes if n.layer is not None and ((n.masks and n.masks[0]) or len(n.inputs) > 1)]
+    out += profiles.notes(prof, acts, done, states)
     if any(n.masks and n.masks[0] and (n.cls in keras_graph.RECURRENT or n.cls == "Bidirectional")
            for n in graph.nodes):
         if mask_layout == "end":
@@ -594,7 +616,7 @@ def _layout(mask_layout: Any) -> str:
 
 
 def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, mask_layout: str = "any",
-          **options: Any) -> list[str]:
+          runtime: str | None = None, **options: Any) -> list[str]:
     """The ``onnx`` container's check: the recurrent layers' refusals (:func:`.onnx_write.check`), then, for a
     whole model, every layer (refused by name when it is not built) and the notes of :func:`notes`.
 
@@ -603,18 +625,19 @@ def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, mask_l
             :data:`rnnconvert.whole.conventions.keras_graph.LAYERS` or a feature not built (layer, class, way out).
     """
     _layout(mask_layout)
+    profiles.profile(runtime)
     out = onnx_write.check(ckpt, recurrent_only=recurrent_only, **options)
     graph = whole_graph(ckpt, whole_model, recurrent_only)
     if graph is None:
         if ckpt.format == "keras_h5" and not recurrent_only:
             out.insert(0, WEIGHTS_ONLY)
         return out
-    keras_graph.from_config(build, graph, mask_layout)  # the refusals raised while building
-    return notes(graph, mask_layout)
+    keras_graph.from_config(build, graph, mask_layout, runtime)  # the refusals raised while building
+    return notes(graph, mask_layout, runtime)
 
 
 def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, mask_layout: str = "any",
-          **options: Any) -> list[str]:
+          runtime: str | None = None, **options: Any) -> list[str]:
     """The ``onnx`` container's write: a whole model (``whole_model``, not ``recurrent_only``) as one graph
     (:func:`build`, masks as ``mask_layout`` says), else the recurrent layers (:func:`.onnx_write.write`). One line
     says how to run it. Assumes :func:`check` passed."""
@@ -622,6 +645,6 @@ def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, 
     if graph is None:
         return onnx_write.write(ckpt, path, **options)
     onnx = require("onnx", "onnx")
-    onnx.save_model(build(graph, _layout(mask_layout)), str(path))
+    onnx.save_model(build(graph, _layout(mask_layout), runtime), str(path))
     return [f"whole model '{graph.name}': onnxruntime.InferenceSession(path).run(['output_0'], "
             f"{{{', '.join(repr(i[0]) + ': ...' for i in graph.inputs)}}})"]
