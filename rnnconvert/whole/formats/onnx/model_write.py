@@ -1,9 +1,10 @@
 """A whole Keras model as one runnable ONNX graph (issue #30): the :class:`rnnconvert.whole.conventions.keras_graph.Graph`
 of a full-model file, built node by node in ONNX op set 14 (:data:`.onnx_write.OPSET`).
 
-Graph inputs are the model's inputs (their names, ``batch`` and ``time`` dimensions symbolic: a sequence input's time
-axis is free even where the model declares a length, unless a layer ties it (:mod:`rnnconvert.whole.conventions.time_axis`; the
-metadata's ``time_axis`` and the notes say which layer, or the shortest length a strided layer allows); an input
+Graph inputs are the model's inputs (their names, ``batch`` and ``time`` dimensions symbolic: a sequence input's
+time axis is free even where the model declares a length, unless a layer ties it
+(:mod:`rnnconvert.whole.conventions.time_axis`; the metadata's ``time_axis`` and the notes say which layer, or
+the shortest length a strided layer allows); an input
 feeding an ``Embedding`` is ``int32`` token ids, everything else ``float32``); graph outputs the model outputs
 (``output_0``, ``output_1``, ... in the model's order) and every layer call's output ``layer:<name>``, so that
 a runtime can compare each layer (:mod:`rnnconvert.runtimes.onnxruntime` ``verify_whole``).
@@ -595,7 +596,8 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | Non
     for o in outs:  # the outputs with the types and (symbolic) shapes ONNX shape inference gives them
         gp.output.append(known[o] if o in known and known[o].type.tensor_type.HasField("shape")
                          else helper.make_tensor_value_info(o, TensorProto.FLOAT, ["batch", None, None][:1]))
-    gp.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", h]) for name, _, h in g.state_outs)
+    gp.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", h])
+                     for name, _, h in g.state_outs)
     model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)],
                               producer_name="rnnconvert", ir_version=onnx_write.IR_VERSION)
     meta = {"whole": True, "model": graph.name, "inputs": [i[0] for i in graph.inputs],

@@ -1,15 +1,17 @@
 """An ONNX ``LSTM`` / ``GRU`` / ``RNN`` node as elementwise ops in a ``Scan`` over time (issue #41, runtime
-profiles: :mod:`.profiles`), for runtimes that refuse some of the node's activations (OpenVINO 2026.4 decomposes
-the native nodes into cells and accepts ``Sigmoid``, ``Tanh``, ``Relu`` only there).
+profiles: :mod:`.profiles`), for runtimes that refuse some native nodes or compute them otherwise (OpenVINO 2026.4
+refuses activations other than ``Sigmoid`` / ``Tanh`` / ``Relu`` there and returns other states where
+``sequence_lens`` or initial states are given).
 
 :func:`node` takes the native node's inputs and attributes as :mod:`.model_write` builds them and returns tensors
-of the same meaning (ONNX operator spec, op set 14), from the same ``W`` / ``R`` / ``B`` initializers (kept as the
-native node would have them: the per-layer checks run them as that node, :func:`rnnconvert.runtimes.onnxruntime.
-one_node`) and a transposed copy of each direction's ``R`` read by the Scan body (OpenVINO 2026.4's ``Scan``
-reads initializers of the outer graph, not values computed there): ``Y`` ``(T, D, B, H)``, ``Y_h`` ``(D, B, H)`` and, for an
-LSTM, ``Y_c``. Each direction is one ``Scan`` (a ``reverse`` direction with ``scan_input_directions`` /
-``scan_output_directions`` 1, so ``Y`` stays in time order); the input products ``X W^T + bias`` are one
-``MatMul`` over the whole sequence outside it, the body computes the recurrent product and the cell:
+of the same meaning (ONNX operator spec, op set 14), from the same ``W`` / ``R`` / ``B`` initializers (kept as
+the native node would have them: the per-layer checks run them as that node,
+:func:`rnnconvert.runtimes.onnxruntime.one_node`) and a transposed copy of each direction's ``R`` read by the Scan
+body (OpenVINO 2026.4's ``Scan`` reads initializers of the outer graph, not values computed there): ``Y``
+``(T, D, B, H)``, ``Y_h`` ``(D, B, H)`` and, for an LSTM, ``Y_c``. Each direction is one ``Scan`` (a ``reverse``
+direction with ``scan_input_directions`` / ``scan_output_directions`` 1, so ``Y`` stays in time order); the
+input products ``X W^T + bias`` are one ``MatMul`` over the whole sequence outside it, the body computes the
+recurrent product and the cell:
 
 - LSTM (gates ``i o f c``): ``c' = f(g_f) * c + f(g_i) * g(g_c)``, ``h' = f(g_o) * h(c')``;
 - GRU (gates ``z r h``): ``z = f(.)``, ``r = f(.)``, ``linear_before_reset=0``: ``n = g(x W_h + (r * h) R_h^T +
