@@ -626,8 +626,8 @@ def notes(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | Non
     acts = {n.name: onnx_write.rnn_activations(n.layer)[0] for n in graph.nodes if n.layer is not None}
     done = [n.name for n in graph.nodes if n.layer is not None and not profiles.native(
         prof, acts[n.name], onnx_write.OP[n.layer.cell], bool(n.masks and n.masks[0]))]
-    states = [n.name for n in graph.nodes if n.layer is not None and ((n.masks and n.masks[0]) or len(n.inputs) > 1)]
-    out += profiles.notes(prof, acts, done, states)
+    masked = [n.name for n in graph.nodes if n.layer is not None and n.masks and n.masks[0]]
+    out += profiles.notes(prof, acts, done, masked)
     if any(n.masks and n.masks[0] and (n.cls in keras_graph.RECURRENT or n.cls == "Bidirectional")
            for n in graph.nodes):
         if mask_layout == "end":

@@ -11,11 +11,13 @@ CPU plugin's
 this project's fixtures: ``HardSigmoid`` (Keras 2's default ``hard_sigmoid`` gates), ``Affine`` (``linear``),
 ``Softsign`` refused; ``linear_before_reset=0`` GRUs with sigmoid/tanh compile and match tf_keras
 (``tests/formats/test_whole_runtime_openvino.py``), but the native nodes it compiles do not all compute what
-onnxruntime and tf_keras do: ``GRU`` / ``RNN`` nodes given ``sequence_lens`` (a masked layer) return a ``Y_h``
-other than the state at each sequence's last step (up to 0.15 off on ``whole_masks/masks_gru_stack``,
-``masks_bidir``), and ``LSTM`` nodes given ``sequence_lens`` or ``initial_h`` / ``initial_c`` return other
-states (up to 0.05 off on ``keras_whole/whole_masked_stack``, ``whole_states/whole_states_lstm_seq2seq``), where
-the same graphs' Scans match. Hence no native node in this profile.
+onnxruntime and tf_keras do: given ``sequence_lens`` (a masked layer) with a symbolic time or batch dimension (as
+every whole-model graph has), a lone ``LSTM`` / ``GRU`` / ``RNN`` node's ``Y`` and states differ from
+onnxruntime's (by up to 1.9 for lengths ``[5, 3]`` of 5 steps; the same node with static shapes, or with initial
+states and no ``sequence_lens``, matches), and in this project's masked fixtures the returned states differ by up
+to 0.15 (``whole_masks/masks_gru_stack``, ``masks_bidir``, ``keras_whole/whole_masked_stack``,
+``whole_states/whole_states_lstm_seq2seq``), where the same graphs' Scans match. Hence no native node in this
+profile.
 
 A further runtime is one more :class:`Profile` in :data:`PROFILES` (its accepted native activations) and, where
 known, an entry in :data:`REJECTS`.
@@ -82,8 +84,8 @@ def native(p: Profile, activations: list[str], op: str = "LSTM", lens: bool = Fa
 def notes(p: Profile, layers: dict[str, list[str]], done: list[str] = (), states: list[str] = ()) -> list[str]:
     """The conversion's notes for recurrent layers of ONNX activations ``layers`` (name -> activations): under
     the default profile a warning per runtime known to reject some of them, and one for the layers ``states``
-    (given ``sequence_lens`` or initial states) whose native nodes OpenVINO computes otherwise (module
-    docstring); under another profile the layers it wrote as Scans (``done``)."""
+    (given ``sequence_lens``) whose native nodes OpenVINO computes otherwise (module docstring); under another
+    profile the layers it wrote as Scans (``done``)."""
     out = []
     if p.native is None:
         for who, ok in REJECTS:
@@ -92,9 +94,9 @@ def notes(p: Profile, layers: dict[str, list[str]], done: list[str] = (), states
                 out.append("warning: " + "; ".join(f"layer '{n}' uses {', '.join(a)}" for n, a in bad.items())
                            + f" in its ONNX recurrent node, which {who} rejects")
         if states:
-            out.append(f"warning: layer(s) {', '.join(repr(n) for n in states)} take sequence_lens (a mask) or "
-                       "initial states in their ONNX recurrent nodes, whose returned states OpenVINO 2026.4 computes "
-                       "otherwise than onnxruntime and tf_keras (measured); --runtime openvino writes them as Scans")
+            out.append(f"warning: layer(s) {', '.join(repr(n) for n in states)} take sequence_lens (a mask) in their "
+                       "ONNX recurrent nodes, which OpenVINO 2026.4 computes otherwise than onnxruntime and tf_keras "
+                       "with a free time or batch axis (measured); --runtime openvino writes them as Scans")
         return out
     if done:
         out.append(f"runtime profile '{p.name}': recurrent layer(s) {', '.join(repr(n) for n in done)} written as "
