@@ -142,3 +142,27 @@ def test_convert_writes_a_free_axis_and_says_so(tmp_path):
     assert any("time axis free (declared 12), at least 5 steps" in n for n in rep.notes)
     m = onnx.load(str(tmp_path / "m.onnx"))
     assert m.graph.input[0].type.tensor_type.shape.dim[1].dim_param == "time"
+
+
+def test_rules_on_layer_graphs():
+    """The analysis on small layer graphs (the rules of :mod:`time_axis`; its lengths are checked against tf_keras'
+    shape rule above): a merge with a RepeatVector's fixed steps, a merge of a pooled and an unpooled branch, and a Permute
+    moving the time axis fix the length; a Permute keeping it and a global pooling leave it free."""
+    from rnnconvert.whole.conventions.keras_graph import Graph, Node
+
+    def graph(*nodes):
+        return Graph("m", [("x", (8, 4), "float32", None)], list(nodes), [nodes[-1].outputs[0]])
+
+    def n(name, cls, ins, **conf):
+        return Node(name, name, cls, conf, ins, [name + ":0"])
+
+    rep = graph(n("g", "GlobalMaxPooling1D", ["x"]), n("r", "RepeatVector", ["g:0"], n=8),
+                n("c", "Concatenate", ["x", "r:0"]))
+    assert time_axis.analyse(rep)["x"].free is False and "'c' (Concatenate)" in time_axis.analyse(rep)["x"].fixed_by
+    # ceil(L / 2) and floor(L / 2) steps: equal at even lengths only
+    pooled = graph(n("p", "MaxPooling1D", ["x"], pool_size=2, padding="same"),
+                   n("q", "AveragePooling1D", ["x"], pool_size=2, padding="valid"), n("a", "Add", ["p:0", "q:0"]))
+    assert "'a' (Add) merges time axes" in time_axis.analyse(pooled)["x"].fixed_by
+    assert time_axis.analyse(graph(n("t", "Permute", ["x"], dims=[2, 1])))["x"].free is False
+    free = time_axis.analyse(graph(n("t", "Permute", ["x"], dims=[1, 2]), n("g", "GlobalAveragePooling1D", ["t:0"])))
+    assert free["x"].free is True and free["x"].min_length == 1

@@ -16,7 +16,8 @@ not listed here. Convolutions and pooling set a shortest length (every output le
 A strided layer makes no length impossible (the lengths floor or ceil as Keras' do); only the shortest one
 matters. The inputs analysed are the sequences: rank 3 float inputs ``(batch, time, features)`` and rank 2 token
 inputs feeding an ``Embedding`` ``(batch, time)``; other inputs keep their declared shape. Checked against
-tf_keras at other lengths in ``tests/formats/test_whole_free_axis.py``.
+tf_keras at other lengths in ``tests/formats/test_whole_free_axis.py``. A ``RepeatVector``'s output has a time
+axis of its own (``n`` steps); merged with an input's, it fixes that input's length.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from . import keras_graph
 KEEP = set(keras_graph.IDENTITY) | {"Masking", "Dense", "TimeDistributed", "Activation", "ReLU", "LeakyReLU", "ELU",
                                     "Softmax", "BatchNormalization", "LayerNormalization", "Embedding"}
 #: layers that end the time axis (their output has none)
-END = {"GlobalMaxPooling1D", "GlobalAveragePooling1D", "RepeatVector"}
+END = {"GlobalMaxPooling1D", "GlobalAveragePooling1D"}
+#: the time axis of a ``RepeatVector``'s output: its ``n`` steps, whatever the inputs' lengths (merged with an input's
+#: time axis, it fixes that input's length)
+REPEAT = ("#repeat", ())
 #: the longest length searched for a shortest one (kernels and strides are small; bounded whatever the file says)
 SEARCH = 1 << 16
 
@@ -117,6 +121,8 @@ def analyse(graph: keras_graph.Graph) -> dict[str, Axis]:
             out = x
         elif cls in END:
             out = None
+        elif cls == "RepeatVector":
+            out = REPEAT
         elif _step(node) is not None:
             out = None if x is None else (x[0], x[1] + (_step(node),))
         elif cls in keras_graph.MERGE:
@@ -132,7 +138,7 @@ def analyse(graph: keras_graph.Graph) -> dict[str, Axis]:
             out = None
         for t in node.outputs:
             track[t] = out if t == node.outputs[0] else None
-        if out is not None:
+        if out is not None and out[0] in chains:
             chains[out[0]].add(out[1])
     result = {}
     for name, declared in seq.items():
