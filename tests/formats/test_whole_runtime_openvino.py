@@ -139,3 +139,17 @@ def test_cli_runtime_option(tmp_path):
                         str(bad), "--runtime", "tensorrt", "--no-verify"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "runtime" in r.stderr and "Traceback" not in r.stderr and not bad.exists()
     assert all(rt in r.stderr for rt in profiles.RUNTIMES)
+
+
+@pytest.mark.parametrize("name", ["whole_masks/masks_gru_stack.h5", "whole_masks/masks_bidir.h5"],
+                         ids=lambda p: Path(p).stem)
+def test_end_layout_under_openvino(name):
+    """``mask_layout='end'`` (sequence_lens alone) with the profile: the Scans' steps past each length keep the
+    state and output zero as the native node's do; tf_keras' outputs on the rows padded at the end."""
+    path = FIX / name
+    g = _graph(path)
+    z = np.load(path.with_suffix(".npz"))
+    rows = [0, 1]
+    compiled = _compile(model_write.build(g, mask_layout="end", runtime="openvino"))
+    for i, y in enumerate(_run(compiled, g, {n: z[f"in__{n}"][rows] for n, *_ in g.inputs})):
+        assert _err(y, z[f"out__{i}"][rows]) <= TOL, (name, i)
