@@ -153,6 +153,14 @@ def convert(
         "--mask-layout", help="A masked Keras full model to .onnx: 'any' (default) makes masks exact for any "
         "padding (front, end, inside); 'end' writes a smaller graph, exact only when every sequence's padding is "
         "at its end.", show_default=False)] = None,
+    runtime: Annotated[Optional[str], typer.Option(
+        "--runtime", help="A Keras full model to .onnx: the runtime the graph is for: 'onnxruntime' (default, native "
+        "LSTM/GRU/RNN nodes) or 'openvino' (recurrent nodes as Scans of elementwise ops, which OpenVINO compiles "
+        "and computes as tf_keras does).", show_default=False)] = None,
+    states: Annotated[bool, typer.Option(
+        "--states", help="A Keras full model to .onnx: every unidirectional recurrent layer's initial states as graph "
+        "inputs (state_in:<layer>:h/:c) and final states as outputs (state_out:...), to run a sequence in "
+        "chunks.")] = False,
     emit_module: Annotated[Optional[Path], typer.Option(
         "--emit-module", help="A Keras 2 full model: also write it as readable PyTorch nn.Module source to this .py "
         "file (class Model) and its state dict beside it (<stem>_state.pt), verified against tf_keras.",
@@ -184,7 +192,9 @@ def convert(
     kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
                   read_opts=_read_opts(gate_activation, read_opt, name_map),
                   write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {}),
-                              **({"mask_layout": mask_layout} if mask_layout is not None else {})}
+                              **({"mask_layout": mask_layout} if mask_layout is not None else {}),
+                              **({"runtime": runtime} if runtime is not None else {}),
+                              **({"states": True} if states else {})}
                   or None, accept_inconclusive=accept_inconclusive)
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter("--device is cpu or cuda")

@@ -103,7 +103,9 @@ def one_node(path: str | Path, ckpt: Checkpoint, name: str, k: int, states: bool
     weight initializers as written; external data left in the file, mapped by onnxruntime: :func:`options`)
     alone in a graph with input ``X`` ``(T, N, I)`` and, when ``states``, ``initial_h`` (and ``initial_c``)
     ``(D, N, H)``; outputs ``Y``, ``Y_h`` (, ``Y_c``). Float64 initializers are run as float32 (onnxruntime's
-    RNN kernels are float32 only, see :func:`session`)."""
+    RNN kernels are float32 only, see :func:`session`). A layer written as Scans by a runtime profile
+    (:mod:`rnnconvert.whole.formats.onnx.profiles`) is its native node rebuilt from the metadata's
+    ``native_nodes`` (op, ``W`` / ``R`` / ``B`` initializer names, attributes)."""
     ort = require("onnxruntime", "onnx")
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
@@ -113,6 +115,10 @@ def one_node(path: str | Path, ckpt: Checkpoint, name: str, k: int, states: bool
     node_name = name if layer.num_layers == 1 else f"{name}.l{k}"
     model = onnx.load(str(path), load_external_data=False)
     node = next((n for n in model.graph.node if n.name == node_name), None)
+    spec = ((whole_meta(path) or {}).get("native_nodes") or {}).get(node_name)
+    if node is None and isinstance(spec, dict):  # a runtime profile wrote the layer as Scans (issue #41): its
+        # native node, from the metadata's op, attributes and the initializers the Scans read
+        node = helper.make_node(spec["op"], [""] + list(spec["inputs"]), [], name=node_name, **spec["attrs"])
     if node is None:
         raise FormatError(f"{path}: no node '{node_name}' (not written by rnnconvert?)")
     lstm = node.op_type == "LSTM"

@@ -379,7 +379,12 @@ def container_check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_mod
     if whole_model is not None and not recurrent_only:
         return WHOLE_CHECK(ckpt, whole_model=whole_model, **options)
     options.pop("mask_layout", None)  # the recurrent layers alone take no mask
+    runtime = options.pop("runtime", None)  # nor a runtime profile (whole-model graphs only)
+    options.pop("states", None)
     out = check(ckpt, recurrent_only=recurrent_only, **options)
+    if runtime not in (None, "onnxruntime"):
+        out.append(f"runtime={runtime!r} applies to a whole-model graph; the recurrent layers are written as native "
+                   "ONNX nodes")
     if ckpt.format == "keras_h5" and not recurrent_only:
         out.insert(0, WEIGHTS_ONLY)
     return out
@@ -392,4 +397,6 @@ def container_write(ckpt: Checkpoint, path: str | Path, *, recurrent_only: bool 
     if whole_model is not None and not recurrent_only:
         return WHOLE_WRITE(ckpt, path, whole_model=whole_model, **options)
     options.pop("mask_layout", None)
+    options.pop("runtime", None)
+    options.pop("states", None)
     return write(ckpt, path, **options)

@@ -21,7 +21,8 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     tf_keras against onnxruntime running ``dst_path`` on the model inputs, every model output and every
     top-level layer's output (the graph's ``layer:<name>`` outputs); the float64 second stage runs the same
     graph as a float64 torch program (:func:`rnnconvert.whole.formats.torch.pt2_write.build_module`). ``[]`` when the
-    file holds the recurrent layers only (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`)."""
+    file holds the recurrent layers only (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`). A graph
+    written with states (``state_inputs`` in its metadata) is fed zero states, as the source model starts."""
     from ..verify import keras_whole_check
 
     meta = whole_meta(dst_path)
@@ -35,8 +36,13 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in sess.get_inputs()}
     names = [o.name for o in sess.get_outputs()]
 
+    carried = {i.name: i.shape[-1] for i in sess.get_inputs() if i.name in meta.get("state_inputs", [])}
+
     def target(xs):
-        got = sess.run(names, {k: np.asarray(v).astype(kinds[k]) for k, v in xs.items()})
+        feeds = {k: np.asarray(v).astype(kinds[k]) for k, v in xs.items()}
+        batch = len(next(iter(feeds.values())))
+        feeds.update({k: np.zeros((batch, h), np.float32) for k, h in carried.items()})  # the source's zero states
+        got = sess.run(names, feeds)
         by = dict(zip(names, got))
         return ([by[o] for o in meta["outputs"]],
                 {n[len("layer:"):]: a for n, a in by.items() if n.startswith("layer:")})

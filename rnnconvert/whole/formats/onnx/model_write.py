@@ -1,7 +1,10 @@
 """A whole Keras model as one runnable ONNX graph (issue #30): the :class:`rnnconvert.whole.conventions.keras_graph.Graph`
 of a full-model file, built node by node in ONNX op set 14 (:data:`.onnx_write.OPSET`).
 
-Graph inputs are the model's inputs (their names, ``batch`` and free ``time`` dimensions symbolic; an input
+Graph inputs are the model's inputs (their names, ``batch`` and ``time`` dimensions symbolic: a sequence input's
+time axis is free even where the model declares a length, unless a layer ties it
+(:mod:`rnnconvert.whole.conventions.time_axis`; the metadata's ``time_axis`` and the notes say which layer, or
+the shortest length a strided layer allows); an input
 feeding an ``Embedding`` is ``int32`` token ids, everything else ``float32``); graph outputs the model outputs
 (``output_0``, ``output_1``, ... in the model's order) and every layer call's output ``layer:<name>``, so that
 a runtime can compare each layer (:mod:`rnnconvert.runtimes.onnxruntime` ``verify_whole``).
@@ -32,12 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from ...conventions import keras_graph
+from ...conventions import keras_graph, time_axis
 from ....core.model import Cell
 from ....errors import OptionError, require
 from ....formats.onnx import onnx_write
 from ....formats.onnx.onnx_write import WEIGHTS_ONLY
 from . import masks as mask_forms
+from . import profiles, scan_cells
 
 META_KEY = onnx_write.META_KEY
 class _G:
@@ -48,6 +52,12 @@ class _G:
         self.nodes: list = []
         self.inits: list = []
         self.n = 0
+        self.profile = profiles.profile(None)
+        self.scans: list[str] = []  # the recurrent layer calls written as Scans (a runtime profile)
+        self.native: dict[str, dict] = {}  # their native node (op, W R B names, attributes) by layer name
+        self.carried: set[str] = set()  # write option states: the recurrent layer calls whose states are carried
+        self.state_ins: list[tuple[str, int]] = []  # (graph input, units)
+        self.state_outs: list[tuple[str, str, int]] = []  # (graph output, tensor, units)
 
     def fresh(self, base: str) -> str:
         self.n += 1
@@ -142,6 +152,9 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
     inner = (conf.get("layer") or {}).get("config", {}) if node.cls == "Bidirectional" else conf
     seqs = bool(inner.get("return_sequences"))
     reverse = s.go_backwards and not layer.bidirectional
+    if node.name in g.carried:  # write option states: the initial states are graph inputs
+        initial = [f"state_in:{node.name}:{key}" for key in keras_graph.STATES[node.cls]]
+        g.state_ins += [(t, H) for t in initial]
     if cp is not None:  # any mask: the node runs on each sequence's unmasked steps moved to the front
         lens = cp.lens
         x = mask_forms.compact(g, x, cp, base)
@@ -175,10 +188,17 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
     if layer.cell is Cell.GRU:
         attrs["linear_before_reset"] = 1 if s.reset_after else 0
     op = onnx_write.OP[layer.cell]
+    if not profiles.native(g.profile, acts, op, bool(lens)):
+        g.scans.append(node.name)
+        if node.name == node.path:  # the per-layer checks run the native node of these inputs and attributes
+            g.native[layer.name] = {"op": op, "inputs": ins[1:4], "attrs": attrs}
     # the layer's first call is named after it (the runtime's one-node checks find it); further calls of a
     # shared layer after the call
-    y, yh, *yc = g.op(op, ins, base, n_out=3 if layer.cell is Cell.LSTM else 2,
-                      node_name=layer.name if node.name == node.path else node.name, **attrs)
+    if profiles.native(g.profile, acts, op, bool(lens)):
+        y, yh, *yc = g.op(op, ins, base, n_out=3 if layer.cell is Cell.LSTM else 2,
+                          node_name=layer.name if node.name == node.path else node.name, **attrs)
+    else:  # a runtime profile (issue #41): the node as Scans of elementwise ops
+        y, yh, *yc = scan_cells.node(g, op, ins, attrs, base)
     merge = s.merge_mode if layer.bidirectional else "concat"
     if merge not in ("concat", "sum", "ave", "mul"):
         keras_graph.refuse(node.path, node.cls, f"merge_mode={merge!r} (several outputs) is not built")
@@ -196,12 +216,21 @@ def _states(g: _G, node: keras_graph.Node, out: str, yh: str, yc: list[str],
     node's ``Y_h`` / ``Y_c`` ``(1, B, H)`` as Keras' ``(B, H)`` (with ``sequence_lens``, the state at each
     sequence's last step, as tf_keras keeps it over masked steps; with ``cp``, the initial state where a sequence
     has no unmasked step, :func:`.masks.state`)."""
+    if node.name in g.carried:  # write option states: the final states are graph outputs
+        for key, t in zip(keras_graph.STATES[node.cls], _squeezed(g, node, yh, yc, cp, initial)):
+            g.state_outs.append((f"state_out:{node.name}:{key}", t, node.layer.hidden_size))
     if len(node.outputs) == 1:
         return out
+    return [out] + _squeezed(g, node, yh, yc, cp, initial)[:len(node.outputs) - 1]
+
+
+def _squeezed(g: _G, node: keras_graph.Node, yh: str, yc: list[str], cp: mask_forms.Compaction | None,
+              initial: list[str] | None) -> list[str]:
+    """The node's ``Y_h`` (, ``Y_c``) as Keras' ``(B, H)`` states (:func:`_states`)."""
     sq = [g.op("Squeeze", [t, g.const(_int64([0]), "ax")], node.name) for t in [yh] + yc]
     if cp is not None:
         sq = [mask_forms.state(g, t, initial[i] if initial else None, cp, node.name) for i, t in enumerate(sq)]
-    return [out] + sq[:len(node.outputs) - 1]
+    return sq
 
 
 def _general_output(g: _G, node: keras_graph.Node, y: str, yh: str, cp: mask_forms.Compaction, seqs: bool,
@@ -483,24 +512,54 @@ def input_dtype(graph: keras_graph.Graph, name: str) -> str:
     return "int32" if spec[3] is not None else "float32"
 
 
-def build(graph: keras_graph.Graph, mask_layout: str = "any"):
+def carried(graph: keras_graph.Graph) -> list[str]:
+    """The recurrent layer calls whose states the write option ``states`` carries: every unidirectional one that
+    does not take its initial state from the model.
+
+    Raises:
+        UnsupportedError: a Bidirectional or go_backwards layer (its run starts at the sequence's end: a chunk
+            cannot hand its state to the next), naming it."""
+    out = []
+    for n in graph.nodes:
+        if n.layer is None:
+            continue
+        if n.layer.bidirectional or n.layer.semantics.go_backwards:
+            keras_graph.refuse(n.path, n.cls, "states=True carries states from one chunk to the next, and a "
+                               "Bidirectional or go_backwards layer runs from the sequence's end (write the graph "
+                               "without states)")
+        if len(n.inputs) == 1:
+            out.append(n.name)
+    return out
+
+
+def build(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | None = None, states: bool = False):
     """The ``onnx.ModelProto`` of ``graph`` (module docstring); deterministic; checked by ``onnx.checker``.
     ``mask_layout``: ``'any'`` (default) builds a mask reaching a recurrent layer exactly for any padding
     (:mod:`.masks`); ``'end'`` passes it as ``sequence_lens`` alone (exact only when every sequence's padding is
-    at its end; a smaller graph).
+    at its end; a smaller graph). ``runtime``: the profile of the recurrent nodes (:mod:`.profiles`; ``None``:
+    onnxruntime's, native nodes). ``states``: every unidirectional recurrent layer call (:func:`carried`) takes its
+    initial states as graph inputs ``state_in:<call>:h`` (``:c``) ``(batch, units)`` float32 and gives its final
+    states as outputs ``state_out:<call>:h`` (``:c``), so a sequence runs in chunks (issue #41).
 
     Raises:
-        OptionError: another ``mask_layout`` (:func:`_layout`)."""
+        OptionError: another ``mask_layout`` (:func:`_layout`) or ``runtime`` (:func:`.profiles.profile`)."""
     _layout(mask_layout)
+    prof = profiles.profile(runtime)
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     g = _G(helper, numpy_helper, TensorProto)
+    g.profile = prof
+    if states:
+        g.carried = set(carried(graph))
     env: dict[str, str] = {}
     made: dict[str, str] = {}
     ins = []
+    axes = time_axis.analyse(graph)
     for name, shape, _, emb in graph.inputs:
         dims = ["batch"] + [d if d is not None else ("time" if i == 0 else f"d{i}") for i, d in enumerate(shape)]
+        if name in axes and axes[name].free:  # issue #41: any length the layers allow (:mod:`time_axis`)
+            dims[1] = "time"
         ins.append(helper.make_tensor_value_info(name, TensorProto.INT32 if emb is not None else TensorProto.FLOAT,
                                                  dims))
         env[name] = name
@@ -527,6 +586,9 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
         g.nodes.append(helper.make_node("Identity", [env[t]], [f"output_{i}"], name=f"output_{i}"))
         outs.append(f"output_{i}")
     outs += layer_outs
+    ins += [helper.make_tensor_value_info(t, TensorProto.FLOAT, ["batch", h]) for t, h in g.state_ins]
+    for name, t, _ in g.state_outs:
+        g.nodes.append(helper.make_node("Identity", [t], [name], name=name))
     gp = helper.make_graph(g.nodes, graph.name, ins, [], initializer=g.inits)
     inferred = onnx.shape_inference.infer_shapes(helper.make_model(
         gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)], ir_version=onnx_write.IR_VERSION))
@@ -534,10 +596,14 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     for o in outs:  # the outputs with the types and (symbolic) shapes ONNX shape inference gives them
         gp.output.append(known[o] if o in known and known[o].type.tensor_type.HasField("shape")
                          else helper.make_tensor_value_info(o, TensorProto.FLOAT, ["batch", None, None][:1]))
+    gp.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", h])
+                     for name, _, h in g.state_outs)
     model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", onnx_write.OPSET)],
                               producer_name="rnnconvert", ir_version=onnx_write.IR_VERSION)
     meta = {"whole": True, "model": graph.name, "inputs": [i[0] for i in graph.inputs],
-            "mask_layout": mask_layout,
+            "mask_layout": mask_layout, "runtime": prof.name, "scans": g.scans, "native_nodes": g.native,
+            "state_inputs": [t for t, _ in g.state_ins], "state_outputs": [t for t, _, _ in g.state_outs],
+            "time_axis": {n: a.meta() for n, a in axes.items()},
             "outputs": [f"output_{i}" for i in range(len(graph.outputs))],
             "layers": [{"name": n.layer.name, "nodes": [n.layer.name], "whole_node": n.name, "source_class": n.cls,
                         "go_backwards": bool(n.layer.semantics.go_backwards), "merge_mode": n.layer.semantics.merge_mode,
@@ -548,12 +614,20 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any"):
     return model
 
 
-def notes(graph: keras_graph.Graph, mask_layout: str = "any") -> list[str]:
-    """What the written graph says about itself (how masks reach recurrent layers, inputs' dtypes)."""
+def notes(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | None = None) -> list[str]:
+    """What the written graph says about itself (how masks reach recurrent layers, inputs' dtypes, the time axis,
+    the runtime profile's decompositions or the runtimes known to reject the default graph's nodes)."""
     out = [f"whole model written: {len(graph.nodes)} layer call(s) in one ONNX graph; inputs "
            + ", ".join(f"'{n}' ({'int32 token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
            + f"; outputs {', '.join(f'output_{i}' for i in range(len(graph.outputs)))} (each layer's output as "
            "'layer:<name>')"]
+    out += time_axis.notes(time_axis.analyse(graph))
+    prof = profiles.profile(runtime)
+    acts = {n.name: onnx_write.rnn_activations(n.layer)[0] for n in graph.nodes if n.layer is not None}
+    done = [n.name for n in graph.nodes if n.layer is not None and not profiles.native(
+        prof, acts[n.name], onnx_write.OP[n.layer.cell], bool(n.masks and n.masks[0]))]
+    masked = [n.name for n in graph.nodes if n.layer is not None and n.masks and n.masks[0]]
+    out += profiles.notes(prof, acts, done, masked)
     if any(n.masks and n.masks[0] and (n.cls in keras_graph.RECURRENT or n.cls == "Bidirectional")
            for n in graph.nodes):
         if mask_layout == "end":
@@ -588,7 +662,7 @@ def _layout(mask_layout: Any) -> str:
 
 
 def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, mask_layout: str = "any",
-          **options: Any) -> list[str]:
+          runtime: str | None = None, states: bool = False, **options: Any) -> list[str]:
     """The ``onnx`` container's check: the recurrent layers' refusals (:func:`.onnx_write.check`), then, for a
     whole model, every layer (refused by name when it is not built) and the notes of :func:`notes`.
 
@@ -597,18 +671,25 @@ def check(ckpt, *, recurrent_only: bool = False, whole_model: Any = None, mask_l
             :data:`rnnconvert.whole.conventions.keras_graph.LAYERS` or a feature not built (layer, class, way out).
     """
     _layout(mask_layout)
+    profiles.profile(runtime)
     out = onnx_write.check(ckpt, recurrent_only=recurrent_only, **options)
     graph = whole_graph(ckpt, whole_model, recurrent_only)
     if graph is None:
         if ckpt.format == "keras_h5" and not recurrent_only:
             out.insert(0, WEIGHTS_ONLY)
         return out
-    keras_graph.from_config(build, graph, mask_layout)  # the refusals raised while building
-    return notes(graph, mask_layout)
+    keras_graph.from_config(build, graph, mask_layout, runtime, bool(states))  # the refusals raised while building
+    out = notes(graph, mask_layout, runtime)
+    if states:
+        names = carried(graph)
+        out.append(f"states: the initial states of {', '.join(repr(n) for n in names) or 'no layer'} are graph inputs "
+                   "'state_in:<layer>:h' (and ':c'), (batch, units) float32 (zeros for a first chunk), their final "
+                   "states outputs 'state_out:<layer>:h' (':c'): feed a chunk's outputs to the next chunk's inputs")
+    return out
 
 
 def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, mask_layout: str = "any",
-          **options: Any) -> list[str]:
+          runtime: str | None = None, states: bool = False, **options: Any) -> list[str]:
     """The ``onnx`` container's write: a whole model (``whole_model``, not ``recurrent_only``) as one graph
     (:func:`build`, masks as ``mask_layout`` says), else the recurrent layers (:func:`.onnx_write.write`). One line
     says how to run it. Assumes :func:`check` passed."""
@@ -616,6 +697,6 @@ def write(ckpt, path, *, recurrent_only: bool = False, whole_model: Any = None, 
     if graph is None:
         return onnx_write.write(ckpt, path, **options)
     onnx = require("onnx", "onnx")
-    onnx.save_model(build(graph, _layout(mask_layout)), str(path))
+    onnx.save_model(build(graph, _layout(mask_layout), runtime, bool(states)), str(path))
     return [f"whole model '{graph.name}': onnxruntime.InferenceSession(path).run(['output_0'], "
             f"{{{', '.join(repr(i[0]) + ': ...' for i in graph.inputs)}}})"]
