@@ -168,6 +168,8 @@ def convert(
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
     every recognised file under it into DST_DIR (--to required), in parallel with -j."""
+    from dataclasses import replace
+
     from . import api
     from .errors import RNNConvertError
 
@@ -176,16 +178,14 @@ def convert(
         raise typer.BadParameter("--skip-existing and --force contradict each other; give one")
     if skip_existing and not src.is_dir():
         raise typer.BadParameter("--skip-existing applies to a directory SRC (batch conversion)")
-    # --cudnn is a keras_h5 writer option: any other writer refuses it, naming the options it takes
-    kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
-                  read_opts=_read_opts(gate_activation, read_opt, name_map),
-                  write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {}),
-                              **({"mask_layout": mask_layout} if mask_layout is not None else {})}
-                  or None, accept_inconclusive=accept_inconclusive)
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter("--device is cpu or cuda")
-    if device != "cpu":
-        kwargs["device"] = device
+    # one record of the conversion's options (rnnconvert.engine.pipeline); --cudnn is a keras_h5 writer option:
+    # any other writer refuses it, naming the options it takes
+    opts = api.ConvertOptions(to=to, src_format=src_format, verify=None if no_verify else verify, force=force,
+                              read_opts=_read_opts(gate_activation, read_opt, name_map), cudnn=cudnn,
+                              recurrent_only=recurrent_only, mask_layout=mask_layout,
+                              accept_inconclusive=accept_inconclusive, device=device, emit_module=emit_module)
     batch = src.is_dir() and not _is_checkpoint_dir(src)
     if not batch and threads is None:
         threads = jobs  # one file: -j N is its threads
@@ -201,7 +201,7 @@ def convert(
             raise typer.BadParameter("--report describes one conversion; it does not apply to a directory")
         if emit_module is not None:
             raise typer.BadParameter("--emit-module writes one model's source; it does not apply to a directory")
-        raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, {**kwargs, "skip_existing": skip_existing}))
+        raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, {"options": opts, "skip_existing": skip_existing}))
     if report is not None:
         from .verify import report as html_report
 
@@ -211,12 +211,13 @@ def convert(
                                        "the emitted state dict": state})
     with _progress(quiet, f"converting {src.name}") as bar:
         try:
-            rep = api.convert(src, dst, to=to, progress=bar.update, emit_module=emit_module,
-                              verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
+            if inputs is not None:
+                opts = replace(opts, verify_inputs=api.load_inputs(inputs))
+            rep = api.convert(src, dst, progress=bar.update, options=opts)
         except RNNConvertError as exc:
             if report is not None:  # the refusal or failure, with what was measured
                 done = getattr(exc, "report", None)
-                _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=src_format, error=exc.cli_message(),
+                _html(report, "conversion", src, dst, opts.read_opts, src_format=src_format, error=exc.cli_message(),
                       modules=done.modules if done else (), notes=done.notes if done else (),
                       verification=done.verification if done else None, read_dst=False, force=force)
             raise
@@ -230,7 +231,7 @@ def convert(
             return
     try:  # DST is in place: whatever happens while reporting, the conversion succeeded (exit 0)
         if report is not None:
-            _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=rep.src_format,
+            _html(report, "conversion", src, dst, opts.read_opts, src_format=rep.src_format,
                   dst_format=rep.dst_format, modules=rep.modules, notes=rep.notes, verification=rep.verification,
                   force=force)
         _report(rep, as_json)
