@@ -29,7 +29,7 @@ _LAZY = {
                      "load_inputs", "save", "torch_modules", "verify"), "api"),
     **dict.fromkeys(("RNNConvertError", "FormatError", "OptionError", "UnsupportedError", "VerificationError",
                      "InconclusiveError", "OutputExistsError", "BudgetError", "OutputError", "DependencyError",
-                     "SettingError", "UnrecognisedError"),
+                     "SettingError", "UnrecognisedError", "WholeModelError"),
                     "errors"),
     **dict.fromkeys(("Cell", "Checkpoint", "DirectionParams", "RNNLayer", "Semantics"), "core.model"),
     "VerifyReport": "verify.engine", "LayerCheck": "verify.checks", "Refused": "engine.refusal",
@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics  # noqa: F401
     from .errors import (BudgetError, DependencyError, FormatError, InconclusiveError, OptionError,  # noqa: F401
                          OutputError, OutputExistsError, RNNConvertError, SettingError, UnrecognisedError,
-                         UnsupportedError, VerificationError)
+                         UnsupportedError, VerificationError, WholeModelError)
     from .engine.refusal import Refused  # noqa: F401
     from .verify.checks import LayerCheck  # noqa: F401
     from .verify.engine import VerifyReport  # noqa: F401

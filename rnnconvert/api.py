@@ -35,7 +35,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             progress: Callable[[str, float, float], None] | None = None,
             verify_inputs: dict[str, Any] | None = None, map: Any = None,
             accept_inconclusive: bool = False, device: str = "cpu", threads: int | None = None,
-            emit_module: str | os.PathLike | None = None, options: ConvertOptions | None = None) -> ConversionReport:
+            emit_module: str | os.PathLike | None = None, whole: bool = False,
+            options: ConvertOptions | None = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -71,6 +72,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             plain tensors: ``torch.load(path, weights_only=True)``); :mod:`rnnconvert.whole.formats.torch.module_write`.
             Verified like a ``.pt2`` (the written file imported, the state loaded, every model output against
             tf_keras: checks ``module output <i>``) and put in place with DST, or not at all.
+        whole: a Keras full model that the whole-model writers cannot build (a layer they do not build:
+            :class:`~rnnconvert.errors.WholeModelError`) is refused; by default (``False``) its recurrent layers are
+            written alone, as ``write_opts={"recurrent_only": True}`` writes them, with a note naming that layer
+            (its name and class; issue #41). ``whole=True`` with ``recurrent_only`` raises ``OptionError``.
         options: every option above as one :class:`ConvertOptions` record (the CLI builds one; it also holds the
             writer options ``cudnn``, ``recurrent_only`` and ``mask_layout``); give it or the keywords, not both
             (``TypeError``).
@@ -89,7 +94,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     given = ConvertOptions(to=to, src_format=src_format, verify=verify, force=force, seed=seed, read_opts=read_opts,
                            write_opts=write_opts, verify_inputs=verify_inputs, map=map,
                            accept_inconclusive=accept_inconclusive, device=device, threads=threads,
-                           emit_module=emit_module)
+                           emit_module=emit_module, whole=whole)
     if options is None:
         options = given
     elif given.given():

@@ -146,6 +146,10 @@ def convert(
     recurrent_only: Annotated[bool, typer.Option(
         "--recurrent-only", help="A Keras 2 full model to .keras, .onnx or .pt2: write only the recurrent "
         "layers, each with its own input, not the whole model.")] = False,
+    whole: Annotated[bool, typer.Option(
+        "--whole", help="A Keras full model to .keras, .onnx or .pt2: insist on the whole model (exit 4 when a layer "
+        "cannot be written whole); by default such a model's recurrent layers are written alone, with a note "
+        "naming the layer.")] = False,
     mask_layout: Annotated[Optional[str], typer.Option(
         "--mask-layout", help="A masked Keras full model to .onnx: 'any' (default) makes masks exact for any "
         "padding (front, end, inside); 'end' writes a smaller graph, exact only when every sequence's padding is "
@@ -180,11 +184,13 @@ def convert(
         raise typer.BadParameter("--skip-existing applies to a directory SRC (batch conversion)")
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter("--device is cpu or cuda")
+    if whole and recurrent_only:
+        raise typer.BadParameter("--whole and --recurrent-only contradict each other; give one")
     # one record of the conversion's options (rnnconvert.engine.pipeline); --cudnn is a keras_h5 writer option:
     # any other writer refuses it, naming the options it takes
     opts = api.ConvertOptions(to=to, src_format=src_format, verify=None if no_verify else verify, force=force,
                               read_opts=_read_opts(gate_activation, read_opt, name_map), cudnn=cudnn,
-                              recurrent_only=recurrent_only, mask_layout=mask_layout,
+                              recurrent_only=recurrent_only, mask_layout=mask_layout, whole=whole,
                               accept_inconclusive=accept_inconclusive, device=device, emit_module=emit_module)
     batch = src.is_dir() and not _is_checkpoint_dir(src)
     if not batch and threads is None:

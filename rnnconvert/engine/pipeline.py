@@ -27,7 +27,7 @@ from .protocol import located
 from .refusal import Refused
 from .stream import FoldingWriter, order, slab_bytes, stream_write, writer_view
 from ..core.model import Checkpoint
-from ..errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
+from ..errors import DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError, WholeModelError
 from ..safety import budget
 from ..speed.prefetch import ReadAhead, ahead_window, prefetch
 from ..verify.engine import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
@@ -70,6 +70,10 @@ class ConvertOptions:
             ``--recurrent-only``).
         mask_layout: the whole-model ONNX writer's option ``mask_layout`` (``'any'`` or ``'end'``; CLI
             ``--mask-layout``).
+        whole: a source holding a whole model that the whole-model writers cannot build
+            (:class:`~rnnconvert.errors.WholeModelError`: a layer they do not build) is refused (CLI ``--whole``);
+            by default its recurrent layers are written alone, as ``recurrent_only`` writes them, with a note
+            naming that layer (issue #41). Contradicts ``recurrent_only`` (:class:`~rnnconvert.errors.OptionError`).
     """
 
     to: str | None = None
@@ -88,6 +92,7 @@ class ConvertOptions:
     cudnn: bool = False
     recurrent_only: bool = False
     mask_layout: str | None = None
+    whole: bool = False
 
     def reader_options(self) -> dict[str, Any]:
         """``read_opts`` with ``map`` added (a reader option)."""
@@ -353,7 +358,41 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, options: ConvertOpti
 
     # device='cuda': the float64 side of verification on the GPU as well (speed/gpu.py)
     with parallel.using(options.threads), gpu.using(options.device == "cuda" and options.verify is not None):
-        return _convert(Path(src), Path(dst), options, progress)
+        if options.whole and (options.recurrent_only or (options.write_opts or {}).get("recurrent_only")):
+            raise OptionError("whole=True and recurrent_only=True contradict each other; give one",
+                              cli="--whole and --recurrent-only contradict each other; give one")
+        try:
+            return _convert(Path(src), Path(dst), options, progress)
+        except WholeModelError as exc:
+            partial = _partial(exc, Path(dst), options)
+            if partial is None:
+                raise
+            note = partial_note(exc)
+        rep = _convert(Path(src), Path(dst), partial, progress)
+        rep.notes.insert(0, note)
+        return rep
+
+
+def _partial(exc: WholeModelError, dst: Path, o: ConvertOptions) -> ConvertOptions | None:
+    """The options of the partial conversion that replaces a whole model refused by ``exc`` (its recurrent
+    layers alone: ``recurrent_only``), or ``None`` where the refusal stands: ``whole`` asked for, the recurrent
+    layers asked for already, ``--emit-module`` (the emitted module is the whole model), or a writer without
+    the option ``recurrent_only``."""
+    if o.whole or o.recurrent_only or (o.write_opts or {}).get("recurrent_only") or o.emit_module is not None:
+        return None
+    if "recurrent_only" not in registry.for_output(dst, o.to).load().write_options:
+        return None
+    return replace(o, recurrent_only=True)
+
+
+def partial_note(exc: WholeModelError) -> str:
+    """The note of a partial conversion (issue #41): what was written, and the layer (name and class) that kept
+    the model from being written whole, with the reason ``exc`` gave."""
+    what = f"layer '{exc.layer}' ({exc.layer_class})" if exc.layer_class else \
+        f"layer '{exc.layer}'" if exc.layer else "the model config"
+    why = exc.reason if what in exc.reason else f"{what}: {exc.reason}"
+    return (f"partial model: the recurrent layers alone were written (as recurrent_only=True, CLI --recurrent-only, "
+            f"writes them), not the whole model: {why}; whole=True (CLI --whole) refuses instead")
 
 
 def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> ConversionReport:
