@@ -36,7 +36,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             verify_inputs: dict[str, Any] | None = None, map: Any = None,
             accept_inconclusive: bool = False, device: str = "cpu", threads: int | None = None,
             emit_module: str | os.PathLike | None = None, whole: bool = False,
-            options: ConvertOptions | None = None) -> ConversionReport:
+            options: ConvertOptions | None = None, report: str | os.PathLike | None = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
@@ -76,6 +76,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             :class:`~rnnconvert.errors.WholeModelError`) is refused; by default (``False``) its recurrent layers are
             written alone, as ``write_opts={"recurrent_only": True}`` writes them, with a note naming that layer
             (its name and class; issue #41). ``whole=True`` with ``recurrent_only`` raises ``OptionError``.
+        report: also write the self-contained HTML report the CLI's ``--report`` writes here
+            (:mod:`rnnconvert.verify.report`: layers, exactness, notes, verdict, error plots; the ``report`` extra,
+            matplotlib): checked before any work like DST (never SRC, DST or the emitted files; an existing file
+            replaced only with ``force``), written once DST is in place, or, when the conversion fails, with the
+            error and what was measured (then the error is raised).
         options: every option above as one :class:`ConvertOptions` record (the CLI builds one; it also holds the
             writer options ``cudnn``, ``recurrent_only`` and ``mask_layout``); give it or the keywords, not both
             (``TypeError``).
@@ -88,8 +93,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         a :class:`ConversionReport`.
 
     Raises:
-        OutputExistsError, FormatError, UnsupportedError, VerificationError, InconclusiveError, DependencyError.
-        On any error ``dst`` is left as it was (absent or with its previous content).
+        OutputExistsError, FormatError, UnsupportedError, VerificationError, InconclusiveError, DependencyError
+        (also: ``report`` without matplotlib, before any work). On any error ``dst`` is left as it was (absent or
+        with its previous content).
     """
     given = ConvertOptions(to=to, src_format=src_format, verify=verify, force=force, seed=seed, read_opts=read_opts,
                            write_opts=write_opts, verify_inputs=verify_inputs, map=map,
@@ -100,14 +106,36 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     elif given.given():
         raise TypeError(f"convert() takes options= or the keywords it holds, not both (also given: "
                         f"{', '.join(given.given())})")
-    return pipeline.convert(src, dst, options, progress)
+    if report is None:
+        return pipeline.convert(src, dst, options, progress)
+    from .verify import report as html_report
+
+    html_report.require()
+    emitted = None if options.emit_module is None else Path(options.emit_module)
+    state = None if emitted is None else emitted.with_name(emitted.stem + "_state.pt")
+    html_report.check_path(report, options.force, {"the source": src, "the output": dst,
+                                                   "the emitted module": emitted, "the emitted state dict": state})
+    read_opts = options.reader_options()
+    try:
+        rep = pipeline.convert(src, dst, options, progress)
+    except RNNConvertError as exc:  # the refusal or failure, with what was measured
+        done = getattr(exc, "report", None)
+        html_report.produce(report, "conversion", src, dst, read_opts, src_format=options.src_format, error=str(exc),
+                            modules=done.modules if done else (), notes=done.notes if done else (),
+                            verification=done.verification if done else None, read_dst=False, force=options.force)
+        raise
+    html_report.produce(report, "conversion", src, dst, read_opts, src_format=rep.src_format,
+                        dst_format=rep.dst_format, modules=rep.modules, notes=rep.notes,
+                        verification=rep.verification, force=options.force)
+    return rep
 
 
 
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
-           inputs: dict[str, Any] | None = None, map: Any = None, threads: int | None = None) -> VerifyReport:
+           inputs: dict[str, Any] | None = None, map: Any = None, threads: int | None = None,
+           report: str | os.PathLike | None = None, force: bool = False) -> VerifyReport:
     """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify.engine`).
 
     Args:
@@ -118,14 +146,25 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
             both routes of :mod:`rnnconvert.verify.cuda` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
         threads: see :func:`convert`.
+        report: also write the HTML report the CLI's ``verify --report`` writes here (see :func:`convert`; checked
+            before any work, never SRC or DST); ``force``: replace an existing file there.
 
     Raises:
         FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
         buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed or inconclusive comparison is
         reported (:attr:`VerifyReport.verdict`), not raised.
     """
-    return pipeline.verify(src, dst, mode=mode, seed=seed, src_format=src_format, dst_format=dst_format,
-                           read_opts=read_opts, device=device, dtype=dtype, inputs=inputs, map=map, threads=threads)
+    if report is not None:
+        from .verify import report as html_report
+
+        html_report.require()
+        html_report.check_path(report, force, {"the source": src, "the file verified": dst})
+    rep = pipeline.verify(src, dst, mode=mode, seed=seed, src_format=src_format, dst_format=dst_format,
+                          read_opts=read_opts, device=device, dtype=dtype, inputs=inputs, map=map, threads=threads)
+    if report is not None:
+        html_report.produce(report, "verification", src, dst, {**(read_opts or {}), **({"map": map} if map else {})},
+                            verification=rep, force=force)
+    return rep
 
 
 def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -222,7 +261,8 @@ class DiagnosisReport:
 
 def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.PathLike | None = None,
              force: bool = False, src_format: str | None = None, dst_format: str | None = None,
-             read_opts: dict[str, Any] | None = None, seed: int = 0, run_verify: bool = True) -> DiagnosisReport:
+             read_opts: dict[str, Any] | None = None, seed: int = 0, run_verify: bool = True,
+             report: str | os.PathLike | None = None) -> DiagnosisReport:
     """Name the slip that makes ``dst`` (someone's conversion of ``src``) compute something else
     (:mod:`rnnconvert.verify.diagnose`; docs/diagnose.md).
 
@@ -233,6 +273,8 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
     Args:
         fix: write DST with every slip undone here, with DST's own format's writer (:func:`save`), verified
             against ``src`` (:func:`verify`) before it is put in place.
+        report: also write the HTML report the CLI's ``diagnose --report`` writes here (see :func:`convert`; checked
+            before any work, never SRC, DST or ``fix``; ``force`` replaces an existing file there).
 
     Raises:
         FormatError, UnsupportedError (``fix``: DST's format cannot express the source's layer, e.g. a Keras-2
@@ -245,6 +287,11 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
         commit.check_distinct(Path(fix), {"the source": src, "the file diagnosed": dst}, "the fix output",
                               "--fix output")
         commit.check_destination(Path(fix), force)
+    if report is not None:
+        from .verify import report as html_report
+
+        html_report.require()
+        html_report.check_path(report, force, {"the source": src, "the file diagnosed": dst, "the --fix output": fix})
     budget.regular_source(src)
     budget.regular_source(dst)
     s_ckpt = load(src, src_format, **(read_opts or {})).materialize()
@@ -263,4 +310,7 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
     if fix is not None:
         rep.fixed, rep.fix_verification = pipeline.write_fixed(s_ckpt, d_ckpt, layers, Path(src), Path(fix), force,
                                                                read_opts, seed, Path(dst))
+    if report is not None:
+        html_report.produce(report, "diagnosis", src, dst, read_opts, src_format=rep.src_format,
+                            dst_format=rep.dst_format, verification=rep.verification, diagnosis=rep, force=force)
     return rep

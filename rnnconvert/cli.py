@@ -247,30 +247,22 @@ def convert(
 
 
 def _check_report(report: Path, force: bool, others: dict) -> None:
-    """``--report PATH`` follows DST's rules, checked before any work: never one of ``others`` (SRC, DST, the
-    file diagnosed, ``--fix``'s or ``--emit-module``'s outputs; by resolved path and file identity), never an
-    existing file without ``--force``, never a folder, link or device (:func:`rnnconvert.engine.commit.check_destination`).
+    """``--report PATH`` follows DST's rules, checked before any work (:func:`rnnconvert.verify.report.check_path`).
 
     Raises:
         OutputExistsError (exit 6); FormatError: its folder does not exist."""
-    from .engine import commit
-    from .errors import FormatError
+    from .verify import report as html_report
 
-    commit.check_distinct(report, others, "the report", "--report")
-    commit.check_destination(report, force)
-    if not report.parent.exists():
-        raise FormatError(f"{report.parent}: output directory does not exist (--report {report})")
+    html_report.check_path(report, force, others)
 
 
 def _html(path: Path, kind: str, src, dst, read_opts: dict, read_dst: bool = True, force: bool = False,
           **content) -> None:
-    """Write the HTML report (:mod:`rnnconvert.verify.report`) of a command to ``path`` (replacing a file there
-    only with ``force``)."""
+    """Write the HTML report (:func:`rnnconvert.verify.report.produce`) of a command to ``path`` (replacing a file
+    there only with ``force``)."""
     from .verify import report as html_report
 
-    src_format, dst_format = content.pop("src_format", None), content.pop("dst_format", None)
-    html_report.write(path, html_report.gather(kind, src, dst if read_dst else None, src_format=src_format,
-                                               dst_format=dst_format, read_opts=read_opts, **content), force=force)
+    html_report.produce(path, kind, src, dst, read_opts, read_dst=read_dst, force=force, **content)
 
 
 def _report(rep, as_json: bool) -> None:
