@@ -130,7 +130,6 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
     return rep
 
 
-
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
@@ -212,7 +211,6 @@ def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> 
         "layers": [layer.describe() for layer in ckpt.layers],
         "tensors": {k: list(v.shape) for k, v in ckpt.tensors.items()},
     }
-
 
 
 def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str, Any]:

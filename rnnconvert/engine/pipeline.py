@@ -129,7 +129,6 @@ def way_out():
         raise registry.complete(exc)
 
 
-
 def load(path: str | os.PathLike | bytes | Any, format: str | None = None, *, lazy: bool = False,
          **opts: Any) -> Checkpoint:
     """Read ``path`` into the canonical :class:`~rnnconvert.core.model.Checkpoint`.
@@ -180,7 +179,6 @@ def load(path: str | os.PathLike | bytes | Any, format: str | None = None, *, la
     check_finite(ckpt, str(path))
     return replace(ckpt, format=fmt.name,
                    slabs=None if ckpt.slabs is None else CheckedSlabs(ckpt, str(path), fmt.name))
-
 
 
 #: suffixes tried, in order, for ``bytes`` whose content alone no sniffer claims (formats told by their extension)
@@ -288,7 +286,6 @@ def as_tensors(torch, obj: Any) -> Any:
     return obj
 
 
-
 @dataclass
 class ConversionReport:
     """What :func:`convert` did: source and target formats, per-layer lines, notes, verification."""
@@ -348,9 +345,8 @@ def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *
     return commit.write_in_place(dst, write, force)
 
 
-
 def convert(src: str | os.PathLike, dst: str | os.PathLike, options: ConvertOptions = ConvertOptions(),
-            progress: Callable[[str, float, float], None] | None = None) -> "ConversionReport":
+            progress: Callable[[str, float, float], None] | None = None) -> ConversionReport:
     """Convert ``src`` to ``dst`` as ``options`` say; verify before the result is renamed into place
     (:func:`rnnconvert.api.convert` documents the options, the returned :class:`ConversionReport` and the errors;
     ``progress(stage, done, total)`` as there). On any error ``dst`` is left as it was."""
@@ -493,7 +489,6 @@ def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> Conversio
     return rep
 
 
-
 def _whole_model(ckpt: Checkpoint, in_mod, out_mod, write_opts: dict[str, Any] | None, stream: bool):
     """``(ckpt, write_opts, stream)``: for a writer that writes whole models (write option ``whole_model``) and a
     source that holds one (:attr:`~rnnconvert.engine.protocol.FormatSpec.whole_model`), the source's whole model
@@ -579,7 +574,6 @@ def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, targets: li
     for t in targets:
         rep = check.target_side(dst, t)
     return rep
-
 
 
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
@@ -680,7 +674,6 @@ def _float_inputs(inputs: dict[str, Any] | None) -> dict[str, Any] | None:
     return inputs
 
 
-
 def _device_targets(device: str, name: str, out_mod, dst: Path) -> list:
     """The targets a conversion's verification runs the written file with: its own framework (``'cpu'``), or
     cuDNN's two routes (``'cuda'``: :class:`rnnconvert.verify.cuda.CudaTarget`, float32)."""
@@ -695,7 +688,6 @@ def _device_targets(device: str, name: str, out_mod, dst: Path) -> list:
         raise FormatError(f"device='cuda' reads {dst} back, and rnnconvert cannot read {name}",
                           cli=f"--device cuda reads {dst} back, and rnnconvert cannot read {name}")
     return [CudaTarget(out_mod, r, "float32") for r in ROUTES]
-
 
 
 def write_fixed(s_ckpt: Checkpoint, d_ckpt: Checkpoint, layers: list, src: Path, out: Path, force: bool,
