@@ -263,7 +263,12 @@ def render(c: Content) -> str:
 
     Raises:
         DependencyError: matplotlib is missing and there is something to plot."""
-    from .. import __version__
+    import sys
+
+    # the package's version, read from the package module (loaded before any of its submodules) rather than
+    # imported: ``rnnconvert.api`` writes reports (``report=``), and an import of the package here would close the
+    # cycle package -> api -> report -> package (docs/architecture.md, import rule 1)
+    __version__ = getattr(sys.modules.get(__name__.split(".")[0]), "__version__", "?")
 
     verdict = ""
     if c.error:
