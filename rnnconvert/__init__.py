@@ -25,11 +25,11 @@ __version__ = "0.1.0"
 #: public name -> the module defining it, imported on first use (PEP 562): ``import rnnconvert`` and
 #: ``rnnconvert --help`` import neither numpy nor a format, runtime or verification module
 _LAZY = {
-    **dict.fromkeys(("ConversionReport", "DiagnosisReport", "convert", "diagnose", "inspect", "list_formats", "load",
+    **dict.fromkeys(("ConversionReport", "ConvertOptions", "DiagnosisReport", "convert", "diagnose", "inspect", "list_formats", "load",
                      "load_inputs", "save", "torch_modules", "verify"), "api"),
     **dict.fromkeys(("RNNConvertError", "FormatError", "OptionError", "UnsupportedError", "VerificationError",
                      "InconclusiveError", "OutputExistsError", "BudgetError", "OutputError", "DependencyError",
-                     "SettingError", "UnrecognisedError"),
+                     "SettingError", "UnrecognisedError", "WholeModelError"),
                     "errors"),
     **dict.fromkeys(("Cell", "Checkpoint", "DirectionParams", "RNNLayer", "Semantics"), "core.model"),
     "VerifyReport": "verify.engine", "LayerCheck": "verify.checks", "Refused": "engine.refusal",
@@ -67,12 +67,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from .api import (ConversionReport, DiagnosisReport, convert, diagnose, inspect, list_formats, load,  # noqa: F401
-                      load_inputs, save, torch_modules, verify)
+    from .api import (ConversionReport, ConvertOptions, DiagnosisReport, convert, diagnose, inspect,  # noqa: F401
+                      list_formats, load, load_inputs, save, torch_modules, verify)
     from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics  # noqa: F401
     from .errors import (BudgetError, DependencyError, FormatError, InconclusiveError, OptionError,  # noqa: F401
                          OutputError, OutputExistsError, RNNConvertError, SettingError, UnrecognisedError,
-                         UnsupportedError, VerificationError)
+                         UnsupportedError, VerificationError, WholeModelError)
     from .engine.refusal import Refused  # noqa: F401
     from .verify.checks import LayerCheck  # noqa: F401
     from .verify.engine import VerifyReport  # noqa: F401

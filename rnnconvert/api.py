@@ -1,261 +1,32 @@
-"""The Python API: load, save, convert, verify, inspect.
+"""The Python API: load, save, convert, verify, inspect, diagnose -- the front door of the package.
 
-Every function raises only :class:`~rnnconvert.errors.RNNConvertError` subclasses on bad input.
+Every function raises only :class:`~rnnconvert.errors.RNNConvertError` subclasses on bad input. The conversion
+and verification pipeline behind :func:`convert`, :func:`verify`, :func:`load` and :func:`save` is
+:mod:`rnnconvert.engine.pipeline` (one :class:`ConvertOptions` record per conversion).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import zipfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from .engine import commit, registry
-from .engine.checked import CheckedSlabs
+from .engine import commit, pipeline, registry
 from .engine.finite import check_finite  # noqa: F401  (public: rnnconvert.api.check_finite)
+from .engine.pipeline import ConversionReport, ConvertOptions, load, load_object, save, unique_names
 from .safety import budget
-from .speed.prefetch import ReadAhead, ahead_window, prefetch
-from .errors import DependencyError, FormatError, OutputExistsError, RNNConvertError
+from .errors import FormatError, RNNConvertError
 from .core.finite import all_finite  # noqa: F401  (re-exported: rnnconvert.api.all_finite)
 from .core.model import Checkpoint
-from .engine.refusal import Refused
-from .engine.stream import FoldingWriter, order, slab_bytes, stream_write, writer_view
-from .verify.engine import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
-from .verify.target import as_target
+from .verify.engine import VerifyReport
 
-
-@contextlib.contextmanager
-def _way_out():
-    """Within the block, a writer's :class:`Refused` gets its way out (the other formats that express the
-    layer, :func:`rnnconvert.engine.registry.complete`) before it propagates."""
-    try:
-        yield
-    except Refused as exc:
-        raise registry.complete(exc)
-
-
-def load(path: str | os.PathLike | bytes | Any, format: str | None = None, *, lazy: bool = False,
-         **opts: Any) -> Checkpoint:
-    """Read ``path`` into the canonical :class:`~rnnconvert.core.model.Checkpoint`.
-
-    Args:
-        path: the source file (or directory, for directory formats); or an object in memory
-            (:func:`load_object`): the ``bytes`` of a one-file format (detected by content), a state dict
-            (a mapping of names to ``torch.Tensor`` or numpy arrays, nested as ``torch.save`` would save it), a
-            ``torch.nn.Module`` (its ``state_dict()``). Those are read eagerly, whatever ``lazy`` says.
-        format: a registry name (``'keras_h5'``, ``'pt'``, ...) or ``None`` to detect by content.
-        lazy: ask for a lazy checkpoint (:attr:`Checkpoint.slabs`: parameters read one slab at a time,
-            placeholders until then) when the format's reader can do it (``FormatSpec.lazy``);
-            otherwise, or when false, everything is read now. Loaded slabs are checked for NaN/Inf too.
-        **opts: reader options (e.g. ``gate_activation='hard_sigmoid'`` for Keras weights-only files);
-            :func:`rnnconvert.engine.registry.read_options` lists each format's.
-
-    Raises:
-        OptionError: an option this format's reader does not know (the valid ones are named).
-        FormatError: also for NaN/Inf weights (every format, naming the tensor) and, as a last line
-            of defence, for any other exception a reader lets through (kept as ``__cause__``),
-            ``MemoryError`` and ``RecursionError`` included (docs/security.md).
-        UnsupportedError, DependencyError. TypeError: ``path`` is none of the accepted kinds.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        return load_object(path, format, **opts)
-    budget.regular_source(path)  # a FIFO or /dev/zero: refused before anything reads it
-    fmt = registry.get(format) if format else registry.detect(path)
-    mod = fmt.load()
-    if mod.read is None:
-        raise FormatError(f"rnnconvert can write {fmt.name} but not read it")
-    mod.check_options("read", opts)
-    if lazy and mod.lazy:
-        opts = {**opts, "lazy": True}
-    try:
-        ckpt = mod.read(Path(path), **opts)
-    except RNNConvertError:
-        raise
-    except MemoryError as exc:
-        raise FormatError(f"{path}: the file declares more data than fits in memory; refused") from exc
-    except RecursionError as exc:
-        raise FormatError(f"{path}: structures nested too deeply; refused") from exc
-    except Exception as exc:  # last line of defence: a reader let a low-level error through
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise FormatError(f"{path}: malformed {fmt.name} file ({type(exc).__name__}: {first})") from exc
-    # every reader: a bounded number of layers and tensors (the readers that walk a list check it before)
-    budget.check_count(path, "layers", sum(layer.num_layers for layer in ckpt.layers), "recurrent layers")
-    budget.check_count(path, "names", len(ckpt.tensors), "tensors")
-    check_finite(ckpt, str(path))
-    return replace(ckpt, format=fmt.name,
-                   slabs=None if ckpt.slabs is None else CheckedSlabs(ckpt, str(path), fmt.name))
-
-
-
-#: suffixes tried, in order, for ``bytes`` whose content alone no sniffer claims (formats told by their extension)
-_BYTES_SUFFIXES = {b"\x89HDF\r\n\x1a\n": (".h5",), b"PK\x03\x04": (".npz", ".keras")}
-_BYTES_FALLBACK = (".onnx", ".pdparams", ".msgpack")
-
-
-def load_object(obj: Any, format: str | None = None, **opts: Any) -> Checkpoint:
-    """:func:`load` of an object in memory, read by the same readers as a file (never unpickled by ``pickle``:
-    the readers' allow-list unpicklers), through a private temporary folder (mode 0700, removed before this
-    returns; the checkpoint is read eagerly and holds every array).
-
-    * ``bytes``/``bytearray``/``memoryview``: the content of a one-file format (``.pt``, ``.h5``, ``.keras``,
-      ``.safetensors``, ``.npz``, ``.onnx``, ``.tflite``, ...), detected by content as a file is
-      (:func:`rnnconvert.engine.registry.detect`), or read as ``format``; formats told by their extension are
-      tried with it (HDF5 as ``.h5``, a zip as ``.npz`` then ``.keras``, else ``.onnx``, ``.pdparams``,
-      ``.msgpack``). Folder formats (TF checkpoints, OpenVINO IRs, Orbax) cannot come as bytes.
-    * a mapping (a state dict: names to ``torch.Tensor`` or numpy arrays; nested dicts as a training checkpoint)
-      or a ``torch.nn.Module`` (its ``state_dict()``): saved with ``torch.save`` and read as a ``.pt``
-      (numpy arrays become tensors sharing their memory); without torch installed, a flat mapping of numpy
-      arrays is saved with ``np.savez`` and read as an ``.npz`` (its names through the foreign-name table).
-
-    The checkpoint's ``meta['path']`` names the object (``<bytes: 1,234>``, ``<state dict>``,
-    ``<nn.Module LSTM>``), not the temporary file.
-
-    Raises:
-        FormatError: bytes of no known one-file format, or as :func:`load`. TypeError: ``obj`` is none of these
-            kinds (the message names them). UnsupportedError, DependencyError, OptionError: as :func:`load`."""
-    import shutil
-    import sys
-    import tempfile
-    from collections.abc import Mapping
-
-    torch = sys.modules.get("torch")  # a Module or tensor means torch is imported already
-    if torch is not None and isinstance(obj, torch.nn.Module):
-        what, obj = f"<nn.Module {type(obj).__name__}>", obj.state_dict()
-    elif isinstance(obj, Mapping):
-        what = "<state dict>"
-    elif isinstance(obj, (bytes, bytearray, memoryview)):
-        what = f"<bytes: {memoryview(obj).nbytes:,}>"
-    else:
-        raise TypeError(f"rnnconvert.load takes a path, the bytes of a file, a state dict (a mapping of names to "
-                        f"tensors or arrays) or a torch.nn.Module, not {type(obj).__name__}")
-    tmp = Path(tempfile.mkdtemp(prefix="rnnconvert-load-"))  # mode 0700: private to this user
-    try:
-        if what.startswith("<bytes"):
-            data = memoryview(obj).cast("B")
-            if format:
-                exts = registry.get(format).extensions
-                suffixes = (exts[0] if exts else "",)
-            else:
-                suffixes = ("", *next((v for k, v in _BYTES_SUFFIXES.items() if bytes(data[:len(k)]) == k),
-                                      _BYTES_FALLBACK))
-            path = tmp / "input"
-            path.write_bytes(data)
-            found, by_content = None, True
-            for i, suffix in enumerate(suffixes):
-                target = tmp / f"input{suffix}"
-                path.rename(target)
-                path = target
-                if format:
-                    found = format
-                    break
-                try:
-                    found = registry.detect(path).name
-                    by_content = i == 0 or suffix in (".h5", ".npz", ".keras")  # a magic number led there
-                    break
-                except FormatError:
-                    continue
-            if found is None:
-                raise FormatError(f"{what}: unrecognised content; name its format with format=... "
-                                  "(folder formats, TF checkpoints and OpenVINO IRs among them, cannot come as bytes)")
-        else:
-            state = obj
-            if torch is not None:
-                path = tmp / "state.pt"
-                torch.save(_as_tensors(torch, state), path)
-            else:
-                path = tmp / "state.npz"
-                np.savez(path, **{str(k): np.asarray(v) for k, v in state.items()})
-            found, by_content = format, True
-        try:
-            ckpt = load(path, found, lazy=False, **opts)
-        except RNNConvertError as exc:  # the message names the object, not the temporary file
-            msg = str(exc).replace(str(path), what)
-            if not by_content:
-                msg = (f"{what}: no format recognised these bytes by content; read as {found}, the one left: "
-                       f"{msg.removeprefix(what + ': ')}")
-            exc.args = (msg,)
-            exc.cli = exc.cli and exc.cli.replace(str(path), what)
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return replace(ckpt, meta={**ckpt.meta, "path": what})
-
-
-def _as_tensors(torch, obj: Any) -> Any:
-    """``obj`` with numpy arrays turned into tensors (sharing memory), in dicts, lists and tuples."""
-    if isinstance(obj, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(obj))
-    if isinstance(obj, dict):
-        return {k: _as_tensors(torch, v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_as_tensors(torch, v) for v in obj)
-    return obj
-
-
-@dataclass
-class ConversionReport:
-    """What :func:`convert` did: source and target formats, per-layer lines, notes, verification."""
-
-    src: str
-    dst: str
-    src_format: str
-    dst_format: str
-    modules: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    verification: VerifyReport | None = None
-    #: the source's non-recurrent tensors handed to the writer (Embedding, Dense...: ``Checkpoint.tensors`` keys,
-    #: PyTorch naming); written unless a note says "non-recurrent tensor(s) ... are not written"
-    tensors: list[str] = field(default_factory=list)
-
-
-def unique_names(ckpt: Checkpoint, target: str) -> None:
-    """Refuse two layers, or a layer and a carried tensor, that would take the same name in the output
-    (a writer would fail half-way or one would overwrite the other); naming both.
-
-    Raises:
-        UnsupportedError."""
-    from .errors import UnsupportedError
-
-    seen: dict[str, str] = {}
-    for layer in ckpt.layers:
-        if layer.name in seen:
-            raise UnsupportedError(f"layers '{layer.name}' and '{seen[layer.name]}' would both be written as "
-                                   f"'{layer.name}' in {target}; refused (rename one in the source)")
-        seen[layer.name] = layer.name
-    for key in ckpt.tensors:
-        if key in seen:
-            raise UnsupportedError(f"tensor '{key}' and layer '{seen[key]}' would both be written as '{key}' in "
-                                   f"{target}; refused (rename one in the source)")
-
-
-def save(ckpt: Checkpoint, path: str | os.PathLike, format: str | None = None, *, force: bool = False,
-         **opts: Any) -> list[str]:
-    """Write ``ckpt`` to ``path`` atomically (temporary file beside it, then rename).
-
-    Raises:
-        OutputExistsError: ``path`` exists and ``force`` is false.
-        UnsupportedError: the target cannot express a layer; nothing is written.
-    """
-    dst = Path(path)
-    fmt = registry.for_output(dst, format)
-    mod = fmt.load()
-    commit.check_destination(dst, force)
-    if mod.write is None:
-        raise FormatError(f"rnnconvert can read {fmt.name} but not write it")
-    mod.check_options("write", opts)
-    unique_names(ckpt, fmt.name)
-    if mod.check is not None:
-        with _way_out():
-            mod.check(ckpt, **opts)
-
-    def write(tmp: Path) -> list[str]:
-        with _way_out():
-            return mod.write(writer_view(ckpt, mod.forget_bias), tmp, **opts)
-    return commit.write_in_place(dst, write, force)
+__all__ = ["ConversionReport", "ConvertOptions", "DiagnosisReport", "all_finite", "check_finite", "convert",
+           "diagnose", "inspect", "list_formats", "load", "load_inputs", "load_object", "save", "torch_modules",
+           "unique_names", "verify"]
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = None, src_format: str | None = None,
@@ -264,11 +35,12 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             progress: Callable[[str, float, float], None] | None = None,
             verify_inputs: dict[str, Any] | None = None, map: Any = None,
             accept_inconclusive: bool = False, device: str = "cpu", threads: int | None = None,
-            emit_module: str | os.PathLike | None = None) -> ConversionReport:
+            emit_module: str | os.PathLike | None = None, whole: bool = False,
+            options: ConvertOptions | None = None, report: str | os.PathLike | None = None) -> ConversionReport:
     """Convert ``src`` to ``dst``; verify before the result is renamed into place.
 
     When the source reader is ``LAZY`` and the target writer ``STREAM`` (docs/performance.md "Streaming
-    conversion") the conversion holds one slab of parameters at a time (:func:`_convert_streamed`);
+    conversion") the conversion holds one slab of parameters at a time (:func:`rnnconvert.engine.pipeline.convert`);
     otherwise the whole checkpoint is read, written, then verified. Same report either way.
 
     Args:
@@ -300,6 +72,18 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
             plain tensors: ``torch.load(path, weights_only=True)``); :mod:`rnnconvert.whole.formats.torch.module_write`.
             Verified like a ``.pt2`` (the written file imported, the state loaded, every model output against
             tf_keras: checks ``module output <i>``) and put in place with DST, or not at all.
+        whole: a Keras full model that the whole-model writers cannot build (a layer they do not build:
+            :class:`~rnnconvert.errors.WholeModelError`) is refused; by default (``False``) its recurrent layers are
+            written alone, as ``write_opts={"recurrent_only": True}`` writes them, with a note naming that layer
+            (its name and class; issue #41). ``whole=True`` with ``recurrent_only`` raises ``OptionError``.
+        report: also write the self-contained HTML report the CLI's ``--report`` writes here
+            (:mod:`rnnconvert.verify.report`: layers, exactness, notes, verdict, error plots; the ``report`` extra,
+            matplotlib): checked before any work like DST (never SRC, DST or the emitted files; an existing file
+            replaced only with ``force``), written once DST is in place, or, when the conversion fails, with the
+            error and what was measured (then the error is raised).
+        options: every option above as one :class:`ConvertOptions` record (the CLI builds one; it also holds the
+            writer options ``cudnn``, ``recurrent_only`` and ``mask_layout``); give it or the keywords, not both
+            (``TypeError``).
 
     A Keras 1/2 full-model source is written whole by the writers that take the write option ``whole_model``
     (``.onnx``: one graph; ``.pt2``: a ``torch.export`` program; issue #30) and verified end to end by the
@@ -309,210 +93,48 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         a :class:`ConversionReport`.
 
     Raises:
-        OutputExistsError, FormatError, UnsupportedError, VerificationError, InconclusiveError, DependencyError.
-        On any error ``dst`` is left as it was (absent or with its previous content).
+        OutputExistsError, FormatError, UnsupportedError, VerificationError, InconclusiveError, DependencyError
+        (also: ``report`` without matplotlib, before any work). On any error ``dst`` is left as it was (absent or
+        with its previous content).
     """
-    from .speed import gpu, parallel
+    given = ConvertOptions(to=to, src_format=src_format, verify=verify, force=force, seed=seed, read_opts=read_opts,
+                           write_opts=write_opts, verify_inputs=verify_inputs, map=map,
+                           accept_inconclusive=accept_inconclusive, device=device, threads=threads,
+                           emit_module=emit_module, whole=whole)
+    if options is None:
+        options = given
+    elif given.given():
+        raise TypeError(f"convert() takes options= or the keywords it holds, not both (also given: "
+                        f"{', '.join(given.given())})")
+    if report is None:
+        return pipeline.convert(src, dst, options, progress)
+    from .verify import report as html_report
 
-    # device='cuda': the float64 side of verification on the GPU as well (speed/gpu.py)
-    with parallel.using(threads), gpu.using(device == "cuda" and verify is not None):
-        return _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opts, progress,
-                        verify_inputs, map, accept_inconclusive, device, emit_module)
-
-
-def _convert(src, dst, to, src_format, verify, force, seed, read_opts, write_opts, progress, verify_inputs, map,
-             accept_inconclusive, device, emit_module) -> ConversionReport:
-    """:func:`convert` (its arguments, in order)."""
-    src_p, dst_p = Path(src), Path(dst)
-    if map is not None:
-        read_opts = {**(read_opts or {}), "map": map}
-    out_fmt = registry.for_output(dst_p, to)
-    commit.check_destination(dst_p, force)
-    budget.regular_source(src_p)  # before anything resolves SRC: a symlink loop is refused here
-    if dst_p.resolve() == src_p.resolve():
-        raise OutputExistsError(f"{dst_p} is the source file; choose another output path")
-    in_fmt = registry.get(src_format) if src_format else registry.detect(src_p)
-    in_mod, out_mod = in_fmt.load(), out_fmt.load()
-    targets = _device_targets(device, out_fmt.name, out_mod, dst_p) if verify else [out_mod]
-    if as_target(out_mod).verify_whole is None:  # integer inputs are for whole Keras models only
-        _float_inputs(verify_inputs)
-    emit = None
-    if emit_module is not None:  # the whole-model steps (rnnconvert.whole) load only when asked for
-        from .whole import pipeline as whole_steps
-
-        emit = whole_steps.emit_paths(emit_module, src_p, dst_p, force)
-    # the cuDNN routes read the written file back slab by slab: a streamed conversion serves them as well
-    stream = in_mod.lazy and out_mod.stream and (targets == [out_mod] or device == "cuda") and emit is None
-    if out_mod.write is None:
-        raise FormatError(f"rnnconvert can read {out_fmt.name} but not write it")
-    out_mod.check_options("write", write_opts or {})
-    ckpt = load(src_p, in_fmt.name, lazy=stream, **(read_opts or {}))
-    ckpt, write_opts, stream = _whole_model(ckpt, in_mod, out_mod, write_opts, stream)
-    rep = ConversionReport(str(src_p), str(dst_p), in_fmt.name, out_fmt.name, tensors=list(ckpt.tensors))
-    unique_names(ckpt, out_fmt.name)
-    emitted = whole_steps.emit(ckpt, in_mod, src_p, emit, write_opts) if emit is not None else None
-    if out_mod.check is not None:  # on a lazy skeleton: refusals look at structure only
-        with _way_out():
-            rep.notes = list(out_mod.check(ckpt, **(write_opts or {})) or [])
-    rep.notes.extend(ckpt.meta.get("notes") or [])  # what the reader kept aside (a pickle's learned initial states)
-    for layer in ckpt.layers:  # read by the foreign-name table: the reading itself is an assumption
-        how = layer.source.get("recognised") if isinstance(layer.source, dict) else None
-        if how:
-            rep.notes.append(f"{layer.name}: read by its tensor names ({how['line'].split(' -- ', 1)[1]}); "
-                             "verification checks the written file against this reading, not the reading "
-                             "itself: inconclusive about the names (docs/foreign-names.md)")
-    if not dst_p.parent.exists():
-        raise FormatError(f"{dst_p.parent}: output directory does not exist")
-    from .speed import directio
-
-    # a verified output is read back at once: written through the page cache (speed/directio.py)
-    cache = directio.through_page_cache() if verify else contextlib.nullcontext()
-    tmp = None
-    emit_tmps: list[Path] = []
+    html_report.require()
+    emitted = None if options.emit_module is None else Path(options.emit_module)
+    state = None if emitted is None else emitted.with_name(emitted.stem + "_state.pt")
+    html_report.check_path(report, options.force, {"the source": src, "the output": dst,
+                                                   "the emitted module": emitted, "the emitted state dict": state})
+    read_opts = options.reader_options()
     try:
-        tmp = commit.temp_beside(dst_p)
-        with cache, _way_out():
-            if stream:
-                rep.modules, rep.verification = _convert_streamed(ckpt, in_mod, out_mod, tmp, verify,
-                                                                  src_p, seed, write_opts or {}, progress,
-                                                                  verify_inputs, targets)
-            else:
-                if verify:
-                    import_engine(out_mod)  # the target's framework loads while the file is written
-                rep.modules = list(out_mod.write(writer_view(ckpt, out_mod.forget_bias), tmp, **(write_opts or {})) or [])
-                if verify:
-                    whole = as_target(out_mod).verify_whole  # Keras 2 models written whole (#17)
-                    names = {layer.name for layer in ckpt.layers}
-                    model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
-                    layer_in = _float_inputs({k: v for k, v in (verify_inputs or {}).items() if k not in model_in})
-                    if out_mod.read is not None or as_target(out_mod).target_step is not None:
-                        # one source side for every target (the cuDNN routes): one report
-                        rep.verification = _verify(ckpt, in_mod, tmp, targets, mode=verify, src_path=src_p,
-                                                   seed=seed, inputs=layer_in or None)
-                    else:  # a program (.pt2): its runtime's whole-model checks only
-                        rep.verification = VerifyReport(seed=seed)
-                    if whole:
-                        _whole_checks(whole, rep.verification, ckpt, src_p, tmp, model_in, seed, "keras 3 load_model")
-        if emit is not None:  # its temporaries go into emit_tmps as they are made (discarded below)
-            whole_steps.emit_write(emitted, emit, ckpt, src_p, rep, verify, verify_inputs, seed, emit_tmps)
-        if rep.verification is not None:
-            try:
-                rep.verification.raise_if_failed(accept_inconclusive)
-            except RNNConvertError as exc:
-                exc.report = rep  # what was measured, for the caller's --report
-                raise
-        commit.commit_set([(tmp, dst_p), *zip(emit_tmps, emit or ())], force)  # as one (a journal)
-        if progress is not None:  # DST is in place: whatever the caller does with this, it succeeded
-            try:
-                progress("done", 1, 1)
-            except Exception:  # noqa: BLE001
-                pass
-    except RNNConvertError:
+        rep = pipeline.convert(src, dst, options, progress)
+    except RNNConvertError as exc:  # the refusal or failure, with what was measured
+        done = getattr(exc, "report", None)
+        html_report.produce(report, "conversion", src, dst, read_opts, src_format=options.src_format, error=str(exc),
+                            modules=done.modules if done else (), notes=done.notes if done else (),
+                            verification=done.verification if done else None, read_dst=False, force=options.force)
         raise
-    except Exception as exc:  # a full disk, a read-only file system: one line (exit 10), not a trace
-        env = commit.output_error(exc, dst_p)
-        if env is None:
-            raise
-        raise env from exc
-    finally:
-        if tmp is not None:
-            commit.discard(tmp)
-        for t in emit_tmps:
-            commit.discard(t)
-    return rep
-
-
-def _whole_model(ckpt: Checkpoint, in_mod, out_mod, write_opts: dict[str, Any] | None, stream: bool):
-    """``(ckpt, write_opts, stream)``: for a writer that writes whole models (write option ``whole_model``) and a
-    source that holds one (:attr:`~rnnconvert.engine.protocol.FormatSpec.whole_model`), the source's whole model
-    added to the write options and the checkpoint read eagerly (a whole model is written in one piece);
-    unchanged otherwise and under ``recurrent_only``."""
-    opts = dict(write_opts or {})
-    if "whole_model" not in out_mod.write_options or in_mod.whole_model is None or opts.get("recurrent_only") \
-            or "whole_model" in opts:
-        return ckpt, write_opts, stream
-    full = in_mod.whole_model(ckpt)
-    if full is None:
-        return ckpt, write_opts, stream
-    # a SavedModel's checkpoint names its recurrent layers by object path; the whole model by Keras name
-    return full.renamed(ckpt.materialize()), {**opts, "whole_model": full}, False
-
-
-def _convert_streamed(ckpt: Checkpoint, in_mod, out_mod, tmp: Path, verify: str | None, src_p: Path,
-                      seed: int, write_opts: dict[str, Any], progress=None,
-                      inputs: dict[str, Any] | None = None, targets: list | None = None
-                      ) -> tuple[list[str], VerifyReport | None]:
-    """Streaming conversion (docs/performance.md "Streaming conversion"): one slab of parameters in memory
-    at a time. Each slab is loaded, written, run through the source side of verification, and released;
-    after the writer closed, the target side of verification reads the written file back, for each of
-    ``targets`` (default: the written format's own runtime) against the one source side."""
-    targets = targets or [out_mod]
-    check = (StreamedVerification(ckpt, in_mod, mode=verify, src_path=src_p, seed=seed, inputs=inputs,
-                                  target=targets[0])
-             if verify else None)
-    if check is not None:
-        import_engine(out_mod)  # the target's framework loads while the slabs stream
-    view = writer_view(ckpt, out_mod.forget_bias)  # the writer's layers: forget_bias folded or kept
-    writer = out_mod.open_stream(view, tmp, **write_opts)
-    if view is not ckpt:  # each slab folded on its way to the writer, after the source side saw it
-        writer = FoldingWriter(writer, ckpt)
-    with _read_ahead(ckpt, src_p) as reading:
-        modules = list(stream_write(writer, ckpt, on_slab=check.source_slab if check else None, reading=reading,
-                                    progress=(lambda d, t: progress("convert", d, t)) if progress else None) or [])
-    if check is None:
-        return modules, None
-    for t in targets:
-        rep = check.target_side(tmp, t, progress=(lambda d, n: progress("verify", d, n)) if progress else None)
-    return modules, rep
-
-
-def _data_files(ckpt: Checkpoint, src: Path) -> list[Path]:
-    """The files a streamed read of ``src`` reads its slabs from: ``src`` itself when it is a file; for a TF
-    checkpoint named by a folder or prefix, its shards (``<prefix>.data-NNNNN-of-MMMMM``, in shard order: a
-    folder may hold older checkpoints and event files too); else none (nothing is read ahead)."""
-    if src.is_file():
-        return [src]
-    prefix = ckpt.meta.get("prefix") if isinstance(ckpt.meta, dict) else None
-    if prefix:
-        import glob
-
-        return [Path(p) for p in sorted(glob.glob(glob.escape(str(prefix)) + ".data-[0-9]*-of-[0-9]*"))]
-    return []
-
-
-@contextlib.contextmanager
-def _read_ahead(ckpt: Checkpoint, src: Path):
-    """A :class:`~rnnconvert.speed.prefetch.ReadAhead` of the streamed source ``src`` for the block (its window:
-    :func:`~rnnconvert.speed.prefetch.ahead_window` of the largest slab); yields its ``advance``, which
-    :func:`~rnnconvert.engine.stream.stream_write` calls before each slab."""
-    largest = max((slab_bytes(ckpt.layers[i].params[k]) for i, k in order(ckpt)), default=0)
-    ahead = ReadAhead(_data_files(ckpt, src), ahead_window(largest)).start()
-    try:
-        yield ahead.advance
-    finally:
-        ahead.stop()
-
-
-def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, targets: list, mode: str, seed: int,
-                     inputs: dict[str, Any] | None = None, first_tol: float | None = None,
-                     target_dtype=None) -> VerifyReport:
-    """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
-    side on ``dst`` for each of ``targets`` (the written format, or the cuDNN routes) -- the verification of a
-    streamed conversion, with the same report as the eager one."""
-    check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs,
-                                 target=targets[0], first_tol=first_tol, target_dtype=target_dtype)
-    import_engine(targets[0])
-    with _read_ahead(ckpt, src) as reading:  # the next slab read while one is checked
-        stream_write(None, ckpt, on_slab=check.source_slab, reading=reading)
-    for t in targets:
-        rep = check.target_side(dst, t)
+    html_report.produce(report, "conversion", src, dst, read_opts, src_format=rep.src_format,
+                        dst_format=rep.dst_format, modules=rep.modules, notes=rep.notes,
+                        verification=rep.verification, force=options.force)
     return rep
 
 
 def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "reference", seed: int = 0,
            src_format: str | None = None, dst_format: str | None = None,
            read_opts: dict[str, Any] | None = None, device: str = "cpu", dtype: str = "float32",
-           inputs: dict[str, Any] | None = None, map: Any = None, threads: int | None = None) -> VerifyReport:
+           inputs: dict[str, Any] | None = None, map: Any = None, threads: int | None = None,
+           report: str | os.PathLike | None = None, force: bool = False) -> VerifyReport:
     """Compare an existing converted file ``dst`` with its source ``src`` (see :mod:`rnnconvert.verify.engine`).
 
     Args:
@@ -523,139 +145,25 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
             both routes of :mod:`rnnconvert.verify.cuda` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
         threads: see :func:`convert`.
+        report: also write the HTML report the CLI's ``verify --report`` writes here (see :func:`convert`; checked
+            before any work, never SRC or DST); ``force``: replace an existing file there.
 
     Raises:
         FormatError, DependencyError (``device='cuda'`` without a GPU), VerificationError (the cuDNN
         buffer layout differs from :func:`rnnconvert.core.cudnn.layout`); a failed or inconclusive comparison is
         reported (:attr:`VerifyReport.verdict`), not raised.
     """
-    from .speed import gpu, parallel
+    if report is not None:
+        from .verify import report as html_report
 
-    with parallel.using(threads), gpu.using(device == "cuda"):
-        return _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, device, dtype, inputs, map)
-
-
-def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, device, dtype, inputs, map) -> VerifyReport:
-    """:func:`verify` (its arguments, in order)."""
-    budget.regular_source(src)
-    budget.regular_source(dst)
-    if map is not None:
-        read_opts = {**(read_opts or {}), "map": map}
-    in_fmt = registry.get(src_format) if src_format else registry.detect(src)
-    out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
-    out_mod = out_fmt.load()
-    d_ckpt = None
-    if out_mod.read is not None:  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
-        d_ckpt = load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
-    if device == "cuda":
-        from .verify.cuda import ROUTES, CudaTarget, require_cuda
-
-        require_cuda()
-        if out_mod.read is None:
-            raise FormatError(f"device='cuda' reads {dst} back, and rnnconvert cannot read {out_fmt.name}",
-                              cli=f"--device cuda reads {dst} back, and rnnconvert cannot read {out_fmt.name}")
-        targets = [CudaTarget(out_mod, r, dtype) for r in ROUTES]
-    elif device == "cpu":
-        if as_target(out_mod).target_forward is None:
-            raise FormatError(f"rnnconvert cannot run {out_fmt.name} files for verification")
-        targets = [out_mod]
-    else:
-        raise FormatError(f"unknown device '{device}' (cpu or cuda)")
-    in_mod = in_fmt.load()
-    whole = as_target(out_mod).verify_whole if device == "cpu" and in_mod.whole_model is not None else None
-    model_in = {k: v for k, v in (inputs or {}).items() if whole and np.asarray(v).dtype.kind != "f"}
-    inputs = _float_inputs({k: v for k, v in (inputs or {}).items() if k not in model_in})
-    lazy = in_mod.lazy  # the cuDNN routes too: their emulation runs on each slab as it is read (verify/cuda.py)
-    # DST is read into the page cache while the source side runs: torch faulting a cold multi-GB file in as it
-    # maps it was 3x slower than reading it ahead (speed/prefetch.py)
-    prefetch(dst)
-    ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
-    first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
-
-    def attempt(targets: list) -> VerifyReport:
-        try:
-            if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
-                rep = VerifyReport(seed=seed)  # a program (.pt2): its runtime's whole-model checks only, as converted
-            elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
-                rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
-                                       first_tol, target_dtype)
-            else:
-                rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
-                              first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
-            if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
-                _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
-            return rep
-        except RNNConvertError:
-            raise
-        except Exception as exc:  # the target framework rejected the file: it does not match the source
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise FormatError(f"{dst}: does not load as a conversion of {src}: {first}") from exc
-
-    try:  # DST's layers looked up by SRC's names (every file rnnconvert writes keeps them, or its runtime finds them)
-        rep = attempt(targets)
-        rep.pairing = None
-        return rep
-    except FormatError:
-        # DST names its layers otherwise (a hand port's encoder/decoder): paired as diagnose pairs them (#42)
-        paired = _paired(ckpt, d_ckpt, seed)
-        if paired is None:
-            raise
-    from .verify.pairing import RenamedTarget
-
-    rep = attempt([RenamedTarget(t, paired.names()) for t in targets])
-    rep.pairing = paired
+        html_report.require()
+        html_report.check_path(report, force, {"the source": src, "the file verified": dst})
+    rep = pipeline.verify(src, dst, mode=mode, seed=seed, src_format=src_format, dst_format=dst_format,
+                          read_opts=read_opts, device=device, dtype=dtype, inputs=inputs, map=map, threads=threads)
+    if report is not None:
+        html_report.produce(report, "verification", src, dst, {**(read_opts or {}), **({"map": map} if map else {})},
+                            verification=rep, force=force)
     return rep
-
-
-def _paired(ckpt: Checkpoint, d_ckpt: Checkpoint | None, seed: int):
-    """How ``verify`` pairs SRC's layers with DST's where looking DST's layers up by SRC's names failed and DST
-    does not name them all as SRC does: the pairing ``diagnose`` uses
-    (:func:`rnnconvert.verify.diagnose.pair_checkpoints`: by name where the names match, else by position, shape
-    or parameters), or ``None`` (all by name; DST unreadable by rnnconvert; the files stack their layers
-    otherwise). Only after the lookup by name failed: a file whose reader names its layers otherwise (a TF2
-    object checkpoint's ``layer_with_weights-0``) but whose runtime finds SRC's names verifies as before."""
-    if d_ckpt is None or {l.name for l in d_ckpt.layers} <= {l.name for l in ckpt.layers}:
-        return None
-    from .verify import diagnose as dg
-
-    try:
-        got = dg.pair_checkpoints(ckpt.materialize(), d_ckpt.materialize(), seed)
-    except ValueError:
-        return None
-    return None if got is None or got.named else got
-
-
-def _verify_whole_file(ckpt, in_mod, whole, src: Path, dst: Path, model_in: dict, layer_in: dict | None, seed: int,
-                       rep: VerifyReport) -> None:
-    """``verify SRC DST`` of a whole model written whole (a whole-model ONNX graph, ``.pt2`` program or ``.keras``):
-    the runtime's ``verify_whole``, the check a conversion runs, appended to ``rep`` (nothing when DST holds the
-    recurrent layers only). ``model_in``: the integer (token id) inputs, keyed by model input name; float arrays
-    that name no recurrent layer are model inputs too."""
-    full = in_mod.whole_model(ckpt)
-    if full is None:
-        return
-    names = {layer.name for layer in ckpt.layers}
-    model_in = {**{k: v for k, v in (layer_in or {}).items() if k not in names}, **model_in}
-    _whole_checks(whole, rep, full.renamed(ckpt.materialize()), src, dst, model_in, seed, str(dst.suffix))
-
-
-def _whole_checks(whole, rep: VerifyReport, ckpt, src: Path, dst: Path, model_in: dict, seed: int, route: str) -> None:
-    """The runtime's whole-model checks ``whole`` of ``dst`` appended to ``rep``; without tf_keras one
-    ``inconclusive`` check naming why (the whole model cannot be judged), ``route`` its target side."""
-    try:
-        rep.layers += whole(ckpt, src, dst, inputs=model_in or None, seed=seed)
-    except DependencyError as exc:
-        rep.layers.append(LayerCheck("model (whole)", 0.0, 0.0, 0.0, "tf_keras (whole model)", route,
-                                     verdict="inconclusive", reason=f"whole-model check not run: {exc}"))
-
-
-def _float_inputs(inputs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``inputs`` after checking that every per-layer input is floating point (integer arrays are token ids
-    for a whole Keras model's inputs only). Raises FormatError."""
-    for k, a in (inputs or {}).items():
-        if np.asarray(a).dtype.kind != "f":
-            raise FormatError(f"verification input '{k}' is {np.asarray(a).dtype}, not floating point")
-    return inputs
 
 
 def load_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -703,22 +211,6 @@ def inspect(path: str | os.PathLike, format: str | None = None, **opts: Any) -> 
         "layers": [layer.describe() for layer in ckpt.layers],
         "tensors": {k: list(v.shape) for k, v in ckpt.tensors.items()},
     }
-
-
-def _device_targets(device: str, name: str, out_mod, dst: Path) -> list:
-    """The targets a conversion's verification runs the written file with: its own framework (``'cpu'``), or
-    cuDNN's two routes (``'cuda'``: :class:`rnnconvert.verify.cuda.CudaTarget`, float32)."""
-    if device == "cpu":
-        return [out_mod]
-    if device != "cuda":
-        raise FormatError(f"unknown device '{device}' (cpu or cuda)")
-    from .verify.cuda import ROUTES, CudaTarget, require_cuda
-
-    require_cuda()
-    if out_mod.read is None:
-        raise FormatError(f"device='cuda' reads {dst} back, and rnnconvert cannot read {name}",
-                          cli=f"--device cuda reads {dst} back, and rnnconvert cannot read {name}")
-    return [CudaTarget(out_mod, r, "float32") for r in ROUTES]
 
 
 def torch_modules(src: str | os.PathLike | Checkpoint, **opts: Any) -> dict[str, Any]:
@@ -771,7 +263,8 @@ class DiagnosisReport:
 
 def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.PathLike | None = None,
              force: bool = False, src_format: str | None = None, dst_format: str | None = None,
-             read_opts: dict[str, Any] | None = None, seed: int = 0, run_verify: bool = True) -> DiagnosisReport:
+             read_opts: dict[str, Any] | None = None, seed: int = 0, run_verify: bool = True,
+             report: str | os.PathLike | None = None) -> DiagnosisReport:
     """Name the slip that makes ``dst`` (someone's conversion of ``src``) compute something else
     (:mod:`rnnconvert.verify.diagnose`; docs/diagnose.md).
 
@@ -782,6 +275,8 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
     Args:
         fix: write DST with every slip undone here, with DST's own format's writer (:func:`save`), verified
             against ``src`` (:func:`verify`) before it is put in place.
+        report: also write the HTML report the CLI's ``diagnose --report`` writes here (see :func:`convert`; checked
+            before any work, never SRC, DST or ``fix``; ``force`` replaces an existing file there).
 
     Raises:
         FormatError, UnsupportedError (``fix``: DST's format cannot express the source's layer, e.g. a Keras-2
@@ -794,6 +289,11 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
         commit.check_distinct(Path(fix), {"the source": src, "the file diagnosed": dst}, "the fix output",
                               "--fix output")
         commit.check_destination(Path(fix), force)
+    if report is not None:
+        from .verify import report as html_report
+
+        html_report.require()
+        html_report.check_path(report, force, {"the source": src, "the file diagnosed": dst, "the --fix output": fix})
     budget.regular_source(src)
     budget.regular_source(dst)
     s_ckpt = load(src, src_format, **(read_opts or {})).materialize()
@@ -803,7 +303,7 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
     except ValueError as exc:
         raise FormatError(f"{dst}: {exc}") from exc
     rep = DiagnosisReport(str(src), str(dst), s_ckpt.format, d_ckpt.format, layers,
-                          pairing=_paired(s_ckpt, d_ckpt, seed))
+                          pairing=pipeline.paired_layers(s_ckpt, d_ckpt, seed))
     if run_verify:
         try:
             rep.verification = verify(src, dst, src_format=s_ckpt.format, dst_format=d_ckpt.format,
@@ -811,43 +311,9 @@ def diagnose(src: str | os.PathLike, dst: str | os.PathLike, *, fix: str | os.Pa
         except RNNConvertError as exc:
             rep.verification_error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if fix is not None:
-        rep.fixed, rep.fix_verification = _write_fixed(s_ckpt, d_ckpt, layers, Path(src), Path(fix), force,
-                                                       read_opts, seed, Path(dst))
+        rep.fixed, rep.fix_verification = pipeline.write_fixed(s_ckpt, d_ckpt, layers, Path(src), Path(fix), force,
+                                                               read_opts, seed, Path(dst))
+    if report is not None:
+        html_report.produce(report, "diagnosis", src, dst, read_opts, src_format=rep.src_format,
+                            dst_format=rep.dst_format, verification=rep.verification, diagnosis=rep, force=force)
     return rep
-
-
-def _write_fixed(s_ckpt: Checkpoint, d_ckpt: Checkpoint, layers: list, src: Path, out: Path, force: bool,
-                 read_opts: dict[str, Any] | None, seed: int, d_path: Path) -> tuple[str, VerifyReport]:
-    """The corrected DST written with DST's format's writer into a folder beside ``out``, verified against
-    ``src``, then put in place (nothing is left at ``out`` on any error)."""
-    import shutil
-    import tempfile
-
-    from .errors import VerificationError
-    from .verify import diagnose as dg
-
-    commit.check_distinct(out, {"the source": src, "the file diagnosed": d_path}, "the fix output",
-                          "--fix output")
-    commit.check_destination(out, force)
-    bad = [ld.name for ld in layers if ld.verdict == "unexplained"]
-    if bad:
-        raise VerificationError(f"--fix: no known slip explains layer(s) {', '.join(bad)}; nothing was written")
-    try:
-        fixed = dg.fixed_checkpoint(s_ckpt, d_ckpt, layers)
-    except ValueError as exc:
-        raise VerificationError(f"--fix: {exc}; nothing was written") from exc
-    if not out.parent.exists():
-        raise FormatError(f"{out.parent}: output directory does not exist")
-    folder = Path(tempfile.mkdtemp(prefix=".rnnconvert-fix-", dir=out.parent))
-    try:
-        tmp = folder / out.name
-        save(fixed, tmp, d_ckpt.format)
-        rep = verify(src, tmp, src_format=s_ckpt.format, dst_format=d_ckpt.format, read_opts=read_opts, seed=seed)
-        if rep.verdict != "ok":
-            c = next(c for c in rep.layers if not c.ok)
-            raise VerificationError(f"--fix: the corrected file does not verify: layer '{c.name}': {c.reason}; "
-                                    f"nothing was written")
-        commit.commit(tmp, out, force)
-        return str(out), rep
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)

@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -89,7 +89,8 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
         jobs: worker processes (1 = in this process).
         on_done: called with each :class:`FileResult` as it completes (progress display).
         skip_existing: leave a file whose output exists as it is (status ``skipped``): resume a run.
-        **kwargs: passed to :func:`rnnconvert.api.convert` (``verify``, ``force``, ...).
+        **kwargs: passed to :func:`rnnconvert.api.convert` (``verify``, ``force``, ..., or ``options``: a
+            :class:`rnnconvert.api.ConvertOptions`, whose ``to`` is set to ``to``).
 
     Returns:
         one :class:`FileResult` per candidate file, in source order. Files whose output names collide
@@ -110,7 +111,7 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
         rel = p.relative_to(src_dir)
         s, d = str(p), str(dst_dir / rel.parent / (rel.name.split(".")[0] + ext))
         order.append(s)
-        if not recognised(p, kwargs.get("src_format")):
+        if not recognised(p, kwargs.get("src_format") or getattr(kwargs.get("options"), "src_format", None)):
             results[s] = FileResult(s, d, "skipped", "not a format rnnconvert reads")
         elif skip_existing and Path(d).exists():
             results[s] = FileResult(s, d, "skipped", "output exists (skip-existing)")
@@ -119,7 +120,8 @@ def convert_tree(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, *, to: 
             continue
         if on_done:
             on_done(results[s])
-    kwargs = {**kwargs, "to": to}
+    # the CLI passes its options as one record (rnnconvert.api.ConvertOptions): ``to`` goes there
+    kwargs = {**kwargs, "options": replace(kwargs["options"], to=to)} if "options" in kwargs else {**kwargs, "to": to}
     by_dst: dict[str, list[str]] = {}
     for s, d in work:
         by_dst.setdefault(d, []).append(s)

@@ -149,6 +149,10 @@ def convert(
     recurrent_only: Annotated[bool, typer.Option(
         "--recurrent-only", help="A Keras 2 full model to .keras, .onnx or .pt2: write only the recurrent "
         "layers, each with its own input, not the whole model.")] = False,
+    whole: Annotated[bool, typer.Option(
+        "--whole", help="A Keras full model to .keras, .onnx or .pt2: insist on the whole model (exit 4 when a layer "
+        "cannot be written whole); by default such a model's recurrent layers are written alone, with a note "
+        "naming the layer.")] = False,
     mask_layout: Annotated[Optional[str], typer.Option(
         "--mask-layout", help="A masked Keras full model to .onnx: 'any' (default) makes masks exact for any "
         "padding (front, end, inside); 'end' writes a smaller graph, exact only when every sequence's padding is "
@@ -180,6 +184,8 @@ def convert(
 ) -> None:
     """Convert SRC to DST, verify it, and only then put DST in place. With a directory SRC, convert
     every recognised file under it into DST_DIR (--to required), in parallel with -j."""
+    from dataclasses import replace
+
     from . import api
     from .errors import RNNConvertError
 
@@ -188,18 +194,18 @@ def convert(
         raise typer.BadParameter("--skip-existing and --force contradict each other; give one")
     if skip_existing and not src.is_dir():
         raise typer.BadParameter("--skip-existing applies to a directory SRC (batch conversion)")
-    # --cudnn is a keras_h5 writer option: any other writer refuses it, naming the options it takes
-    kwargs = dict(src_format=src_format, verify=None if no_verify else verify, force=force,
-                  read_opts=_read_opts(gate_activation, read_opt, name_map),
-                  write_opts={**({"cudnn": True} if cudnn else {}), **({"recurrent_only": True} if recurrent_only else {}),
-                              **({"mask_layout": mask_layout} if mask_layout is not None else {}),
-                              **({"runtime": runtime} if runtime is not None else {}),
-                              **({"states": True} if states else {})}
-                  or None, accept_inconclusive=accept_inconclusive)
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter("--device is cpu or cuda")
-    if device != "cpu":
-        kwargs["device"] = device
+    if whole and recurrent_only:
+        raise typer.BadParameter("--whole and --recurrent-only contradict each other; give one")
+    # one record of the conversion's options (rnnconvert.engine.pipeline); --cudnn is a keras_h5 writer option:
+    # any other writer refuses it, naming the options it takes
+    opts = api.ConvertOptions(to=to, src_format=src_format, verify=None if no_verify else verify, force=force,
+                              read_opts=_read_opts(gate_activation, read_opt, name_map), cudnn=cudnn,
+                              recurrent_only=recurrent_only, mask_layout=mask_layout, whole=whole,
+                              accept_inconclusive=accept_inconclusive, device=device, emit_module=emit_module,
+                              write_opts={**({"runtime": runtime} if runtime is not None else {}),
+                                          **({"states": True} if states else {})} or None)
     batch = src.is_dir() and not _is_checkpoint_dir(src)
     if not batch and threads is None:
         threads = jobs  # one file: -j N is its threads
@@ -215,7 +221,7 @@ def convert(
             raise typer.BadParameter("--report describes one conversion; it does not apply to a directory")
         if emit_module is not None:
             raise typer.BadParameter("--emit-module writes one model's source; it does not apply to a directory")
-        raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, {**kwargs, "skip_existing": skip_existing}))
+        raise typer.Exit(_batch(src, dst, to, jobs, quiet, as_json, {"options": opts, "skip_existing": skip_existing}))
     if report is not None:
         from .verify import report as html_report
 
@@ -226,13 +232,14 @@ def convert(
     started = time.monotonic()
     with _progress(quiet, f"converting {src.name}") as bar:
         try:
-            rep = api.convert(src, dst, to=to, progress=bar.update, emit_module=emit_module,
-                              verify_inputs=None if inputs is None else api.load_inputs(inputs), **kwargs)
+            if inputs is not None:
+                opts = replace(opts, verify_inputs=api.load_inputs(inputs))
+            rep = api.convert(src, dst, progress=bar.update, options=opts)
         except RNNConvertError as exc:
             _pytorch_way_out(exc, src, dst)
             if report is not None:  # the refusal or failure, with what was measured
                 done = getattr(exc, "report", None)
-                _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=src_format, error=exc.cli_message(),
+                _html(report, "conversion", src, dst, opts.read_opts, src_format=src_format, error=exc.cli_message(),
                       modules=done.modules if done else (), notes=done.notes if done else (),
                       verification=done.verification if done else None, read_dst=False, force=force)
             raise
@@ -246,7 +253,7 @@ def convert(
             return
     try:  # DST is in place: whatever happens while reporting, the conversion succeeded (exit 0)
         if report is not None:
-            _html(report, "conversion", src, dst, kwargs["read_opts"], src_format=rep.src_format,
+            _html(report, "conversion", src, dst, opts.read_opts, src_format=rep.src_format,
                   dst_format=rep.dst_format, modules=rep.modules, notes=rep.notes, verification=rep.verification,
                   force=force)
         _report(rep, as_json, verbose, time.monotonic() - started)
@@ -256,30 +263,22 @@ def convert(
 
 
 def _check_report(report: Path, force: bool, others: dict) -> None:
-    """``--report PATH`` follows DST's rules, checked before any work: never one of ``others`` (SRC, DST, the
-    file diagnosed, ``--fix``'s or ``--emit-module``'s outputs; by resolved path and file identity), never an
-    existing file without ``--force``, never a folder, link or device (:func:`rnnconvert.engine.commit.check_destination`).
+    """``--report PATH`` follows DST's rules, checked before any work (:func:`rnnconvert.verify.report.check_path`).
 
     Raises:
         OutputExistsError (exit 6); FormatError: its folder does not exist."""
-    from .engine import commit
-    from .errors import FormatError
+    from .verify import report as html_report
 
-    commit.check_distinct(report, others, "the report", "--report")
-    commit.check_destination(report, force)
-    if not report.parent.exists():
-        raise FormatError(f"{report.parent}: output directory does not exist (--report {report})")
+    html_report.check_path(report, force, others)
 
 
 def _html(path: Path, kind: str, src, dst, read_opts: dict, read_dst: bool = True, force: bool = False,
           **content) -> None:
-    """Write the HTML report (:mod:`rnnconvert.verify.report`) of a command to ``path`` (replacing a file there
-    only with ``force``)."""
+    """Write the HTML report (:func:`rnnconvert.verify.report.produce`) of a command to ``path`` (replacing a file
+    there only with ``force``)."""
     from .verify import report as html_report
 
-    src_format, dst_format = content.pop("src_format", None), content.pop("dst_format", None)
-    html_report.write(path, html_report.gather(kind, src, dst if read_dst else None, src_format=src_format,
-                                               dst_format=dst_format, read_opts=read_opts, **content), force=force)
+    html_report.produce(path, kind, src, dst, read_opts, read_dst=read_dst, force=force, **content)
 
 
 def _report(rep, as_json: bool, verbose: bool = False, seconds: float | None = None) -> None:
@@ -687,7 +686,7 @@ def verify(
                      inputs=None if inputs is None else api.load_inputs(inputs))
     if report is not None:
         _html(report, "verification", src, dst, opts, verification=rep, force=force)
-    paired = getattr(rep, "pairing", None)  # DST names its layers otherwise (api._paired)
+    paired = getattr(rep, "pairing", None)  # DST names its layers otherwise (rnnconvert.engine.pipeline.paired_layers)
     if as_json:
         out = rep.to_dict()
         out["pairing"] = paired.to_dict() if paired is not None else None

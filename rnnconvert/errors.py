@@ -68,6 +68,24 @@ class UnsupportedError(RNNConvertError):
     exit_code = 4
 
 
+class WholeModelError(UnsupportedError):
+    """A whole model (a Keras full model) the whole-model writers cannot build: a layer they do not build, or a
+    setting outside rnnconvert's whitelist (issue #41). Exit code 4, like every refusal. A conversion to a writer
+    of whole models (``.onnx``, ``.pt2``, ``.keras``) then writes the model's recurrent layers alone, with a note
+    naming this layer, unless asked to write the model whole (``whole=True``, CLI ``--whole``), which raises it.
+
+    Attributes:
+        layer: the layer's name (its path in nested models; ``''``: the model config itself).
+        layer_class: its Keras class name (``''`` when unknown).
+        reason: the message without its way out (what kept the model from being written whole)."""
+
+    def __init__(self, message: str = "", *, cli: str | None = None, layer: str = "", layer_class: str = "",
+                 reason: str = "") -> None:
+        super().__init__(message, cli=cli)
+        self.layer, self.layer_class = str(layer), str(layer_class)
+        self.reason = reason or message
+
+
 class VerificationError(RNNConvertError):
     """Source and result disagree beyond the tolerance; the output file was not kept."""
 

@@ -91,10 +91,10 @@ def _num(x: float, fmt: str = ".3g") -> str:
 
 def _load(path: str, fmt: str | None, opts: dict | None) -> tuple[Any, str]:
     """The checkpoint at ``path`` read eagerly by rnnconvert's reader, or ``(None, why)``."""
-    from .. import api  # a lazy import: api does not import this module
+    from ..engine import pipeline  # rnnconvert's hardened load (rnnconvert.api.load); imported when a report is written
 
     try:
-        return api.load(path, fmt or None, **(opts or {})).materialize(), ""
+        return pipeline.load(path, fmt or None, **(opts or {})).materialize(), ""
     except RNNConvertError as exc:
         return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     except Exception as exc:  # noqa: BLE001 - a report is written whatever the files are
@@ -263,7 +263,12 @@ def render(c: Content) -> str:
 
     Raises:
         DependencyError: matplotlib is missing and there is something to plot."""
-    from .. import __version__
+    import sys
+
+    # the package's version, read from the package module (loaded before any of its submodules) rather than
+    # imported: ``rnnconvert.api`` writes reports (``report=``), and an import of the package here would close the
+    # cycle package -> api -> report -> package (docs/architecture.md, import rule 1)
+    __version__ = getattr(sys.modules.get(__name__.split(".")[0]), "__version__", "?")
 
     verdict = ""
     if c.error:
@@ -307,6 +312,39 @@ def render(c: Content) -> str:
         parts.append(f"<h2>Verification</h2><p>{_e(why or 'not verified')}</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def check_path(path, force: bool, others: dict, cli_name: str = "--report", api_name: str = "report=") -> None:
+    """A report path follows DST's rules, checked before any work: never one of ``others`` (``{label: path}``: SRC,
+    DST, the file diagnosed, ``--fix``'s or ``--emit-module``'s outputs; by resolved path and file identity), never
+    an existing file without ``force``, never a folder, link or device
+    (:func:`rnnconvert.engine.commit.check_destination`); its folder exists.
+
+    Raises:
+        OutputExistsError (exit 6); FormatError: its folder does not exist."""
+    from ..engine import commit
+    from ..errors import FormatError
+
+    path = Path(path)
+    commit.check_distinct(path, others, "the report", cli_name)
+    commit.check_destination(path, force)
+    if not path.parent.exists():
+        raise FormatError(f"{path.parent}: output directory does not exist ({api_name}{path})",
+                          cli=f"{path.parent}: output directory does not exist ({cli_name} {path})")
+
+
+def produce(path, kind: str, src, dst, read_opts: dict | None, read_dst: bool = True, force: bool = False,
+            **content) -> None:
+    """Gather (:func:`gather`: both files read by rnnconvert's readers where they can be) and :func:`write` the
+    report of a command (``kind``: ``'conversion'``, ``'verification'``, ``'diagnosis'``) to ``path``; ``read_dst``
+    false leaves DST unread (a failed conversion: nothing is there). ``content``: :func:`gather`'s keywords
+    (``src_format``, ``dst_format``, ``modules``, ``notes``, ``error``, ``verification``, ``diagnosis``).
+
+    Raises:
+        as :func:`write`."""
+    src_format, dst_format = content.pop("src_format", None), content.pop("dst_format", None)
+    write(path, gather(kind, src, dst if read_dst else None, src_format=src_format, dst_format=dst_format,
+                       read_opts=read_opts, **content), force=force)
 
 
 def require() -> None:

@@ -1,5 +1,5 @@
-"""The steps of a conversion that only whole models take (issue #38; called by :func:`rnnconvert.api.convert`,
-which imports this module only when they are asked for): ``--emit-module``, a whole Keras 1/2 model as readable
+"""The steps of a conversion that only whole models take (issue #38; called by :func:`rnnconvert.engine.pipeline.convert`,
+which names them by location and so imports this module only when they are asked for): ``--emit-module``, a whole Keras 1/2 model as readable
 ``torch.nn.Module`` source (:mod:`.formats.torch.module_write`) and its state dict, checked like DST and
 verified by :func:`rnnconvert.whole.runtimes.torch_export.verify_module`.
 

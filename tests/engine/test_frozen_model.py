@@ -27,7 +27,7 @@ import rnnconvert
 from rnnconvert import api
 from rnnconvert.core.model import Checkpoint, DirectionParams, RNNLayer, Semantics, SlabSource
 from rnnconvert import runtimes
-from rnnconvert.engine import registry
+from rnnconvert.engine import pipeline, registry
 
 from conftest import FIXTURES, torch_rnn
 
@@ -70,7 +70,7 @@ def test_verified_streamed_conversion_leaves_the_checkpoint_as_it_was(case, tmp_
     if case.startswith("tf"):
         pytest.importorskip("tensorflow")
     got: list[Checkpoint] = []
-    real_load = api.load
+    real_load = pipeline.load
 
     def load(*a, **kw):
         ckpt = real_load(*a, **kw)
@@ -79,7 +79,7 @@ def test_verified_streamed_conversion_leaves_the_checkpoint_as_it_was(case, tmp_
         return ckpt
 
     before: list[dict] = []
-    monkeypatch.setattr(api, "load", load)
+    monkeypatch.setattr(pipeline, "load", load)  # what the conversion pipeline reads with
     spec = registry.detect(src).load()
     spec = runtimes.get(spec.equations) if spec.equations else None  # the source's own equations
     calls: list[str] = []

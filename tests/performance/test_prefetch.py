@@ -97,11 +97,12 @@ def test_read_ahead_stops_while_waiting_and_skips_what_it_cannot_read(tmp_path):
 
 def test_a_streamed_conversion_reads_ahead_only_the_files_its_reader_reads(tmp_path, monkeypatch):
     """A TF checkpoint folder may hold older checkpoints and event files: only the named checkpoint's shards
-    are read ahead (rnnconvert.api._read_ahead); a single-file source is read ahead as itself."""
+    are read ahead (rnnconvert.engine.pipeline._read_ahead); a single-file source is read ahead as itself."""
     import shutil
     from pathlib import Path
 
     from rnnconvert import api
+    from rnnconvert.engine import pipeline
 
     root = Path(__file__).resolve().parents[2] / "fixtures"
     src = tmp_path / "ck"
@@ -115,7 +116,7 @@ def test_a_streamed_conversion_reads_ahead_only_the_files_its_reader_reads(tmp_p
         def __init__(self, files, window):
             seen.append([Path(f).name for f in files])
             super().__init__(files, window)
-    monkeypatch.setattr(api, "ReadAhead", Spy)
+    monkeypatch.setattr(pipeline, "ReadAhead", Spy)
     api.convert(src, tmp_path / "a.pt", verify=None)
     api.convert(tmp_path / "a.pt", tmp_path / "b.safetensors", verify=None)
     assert seen == [["ckpt.data-00000-of-00001"], ["a.pt"]]

@@ -38,7 +38,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...errors import UnsupportedError, require
+from ...errors import UnsupportedError, WholeModelError, require
 from ...conventions import keras_names as naming
 
 #: the way out of a whole-model refusal (API words, CLI words)
@@ -165,7 +165,7 @@ class _Ctx:
 
     def refuse(self, path: str, cls: str, why: str) -> None:
         head = f"layer '{path}' ({cls}) cannot be written as a whole Keras 3 model: {why}; "
-        raise UnsupportedError(head + WAY_OUT, cli=head + WAY_OUT_CLI)
+        raise WholeModelError(head + WAY_OUT, cli=head + WAY_OUT_CLI, layer=path, layer_class=cls, reason=head[:-2])
 
     def drop(self, key: str, path: str) -> None:
         self.dropped.setdefault(key, set()).add(path)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ...core.model import Cell, Checkpoint, RNNLayer
-from ...errors import FormatError, UnsupportedError
+from ...errors import FormatError, UnsupportedError, WholeModelError
 from ...safety import guard, keras_sanitize
 from . import keras_config
 from ...conventions import keras_names as naming
@@ -166,17 +166,18 @@ def failure(exc: BaseException, what: str, full: FullModel, tr: keras_config.Tra
     first = first[:240] + ("..." if len(first) > 240 else "")
     err = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     paths = list(tr.source_classes) if tr is not None else []
-    where = "a layer it does not name"
+    where, layer, cls = "a layer it does not name", "", ""
     for n in names:
         hit = next((p for p in paths if p == n or p.rsplit(".", 1)[-1] == n or p.rsplit("/", 1)[-1] == n), None)
         if hit is not None:
-            where = f"layer '{hit}' ({tr.source_classes[hit]})"
+            where, layer, cls = f"layer '{hit}' ({tr.source_classes[hit]})", hit, tr.source_classes[hit]
             break
     else:
         if names:
-            where = f"layer '{names[0]}'"
+            where, layer = f"layer '{names[0]}'", names[0]
     head = f"{full.path}: {where} cannot be written as a whole Keras 3 model: {what} raised {err}; "
-    return UnsupportedError(head + keras_config.WAY_OUT, cli=head + keras_config.WAY_OUT_CLI)
+    return WholeModelError(head + keras_config.WAY_OUT, cli=head + keras_config.WAY_OUT_CLI, layer=layer,
+                           layer_class=cls, reason=head[:-2])
 
 
 def passes(exc: BaseException) -> bool:
@@ -441,8 +442,9 @@ def _built_in_only(path: str, obj: Any) -> None:
         cls, conf = obj.get("class_name"), obj.get("config")
         if isinstance(cls, str) and isinstance(conf, dict) and "name" in conf:
             if cls not in full_model.LAYERS and cls not in naming.CONTAINERS:
-                raise UnsupportedError(f"{path}: layer '{conf.get('name')}' ({cls}): not a built-in layer the "
-                                       f"whole-model writers build; {full_model.WAY_OUT}")
+                head = f"{path}: layer '{conf.get('name')}' ({cls}): not a built-in layer the whole-model writers build"
+                raise WholeModelError(f"{head}; {full_model.WAY_OUT}", layer=str(conf.get("name")), layer_class=cls,
+                                      reason=head)
         for v in obj.values():
             _built_in_only(path, v)
     elif isinstance(obj, list):

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ...core.model import Checkpoint, RNNLayer
-from ...errors import UnsupportedError
+from ...errors import UnsupportedError, WholeModelError
 
 from ...conventions.full_model import (  # noqa: F401 - the whitelist and FullModel, read here as keras_graph.*
     ACTIVATIONS, IDENTITY, LAYERS, MASK_PASS, MERGE, RECURRENT, WAY_OUT, FullModel)
@@ -95,7 +95,8 @@ class Graph:
 def refuse(path: str, cls: str, why: str) -> None:
     """Raise the one-line whole-model refusal naming the layer, its class and the way out."""
     head = f"layer '{path}' ({cls}) cannot be written as a whole model: {why}; "
-    raise UnsupportedError(head + WAY_OUT, cli=head + "--recurrent-only converts the recurrent layers alone")
+    raise WholeModelError(head + WAY_OUT, cli=head + "--recurrent-only converts the recurrent layers alone",
+                          layer=path, layer_class=cls, reason=head[:-2])
 
 
 def _records(cfg: dict) -> list[dict]:
