@@ -24,7 +24,8 @@ from ..engine.protocol import Runtime, located
 from ..errors import UnsupportedError, require
 
 
-def _interpreter(path: str | Path):
+def interpreter(path: str | Path):
+    """A ``tf.lite.Interpreter`` of the file at ``path`` (its LiteRT migration warning silenced)."""
     tf = require("tensorflow", "tensorflow")
     import warnings
 
@@ -36,7 +37,7 @@ def _interpreter(path: str | Path):
 def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load) -> np.ndarray:
     """Layer ``name`` of the written file in the TFLite interpreter on ``x`` ``(B, T, I)`` from zero states;
     float64 ``(B, T, dirs*out)``."""
-    probe = _interpreter(path)
+    probe = interpreter(path)
     inp = next((d for d in probe.get_input_details() if d["name"] == f"{name}__in"), None)
     if inp is None:
         raise UnsupportedError(f"{Path(path).name}: a whole-model .tflite runs whole only (no input '{name}__in'); "
@@ -49,7 +50,7 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load) 
         chunk = np.zeros((batch, T, n_in), np.float32)
         part = np.asarray(x[s:s + batch], np.float32)
         chunk[:len(part)] = part
-        it = _interpreter(path)
+        it = interpreter(path)
         it.resize_tensor_input(inp["index"], [batch, T, n_in])
         it.allocate_tensors()
         it.set_tensor(inp["index"], chunk)
@@ -63,7 +64,7 @@ def whole_signature(path: str | Path) -> dict | None:
     """The ``serving_default`` signature (``{'inputs': [...], 'outputs': [...]}``) of a whole-model file
     (:mod:`rnnconvert.whole.formats.tflite.model_write`: outputs ``output_<i>``), else ``None`` (a file of
     recurrent layers, whose graph inputs are ``<layer>__in``)."""
-    sig = _interpreter(path).get_signature_list().get("serving_default")
+    sig = interpreter(path).get_signature_list().get("serving_default")
     if not sig or not any(o.startswith("output_") for o in sig.get("outputs", [])):
         return None
     return sig

@@ -21,9 +21,9 @@ def run(path: str | Path, xs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     file whose batch is fixed runs the batch in chunks of it (the last chunk padded with its first row), each in a
     fresh interpreter: a fused LSTM op keeps its state in variable tensors, which carry over to the next
     invocation of the same interpreter (``reset_all_variables`` clears them)."""
-    from ...runtimes.tflite import _interpreter
+    from ...runtimes.tflite import interpreter
 
-    details = _interpreter(path).get_signature_runner().get_input_details()
+    details = interpreter(path).get_signature_runner().get_input_details()
     kinds = {k: d["dtype"] for k, d in details.items()}
     fixed = {int(d["shape_signature"][0]) for d in details.values() if int(d["shape_signature"][0]) > 0}
     n = int(np.shape(next(iter(xs.values())))[0])
@@ -36,7 +36,7 @@ def run(path: str | Path, xs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             if len(part) < step:
                 part = np.concatenate([part, np.repeat(part[:1], step - len(part), axis=0)])
             feed[k] = part
-        got = _interpreter(path).get_signature_runner()(**feed)
+        got = interpreter(path).get_signature_runner()(**feed)
         for k, v in got.items():
             parts.setdefault(k, []).append(np.asarray(v, np.float64)[:min(step, n - s)])
     return {k: np.concatenate(v, axis=0) for k, v in parts.items()}
