@@ -82,6 +82,8 @@ def _run(path: Path, xs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     first = _interp(path).get_signature_runner()
     details = first.get_input_details()
     fixed = int(next(iter(details.values()))["shape_signature"][0])
+    if len(xs) == 1 == len(details):  # a Sequential model's input is named by tf_keras ('emb_input')
+        xs = {next(iter(details)): next(iter(xs.values()))}
     n = len(next(iter(xs.values())))
     assert n % fixed == 0
     outs: dict[str, list] = {}

@@ -5,9 +5,10 @@ and ``container_write``, with the engine's write option ``whole_model``).
 How (TensorFlow 2.21, ``tf.lite.TFLiteConverter.from_concrete_functions``, float32, built-in ops only):
 
 * the model is rebuilt by tf_keras from its config *as rebuilt from rnnconvert's whitelist*
-  (:func:`rnnconvert.formats.keras.keras_whole.source_model` with the weights the reader found: ``model_from_json``
-  on :func:`rnnconvert.safety.keras_sanitize.model_config`'s output, then ``layer.set_weights``; never
-  ``load_model``, the file's raw config never reaches a framework loader), after the whole-model compiler's own
+  (:func:`rnnconvert.formats.keras.keras_whole.source_model`: ``model_from_json`` on
+  :func:`rnnconvert.safety.keras_sanitize.model_config`'s output, then tf_keras' HDF5 weight loader, or
+  ``layer.set_weights`` with a SavedModel's weights as read; never ``load_model``, the file's raw config never
+  reaches a framework loader), after the whole-model compiler's own
   whitelist of layer classes (:func:`rnnconvert.whole.conventions.keras_graph.build`, the refusals the ONNX and
   ``.pt2`` writers give);
 * one signature ``serving_default``: inputs named as the model's (float32, or int32 token ids), outputs
@@ -78,13 +79,16 @@ def check(ckpt: Checkpoint, *, whole_model: Any, batch: Any = 1, **_: Any) -> li
 
 
 def tf_keras_model(full, ckpt: Checkpoint):
-    """The whole model in tf_keras, built from the whitelisted config and given the weights the reader found
-    (:func:`rnnconvert.formats.keras.keras_whole.source_model`)."""
+    """The whole model in tf_keras, built from the whitelisted config (:func:`rnnconvert.formats.keras.keras_whole.
+    source_model`, as the whole-model check builds its reference): an HDF5 file's weights loaded by tf_keras' HDF5
+    weight loader (datasets only; it also maps Keras 1 and CuDNN layouts), a SavedModel's given as the reader
+    found them (``layer.set_weights``)."""
     from ....formats.keras import keras_whole
 
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     with keras_whole.guarded("tf_keras rebuilding the model for the TFLite converter", full, None, "tf_keras"):
-        return keras_whole.source_model(str(full.path), full.config, full.weights)
+        return keras_whole.source_model(str(full.path), full.config,
+                                        full.weights if full.origin == "weights" else None)
 
 
 def exposed(model) -> list[str]:
