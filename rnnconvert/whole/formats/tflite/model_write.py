@@ -108,6 +108,7 @@ def _convert(tf, model, batch: int | None) -> bytes:
 
     def run(*xs):
         ys = probe(list(xs) if len(xs) > 1 else xs[0], training=False)
+        ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
         out = {f"output_{i}": y for i, y in enumerate(ys[:n_out])}
         out.update({f"layer_{n}": y for n, y in zip(names, ys[n_out:])})
         return out
@@ -120,7 +121,8 @@ def _convert(tf, model, batch: int | None) -> bytes:
 
 def _first_error(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if "error:" in ln]
-    return (lines[0].split("error:", 1)[1].strip() if lines else str(exc).splitlines()[0])[:300]
+    text = lines[0].split("error:", 1)[1].strip() if lines else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text[:300]
 
 
 def _model_object(content: bytes):
