@@ -198,18 +198,38 @@ def test_hard_sigmoid_lstm_is_a_loop(tmp_root):
 @pytest.mark.slow
 def test_realworld_mycroft_gru(tmp_root):
     """Mycroft Precise's wake-word model (Keras 2.1.4, GRU(20) with linear activation, hard_sigmoid gates,
-    reset-before; Apache-2.0): the interpreter matches the frozen graph Keras 2.1.4 emitted."""
+    reset-before; Apache-2.0) on the oracle's real audio features (values up to 36): the linear GRU's output
+        reaches 66 and is ill-conditioned there: float32 runs of the same GRU part from its float64 run by 3.1e-3
+    (tf_keras here) to 3.1e-2 (the oracle's stored tf_keras and frozen-graph runs). Judged as the whole-model
+    check's second stage judges (issue #39): the interpreter within ``2e-5 * max(1, scale) + 2 * S`` of tf_keras'
+    float64 run of the layer (built here from the README's description and the file's datasets), ``S`` the largest
+    float32 spread measured on the same inputs."""
+    import h5py
+    import tf_keras
+
     src = REALWORLD / "mycroft-precise-gru" / "hey-mycroft.net"
     rep, dst = _convert(src, tmp_root)
     _all_ok(rep)
     o = np.load(REALWORLD / "mycroft-precise-gru" / "oracle_out.npz")
     got = _run(dst, {"x": o["x"]})
-    ok, err = _close(got["layer_net"], o["net__out"])  # the GRU's last output (scale 66)
-    assert ok, err
-    # the model output is sigmoid of about -52 on these (non-wake-word) inputs, ~3e-23: compared relatively, the
-    # logit's float32 rounding (~1e-5 of 52) moves it by that much of itself
-    rel = float(np.max(np.abs(got["output_0"] - o["model_out"]) / np.abs(o["model_out"])))
-    assert rel <= 1e-3, rel
+    with h5py.File(src, "r") as f:  # the layer as fixtures/realworld/README.md describes it, built by tf_keras here
+        w = [np.asarray(f[f"model_weights/net/net/{k}:0"]) for k in ("kernel", "recurrent_kernel", "bias")]
+
+    def gru(dtype):
+        lay = tf_keras.layers.GRU(20, activation="linear", recurrent_activation="hard_sigmoid", reset_after=False,
+                                  dtype=dtype)
+        x = np.asarray(o["x"], dtype)
+        lay(x[:1])
+        lay.set_weights([a.astype(dtype) for a in w])
+        return np.asarray(lay(x), np.float64)
+
+    a32, z64 = gru("float32"), gru("float64")
+    # every float32 evaluation measured: ours, the oracle's tf_keras run and the frozen graph Keras 2.1.4 emitted
+    spread = max(float(np.max(np.abs(np.asarray(r, np.float64) - z64)))
+                 for r in (a32, o["tf_keras_net__out"], o["net__out"]))
+    assert 0.0 < spread < 0.05
+    err = float(np.max(np.abs(got["layer_net"] - z64)))
+    assert err <= TOL * max(1.0, float(np.max(np.abs(z64)))) + 2 * spread, (err, spread)
 
 
 def test_refusal_names_the_layer_and_leaves_nothing(tmp_path):
