@@ -214,10 +214,13 @@ def render() -> str:
                     cells.append(res)
             lines.append(f"| {label} ({', '.join(f'`{p}`' for p in producers.split())}) | " + " | ".join(cells) + " |")
     whole = {"keras3": "whole model (Keras 3 layers)", "onnx": "whole model (one graph, native LSTM/GRU/RNN nodes)",
-             "pt2": "whole model (torch.export program)"}
+             "pt2": "whole model (torch.export program)",
+             "tflite": "whole model (TF Lite converter: fused LSTM ops, WHILE loops)"}
+    #: targets that write Keras 1/2 models whole and refuse a Keras 3 one (the TF Lite writer rebuilds with tf_keras)
+    k3 = {"tflite": "refused (Keras 1/2 only; `--recurrent-only`)"}
     lines += ["", "Whole models: what each target writes from a Keras 1/2 full-model file (`model_config` + weights) "
               "or a Keras 3 `.keras` archive (`config.json` + weights; issue #30: `.onnx` and `.pt2` only) "
-              "or a tf.keras SavedModel folder (`keras_metadata.pb` + `variables/`; `.onnx` and `.pt2`) "
+              "or a tf.keras SavedModel folder (`keras_metadata.pb` + `variables/`; `.onnx`, `.pt2` and `.tflite`) "
               "(`--recurrent-only` keeps the recurrent layers alone; weights-only files always give the recurrent "
               "layers; the layers built are listed in docs/guides/whole-model.md):", "",
               "| | " + " | ".join(f"`{f.name}`" for f in targets) + " |",
@@ -226,7 +229,7 @@ def render() -> str:
                   whole[f.name] if "recurrent_only" in f.load().write_options else "recurrent layers"
                   for f in targets) + " |",
               "| Keras 3 model (`keras3`) | " + " | ".join(
-                  whole[f.name] if "whole_model" in f.load().write_options else "recurrent layers"
+                  k3.get(f.name) or whole[f.name] if "whole_model" in f.load().write_options else "recurrent layers"
                   for f in targets) + " |",
               "| tf.keras / tf_keras SavedModel folder with `keras_metadata.pb` (`tf_checkpoint`) | " + " | ".join(
                   whole[f.name] if "whole_model" in f.load().write_options else "recurrent layers"

@@ -455,11 +455,12 @@ def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> Conversio
                     names = {layer.name for layer in ckpt.layers}
                     model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
                     layer_in = _float_inputs({k: v for k, v in (verify_inputs or {}).items() if k not in model_in})
-                    if out_mod.read is not None or as_target(out_mod).target_step is not None:
+                    if (out_mod.read is not None or as_target(out_mod).target_step is not None) \
+                            and not ckpt.meta.get("whole_program"):  # a whole .tflite runs whole only
                         # one source side for every target (the cuDNN routes): one report
                         rep.verification = _verify(ckpt, in_mod, tmp, targets, mode=verify, src_path=src_p,
                                                    seed=seed, inputs=layer_in or None)
-                    else:  # a program (.pt2): its runtime's whole-model checks only
+                    else:  # a program (.pt2, a whole-model .tflite): its runtime's whole-model checks only
                         rep.verification = VerifyReport(seed=seed)
                     if whole:
                         _whole_checks(whole, rep.verification, ckpt, src_p, tmp, model_in, seed, "keras 3 load_model")

@@ -30,6 +30,7 @@ import numpy as np
 from ...core import gates
 from ...core.model import Cell, Checkpoint, DirectionParams, RNNLayer
 from ...engine import refusal
+from ...engine.protocol import located
 from ...errors import OptionError, require
 
 ROUTE = "the TensorFlow Lite interpreter (tf.lite.Interpreter) running the written .tflite"
@@ -279,3 +280,29 @@ def write(ckpt: Checkpoint, path: str | Path, batch: Any = 1, **_: Any) -> list[
 def _as_f32(p: DirectionParams) -> DirectionParams:
     f = lambda a: None if a is None else np.asarray(a, np.float32)  # noqa: E731  float16 -> float32: exact
     return DirectionParams(f(p.w_ih), f(p.w_hh), f(p.b_ih), f(p.b_hh), f(p.w_hr), f(p.peep))
+
+
+#: the whole-model writer (:mod:`rnnconvert.whole.formats.tflite.model_write`), loaded when a whole model is written
+WHOLE_CHECK = located("rnnconvert.whole.formats.tflite.model_write:check")
+WHOLE_WRITE = located("rnnconvert.whole.formats.tflite.model_write:write")
+
+
+def container_check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = None,
+                    **options: Any) -> list[str]:
+    """The ``tflite`` container's check: a whole Keras 1/2 model (the engine's write option ``whole_model``, not
+    ``recurrent_only``) by the whole-model writer (:data:`WHOLE_CHECK`), else the recurrent layers (:func:`check`).
+
+    Raises:
+        UnsupportedError: as :func:`check`, or the whole-model writer's refusals (layer, class, way out)."""
+    if whole_model is not None and not recurrent_only:
+        return WHOLE_CHECK(ckpt, whole_model=whole_model, **options)
+    return check(ckpt, **options)
+
+
+def container_write(ckpt: Checkpoint, path: str | Path, *, recurrent_only: bool = False, whole_model: Any = None,
+                    **options: Any) -> list[str]:
+    """The ``tflite`` container's write: a whole model by TensorFlow Lite's converter (:data:`WHOLE_WRITE`), else
+    the recurrent layers (:func:`write`). Assumes :func:`container_check` passed."""
+    if whole_model is not None and not recurrent_only:
+        return WHOLE_WRITE(ckpt, path, whole_model=whole_model, **options)
+    return write(ckpt, path, **options)
