@@ -1,5 +1,5 @@
 """Keras 3 format: Keras 2 -> .keras migration checked by keras.saving.load_model, Keras 3 files read back,
-Keras-2 hard_sigmoid rescaled (whole models: tests/formats/test_keras_whole.py), unsafe archives refused."""
+Keras-2 hard_sigmoid rescaled (whole models: tests/formats/whole_models/test_keras_whole.py), unsafe archives refused."""
 
 from __future__ import annotations
 
