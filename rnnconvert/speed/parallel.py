@@ -111,15 +111,19 @@ def split(m: int, rows: int, nbytes: int) -> list[tuple[int, int]]:
     return row_chunks(m, rows, n)
 
 
+def run(piece, pieces: list[tuple[int, int]]) -> None:
+    """``piece(lo, hi)`` for every ``(lo, hi)`` of ``pieces`` (from :func:`split`): every piece but the first on
+    the pool (:func:`start`), the first in the calling thread, then :func:`wait` for the rest; the first error
+    of any piece is raised after all of them ended. ``piece`` is the caller's own callable: this module runs
+    it and calls nothing else of the caller."""
+    rest = start(piece, pieces)
+    piece(*pieces[0])
+    wait(rest)
+
+
 def start(fn, pieces: list[tuple[int, int]]) -> list:
-    """Every piece but the first handed to the pool (``fn(lo, hi)``, called by the pool's threads); the caller
-    runs the first itself, then :func:`wait` for the rest::
-
-        rest = parallel.start(piece, pieces)
-        piece(*pieces[0])
-        parallel.wait(rest)
-
-    (The pieces never run here: this module calls no caller back.)"""
+    """Every piece but the first handed to the pool (``fn(lo, hi)``, called by the pool's threads), the
+    futures returned; :func:`run` runs the first itself, then :func:`wait` for the rest."""
     if len(pieces) <= 1:
         return []
     ex = pool()
