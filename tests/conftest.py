@@ -118,9 +118,11 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     return err, tol
 
 
-#: Tests marked ``slow`` in one place (``pytest -m "not slow"`` is the quick inner loop; README
-#: "Development"): those that took 3 s or more in a full run (`pytest --durations=100`), mostly building
-#: tf_keras / Keras 3 models or running many conversions. A new slow test may also carry
+#: Tests marked ``slow`` in one place. ``pytest -m "not slow"`` is the quick tier (README "Running the tests"):
+#: every test under 3 s or so, and of each format family at least one read + write + verify against the
+#: family's framework (:data:`QUICK`); ``pytest`` runs everything and stays the CI command. Listed here: single
+#: tests that took 3 s or more in a full run (`pytest --durations=100`), mostly building tf_keras / Keras 3
+#: models or running many conversions; whole modules in :data:`SLOW_MODULES`. A new slow test may also carry
 #: ``@pytest.mark.slow`` itself.
 SLOW = (
     "tests/security/test_kill.py::test_sigkill_at_random_moments_leaves_dst_intact",
@@ -159,11 +161,40 @@ SLOW = (
 )
 
 
+#: Modules (or folders) marked slow as a whole, but for the tests :data:`QUICK` names. Measured with
+#: ``pytest -m "not slow" --durations=0`` per folder (session 15, the 2-core machine shared by 8 jobs, so
+#: seconds of wall time under a load of about 12): the Keras whole-model modules (test_keras_whole.py 925 s for
+#: 22 tests, test_emit_module.py 86 s; the others build and run whole models the same way), the Keras streamed
+#: reader's grid (193 s, 136 tests), the Keras fixture grid (139 s, 117 tests), test_keras_finite.py (40 s),
+#: test_keras_h5_write.py (28 s), test_keras3.py (25 s).
+SLOW_MODULES = (
+    "tests/formats/whole_models/",
+    "tests/formats/keras_files/test_keras_stream.py",
+    "tests/formats/keras_files/test_keras_fixtures.py",
+    "tests/formats/keras_files/test_keras_finite.py",
+    "tests/formats/keras_files/test_keras_h5_write.py",
+    "tests/formats/keras_files/test_keras3.py",
+)
+
+#: Tests kept in the quick tier although :data:`SLOW` or :data:`SLOW_MODULES` names them: one read + write +
+#: verify per family against the family's own framework (Keras H5 read and write, Keras 3, whole models)
+QUICK = (
+    "tests/formats/keras_files/test_keras_fixtures.py::test_convert_to_torch_or_refuse[[]cudnn_lstm.h5[]]",
+    "tests/formats/keras_files/test_keras_fixtures.py::test_framework_forward_matches_tf_keras[[]cudnn_lstm.h5[]]",
+    "tests/formats/keras_files/test_keras_h5_write.py::test_torch_to_keras2_h5[[]LSTM-plain-keras[]]",
+    "tests/formats/keras_files/test_keras3.py::test_textgenrnn_via_pt_to_keras3",
+    "tests/formats/whole_models/test_whole_conv.py::test_onnx_graph_matches_tf_keras[[]conv_crnn[]]",
+    "tests/formats/whole_models/test_whole_graph.py::test_onnx_graph_matches_tf_keras[[]whole30_embed_conv_lstm[]]",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     from fnmatch import fnmatchcase
 
     for item in items:
-        if any(fnmatchcase(item.nodeid, pat) for pat in SLOW):
+        slow = (any(fnmatchcase(item.nodeid, pat) for pat in SLOW)
+                or any(item.nodeid.startswith(m) for m in SLOW_MODULES))
+        if slow and not any(fnmatchcase(item.nodeid, pat) for pat in QUICK):
             item.add_marker(pytest.mark.slow)
 
 
