@@ -181,7 +181,7 @@ SLOW_MODULES = (
 QUICK = (
     "tests/formats/keras_files/test_keras_fixtures.py::test_convert_to_torch_or_refuse[[]cudnn_lstm.h5[]]",
     "tests/formats/keras_files/test_keras_fixtures.py::test_framework_forward_matches_tf_keras[[]cudnn_lstm.h5[]]",
-    "tests/formats/keras_files/test_keras_h5_write.py::test_torch_to_keras2_h5[[]LSTM-plain-keras[]]",
+    "tests/formats/keras_files/test_keras_h5_write.py::test_torch_to_keras2_h5[[]GRU-2-keras[]]",
     "tests/formats/keras_files/test_keras3.py::test_textgenrnn_via_pt_to_keras3",
     "tests/formats/whole_models/test_whole_conv.py::test_onnx_graph_matches_tf_keras[[]conv_crnn[]]",
     "tests/formats/whole_models/test_whole_graph.py::test_onnx_graph_matches_tf_keras[[]whole30_embed_conv_lstm[]]",
