@@ -158,6 +158,11 @@ SLOW = (
     "tests/cli/test_cli.py::test_batch_directory",
     "tests/security/test_bad_inputs.py::test_tensorflow_abort_is_contained_to_one_line",
     "tests/security/test_bad_inputs.py::test_output_bytes_are_deterministic*",
+    # session 15, tests/engine not-slow --durations under a load of about 12 (seconds of wall time): the traced
+    # conversions 71-111 s each but tf1-onnx (15 s), the pt2 contract cases (torch.export) 13-51 s
+    "tests/engine/test_architecture.py::test_a_traced_conversion*[[]keras-*",
+    "tests/engine/test_architecture.py::test_a_traced_conversion*[[]pt-safetensors[]]",
+    "tests/engine/test_formats_contract.py::*[[]pt2*",
 )
 
 
@@ -166,8 +171,10 @@ SLOW = (
 #: seconds of wall time under a load of about 12): the Keras whole-model modules (test_keras_whole.py 925 s for
 #: 22 tests, test_emit_module.py 86 s; the others build and run whole models the same way), the Keras streamed
 #: reader's grid (193 s, 136 tests), the Keras fixture grid (139 s, 117 tests), test_keras_finite.py (40 s),
-#: test_keras_h5_write.py (28 s), test_keras3.py (25 s).
+#: test_keras_h5_write.py (28 s), test_keras3.py (25 s); tests/engine/test_any_to_any.py (405 s, 139 tests:
+#: every reader into every writer; each family's own pair stays in its folder of tests/formats).
 SLOW_MODULES = (
+    "tests/engine/test_any_to_any.py",
     "tests/formats/whole_models/",
     "tests/formats/keras_files/test_keras_stream.py",
     "tests/formats/keras_files/test_keras_fixtures.py",
