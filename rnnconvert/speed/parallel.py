@@ -1,8 +1,9 @@
 """Verification's products on every core given (``--threads``/``-j``, issue #33).
 
 One process-wide pool of worker threads (:func:`pool`) shares the row blocks of one large matrix between the
-cores: :func:`row_chunks` cuts ``M`` rows into contiguous pieces on block boundaries, :func:`start` hands all but the first to
-the pool while the caller runs the first (numpy's casts and BLAS products release the GIL), each piece writing its own rows of the result.
+cores: :func:`split` (through :func:`row_chunks`) cuts ``M`` rows into contiguous pieces on block boundaries, :func:`run`
+hands all but the first to the pool and runs the first in the calling thread (numpy's casts and BLAS products release
+the GIL), each piece writing its own rows of the result.
 Row-split products are the same products as one thread's, block for block (the block boundaries do not move):
 the results are bit-identical to a single thread's (``tests/performance/test_parallel.py``); the sums of
 :func:`rnnconvert.speed.kernels.left_products` are split by output columns for the same reason.
