@@ -31,6 +31,21 @@ def manifest(family: str) -> list[dict]:
     return json.loads(path.read_text()).get(family, [])
 
 
+#: tf_keras (Keras 2) for the tests that run it, one import per module; skips where it is absent
+@pytest.fixture(scope="module")
+def k2():
+    return pytest.importorskip("tf_keras")
+
+
+#: Keras 3 for the tests that run it; skips where it is absent or not Keras 3
+@pytest.fixture(scope="module")
+def k3():
+    k = pytest.importorskip("keras")
+    if not k.__version__.startswith("3"):
+        pytest.skip("needs Keras 3")
+    return k
+
+
 @pytest.fixture
 def realworld():
     """The third-party checkpoints kept in the repository (``fixtures/realworld``)."""

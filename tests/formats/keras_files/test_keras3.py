@@ -14,19 +14,6 @@ from rnnconvert.engine import registry
 from rnnconvert.errors import FormatError, UnsupportedError
 
 
-@pytest.fixture(scope="module")
-def k2():
-    return pytest.importorskip("tf_keras")
-
-
-@pytest.fixture(scope="module")
-def k3():
-    k = pytest.importorskip("keras")
-    if not k.__version__.startswith("3"):
-        pytest.skip("needs Keras 3")
-    return k
-
-
 def _run3(k3, path, names, x):
     """keras.saving.load_model on the written file; run the named layers in a chain."""
     m = k3.saving.load_model(path, compile=False)

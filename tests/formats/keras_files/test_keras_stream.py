@@ -52,11 +52,6 @@ def rows_mode(monkeypatch, mode: str) -> list:
 MODES = ["rows", "padded_rows", "direct"]
 
 
-@pytest.fixture(scope="module")
-def k2():
-    return pytest.importorskip("tf_keras")
-
-
 # ------------------------------------------------------------------------------------------ reader
 def _independent(layer, d: int):
     """Canonical w_ih, w_hh of direction ``d`` from the file's whole tensors by the whole-array

@@ -89,19 +89,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def k3():
-    k = pytest.importorskip("keras")
-    if not k.__version__.startswith("3"):
-        pytest.skip("needs Keras 3")
-    return k
-
-
-@pytest.fixture(scope="module")
-def k2():
-    return pytest.importorskip("tf_keras")
-
-
 def _one_layer(k2, cls, kw, shape, rng):
     k2.backend.clear_session()
     lay = getattr(k2.layers, cls)(name="lay", **kw)
