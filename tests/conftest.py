@@ -182,6 +182,14 @@ SLOW = (
     # and fast backends on a Keras source 41-114 s, the termination-signal clean-ups 23-31 s each
     "tests/performance/test_speed_backend.py::test_plain_and_fast_backends_write_the_same_bytes_with_the_same_verdicts[[]keras-*",
     "tests/security/test_attack_corpus.py::test_termination_signals_clean_up*",
+    # session 15, the whole quick tier (2507 s wall, 616 s CPU, load about 8): tests of 19 s or more there
+    "tests/cli/test_cli_edges.py::test_tensorflow_cpp_log_lines_kept_off_stderr",
+    "tests/cli/test_cli.py::test_command_line_ends_without_teardown_and_loses_no_output",
+    "tests/security/test_keras_config_payload.py::test_no_unsanitized_config_reaches_a_framework",
+    "tests/security/test_keras_config_payload.py::test_verify_and_diagnose_refuse_a_payload_dst",
+    "tests/security/test_attack_corpus.py::test_bombs_end_with_one_line_within_the_budget[[]pt_stride0_bf16.pt[]]",
+    "tests/security/test_outputs_attack.py::test_emitted_set_whole_*_at_every_step",
+    "tests/verify/test_whole_verdict_stable.py::*[[]keras_bidi_gru_before[]]",
 )
 
 
