@@ -15,7 +15,7 @@ B=${BENCH_DIR:-/tmp/b}; mkdir -p "$B"
 python3 bench/h5_skeleton.py fill bench/data/keras_big_skeleton.h5 "$B/big.h5" > "$OUT/fill.txt" 2>&1 &
 FILL=$!
 RNNCONVERT_CUDA_TESTS=1 timeout ${TEST_S:-150} python3 -m pytest -q -n 12 -p no:cacheprovider \
-  tests/verify/test_cuda_verify.py tests/formats/test_cudnn.py tests/verify/test_cuda_target_cpu.py \
+  tests/verify/test_cuda_verify.py tests/formats/cudnn_buffers/test_cudnn.py tests/verify/test_cuda_target_cpu.py \
   tests/performance/test_parallel.py > "$OUT/tests.txt" 2>&1
 since "tests exit $?"; tail -25 "$OUT/tests.txt"
 wait $FILL; since "filled"; ls -la "$B"; cat "$OUT/fill.txt"

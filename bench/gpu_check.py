@@ -27,6 +27,7 @@ os.environ["RNNCONVERT_CUDA_TESTS"] = "1"  # tests/conftest.py (imported through
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "formats" / "cudnn_buffers"))  # test_cudnn
 
 from rnnconvert.speed.kernels import FAST
 from rnnconvert.verify import cudnn_layout as cudnn_check

@@ -31,6 +31,21 @@ def manifest(family: str) -> list[dict]:
     return json.loads(path.read_text()).get(family, [])
 
 
+#: tf_keras (Keras 2) for the tests that run it, one import per module; skips where it is absent
+@pytest.fixture(scope="module")
+def k2():
+    return pytest.importorskip("tf_keras")
+
+
+#: Keras 3 for the tests that run it; skips where it is absent or not Keras 3
+@pytest.fixture(scope="module")
+def k3():
+    k = pytest.importorskip("keras")
+    if not k.__version__.startswith("3"):
+        pytest.skip("needs Keras 3")
+    return k
+
+
 @pytest.fixture
 def realworld():
     """The third-party checkpoints kept in the repository (``fixtures/realworld``)."""
@@ -94,7 +109,7 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     it of the two verification may use: the numpy reference in float32, and for a layer read from a
     Keras file the Keras equations on its stored tensors (``keras_math.source_forward``, Keras' order
     of operations). A layout slip (swapped gates, a dropped bias) moves the output by O(1) of its
-    scale, far outside that bound (``tests/formats/test_realworld_keras.py`` checks that it catches a 1%
+    scale, far outside that bound (``tests/formats/keras_files/test_realworld_keras.py`` checks that it catches a 1%
     nudge).
 
     ``last_step``: ``y`` is the last step only (a layer with ``return_sequences=False``)."""
@@ -118,44 +133,92 @@ def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: 
     return err, tol
 
 
-#: Tests marked ``slow`` in one place (``pytest -m "not slow"`` is the quick inner loop; README
-#: "Development"): those that took 3 s or more in a full run (`pytest --durations=100`), mostly building
-#: tf_keras / Keras 3 models or running many conversions. A new slow test may also carry
+#: Tests marked ``slow`` in one place. ``pytest -m "not slow"`` is the quick tier (README "Running the tests"):
+#: every test under 3 s or so, and of each format family at least one read + write + verify against the
+#: family's framework (:data:`QUICK`); ``pytest`` runs everything and stays the CI command. Listed here: single
+#: tests that took 3 s or more in a full run (`pytest --durations=100`), mostly building tf_keras / Keras 3
+#: models or running many conversions; whole modules in :data:`SLOW_MODULES`. A new slow test may also carry
 #: ``@pytest.mark.slow`` itself.
 SLOW = (
     "tests/security/test_kill.py::test_sigkill_at_random_moments_leaves_dst_intact",
-    "tests/formats/test_keras3.py::test_keras2_model_to_keras3_and_back",
-    "tests/formats/test_keras3.py::test_go_backwards_merge_sum_and_dtypes",
-    "tests/formats/test_keras3.py::test_malformed_config_never_crashes",
-    "tests/formats/test_keras3.py::test_tf_keras_written_keras_archive",
-    "tests/formats/test_keras3.py::test_textgenrnn_cudnnlstm_to_keras3",
-    "tests/formats/test_keras3.py::test_pytorch_to_keras3",
-    "tests/formats/test_keras3.py::test_outputs_are_byte_stable",
-    "tests/formats/test_keras3.py::test_keras3_hard_sigmoid_is_read_as_keras3",
+    "tests/formats/keras_files/test_keras3.py::test_keras2_model_to_keras3_and_back",
+    "tests/formats/keras_files/test_keras3.py::test_go_backwards_merge_sum_and_dtypes",
+    "tests/formats/keras_files/test_keras3.py::test_malformed_config_never_crashes",
+    "tests/formats/keras_files/test_keras3.py::test_tf_keras_written_keras_archive",
+    "tests/formats/keras_files/test_keras3.py::test_textgenrnn_cudnnlstm_to_keras3",
+    "tests/formats/keras_files/test_keras3.py::test_pytorch_to_keras3",
+    "tests/formats/keras_files/test_keras3.py::test_outputs_are_byte_stable",
+    "tests/formats/keras_files/test_keras3.py::test_keras3_hard_sigmoid_is_read_as_keras3",
     "tests/engine/test_matrix.py::test_support_matrix_is_current_and_consistent",
     "tests/engine/test_any_to_any.py::test_pair[[]*-keras_h5[]]",
     "tests/engine/test_any_to_any.py::test_pair[[]*-keras3[]]",
     "tests/engine/test_any_to_any.py::test_pair[[]*-tf2_checkpoint[]]",
     "tests/engine/test_any_to_any.py::test_two_hops_equal_one*",
-    "tests/formats/test_keras_stream.py::test_stream_file_is_what_model_save_writes*",
-    "tests/formats/test_keras_stream.py::test_stream_written_file_runs_in_tf_keras*",
-    "tests/formats/test_keras_stream.py::test_template_subprocess_equals_in_process",
-    "tests/formats/test_keras_stream.py::test_target_forward_slab_chains_to_target_forward",
-    "tests/formats/test_keras_stream.py::test_one_slab_alive_and_nothing_left_on_failure",
-    "tests/formats/test_keras_stream.py::test_target_side_sees_a_damaged_layer*",
-    "tests/formats/test_keras_h5_write.py::test_torch_to_keras2_h5*",
-    "tests/formats/test_keras_h5_write.py::test_textgenrnn_to_keras2_h5_both_forms",
-    "tests/formats/test_keras_h5_write.py::test_keras2_roundtrip_cudnn_and_reset_before",
+    "tests/formats/keras_files/test_keras_stream.py::test_stream_file_is_what_model_save_writes*",
+    "tests/formats/keras_files/test_keras_stream.py::test_stream_written_file_runs_in_tf_keras*",
+    "tests/formats/keras_files/test_keras_stream.py::test_template_subprocess_equals_in_process",
+    "tests/formats/keras_files/test_keras_stream.py::test_target_forward_slab_chains_to_target_forward",
+    "tests/formats/keras_files/test_keras_stream.py::test_one_slab_alive_and_nothing_left_on_failure",
+    "tests/formats/keras_files/test_keras_stream.py::test_target_side_sees_a_damaged_layer*",
+    "tests/formats/keras_files/test_keras_h5_write.py::test_torch_to_keras2_h5*",
+    "tests/formats/keras_files/test_keras_h5_write.py::test_textgenrnn_to_keras2_h5_both_forms",
+    "tests/formats/keras_files/test_keras_h5_write.py::test_keras2_roundtrip_cudnn_and_reset_before",
     "tests/engine/test_stream.py::test_every_lazy_reader_into_every_stream_writer[[]*-keras_h5[]]",
     "tests/cli/test_guides.py::test_guide_runs*",
-    "tests/formats/test_tf_bundle.py::test_every_flipped_byte_is_refused_or_harmless*",
-    "tests/formats/test_tf_bundle.py::test_no_tensorflow_import_on_the_pure_path",
-    "tests/formats/test_tf.py::test_framework_forward_equals_oracle",
-    "tests/formats/test_pt_zip.py::test_more_than_65535_records",
-    "tests/formats/test_pt_zip.py::test_every_fixture_written_as_pt_is_torch_save",
+    "tests/formats/tf_files/test_tf_bundle.py::test_every_flipped_byte_is_refused_or_harmless*",
+    "tests/formats/tf_files/test_tf_bundle.py::test_no_tensorflow_import_on_the_pure_path",
+    "tests/formats/tf_files/test_tf.py::test_framework_forward_equals_oracle",
+    "tests/formats/torch_files/test_pt_zip.py::test_more_than_65535_records",
+    "tests/formats/torch_files/test_pt_zip.py::test_every_fixture_written_as_pt_is_torch_save",
     "tests/cli/test_cli.py::test_batch_directory",
     "tests/security/test_bad_inputs.py::test_tensorflow_abort_is_contained_to_one_line",
     "tests/security/test_bad_inputs.py::test_output_bytes_are_deterministic*",
+    # session 15, tests/engine not-slow --durations under a load of about 12 (seconds of wall time): the traced
+    # conversions 71-111 s each but tf1-onnx (15 s), the pt2 contract cases (torch.export) 13-51 s
+    "tests/engine/test_architecture.py::test_a_traced_conversion*[[]keras-*",
+    "tests/engine/test_architecture.py::test_a_traced_conversion*[[]pt-safetensors[]]",
+    "tests/engine/test_formats_contract.py::*[[]pt2*",
+    # session 15, tests/performance + tests/security not-slow (interrupted after 77 tests; same load): the plain
+    # and fast backends on a Keras source 41-114 s, the termination-signal clean-ups 23-31 s each
+    "tests/performance/test_speed_backend.py::test_plain_and_fast_backends_write_the_same_bytes_with_the_same_verdicts[[]keras-*",
+    "tests/security/test_attack_corpus.py::test_termination_signals_clean_up*",
+    # session 15, the whole quick tier (2507 s wall, 616 s CPU, load about 8): tests of 19 s or more there
+    "tests/cli/test_cli_edges.py::test_tensorflow_cpp_log_lines_kept_off_stderr",
+    "tests/cli/test_cli.py::test_command_line_ends_without_teardown_and_loses_no_output",
+    "tests/security/test_keras_config_payload.py::test_no_unsanitized_config_reaches_a_framework",
+    "tests/security/test_keras_config_payload.py::test_verify_and_diagnose_refuse_a_payload_dst",
+    "tests/security/test_attack_corpus.py::test_bombs_end_with_one_line_within_the_budget[[]pt_stride0_bf16.pt[]]",
+    "tests/security/test_outputs_attack.py::test_emitted_set_whole_*_at_every_step",
+    "tests/verify/test_whole_verdict_stable.py::*[[]keras_bidi_gru_before[]]",
+)
+
+
+#: Modules (or folders) marked slow as a whole, but for the tests :data:`QUICK` names. Measured with
+#: ``pytest -m "not slow" --durations=0`` per folder (session 15, the 2-core machine shared by 8 jobs, so
+#: seconds of wall time under a load of about 12): the Keras whole-model modules (test_keras_whole.py 925 s for
+#: 22 tests, test_emit_module.py 86 s; the others build and run whole models the same way), the Keras streamed
+#: reader's grid (193 s, 136 tests), the Keras fixture grid (139 s, 117 tests), test_keras_finite.py (40 s),
+#: test_keras_h5_write.py (28 s), test_keras3.py (25 s); tests/engine/test_any_to_any.py (405 s, 139 tests:
+#: every reader into every writer; each family's own pair stays in its folder of tests/formats).
+SLOW_MODULES = (
+    "tests/engine/test_any_to_any.py",
+    "tests/formats/whole_models/",
+    "tests/formats/keras_files/test_keras_stream.py",
+    "tests/formats/keras_files/test_keras_fixtures.py",
+    "tests/formats/keras_files/test_keras_finite.py",
+    "tests/formats/keras_files/test_keras_h5_write.py",
+    "tests/formats/keras_files/test_keras3.py",
+)
+
+#: Tests kept in the quick tier although :data:`SLOW` or :data:`SLOW_MODULES` names them: one read + write +
+#: verify per family against the family's own framework (Keras H5 read and write, Keras 3, whole models)
+QUICK = (
+    "tests/formats/keras_files/test_keras_fixtures.py::test_convert_to_torch_or_refuse[[]cudnn_lstm.h5[]]",
+    "tests/formats/keras_files/test_keras_fixtures.py::test_framework_forward_matches_tf_keras[[]cudnn_lstm.h5[]]",
+    "tests/formats/keras_files/test_keras_h5_write.py::test_torch_to_keras2_h5[[]GRU-2-keras[]]",
+    "tests/formats/keras_files/test_keras3.py::test_textgenrnn_via_pt_to_keras3",
+    "tests/formats/whole_models/test_whole_conv.py::test_onnx_graph_matches_tf_keras[[]conv_crnn[]]",
+    "tests/formats/whole_models/test_whole_graph.py::test_onnx_graph_matches_tf_keras[[]whole30_embed_conv_lstm[]]",
 )
 
 
@@ -163,7 +226,9 @@ def pytest_collection_modifyitems(config, items):
     from fnmatch import fnmatchcase
 
     for item in items:
-        if any(fnmatchcase(item.nodeid, pat) for pat in SLOW):
+        slow = (any(fnmatchcase(item.nodeid, pat) for pat in SLOW)
+                or any(item.nodeid.startswith(m) for m in SLOW_MODULES))
+        if slow and not any(fnmatchcase(item.nodeid, pat) for pat in QUICK):
             item.add_marker(pytest.mark.slow)
 
 
@@ -242,3 +307,112 @@ def fixture_script(name: str):
     spec.loader.exec_module(mod)
     return mod
 
+
+
+# ---- whole-model tests (tests/formats/whole_models): one loader for the Keras whole-model fixtures ----------------
+
+#: the whole-model checks' tolerance, relative to ``max(1, max|ref|)`` (issues #17/#30, as the ``.pt2`` and
+#: ONNX checks)
+WHOLE_TOL = 2e-5
+
+
+def whole_model(path, source=None):
+    """``(ckpt, full)`` of a whole Keras model file: ``rnnconvert.load(path)`` and its whole model, read by
+    ``source(ckpt)`` (default :func:`rnnconvert.formats.keras.keras_whole.read_full_model`; Keras 3 files:
+    ``whole_source.whole_source``)."""
+    import rnnconvert
+
+    if source is None:
+        from rnnconvert.formats.keras import keras_whole
+
+        source = keras_whole.read_full_model
+    ckpt = rnnconvert.load(path)
+    return ckpt, source(ckpt)
+
+
+def whole_graph(path, edit=None, source=None):
+    """The whole model of ``path`` (:func:`whole_model`) as a ``keras_graph`` graph; ``edit(config)`` first
+    changes a deep copy of its config where given."""
+    import copy
+
+    from rnnconvert.whole.conventions import keras_graph
+
+    ckpt, full = whole_model(path, source)
+    config = full.config
+    if edit:
+        config = copy.deepcopy(config)
+        edit(config)
+    return keras_graph.build(config, full.weights, ckpt)
+
+
+def whole_feeds(g, z, first_if_unnamed: bool = False) -> dict:
+    """The oracle's inputs ``in__<name>`` of ``z`` (an ``.npz``) for each input of graph ``g``, by name; with
+    ``first_if_unnamed``, the oracle's first input where ``z`` has none of that name."""
+    if first_if_unnamed:
+        ins = [k for k in z.files if k.startswith("in__")]
+        return {n: (z[f"in__{n}"] if f"in__{n}" in z.files else z[ins[0]]) for n, *_ in g.inputs}
+    return {n: z[f"in__{n}"] for n, *_ in g.inputs}
+
+
+def whole_close(got, ref, tol: float = WHOLE_TOL) -> bool:
+    """``max|got - ref| <= tol * max(1, max|ref|)`` in float64."""
+    import numpy as np
+
+    ref = np.asarray(ref, np.float64)
+    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) <= tol * max(1.0, float(np.max(np.abs(ref))))
+
+
+def ort_run(model, feeds: dict, names: list[str]) -> list:
+    """``names`` run by onnxruntime (CPU) on ``model`` (an ``onnx.ModelProto`` or its bytes), each feed cast to
+    the dtype the session declares for it (int32 or float32)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    blob = model if isinstance(model, bytes) else model.SerializeToString()
+    s = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in s.get_inputs()}
+    return s.run(names, {k: np.asarray(v).astype(kinds[k]) for k, v in feeds.items()})
+
+
+# ---- torch modules shared by tests/formats/onnx_files and torch_files ----------------------------------------
+
+#: the torch RNN modules of the ONNX and PyTorch-file round trips: ``(class, keyword arguments)``
+TORCH_SPECS = [
+    ("LSTM", dict(num_layers=1)),
+    ("LSTM", dict(num_layers=2, bidirectional=True)),
+    ("LSTM", dict(num_layers=3, bias=False)),
+    ("GRU", dict(num_layers=1)),
+    ("GRU", dict(num_layers=2, bidirectional=True, bias=False)),
+    ("RNN", dict(num_layers=1)),
+    ("RNN", dict(num_layers=2, bidirectional=True, nonlinearity="relu")),
+]
+TORCH_IDS = [f"{c}-" + "-".join(f"{k}={v}" for k, v in kw.items()) for c, kw in TORCH_SPECS]
+
+
+def torch_gate_distinct(shape, gates, rng, scale=0.5):
+    """Gate block k uniform around 0.1*k (+ noise): a permutation slip changes the numbers visibly."""
+    import numpy as np
+
+    rows = shape[0] // gates
+    blocks = [0.1 * (k + 1) + rng.uniform(-0.05, 0.05, (rows,) + tuple(shape[1:])) for k in range(gates)]
+    return (np.concatenate(blocks) * scale * rng.choice([-1, 1], shape)).astype(np.float32)
+
+
+def torch_module(cls, kw, seed=0, I=5, H=4):
+    """A batch-first ``torch.nn.<cls>(I, H, **kw)`` in eval mode, every parameter :func:`torch_gate_distinct`."""
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(seed)
+    mod = getattr(torch.nn, cls)(input_size=I, hidden_size=H, batch_first=True, **kw).eval()
+    G = {"LSTM": 4, "GRU": 3, "RNN": 1}[cls]
+    sd = {k: torch.from_numpy(torch_gate_distinct(tuple(v.shape), G, rng)) for k, v in mod.state_dict().items()}
+    mod.load_state_dict(sd)
+    return mod
+
+
+def torch_x(I=5, seed=1):
+    """A ``(2, 6, I)`` float32 standard normal input."""
+    import numpy as np
+
+    return np.random.default_rng(seed).standard_normal((2, 6, I)).astype(np.float32)

@@ -3,7 +3,7 @@ canonical layers. Shared by the JAX family's reader (``.npz``, ``flax.serializat
 family's reader (a pickled tree), so that each container holds the one rule. Numpy only.
 
 Source: ``haiku/_src/recurrent.py`` (google-deepmind/dm-haiku, read at v0.0.17), confirmed by running Haiku
-(``fixtures/gen_haiku.py``, ``tests/formats/test_haiku.py``):
+(``fixtures/gen_haiku.py``, ``tests/formats/jax_files/test_haiku.py``):
 
 * A Haiku tree is two levels, ``{module path: {parameter name: array}}``; a module path joins the names of the
   modules it sits in with ``/`` (``lstm/linear``; ``model/~/lstm/linear`` for a core built inside another

@@ -9,8 +9,8 @@ Sources (``docs/LAYOUTS.md`` §§1-6): keras 1.2.2 ``keras/layers/recurrent.py``
 ``cudnn_lstm.py``, ``cudnn_gru.py`` (``build``: ``kernel``, ``recurrent_kernel``, ``bias``), tf_keras
 ``saving/legacy/hdf5_format.py`` (``weight_names``, ``preprocess_weights_for_loading``); keras 3.15
 ``src/saving/saving_lib.py`` (``vars/N`` store, snake_case keys). Each fact is checked against the real
-framework in ``tests/formats/test_keras_fixtures.py`` (files made by tf_keras / Keras 1 / Keras 2 through
-``fixtures/gen_keras.py``), ``tests/formats/test_keras3.py`` (Keras 3) and ``tests/formats/test_keras_h5_write.py``.
+framework in ``tests/formats/keras_files/test_keras_fixtures.py`` (files made by tf_keras / Keras 1 / Keras 2 through
+``fixtures/gen_keras.py``), ``tests/formats/keras_files/test_keras3.py`` (Keras 3) and ``tests/formats/keras_files/test_keras_h5_write.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ The layout, and how sure we are of each part (details and sources: ``docs/cudnn-
   (``CUDNN_RNN_DOUBLE_BIAS``, what PyTorch and TF use; LAYOUTS §10).
 * Element order inside a matrix region: row-major ``(H, in)`` (``W x`` orientation); the projection
   region is ``(P, H)`` [five code bases, LAYOUTS §11.4; and the oracles below, bit for bit].
-* Where the regions sit [third-party oracles in the test suite, ``tests/formats/test_cudnn_oracles.py``]:
+* Where the regions sit [third-party oracles in the test suite, ``tests/formats/cudnn_buffers/test_cudnn_oracles.py``]:
   first the matrices of every pseudo-layer ``p = layer * dirs + direction`` (forward before backward) in
   turn -- input ids ``0..G-1``, recurrent ids ``G..2G-1``, then the projection (id 8) -- and after the
   matrices of ALL pseudo-layers the biases of every pseudo-layer in turn, ids ``0..2G-1``; no padding.
@@ -28,7 +28,7 @@ The layout, and how sure we are of each part (details and sources: ``docs/cudnn-
   measured on a GPU here. The projection position rests on MXNet alone (cuDNN v7 API,
   ``cudnnSetRNNProjectionLayers``; its GPU test has one bidirectional layer, so with more than one layer
   it is MXNet's code, CPU operator included, not a GPU measurement). Single pseudo-layer: also
-  tf_keras' ``canonical_to_params`` (``tests/formats/test_cudnn.py``). Where a GPU is present,
+  tf_keras' ``canonical_to_params`` (``tests/formats/cudnn_buffers/test_cudnn.py``). Where a GPU is present,
   :func:`rnnconvert.verify.cudnn_layout.check_layout` compares :func:`layout` with the offsets cuDNN reports.
 * Until ``.cudnn.npz`` spec version 2, rnnconvert stored each pseudo-layer as one block (its matrices,
   then its biases): :func:`layout_v1`, kept only to read version-1 files (:func:`from_layout_v1`).

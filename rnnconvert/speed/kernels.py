@@ -100,10 +100,7 @@ def products(w: np.ndarray, vs: list[np.ndarray], rows: int | None = None) -> li
         for i, get in Blocks(w[lo:hi], rows):
             for v, o in zip(vs, outs):
                 o[lo + i:lo + i + rows] = get(v.dtype) @ v
-    pieces = parallel.split(w.shape[0], rows, w.nbytes)
-    rest = parallel.start(piece, pieces)
-    piece(*pieces[0])
-    parallel.wait(rest)
+    parallel.run(piece, parallel.split(w.shape[0], rows, w.nbytes))
     return outs
 
 
@@ -132,10 +129,7 @@ def left_products(xs: list[np.ndarray], w: np.ndarray, rows: int = 64, magnitude
             if acc is not None:
                 b = get(np.float32)
                 acc[:, lo:hi] += mag[:, i:i + rows] @ np.abs(b, out=abuf[:b.shape[0]])
-    pieces = parallel.split(w.shape[1], 64, w.nbytes)
-    rest = parallel.start(piece, pieces)
-    piece(*pieces[0])
-    parallel.wait(rest)
+    parallel.run(piece, parallel.split(w.shape[1], 64, w.nbytes))
     return outs + ([acc] if magnitude is not None else [])
 
 

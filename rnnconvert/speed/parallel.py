@@ -1,8 +1,9 @@
 """Verification's products on every core given (``--threads``/``-j``, issue #33).
 
 One process-wide pool of worker threads (:func:`pool`) shares the row blocks of one large matrix between the
-cores: :func:`row_chunks` cuts ``M`` rows into contiguous pieces on block boundaries, :func:`start` hands all but the first to
-the pool while the caller runs the first (numpy's casts and BLAS products release the GIL), each piece writing its own rows of the result.
+cores: :func:`split` (through :func:`row_chunks`) cuts ``M`` rows into contiguous pieces on block boundaries, :func:`run`
+hands all but the first to the pool and runs the first in the calling thread (numpy's casts and BLAS products release
+the GIL), each piece writing its own rows of the result.
 Row-split products are the same products as one thread's, block for block (the block boundaries do not move):
 the results are bit-identical to a single thread's (``tests/performance/test_parallel.py``); the sums of
 :func:`rnnconvert.speed.kernels.left_products` are split by output columns for the same reason.
@@ -111,15 +112,19 @@ def split(m: int, rows: int, nbytes: int) -> list[tuple[int, int]]:
     return row_chunks(m, rows, n)
 
 
+def run(piece, pieces: list[tuple[int, int]]) -> None:
+    """``piece(lo, hi)`` for every ``(lo, hi)`` of ``pieces`` (from :func:`split`): every piece but the first on
+    the pool (:func:`start`), the first in the calling thread, then :func:`wait` for the rest; the first error
+    of any piece is raised after all of them ended. ``piece`` is the caller's own callable: this module runs
+    it and calls nothing else of the caller."""
+    rest = start(piece, pieces)
+    piece(*pieces[0])
+    wait(rest)
+
+
 def start(fn, pieces: list[tuple[int, int]]) -> list:
-    """Every piece but the first handed to the pool (``fn(lo, hi)``, called by the pool's threads); the caller
-    runs the first itself, then :func:`wait` for the rest::
-
-        rest = parallel.start(piece, pieces)
-        piece(*pieces[0])
-        parallel.wait(rest)
-
-    (The pieces never run here: this module calls no caller back.)"""
+    """Every piece but the first handed to the pool (``fn(lo, hi)``, called by the pool's threads), the
+    futures returned; :func:`run` runs the first itself, then :func:`wait` for the rest."""
     if len(pieces) <= 1:
         return []
     ex = pool()

@@ -75,10 +75,7 @@ def abs_products(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> np.nd
     def piece(lo: int, hi: int) -> None:
         for i, get in Blocks(w[lo:hi], rows):
             out[lo + i:lo + i + rows] = np.abs(get(np.float64)) @ v
-    pieces = parallel.split(w.shape[0], rows, w.nbytes)
-    rest = parallel.start(piece, pieces)
-    piece(*pieces[0])
-    parallel.wait(rest)
+    parallel.run(piece, parallel.split(w.shape[0], rows, w.nbytes))
     return out
 
 
@@ -129,9 +126,7 @@ def lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarr
                 val[lo + i:lo + i + rows] = b @ vt
                 a = np.abs(get(np.float32), out=abuf[:b.shape[0]])
                 mag[lo + i:lo + i + rows] = _magnitude32(a, av32, b)
-        rest = parallel.start(piece, pieces)
-        piece(*pieces[0])
-        parallel.wait(rest)
+        parallel.run(piece, pieces)
         return val.T, mag.T
     avt = np.abs(vt)
 
@@ -140,9 +135,7 @@ def lin(w: np.ndarray, v: np.ndarray, rows: int | None = None) -> tuple[np.ndarr
             b = get(np.float64)
             val[lo + i:lo + i + rows] = b @ vt
             mag[lo + i:lo + i + rows] = np.abs(b) @ avt  # b is a view of w: not made absolute in place
-    rest = parallel.start(piece64, pieces)
-    piece64(*pieces[0])
-    parallel.wait(rest)
+    parallel.run(piece64, pieces)
     return val.T, mag.T
 
 

@@ -1,6 +1,6 @@
 """Checks of :mod:`rnnconvert.core.cudnn` against real cuDNN, through PyTorch on a CUDA device.
 
-Used by ``tests/formats/test_cudnn.py`` (tests marked ``cuda``) and ``bench/gpu_check.py``. Nothing here runs
+Used by ``tests/formats/cudnn_buffers/test_cudnn.py`` (tests marked ``cuda``) and ``bench/gpu_check.py``. Nothing here runs
 without ``torch.cuda.is_available()``; torch is imported inside the functions.
 
 * :func:`torch_offsets`: the element offset of every entry of ``nn.LSTM/GRU/RNN._flat_weights`` after

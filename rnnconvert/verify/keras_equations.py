@@ -28,7 +28,7 @@ from . import bounds
 #: Kernels of at least this many bytes are evaluated with the input products of all steps hoisted
 #: into one product per gate (one pass over the kernel instead of one per step) in float32 too.
 #: Smaller layers keep Keras' step-by-step order in float32, which reproduces a Keras 2 graph bit for
-#: bit (tests/formats/test_realworld_keras.py); for large ones float32 serves only the tolerance's measure of
+#: bit (tests/formats/keras_files/test_realworld_keras.py); for large ones float32 serves only the tolerance's measure of
 #: rounding spread, where the order of a sum does not matter.
 HOIST_BYTES = 4 << 20
 

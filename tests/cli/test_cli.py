@@ -165,7 +165,7 @@ def test_verify_device_cuda_without_gpu_is_a_clear_error(lstm_pt, tmp_path, caps
     from rnnconvert.verify.cudnn_layout import cuda_available
 
     if cuda_available():
-        pytest.skip("a GPU is present: tests/formats/test_cudnn.py runs the real cuDNN routes")
+        pytest.skip("a GPU is present: tests/formats/cudnn_buffers/test_cudnn.py runs the real cuDNN routes")
     dst = tmp_path / "out.pt"
     assert main([str(lstm_pt), str(dst)]) == 0
     capsys.readouterr()
@@ -177,7 +177,7 @@ def test_verify_device_cuda_without_gpu_is_a_clear_error(lstm_pt, tmp_path, caps
 def test_batch_to_a_directory_format_names_each_output_by_its_stem(tmp_path, capsys):
     """``--to tf2_checkpoint`` (a format that is a directory, no extension): each file's output is the
     directory ``OUT/<stem>`` (was an internal error: IndexError on the missing extension). TF restores it
-    (the TF2 writer's own tests: tests/formats/test_tf_write.py); here, rnnconvert reads it back as the same layer."""
+    (the TF2 writer's own tests: tests/formats/tf_files/test_tf_write.py); here, rnnconvert reads it back as the same layer."""
     pytest.importorskip("tensorflow")
     from rnnconvert import api
 

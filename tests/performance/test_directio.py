@@ -2,7 +2,7 @@
 
 The bytes must be exactly what was written, whether O_DIRECT is used, refused at open, or refused at the
 first write; the .pt and ONNX writers that use it stay byte-identical to torch.save / the embedded model
-(tests/formats/test_pt_stream.py, tests/formats/test_onnx.py run them with a small block so that O_DIRECT is exercised)."""
+(tests/formats/torch_files/test_pt_stream.py, tests/formats/onnx_files/test_onnx.py run them with a small block so that O_DIRECT is exercised)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_other_errors_are_raised(writer, tmp_path, monkeypatch):
 
 def test_verified_conversions_write_through_the_page_cache(tmp_path, monkeypatch):
     """A verified conversion reads its output back at once, so it writes through the page cache; an
-    unverified one goes around it. Same bytes either way (torch.save's, tests/formats/test_pt_stream.py)."""
+    unverified one goes around it. Same bytes either way (torch.save's, tests/formats/torch_files/test_pt_stream.py)."""
     import torch
 
     from rnnconvert import api

@@ -27,7 +27,7 @@ pre-activation ``W x + U h + b`` (GRU reset-after: ``W x + b_i + r * (U h + b_h)
 r and z gates are plain sums) is linear in that gate's own columns of ``W``, ``U`` and ``b`` (both bias
 rows of a reset-after GRU), with the state ``h`` unchanged because the gate's *value* is unchanged; so
 scaling exactly those columns by 1.2 makes Keras 3 compute Keras 2's layer. Checked numerically against
-tf_keras in ``tests/formats/test_keras_whole.py``. Rounding added: one float32 multiplication per rescaled
+tf_keras in ``tests/formats/whole_models/test_keras_whole.py``. Rounding added: one float32 multiplication per rescaled
 weight (``float32(float64(w) * 1.2)``, within half an ulp of ``1.2 w`` plus 2**-53 relative), and Keras 3
 then computes ``x'/6`` where Keras 2 computed ``0.2 x``: "rescaled, not bit-exact".
 """
@@ -58,7 +58,7 @@ LAYERS = {c: c for c in (
     # identity at inference (an activity penalty; random augmentations drawn in training only)
     "ActivityRegularization", "Identity", "SpatialDropout2D", "SpatialDropout3D", "RandomFlip", "RandomRotation",
     "RandomZoom", "RandomTranslation", "RandomContrast", "RandomBrightness",
-    # the same function in both (checked layer by layer against tf_keras: tests/formats/test_keras_whole_layers.py)
+    # the same function in both (checked layer by layer against tf_keras: tests/formats/whole_models/test_keras_whole_layers.py)
     "PReLU", "UnitNormalization", "GroupNormalization", "Rescaling", "EinsumDense", "Conv1DTranspose",
     "SeparableConv1D", "DepthwiseConv1D", "Conv2D", "Conv2DTranspose", "SeparableConv2D", "DepthwiseConv2D",
     "Conv3D", "Conv3DTranspose", "MaxPooling2D", "AveragePooling2D", "GlobalMaxPooling2D",

@@ -31,7 +31,7 @@ is not installed. Two pieces:
   library (macOS libc++, MSVC) computes other digits; torch never reads the id back (it names a
   save for tracing), so such a file still loads the same.
 
-Checked byte for byte against ``torch.save`` by ``tests/formats/test_pt_pickle.py`` (dtypes, empty and
+Checked byte for byte against ``torch.save`` by ``tests/formats/torch_files/test_pt_pickle.py`` (dtypes, empty and
 0-d tensors, one key, 1000 and 2500 keys, large element counts, keys '0' and 'cpu').
 """
 

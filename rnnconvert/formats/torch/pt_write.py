@@ -19,7 +19,7 @@ Layout facts: ``torch/serialization.py`` (``_save``: record order ``data.pkl``, 
 ``.storage_alignment``, ``byteorder``, ``data/<key>`` in key order; ``_open_zipfile_writer_buffer``: an
 open file object gives the root folder ``archive``). The result is byte-identical to ``torch.save`` of
 the materialized state dict (``torch.from_numpy`` of each array) into an open file, zip64 included
-(``tests/formats/test_pt_stream.py``, ``tests/formats/test_pt_zip.py``, ``tests/formats/test_pt_pickle.py``).
+(``tests/formats/torch_files/test_pt_stream.py``, ``tests/formats/torch_files/test_pt_zip.py``, ``tests/formats/torch_files/test_pt_pickle.py``).
 
 ``PtStream(..., fast_zip=False)`` uses torch's own pieces instead (``torch.serialization._save`` on
 stand-in tensors for the pickle, ``PyTorchFileWriter`` for the zip; ``torch.save`` at

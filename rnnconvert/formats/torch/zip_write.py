@@ -11,7 +11,7 @@ kernel time of one huge ``write`` per tensor is (see ``docs/pytorch.md`` for the
 Layout (read in ``inline_container.cc`` ``PyTorchStreamWriter::writeRecord``/``getPadding``/
 ``writeEndOfFile``/``writeSerializationId``/``ostream_write_func`` and miniz 3.0.2
 ``mz_zip_writer_add_mem_ex_v2``/``mz_zip_writer_finalize_archive``; checked byte for byte against
-torch 2.13 by ``tests/formats/test_pt_zip.py``). Records are stored (method 0), named ``archive/<name>``,
+torch 2.13 by ``tests/formats/torch_files/test_pt_zip.py``). Records are stored (method 0), named ``archive/<name>``,
 all time/date/attribute/version fields 0, general-purpose flags ``0x808`` (UTF-8 name, data
 descriptor follows) or ``0x800`` for an empty record (no data descriptor). Per record:
 

@@ -18,7 +18,7 @@ recurrent layers (a masked step keeps the state; a unidirectional layer's output
 previous output, a ``Bidirectional`` one's is zero: tf_keras sets ``zero_output_for_mask`` in
 ``Bidirectional``) and ``GlobalAveragePooling1D`` (the mean over unmasked steps).
 
-States (:func:`_states`, checked with tf_keras 2.21 in ``tests/formats/test_whole_states.py``): a unidirectional
+States (:func:`_states`, checked with tf_keras 2.21 in ``tests/formats/whole_models/test_whole_states.py``): a unidirectional
 recurrent layer with ``return_state=True`` has the outputs ``<name>:0`` (its output), ``<name>:1`` (``h``) and,
 for an LSTM, ``<name>:2`` (``c``), each state ``(batch, units)`` and unmasked; a call ``layer(x,
 initial_state=[h, c])`` is stored by tf_keras as inputs ``[x, h, c]`` and becomes a node of those inputs (the
@@ -30,7 +30,7 @@ out (``--recurrent-only``): never dropped.
 Keras 3 ``.keras`` configs (:func:`build_keras3`, chosen by :func:`build` for a ``keras3`` checkpoint) give the
 same :class:`Graph`: their records are normalised by :func:`keras3_record` and their masks are explicit (the
 ``NotEqual``/``Any`` op layers and each call's ``mask=`` keyword), checked against Keras 3.15's outputs in
-``tests/formats/test_whole_keras3.py``.
+``tests/formats/whole_models/test_whole_keras3.py``.
 """
 
 from __future__ import annotations
@@ -379,7 +379,7 @@ def _k3_strip(obj: Any) -> Any:
 def keras3_record(rec: dict, path: str, wrapped: bool = False) -> dict:
     """A Keras 3 layer record (``module``/``class_name``/``config``/``registered_name``/``build_config``) in the
     form :class:`_Builder` reads (keras 3.15 ``get_config`` of each layer; checked against Keras 3's outputs in
-    ``tests/formats/test_whole_keras3.py``): ``hard_sigmoid`` -> ``hard_sigmoid_k3`` (Keras 3 redefined it as
+    ``tests/formats/whole_models/test_whole_keras3.py``): ``hard_sigmoid`` -> ``hard_sigmoid_k3`` (Keras 3 redefined it as
     clip(x/6 + 1/2, 0, 1)), ``LeakyReLU(negative_slope)`` -> ``alpha``, a ``Bidirectional``'s ``backward_layer``
     dropped when it mirrors ``layer`` (Keras 3 always writes it).
 

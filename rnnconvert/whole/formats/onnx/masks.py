@@ -25,7 +25,7 @@ processing order), with ``c[t]`` the count of unmasked steps up to and including
   the initial state for such a sequence (onnxruntime gives zeros at ``sequence_lens`` 0).
 
 Checked against tf_keras' own outputs on pre-, post-, inner-padded and all-padded rows in
-``tests/formats/test_whole_masks.py`` (fixtures ``fixtures/gen_whole_masks.py``).
+``tests/formats/whole_models/test_whole_masks.py`` (fixtures ``fixtures/gen_whole_masks.py``).
 """
 
 from __future__ import annotations

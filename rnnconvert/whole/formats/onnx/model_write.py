@@ -19,7 +19,7 @@ when each sequence's padding is at its end (ONNX runs steps ``0 .. len-1``; tf_k
 steps), which the written notes say; a unidirectional layer's outputs past the end repeat the last one
 (tf_keras), a Bidirectional's are zero (tf_keras ``zero_output_for_mask``). ``return_state`` is the node's ``Y_h`` /
 ``Y_c`` as ``(B, H)``, ``initial_state`` its ``initial_h`` / ``initial_c`` (:mod:`rnnconvert.whole.conventions.keras_graph`
-"States"; tf_keras' outputs in ``tests/formats/test_whole_states.py``). Other layers (ONNX operator spec):
+"States"; tf_keras' outputs in ``tests/formats/whole_models/test_whole_states.py``). Other layers (ONNX operator spec):
 ``Embedding`` ``Gather``; ``Dense`` ``MatMul`` + ``Add``; ``Conv1D`` ``Conv`` on channels-first (kernel
 ``(k, in, out)`` -> ``(out, in, k)``; ``same``: ``auto_pad=SAME_UPPER`` = TensorFlow's split, ``causal``:
 ``(k-1)*dilation`` zeros before); ``BatchNormalization`` as ``x * (gamma / sqrt(var + eps)) + (beta - mean *

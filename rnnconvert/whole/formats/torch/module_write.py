@@ -38,7 +38,7 @@ int64), loadable with ``torch.load(path, weights_only=True)``. Source and state 
 graph gives the same bytes).
 
 Oracle: tf_keras running the source model (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`), every
-model output, in ``tests/formats/test_emit_module.py``.
+model output, in ``tests/formats/whole_models/test_emit_module.py``.
 """
 
 from __future__ import annotations

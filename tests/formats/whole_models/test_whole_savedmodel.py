@@ -29,14 +29,10 @@ from rnnconvert.errors import FormatError, UnsupportedError  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 from rnnconvert.formats.tf import savedmodel_keras  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "keras_savedmodel"
+from conftest import ort_run as _ort_run, whole_close as _close  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "keras_savedmodel"
 MODELS = [FIX / "sm_masked_bidir_gru", FIX / "sm_conv_lstm"]
-TOL = 2e-5
-
-
-def _close(got, ref) -> bool:
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) <= TOL * max(1.0, float(np.max(np.abs(ref))))
 
 
 def _whole(path):
@@ -49,14 +45,6 @@ def _whole(path):
 
 def _feeds(z):
     return {k[len("in__"):]: z[k] for k in z.files if k.startswith("in__")}
-
-
-def _ort_run(model_bytes, feeds, names):
-    import onnxruntime as ort
-
-    s = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
-    kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in s.get_inputs()}
-    return s.run(names, {k: np.asarray(v).astype(kinds[k]) for k, v in feeds.items()})
 
 
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: p.name)

@@ -4,7 +4,7 @@ its Keras 2 counterpart computes, with the config tf_keras 2.21 writes for it.
 Oracle: tf_keras running a one-layer model (gate-free, weights drawn here), against Keras 3 running the
 model built from the translated config (:func:`rnnconvert.formats.keras.keras_whole.translate`) with the
 same weights (rescaled by rnnconvert where the layer's activation is Keras-2 ``hard_sigmoid``). The full
-pipeline (read, write, verify) runs on the ``keras_whole`` fixtures (tests/formats/test_keras_whole.py)."""
+pipeline (read, write, verify) runs on the ``keras_whole`` fixtures (tests/formats/whole_models/test_keras_whole.py)."""
 
 from __future__ import annotations
 
@@ -87,19 +87,6 @@ CASES = {
     "UpSampling3D": ({"size": 2}, S3),
     "SpatialDropout3D": ({"rate": 0.3}, S3),
 }
-
-
-@pytest.fixture(scope="module")
-def k3():
-    k = pytest.importorskip("keras")
-    if not k.__version__.startswith("3"):
-        pytest.skip("needs Keras 3")
-    return k
-
-
-@pytest.fixture(scope="module")
-def k2():
-    return pytest.importorskip("tf_keras")
 
 
 def _one_layer(k2, cls, kw, shape, rng):

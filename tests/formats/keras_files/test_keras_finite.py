@@ -16,7 +16,7 @@ import pytest
 import rnnconvert
 from rnnconvert.errors import FormatError
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "keras"
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "keras"
 
 CASES = [
     # (fixture, dataset, the words the message must hold)

@@ -27,19 +27,6 @@ WHOLE = [e for e in manifest("keras_whole") if "oracle" in e]
 REFUSED = [e for e in manifest("keras_whole") if "refuse" in e]
 
 
-@pytest.fixture(scope="module")
-def k3():
-    k = pytest.importorskip("keras")
-    if not k.__version__.startswith("3"):
-        pytest.skip("needs Keras 3")
-    return k
-
-
-@pytest.fixture(scope="module")
-def k2():
-    return pytest.importorskip("tf_keras")
-
-
 def _close(got, want, what=""):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     assert got.shape == want.shape, what

@@ -24,15 +24,15 @@ from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.formats.torch import module_write  # noqa: E402
 from rnnconvert.whole.runtimes import torch_export  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures"
+from conftest import whole_close as _close, whole_model  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[3] / "fixtures"
 WHOLE = (sorted((FIX / "keras_whole").glob("whole_*.h5")) + sorted((FIX / "whole_graph").glob("whole30_*.h5"))
          + sorted((FIX / "whole_states").glob("whole_states_*.h5")))
-TOL = 2e-5
 
 
 def _graph(path):
-    ckpt = rnnconvert.load(path)
-    full = keras_whole.read_full_model(ckpt)
+    ckpt, full = whole_model(path)
     return ckpt, full, keras_graph.build(full.config, full.weights, ckpt)
 
 
@@ -46,11 +46,6 @@ def _write(em, tmp_path, stem="model"):
 def _feeds(g, z):
     ins = [k for k in z.files if k.startswith("in__")]
     return [torch.from_numpy(z[f"in__{n}"] if f"in__{n}" in z.files else z[ins[0]]) for n, *_ in g.inputs]
-
-
-def _close(got, ref):
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) <= TOL * max(1.0, float(np.max(np.abs(ref))))
 
 
 @pytest.mark.parametrize("path", WHOLE, ids=lambda p: p.stem)

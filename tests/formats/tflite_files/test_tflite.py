@@ -111,7 +111,7 @@ def test_projection_bias_refused():
 
 def test_gru_while_loop_read(tmp_path):
     """A tf_keras GRU comes out of the converter as a WHILE loop: its cell is recognised in the loop body
-    (tflite_while; tests/formats/test_tflite_while.py covers the other cells and the refusals) and the .pt
+    (tflite_while; tests/formats/tflite_files/test_tflite_while.py covers the other cells and the refusals) and the .pt
     reproduces the interpreter."""
     orc = _oracle("gru")
     rep = api.convert(TF / "gru.tflite", tmp_path / "out.pt")

@@ -26,36 +26,17 @@ from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures"
+from conftest import ort_run as _ort, whole_close as _close, whole_feeds, whole_graph as _graph  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[3] / "fixtures"
 WHOLE = sorted((FIX / "keras_whole").glob("whole_*.h5")) + sorted((FIX / "whole_graph").glob("whole30_*.h5"))
 #: issue #30's fixtures (fixtures/gen_whole_graph.py): every layer class the writers build
 WHOLE30 = sorted((FIX / "whole_graph").glob("whole30_*.h5"))
 MYCROFT = FIX / "realworld" / "mycroft-precise-gru"
-TOL = 2e-5
-
-
-def _graph(path):
-    ckpt = rnnconvert.load(path)
-    full = keras_whole.read_full_model(ckpt)
-    return keras_graph.build(full.config, full.weights, ckpt)
 
 
 def _feeds(g, z):
-    ins = [k for k in z.files if k.startswith("in__")]
-    return {n: (z[f"in__{n}"] if f"in__{n}" in z.files else z[ins[0]]) for n, *_ in g.inputs}
-
-
-def _ort(model, feeds, names):
-    import onnxruntime as ort
-
-    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in s.get_inputs()}
-    return s.run(names, {k: np.asarray(v).astype(kinds[k]) for k, v in feeds.items()})
-
-
-def _close(got, ref):
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) <= TOL * max(1.0, float(np.max(np.abs(ref))))
+    return whole_feeds(g, z, first_if_unnamed=True)
 
 
 @pytest.mark.parametrize("path", WHOLE, ids=lambda p: p.stem)

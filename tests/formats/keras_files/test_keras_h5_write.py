@@ -13,11 +13,6 @@ from conftest import assert_within_float32_spread
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="module")
-def k2():
-    return pytest.importorskip("tf_keras")
-
-
 def gate_distinct_(module, seed: int) -> None:
     """Fill every parameter of a torch RNN module gate block by gate block: gate j in
     ``[0.1 j - 0.05, 0.1 j + 0.05]`` (sign alternating with j) plus noise, so a permutation shows."""

@@ -25,35 +25,19 @@ from rnnconvert.whole.formats.keras import whole_source  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "keras3_whole"
+from conftest import ort_run as _ort, whole_close as _close, whole_feeds as _feeds  # noqa: E402
+from conftest import whole_graph, whole_model  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "keras3_whole"
 K3 = sorted(FIX.glob("k3whole_*.keras"))
-TOL = 2e-5
 
 
 def _full(path):
-    ckpt = rnnconvert.load(path)
-    return ckpt, whole_source.whole_source(ckpt)
+    return whole_model(path, whole_source.whole_source)
 
 
 def _graph(path):
-    ckpt, full = _full(path)
-    return keras_graph.build(full.config, full.weights, ckpt)
-
-
-def _feeds(g, z):
-    return {n: z[f"in__{n}"] for n, *_ in g.inputs}
-
-
-def _ort(model, feeds, names):
-    import onnxruntime as ort
-
-    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return s.run(names, feeds)
-
-
-def _close(got, ref):
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) <= TOL * max(1.0, float(np.max(np.abs(ref))))
+    return whole_graph(path, source=whole_source.whole_source)
 
 
 def _keras3():

@@ -1,5 +1,5 @@
 """Keras 3 format: Keras 2 -> .keras migration checked by keras.saving.load_model, Keras 3 files read back,
-Keras-2 hard_sigmoid rescaled (whole models: tests/formats/test_keras_whole.py), unsafe archives refused."""
+Keras-2 hard_sigmoid rescaled (whole models: tests/formats/whole_models/test_keras_whole.py), unsafe archives refused."""
 
 from __future__ import annotations
 
@@ -12,19 +12,6 @@ import pytest
 import rnnconvert
 from rnnconvert.engine import registry
 from rnnconvert.errors import FormatError, UnsupportedError
-
-
-@pytest.fixture(scope="module")
-def k2():
-    return pytest.importorskip("tf_keras")
-
-
-@pytest.fixture(scope="module")
-def k3():
-    k = pytest.importorskip("keras")
-    if not k.__version__.startswith("3"):
-        pytest.skip("needs Keras 3")
-    return k
 
 
 def _run3(k3, path, names, x):

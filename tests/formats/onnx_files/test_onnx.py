@@ -66,36 +66,8 @@ def test_textgenrnn_cudnnlstm_reproduces_oracle(realworld, tmp_path):
 
 
 # --------------------------------------------------------------------------------- torch matrix
-SPECS = [
-    ("LSTM", dict(num_layers=1)),
-    ("LSTM", dict(num_layers=2, bidirectional=True)),
-    ("LSTM", dict(num_layers=3, bias=False)),
-    ("GRU", dict(num_layers=1)),
-    ("GRU", dict(num_layers=2, bidirectional=True, bias=False)),
-    ("RNN", dict(num_layers=1)),
-    ("RNN", dict(num_layers=2, bidirectional=True, nonlinearity="relu")),
-]
-IDS = [f"{c}-" + "-".join(f"{k}={v}" for k, v in kw.items()) for c, kw in SPECS]
-
-
-def _gate_distinct(shape, gates, rng, scale=0.5):
-    """Gate block k uniform around 0.1*k (+ noise): a permutation slip changes the numbers visibly."""
-    rows = shape[0] // gates
-    blocks = [0.1 * (k + 1) + rng.uniform(-0.05, 0.05, (rows,) + tuple(shape[1:])) for k in range(gates)]
-    return (np.concatenate(blocks) * scale * rng.choice([-1, 1], shape)).astype(np.float32)
-
-
-def _torch_module(cls, kw, seed=0, I=5, H=4):
-    rng = np.random.default_rng(seed)
-    mod = getattr(torch.nn, cls)(input_size=I, hidden_size=H, batch_first=True, **kw).eval()
-    G = {"LSTM": 4, "GRU": 3, "RNN": 1}[cls]
-    sd = {k: torch.from_numpy(_gate_distinct(tuple(v.shape), G, rng)) for k, v in mod.state_dict().items()}
-    mod.load_state_dict(sd)
-    return mod
-
-
-def _x(I=5, seed=1):
-    return np.random.default_rng(seed).standard_normal((2, 6, I)).astype(np.float32)
+from conftest import TORCH_IDS as IDS, TORCH_SPECS as SPECS, torch_gate_distinct as _gate_distinct  # noqa: E402
+from conftest import torch_module as _torch_module, torch_x as _x  # noqa: E402
 
 
 @pytest.mark.parametrize("cls,kw", SPECS, ids=IDS)

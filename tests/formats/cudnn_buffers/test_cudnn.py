@@ -1,6 +1,6 @@
 """The cuDNN buffer layout: tf_keras' own packing (CPU), round trips, and real cuDNN (tests marked cuda).
 
-The third-party oracles of the multi-pseudo-layer layout (JAX, MXNet) are in ``tests/formats/test_cudnn_oracles.py``.
+The third-party oracles of the multi-pseudo-layer layout (JAX, MXNet) are in ``tests/formats/cudnn_buffers/test_cudnn_oracles.py``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from rnnconvert.engine.stream import writer_view
 from conftest import FIXTURES, FnSlabs, torch_rnn
 
 h5py = pytest.importorskip("h5py")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 H5_FIXTURES = sorted(p.name for p in (FIXTURES / "keras").glob("*.h5"))
 
 
@@ -50,11 +50,6 @@ def rows_mode(monkeypatch, mode: str) -> list:
 
 
 MODES = ["rows", "padded_rows", "direct"]
-
-
-@pytest.fixture(scope="module")
-def k2():
-    return pytest.importorskip("tf_keras")
 
 
 # ------------------------------------------------------------------------------------------ reader

@@ -10,7 +10,6 @@ Tolerance ``2e-5 * max(1, max|ref|)`` (issue #17/#30).
 
 from __future__ import annotations
 
-import copy
 import io
 import os
 from pathlib import Path
@@ -25,29 +24,19 @@ from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import UnsupportedError  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures"
+from conftest import whole_close, whole_graph as _graph  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[3] / "fixtures"
 STATES = sorted((FIX / "whole_states").glob("whole_states_*.h5"))
-TOL = 2e-5
 
 
-def _graph(path, edit=None):
-    ckpt = rnnconvert.load(path)
-    full = keras_whole.read_full_model(ckpt)
-    config = copy.deepcopy(full.config)
-    if edit:
-        edit(config)
-    return keras_graph.build(config, full.weights, ckpt)
+def _close(got, ref):
+    return got.shape == ref.shape and whole_close(got, ref)
 
 
 def _oracle(path, g):
     z = np.load(path.with_suffix(".npz"))
     return {n: z[f"in__{n}"] for n, *_ in g.inputs}, [z[f"out__{i}"] for i in range(len(g.outputs))]
-
-
-def _close(got, ref):
-    ref = np.asarray(ref, np.float64)
-    return got.shape == ref.shape and float(np.max(np.abs(np.asarray(got, np.float64) - ref))) <= TOL * max(
-        1.0, float(np.max(np.abs(ref))))
 
 
 def test_states_are_graph_outputs():

@@ -18,7 +18,8 @@ torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
 
 from conftest import assert_within_float32_spread  # noqa: E402
-from test_onnx import SPECS, IDS, _gate_distinct, _torch_module, _x  # noqa: E402
+from conftest import TORCH_IDS as IDS, TORCH_SPECS as SPECS, torch_gate_distinct as _gate_distinct  # noqa: E402
+from conftest import torch_module as _torch_module, torch_x as _x  # noqa: E402
 
 
 def _out(mod, x):

@@ -24,34 +24,11 @@ from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "whole_conv"
+from conftest import ort_run as _ort_run, whole_close as _close, whole_feeds as _feeds  # noqa: E402
+from conftest import whole_graph as _graph, whole_model as _full  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "whole_conv"
 CONV = sorted(FIX.glob("conv_*.h5"))
-TOL = 2e-5
-
-
-def _full(path):
-    ckpt = rnnconvert.load(path)
-    return ckpt, keras_whole.read_full_model(ckpt)
-
-
-def _graph(path):
-    ckpt, full = _full(path)
-    return keras_graph.build(full.config, full.weights, ckpt)
-
-
-def _feeds(g, z):
-    return {n: z[f"in__{n}"] for n, *_ in g.inputs}
-
-
-def _close(got, ref):
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) <= TOL * max(1.0, float(np.max(np.abs(ref))))
-
-
-def _ort_run(model, feeds, names):
-    import onnxruntime as ort
-
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(names, feeds)
 
 
 @pytest.mark.parametrize("path", CONV, ids=lambda p: p.stem)

@@ -3,7 +3,7 @@ at the end, at the front, inside and everywhere (an all-padded row).
 
 Oracle: tf_keras 2.21's own outputs (``fixtures/gen_whole_masks.py`` made every fixture and its ``out__<i>`` on
 ``in__<name>``; rows in ``gen_whole_masks.ROWS``); the target is onnxruntime on the written graph. Tolerance as
-``tests/formats/test_whole_graph.py``: ``2e-5 * max(1, max|ref|)``.
+``tests/formats/whole_models/test_whole_graph.py``: ``2e-5 * max(1, max|ref|)``.
 """
 
 from __future__ import annotations
@@ -20,21 +20,16 @@ pytest.importorskip("onnx")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "whole_masks"
+from conftest import whole_graph as _graph  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "whole_masks"
 CASES = sorted(FIX.glob("masks_*.h5"))
 TOL = 2e-5
 #: the rows of gen_whole_masks.ROWS whose padding (if any) is at the end: no padding, end padding
 END_ROWS = [0, 1]
-
-
-def _graph(path):
-    ckpt = rnnconvert.load(path)
-    full = keras_whole.read_full_model(ckpt)
-    return keras_graph.build(full.config, full.weights, ckpt)
 
 
 def _run(model, g, z, rows=None):
