@@ -2,7 +2,7 @@
 bidirectional wrappers, read from an unpickled tree of inert records into canonical layers. Numpy only.
 
 Source: ``madmom/ml/nn/layers.py`` (CPJKU/madmom, BSD-2-Clause, read at v0.16.1), confirmed by running madmom's
-own numpy forward (``fixtures/gen_madmom.py``, ``tests/formats/test_madmom.py``: madmom computes the reference
+own numpy forward (``fixtures/gen_madmom.py``, ``tests/formats/pickle_files/test_madmom.py``: madmom computes the reference
 outputs, torch and onnxruntime compute the converted files' outputs from our bytes). Per object (attributes as
 pickled; weights ``(in, out)``, applied as ``x @ W``; biases ``(out,)``):
 

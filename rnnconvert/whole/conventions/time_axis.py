@@ -16,7 +16,7 @@ not listed here. Convolutions and pooling set a shortest length (every output le
 A strided layer makes no length impossible (the lengths floor or ceil as Keras' do); only the shortest one
 matters. The inputs analysed are the sequences: rank 3 float inputs ``(batch, time, features)`` and rank 2 token
 inputs feeding an ``Embedding`` ``(batch, time)``; other inputs keep their declared shape. Checked against
-tf_keras at other lengths in ``tests/formats/test_whole_free_axis.py``. A ``RepeatVector``'s output has a time
+tf_keras at other lengths in ``tests/formats/whole_models/test_whole_free_axis.py``. A ``RepeatVector``'s output has a time
 axis of its own (``n`` steps); merged with an input's, it fixes that input's length.
 """
 

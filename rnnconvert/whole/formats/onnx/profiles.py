@@ -10,7 +10,7 @@ CPU plugin's
 ``compile_model`` ("Unsupported activation function", ``transformations/utils/utils.cpp``), found by compiling
 this project's fixtures: ``HardSigmoid`` (Keras 2's default ``hard_sigmoid`` gates), ``Affine`` (``linear``),
 ``Softsign`` refused; ``linear_before_reset=0`` GRUs with sigmoid/tanh compile and match tf_keras
-(``tests/formats/test_whole_runtime_openvino.py``), but the native nodes it compiles do not all compute what
+(``tests/formats/whole_models/test_whole_runtime_openvino.py``), but the native nodes it compiles do not all compute what
 onnxruntime and tf_keras do: given ``sequence_lens`` (a masked layer) with a symbolic time or batch dimension (as
 every whole-model graph has), a lone ``LSTM`` / ``GRU`` / ``RNN`` node's ``Y`` and states differ from
 onnxruntime's (by up to 1.9 for lengths ``[5, 3]`` of 5 steps; the same node with static shapes, or with initial

@@ -22,7 +22,7 @@ With ``sequence_lens``, a step ``t >= len`` keeps the state and outputs zero (th
 behaviour; a reverse direction starts at ``len - 1``). Activations: ``HardSigmoid(alpha, beta)`` as ``Clip(alpha
 * x + beta, 0, 1)`` (tf_keras ``hard_sigmoid``'s own order of operations), ``Affine(alpha, beta)`` as ``alpha * x
 + beta``, the others by their op. Peepholes are not built (Keras layers have none). Checked by OpenVINO and
-onnxruntime against tf_keras in ``tests/formats/test_whole_runtime_openvino.py``.
+onnxruntime against tf_keras in ``tests/formats/whole_models/test_whole_runtime_openvino.py``.
 """
 
 from __future__ import annotations

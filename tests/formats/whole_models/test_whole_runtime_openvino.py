@@ -33,7 +33,7 @@ from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write, profiles  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures"
+FIX = Path(__file__).resolve().parents[3] / "fixtures"
 TOL = 2e-5
 #: fixtures with one stored length (``in__<name>`` / ``out__<i>``)
 ONE = ["keras_whole/whole_embed_conv_bilstm.h5", "keras_whole/whole_masked_stack.h5", "keras_whole/whole_multi_io.h5",

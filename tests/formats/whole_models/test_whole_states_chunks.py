@@ -31,7 +31,7 @@ from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures"
+FIX = Path(__file__).resolve().parents[3] / "fixtures"
 SRC = FIX / "keras_whole" / "whole_masked_stack.h5"
 TOL = 2e-5
 

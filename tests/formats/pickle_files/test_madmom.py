@@ -19,7 +19,7 @@ import pytest
 import rnnconvert
 from rnnconvert.errors import FormatError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "fixtures" / "madmom"
 TOL = 1e-5
 CELLS = {"LSTM": "LSTM", "GRU": "GRU", "RNN_TANH": "RNN", "RNN_RELU": "RNN"}

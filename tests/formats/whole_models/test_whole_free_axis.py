@@ -27,7 +27,7 @@ from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.conventions import keras_graph, time_axis  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "whole_free_axis"
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "whole_free_axis"
 FREE = sorted(FIX.glob("free_*.h5"))
 TOL = 2e-5
 
