@@ -1,7 +1,7 @@
 """The isolated reader when a runtime with native worker threads is loaded (``rnnconvert.safety.guard``).
 
 A plain fork after TensorFlow and torch ran in the same process hung the forked HDF5 read of a valid file until
-the deadline (reproduced in the suite: tests/formats/test_whole_savedmodel.py then a whole-model read in the
+the deadline (reproduced in the suite: tests/formats/whole_models/test_whole_savedmodel.py then a whole-model read in the
 same pytest process), which was then reported as a damaged file. Once such a runtime is loaded the reader runs
 in a fresh interpreter: these tests force that route and check it answers as the in-process read does, keeps
 the deadline, reports a crash and refuses a looping file as the fork does."""

@@ -5,7 +5,7 @@ convolution's shortest length is stated.
 
 Oracle: tf_keras 2.21's outputs of the same layers and weights at each length (``fixtures/gen_whole_free_axis.py``:
 ``in__<input>__<n>`` / ``out__<i>__<n>``); the target is onnxruntime on the written graph. Tolerance as
-``tests/formats/test_whole_masks.py``: ``2e-5 * max(1, max|ref|)``.
+``tests/formats/whole_models/test_whole_masks.py``: ``2e-5 * max(1, max|ref|)``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ TOL = 2e-5
 
 @pytest.fixture(autouse=True)
 def _read_in_process(monkeypatch):
-    """Fixtures read in this process (``RNNCONVERT_ISOLATE=0``), as ``tests/formats/test_whole_states.py``: the
+    """Fixtures read in this process (``RNNCONVERT_ISOLATE=0``), as ``tests/formats/whole_models/test_whole_states.py``: the
     forked isolated HDF5 read did not finish within 60 s here after onnxruntime sessions ran in this process.
     The forked reader is tested by tests/security; this module tests the free axis."""
     monkeypatch.setenv("RNNCONVERT_ISOLATE", "0")

@@ -8,7 +8,7 @@ Oracle: tf_keras 2.21's outputs stored with each fixture (``fixtures/gen_whole_m
 softsign LSTM, go_backwards, Bidirectional, return_state / initial_state); the target is OpenVINO itself
 (``openvino.Core().compile_model`` on the written ONNX, CPU, ``INFERENCE_PRECISION_HINT`` f32: a CPU plugin may
 otherwise run in bf16). Tolerance ``2e-5 * max(1, max|ref|)``, the project's float32 tolerance for whole graphs
-(``tests/formats/test_whole_masks.py``): the float32 spread measured here between tf_keras and OpenVINO (and
+(``tests/formats/whole_models/test_whole_masks.py``): the float32 spread measured here between tf_keras and OpenVINO (and
 onnxruntime) on these fixtures is at most about 1.3e-7 relative, two orders of magnitude below it.
 """
 
@@ -47,7 +47,7 @@ HARD = FIX / "keras_whole" / "whole_embed_conv_bilstm.h5"
 
 @pytest.fixture(autouse=True)
 def _read_in_process(monkeypatch):
-    """Fixtures read in this process (``RNNCONVERT_ISOLATE=0``), as ``tests/formats/test_whole_states.py``; the
+    """Fixtures read in this process (``RNNCONVERT_ISOLATE=0``), as ``tests/formats/whole_models/test_whole_states.py``; the
     forked reader is tested by tests/security."""
     monkeypatch.setenv("RNNCONVERT_ISOLATE", "0")
 

@@ -7,7 +7,7 @@ Oracle: tf_keras 2.21's outputs of the whole sequence in one pass, stored with t
 row 1 padded at its end); the target is onnxruntime running the written graph on the first chunk from zero states
 and on the second from the first's final states (tf_keras keeps the state over masked steps, so the chunks'
 masks carry over; the split leaves every row an unmasked step in the second chunk, whose last output a
-``return_sequences=False`` layer gives). Tolerance as ``tests/formats/test_whole_masks.py``.
+``return_sequences=False`` layer gives). Tolerance as ``tests/formats/whole_models/test_whole_masks.py``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ TOL = 2e-5
 
 @pytest.fixture(autouse=True)
 def _read_in_process(monkeypatch):
-    """Fixtures read in this process (``RNNCONVERT_ISOLATE=0``), as ``tests/formats/test_whole_states.py``."""
+    """Fixtures read in this process (``RNNCONVERT_ISOLATE=0``), as ``tests/formats/whole_models/test_whole_states.py``."""
     monkeypatch.setenv("RNNCONVERT_ISOLATE", "0")
 
 

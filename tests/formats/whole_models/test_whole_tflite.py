@@ -42,7 +42,7 @@ _DONE: dict = {}
 @pytest.fixture(autouse=True)
 def _read_in_process(monkeypatch):
     """Read the HDF5 fixtures in this process (``RNNCONVERT_ISOLATE=0``): TensorFlow runs in this process, and a
-    forked isolated HDF5 read after it may hang (tests/formats/test_whole_states.py); the forked reader is tested
+    forked isolated HDF5 read after it may hang (tests/formats/whole_models/test_whole_states.py); the forked reader is tested
     by tests/security."""
     monkeypatch.setenv("RNNCONVERT_ISOLATE", "0")
 
