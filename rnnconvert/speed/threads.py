@@ -5,29 +5,24 @@ the conversion runs (:func:`import_in_background`). Used by :mod:`rnnconvert.ver
 
 from __future__ import annotations
 
-import functools
-
 #: Target engines imported in a background thread while the conversion runs (:func:`import_in_background`): their
 #: import does nothing a thread must not (no signal handlers: Python allows those only in the main thread).
 #: TensorFlow and Keras are left to the main thread.
 BACKGROUND_IMPORT = ("torch", "onnxruntime")
 
 
-def one_blas_thread(fn):
-    """``fn`` run with numpy's BLAS limited to one thread (``threadpoolctl``): verification multiplies each
+def one_blas_thread():
+    """A context in which numpy's BLAS is limited to one thread (``threadpoolctl``): verification multiplies each
     weight matrix block by block (1 MiB blocks, :func:`rnnconvert.speed.kernels.block_rows`) by a few dozen
     states, products too small to share between threads, while the conversion's reader and writer threads
     need the other core; a multithreaded BLAS then spends its time waiting for its threads (measured on
     the 2-core machine, ``docs/performance.md``: 2.3-2.5x the wall time of a verified conversion). The
     products share the cores through :mod:`rnnconvert.speed.parallel` instead. ``RNNCONVERT_BLAS_THREADS=N``
-    lets BLAS use ``N`` threads here (a benchmark's knob: ``bench/device_table.py``)."""
+    lets BLAS use ``N`` threads here (a benchmark's knob: ``bench/device_table.py``). A context, not a decorator:
+    the caller's code runs in the caller's module (no callback from here)."""
     from ..process import settings
 
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        with blas_controller().limit(limits=settings.value("RNNCONVERT_BLAS_THREADS"), user_api="blas"):
-            return fn(*args, **kwargs)
-    return run
+    return blas_controller().limit(limits=settings.value("RNNCONVERT_BLAS_THREADS"), user_api="blas")
 
 
 _CONTROLLER: list = []

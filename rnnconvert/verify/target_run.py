@@ -134,6 +134,19 @@ class TargetRun:
             y = reference.forward(back, xs, np.float32, kernels=FAST)  # finish applied, as target_forward returns it
             return [(y, ev.y32, ref)], f"sequence by the numpy reference on the arrays read back ({NOT_INSTALLED})"
 
+    def _whole_layer(self, layer: RNNLayer, ev: LayerEvidence) -> np.ndarray | None:
+        """The whole written layer (every node of it and the file's wiring between them: ``target_forward``) on the
+        short sequence, float64 ``(B, T, dirs*H)`` finished; None where the target's slabs are not joined by a
+        wiring of the file's own (:attr:`rnnconvert.engine.protocol.Runtime.wired`), the source side kept no chained
+        reference, or the framework is missing (issue #39)."""
+        if not getattr(self.dst_module, "target_wired", False) or ev.chain64 is None \
+                or self.dst_module.target_forward is None:
+            return None
+        try:
+            return self.dst_module.target_forward(self.dst_path, self.ckpt, layer.name, ev.seq_x())
+        except DependencyError:
+            return None
+
     def _by_slab(self, layer: RNNLayer, ev: LayerEvidence) -> tuple[list, str]:
         """:meth:`_sequence_target` slab by slab: each slab of the target from the source's float32 input of it."""
         out, note, last = [], "", layer.num_layers - 1

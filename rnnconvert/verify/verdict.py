@@ -3,12 +3,16 @@
 Pure: :func:`decide` reads a :class:`Findings` record (the sequence comparisons, the one-step comparison's worst
 numbers, what the one-step states covered) and the layer's :class:`Tolerances`, and returns the verdict, its reason
 and the headline numbers. It runs nothing: the two measurements a verdict may need only on some branches (whether a
-sequence is far above float32 rounding, whether a slip only a sequence shows would pass) are callables of the
-record, called at most once, exactly where the rules below consult them (the engine binds them to
+sequence is far above float32 rounding, whether a slip only a sequence shows would pass) are fields of the record,
+:data:`ASK` until measured; where a rule needs one still unmeasured, :func:`decide` returns ``{"ask": ...}`` with
+its arguments instead, and the caller measures it and asks again (the engine:
 :meth:`rnnconvert.verify.engine.StreamedVerification._far_above` and ``_sequence_escapes``; the table-driven test,
-tests/verify/test_verdict_table.py, to constants). docs/cli.md "Verdicts" states every rule; in order:
+tests/verify/test_verdict_table.py: constants). So each is measured only where the rules consult it, at most once,
+and no callback crosses modules. docs/cli.md "Verdicts" states every rule; in order:
 
-1. a one step over its bound: ``fail`` (final);
+1. a one step over its bound: ``fail`` (final); so is the whole written layer of a wired target (every node and
+   the file's wiring between them, its slabs otherwise compared one by one) over its tolerance by more than
+   ``rho`` of its scale (issue #39);
 2. a sequence over its tolerance but within ``rho`` of its scale while every step passed, and far above the float32
    spread measured over several evaluation orders: ``inconclusive``;
 3. ... not that far, but a slip only a sequence shows would pass it: ``inconclusive``;
@@ -26,7 +30,7 @@ sequence comparison (:func:`sequence_checks`) live here too. numpy only; no fram
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -113,8 +117,17 @@ class Tolerances:
     rho: float
 
 
-def _none(*_a) -> None:
-    return None
+#: a measurement of :class:`Findings` not made yet (:func:`decide` asks for it where a rule needs it)
+ASK = "<ask>"
+
+
+class _Ask(Exception):
+    """A rule needs a measurement still :data:`ASK`: ``what`` (``'far'`` or ``'sequence_escapes'``) and its
+    arguments."""
+
+    def __init__(self, what: str, **args) -> None:
+        super().__init__(what)
+        self.what, self.args_ = what, args
 
 
 @dataclass
@@ -125,17 +138,21 @@ class Findings:
     worst numbers (``ratio`` max err/bound, ``err``, ``bound`` at that element, ``tol`` the largest bound element,
     ``loose`` the largest bound as a fraction of its output's scale, ``where``, ``n``, ``scale``, ``err_t``,
     ``bound_t``), or ``{}`` when it could not run, ``step_note`` then why. ``steps``: the short sequence's length.
+    ``whole``: the whole written layer (every node and the file's wiring between them) against the source's float64
+    run chained over the slabs, where the slabs were compared one by one in a wired target (issue #39); else None.
     ``unexercised``, ``constructed``, ``resolution``, ``resolution_at``: the one-step states' coverage
     (:class:`~rnnconvert.verify.checks.LayerCheck`'s fields of those names). ``swaps_caught``: every loose direction showed its gate-block swaps
     caught; ``loose_escape``: the first slip a loose bound could let pass ("" none). ``at_dtype``: the target's
-    reduced precision in words (" at float16"), or "". ``far_above(over)``: why sequences over their one-sample
-    tolerance are beyond float32 rounding, or None; ``sequence_escapes(tols)``: a slip only a sequence shows that
-    would pass those tolerances, or None (both measured by the engine, called only where a rule needs them)."""
+    reduced precision in words (" at float16"), or "". ``far``: why the sequences over their one-sample tolerance
+    (``over``) are beyond float32 rounding, or None; ``sequence_escape``: a slip only a sequence shows that would
+    pass the sequences' tolerances (``tols``), or None (both measured by the engine where :func:`decide` asks for
+    them: :data:`ASK` until then)."""
 
     seqs: list[SeqCheck]
     step: dict = field(default_factory=dict)
     step_note: str = ""
     steps: int = 0
+    whole: SeqCheck | None = None
     unexercised: str = ""
     constructed: int = 0
     resolution: float | None = None
@@ -143,8 +160,8 @@ class Findings:
     swaps_caught: bool = False
     loose_escape: str = ""
     at_dtype: str = ""
-    far_above: Callable[[list], str | None] = _none
-    sequence_escapes: Callable[[list], str | None] = _none
+    far: str | None = ASK
+    sequence_escape: str | None = ASK
 
 
 @dataclass
@@ -183,6 +200,12 @@ def _sequence_rules(f: Findings, tol: Tolerances, s: _Sorted, far, seq_esc) -> t
     if s.step_failed:  # final: nothing below may turn a failed step into another verdict
         return "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
                         f"float bound allows {st['bound']:.3g} ({st['where']})")
+    w = f.whole
+    if w is not None and w.err > w.tol and w.err > rho * w.scale:  # final, as a failed step
+        return "fail", (f"the written layer run whole (every node and the wiring between them) on the first {T} "
+                        f"steps differs from the source's float64 run by {w.err:.3g} (tolerance {w.tol:.3g}), more "
+                        f"than {rho:.3g} of the output's scale ({w.scale:.3g}): the graph's wiring between its "
+                        f"nodes does not compute the source's layer")
     if far is not None:
         return "inconclusive", far
     if seq_esc is not None:
@@ -233,8 +256,7 @@ def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | 
             + (f" ({esc.removeprefix('n/a: ')})" if esc.startswith("n/a") else
                f" (a file with this slip could pass it: {esc})" if esc else ""))
     ill_esc = None
-    if s.ill and (any(e.by_target for e in s.ill) or
-                  (ill_esc := f.sequence_escapes([e.tol for e in f.seqs])) is not None):
+    if s.ill and (any(e.by_target for e in s.ill) or (ill_esc := _escape(f)) is not None):
         e = max(s.ill, key=lambda e: (e.tol - first * max(1.0, e.scale)) / max(e.scale, 1e-300))
         ill_at = "" if len(f.seqs) == 1 else f" of stacked layer {f.seqs.index(e)}"
         parted = ("a run emulating the target's arithmetic and the float64 run" if e.by_target else
@@ -262,20 +284,35 @@ def _ok_note(f: Findings, tol: Tolerances, s: _Sorted) -> str:
             "that")
 
 
+def _escape(f: Findings) -> str | None:
+    if f.sequence_escape == ASK:
+        raise _Ask("sequence_escapes", tols=[e.tol for e in f.seqs])
+    return f.sequence_escape
+
+
 def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
     """The verdict of one layer (module docstring, rules 1-11). Returns :class:`~rnnconvert.verify.checks.LayerCheck` fields: ``verdict``
     (``'ok'``, ``'inconclusive'``, ``'fail'``), ``reason``, the headline ``max_abs_err``/``tolerance``/
     ``max_abs_ref``/``reference`` (the comparison closer to failing: ``'step'`` or ``'sequence'``), ``seq_err``/
-    ``seq_tol`` (the sequence reported), and the one-step numbers where that comparison ran."""
+    ``seq_tol`` (the sequence reported), and the one-step numbers where that comparison ran. Or, where a rule needs a
+    measurement still :data:`ASK`, ``{"ask": "far", "over": [SeqCheck]}`` or ``{"ask": "sequence_escapes", "tols":
+    [float]}``: the caller measures it into ``f`` and calls again."""
     s, st = _sort(f, tol), f.step
     far = seq_esc = None
-    if s.over and not s.hard and not s.ill_over and not s.step_failed:
-        far = f.far_above(s.over)
-        seq_esc = None if far else f.sequence_escapes([e.tol for e in f.seqs])
-    verdict, reason = (_sequence_rules(f, tol, s, far, seq_esc) or _state_rules(f, tol, s) or ("ok", ""))
+    try:
+        if s.over and not s.hard and not s.ill_over and not s.step_failed:
+            if f.far == ASK:
+                raise _Ask("far", over=s.over)
+            far = f.far
+            seq_esc = None if far else _escape(f)
+        verdict, reason = (_sequence_rules(f, tol, s, far, seq_esc) or _state_rules(f, tol, s) or ("ok", ""))
+    except _Ask as a:
+        return {"ask": a.what, **a.args_}
     if verdict == "ok" and (s.over or s.ill):
         reason = "; ".join(r for r in (reason, _ok_note(f, tol, s)) if r)
     w = s.worst
+    if verdict == "fail" and f.whole is not None and reason.startswith("the written layer run whole"):
+        w = f.whole  # the comparison that failed is the headline
     out = dict(verdict=verdict, reason=reason, max_abs_err=w.err, tolerance=w.tol, max_abs_ref=w.scale,
                reference="sequence", seq_err=w.err, seq_tol=w.tol)
     if st:
@@ -286,11 +323,14 @@ def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
     return out
 
 
-def route(target_route: str, step_ran: bool, step_note: str, seq_note: str, not_installed: str) -> str:
-    """The report's words for the target side: the engine (``target_route``), which comparisons ran in it, and the
-    fallbacks' notes; when neither comparison ran in the target framework (``not_installed``: the note's words for
-    a framework not installed), the numpy reference on the arrays read back."""
+def route(target_route: str, step_ran: bool, step_note: str, seq_note: str, not_installed: str,
+          whole: bool = False) -> str:
+    """The report's words for the target side: the engine (``target_route``), which comparisons ran in it (``whole``:
+    also the whole written layer, its wiring included), and the fallbacks' notes; when neither comparison ran in
+    the target framework (``not_installed``: the note's words for a framework not installed), the numpy reference
+    on the arrays read back."""
     out = target_route + (" one-step + sequence" if step_ran and not step_note else " (sequence)")
+    out += " + the whole layer's graph" if whole else ""
     if step_note.endswith(f"({not_installed})") and seq_note:  # neither comparison ran in the target framework
         return (f"numpy reference on the arrays read back from the written file, one step + sequence "
                 f"({target_route.split(' ', 1)[0]} is not installed or failed to import)")

@@ -1,7 +1,7 @@
 """Every rule of the verdict (rnnconvert.verify.verdict.decide, docs/cli.md "Verdicts"), one row of a table each:
 the measured numbers in, the verdict and the words of its reason out. No framework runs: the verdict is a pure
 function of what the comparisons measured, and the two measurements it may ask for (far above float32 rounding, a
-slip only a sequence shows) are constants here, each row saying which it expects to be asked.
+slip only a sequence shows) are constants here, given when asked for, each row saying which it expects to be asked.
 
 The numbers are chosen far from every threshold (factors of 5 or more), so no rounding moves a row."""
 
@@ -35,6 +35,11 @@ ILL_OVER = SeqCheck(err=0.5, tol=0.1, scale=1.0, by_target=False)  # over an ill
 ROWS = [
     ("1 step over its bound", dict(seqs=[HARD], step=FAILED_STEP), "x", "x", (0, 0), "fail",
      "one step from the source's state differs by 5e-05 where the float bound allows 1e-06 (stacked layer 0"),
+    ("1' the whole wired layer over", dict(seqs=[GOOD, GOOD], step=STEP, whole=HARD), "x", "x", (0, 0), "fail",
+     "the written layer run whole (every node and the wiring between them) on the first 8 steps differs from the "
+     "source's float64 run by 0.5 (tolerance 2e-05), more than 0.01 of the output's scale (1)"),
+    ("1'' the whole wired layer over within rho", dict(seqs=[GOOD, GOOD], step=STEP, whole=OVER), "x", "x", (0, 0),
+     "ok", ""),
     ("2 sequence far above float32 rounding", dict(seqs=[OVER], step=STEP), "FAR", "x", (1, 0), "inconclusive", "FAR"),
     ("3 a slip only a sequence shows would pass", dict(seqs=[OVER], step=STEP), None, "SLIP", (1, 1),
      "inconclusive", "within 0.01 of the output's scale (1) while every step passed its bound: float32 rounding "
@@ -78,23 +83,33 @@ ROWS = [
 ]
 
 
+def _decide(f: Findings, far, esc, calls: dict) -> dict:
+    """:func:`decide`, each measurement it asks for given (as the engine does) and counted."""
+    while (out := decide(f, TOL)).get("ask"):
+        if out["ask"] == "far":
+            calls["far"] += 1
+            assert out["over"] and all(e.err > e.tol for e in out["over"])
+            f.far = far
+        else:
+            calls["esc"] += 1
+            assert out["tols"] == [e.tol for e in f.seqs]
+            f.sequence_escape = esc
+        assert calls["far"] + calls["esc"] <= 2, calls
+    return out
+
+
 @pytest.mark.parametrize("kw,far,esc,asked,verdict,words", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_every_rule(kw, far, esc, asked, verdict, words):
     calls = {"far": 0, "esc": 0}
-
-    def far_above(over):
-        calls["far"] += 1
-        assert over and all(e.err > e.tol for e in over)
-        return far
-
-    def sequence_escapes(tols):
-        calls["esc"] += 1
-        assert tols == [e.tol for e in kw["seqs"]]
-        return esc
-    out = decide(Findings(steps=8, far_above=far_above, sequence_escapes=sequence_escapes, **kw), TOL)
+    out = _decide(Findings(steps=8, **kw), far, esc, calls)
     assert out["verdict"] == verdict, out["reason"]
     assert (words in out["reason"]) if words else out["reason"] == "", out["reason"]
     assert (calls["far"], calls["esc"]) == asked  # each measurement asked for exactly where a rule needs it
+
+
+def test_the_failed_whole_layer_is_the_headline():
+    out = decide(Findings([GOOD, GOOD], STEP, steps=8, whole=HARD), TOL)
+    assert (out["max_abs_err"], out["tolerance"], out["reference"]) == (0.5, 2e-5, "sequence")
 
 
 def test_headline_is_the_comparison_closer_to_failing():
@@ -120,6 +135,11 @@ ROUTES = [  # (step ran, step note, sequence note, words)
 @pytest.mark.parametrize("ran,note,seq_note,words", ROUTES)
 def test_route_words(ran, note, seq_note, words):
     assert route("torch 2.1", ran, note, seq_note, "NOT THERE").startswith(words)
+
+
+def test_route_names_the_whole_layer_run():
+    assert route("onnxruntime 1.2", True, "", "", "NOT THERE", whole=True) == \
+        "onnxruntime 1.2 one-step + sequence + the whole layer's graph"
 
 
 def test_tolerances():
