@@ -27,7 +27,9 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    the spread of an emulation of the target's arithmetic for a target that declares one
    (:func:`sequence_tolerance`). A stacked layer the numpy
    reference runs into a target that runs one slab alone is compared slab by slab, each slab of the target
-   from the source's float32 input of that slab (:meth:`StreamedVerification._by_slab`).
+   from the source's float32 input of that slab (:meth:`StreamedVerification._by_slab`); where the written file
+   joins its slabs by wiring of its own (an ONNX graph: :attr:`rnnconvert.engine.protocol.Runtime.wired`), the whole
+   written layer also runs and is compared with the float64 run chained over the slabs (issue #39).
 
 Verdicts (:attr:`LayerCheck.verdict`; docs/cli.md "Verdicts" has every rule): ``'fail'`` when either comparison
 exceeds its tolerance; ``'inconclusive'`` also for a gate unit no state exercises, a weight no state reaches, and
