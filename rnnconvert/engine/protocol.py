@@ -176,8 +176,8 @@ class Runtime:
     stand_in: Callable[[], tuple[str, str] | None] | None = None
     #: the stacked slabs of a written layer are separate operations joined by the file's own wiring (an ONNX
     #: graph's ``Transpose``/``Reshape`` between its nodes), which ``forward_slab`` and ``step`` never run:
-    #: verification then also runs ``forward`` on the whole layer and compares it with the source's float64 run
-    #: chained over the slabs (issue #39)
+    #: verification then also runs ``forward`` on the whole layer and compares it with its slabs run one by one and
+    #: joined as the source joins them (issue #39)
     wired: bool = False
 
 

@@ -29,7 +29,9 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    reference runs into a target that runs one slab alone is compared slab by slab, each slab of the target
    from the source's float32 input of that slab (:meth:`StreamedVerification._by_slab`); where the written file
    joins its slabs by wiring of its own (an ONNX graph: :attr:`rnnconvert.engine.protocol.Runtime.wired`), the whole
-   written layer also runs and is compared with the float64 run chained over the slabs (issue #39).
+   written layer also runs and is compared with its nodes run one by one and joined as the source joins its slabs,
+   within the tolerance of the source's runs chained over the slabs (:func:`rnnconvert.verify.verdict.wiring_check`,
+   issue #39).
 
 Verdicts (:attr:`LayerCheck.verdict`; docs/cli.md "Verdicts" has every rule): ``'fail'`` when either comparison
 exceeds its tolerance; ``'inconclusive'`` also for a gate unit no state exercises, a weight no state reaches, and
@@ -426,9 +428,8 @@ class StreamedVerification:
         seqs, seq_t = verdict.sequence_checks(layer.name, runs, self._spreads(i, run.dst_module, len(runs)),
                                               tol.first)
         st, note = run._step_check(layer, ev)
-        y = run._whole_layer(layer, ev) if self._by_slab(layer) else None
-        whole = None if y is None else verdict.sequence_checks(layer.name, [(y, ev.y32, ev.chain64)], [0.0],
-                                                               tol.first)[0][0]
+        got = run._whole_layer(layer, ev) if self._by_slab(layer) else None
+        whole = None if got is None else verdict.wiring_check(layer.name, *got, ev.y32, ev.chain64, tol.first)
         cov = ev.coverage_fields(layer)
         found = verdict.Findings(
             seqs, st, note, ev.seq_x().shape[1], whole=whole, unexercised=cov.get("unexercised", ""),

@@ -134,18 +134,24 @@ class TargetRun:
             y = reference.forward(back, xs, np.float32, kernels=FAST)  # finish applied, as target_forward returns it
             return [(y, ev.y32, ref)], f"sequence by the numpy reference on the arrays read back ({NOT_INSTALLED})"
 
-    def _whole_layer(self, layer: RNNLayer, ev: LayerEvidence) -> np.ndarray | None:
+    def _whole_layer(self, layer: RNNLayer, ev: LayerEvidence) -> tuple[np.ndarray, np.ndarray] | None:
         """The whole written layer (every node of it and the file's wiring between them: ``target_forward``) on the
-        short sequence, float64 ``(B, T, dirs*H)`` finished; None where the target's slabs are not joined by a
-        wiring of the file's own (:attr:`rnnconvert.engine.protocol.Runtime.wired`), the source side kept no chained
-        reference, or the framework is missing (issue #39)."""
-        if not getattr(self.dst_module, "target_wired", False) or ev.chain64 is None \
-                or self.dst_module.target_forward is None:
+        short sequence, and the same nodes run one by one (``target_forward_slab``) and joined as the source's layer
+        joins its slabs (each slab's output, directions concatenated, is the next one's input): float64 ``(B, T,
+        dirs*H)`` each, finished. None where the target's slabs are not joined by a wiring of the file's own
+        (:attr:`rnnconvert.engine.protocol.Runtime.wired`), the source side kept no chained reference, or the
+        framework is missing (issue #39)."""
+        fwd, slab = self.dst_module.target_forward, self.dst_module.target_forward_slab
+        if not getattr(self.dst_module, "target_wired", False) or ev.chain64 is None or fwd is None or slab is None:
             return None
         try:
-            return self.dst_module.target_forward(self.dst_path, self.ckpt, layer.name, ev.seq_x())
+            whole = fwd(self.dst_path, self.ckpt, layer.name, ev.seq_x())
+            y = ev.seq_x()
+            for k in range(layer.num_layers):
+                y = slab(self.dst_path, self.ckpt, layer.name, k, y)
         except DependencyError:
             return None
+        return whole, reference.finish(layer, y)
 
     def _by_slab(self, layer: RNNLayer, ev: LayerEvidence) -> tuple[list, str]:
         """:meth:`_sequence_target` slab by slab: each slab of the target from the source's float32 input of it."""

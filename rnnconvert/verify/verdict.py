@@ -108,6 +108,26 @@ def sequence_checks(name: str, runs: list, spreads: list[float], first: float) -
     return seqs, seq_t
 
 
+def wiring_check(name: str, whole: np.ndarray, joined: np.ndarray, y32: np.ndarray, ref64: np.ndarray,
+                 first: float) -> SeqCheck:
+    """The whole written layer of a wired target (``whole``: every node and the file's wiring between them) against
+    its nodes run one by one and joined as the source's layer joins them (``joined``), each ``(B, T, features)``:
+    the same nodes in the same arithmetic, so where the wiring is right they agree to rounding, however the stack
+    amplifies it, and the nodes themselves are checked against the source slab by slab. Tolerance: the sequence
+    tolerance of the source's float32 and float64 runs chained over the slabs (``y32``, ``ref64``), scale
+    ``max|ref64|`` (issue #39).
+
+    Raises:
+        VerificationError: the whole layer's output has another shape.
+    """
+    whole, joined = np.asarray(whole, np.float64), np.asarray(joined, np.float64)
+    if whole.shape != joined.shape:
+        raise VerificationError(f"verification failed: layer '{name}' output shape {whole.shape} of the whole "
+                                f"written layer differs from its nodes' {joined.shape}")
+    err = float(np.abs(whole - joined).max()) if np.isfinite(whole).all() else float("inf")
+    return SeqCheck(err, sequence_tolerance(ref64, y32, first), float(np.abs(ref64).max()), False)
+
+
 @dataclass(frozen=True)
 class Tolerances:
     """``first``: the relative term of the sequence tolerance (:func:`first`); ``rho``: the largest tolerance, as a
@@ -138,8 +158,9 @@ class Findings:
     worst numbers (``ratio`` max err/bound, ``err``, ``bound`` at that element, ``tol`` the largest bound element,
     ``loose`` the largest bound as a fraction of its output's scale, ``where``, ``n``, ``scale``, ``err_t``,
     ``bound_t``), or ``{}`` when it could not run, ``step_note`` then why. ``steps``: the short sequence's length.
-    ``whole``: the whole written layer (every node and the file's wiring between them) against the source's float64
-    run chained over the slabs, where the slabs were compared one by one in a wired target (issue #39); else None.
+    ``whole``: the whole written layer (every node and the file's wiring between them) against its nodes joined as
+    the source joins its slabs (:func:`wiring_check`), where the slabs were compared one by one in a wired target
+    (issue #39); else None.
     ``unexercised``, ``constructed``, ``resolution``, ``resolution_at``: the one-step states' coverage
     (:class:`~rnnconvert.verify.checks.LayerCheck`'s fields of those names). ``swaps_caught``: every loose direction showed its gate-block swaps
     caught; ``loose_escape``: the first slip a loose bound could let pass ("" none). ``at_dtype``: the target's
@@ -203,9 +224,9 @@ def _sequence_rules(f: Findings, tol: Tolerances, s: _Sorted, far, seq_esc) -> t
     w = f.whole
     if w is not None and w.err > w.tol and w.err > rho * w.scale:  # final, as a failed step
         return "fail", (f"the written layer run whole (every node and the wiring between them) on the first {T} "
-                        f"steps differs from the source's float64 run by {w.err:.3g} (tolerance {w.tol:.3g}), more "
-                        f"than {rho:.3g} of the output's scale ({w.scale:.3g}): the graph's wiring between its "
-                        f"nodes does not compute the source's layer")
+                        f"steps differs by {w.err:.3g} from its nodes run one by one and joined as the source's layer "
+                        f"joins them (tolerance {w.tol:.3g}), more than {rho:.3g} of the output's scale "
+                        f"({w.scale:.3g}): the file's wiring between its nodes does not compute the source's layer")
     if far is not None:
         return "inconclusive", far
     if seq_esc is not None:

@@ -14,7 +14,7 @@ import pytest
 
 from rnnconvert.errors import VerificationError
 from rnnconvert.verify.verdict import (Findings, SeqCheck, Tolerances, decide, fraction, route, sequence_checks,
-                                       sequence_tolerance)
+                                       sequence_tolerance, wiring_check)
 
 TOL = Tolerances(first=1e-5, rho=1e-2)
 
@@ -36,8 +36,9 @@ ROWS = [
     ("1 step over its bound", dict(seqs=[HARD], step=FAILED_STEP), "x", "x", (0, 0), "fail",
      "one step from the source's state differs by 5e-05 where the float bound allows 1e-06 (stacked layer 0"),
     ("1' the whole wired layer over", dict(seqs=[GOOD, GOOD], step=STEP, whole=HARD), "x", "x", (0, 0), "fail",
-     "the written layer run whole (every node and the wiring between them) on the first 8 steps differs from the "
-     "source's float64 run by 0.5 (tolerance 2e-05), more than 0.01 of the output's scale (1)"),
+     "the written layer run whole (every node and the wiring between them) on the first 8 steps differs by 0.5 "
+     "from its nodes run one by one and joined as the source's layer joins them (tolerance 2e-05), more than 0.01 "
+     "of the output's scale (1)"),
     ("1'' the whole wired layer over within rho", dict(seqs=[GOOD, GOOD], step=STEP, whole=OVER), "x", "x", (0, 0),
      "ok", ""),
     ("2 sequence far above float32 rounding", dict(seqs=[OVER], step=STEP), "FAR", "x", (1, 0), "inconclusive", "FAR"),
@@ -149,6 +150,19 @@ def test_tolerances():
     # first * max(1, max|y64|) + 2 * max(own spread, emulated spread): both terms by hand (binary fractions: exact)
     assert sequence_tolerance(y64, y32, 2.0 ** -10) == 4 * 2.0 ** -10 + 2 * 2.0 ** -20
     assert sequence_tolerance(y64, y32, 2.0 ** -10, spread=2.0 ** -8) == 4 * 2.0 ** -10 + 2 * 2.0 ** -8
+
+
+def test_wiring_check():
+    ref = np.zeros((2, 3, 4))
+    ref[0, 0, 0] = -2.0
+    whole = ref.copy()
+    whole[1, 2, 3] = 0.5
+    got = wiring_check("l", whole, ref, ref, ref, 2.0 ** -10)
+    assert got == SeqCheck(0.5, 2 * 2.0 ** -10, 2.0, False)  # first * max(1, max|ref64|); no float32 spread
+    whole[0, 0, 0] = np.inf
+    assert wiring_check("l", whole, ref, ref, ref, 2.0 ** -10).err == math.inf
+    with pytest.raises(VerificationError, match="layer 'l' output shape"):
+        wiring_check("l", whole[:, :2], ref, ref, ref, 1e-5)
 
 
 def test_sequence_checks():
