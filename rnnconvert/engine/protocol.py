@@ -174,6 +174,11 @@ class Runtime:
     #: distribution whose version the report gives and the words of the report's target side; ``None`` while
     #: its own framework runs (called once per :class:`rnnconvert.verify.target.Target`)
     stand_in: Callable[[], tuple[str, str] | None] | None = None
+    #: the stacked slabs of a written layer are separate operations joined by the file's own wiring (an ONNX
+    #: graph's ``Transpose``/``Reshape`` between its nodes), which ``forward_slab`` and ``step`` never run:
+    #: verification then also runs ``forward`` on the whole layer and compares it with its slabs run one by one and
+    #: joined as the source joins them (issue #39)
+    wired: bool = False
 
 
 def located(where: str) -> Callable[..., Any]:

@@ -32,9 +32,11 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
     file, mapped by onnxruntime (:func:`session`).
     """
     meta = whole_meta(path)
-    if meta is not None:  # a whole model (issue #30): the layer's node alone, from zero states
+    if meta is not None:  # a whole model (issue #30): the layer's nodes, chained, from zero states
         layer = ckpt.layer(name)
-        y = forward_slab(path, ckpt, name, 0, x)
+        y = x
+        for k in range(layer.num_layers):
+            y = forward_slab(path, ckpt, name, k, y)
         return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
     return run(session(path, f"{name}__out"), path, name, x)
 
@@ -248,5 +250,5 @@ def run(sess, path, name: str, x: np.ndarray) -> np.ndarray:
 
 
 RUNTIME = Runtime("onnxruntime", engine="onnxruntime", forward=forward, forward_slab=forward_slab, step=step,
-                  release=release,
+                  release=release, wired=True,
                   verify_whole=located("rnnconvert.whole.runtimes.onnx_whole:verify_whole"))

@@ -259,72 +259,89 @@ def step_terms(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarr
     b_hh = zero if b_hh is None else np.asarray(b_hh, f64)
     gact, act = s.gate_activation, s.activation
     if cell is Cell.LSTM:
-        c0 = np.asarray(c0, f64)
-        sl = {g: gate_slice(cell, g, H) for g in "ifgo"}
-        z = zx + b_ih + zh + b_hh
-        a = ax + np.abs(b_ih) + ah + np.abs(b_hh)
-        n = I + out + 5  # both biases and the forget bias
-        if p.peep is not None:
-            pe = np.asarray(p.peep if units is None else p.peep[:, units], f64)
-            z[:, sl["i"]] += pe[0] * c0
-            z[:, sl["f"]] += pe[1] * c0
-            a[:, sl["i"]] += np.abs(pe[0] * c0)
-            a[:, sl["f"]] += np.abs(pe[1] * c0)
-            n += 1
-        dz = acc(n) * a
-        zi, zf, zg = z[:, sl["i"]], z[:, sl["f"]] + s.forget_bias, z[:, sl["g"]]
-        i, f, g = ACT[gact](zi), ACT[gact](zf), ACT[act](zg)
-        di, df, dg = (act_err(gact, zi, dz[:, sl["i"]], u), act_err(gact, zf, dz[:, sl["f"]], u),
-                      act_err(act, zg, dz[:, sl["g"]], u))
-        c1 = f * c0 + i * g
-        dc = np.abs(c0) * df + np.abs(g) * di + np.abs(i) * dg + di * dg + 3.0 * u * (np.abs(f * c0) + np.abs(i * g))
-        if s.cell_clip is not None:
-            c1 = np.clip(c1, -s.cell_clip, s.cell_clip)
-        zo, dzo = z[:, sl["o"]], dz[:, sl["o"]]
-        if p.peep is not None:
-            zo = zo + pe[2] * c1
-            dzo = acc(n) * (a[:, sl["o"]] + np.abs(pe[2] * c1)) + np.abs(pe[2]) * dc
-        o, do = ACT[gact](zo), act_err(gact, zo, dzo, u)
-        ac, dac = ACT[act](c1), act_err(act, c1, dc, u)
-        hp = o * ac
-        dh = np.abs(ac) * do + np.abs(o) * dac + do * dac + u * np.abs(hp)
-        if p.w_hr is not None:
-            hp, ahp = lin(p.w_hr, hp)
-            dh = abs_products(p.w_hr, np.ascontiguousarray(dh.T)).T + acc(H + 2) * ahp
-            if s.proj_clip is not None:  # 1-Lipschitz: the bound stands
-                hp = np.clip(hp, -s.proj_clip, s.proj_clip)
-        return dh, dc, hp, c1
+        return _lstm_terms(layer, p, H, I, out, c0, zx, ax, zh, ah, b_ih, b_hh, u, units, acc, act_err)
     if cell is Cell.GRU:
-        r_sl, z_sl, n_sl = (gate_slice(cell, g, H) for g in "rzn")
-        dzg = acc(I + out + 2)
-        zr = zx[:, r_sl] + b_ih[..., r_sl] + zh[:, r_sl] + b_hh[..., r_sl]
-        zz = zx[:, z_sl] + b_ih[..., z_sl] + zh[:, z_sl] + b_hh[..., z_sl]
-        ar = ax[:, r_sl] + np.abs(b_ih[..., r_sl]) + ah[:, r_sl] + np.abs(b_hh[..., r_sl])
-        az = ax[:, z_sl] + np.abs(b_ih[..., z_sl]) + ah[:, z_sl] + np.abs(b_hh[..., z_sl])
-        r, dr = ACT[gact](zr), act_err(gact, zr, dzg * ar, u)
-        zg, dzz = ACT[gact](zz), act_err(gact, zz, dzg * az, u)
-        if s.reset_after:
-            hn = zh[:, n_sl] + b_hh[..., n_sl]
-            dhn = acc(out + 1) * (ah[:, n_sl] + np.abs(b_hh[..., n_sl]))
-            npre = zx[:, n_sl] + b_ih[..., n_sl] + r * hn
-            dn_pre = (acc(I + 2) * (ax[:, n_sl] + np.abs(b_ih[..., n_sl]) + np.abs(r * hn))
-                      + np.abs(hn) * dr + np.abs(r) * dhn + dr * dhn)
-        else:
-            rh = r * h0
-            drh = np.abs(h0) * dr + u * np.abs(rh)
-            if n_products is None:
-                w_hn = p.w_hh[n_sl]
-                whrh, awhrh = lin(w_hn, rh)
-                dprod = abs_products(w_hn, np.ascontiguousarray(drh.T)).T
-            else:
-                whrh, awhrh, dprod = n_products(rh, drh)
-            npre = zx[:, n_sl] + b_ih[..., n_sl] + whrh + b_hh[..., n_sl]
-            dn_pre = (acc(I + out + 2) * (ax[:, n_sl] + np.abs(b_ih[..., n_sl]) + awhrh + np.abs(b_hh[..., n_sl]))
-                      + dprod)
-        nn, dn = ACT[act](npre), act_err(act, npre, dn_pre, u)
-        ah0, an, az_ = np.abs(h0), np.abs(nn), np.abs(zg)
-        dh = (ah0 + an) * dzz + (1.0 + az_) * dn + dzz * dn + 4.0 * u * (an + ah0 + az_ * (ah0 + an))
-        return dh, None, nn + zg * (h0 - nn), None
+        return _gru_terms(layer, p, H, I, out, h0, zx, ax, zh, ah, b_ih, b_hh, u, acc, act_err, n_products)
     z = zx + b_ih + zh + b_hh
     a = ax + np.abs(b_ih) + ah + np.abs(b_hh)
     return act_err(act, z, acc(I + out + 2) * a, u), None, ACT[act](z), None
+
+
+def _lstm_terms(layer: RNNLayer, p: DirectionParams, H: int, I: int, out: int, c0, zx, ax, zh, ah, b_ih, b_hh,
+                u: float, units, acc, act_err):
+    """:func:`step_terms` of an LSTM (``acc(n)``: the accumulation bound of ``n`` terms; ``act_err``: an
+    activation's error bound, both :func:`step_terms`')."""
+    s, cell, f64 = layer.semantics, layer.cell, np.float64
+    gact, act = s.gate_activation, s.activation
+    c0 = np.asarray(c0, f64)
+    sl = {g: gate_slice(cell, g, H) for g in "ifgo"}
+    z = zx + b_ih + zh + b_hh
+    a = ax + np.abs(b_ih) + ah + np.abs(b_hh)
+    n = I + out + 5  # both biases and the forget bias
+    if p.peep is not None:
+        pe = np.asarray(p.peep if units is None else p.peep[:, units], f64)
+        z[:, sl["i"]] += pe[0] * c0
+        z[:, sl["f"]] += pe[1] * c0
+        a[:, sl["i"]] += np.abs(pe[0] * c0)
+        a[:, sl["f"]] += np.abs(pe[1] * c0)
+        n += 1
+    dz = acc(n) * a
+    zi, zf, zg = z[:, sl["i"]], z[:, sl["f"]] + s.forget_bias, z[:, sl["g"]]
+    i, f, g = ACT[gact](zi), ACT[gact](zf), ACT[act](zg)
+    di, df, dg = (act_err(gact, zi, dz[:, sl["i"]], u), act_err(gact, zf, dz[:, sl["f"]], u),
+                  act_err(act, zg, dz[:, sl["g"]], u))
+    c1 = f * c0 + i * g
+    dc = np.abs(c0) * df + np.abs(g) * di + np.abs(i) * dg + di * dg + 3.0 * u * (np.abs(f * c0) + np.abs(i * g))
+    if s.cell_clip is not None:
+        c1 = np.clip(c1, -s.cell_clip, s.cell_clip)
+    zo, dzo = z[:, sl["o"]], dz[:, sl["o"]]
+    if p.peep is not None:
+        zo = zo + pe[2] * c1
+        dzo = acc(n) * (a[:, sl["o"]] + np.abs(pe[2] * c1)) + np.abs(pe[2]) * dc
+    o, do = ACT[gact](zo), act_err(gact, zo, dzo, u)
+    ac, dac = ACT[act](c1), act_err(act, c1, dc, u)
+    hp = o * ac
+    dh = np.abs(ac) * do + np.abs(o) * dac + do * dac + u * np.abs(hp)
+    if p.w_hr is not None:
+        hp, ahp = lin(p.w_hr, hp)
+        dh = abs_products(p.w_hr, np.ascontiguousarray(dh.T)).T + acc(H + 2) * ahp
+        if s.proj_clip is not None:  # 1-Lipschitz: the bound stands
+            hp = np.clip(hp, -s.proj_clip, s.proj_clip)
+    return dh, dc, hp, c1
+
+
+def _gru_terms(layer: RNNLayer, p: DirectionParams, H: int, I: int, out: int, h0, zx, ax, zh, ah, b_ih, b_hh,
+               u: float, acc, act_err, n_products):
+    """:func:`step_terms` of a GRU (reset gate before or after the recurrent product; see :func:`_lstm_terms`)."""
+    s, cell, f64 = layer.semantics, layer.cell, np.float64
+    gact, act = s.gate_activation, s.activation
+    r_sl, z_sl, n_sl = (gate_slice(cell, g, H) for g in "rzn")
+    dzg = acc(I + out + 2)
+    zr = zx[:, r_sl] + b_ih[..., r_sl] + zh[:, r_sl] + b_hh[..., r_sl]
+    zz = zx[:, z_sl] + b_ih[..., z_sl] + zh[:, z_sl] + b_hh[..., z_sl]
+    ar = ax[:, r_sl] + np.abs(b_ih[..., r_sl]) + ah[:, r_sl] + np.abs(b_hh[..., r_sl])
+    az = ax[:, z_sl] + np.abs(b_ih[..., z_sl]) + ah[:, z_sl] + np.abs(b_hh[..., z_sl])
+    r, dr = ACT[gact](zr), act_err(gact, zr, dzg * ar, u)
+    zg, dzz = ACT[gact](zz), act_err(gact, zz, dzg * az, u)
+    if s.reset_after:
+        hn = zh[:, n_sl] + b_hh[..., n_sl]
+        dhn = acc(out + 1) * (ah[:, n_sl] + np.abs(b_hh[..., n_sl]))
+        npre = zx[:, n_sl] + b_ih[..., n_sl] + r * hn
+        dn_pre = (acc(I + 2) * (ax[:, n_sl] + np.abs(b_ih[..., n_sl]) + np.abs(r * hn))
+                  + np.abs(hn) * dr + np.abs(r) * dhn + dr * dhn)
+    else:
+        rh = r * h0
+        drh = np.abs(h0) * dr + u * np.abs(rh)
+        if n_products is None:
+            w_hn = p.w_hh[n_sl]
+            whrh, awhrh = lin(w_hn, rh)
+            dprod = abs_products(w_hn, np.ascontiguousarray(drh.T)).T
+        else:
+            whrh, awhrh, dprod = n_products(rh, drh)
+        npre = zx[:, n_sl] + b_ih[..., n_sl] + whrh + b_hh[..., n_sl]
+        dn_pre = (acc(I + out + 2) * (ax[:, n_sl] + np.abs(b_ih[..., n_sl]) + awhrh + np.abs(b_hh[..., n_sl]))
+                  + dprod)
+    nn, dn = ACT[act](npre), act_err(act, npre, dn_pre, u)
+    ah0, an, az_ = np.abs(h0), np.abs(nn), np.abs(zg)
+    dh = (ah0 + an) * dzz + (1.0 + az_) * dn + dzz * dn + 4.0 * u * (an + ah0 + az_ * (ah0 + an))
+    return dh, None, nn + zg * (h0 - nn), None

@@ -64,13 +64,16 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     else:
         fam_conv = convention("keras_cudnn" if fam == "keras_cudnn" else "keras", cell)
     order = fam_conv.gate_order
-    H = layer.hidden_size
-    G = cell.gates
     cud = fam == "keras_cudnn"
-    kern = np.asarray(raw["kernel"])  # (a map of the file's bytes: dropped before the recurrent one is taken)
-    b = raw.get("bias")
-    dts = [x.dtype for x in xs]
-    n = len(xs)
+    w = _Weights(raw, xs, order, layer.hidden_size, cud, cell, record)
+    sig = ACT["sigmoid"] if cud else ACT[s.gate_activation]
+    act = ACT["tanh"] if cud else ACT[s.activation]
+    return _run(w, cell, s.reset_after, sig, act, reverse and not layer.bidirectional, reverse, record)
+
+
+def _biases(b, order: str, G: int, H: int, dts: list) -> tuple[list[dict], list[dict]]:
+    """The input and recurrent biases of each gate (``{g: (H,)}``) in each dtype of ``dts``, from a Keras bias:
+    none, ``(2, G*H)`` (GRU ``reset_after``), ``(2*G*H,)`` (CuDNN: input then recurrent) or ``(G*H,)``."""
     zero = np.zeros(G * H)
     if b is None:
         bi, br = zero, zero
@@ -82,86 +85,114 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
         bi, br = np.asarray(b), zero
     BI = [{g: np.asarray(bi[j * H:(j + 1) * H], dtype=dt) for j, g in enumerate(order)} for dt in dts]
     BR = [{g: np.asarray(br[j * H:(j + 1) * H], dtype=dt) for j, g in enumerate(order)} for dt in dts]
-    sig = ACT["sigmoid"] if cud else ACT[s.gate_activation]
-    act = ACT["tanh"] if cud else ACT[s.activation]
-    B, T, _ = xs[0].shape
-    # float64 (and float32 for kernels of HOIST_BYTES or more): the input part ``x_t @ K`` does not depend
-    # on the state and is computed for all steps at once, and every product reads the stored matrices by
-    # row blocks (kernels.left_products; cast per block, no float64 copy of a whole kernel) for all
-    # hoisted dtypes at once; cuDNN layers' per-gate matrices are turned once (_block_t). Smaller float32
-    # layers keep Keras' own step-by-step products. (float16 tensors are widened to float32 once: numpy's
-    # float16 casts are slow, float32 -> float64 fast.)
-    hoisted = [d for d in range(n) if dts[d] == np.float64 or kern.nbytes >= HOIST_BYTES]
-    XK: list = [None] * n
-    K: list = [None] * n
-    R: list = [None] * n
-    RT = None
-    if hoisted:
+    return BI, BR
+
+
+class _Weights:
+    """One direction's stored kernels as :func:`_run` reads them, for each input of ``xs`` (one per dtype):
+    ``xK(d, g, t)`` the input part of gate ``g`` at step ``t``, ``hR(vs, gs, fresh)`` the recurrent products, and the
+    biases ``BI``, ``BR``.
+
+    float64 (and float32 for kernels of HOIST_BYTES or more): the input part ``x_t @ K`` does not depend
+    on the state and is computed for all steps at once, and every product reads the stored matrices by
+    row blocks (kernels.left_products; cast per block, no float64 copy of a whole kernel) for all
+    hoisted dtypes at once; cuDNN layers' per-gate matrices are turned once (_block_t). Smaller float32
+    layers keep Keras' own step-by-step products. (float16 tensors are widened to float32 once: numpy's
+    float16 casts are slow, float32 -> float64 fast.)"""
+
+    def __init__(self, raw: dict, xs: list[np.ndarray], order: str, H: int, cud: bool, cell: Cell,
+                 record: dict | None) -> None:
+        self.xs, self.order, self.H, self.cud = xs, order, H, cud
+        self.dts = dts = [x.dtype for x in xs]
+        n = len(xs)
+        self.B, self.T, _ = xs[0].shape
+        kern = np.asarray(raw["kernel"])  # (a map of the file's bytes: dropped before the recurrent one is taken)
+        self.BI, self.BR = _biases(raw.get("bias"), order, cell.gates, H, dts)
+        self.hoisted = hoisted = [d for d in range(n) if dts[d] == np.float64 or kern.nbytes >= HOIST_BYTES]
+        self.XK: list = [None] * n
+        self.K: list = [None] * n
+        self.R: list = [None] * n
+        self.RT = None
+        if hoisted:
+            self._hoist(kern, cell, record)
+        for d in range(n):
+            if d not in hoisted:
+                self.K[d] = {g: _block(kern, j, H, cud, dts[d]) for j, g in enumerate(order)}
+        del kern  # its products are made: the kernel's mapped pages go before the recurrent kernel's come
+        rec = np.asarray(raw["recurrent_kernel"])
+        self.rw = rw = widened(rec, reuse=True) if hoisted else None
+        if hoisted and cud:  # cuDNN's per-gate (H, H) matrices: each turned once, then read once per step
+            self.RT = {g: _block_t(rw, j, H, rw.dtype) for j, g in enumerate(order)}
+        for d in range(n):
+            if d not in hoisted:
+                self.R[d] = {g: _block(rec, j, H, cud, dts[d]) for j, g in enumerate(order)}
+        self.col = {g: slice(j * H, (j + 1) * H) for j, g in enumerate(order)}
+
+    def _hoist(self, kern: np.ndarray, cell: Cell, record: dict | None) -> None:
+        """``x @ K`` of every step of the hoisted inputs (``XK``), with ``record['xk']`` where asked (see
+        :func:`_direction`)."""
+        xs, order, H, B, T, hoisted, dts = self.xs, self.order, self.H, self.B, self.T, self.hoisted, self.dts
         # the plain kernel is read once, by blocks; the recurrent one from a widened scratch copy (float16)
-        kw = widened(kern) if cud else kern
-        if cud:  # each gate slice holds cuDNN's (H, in) matrix: turned per gate
+        kw = widened(kern) if self.cud else kern
+        if self.cud:  # each gate slice holds cuDNN's (H, in) matrix: turned per gate
             for d in hoisted:
-                XK[d] = {}
+                self.XK[d] = {}
             for j, g in enumerate(order):
                 outs = products(_block_t(kw, j, H, kw.dtype), [xs[d].reshape(B * T, -1).T for d in hoisted])
                 for d, o in zip(hoisted, outs):
-                    XK[d][g] = o.T.reshape(B, T, H)
-        else:  # x @ K for all gates and steps at once, straight from the stored kernel (no turned copy)
-            d64 = next((d for d in hoisted if dts[d] == np.float64), None)
-            mag = None
-            if record is not None and d64 is not None:  # and |x| @ |K| in the same pass (the one-step bound's)
-                mag = bounds.up32(np.abs(xs[d64].reshape(B * T, -1)))
-            outs = left_products([xs[d].reshape(B * T, -1) for d in hoisted], kw, magnitude=mag)
-            if mag is not None and outs[-1] is not None:
-                bound = bounds.magnitude_bound32(outs[-1], kw.shape[0])
-                if np.isfinite(bound).all():  # (an overflowed float32 sum: the one-step check makes its own pass)
-                    canon = [order.index(g) for g in CANONICAL[cell]]
-                    val = outs[hoisted.index(d64)]
-                    record["xk"] = tuple(np.concatenate([a[:, j * H:(j + 1) * H] for j in canon], axis=1)
-                                         for a in (val, bound))
-            for d, o in zip(hoisted, outs):
-                XK[d] = {g: o[:, j * H:(j + 1) * H].reshape(B, T, H) for j, g in enumerate(order)}
-        del kw
-    for d in range(n):
-        if d not in hoisted:
-            K[d] = {g: _block(kern, j, H, cud, dts[d]) for j, g in enumerate(order)}
-    del kern  # its products are made: the kernel's mapped pages go before the recurrent kernel's come
-    rec = np.asarray(raw["recurrent_kernel"])
-    rw = widened(rec, reuse=True) if hoisted else None
-    if hoisted and cud:  # cuDNN's per-gate (H, H) matrices: each turned once, then read once per step
-        RT = {g: _block_t(rw, j, H, rw.dtype) for j, g in enumerate(order)}
-    for d in range(n):
-        if d not in hoisted:
-            R[d] = {g: _block(rec, j, H, cud, dts[d]) for j, g in enumerate(order)}
+                    self.XK[d][g] = o.T.reshape(B, T, H)
+            return
+        # x @ K for all gates and steps at once, straight from the stored kernel (no turned copy)
+        d64 = next((d for d in hoisted if dts[d] == np.float64), None)
+        mag = None
+        if record is not None and d64 is not None:  # and |x| @ |K| in the same pass (the one-step bound's)
+            mag = bounds.up32(np.abs(xs[d64].reshape(B * T, -1)))
+        outs = left_products([xs[d].reshape(B * T, -1) for d in hoisted], kw, magnitude=mag)
+        if mag is not None and outs[-1] is not None:
+            bound = bounds.magnitude_bound32(outs[-1], kw.shape[0])
+            if np.isfinite(bound).all():  # (an overflowed float32 sum: the one-step check makes its own pass)
+                canon = [order.index(g) for g in CANONICAL[cell]]
+                val = outs[hoisted.index(d64)]
+                record["xk"] = tuple(np.concatenate([a[:, j * H:(j + 1) * H] for j in canon], axis=1)
+                                     for a in (val, bound))
+        for d, o in zip(hoisted, outs):
+            self.XK[d] = {g: o[:, j * H:(j + 1) * H].reshape(B, T, H) for j, g in enumerate(order)}
 
-    def xK(d: int, g: str, t: int) -> np.ndarray:
-        return XK[d][g][:, t] if XK[d] is not None else xs[d][:, t] @ K[d][g]
+    def xK(self, d: int, g: str, t: int) -> np.ndarray:
+        return self.XK[d][g][:, t] if self.XK[d] is not None else self.xs[d][:, t] @ self.K[d][g]
 
-    col = {g: slice(j * H, (j + 1) * H) for j, g in enumerate(order)}
-
-    def hR(vs: list[np.ndarray], gs: str) -> list[dict[str, np.ndarray]]:
+    def hR(self, vs: list[np.ndarray], gs: str, fresh: bool) -> list[dict[str, np.ndarray]]:
         """``{g: v @ R_g for g in gs}`` for each dtype's ``v``. The hoisted dtypes share one read of the
         recurrent kernel: straight from the stored ``(H, G*H)`` matrix, all gates of ``gs`` at once when they
-        sit side by side (plain Keras), else the turned cuDNN blocks. A state of zeros (the first step) gives
-        zeros without reading the kernel: ``0 * w`` is exactly 0 for the finite weights readers admit."""
+        sit side by side (plain Keras), else the turned cuDNN blocks. A state of zeros (the first step: ``fresh``)
+        gives zeros without reading the kernel: ``0 * w`` is exactly 0 for the finite weights readers admit."""
+        n, hoisted, H = len(self.xs), self.hoisted, self.H
         res: list = [None] * n
         if fresh:
-            return [{g: np.zeros((B, H), dts[d]) for g in gs} for d in range(n)]
-        if hoisted and cud:
+            return [{g: np.zeros((self.B, H), self.dts[d]) for g in gs} for d in range(n)]
+        if hoisted and self.cud:
             for g in gs:
-                for d, o in zip(hoisted, products(RT[g], [vs[d].T for d in hoisted])):
+                for d, o in zip(hoisted, products(self.RT[g], [vs[d].T for d in hoisted])):
                     res[d] = res[d] or {}
                     res[d][g] = o.T
         elif hoisted:
-            idx = sorted(order.index(g) for g in gs)
+            idx = sorted(self.order.index(g) for g in gs)
             base = idx[0] * H  # the columns from the first to the last gate of ``gs``
-            for d, o in zip(hoisted, left_products([vs[d] for d in hoisted], rw[:, base:(idx[-1] + 1) * H])):
+            col = self.col
+            for d, o in zip(hoisted, left_products([vs[d] for d in hoisted], self.rw[:, base:(idx[-1] + 1) * H])):
                 res[d] = {g: o[:, col[g].start - base:col[g].stop - base] for g in gs}
         for d in range(n):
             if res[d] is None:
-                res[d] = {g: vs[d] @ R[d][g] for g in gs}
+                res[d] = {g: vs[d] @ self.R[d][g] for g in gs}
         return res
 
+
+def _run(w: _Weights, cell: Cell, reset_after: bool, sig, act, backwards_out: bool, reverse: bool,
+         record: dict | None) -> list[np.ndarray]:
+    """The steps of one direction in lockstep over the dtypes (see :func:`_direction`); ``backwards_out``: a lone
+    direction run backwards writes its outputs in the order it computes them (Keras' ``go_backwards``)."""
+    n, B, T, H, dts, BI, BR = len(w.xs), w.B, w.T, w.H, w.dts, w.BI, w.BR
+    xK, order = w.xK, w.order
     h = [np.zeros((B, H), dt) for dt in dts]
     c = [np.zeros((B, H), dt) for dt in dts]
     ys = [np.zeros((B, T, H), dt) for dt in dts]
@@ -176,26 +207,26 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
             if cell is Cell.LSTM:
                 record["c"][:, t] = c[0]
         if cell is Cell.LSTM:
-            hr = hR(h, "ifgo")
+            hr = w.hR(h, "ifgo", fresh)
             for d in range(n):
                 pre = {g: xK(d, g, t) + BI[d][g] + hr[d][g] + BR[d][g] for g in "ifgo"}
                 c[d] = sig(pre["f"]) * c[d] + sig(pre["i"]) * act(pre["g"])
                 h[d] = sig(pre["o"]) * act(c[d])
         elif cell is Cell.GRU:
-            hg = hR(h, "".join(order) if s.reset_after else "".join(g for g in order if g != "n"))
+            hg = w.hR(h, "".join(order) if reset_after else "".join(g for g in order if g != "n"), fresh)
             z = [sig(xK(d, "z", t) + BI[d]["z"] + hg[d]["z"] + BR[d]["z"]) for d in range(n)]
             r = [sig(xK(d, "r", t) + BI[d]["r"] + hg[d]["r"] + BR[d]["r"]) for d in range(n)]
-            if s.reset_after:
+            if reset_after:
                 hh = [act(xK(d, "n", t) + BI[d]["n"] + r[d] * (hg[d]["n"] + BR[d]["n"])) for d in range(n)]
             else:
-                hn = hR([r[d] * h[d] for d in range(n)], "n")
+                hn = w.hR([r[d] * h[d] for d in range(n)], "n", fresh)
                 hh = [act(xK(d, "n", t) + BI[d]["n"] + hn[d]["n"]) for d in range(n)]
             h = [z[d] * h[d] + (1 - z[d]) * hh[d] for d in range(n)]
         else:
-            hh_ = hR(h, "h")
+            hh_ = w.hR(h, "h", fresh)
             h = [act(xK(d, "h", t) + BI[d]["h"] + hh_[d]["h"] + BR[d]["h"]) for d in range(n)]
         for d in range(n):
-            ys[d][:, n_step if reverse and not layer.bidirectional else t] = h[d]
+            ys[d][:, n_step if backwards_out else t] = h[d]
     if record is not None:
         record["c_last"] = c[0] if cell is Cell.LSTM else None
     return ys

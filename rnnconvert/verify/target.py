@@ -39,6 +39,8 @@ class Target:
         self.target_forward_slab = self._op("forward_slab")
         self.target_step = self._op("step")
         self.target_slab_check = self._op("slab_check")
+        #: the runtime's slabs are joined by the file's own wiring (:attr:`Runtime.wired`): ``forward`` runs it
+        self.target_wired = bool(rt is not None and rt.wired)
         self.release = self._release if spec.release is not None or (rt is not None and rt.release is not None) else None
 
     def _engine_route(self) -> tuple[str, str]:

@@ -485,3 +485,20 @@ def test_every_error_and_report_type_is_exported():
     for name in rnnconvert.__all__:
         assert getattr(rnnconvert, name) is not None, name
     assert rnnconvert.InconclusiveError is errors.InconclusiveError
+
+
+#: the longest function (lines, ``end_lineno - lineno + 1``, decorators not counted) of rnnconvert/verify/ (issue #38)
+VERIFY_MAX_LINES = 80
+
+
+def test_no_long_function_in_verify():
+    """No function or method in rnnconvert/verify/ is longer than :data:`VERIFY_MAX_LINES` lines (issue #38: the
+    verification engine split into parts a newcomer can read)."""
+    long = []
+    for path in sorted((PKG / "verify").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > VERIFY_MAX_LINES:
+                    long.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {node.name}: {n} lines")
+    assert not long, "\n".join(long)

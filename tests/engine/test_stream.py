@@ -319,7 +319,7 @@ def test_streamed_report_reads_like_the_eager_one(large, tmp_path, monkeypatch):
     verify_mod = importlib.import_module("rnnconvert.verify.engine")  # the package exports a function of that name
 
     if large:
-        monkeypatch.setattr(verify_mod, "LARGE_BYTES", 0)
+        monkeypatch.setattr(importlib.import_module("rnnconvert.verify.sample"), "LARGE_BYTES", 0)
     m = torch_rnn("LSTM", 5, 4, seed=40, num_layers=3, bidirectional=True)
     torch.save({f"rnn.{k}": v for k, v in m.state_dict().items()}, tmp_path / "src.pt")
     for ext, name in (("safetensors", "safetensors"), ("npz", "npz"), ("pt", "pt")):

@@ -67,7 +67,7 @@ def test_blas_controller_made_once_in_the_callers_thread(tmp_path, monkeypatch):
     (engine.verify.blas_controller)."""
     import threadpoolctl
 
-    from rnnconvert.verify import engine as verify_mod
+    from rnnconvert.speed import threads as verify_mod  # the controller's home (issue #38)
 
     made = []
     real = threadpoolctl.ThreadpoolController.__init__

@@ -269,9 +269,9 @@ def test_cuda_emulated_spread_per_slab(tmp_path, cudnn_on_cpu):
             dirs = ckpt.slab(i, k)
             check.source_slab(i, k, dirs)
             ckpt.release(i, k)
-    spreads = check.spreads[0]
+    spreads = check.evidence[0].spreads
     assert isinstance(spreads, list) and len(spreads) == 3 and all(s > 0 for s in spreads)
-    for (_, y32, y64), s in zip(check.seq_slabs[0], spreads):
+    for (_, y32, y64), s in zip(check.evidence[0].seq_slabs, spreads):
         assert s > float(np.abs(np.asarray(y32, np.float64) - y64).max())
 
 

@@ -338,10 +338,10 @@ LARGE_ONNX = [*[(MYCROFT, k, v) for k, v in MYCROFT_MUTATIONS.items()],
 def large_sample(monkeypatch):
     """Every checkpoint verified on the batch of a multi-GB one (``verify.SAMPLE_LARGE``: fewer sequences and
     steps than ``SAMPLE``), by lowering ``verify.LARGE_BYTES`` to 0."""
-    from rnnconvert.verify import engine as verify_mod
+    from rnnconvert.verify import sample
 
-    monkeypatch.setattr(verify_mod, "LARGE_BYTES", 0)
-    return verify_mod.SAMPLE_LARGE
+    monkeypatch.setattr(sample, "LARGE_BYTES", 0)
+    return sample.SAMPLE_LARGE
 
 
 @pytest.mark.slow
@@ -555,7 +555,10 @@ def test_a_failed_step_stays_failed_whatever_else_cannot_decide(tmp_path, monkey
         _onnx_swap(key, H, 0, 1, 1)(model, arrays)
     bad = _onnx_mutate(good, tmp_path, swap)
     assert api.verify(src, bad).failed
-    monkeypatch.setattr(verify_engine, "_loose", lambda exact, bound: 1.0)
+    from rnnconvert.verify import sample, target_run
+
+    for mod in (sample, target_run):  # the source side's and the target side's reading of the bound
+        monkeypatch.setattr(mod, "loose", lambda exact, bound: 1.0)
     monkeypatch.setattr(verify_engine.StreamedVerification, "_swaps_caught", lambda self, i: False)
     assert api.verify(src, good).layers[0].verdict == "inconclusive"  # the stand-ins do make it undecidable
     rep = api.verify(src, bad)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rnnconvert import api
-from rnnconvert.verify import engine
+from rnnconvert.verify.target_run import TargetRun
 
 from conftest import FIXTURES, REALWORLD
 
@@ -39,7 +39,7 @@ def _ulp(v, rng):
 def _perturb_outputs(monkeypatch):
     """Every number the target returns moved by one float32 ulp, up or down at random."""
     rng = np.random.default_rng(39)
-    step, seq = engine.StreamedVerification._target_step, engine.StreamedVerification._sequence_target
+    step, seq = TargetRun._target_step, TargetRun._sequence_target
 
     def target_step(self, *a, **k):
         got, note = step(self, *a, **k)
@@ -48,8 +48,8 @@ def _perturb_outputs(monkeypatch):
     def sequence_target(self, *a, **k):
         runs, note = seq(self, *a, **k)
         return [(_ulp(y, rng), y32, ref) for y, y32, ref in runs], note
-    monkeypatch.setattr(engine.StreamedVerification, "_target_step", target_step)
-    monkeypatch.setattr(engine.StreamedVerification, "_sequence_target", sequence_target)
+    monkeypatch.setattr(TargetRun, "_target_step", target_step)
+    monkeypatch.setattr(TargetRun, "_sequence_target", sequence_target)
 
 
 def _verdicts(src, dst):
@@ -67,7 +67,7 @@ def test_verdicts_do_not_change_under_perturbed_float32(src, to, tmp_path, monke
     api.convert(src, dst, write_opts={"recurrent_only": True} if src.suffix == ".h5" else None,
                 accept_inconclusive=True)
     base = _verdicts(src, dst)
-    monkeypatch.setenv("RNNCONVERT_BLAS_THREADS", "2")  # numpy's BLAS in verification (engine._one_blas_thread)
+    monkeypatch.setenv("RNNCONVERT_BLAS_THREADS", "2")  # numpy's BLAS in verification (speed.threads.one_blas_thread)
     if to == "pt":
         import torch
 

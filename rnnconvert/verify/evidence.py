@@ -1,0 +1,106 @@
+"""What the source side of verification keeps of one recurrent layer until the written file is judged: one
+:class:`LayerEvidence` per layer (:attr:`rnnconvert.verify.engine.StreamedVerification.evidence`), filled slab by
+slab while each slab's parameters are in memory, read by the target side (:mod:`rnnconvert.verify.target_run`) and
+the verdict (:mod:`rnnconvert.verify.verdict`). Memory: the kept states are ``B*T*(I + 3*dirs*H)`` numbers per slab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..core.model import RNNLayer
+from . import states
+from .sample import SEQ_STEPS
+
+
+class SlabEscape(NamedTuple):
+    """A direction whose one-step bound is loose: ``escape`` is None when every gate-block swap and other slip
+    checked would fail it (:func:`rnnconvert.verify.escapes.swap_escapes`), else the first that would not."""
+
+    slab: int
+    direction: int
+    escape: str | None
+
+
+class SlabCoverage(NamedTuple):
+    """What the one-step states of one slab and direction cover (:mod:`rnnconvert.verify.states`): the number of
+    states, how many were constructed from the weights, the gate rows no state made responsive, the resolution
+    (:func:`rnnconvert.verify.states.resolution`), and the fewest states any gate row is responsive in."""
+
+    slab: int
+    direction: int
+    states: int
+    constructed: int
+    unexercised: np.ndarray
+    resolution: dict
+    fewest: int
+
+
+@dataclass
+class LayerEvidence:
+    """The source side of one layer: its batch ``x`` (float32 ``(B, T, input_size)``); per slab, ``slabs[k]`` the
+    one-step states ``(xf, [((h0, c0), exact, bound)] per direction)``; the short sequence (the first
+    :data:`SEQ_STEPS` steps) run in float32 and float64 (``y32``, ``y64``; ``yfw`` the source framework's with
+    ``mode='framework'``), or, for a layer compared slab by slab, ``seq_slabs[k] = (x, y32, y64)`` of each slab from
+    its own float32 input; ``traj`` the float32 trajectory output of the last slab done (the next slab's input);
+    ``route`` the source side's engine in words; ``spreads`` the emulated target's spread from the float64 run (one
+    number, or one per slab compared alone; None: no emulation); ``em`` the emulated and canonical runs chained over
+    slabs until the last; ``escapes`` and ``coverage`` per slab and direction."""
+
+    x: np.ndarray
+    slabs: list = field(default_factory=list)
+    seq_slabs: list = field(default_factory=list)
+    y32: Any = None
+    y64: Any = None
+    yfw: Any = None
+    traj: Any = None
+    route: str = ""
+    spreads: Any = None
+    em: Any = None
+    #: the canonical float64 run of the short sequence chained over the slabs (finished): the reference of the
+    #: whole written layer where the target's slabs are joined by the file's own wiring (issue #39); else None
+    chain64: Any = None
+    escapes: list[SlabEscape] = field(default_factory=list)
+    coverage: list[SlabCoverage] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, layer: RNNLayer, x: np.ndarray) -> LayerEvidence:
+        return cls(x=x, slabs=[None] * layer.num_layers, seq_slabs=[None] * layer.num_layers)
+
+    def seq_x(self) -> np.ndarray:
+        """The short sequence's input: the first :data:`SEQ_STEPS` steps of the batch."""
+        return self.x[:, :SEQ_STEPS]
+
+    def swaps_caught(self) -> bool:
+        """Whether every loose direction showed that all its gate-block swaps are caught (each escape None)."""
+        return bool(self.escapes) and all(e.escape is None for e in self.escapes)
+
+    def loose_escape(self) -> str:
+        """The first slip a loose one-step bound could let pass, or ``''``."""
+        return next((e.escape for e in self.escapes if e.escape is not None), "")
+
+    def coverage_fields(self, layer: RNNLayer) -> dict[str, Any]:
+        """The one-step states of the layer and what they left unexercised, as :class:`~rnnconvert.verify.checks.LayerCheck` fields
+        (``states``, ``constructed``, ``unexercised``, ``coverage``, the resolutions and ``resolution_at``);
+        ``{}`` when no slab recorded any."""
+        cov = self.coverage
+        if not cov:
+            return {}
+        where = lambda k, d: (f"stacked layer {k}, " if layer.num_layers > 1 else "") + (  # noqa: E731
+            f"direction {d}, " if layer.bidirectional else "")
+        worst = max(cov, key=lambda e: e.resolution["element"] if e.resolution["element"] is not None
+                    else e.resolution["bias"])
+        res = worst.resolution
+        return dict(
+            states=max(e.states for e in cov),
+            constructed=sum(e.constructed for e in cov if e.direction == 0),
+            unexercised="; ".join(f"{where(e.slab, e.direction)}{states.describe(layer, e.unexercised)}"
+                                  for e in cov if len(e.unexercised)),
+            coverage=min(e.fewest for e in cov),
+            resolution=res["element"],
+            bias_resolution=max(e.resolution["bias"] for e in cov),
+            row_resolution=max(e.resolution["row"] for e in cov),
+            resolution_at=f"{where(worst.slab, worst.direction)}{res['worst']}")

@@ -1,0 +1,188 @@
+"""Every rule of the verdict (rnnconvert.verify.verdict.decide, docs/cli.md "Verdicts"), one row of a table each:
+the measured numbers in, the verdict and the words of its reason out. No framework runs: the verdict is a pure
+function of what the comparisons measured, and the two measurements it may ask for (far above float32 rounding, a
+slip only a sequence shows) are constants here, given when asked for, each row saying which it expects to be asked.
+
+The numbers are chosen far from every threshold (factors of 5 or more), so no rounding moves a row."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rnnconvert.errors import VerificationError
+from rnnconvert.verify.verdict import (Findings, SeqCheck, Tolerances, decide, fraction, route, sequence_checks,
+                                       sequence_tolerance, wiring_check)
+
+TOL = Tolerances(first=1e-5, rho=1e-2)
+
+#: a one-step comparison that passed with a tight bound (ratio 0.5, bound 1e-6 of a scale 1)
+STEP = {"ratio": 0.5, "err": 5e-7, "bound": 1e-6, "tol": 1e-6, "loose": 1e-6, "where": "stacked layer 0, direction 0, "
+        "h, probe 1", "n": 24, "scale": 1.0, "err_t": [1e-7], "bound_t": [1e-6]}
+FAILED_STEP = dict(STEP, ratio=50.0, err=5e-5)
+LOOSE_STEP = dict(STEP, loose=0.5, tol=0.5)  # a bound of half the output's scale: above rho
+
+GOOD = SeqCheck(err=1e-6, tol=2e-5, scale=1.0, by_target=False)  # well within its tolerance
+OVER = SeqCheck(err=1e-4, tol=2e-5, scale=1.0, by_target=False)  # over it, but 100x below rho of the scale
+HARD = SeqCheck(err=0.5, tol=2e-5, scale=1.0, by_target=False)  # over it by more than rho of the scale
+ILL = SeqCheck(err=1e-3, tol=0.1, scale=1.0, by_target=False)  # the source's own runs part by 0.05 > rho
+ILL_TARGET = ILL._replace(by_target=True)  # ... an emulated target's spread does
+ILL_OVER = SeqCheck(err=0.5, tol=0.1, scale=1.0, by_target=False)  # over an ill tolerance, above rho
+
+# (id, Findings keywords, far_above's answer, sequence_escapes' answer, asked (far, escapes), verdict, words)
+ROWS = [
+    ("1 step over its bound", dict(seqs=[HARD], step=FAILED_STEP), "x", "x", (0, 0), "fail",
+     "one step from the source's state differs by 5e-05 where the float bound allows 1e-06 (stacked layer 0"),
+    ("1' the whole wired layer over", dict(seqs=[GOOD, GOOD], step=STEP, whole=HARD), "x", "x", (0, 0), "fail",
+     "the written layer run whole (every node and the wiring between them) on the first 8 steps differs by 0.5 "
+     "from its nodes run one by one and joined as the source's layer joins them (tolerance 2e-05), more than 0.01 "
+     "of the output's scale (1)"),
+    ("1'' the whole wired layer over within rho", dict(seqs=[GOOD, GOOD], step=STEP, whole=OVER), "x", "x", (0, 0),
+     "ok", ""),
+    ("2 sequence far above float32 rounding", dict(seqs=[OVER], step=STEP), "FAR", "x", (1, 0), "inconclusive", "FAR"),
+    ("3 a slip only a sequence shows would pass", dict(seqs=[OVER], step=STEP), None, "SLIP", (1, 1),
+     "inconclusive", "within 0.01 of the output's scale (1) while every step passed its bound: float32 rounding "
+     "along the sequence could explain it, and so could a file with SLIP"),
+    ("3' over the estimate, every slip would show", dict(seqs=[OVER], step=STEP), None, None, (1, 1), "ok",
+     "differ by 0.0001, above the float32 estimate 2e-05 but within 0.01 of the output's scale, while every step"),
+    ("4 sequence over by more than rho", dict(seqs=[HARD], step=STEP), "x", "x", (0, 0), "fail",
+     "the first 8 steps as a sequence differ by 0.5 (tolerance 2e-05)"),
+    ("4' over with no one-step comparison", dict(seqs=[OVER], step={}, step_note="why"), "x", "x", (0, 0), "fail",
+     "differ by 0.0001 (tolerance 2e-05)"),
+    ("4'' the failing slab named", dict(seqs=[GOOD, HARD], step=STEP), "x", "x", (0, 0), "fail",
+     "as a sequence (stacked layer 1, from the source's own input) differ by 0.5"),
+    ("5 over an ill-conditioned tolerance", dict(seqs=[ILL_OVER], step=STEP), "x", "x", (0, 0), "inconclusive",
+     "above the tolerance 0.1, on a layer whose source's own float32 and float64 runs part by 0.05"),
+    ("6 no one-step comparison", dict(seqs=[GOOD], step={}, step_note="no runner"), "x", "x", (0, 0),
+     "inconclusive", "the one-step comparison could not run: no runner"),
+    ("7 a gate unit unexercised", dict(seqs=[GOOD], step=STEP, unexercised="gate f unit 3", constructed=4), "x",
+     "x", (0, 0), "inconclusive", "gate f unit 3: unresponsive in every one-step state (the trajectory's, the "
+     "probes and 4 constructed"),
+    ("8 a weight no state reaches", dict(seqs=[GOOD], step=STEP, resolution=math.inf, resolution_at="W_hh[0, 1]"),
+     "x", "x", (0, 0), "inconclusive", "a weight of W_hh[0, 1] reaches no output in any one-step state"),
+    ("9 loose bound, a swap it would miss", dict(seqs=[GOOD], step=LOOSE_STEP, loose_escape="gates i and f swapped"),
+     "x", "x", (0, 0), "inconclusive", "too loose to tell a broken file from a correct one (a file with this slip "
+     "could pass it: gates i and f swapped)"),
+    ("9' loose bound, slips not checkable", dict(seqs=[GOOD], step=LOOSE_STEP, loose_escape="n/a: no probes"),
+     "x", "x", (0, 0), "inconclusive", "from a correct one (no probes)"),
+    ("9'' loose bound, nothing named", dict(seqs=[GOOD], step=LOOSE_STEP), "x", "x", (0, 0), "inconclusive",
+     "too loose to tell a broken file from a correct one"),
+    ("10 ill tolerance from the emulated target", dict(seqs=[ILL_TARGET], step=STEP, at_dtype=" at float16"), "x",
+     "x", (0, 0), "inconclusive", "the sequence tolerance 0.1 (a run emulating the target's arithmetic and the "
+     "float64 run part by 0.05) exceeds 0.01 of the output's scale (1): the layer is ill-conditioned on these "
+     "inputs at float16"),
+    ("10' ill tolerance a slip could hide in", dict(seqs=[ILL], step=STEP), "x", "SLIP", (0, 1), "inconclusive",
+     "(float32 and float64 runs of the source part by 0.05) exceeds 0.01 of the output's scale (1): the layer is "
+     "ill-conditioned on these inputs (a file with this slip could pass it: SLIP)"),
+    ("10'' ill tolerance, every slip would show", dict(seqs=[ILL], step=STEP), "x", None, (0, 1), "ok",
+     "the sequence tolerance (0.1) exceeds 0.01 of the output's scale (the source's float32 and float64 runs part)"),
+    ("11 loose bound, every swap caught", dict(seqs=[GOOD], step=LOOSE_STEP, swaps_caught=True), "x", "x", (0, 0),
+     "ok", "but every gate-block swap and other layout slip checked would fail it on these states"),
+    ("11' ok", dict(seqs=[GOOD], step=STEP, resolution=1e-4), "x", "x", (0, 0), "ok", ""),
+]
+
+
+def _decide(f: Findings, far, esc, calls: dict) -> dict:
+    """:func:`decide`, each measurement it asks for given (as the engine does) and counted."""
+    while (out := decide(f, TOL)).get("ask"):
+        if out["ask"] == "far":
+            calls["far"] += 1
+            assert out["over"] and all(e.err > e.tol for e in out["over"])
+            f.far = far
+        else:
+            calls["esc"] += 1
+            assert out["tols"] == [e.tol for e in f.seqs]
+            f.sequence_escape = esc
+        assert calls["far"] + calls["esc"] <= 2, calls
+    return out
+
+
+@pytest.mark.parametrize("kw,far,esc,asked,verdict,words", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_every_rule(kw, far, esc, asked, verdict, words):
+    calls = {"far": 0, "esc": 0}
+    out = _decide(Findings(steps=8, **kw), far, esc, calls)
+    assert out["verdict"] == verdict, out["reason"]
+    assert (words in out["reason"]) if words else out["reason"] == "", out["reason"]
+    assert (calls["far"], calls["esc"]) == asked  # each measurement asked for exactly where a rule needs it
+
+
+def test_the_failed_whole_layer_is_the_headline():
+    out = decide(Findings([GOOD, GOOD], STEP, steps=8, whole=HARD), TOL)
+    assert (out["max_abs_err"], out["tolerance"], out["reference"]) == (0.5, 2e-5, "sequence")
+
+
+def test_headline_is_the_comparison_closer_to_failing():
+    seq = decide(Findings([SeqCheck(1e-5, 2e-5, 3.0, False)], STEP, steps=8), TOL)  # 0.5 of the tolerance
+    assert (seq["reference"], seq["max_abs_err"], seq["tolerance"], seq["max_abs_ref"]) == ("step", 5e-7, 1e-6, 3.0)
+    assert (seq["seq_err"], seq["seq_tol"], seq["step_ratio"], seq["steps_checked"]) == (1e-5, 2e-5, 0.5, 24)
+    closer = decide(Findings([SeqCheck(1.8e-5, 2e-5, 3.0, False)], STEP, steps=8), TOL)  # 0.9 of the tolerance
+    assert (closer["reference"], closer["max_abs_err"], closer["tolerance"]) == ("sequence", 1.8e-5, 2e-5)
+    none = decide(Findings([GOOD], {}, "why", steps=8), TOL)
+    assert none["reference"] == "sequence" and "step_err" not in none
+
+
+ROUTES = [  # (step ran, step note, sequence note, words)
+    (True, "", "", "torch 2.1 one-step + sequence"),
+    (False, "no one-step runner for this format", "", "torch 2.1 (sequence); no one-step runner for this format"),
+    (True, "one step by the numpy reference on the arrays read back (no one-step runner for this format)",
+     "", "torch 2.1 (sequence); one step by the numpy reference"),
+    (True, "one step by the numpy reference on the arrays read back (NOT THERE)", "seq fallback",
+     "numpy reference on the arrays read back from the written file, one step + sequence (torch is not installed"),
+]
+
+
+@pytest.mark.parametrize("ran,note,seq_note,words", ROUTES)
+def test_route_words(ran, note, seq_note, words):
+    assert route("torch 2.1", ran, note, seq_note, "NOT THERE").startswith(words)
+
+
+def test_route_names_the_whole_layer_run():
+    assert route("onnxruntime 1.2", True, "", "", "NOT THERE", whole=True) == \
+        "onnxruntime 1.2 one-step + sequence + the whole layer's graph"
+
+
+def test_tolerances():
+    assert fraction(2.0 ** -24) == 1e-2 and fraction(2.0 ** -11) == 64 * 2.0 ** -11
+    y64 = np.array([[[2.0, -4.0]]])
+    y32 = np.array([[[2.0, -4.0 + 2.0 ** -20]]], np.float32)
+    # first * max(1, max|y64|) + 2 * max(own spread, emulated spread): both terms by hand (binary fractions: exact)
+    assert sequence_tolerance(y64, y32, 2.0 ** -10) == 4 * 2.0 ** -10 + 2 * 2.0 ** -20
+    assert sequence_tolerance(y64, y32, 2.0 ** -10, spread=2.0 ** -8) == 4 * 2.0 ** -10 + 2 * 2.0 ** -8
+
+
+def test_wiring_check():
+    ref = np.zeros((2, 3, 4))
+    ref[0, 0, 0] = -2.0
+    whole = ref.copy()
+    whole[1, 2, 3] = 0.5
+    got = wiring_check("l", whole, ref, ref, ref, 2.0 ** -10)
+    assert got == SeqCheck(0.5, 2 * 2.0 ** -10, 2.0, False)  # first * max(1, max|ref64|); no float32 spread
+    whole[0, 0, 0] = np.inf
+    assert wiring_check("l", whole, ref, ref, ref, 2.0 ** -10).err == math.inf
+    with pytest.raises(VerificationError, match="layer 'l' output shape"):
+        wiring_check("l", whole[:, :2], ref, ref, ref, 1e-5)
+
+
+def test_sequence_checks():
+    ref = np.zeros((2, 3, 4))
+    y = ref.copy()
+    y[1, 2, 0] = 0.25
+    bad = y.copy()
+    bad[0, 0, 0] = np.nan
+    seqs, per_t = sequence_checks("l", [(y, ref, ref), (bad, ref, ref)], [0.0, 2.0 ** -6], 2.0 ** -10)
+    assert seqs == [SeqCheck(0.25, 2.0 ** -10, 0.0, False), SeqCheck(math.inf, 2.0 ** -10 + 2.0 ** -5, 0.0, True)]
+    assert per_t.tolist() == [math.inf, 0.0, 0.25]
+    with pytest.raises(VerificationError, match="layer 'l' output shape"):
+        sequence_checks("l", [(y[:, :2], ref, ref)], [0.0], 1e-5)
+
+
+def test_no_framework_imported():
+    import subprocess
+    import sys
+
+    code = ("import sys; import rnnconvert.verify.verdict; "
+            "print(sorted(m for m in ('torch', 'tensorflow', 'onnx', 'onnxruntime', 'keras', 'jax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
