@@ -817,10 +817,25 @@ def formats(as_json: JsonOpt = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app, maps rnnconvert errors to one stderr line and their exit code."""
-    from .errors import RNNConvertError
-
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args
+    if any(a == "--report" or a.startswith("--report=") for a in args):  # the report's "command" row, as typed
+        import shlex
+
+        from .verify import report as html_report
+
+        html_report.COMMAND = shlex.join(["rnnconvert", *(argv if argv is not None else sys.argv[1:])])
+        try:
+            return _main(args, as_json)
+        finally:
+            html_report.COMMAND = ""  # a later Python call in this process is no CLI command
+    return _main(args, as_json)
+
+
+def _main(args: list[str], as_json: bool) -> int:
+    """:func:`main` after its argument checks."""
+    from .errors import RNNConvertError
+
     typo = _command_typo(args)
     if typo:
         return _fail(f"no such command '{_shown(args[0])}'; did you mean '{typo}'?", 2, "UsageError", as_json)

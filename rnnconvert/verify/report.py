@@ -1,14 +1,21 @@
 """The HTML report of ``convert``, ``verify`` and ``diagnose`` (``--report PATH``): one self-contained file
 (inline CSS, PNG plots as base64 ``data:`` URIs; it opens in a browser with no server and nothing fetched).
 
-What it holds: source and target (paths, formats); every layer of both with its cell, sizes and semantics;
-per layer and tensor what the target holds against the source's canonical parameters (bit-exact, or the
-largest difference measured: rounded or rescaled); the conversion's notes, module lines and any refusal or
+What it holds: a summary at the top (verdict, layers by verdict, the largest measured error against its
+tolerance, notes, refusal); the run (the command line as typed, or the Python call; date in UTC; host, OS and CPU;
+Python and the versions of the libraries installed); source and target (paths, formats, sizes and the sha256 of
+every file, a folder's files each); every layer of both with its cell, sizes and semantics;
+per layer and tensor what the target holds against the source's canonical parameters (bit-exact; the gate
+blocks permuted, named: "permuted gates: z, r, n where the source has r, z, n"; or the largest difference
+measured: rounded or rescaled); the conversion's notes, module lines and any refusal or
 error; the verdict with the numbers verification measured (:class:`rnnconvert.verify.checks.LayerCheck`:
 nothing that was not measured is printed: a comparison that did not run shows a dash); the diagnosis
 (:mod:`rnnconvert.verify.diagnose`) with its slips; and two matplotlib plots per verified layer: the one-step
 error against its bound per time step (``step_err_t``, ``step_bound_t``) and the short sequence's error per
 step against its tolerance (``seq_err_t``, ``seq_tol``).
+
+Tables never cut a column: cells wrap (long paths and names break anywhere) and the page has a print stylesheet
+(no width limit, smaller type, plots kept on one page), so a printed or PDF report holds every column.
 
 matplotlib is the ``report`` extra: without it :func:`write` raises :class:`~rnnconvert.errors.DependencyError`.
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,14 +41,18 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 color:#1b1f24;background:#fff;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;border-bottom:1px solid #d0d7de;padding-bottom:.2em;
 margin-top:1.6em}h3{font-size:1.05em}
-.wide{overflow-x:auto}table{border-collapse:collapse;margin:.5em 0;font-size:.9em}th,td{border:1px solid #d0d7de;padding:.25em .55em;
-text-align:left;vertical-align:top}th{background:#f6f8fa}
-code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.92em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em;max-width:100%}
+th,td{border:1px solid #d0d7de;padding:.25em .55em;text-align:left;vertical-align:top;overflow-wrap:anywhere;
+word-break:break-word}th{background:#f6f8fa}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.92em;overflow-wrap:anywhere}
 .badge{display:inline-block;padding:.15em .6em;border-radius:1em;font-weight:600;color:#fff}
 .ok{background:#1a7f37}.fail,.slip,.unexplained{background:#cf222e}.inconclusive{background:#9a6700}
 .none{background:#57606a}
 .note{color:#57606a}.plot{max-width:100%;border:1px solid #d0d7de;margin:.4em 0}
+.summary{border:1px solid #d0d7de;border-radius:6px;padding:.5em 1em;background:#f6f8fa}
 ul{margin:.3em 0 .3em 1.2em;padding:0}
+@media print{body{max-width:none;margin:0;padding:0;font-size:10pt}table{font-size:8pt;page-break-inside:auto}
+tr,.plot{page-break-inside:avoid}.badge{border:1px solid #000;color:#000;background:none}}
 """
 
 
@@ -60,6 +72,17 @@ class Content:
     error: str = ""
     verification: Any = None
     diagnosis: Any = None
+    #: how the command was run: the CLI's arguments as typed (:data:`COMMAND`), else the Python call
+    command: str = ""
+
+
+#: the command line of the running CLI command (set by :func:`rnnconvert.cli.main`); empty under the Python API
+COMMAND = ""
+#: the libraries whose installed versions a report lists (read from their metadata: nothing is imported)
+LIBRARIES = ("numpy", "h5py", "safetensors", "onnx", "onnxruntime", "torch", "tensorflow", "tf_keras", "keras",
+             "jax", "openvino", "paddlepaddle", "mlx", "matplotlib")
+#: a folder's files hashed at most (a report stays bounded whatever the folder holds)
+MAX_HASHED = 64
 
 
 def _clean(text: object) -> str:
@@ -107,7 +130,7 @@ def gather(kind: str, src, dst, *, src_format: str | None = None, dst_format: st
     """A :class:`Content` with both files read (where they can be) for the layer tables and the parameter
     comparison."""
     c = Content(kind, str(src), str(dst), src_format or "", dst_format or "", modules=list(modules),
-                notes=list(notes), error=error, verification=verification, diagnosis=diagnosis)
+                notes=list(notes), error=error, verification=verification, diagnosis=diagnosis, command=COMMAND)
     if src is not None and Path(src).exists():
         c.src_ckpt, why = _load(str(src), src_format, read_opts)
         if c.src_ckpt is not None:
@@ -123,6 +146,112 @@ def gather(kind: str, src, dst, *, src_format: str | None = None, dst_format: st
     return c
 
 
+GATE_NAMES = {"LSTM": "i f g o", "GRU": "r z n"}
+
+
+def _permuted(a: np.ndarray, b: np.ndarray, cell: str) -> str | None:
+    """``"z, r, n where the source has r, z, n"`` when ``b`` holds ``a``'s gate blocks (first axis) in another
+    order, exactly; else ``None``."""
+    names = GATE_NAMES.get(cell, "").split()
+    G = len(names)
+    if G < 2 or a.shape != b.shape or a.ndim == 0 or a.shape[0] % G:
+        return None
+    n = a.shape[0] // G
+    ab = [a[i * n:(i + 1) * n] for i in range(G)]
+    order = []
+    for i in range(G):
+        hit = [j for j in range(G) if j not in order and np.array_equal(b[i * n:(i + 1) * n], ab[j])]
+        if not hit:
+            return None
+        order.append(hit[0])
+    if order == list(range(G)):
+        return None
+    return f"{', '.join(names[j] for j in order)} where the source has {', '.join(names)}"
+
+
+def _sha256(path: Path) -> list[tuple[str, int, str]]:
+    """``[(name, bytes, sha256)]`` of a file, or of a folder's regular files (sorted, at most :data:`MAX_HASHED`;
+    links are not followed)."""
+    import hashlib
+
+    def one(p: Path) -> str:
+        with open(p, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+
+    if path.is_symlink() or not path.exists():
+        return []
+    if path.is_file():
+        return [(path.name, path.stat().st_size, one(path))]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    out = [(str(p.relative_to(path)), p.stat().st_size, one(p)) for p in files[:MAX_HASHED]]
+    if len(files) > MAX_HASHED:
+        out.append((f"... {len(files) - MAX_HASHED} more files not hashed", 0, ""))
+    return out
+
+
+def _files_table(c: Content) -> str:
+    rows = []
+    for role, path, fmt in (("source", c.src, c.src_format), ("target", c.dst, c.dst_format)):
+        if not path or path == "None":
+            continue
+        got = _sha256(Path(path))
+        rows.append(f"<tr><th>{role}</th><td class='mono'>{_e(path)}</td><td>{_e(fmt or '–')}</td>"
+                    f"<td>{'' if got else 'not present'}</td><td></td></tr>")
+        for name, size, digest in got:
+            rows.append(f"<tr><td></td><td class='mono'>{_e(name)}</td><td></td><td>{size:,} bytes</td>"
+                        f"<td class='mono'>{_e(digest)}</td></tr>")
+    return ("<table><tr><th></th><th>path</th><th>format</th><th>size</th><th>sha256</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _run_table(c: Content) -> str:
+    import datetime
+    import platform
+    from importlib import metadata
+
+    versions = []
+    for lib in LIBRARIES:
+        try:
+            versions.append(f"{lib} {metadata.version(lib)}")
+        except metadata.PackageNotFoundError:
+            continue
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    call = {"conversion": "convert", "verification": "verify"}.get(c.kind, "diagnose")
+    rows = [("command", c.command or f"rnnconvert.{call}(...) (Python API)"),
+            ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
+            ("host", f"{platform.node()} ({platform.platform()}; {cpu}; {os.cpu_count()} CPUs)"),
+            ("python", f"{platform.python_implementation()} {platform.python_version()}"),
+            ("libraries", ", ".join(versions))]
+    return "<table>" + "".join(f"<tr><th>{k}</th><td class='mono'>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _summary(c: Content, verdict: str) -> str:
+    """One box: the verdict, layers per verdict, the largest error against its tolerance, the notes, a refusal."""
+    items = [f"verdict: <b>{_e(verdict or 'not verified')}</b>"]
+    rep = c.verification
+    if rep is not None and rep.layers:
+        counts: dict[str, int] = {}
+        for lc in rep.layers:
+            counts[lc.verdict] = counts.get(lc.verdict, 0) + 1
+        items.append(f"{len(rep.layers)} check(s): " + ", ".join(f"{n} {_e(v)}" for v, n in sorted(counts.items())))
+        worst = max(rep.layers, key=lambda lc: (lc.seq_err / lc.seq_tol) if lc.seq_tol > 0 else -1.0)
+        if worst.seq_tol > 0:
+            items.append(f"largest sequence error against its tolerance: {_e(worst.name)} {_num(worst.seq_err)} "
+                         f"of {_num(worst.seq_tol)}")
+    if c.diagnosis is not None:
+        items.append(f"diagnosis: {_e(c.diagnosis.verdict)} over {len(c.diagnosis.layers)} layer(s)")
+    if c.error:
+        items.append(f"refused or failed: {_e(c.error)}")
+    if c.notes:
+        items.append(f"{len(c.notes)} note(s) below")
+    return "<div class='summary'><ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul></div>"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # sections
 
@@ -134,7 +263,7 @@ def _layers_table(ckpt) -> str:
     cols = [c for c in cols if any(c in r for r in rows)]
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{_e(r.get(c, '–'))}</td>" for c in cols) + "</tr>" for r in rows)
-    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _params_table(src, dst) -> str:
@@ -159,6 +288,8 @@ def _params_table(src, dst) -> str:
                         what = "not held by the target" if b is None else f"shape {b.shape} vs {a.shape}"
                     elif np.array_equal(a, b):
                         what = "bit-exact" + ("" if a.dtype == b.dtype else f" ({a.dtype} -> {b.dtype})")
+                    elif t in ("w_ih", "w_hh", "b_ih", "b_hh") and _permuted(a, b, s.cell.value):
+                        what = f"permuted gates: {_permuted(a, b, s.cell.value)}"
                     else:
                         diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
                         rel = float((diff / np.maximum(np.abs(np.asarray(a, np.float64)), 1e-300)).max())
@@ -282,10 +413,9 @@ def render(c: Content) -> str:
              f"report</title><style>{CSS}</style></head><body>",
              f"<h1>rnnconvert {title.lower()} report <span class='badge {_e(verdict or 'none')}'>"
              f"{_e(verdict or 'not verified')}</span></h1>",
-             f"<p class='note'>rnnconvert {_e(__version__)}</p>",
-             "<h2>Source and target</h2><table>"
-             f"<tr><th>source</th><td class='mono'>{_e(c.src)}</td><td>{_e(c.src_format or '–')}</td></tr>"
-             f"<tr><th>target</th><td class='mono'>{_e(c.dst)}</td><td>{_e(c.dst_format or '–')}</td></tr></table>"]
+             f"<p class='note'>rnnconvert {_e(__version__)}</p>", _summary(c, verdict),
+             "<h2>Run</h2>" + _run_table(c),
+             "<h2>Source and target</h2>" + _files_table(c)]
     if c.error:
         parts.append(f"<h2>Refusal or error</h2><p><code>{_e(c.error)}</code></p>")
     parts.append("<h2>Layers</h2>")
