@@ -20,10 +20,13 @@ model's order. Layers (tf_keras 2.21 ``layers/``):
   layers are the identity (at inference they are in tf_keras too).
 * ``LSTM`` / ``GRU`` / ``SimpleRNN`` / ``Bidirectional`` -> ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``
   (``batch_first=True``) where torch.nn computes the cell (:func:`rnnconvert.conventions.torch_state.refusals`
-  empty) and no mask or initial state reaches the layer; otherwise ``KerasRecurrent``, a small class in the
-  same file computing the Keras equations step by step (Keras 2 ``hard_sigmoid`` = ``clip(0.2 x + 0.5, 0, 1)``,
-  reset-before GRU, ``go_backwards``, masks: a masked step keeps the state, a unidirectional layer's output
-  there is the previous output, a Bidirectional's zero). Both take the same state-dict keys in torch.nn's
+  empty but for ``go_backwards``, which reads a flipped input); a Keras mask through ``masked_run`` (written in
+  the same file: each row's unmasked steps moved together in order, run packed to their count, the outputs put
+  back per step: a masked step keeps the state (tf_keras ``backend.rnn``), so this is exact for padding anywhere;
+  a unidirectional layer's output there is the previous output, a Bidirectional's zero); otherwise
+  ``KerasRecurrent``, a small class in the same file computing the Keras equations step by step, both directions
+  in one loop (one batched product a step, the input products of all steps before it; Keras 2 ``hard_sigmoid`` =
+  ``clip(0.2 x + 0.5, 0, 1)``, reset-before GRU, ``go_backwards``, masks as above). Both take the same state-dict keys in torch.nn's
   names and gate order (``weight_ih_l0`` ``(G*H, I)``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``,
   ``*_reverse``; gates i f g o / r z n, :data:`rnnconvert.core.gates.TABLE` ``('torch', cell)``): the canonical
   arrays copied bit for bit (a Keras layer with one bias has ``bias_hh`` zeros).
@@ -152,6 +155,8 @@ class KerasRecurrent(nn.Module):
                 h, c = torch.where(m_t, h1, h), torch.where(m_t, c1, c)
                 ys.append(torch.where(m_t, h1, 0.0) if self.bidirectional else h)
         y = torch.stack(ys, 2)  # (D, B, T, H), processing order
+        if m is not None and not self.bidirectional:  # zeros before the first unmasked step (tf_keras), not h0
+            y = torch.where(m.cumsum(2) > 0, y, 0.0)
         y = torch.cat([y[0], y[1].flip(1)], -1) if D == 2 else y[0]  # the backward direction in input order
         return (y, (h, c)) if self.mode == "LSTM" else (y, h)
 '''
@@ -162,7 +167,7 @@ def masked_run(rnn, x, mask, hx=None, go_backwards=False):
     """A torch.nn LSTM/GRU/RNN (batch_first) under a Keras mask (B, T) bool, padding anywhere: a masked step keeps
     the state (tf_keras backend.rnn), so each row's unmasked steps are moved to the front in order, run packed to
     their count, and put back: the output at a step is the one of the last unmasked step at or before it (the initial
-    state before the first), a bidirectional layer's is zero where masked (tf_keras zero_output_for_mask).
+    zeros before the first), a bidirectional layer's is zero where masked (tf_keras zero_output_for_mask).
     go_backwards: the sequence read from its end, outputs in that order (Keras). Returns what rnn returns."""
     if go_backwards:
         x, mask = x.flip(1), mask.flip(1)
@@ -180,10 +185,9 @@ def masked_run(rnn, x, mask, hx=None, go_backwards=False):
     h0s = [h.new_zeros(h.shape) for h in hs] if hx is None else (list(hx) if isinstance(hx, tuple) else [hx])
     empty = (count == 0).view(1, B, 1)
     hs = [torch.where(empty, h0, h) for h, h0 in zip(hs, h0s)]  # a row with no unmasked step keeps its state
-    if D == 2:
-        y = torch.where(mask.unsqueeze(-1), y, 0.0)
-    else:
-        y = torch.where((pos >= 0).unsqueeze(-1), y, h0s[0][0].unsqueeze(1).expand_as(y))
+    # zero where masked (Bidirectional) / before a row's first unmasked step (tf_keras: the previous output starts
+    # as zeros, whatever the initial state)
+    y = torch.where((mask if D == 2 else pos >= 0).unsqueeze(-1), y, 0.0)
     return y, (tuple(hs) if isinstance(state, tuple) else hs[0])
 '''
 

@@ -3,9 +3,11 @@
 Output only: rnnconvert never reads a ``.pt2`` (``torch.export.load`` unpickles; a crafted file runs code). Users
 load what we write with ``torch.export.load(path).module()`` -- only files they trust, as for any pickle.
 
-The program is ``WholeModule`` (a class :func:`build_module` defines) exported by ``torch.export.export`` with the batch (and a free time)
-dimension dynamic; the recurrent layers are exact modules of their own (no ``nn.LSTM``/``nn.GRU``): each
-direction a ``torch._higher_order_ops.scan`` over time of the canonical equations of
+The program is ``WholeModule`` (a class :func:`build_module` defines) exported by ``torch.export.export`` with the batch and free time
+dimensions dynamic (a declared time length ``Dim.AUTO``: :func:`export`); the recurrent layers are exact modules of
+their own (issue #41): an LSTM torch computes as ``aten.mkldnn_rnn_layer`` (:func:`native_lstm`; masks by
+:func:`compact`; the program then needs a torch built with oneDNN, ``torch.backends.mkldnn.is_available()``, as the x86 wheels are), every other layer one ``torch._higher_order_ops.scan`` over time for all its directions of the
+canonical equations of
 :mod:`rnnconvert.core.reference` (gate order i f g o / r z n from :data:`rnnconvert.core.gates.TABLE`; any
 gate activation and activation of :data:`ACTS`, Keras 2 ``hard_sigmoid`` = ``clip(0.2 x + 0.5, 0, 1)``,
 reset-before and reset-after GRU, peepholes, TF1 cell and projection clips, forget bias), so ``.pt2`` refuses
@@ -85,14 +87,14 @@ def compact(torch, x, mask):
     return xc, pos, mask.to(torch.int64).sum(1)
 
 
-def uncompact(torch, yc, pos, h0, zero_masked: bool, mask):
+def uncompact(torch, yc, pos, zero_masked: bool, mask):
     """The step-by-step outputs from the compacted run's ``yc`` ``(B, T, H)`` (:func:`compact`): at each step the
-    state after the last unmasked step (``h0`` before the first); zeros at masked steps where ``zero_masked``
-    (a Bidirectional's, tf_keras ``zero_output_for_mask``)."""
+    output of the last unmasked step, zeros before the first (tf_keras ``backend.rnn``: the previous output starts
+    as zeros, whatever the initial state); zeros at every masked step where ``zero_masked`` (a Bidirectional's,
+    tf_keras ``zero_output_for_mask``)."""
     got = torch.gather(yc, 1, pos.clamp(min=0).unsqueeze(-1).expand(-1, -1, yc.shape[-1]))
-    if zero_masked:
-        return torch.where(mask.unsqueeze(-1), got, torch.zeros_like(got))
-    return torch.where((pos >= 0).unsqueeze(-1), got, h0.unsqueeze(1).expand_as(got))
+    keep = mask if zero_masked else pos >= 0
+    return torch.where(keep.unsqueeze(-1), got, 0.0)
 
 
 def _module_class():
@@ -158,7 +160,7 @@ def _module_class():
             _, pos, count = compact(torch, x[..., :1], mask)
             last = torch.gather(y, 1, (count - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, y.shape[-1]))[:, 0]
             hT = torch.where((count > 0).unsqueeze(-1), last, h0)
-            return uncompact(torch, y, pos, h0, zero_masked, mask), hT, None
+            return uncompact(torch, y, pos, zero_masked, mask), hT, None
 
         def layer_scan(self, xin, m, k: int, zero_masked: bool, h0, c0):
             """The scan over time of layer ``k``: ``xin`` ``(T, D, B, G*H)`` (input products, processing order),
@@ -237,6 +239,8 @@ def _module_class():
                     return ((hk, torch.where(mt, c1, c)) if lstm else (hk,)), y
 
                 carry, ys = scan(stepf, (h0, c0) if lstm else (h0,), xs + (m,))
+                if not zero_masked:  # before a row's first unmasked step the output is zeros (tf_keras), not h0
+                    ys = torch.where(torch.cumsum(m.to(torch.int32), 0) > 0, ys, 0.0)
             hT, cT = carry[0], carry[-1] if lstm else c0
             return ys, hT, cT
 
