@@ -158,3 +158,12 @@ def test_emitted_module_any_padding_other_length_matches_tf_keras(path, tmp_path
              and pt2_write.native_lstm(n.layer)]
     if exact:
         assert "masked_run(self." in em.source and "nn.LSTM(" in em.source
+
+
+def test_pt2_write_states_the_input_dims(tmp_path):
+    """The conversion's note and the file itself (``extra_files``) say the declared time axis is free."""
+    rep = rnnconvert.convert(FIX / "keras_whole" / "whole_masked_stack.h5", tmp_path / "m.pt2", verify=None)
+    assert any("'feats' (B, T, 5)" in n for n in rep.notes), rep.notes
+    xf = {"rnnconvert_inputs.txt": ""}
+    torch.export.load(str(tmp_path / "m.pt2"), extra_files=xf)
+    assert "'feats' (B, T, 5)" in xf["rnnconvert_inputs.txt"]

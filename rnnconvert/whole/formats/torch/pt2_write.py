@@ -650,8 +650,8 @@ def _example_steps(graph: keras_graph.Graph, module) -> int:
 
 def export(graph: keras_graph.Graph):
     """``torch.export.export`` of :func:`build_module` on example inputs (batch 2; a free time dimension at
-    :func:`_example_steps`, a declared one at its declared length), the batch and free dimensions dynamic and the
-    declared dimensions ``Dim.AUTO``: free wherever the model computes every length (a declared time axis is a
+    :func:`_example_steps`, a declared one at its declared length), the batch and free dimensions dynamic and a
+    declared time (first) dimension ``Dim.AUTO``: free wherever the model computes every length (a declared time axis is a
     length Keras built the model at, not one it needs), fixed where a layer needs that size (``Flatten`` or a
     ``Reshape`` over time, a declared ``RepeatVector``...); :func:`free_dims` says which stayed free."""
     torch = require("torch", "torch")
@@ -663,7 +663,7 @@ def export(graph: keras_graph.Graph):
         args.append(torch.ones(dims, dtype=torch.int32) if emb is not None else torch.zeros(dims))
         spec = {0: torch.export.Dim.DYNAMIC}
         spec.update({i + 1: torch.export.Dim.DYNAMIC if d is None else torch.export.Dim.AUTO
-                     for i, d in enumerate(shape)})
+                     for i, d in enumerate(shape) if d is None or i == 0})  # declared features stay static
         dyn.append(spec)
     torch._dynamo.reset()  # a scan traced for an earlier program (a fixed time length) must not be reused
     with torch.no_grad():
@@ -692,14 +692,21 @@ def dims_note(graph: keras_graph.Graph, ep) -> str:
 
 
 def write(ckpt: Checkpoint, path, *, recurrent_only: bool = False, whole_model: Any = None, **_: Any) -> list[str]:
-    """Write the ``torch.export`` program (module docstring) to ``path``; one line says how to load it.
-    Assumes :func:`check` passed."""
+    """Write the ``torch.export`` program (module docstring) to ``path``; one line says how to load it, one the
+    program's input dimensions (:func:`dims_note`). The latter and, with strided layers, the lengths the program
+    does not run are also stored in the file as ``extra_files["rnnconvert_inputs.txt"]`` (``torch.export.load(f,
+    extra_files={"rnnconvert_inputs.txt": ""})`` fills it). Assumes :func:`check` passed."""
     torch = require("torch", "torch")
     graph = graph_of(ckpt, whole_model, recurrent_only)
     try:
         ep = export(graph)
-        with open(path, "wb") as fh:
-            torch.export.save(ep, fh)
+        limits = [dims_note(graph, ep)]
+        steps = program_steps(graph)
+        if steps is not None:
+            limits.append(f"strided layers shrink the time axis: lengths at which some layer's time axis is one "
+                          f"step or none are not run (exported at {steps} steps)")
+        with open(path, "wb") as fh:  # the limits also inside the file, for whoever loads it
+            torch.export.save(ep, fh, extra_files={"rnnconvert_inputs.txt": "\n".join(limits) + "\n"})
     except (RNNConvertError, OSError):  # an OSError is the output's (a full disk): the engine reports it
         raise
     except Exception as exc:  # noqa: BLE001 - tracing a module built from an untrusted config: one line, not a trace
@@ -709,4 +716,4 @@ def write(ckpt: Checkpoint, path, *, recurrent_only: bool = False, whole_model: 
                                "--recurrent-only") from exc
     ins = ", ".join(n for n, *_ in graph.inputs)
     return [f"'{graph.name}': torch.export.load(path).module()({ins}) -> tuple of {len(graph.outputs)} output(s) "
-            "(load only files you trust: torch.export.load unpickles)", dims_note(graph, ep)]
+            "(load only files you trust: torch.export.load unpickles)", limits[0]]
