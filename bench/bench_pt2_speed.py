@@ -125,8 +125,8 @@ def main():
             t_pt2, y_pt2 = timed(lambda: prog(xt)[0].numpy(), a.repeat)
             t_mod, y_mod = timed(lambda: mod(xt).numpy(), a.repeat)
         t_k, y_k = timed(lambda: km.predict_on_batch(x), max(1, a.repeat // 2))
-        err = {k: float(np.abs(np.asarray(v, np.float64) - y_k).max()) if np.shape(v) == np.shape(y_k) else np.nan for k, v in
-               (("ort", y_ort), ("pt2", y_pt2), ("mod", y_mod))}
+        err = {k: float(np.abs(np.asarray(v, np.float64) - y_k).max()) if np.shape(v) == np.shape(y_k) else np.nan
+               for k, v in (("ort", y_ort), ("pt2", y_pt2), ("mod", y_mod))}
         print(f"| {name} | {t_ort * 1e3:.0f} ms | {t_pt2 * 1e3:.0f} ms | {t_mod * 1e3:.0f} ms | {t_k * 1e3:.0f} ms | "
               f"{t_pt2 / t_ort:.2f}x | {t_mod / t_ort:.2f}x | {err['pt2']:.1e} (ort {err['ort']:.1e}, module "
               f"{err['mod']:.1e}) |  <!-- conversions {conv:.1f} s -->", flush=True)

@@ -26,9 +26,9 @@ model's order. Layers (tf_keras 2.21 ``layers/``):
   a unidirectional layer's output there is the previous output, a Bidirectional's zero); otherwise
   ``KerasRecurrent``, a small class in the same file computing the Keras equations step by step, both directions
   in one loop (one batched product a step, the input products of all steps before it; Keras 2 ``hard_sigmoid`` =
-  ``clip(0.2 x + 0.5, 0, 1)``, reset-before GRU, ``go_backwards``, masks as above). Both take the same state-dict keys in torch.nn's
-  names and gate order (``weight_ih_l0`` ``(G*H, I)``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``,
-  ``*_reverse``; gates i f g o / r z n, :data:`rnnconvert.core.gates.TABLE` ``('torch', cell)``): the canonical
+  ``clip(0.2 x + 0.5, 0, 1)``, reset-before GRU, ``go_backwards``, masks as above). Both take the same
+  state-dict keys in torch.nn's names and gate order (``weight_ih_l0`` ``(G*H, I)``, ``weight_hh_l0``,
+  ``bias_ih_l0``, ``bias_hh_l0``, ``*_reverse``; gates i f g o / r z n, :data:`rnnconvert.core.gates.TABLE` ``('torch', cell)``): the canonical
   arrays copied bit for bit (a Keras layer with one bias has ``bias_hh`` zeros).
 * Parameter-free layers (activations, merges, reshapes, pooling, masking) are expressions in ``forward``.
 

@@ -3,11 +3,12 @@
 Output only: rnnconvert never reads a ``.pt2`` (``torch.export.load`` unpickles; a crafted file runs code). Users
 load what we write with ``torch.export.load(path).module()`` -- only files they trust, as for any pickle.
 
-The program is ``WholeModule`` (a class :func:`build_module` defines) exported by ``torch.export.export`` with the batch and free time
-dimensions dynamic (a declared time length ``Dim.AUTO``: :func:`export`); the recurrent layers are exact modules of
-their own (issue #41): an LSTM torch computes as ``aten.mkldnn_rnn_layer`` (:func:`native_lstm`; masks by
-:func:`compact`; the program then needs a torch built with oneDNN, ``torch.backends.mkldnn.is_available()``, as the x86 wheels are), every other layer one ``torch._higher_order_ops.scan`` over time for all its directions of the
-canonical equations of
+The program is ``WholeModule`` (a class :func:`build_module` defines) exported by ``torch.export.export`` with
+the batch and free time dimensions dynamic (a declared time length ``Dim.AUTO``: :func:`export`); the recurrent
+layers are exact modules of their own (issue #41): an LSTM torch computes as ``aten.mkldnn_rnn_layer``
+(:func:`native_lstm`; masks by :func:`compact`; the program then needs a torch built with oneDNN,
+``torch.backends.mkldnn.is_available()``, as the x86 wheels are), every other layer one
+``torch._higher_order_ops.scan`` over time for all its directions of the canonical equations of
 :mod:`rnnconvert.core.reference` (gate order i f g o / r z n from :data:`rnnconvert.core.gates.TABLE`; any
 gate activation and activation of :data:`ACTS`, Keras 2 ``hard_sigmoid`` = ``clip(0.2 x + 0.5, 0, 1)``,
 reset-before and reset-after GRU, peepholes, TF1 cell and projection clips, forget bias), so ``.pt2`` refuses
@@ -180,7 +181,8 @@ def _module_class():
             if a is not None:
                 gates = [g in gate_cols for g in range(G)]
                 scale = torch.tensor([a if g else 1.0 for g in gates], dtype=xin.dtype).repeat_interleave(H)
-                xin = xin * scale + torch.tensor([0.5 if g else 0.0 for g in gates], dtype=xin.dtype).repeat_interleave(H)
+                offset = torch.tensor([0.5 if g else 0.0 for g in gates], dtype=xin.dtype).repeat_interleave(H)
+                xin = xin * scale + offset
                 whhT = whhT * scale
                 gact = lambda z: torch.clamp(z, 0.0, 1.0)  # noqa: E731
             else:
@@ -651,8 +653,8 @@ def _example_steps(graph: keras_graph.Graph, module) -> int:
 def export(graph: keras_graph.Graph):
     """``torch.export.export`` of :func:`build_module` on example inputs (batch 2; a free time dimension at
     :func:`_example_steps`, a declared one at its declared length), the batch and free dimensions dynamic and a
-    declared time (first) dimension ``Dim.AUTO``: free wherever the model computes every length (a declared time axis is a
-    length Keras built the model at, not one it needs), fixed where a layer needs that size (``Flatten`` or a
+    declared time (first) dimension ``Dim.AUTO``: free wherever the model computes every length (a declared time
+    axis is a length Keras built the model at, not one it needs), fixed where a layer needs that size (``Flatten`` or a
     ``Reshape`` over time, a declared ``RepeatVector``...); :func:`free_dims` says which stayed free."""
     torch = require("torch", "torch")
     m = build_module(graph).eval()
