@@ -67,11 +67,12 @@ def test_emitted_module_matches_tf_keras(path, tmp_path):
 
 def test_emitted_source_is_deterministic_and_readable():
     """Two emissions give the same bytes; layers are attributes named after the Keras layers; nn.LSTM where torch
-    computes the cell, the KerasRecurrent class where it cannot (hard_sigmoid gates, masks, reset-before GRU)."""
+    computes the cell (under a mask too, issue #41), the KerasRecurrent class where it cannot (hard_sigmoid gates,
+    reset-before GRU)."""
     _, _, g = _graph(FIX / "whole_graph" / "whole30_masked_bidir.h5")
     a, b = module_write.emit(g, "x.h5"), module_write.emit(g, "x.h5")
     assert a.source == b.source and module_write.state_bytes(a.state) == module_write.state_bytes(b.state)
-    assert "self.bilstm = KerasRecurrent('LSTM', 5, 3, bidirectional=True)" in a.source
+    assert "self.bilstm = nn.LSTM(5, 3, batch_first=True, bidirectional=True)" in a.source
     assert "self.gru = KerasRecurrent('GRU', 3, 4, reset_after=False)" in a.source
     assert "self.head = nn.Linear(5, 2)" in a.source and "def forward(self, tokens):" in a.source
     _, _, g = _graph(FIX / "whole_graph" / "whole30_layer_zoo.h5")

@@ -20,12 +20,15 @@ model's order. Layers (tf_keras 2.21 ``layers/``):
   layers are the identity (at inference they are in tf_keras too).
 * ``LSTM`` / ``GRU`` / ``SimpleRNN`` / ``Bidirectional`` -> ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``
   (``batch_first=True``) where torch.nn computes the cell (:func:`rnnconvert.conventions.torch_state.refusals`
-  empty) and no mask or initial state reaches the layer; otherwise ``KerasRecurrent``, a small class in the
-  same file computing the Keras equations step by step (Keras 2 ``hard_sigmoid`` = ``clip(0.2 x + 0.5, 0, 1)``,
-  reset-before GRU, ``go_backwards``, masks: a masked step keeps the state, a unidirectional layer's output
-  there is the previous output, a Bidirectional's zero). Both take the same state-dict keys in torch.nn's
-  names and gate order (``weight_ih_l0`` ``(G*H, I)``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``,
-  ``*_reverse``; gates i f g o / r z n, :data:`rnnconvert.core.gates.TABLE` ``('torch', cell)``): the canonical
+  empty but for ``go_backwards``, which reads a flipped input); a Keras mask through ``masked_run`` (written in
+  the same file: each row's unmasked steps moved together in order, run packed to their count, the outputs put
+  back per step: a masked step keeps the state (tf_keras ``backend.rnn``), so this is exact for padding anywhere;
+  a unidirectional layer's output there is the previous output, a Bidirectional's zero); otherwise
+  ``KerasRecurrent``, a small class in the same file computing the Keras equations step by step, both directions
+  in one loop (one batched product a step, the input products of all steps before it; Keras 2 ``hard_sigmoid`` =
+  ``clip(0.2 x + 0.5, 0, 1)``, reset-before GRU, ``go_backwards``, masks as above). Both take the same
+  state-dict keys in torch.nn's names and gate order (``weight_ih_l0`` ``(G*H, I)``, ``weight_hh_l0``,
+  ``bias_ih_l0``, ``bias_hh_l0``, ``*_reverse``; gates i f g o / r z n, :data:`rnnconvert.core.gates.TABLE` ``('torch', cell)``): the canonical
   arrays copied bit for bit (a Keras layer with one bias has ``bias_hh`` zeros).
 * Parameter-free layers (activations, merges, reshapes, pooling, masking) are expressions in ``forward``.
 
@@ -111,61 +114,85 @@ class KerasRecurrent(nn.Module):
         for p in self.parameters():
             nn.init.uniform_(p, -bound, bound)
 
-    def step(self, x_t, h, c, sfx):
-        """One step: x_t (B, G*H) = x W_ih^T + b_ih precomputed; returns (h, c)."""
-        gate, act = ACTIVATIONS[self.gate_activation], ACTIVATIONS[self.activation]
-        w_hh, b_hh = getattr(self, "weight_hh_l0" + sfx), getattr(self, "bias_hh_l0" + sfx)
-        H = self.hidden_size
-        if self.mode == "LSTM":
-            z = x_t + h @ w_hh.t() + b_hh
-            i, f, g, o = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
-            c = gate(f) * c + gate(i) * act(g)
-            return gate(o) * act(c), c
-        if self.mode == "GRU":
-            hr = h @ w_hh.t() + b_hh
-            r = gate(x_t[:, :H] + hr[:, :H])
-            z = gate(x_t[:, H:2 * H] + hr[:, H:2 * H])
-            if self.reset_after:  # Keras reset_after=True, torch.nn.GRU
-                n = act(x_t[:, 2 * H:] + r * hr[:, 2 * H:])
-            else:  # Keras reset_after=False: the reset gate before the recurrent matmul
-                n = act(x_t[:, 2 * H:] + (r * h) @ w_hh[2 * H:].t() + b_hh[2 * H:])
-            return (1.0 - z) * n + z * h, c
-        return act(x_t + h @ w_hh.t() + b_hh), c
-
-    def direction(self, x, h, c, mask, sfx, reverse, zero_masked):
-        xin = x @ getattr(self, "weight_ih_l0" + sfx).t() + getattr(self, "bias_ih_l0" + sfx)
-        steps = range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1])
-        ys = []
-        for t in steps:
-            h1, c1 = self.step(xin[:, t], h, c, sfx)
-            if mask is None:
-                h, c = h1, c1
-                ys.append(h)
-            else:
-                m = mask[:, t].unsqueeze(-1)
-                h, c = torch.where(m, h1, h), torch.where(m, c1, c)
-                ys.append(torch.where(m, h1, torch.zeros_like(h1)) if zero_masked else h)
-        return torch.stack(ys, 1), h, c
-
     def forward(self, x, hx=None, mask=None):
-        B, H = x.shape[0], self.hidden_size
-        D = 2 if self.bidirectional else 1
+        B, H, T = x.shape[0], self.hidden_size, x.shape[1]
+        sfxs = self.suffixes()
+        D = len(sfxs)
         if hx is None:
             h0 = c0 = x.new_zeros(D, B, H)
         else:
             h0, c0 = hx if self.mode == "LSTM" else (hx, x.new_zeros(D, B, H))
-        outs, hs, cs = [], [], []
-        for d, sfx in enumerate(self.suffixes()):
-            reverse = d == 1 or self.go_backwards
-            y, h, c = self.direction(x, h0[d], c0[d], mask, sfx, reverse, self.bidirectional)
-            outs.append(y.flip(1) if d == 1 else y)  # the backward direction in input order
-            hs.append(h)
-            cs.append(c)
-        y, h_n, c_n = torch.cat(outs, -1), torch.stack(hs), torch.stack(cs)
-        return (y, (h_n, c_n)) if self.mode == "LSTM" else (y, h_n)
+        rev = [d == 1 or self.go_backwards for d in range(D)]  # each direction read in its processing order
+        # the input products of every step in one product per direction, before the loop: (D, B, T, G*H)
+        xin = torch.stack([(x.flip(1) if r else x) @ getattr(self, "weight_ih_l0" + sfx).t()
+                           + getattr(self, "bias_ih_l0" + sfx) for r, sfx in zip(rev, sfxs)])
+        w_hh = torch.stack([getattr(self, "weight_hh_l0" + sfx).t() for sfx in sfxs])  # (D, H, G*H)
+        b_hh = torch.stack([getattr(self, "bias_hh_l0" + sfx) for sfx in sfxs]).unsqueeze(1)  # (D, 1, G*H)
+        m = None if mask is None else torch.stack([mask.flip(1) if r else mask for r in rev]).unsqueeze(-1)
+        gate, act = ACTIVATIONS[self.gate_activation], ACTIVATIONS[self.activation]
+        h, c, ys = h0, c0, []
+        for t in range(T):  # both directions at once: one batched product per step
+            x_t = xin[:, :, t]
+            if self.mode == "LSTM":
+                i, f, g, o = torch.baddbmm(b_hh, h, w_hh).add_(x_t).chunk(4, -1)
+                c1 = gate(f) * c + gate(i) * act(g)
+                h1 = gate(o) * act(c1)
+            elif self.mode == "GRU" and self.reset_after:  # Keras reset_after=True, torch.nn.GRU
+                hr = torch.baddbmm(b_hh, h, w_hh)
+                r, z = gate(x_t[..., :2 * H] + hr[..., :2 * H]).chunk(2, -1)
+                h1, c1 = torch.lerp(act(x_t[..., 2 * H:] + r * hr[..., 2 * H:]), h, z), c  # (1 - z) n + z h
+            elif self.mode == "GRU":  # Keras reset_after=False: the reset gate before the recurrent product of n
+                r, z = gate(torch.baddbmm(b_hh[..., :2 * H], h, w_hh[..., :2 * H]).add_(x_t[..., :2 * H])).chunk(2, -1)
+                n = act(torch.baddbmm(b_hh[..., 2 * H:], r * h, w_hh[..., 2 * H:]).add_(x_t[..., 2 * H:]))
+                h1, c1 = torch.lerp(n, h, z), c
+            else:
+                h1, c1 = act(torch.baddbmm(b_hh, h, w_hh).add_(x_t)), c
+            if m is None:
+                h, c = h1, c1
+                ys.append(h)
+            else:  # a masked step keeps the state; its output: the previous one, a Bidirectional's zero
+                m_t = m[:, :, t]
+                h, c = torch.where(m_t, h1, h), torch.where(m_t, c1, c)
+                ys.append(torch.where(m_t, h1, 0.0) if self.bidirectional else h)
+        y = torch.stack(ys, 2)  # (D, B, T, H), processing order
+        if m is not None and not self.bidirectional:  # zeros before the first unmasked step (tf_keras), not h0
+            y = torch.where(m.cumsum(2) > 0, y, 0.0)
+        y = torch.cat([y[0], y[1].flip(1)], -1) if D == 2 else y[0]  # the backward direction in input order
+        return (y, (h, c)) if self.mode == "LSTM" else (y, h)
 '''
 
-_RESERVED = {"self", "torch", "nn", "F", "hard_sigmoid", "ACTIVATIONS", "KerasRecurrent", CLASS}
+_MASKED = '''
+
+def masked_run(rnn, x, mask, hx=None, go_backwards=False):
+    """A torch.nn LSTM/GRU/RNN (batch_first) under a Keras mask (B, T) bool, padding anywhere: a masked step keeps
+    the state (tf_keras backend.rnn), so each row's unmasked steps are moved to the front in order, run packed to
+    their count, and put back: the output at a step is the one of the last unmasked step at or before it (the initial
+    zeros before the first), a bidirectional layer's is zero where masked (tf_keras zero_output_for_mask).
+    go_backwards: the sequence read from its end, outputs in that order (Keras). Returns what rnn returns."""
+    if go_backwards:
+        x, mask = x.flip(1), mask.flip(1)
+    B, T = mask.shape
+    order = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)
+    xc = torch.gather(x, 1, order.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+    count = mask.sum(1)
+    packed = nn.utils.rnn.pack_padded_sequence(xc, count.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+    yp, state = rnn(packed, hx)
+    yc, _ = nn.utils.rnn.pad_packed_sequence(yp, batch_first=True, total_length=T)
+    pos = mask.long().cumsum(1) - 1
+    y = torch.gather(yc, 1, pos.clamp(min=0).unsqueeze(-1).expand(-1, -1, yc.shape[-1]))
+    D = 2 if rnn.bidirectional else 1
+    hs = list(state) if isinstance(state, tuple) else [state]
+    h0s = [h.new_zeros(h.shape) for h in hs] if hx is None else (list(hx) if isinstance(hx, tuple) else [hx])
+    empty = (count == 0).view(1, B, 1)
+    hs = [torch.where(empty, h0, h) for h, h0 in zip(hs, h0s)]  # a row with no unmasked step keeps its state
+    # zero where masked (Bidirectional) / before a row's first unmasked step (tf_keras: the previous output starts
+    # as zeros, whatever the initial state)
+    y = torch.where((mask if D == 2 else pos >= 0).unsqueeze(-1), y, 0.0)
+    return y, (tuple(hs) if isinstance(state, tuple) else hs[0])
+'''
+
+
+_RESERVED = {"self", "torch", "nn", "F", "hard_sigmoid", "ACTIVATIONS", "KerasRecurrent", "masked_run", CLASS}
 
 
 def _identifier(name: str) -> str:
@@ -462,7 +489,8 @@ class _Emitter:
                 keras_graph.refuse(node.path, node.cls, f"recurrent activation {a!r} in an emitted module")
         H, D = layer.hidden_size, layer.num_directions
         init = xs[1:]
-        native = not torch_state.refusals(layer) and mask is None
+        backwards = bool(s.go_backwards and not layer.bidirectional)  # torch.nn reads a flipped sequence
+        native = not [w for w in torch_state.refusals(layer) if not w.startswith("go_backwards")]
         st = {}
         for d, p in enumerate(layer.params[0]):
             sfx = "_reverse" if d else ""
@@ -501,9 +529,16 @@ class _Emitter:
                 keras_graph.refuse(node.path, node.cls, "a Bidirectional layer with initial_state")
             hx = f"({init[0]}.unsqueeze(0), {init[1]}.unsqueeze(0))" if mode == "LSTM" else f"{init[0]}.unsqueeze(0)"
             args.append(hx)
-        if mask is not None:
-            args.append(f"mask={mask}")
-        call = f"self.{a}({', '.join(args)})"
+        if native and mask is not None:
+            self.helpers.add("masked_run")
+            call = f"masked_run(self.{a}, {x}, {mask}" + (f", {args[1]}" if init else "") + \
+                (", go_backwards=True" if backwards else "") + ")"
+        else:
+            if native and backwards:
+                args[0] = f"{x}.flip(1)"  # go_backwards: read from the end, outputs in that order (Keras)
+            if mask is not None:
+                args.append(f"mask={mask}")
+            call = f"self.{a}({', '.join(args)})"
         if mode == "LSTM":
             cn = self.vars.get(f"{base}_c")
             self.emit(f"{y}, ({hn}, {cn}) = {call}", node)
@@ -571,6 +606,8 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
         lines.append(_HARD_SIGMOID.rstrip("\n"))
     if "KerasRecurrent" in e.helpers:
         lines.append(_RECURRENT.rstrip("\n"))
+    if "masked_run" in e.helpers:
+        lines.append(_MASKED.rstrip("\n"))
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
     lines += ["", "", f"class {CLASS}(nn.Module):",
               f'    """The Keras model {text(graph.name)!r}: layers as attributes named after the Keras layers, forward '

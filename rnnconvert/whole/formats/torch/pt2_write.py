@@ -3,9 +3,12 @@
 Output only: rnnconvert never reads a ``.pt2`` (``torch.export.load`` unpickles; a crafted file runs code). Users
 load what we write with ``torch.export.load(path).module()`` -- only files they trust, as for any pickle.
 
-The program is ``WholeModule`` (a class :func:`build_module` defines) exported by ``torch.export.export`` with the batch (and a free time)
-dimension dynamic; the recurrent layers are exact modules of their own (no ``nn.LSTM``/``nn.GRU``): each
-direction a ``torch._higher_order_ops.scan`` over time of the canonical equations of
+The program is ``WholeModule`` (a class :func:`build_module` defines) exported by ``torch.export.export`` with
+the batch and free time dimensions dynamic (a declared time length ``Dim.AUTO``: :func:`export`); the recurrent
+layers are exact modules of their own (issue #41): an LSTM torch computes as ``aten.mkldnn_rnn_layer``
+(:func:`native_lstm`; masks by :func:`compact`; the program then needs a torch built with oneDNN,
+``torch.backends.mkldnn.is_available()``, as the x86 wheels are), every other layer one
+``torch._higher_order_ops.scan`` over time for all its directions of the canonical equations of
 :mod:`rnnconvert.core.reference` (gate order i f g o / r z n from :data:`rnnconvert.core.gates.TABLE`; any
 gate activation and activation of :data:`ACTS`, Keras 2 ``hard_sigmoid`` = ``clip(0.2 x + 0.5, 0, 1)``,
 reset-before and reset-after GRU, peepholes, TF1 cell and projection clips, forget bias), so ``.pt2`` refuses
@@ -37,6 +40,8 @@ from ....core.model import Cell, Checkpoint, RNNLayer
 from ....errors import RNNConvertError, UnsupportedError, require
 
 ROUTE = "torch.export"
+#: hard sigmoid gate activations ``clip(a z + 0.5, 0, 1)`` by their slope ``a`` (Keras 2's and Keras 3's)
+HARD = {"hard_sigmoid": 0.2, "hard_sigmoid_k3": 1.0 / 6.0}
 #: activations the recurrent modules compute (our names, :data:`rnnconvert.core.reference.ACT`)
 ACTS = ("sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "hard_sigmoid_k3", "softsign")
 
@@ -60,110 +65,220 @@ def refusals(layer: RNNLayer) -> list[str]:
     return [f"activation '{a}' is not built" for a in (s.gate_activation, s.activation) if a not in ACTS]
 
 
+def native_lstm(layer: RNNLayer) -> bool:
+    """Whether ``layer`` is an LSTM that ``torch.ops.aten.mkldnn_rnn_layer`` (torch's own oneDNN LSTM kernel, what
+    ``nn.LSTM`` runs on the CPU) computes exactly: sigmoid gates, tanh, no peepholes, clips, projection or
+    run-time forget bias. ``.pt2`` programs run such layers as that one op per direction (a free time axis; the
+    op has a fake-tensor rule, unlike ``aten.lstm``, whose export unrolls time) when oneDNN is built in."""
+    s = layer.semantics
+    return (layer.cell is Cell.LSTM and s.gate_activation == "sigmoid" and s.activation == "tanh"
+            and not s.forget_bias and s.cell_clip is None and s.proj_clip is None and not layer.proj_size
+            and all(p.peep is None for dirs in layer.params for p in dirs))
+
+
+def compact(torch, x, mask):
+    """Keras masking as a sequence without masked steps: ``x`` ``(B, T, F)`` with each row's unmasked steps moved
+    to the front in order (a stable sort of ``~mask``), ``pos`` ``(B, T)`` the index among them of the last
+    unmasked step at or before each step (-1 before the first) and ``count`` ``(B,)``. A masked step keeps the
+    state (tf_keras ``backend.rnn``), so a run over the compacted rows has, at compacted step ``pos[t]``, the state
+    the step-by-step run has at ``t``, whatever the padding (front, end or inside)."""
+    order = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)
+    xc = torch.gather(x, 1, order.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+    pos = torch.cumsum(mask.to(torch.int64), 1) - 1
+    return xc, pos, mask.to(torch.int64).sum(1)
+
+
+def uncompact(torch, yc, pos, zero_masked: bool, mask):
+    """The step-by-step outputs from the compacted run's ``yc`` ``(B, T, H)`` (:func:`compact`): at each step the
+    output of the last unmasked step, zeros before the first (tf_keras ``backend.rnn``: the previous output starts
+    as zeros, whatever the initial state); zeros at every masked step where ``zero_masked`` (a Bidirectional's,
+    tf_keras ``zero_output_for_mask``)."""
+    got = torch.gather(yc, 1, pos.clamp(min=0).unsqueeze(-1).expand(-1, -1, yc.shape[-1]))
+    keep = mask if zero_masked else pos >= 0
+    return torch.where(keep.unsqueeze(-1), got, 0.0)
+
+
 def _module_class():
     torch = require("torch", "torch")
     from torch._higher_order_ops.scan import scan
 
     class Recurrent(torch.nn.Module):
-        """One canonical recurrent layer (every stacked layer, every direction) in exact equations."""
+        """One canonical recurrent layer (every stacked layer, every direction) in exact equations: an exact
+        torch.nn LSTM as oneDNN's kernel (:func:`native_lstm`), any other cell as one ``scan`` over time for both
+        directions at once (weights stacked ``(D, ...)``, one batched product per step; the input products of all
+        steps in one product before it)."""
 
         def __init__(self, layer: RNNLayer):
             super().__init__()
             self.cell, self.H, self.sem = layer.cell, layer.hidden_size, layer.semantics
             self.D, self.L = layer.num_directions, layer.num_layers
             self.proj = bool(layer.proj_size)
+            self.native = native_lstm(layer) and torch.backends.mkldnn.is_available()
+            H = self.H
             for k, dirs in enumerate(layer.params):
                 for d, p in enumerate(dirs):
                     for key, a in p.arrays().items():
                         if a is not None:
                             self.register_buffer(f"l{k}_d{d}_{key}", torch.from_numpy(np.array(a, np.float32)))
-            self.keys = {(k, d): set(p.arrays()) for k, dirs in enumerate(layer.params) for d, p in enumerate(dirs)}
+                self.register_buffer(f"l{k}_whhT", torch.stack([torch.from_numpy(np.array(p.w_hh, np.float32)).t()
+                                                                for p in dirs]).contiguous())
+                b = np.stack([np.zeros(p.w_hh.shape[0], np.float32) if p.b_hh is None else np.array(p.b_hh, np.float32)
+                              for p in dirs])
+                fold = b.copy()  # the part of b_hh added to the input products before the scan (outside the gates)
+                if layer.cell is Cell.GRU and layer.semantics.reset_after:
+                    fold[:, 2 * H:] = 0.0
+                    b[:, :2 * H] = 0.0
+                self.register_buffer(f"l{k}_bfold", torch.from_numpy(fold).unsqueeze(1))  # (D, 1, G*H)
+                self.register_buffer(f"l{k}_bhh", torch.from_numpy(b).unsqueeze(1))
+                if dirs[0].peep is not None:
+                    self.register_buffer(f"l{k}_peep", torch.stack(
+                        [torch.from_numpy(np.array(p.peep, np.float32)) for p in dirs]).unsqueeze(2))  # (D, 3, 1, H)
+                if dirs[0].w_hr is not None:
+                    self.register_buffer(f"l{k}_whrT", torch.stack(
+                        [torch.from_numpy(np.array(p.w_hr, np.float32)).t() for p in dirs]).contiguous())
+            if layer.cell is Cell.GRU and not layer.semantics.reset_after:  # the reset-before split of W_hh
+                for k in range(self.L):
+                    w = getattr(self, f"l{k}_whhT")
+                    self.register_buffer(f"l{k}_whhT_rz", w[..., :2 * H].contiguous())
+                    self.register_buffer(f"l{k}_whhT_n", w[..., 2 * H:].contiguous())
 
         def p(self, k, d, key):
             return getattr(self, f"l{k}_d{d}_{key}", None)
 
-        def direction(self, x, mask, k: int, d: int, reverse: bool, zero_masked: bool, init=None):
-            gact, act = _act(torch, self.sem.gate_activation), _act(torch, self.sem.activation)
+        def native_direction(self, x, mask, k, d, zero_masked, h0, c0):
+            """``x`` ``(B, T, I)`` in processing order through ``aten.mkldnn_rnn_layer`` (float32; ``mask``:
+            through :func:`compact`); returns ``(ys, h_T, c_T)`` (``c_T`` ``None`` with a mask)."""
+            b_hh = self.p(k, d, "b_hh")
+            if b_hh is None:
+                b_hh = torch.zeros_like(self.p(k, d, "b_ih"))
+            xs = x if mask is None else compact(torch, x, mask)[0]
+            y, hT, cT, _ = torch.ops.aten.mkldnn_rnn_layer(
+                xs.transpose(0, 1).contiguous(), self.p(k, d, "w_ih"), self.p(k, d, "w_hh"), self.p(k, d, "b_ih"),
+                b_hh, h0, c0, False, [], 2, self.H, 1, True, False, False, False)
+            y = y.transpose(0, 1)
+            if mask is None:
+                return y, hT, cT
+            _, pos, count = compact(torch, x[..., :1], mask)
+            last = torch.gather(y, 1, (count - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, y.shape[-1]))[:, 0]
+            hT = torch.where((count > 0).unsqueeze(-1), last, h0)
+            return uncompact(torch, y, pos, zero_masked, mask), hT, None
+
+        def layer_scan(self, xin, m, k: int, zero_masked: bool, h0, c0):
+            """The scan over time of layer ``k``: ``xin`` ``(T, D, B, G*H)`` (input products, processing order),
+            ``m`` ``(T, D, B, 1)`` bool or ``None``; returns ``(ys (T, D, B, out), h_T, c_T)``.
+
+            Fewest ops a step: a hard sigmoid gate ``clip(a z + 0.5, 0, 1)`` (:data:`HARD`) is one ``clamp`` of
+            ``z`` computed from the gate columns of ``W_hh`` and the input products scaled by ``a`` (and 0.5 added
+            to the latter) before the scan (not with peepholes or a forget bias, whose terms are not scaled); the
+            GRU's ``(1 - z) n + z h`` is ``lerp(n, h, z)``."""
             H, cell, s = self.H, self.cell, self.sem
-            w_hh, b_hh = self.p(k, d, "w_hh"), self.p(k, d, "b_hh")
-            b_ih, peep, w_hr = self.p(k, d, "b_ih"), self.p(k, d, "peep"), self.p(k, d, "w_hr")
-            if reverse:
-                x = x.flip(1)
-                mask = mask.flip(1) if mask is not None else None
-            xin = x @ self.p(k, d, "w_ih").t()
-            if b_ih is not None:
-                xin = xin + b_ih
-            B = x.shape[0]
-            out_size = w_hr.shape[0] if w_hr is not None else H
-            h0 = init[0] if init else x.new_zeros(B, out_size)  # Keras initial_state [h, c] / [h]
-            c0 = init[1] if init and len(init) > 1 else x.new_zeros(B, H)
-            m = (mask if mask is not None else torch.ones_like(x[..., 0], dtype=torch.bool)).unsqueeze(-1)
-            sl = {g: gate_slice(cell, g, H) for g in CANONICAL[cell]}
+            act = _act(torch, s.activation)
+            whhT, bhh = getattr(self, f"l{k}_whhT"), getattr(self, f"l{k}_bhh")
+            peep, whrT = getattr(self, f"l{k}_peep", None), getattr(self, f"l{k}_whrT", None)
+            G = whhT.shape[-1] // H
+            gate_cols = {Cell.LSTM: (0, 1, 3), Cell.GRU: (0, 1)}.get(cell, ())
+            a = HARD.get(s.gate_activation) if peep is None and not s.forget_bias and gate_cols else None
+            if a is not None:
+                gates = [g in gate_cols for g in range(G)]
+                scale = torch.tensor([a if g else 1.0 for g in gates], dtype=xin.dtype).repeat_interleave(H)
+                offset = torch.tensor([0.5 if g else 0.0 for g in gates], dtype=xin.dtype).repeat_interleave(H)
+                xin = xin * scale + offset
+                whhT = whhT * scale
+                gact = lambda z: torch.clamp(z, 0.0, 1.0)  # noqa: E731
+            else:
+                gact = _act(torch, s.gate_activation)
+            if cell is Cell.GRU:  # the r, z columns and the n columns as two scan inputs (no slicing a step)
+                w_rz, w_n = whhT[..., :2 * H].clone(), whhT[..., 2 * H:].clone()  # scan refuses aliased inputs
+                xs = (xin[..., :2 * H].clone(), xin[..., 2 * H:].clone())
+            else:
+                xs = (xin,)
 
-            def rec(h):
-                r = h @ w_hh.t()
-                return r + b_hh if b_hh is not None else r
-
-            def stepf(carry, inp):
-                h, c = carry
-                xt, mt = inp
+            def cellf(h, c, xt):
                 if cell is Cell.LSTM:
-                    zz = xt + rec(h)
-                    zi, zf, zg, zo = (zz[:, sl[g]] for g in "ifgo")
+                    zi, zf, zg, zo = torch.baddbmm(xt[0], h, whhT).chunk(4, -1)  # b_hh is in xt (bfold)
                     if peep is not None:
-                        zi = zi + peep[0] * c
-                        zf = zf + peep[1] * c
-                    c1 = gact(zf + s.forget_bias) * c + gact(zi) * act(zg)
+                        zi = zi + peep[:, 0] * c
+                        zf = zf + peep[:, 1] * c
+                    if s.forget_bias:
+                        zf = zf + s.forget_bias
+                    c1 = gact(zf) * c + gact(zi) * act(zg)
                     if s.cell_clip is not None:
                         c1 = torch.clamp(c1, -s.cell_clip, s.cell_clip)
                     if peep is not None:
-                        zo = zo + peep[2] * c1
+                        zo = zo + peep[:, 2] * c1
                     h1 = gact(zo) * act(c1)
-                    if w_hr is not None:
-                        h1 = h1 @ w_hr.t()
+                    if whrT is not None:
+                        h1 = torch.bmm(h1, whrT)
                         if s.proj_clip is not None:
                             h1 = torch.clamp(h1, -s.proj_clip, s.proj_clip)
-                elif cell is Cell.GRU:
-                    hr = rec(h)
-                    r = gact(xt[:, sl["r"]] + hr[:, sl["r"]])
-                    z = gact(xt[:, sl["z"]] + hr[:, sl["z"]])
-                    if s.reset_after:
-                        n = act(xt[:, sl["n"]] + r * hr[:, sl["n"]])
-                    else:
-                        rh = (r * h) @ w_hh[sl["n"]].t()
-                        if b_hh is not None:
-                            rh = rh + b_hh[sl["n"]]
-                        n = act(xt[:, sl["n"]] + rh)
-                    h1 = (1.0 - z) * n + z * h
-                    c1 = c
-                else:
-                    h1 = act(xt + rec(h))
-                    c1 = c
-                hk = torch.where(mt, h1, h)
-                ck = torch.where(mt, c1, c)
-                y = torch.where(mt, h1, torch.zeros_like(h1)) if zero_masked else hk.clone()
-                return (hk, ck), y
+                    return h1, c1
+                if cell is Cell.GRU:
+                    xrz, xn = xt
+                    if s.reset_after:  # b_hh of r, z in xt; b_hh of n inside the reset (bhh)
+                        hrz, hn = torch.baddbmm(bhh, h, whhT).split([2 * H, H], -1)
+                        r, z = gact(xrz + hrz).chunk(2, -1)
+                        n = act(xn + r * hn)
+                    else:  # the reset before the recurrent product of n; all of b_hh in xt
+                        r, z = gact(torch.baddbmm(xrz, h, w_rz)).chunk(2, -1)
+                        n = act(torch.baddbmm(xn, r * h, w_n))
+                    return torch.lerp(n, h, z), c  # (1 - z) n + z h
+                return act(torch.baddbmm(xt[0], h, whhT)), c
 
-            (hT, cT), ys = scan(stepf, (h0, c0), (xin.transpose(0, 1), m.transpose(0, 1)))
-            ys = ys.transpose(0, 1)
+            lstm = cell is Cell.LSTM  # the carry: (h, c) for an LSTM, (h,) otherwise (no aliased carry)
+            if m is None:
+                def stepf(carry, xt):
+                    h1, c1 = cellf(carry[0], carry[-1], xt)
+                    return ((h1, c1) if lstm else (h1,)), h1.clone()
+
+                carry, ys = scan(stepf, (h0, c0) if lstm else (h0,), xs)
+            else:
+                def stepf(carry, inp):
+                    h, c = carry[0], carry[-1]
+                    h1, c1 = cellf(h, c, inp[:-1])
+                    mt = inp[-1]
+                    hk = torch.where(mt, h1, h)
+                    y = torch.where(mt, h1, 0.0) if zero_masked else hk.clone()
+                    return ((hk, torch.where(mt, c1, c)) if lstm else (hk,)), y
+
+                carry, ys = scan(stepf, (h0, c0) if lstm else (h0,), xs + (m,))
+                if not zero_masked:  # before a row's first unmasked step the output is zeros (tf_keras), not h0
+                    ys = torch.where(torch.cumsum(m.to(torch.int32), 0) > 0, ys, 0.0)
+            hT, cT = carry[0], carry[-1] if lstm else c0
             return ys, hT, cT
 
         def forward(self, x, mask=None, sequences: bool = True, processing_order: bool = True, init=None,
                     states: bool = False):
             """``x`` (B, T, I); returns (B, T, D*out) (``sequences``) or the final states (B, D*out); ``init``: Keras'
             ``initial_state`` tensors; ``states``: ``[output, h, c]`` (Keras ``return_state``)."""
+            D, H = self.D, self.H
+            backwards = self.sem.go_backwards and D == 1
+            B = x.shape[0]
             for k in range(self.L):
-                reverse = self.sem.go_backwards and self.D == 1
-                outs, lasts = [], []
-                for d in range(self.D):
-                    ys, hT, cT = self.direction(x, mask, k, d, reverse or d == 1, self.D == 2, init)
-                    if d == 1 or (reverse and not processing_order):
-                        ys = ys.flip(1)
-                    outs.append(ys)
-                    lasts.append(hT)
-                x = torch.cat(outs, -1) if self.D == 2 else outs[0]
-            y = x if sequences else (torch.cat(lasts, -1) if self.D == 2 else lasts[0])
-            return [y, hT, cT] if states else y  # return_state: one direction (keras_graph refuses two)
+                rev = [backwards or d == 1 for d in range(D)]
+                xs = [x.flip(1) if r else x for r in rev]  # each direction in its processing order
+                ms = None if mask is None else [mask.flip(1) if r else mask for r in rev]
+                w_hr = self.p(k, 0, "w_hr")
+                out_size = w_hr.shape[0] if w_hr is not None else H
+                h0 = torch.stack([init[0]] * D) if init else x.new_zeros(D, B, out_size)
+                c0 = torch.stack([init[1]] * D) if init and len(init) > 1 else x.new_zeros(D, B, H)
+                if self.native and x.dtype == torch.float32 and not (states and mask is not None):
+                    res = [self.native_direction(xs[d], None if ms is None else ms[d], k, d, D == 2, h0[d], c0[d])
+                           for d in range(D)]
+                    outs, lasts = [r[0] for r in res], [r[1] for r in res]
+                    cT = res[-1][2]
+                else:
+                    bias = getattr(self, f"l{k}_bfold")
+                    xin = torch.stack([xs[d] @ self.p(k, d, "w_ih").t() + (bias[d] if self.p(k, d, "b_ih") is None
+                                       else self.p(k, d, "b_ih") + bias[d]) for d in range(D)])  # (D, B, T, G*H)
+                    m = None if ms is None else torch.stack(ms).permute(2, 0, 1).unsqueeze(-1)  # (T, D, B, 1)
+                    ys, hT, cT = self.layer_scan(xin.permute(2, 0, 1, 3).contiguous(), m, k, D == 2, h0, c0)
+                    outs = [ys[:, d].transpose(0, 1) for d in range(D)]
+                    lasts, cT = [hT[d] for d in range(D)], cT[-1]
+                outs = [y.flip(1) if d == 1 or (backwards and not processing_order) else y
+                        for d, y in enumerate(outs)]
+                x = torch.cat(outs, -1) if D == 2 else outs[0]
+            y = x if sequences else (torch.cat(lasts, -1) if D == 2 else lasts[0])
+            return [y, lasts[-1], cT] if states else y  # return_state: one direction (keras_graph refuses two)
 
     return torch, Recurrent
 
@@ -474,7 +589,8 @@ def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = 
     keras_graph.from_config(build_module, graph)
     notes = [f"whole model written: {len(graph.nodes)} layer call(s) in one torch.export program; inputs "
              + ", ".join(f"'{n}' ({'token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
-             + "; recurrent layers as exact scan modules (masks followed step by step)"]
+             + "; recurrent layers: torch's own LSTM kernel where it computes the Keras cell (masks by moving "
+             "the unmasked steps together), else one scan over time of the Keras equations"]
     steps = program_steps(graph)
     if steps is not None:
         notes.append(f"strided layers shrink the free time axis: the program runs the lengths at which no layer's "
@@ -535,8 +651,11 @@ def _example_steps(graph: keras_graph.Graph, module) -> int:
 
 
 def export(graph: keras_graph.Graph):
-    """``torch.export.export`` of :func:`build_module` on example inputs (batch 2; a free time dimension 5),
-    batch and free dimensions dynamic."""
+    """``torch.export.export`` of :func:`build_module` on example inputs (batch 2; a free time dimension at
+    :func:`_example_steps`, a declared one at its declared length), the batch and free dimensions dynamic and a
+    declared time (first) dimension ``Dim.AUTO``: free wherever the model computes every length (a declared time
+    axis is a length Keras built the model at, not one it needs), fixed where a layer needs that size (``Flatten`` or a
+    ``Reshape`` over time, a declared ``RepeatVector``...); :func:`free_dims` says which stayed free."""
     torch = require("torch", "torch")
     m = build_module(graph).eval()
     args, dyn = [], []
@@ -545,22 +664,51 @@ def export(graph: keras_graph.Graph):
         dims = [2] + [steps if d is None else int(d) for d in shape]
         args.append(torch.ones(dims, dtype=torch.int32) if emb is not None else torch.zeros(dims))
         spec = {0: torch.export.Dim.DYNAMIC}
-        spec.update({i + 1: torch.export.Dim.DYNAMIC for i, d in enumerate(shape) if d is None})
+        spec.update({i + 1: torch.export.Dim.DYNAMIC if d is None else torch.export.Dim.AUTO
+                     for i, d in enumerate(shape) if d is None or i == 0})  # declared features stay static
         dyn.append(spec)
     torch._dynamo.reset()  # a scan traced for an earlier program (a fixed time length) must not be reused
     with torch.no_grad():
         return torch.export.export(m, tuple(args), dynamic_shapes=(tuple(dyn),))
 
 
+def free_dims(ep) -> list[list[bool]]:
+    """For each user input of the exported program ``ep``, whether each dimension is free (symbolic) in it."""
+    import torch
+
+    names = set(ep.graph_signature.user_inputs)
+    return [[isinstance(d, torch.SymInt) for d in n.meta["val"].shape]
+            for n in ep.graph.nodes if n.op == "placeholder" and n.name in names]
+
+
+def dims_note(graph: keras_graph.Graph, ep) -> str:
+    """One line on the program's input sizes: ``B`` and ``T`` where free, a number where fixed (a declared time
+    axis a layer needs, ``Flatten`` over time...)."""
+    parts = []
+    for (name, shape, _, _), free in zip(graph.inputs, free_dims(ep)):
+        dims = ["B" if i == 0 else ("T" if i == 1 else "free") if f else str(int(shape[i - 1]))
+                for i, f in enumerate(free)]
+        why = " (time fixed: a layer needs that length)" if len(free) > 1 and not free[1] else ""
+        parts.append(f"'{name}' ({', '.join(dims)}){why}")
+    return "program inputs: " + "; ".join(parts)
+
+
 def write(ckpt: Checkpoint, path, *, recurrent_only: bool = False, whole_model: Any = None, **_: Any) -> list[str]:
-    """Write the ``torch.export`` program (module docstring) to ``path``; one line says how to load it.
-    Assumes :func:`check` passed."""
+    """Write the ``torch.export`` program (module docstring) to ``path``; one line says how to load it, one the
+    program's input dimensions (:func:`dims_note`). The latter and, with strided layers, the lengths the program
+    does not run are also stored in the file as ``extra_files["rnnconvert_inputs.txt"]`` (``torch.export.load(f,
+    extra_files={"rnnconvert_inputs.txt": ""})`` fills it). Assumes :func:`check` passed."""
     torch = require("torch", "torch")
     graph = graph_of(ckpt, whole_model, recurrent_only)
     try:
         ep = export(graph)
-        with open(path, "wb") as fh:
-            torch.export.save(ep, fh)
+        limits = [dims_note(graph, ep)]
+        steps = program_steps(graph)
+        if steps is not None:
+            limits.append(f"strided layers shrink the time axis: lengths at which some layer's time axis is one "
+                          f"step or none are not run (exported at {steps} steps)")
+        with open(path, "wb") as fh:  # the limits also inside the file, for whoever loads it
+            torch.export.save(ep, fh, extra_files={"rnnconvert_inputs.txt": "\n".join(limits) + "\n"})
     except (RNNConvertError, OSError):  # an OSError is the output's (a full disk): the engine reports it
         raise
     except Exception as exc:  # noqa: BLE001 - tracing a module built from an untrusted config: one line, not a trace
@@ -570,4 +718,4 @@ def write(ckpt: Checkpoint, path, *, recurrent_only: bool = False, whole_model: 
                                "--recurrent-only") from exc
     ins = ", ".join(n for n, *_ in graph.inputs)
     return [f"'{graph.name}': torch.export.load(path).module()({ins}) -> tuple of {len(graph.outputs)} output(s) "
-            "(load only files you trust: torch.export.load unpickles)"]
+            "(load only files you trust: torch.export.load unpickles)", limits[0]]

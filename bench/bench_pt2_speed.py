@@ -1,0 +1,136 @@
+#!/usr/bin/env python
+"""Issue #41 ("Fast .pt2 and emitted modules"): one forward of whole Keras models at (2, 1000, features), side by side
+in one run: onnxruntime on rnnconvert's own ``.onnx``, the ``.pt2`` program (``torch.export.load(...).module()``), the
+emitted ``nn.Module`` (``--emit-module``) and tf_keras ``predict_on_batch`` on the source; each output's max |error|
+against tf_keras. The models are made by tf_keras here (gate-distinct random weights) plus Mycroft Precise's real
+``hey-mycroft.net`` (fixtures/realworld, Apache-2.0):
+
+* ``bigru_hs``: Masking -> Bidirectional(GRU(64, hard_sigmoid gates, reset_after=False), sequences) -> Dense(3): a
+  cell torch.nn cannot compute (the scan form); inputs padded at the end of one row and inside the other.
+* ``bigru``: the same with a standard GRU (sigmoid, reset_after=True).
+* ``conv_lstm``: Conv1D(32, 5, same, relu) -> LSTM(64, sequences) -> Dense(3): torch's own LSTM kernel.
+* ``mycroft``: GRU(20, linear, hard_sigmoid, reset-before, last state) -> Dense(1, sigmoid), 13 features; its
+  ``.onnx`` keeps the declared 29 steps (onnxruntime refuses 1000: no ratio), the ``.pt2`` and module run 1000.
+
+torch and onnxruntime run on ONE thread (``--threads`` to change): the project machine has 2 cores shared by other
+jobs, where a second intra-op thread spin-waits on every tiny per-step op (a 1000-step scan: 0.6 s on one thread,
+25 s on two under load). Median of ``--repeat`` calls after one warm-up call. Run:
+``.venv/bin/python bench/bench_pt2_speed.py [--steps 1000] [--repeat 5] [--threads 1]``.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MYCROFT = ROOT / "fixtures" / "realworld" / "mycroft-precise-gru" / "hey-mycroft.net"
+if not MYCROFT.exists():
+    MYCROFT = ROOT.parent / "shared" / "realworld" / "mycroft-precise-gru" / "hey-mycroft.net"
+
+
+def models(d: str):
+    import tf_keras as keras
+
+    L = keras.layers
+    rng = np.random.default_rng(0)
+
+    def save(m, name):
+        for layer in m.layers:
+            ws = layer.get_weights()
+            if ws:
+                layer.set_weights([rng.uniform(-0.4, 0.4, w.shape).astype(np.float32) for w in ws])
+        p = os.path.join(d, name + ".h5")
+        m.save(p, save_format="h5")
+        return name, p, 10
+
+    x = keras.Input((None, 10), name="feats")
+    h = L.Masking(0.0)(x)
+    h = L.Bidirectional(L.GRU(64, return_sequences=True, reset_after=False, recurrent_activation="hard_sigmoid"),
+                        name="bigru")(h)
+    yield save(keras.Model(x, L.Dense(3, name="dense")(h), name="bigru_hs"), "bigru_hs")
+    x = keras.Input((None, 10), name="feats")
+    h = L.Bidirectional(L.GRU(64, return_sequences=True), name="bigru")(L.Masking(0.0)(x))
+    yield save(keras.Model(x, L.Dense(3, name="dense")(h), name="bigru"), "bigru")
+    x = keras.Input((None, 10), name="feats")
+    h = L.Conv1D(32, 5, padding="same", activation="relu", name="conv")(x)
+    h = L.LSTM(64, return_sequences=True, name="lstm")(h)
+    yield save(keras.Model(x, L.Dense(3, name="dense")(h), name="conv_lstm"), "conv_lstm")
+    if MYCROFT.exists():
+        yield "mycroft", str(MYCROFT), 13
+
+
+def timed(fn, repeat):
+    fn()
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        y = fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts)), y
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    import onnxruntime as ort
+    import torch
+
+    import rnnconvert
+    from rnnconvert.formats.keras import keras_whole
+    from rnnconvert.whole.runtimes import torch_export
+
+    torch.set_num_threads(a.threads)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = a.threads
+    opts.inter_op_num_threads = 1
+    d = tempfile.mkdtemp()
+    print(f"torch {torch.__version__}, onnxruntime {ort.__version__}, {a.threads} thread(s), batch 2 x "
+          f"{a.steps} steps, median of {a.repeat}")
+    print("| model | onnxruntime | .pt2 | emitted module | tf_keras | .pt2 / ort | module / ort | max err .pt2 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, src, feats in models(d):
+        x = np.random.default_rng(1).standard_normal((2, a.steps, feats)).astype(np.float32)
+        if name.startswith("bigru"):
+            x[0, a.steps - a.steps // 5:] = 0.0  # end padding (Masking(0.0))
+            x[1, a.steps // 3:a.steps // 3 + 50] = 0.0  # a gap inside
+        onx, pt2, py = (os.path.join(d, f"{name}.{e}") for e in ("onnx", "pt2", "py"))
+        t0 = time.perf_counter()
+        rnnconvert.convert(src, onx, verify=None, force=True)
+        rnnconvert.convert(src, pt2, verify=None, force=True, emit_module=py)
+        conv = time.perf_counter() - t0
+        full = keras_whole.read_full_model(rnnconvert.load(src))
+        km = keras_whole.source_model(src, full.config)  # Keras 2.1's GRU config (reset-before) rebuilt as it was
+        s = ort.InferenceSession(onx, opts, providers=["CPUExecutionProvider"])
+        iname = s.get_inputs()[0].name
+        prog = torch.export.load(pt2).module()
+        mod = torch_export.load_module(py, py[:-3] + "_state.pt")
+        xt = torch.from_numpy(x)
+        with torch.no_grad():
+            try:
+                t_ort, y_ort = timed(lambda: s.run(None, {iname: x})[0], a.repeat)
+            except Exception as exc:  # noqa: BLE001 - the .onnx of a declared length runs that length only
+                print(f"<!-- {name}: onnxruntime: {str(exc).splitlines()[0][:120]} -->")
+                t_ort, y_ort = float("nan"), np.full_like(x[:, :1, :1], np.nan)
+            t_pt2, y_pt2 = timed(lambda: prog(xt)[0].numpy(), a.repeat)
+            t_mod, y_mod = timed(lambda: mod(xt).numpy(), a.repeat)
+        t_k, y_k = timed(lambda: km.predict_on_batch(x), max(1, a.repeat // 2))
+        err = {k: float(np.abs(np.asarray(v, np.float64) - y_k).max()) if np.shape(v) == np.shape(y_k) else np.nan
+               for k, v in (("ort", y_ort), ("pt2", y_pt2), ("mod", y_mod))}
+        print(f"| {name} | {t_ort * 1e3:.0f} ms | {t_pt2 * 1e3:.0f} ms | {t_mod * 1e3:.0f} ms | {t_k * 1e3:.0f} ms | "
+              f"{t_pt2 / t_ort:.2f}x | {t_mod / t_ort:.2f}x | {err['pt2']:.1e} (ort {err['ort']:.1e}, module "
+              f"{err['mod']:.1e}) |  <!-- conversions {conv:.1f} s -->", flush=True)
+
+
+if __name__ == "__main__":
+    main()
