@@ -9,7 +9,7 @@ Oracle: tf_keras 2.21 running the source model (``keras_whole.source_model``: th
 weights loaded by tf_keras) on generated inputs of a length no fixture was made at, padded at the end, the front,
 inside (``keras_whole.make_inputs``) and everywhere (an all-padded row added). Fixtures made by tf_keras through
 ``fixtures/gen_whole_masks.py``, ``gen_whole_graph.py``, ``gen_keras_whole.py``. Tolerance as
-``tests/formats/test_whole_graph.py``: ``2e-5 * max(1, max|ref|)``, float32 rounding of a few dozen steps at
+``tests/formats/whole_models/test_whole_graph.py``: ``2e-5 * max(1, max|ref|)``, float32 rounding of a few dozen steps at
 unit scale (float32's spacing at 1 is 1.2e-7: the rule leaves two orders of magnitude for summation order, which
 differs between tf_keras, oneDNN and torch's products on any CPU).
 """
@@ -34,7 +34,7 @@ from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.whole.formats.torch import module_write, pt2_write  # noqa: E402
 from rnnconvert.whole.runtimes import torch_export  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures"
+FIX = Path(__file__).resolve().parents[3] / "fixtures"
 MASKED = [FIX / "whole_masks" / f"masks_{n}.h5" for n in ("bidir", "gru_stack", "masking_backwards", "states")] + [
     FIX / "whole_graph" / "whole30_masked_bidir.h5", FIX / "keras_whole" / "whole_masked_stack.h5"]
 TOL = 2e-5
