@@ -37,13 +37,14 @@ from ..errors import RNNConvertError
 from ..errors import require as require_module
 
 CSS = """
+*{box-sizing:border-box}
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;
 color:#1b1f24;background:#fff;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;border-bottom:1px solid #d0d7de;padding-bottom:.2em;
 margin-top:1.6em}h3{font-size:1.05em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em;max-width:100%}
-th,td{border:1px solid #d0d7de;padding:.25em .55em;text-align:left;vertical-align:top;overflow-wrap:anywhere;
-word-break:break-word}th{background:#f6f8fa}
+th,td{border:1px solid #d0d7de;padding:.25em .55em;text-align:left;vertical-align:top;overflow-wrap:break-word}
+th{background:#f6f8fa}td.mono{overflow-wrap:anywhere}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.92em;overflow-wrap:anywhere}
 .badge{display:inline-block;padding:.15em .6em;border-radius:1em;font-weight:600;color:#fff}
 .ok{background:#1a7f37}.fail,.slip,.unexplained{background:#cf222e}.inconclusive{background:#9a6700}
@@ -51,7 +52,8 @@ code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font
 .note{color:#57606a}.plot{max-width:100%;border:1px solid #d0d7de;margin:.4em 0}
 .summary{border:1px solid #d0d7de;border-radius:6px;padding:.5em 1em;background:#f6f8fa}
 ul{margin:.3em 0 .3em 1.2em;padding:0}
-@media print{body{max-width:none;margin:0;padding:0;font-size:10pt}table{font-size:8pt;page-break-inside:auto}
+@media print{body{max-width:none;margin:0;padding:0;font-size:10pt}table{font-size:7.5pt;page-break-inside:auto}
+th,td{overflow-wrap:anywhere;padding:.15em .3em}
 tr,.plot{page-break-inside:avoid}.badge{border:1px solid #000;color:#000;background:none}}
 """
 
@@ -261,18 +263,20 @@ def _layers_table(ckpt) -> str:
             "source_class"]
     rows = [layer.describe() for layer in ckpt.layers]
     cols = [c for c in cols if any(c in r for r in rows)]
-    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    head = "".join(f"<th>{_e(c).replace('_', '_<wbr>')}</th>" for c in cols)  # headers may wrap after '_'
     body = "".join("<tr>" + "".join(f"<td>{_e(r.get(c, '–'))}</td>" for c in cols) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _params_table(src, dst) -> str:
-    """Per layer and tensor: bit-exact, or the largest measured difference between the target's parameters (read
-    back) and the source's canonical ones (a TF1 forget bias folded)."""
+def _params_table(src, dst, paired: dict[str, str] | None = None) -> str:
+    """Per layer and tensor: bit-exact, the gate blocks permuted, or the largest measured difference between the
+    target's parameters (read back) and the source's canonical ones (a TF1 forget bias folded). ``paired``:
+    ``{source layer: target layer}`` where the target names its layers otherwise (verification's pairing,
+    :class:`rnnconvert.verify.pairing.Pairing`); else layers are matched by name."""
     names = {layer.name: layer for layer in dst.layers}
     rows = []
     for s in src.layers:
-        d = names.get(s.name)
+        d = names.get((paired or {}).get(s.name, s.name))
         if d is None or (s.cell, s.input_size, s.hidden_size, s.num_layers, s.bidirectional) != (
                 d.cell, d.input_size, d.hidden_size, d.num_layers, d.bidirectional):
             rows.append(f"<tr><td>{_e(s.name)}</td><td colspan=3>not compared: the target holds no layer of this "
@@ -295,7 +299,8 @@ def _params_table(src, dst) -> str:
                         rel = float((diff / np.maximum(np.abs(np.asarray(a, np.float64)), 1e-300)).max())
                         what = (f"differs: max abs {_num(float(diff.max()))}, max relative {_num(rel)} "
                                 f"({'rounded' if rel < 1e-5 else 'rescaled or changed'})")
-                    rows.append(f"<tr><td>{_e(s.name)}</td><td>{k}</td><td>{'backward' if di else 'forward'}</td>"
+                    shown = s.name if d.name == s.name else f"{s.name} = {d.name}"
+                    rows.append(f"<tr><td>{_e(shown)}</td><td>{k}</td><td>{'backward' if di else 'forward'}</td>"
                                 f"<td><code>{_e(t)}</code>: {_e(what)}</td></tr>")
     return ("<table><tr><th>layer</th><th>stacked</th><th>direction</th><th>target against source</th></tr>"
             + "".join(rows) + "</table>")
@@ -424,7 +429,10 @@ def render(c: Content) -> str:
     if c.dst_ckpt is not None:
         parts.append("<h3>target, read back</h3>" + _layers_table(c.dst_ckpt))
     if c.src_ckpt is not None and c.dst_ckpt is not None:
-        parts.append("<h2>Parameters: exact, rounded or rescaled</h2>" + _params_table(c.src_ckpt, c.dst_ckpt))
+        pairing = getattr(c.verification, "pairing", None) or getattr(c.diagnosis, "pairing", None)
+        paired = pairing.names() if pairing is not None else None
+        parts.append("<h2>Parameters: exact, permuted, rounded or rescaled</h2>"
+                     + _params_table(c.src_ckpt, c.dst_ckpt, paired))
     if c.modules or c.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(m)}</li>" for m in [*c.modules, *c.notes]) + "</ul>")
     if c.diagnosis is not None:

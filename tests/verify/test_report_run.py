@@ -78,3 +78,16 @@ def test_tables_wrap_and_print_keeps_every_column():
     css = html_report.CSS
     assert "overflow-x" not in css and "overflow:hidden" not in css
     assert "overflow-wrap:anywhere" in css and "@media print" in css
+
+
+def test_tables_follow_the_pairing_when_names_differ(tmp_path):
+    """A hand port whose layers are named encoder/decoder (fixtures/slipsrc, z and r exchanged, made by torch):
+    the parameter table compares the paired layers and names both."""
+    src = ROOT / "fixtures" / "slipsrc" / "k3_bienc_gru.keras"
+    dst, rep = ROOT / "fixtures" / "slipsrc" / "k3_bienc_port_zr.pt", tmp_path / "r.html"
+    pytest.importorskip("keras")
+    main(["verify", str(src), str(dst), "--report", str(rep)])
+    params = rep.read_text().split("<h2>Parameters")[1].split("<h2>")[0]
+    assert "not compared" not in params
+    assert "bidirectional = encoder" in params and "gru_1 = decoder" in params
+    assert params.count("permuted gates: z, r, n where the source has r, z, n") == 12
