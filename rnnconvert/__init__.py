@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 #: ``rnnconvert --help`` import neither numpy nor a format, runtime or verification module
 _LAZY = {
     **dict.fromkeys(("ConversionReport", "ConvertOptions", "DiagnosisReport", "convert", "diagnose", "inspect", "list_formats", "load",
-                     "load_inputs", "save", "torch_modules", "verify"), "api"),
+                     "load_inputs", "save", "to_module", "torch_modules", "verify"), "api"),
     **dict.fromkeys(("RNNConvertError", "FormatError", "OptionError", "UnsupportedError", "VerificationError",
                      "InconclusiveError", "OutputExistsError", "BudgetError", "OutputError", "DependencyError",
                      "SettingError", "UnrecognisedError", "WholeModelError"),
@@ -68,7 +68,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .api import (ConversionReport, ConvertOptions, DiagnosisReport, convert, diagnose, inspect,  # noqa: F401
-                      list_formats, load, load_inputs, save, torch_modules, verify)
+                      list_formats, load, load_inputs, save, to_module, torch_modules, verify)
     from .core.model import Cell, Checkpoint, DirectionParams, RNNLayer, Semantics  # noqa: F401
     from .errors import (BudgetError, DependencyError, FormatError, InconclusiveError, OptionError,  # noqa: F401
                          OutputError, OutputExistsError, RNNConvertError, SettingError, UnrecognisedError,
