@@ -445,7 +445,11 @@ def render(c: Content) -> str:
             parts.append("<h2>Errors per time step</h2><p class='note'>Left: the largest one-step error against "
                          "the largest element of its float bound; right: the short sequence's largest error "
                          "against its tolerance (log scale; an exact 0 is not drawn).</p>" + "".join(plots))
-    elif c.kind != "diagnosis" or (c.diagnosis is not None and c.diagnosis.verification_error):
+    fixed = getattr(c.diagnosis, "fix_verification", None)
+    if fixed is not None:  # the corrected file's own verification (diagnose --fix)
+        parts.append(f"<h2>Verification of the corrected file</h2><p class='mono'>{_e(c.diagnosis.fixed)}</p>"
+                     + _verification(fixed) + "".join(p for p in (_plot(lc) for lc in fixed.layers) if p))
+    if rep is None and (c.kind != "diagnosis" or (c.diagnosis is not None and c.diagnosis.verification_error)):
         why = c.diagnosis.verification_error if c.diagnosis is not None else "not verified"
         parts.append(f"<h2>Verification</h2><p>{_e(why or 'not verified')}</p>")
     parts.append("</body></html>")

@@ -91,3 +91,13 @@ def test_tables_follow_the_pairing_when_names_differ(tmp_path):
     assert "not compared" not in params
     assert "bidirectional = encoder" in params and "gru_1 = decoder" in params
     assert params.count("permuted gates: z, r, n where the source has r, z, n") == 12
+
+
+def test_diagnose_fix_report_holds_the_corrected_files_verification(tmp_path):
+    pytest.importorskip("keras")
+    src = ROOT / "fixtures" / "slipsrc" / "k3_bienc_gru.keras"
+    dst, fixed, rep = ROOT / "fixtures" / "slipsrc" / "k3_bienc_port_zr.pt", tmp_path / "fixed.pt", tmp_path / "r.html"
+    main(["diagnose", str(src), str(dst), "--fix", str(fixed), "--report", str(rep)])
+    text = rep.read_text()
+    part = text.split("<h2>Verification of the corrected file</h2>")[1]
+    assert str(fixed) in part and "badge ok" in part and "<img class='plot'" in part

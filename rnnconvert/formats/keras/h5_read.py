@@ -223,6 +223,10 @@ def _read_file(f, path: str, gate_activation: str | None) -> "Interpreter":
                           "attribute; is it a Keras 3 .weights.h5 or another HDF5 file?")
     keras_version = attr_str(g, "keras_version") or attr_str(f, "keras_version")
     rd = Interpreter(path, keras_version, gate_activation, Hdf5Tensors(f, path))
+    if "optimizer_weights" in f:  # model.save(include_optimizer=True): the training state, said, not carried
+        rd.ckpt.meta.setdefault("notes", []).append(
+            "the file's optimizer_weights (the training state) are not carried: the output holds the model's "
+            "weights only")
     if isinstance(config, dict) and config.get("class_name") in ("Sequential", "Model", "Functional"):
         cfgs = index_configs(config)
     else:

@@ -184,6 +184,10 @@ def _interpret(rd, shapes, info, path, pre, forget_bias, gate_activation, num_la
     meta = {"path": str(path), "prefix": pre, **info}
     if any(k.endswith(ATTR) for k in shapes):
         names = {k: k[: -len(ATTR)] for k in shapes if k.endswith(ATTR) and "/.OPTIMIZER_SLOT/" not in k}
+        slots = sum(k.endswith(ATTR) and ("/.OPTIMIZER_SLOT/" in k or k.startswith("optimizer/")) for k in shapes)
+        if slots:  # the training state (TF 2.11+ optimizers under optimizer/, older ones as slots): said, not lost
+            meta["notes"] = [f"{slots} optimizer tensor(s) (the training state: step count, Adam's m and v, ...) "
+                             "are not carried: the output holds the model's weights only"]
         if any(not n.startswith("layer") for n in names.values()) and "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
             paths = object_paths(tensor(rd, "_CHECKPOINTABLE_OBJECT_GRAPH", path, raw=True), path)
             names = {k: (n if n.startswith("layer") else paths.get(k, n)) for k, n in names.items()}
