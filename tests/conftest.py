@@ -363,11 +363,16 @@ def whole_close(got, ref, tol: float = WHOLE_TOL) -> bool:
 
 
 def ort_run(model, feeds: dict, names: list[str]) -> list:
-    """``names`` run by onnxruntime (CPU) on ``model`` (an ``onnx.ModelProto`` or its bytes), each feed cast to
+    """``names`` run by onnxruntime (CPU) on ``model`` (an ``onnx.ModelProto``, its bytes or a file), each feed cast to
     the dtype the session declares for it (int32 or float32)."""
     import numpy as np
     import onnxruntime as ort
 
+    import os
+
+    if isinstance(model, (str, os.PathLike)):  # a written file
+        with open(model, "rb") as fh:
+            model = fh.read()
     blob = model if isinstance(model, bytes) else model.SerializeToString()
     s = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
     kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in s.get_inputs()}

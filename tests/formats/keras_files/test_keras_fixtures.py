@@ -280,7 +280,7 @@ def test_cli_verify_framework_and_refusal(tmp_path, capsys):
     from rnnconvert.cli import main
 
     ok_src = FIXTURES / "keras" / "cudnn_gru_weights.h5"
-    assert main([str(ok_src), str(tmp_path / "a.pt"), "--verify", "framework"]) == 0
+    assert main([str(ok_src), str(tmp_path / "a.pt"), "--verify", "framework", "-v"]) == 0  # -v: the routes
     assert "source framework" in capsys.readouterr().out
     bad = FIXTURES / "keras" / "keras1_lstm_gru_weights.h5"
     assert main([str(bad), str(tmp_path / "b.pt")]) == UnsupportedError.exit_code

@@ -233,10 +233,11 @@ def test_realworld_mycroft_gru(tmp_root):
 
 
 def test_refusal_names_the_layer_and_leaves_nothing(tmp_path):
-    """A Lambda layer (code in the file) is refused by name before anything runs; no output is left."""
+    """A Lambda layer (code in the file) asked to be written whole (``whole=True``; by default the recurrent
+    layers are written alone with a note, issue #41) is refused by name before anything runs; no output is left."""
     dst = tmp_path / "m.tflite"
     with pytest.raises(UnsupportedError) as e:
-        rnnconvert.convert(FIXTURES / "keras_whole" / "refuse_lambda.h5", dst)
+        rnnconvert.convert(FIXTURES / "keras_whole" / "refuse_lambda.h5", dst, whole=True)
     assert "Lambda" in str(e.value) and "recurrent_only" in str(e.value)
     assert list(tmp_path.iterdir()) == []
 

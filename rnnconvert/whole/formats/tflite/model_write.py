@@ -38,7 +38,7 @@ from typing import Any
 
 from ....conventions.full_model import WAY_OUT
 from ....core.model import Checkpoint
-from ....errors import OptionError, UnsupportedError, require
+from ....errors import OptionError, UnsupportedError, WholeModelError, require
 
 ROUTE = "tf.lite.Interpreter (whole model)"
 #: the signature every whole-model file holds
@@ -64,14 +64,15 @@ def check(ckpt: Checkpoint, *, whole_model: Any, batch: Any = 1, **_: Any) -> li
     the written file runs whole only (its layers are checked inside the model by the whole-model check).
 
     Raises:
-        UnsupportedError: a Keras 3 source, a layer class outside the whitelist (layer, class, way out).
+        WholeModelError: a Keras 3 source, a layer class outside the whitelist (layer, class, way out): the
+            engine then writes the recurrent layers alone with a note, unless ``whole=True``.
         OptionError: ``batch`` not a positive integer."""
     from ...conventions import keras_graph
 
     _batch(batch)
     if getattr(whole_model, "framework", "tf_keras") != "tf_keras" or not hasattr(whole_model, "config"):
-        raise UnsupportedError(f"{Path(str(whole_model.path)).name}: the whole-model .tflite writer rebuilds Keras "
-                               f"1/2 models with tf_keras; this is a Keras 3 model; {WAY_OUT}")
+        why = "the whole-model .tflite writer rebuilds Keras 1/2 models with tf_keras; this is a Keras 3 model"
+        raise WholeModelError(f"{Path(str(whole_model.path)).name}: {why}; {WAY_OUT}", reason=why)
     graph = keras_graph.build(whole_model.config, whole_model.weights, ckpt)  # the whitelist, by layer name
     ckpt.meta["whole_program"] = True
     return [f"whole model written: {len(graph.nodes)} layer call(s) converted by TensorFlow Lite's converter "
