@@ -372,11 +372,17 @@ def _short_rule(c) -> str:
         parts.append(f"one step {c.step_ratio:.2g} of bound")
     if parts:
         return "; ".join(parts)
+    return _unmeasured(c) or f"max abs error {c.max_abs_err:.2e} (tolerance {c.tolerance:.1e})"
+
+
+def _unmeasured(c) -> str | None:
+    """``'not compared'`` or ``'not measured'`` for a check without an error to print (:func:`_short_rule`,
+    :func:`_rule`), else ``None``."""
     if c.max_abs_err != c.max_abs_err or c.max_abs_err == float("inf"):
         return "not compared"
     if c.tolerance <= 0 and c.max_abs_err == 0:
         return "not measured"
-    return f"max abs error {c.max_abs_err:.2e} (tolerance {c.tolerance:.1e})"
+    return None
 
 
 def _closing(rep, size: int | None, seconds: float | None) -> str:
@@ -454,10 +460,8 @@ def _rule(c) -> str:
         parts.append(f"sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})")
     if parts:
         return "; ".join(parts)
-    if c.max_abs_err != c.max_abs_err or c.max_abs_err == float("inf"):
-        return "not compared"
-    if c.tolerance <= 0 and c.max_abs_err == 0:
-        return "not measured"
+    if why := _unmeasured(c):
+        return why
     spread = " with the float32/float64 spread" if c.reference == "float64" else ""
     return (f"max abs error {c.max_abs_err:.2e} (tolerance {c.tolerance:.1e}{spread}; "
             f"output scale {c.max_abs_ref:.2e})")

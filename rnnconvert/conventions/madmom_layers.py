@@ -48,15 +48,9 @@ ACTIVATIONS = {"tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "linear": "
 
 
 def _state(o: Any, record: type) -> dict | None:
-    """The attribute dict of an inert record (``__dict__`` pickled by ``BUILD``), else ``None``."""
-    if not isinstance(o, record):
-        return None
-    st = o.state
-    if isinstance(st, tuple) and len(st) == 2 and all(s is None or isinstance(s, dict) for s in st):
-        st = {**(st[0] or {}), **(st[1] or {})}
-    if isinstance(st, dict):
-        return {**st, **{k: v for k, v in o.entries.items() if isinstance(k, str)}}
-    return dict(o.entries) if o.entries else None
+    """The attribute dict of an inert record (:meth:`rnnconvert.formats.pickle.pickle_read.Record.attributes`),
+    else ``None``."""
+    return o.attributes() if isinstance(o, record) else None
 
 
 def kind(o: Any, record: type) -> str | None:
@@ -121,7 +115,9 @@ class _Reader:
             raise self.fail(name, f"{part} weights of shape {w.shape}")
         I = w.shape[0] if I is None else I
         H = w.shape[1] if H is None else H
-        arrays = {"W": self.arr(st, "weights", name, (I, H)), "b": self.arr(st, "bias", name, (H,)),
+        if w.shape != (I, H):
+            raise self.fail(name, f"'weights' has shape {w.shape}, expected {(I, H)}")
+        arrays = {"W": w, "b": self.arr(st, "bias", name, (H,)),
                   "U": self.arr(st, "recurrent_weights", name, (H, H)),
                   "p": self.arr(st, "peephole_weights", name, (H,), optional=True)}
         return arrays, self.act(st, name, part), I, H

@@ -292,8 +292,8 @@ def _params_table(src, dst, paired: dict[str, str] | None = None) -> str:
                         what = "not held by the target" if b is None else f"shape {b.shape} vs {a.shape}"
                     elif np.array_equal(a, b):
                         what = "bit-exact" + ("" if a.dtype == b.dtype else f" ({a.dtype} -> {b.dtype})")
-                    elif t in ("w_ih", "w_hh", "b_ih", "b_hh") and _permuted(a, b, s.cell.value):
-                        what = f"permuted gates: {_permuted(a, b, s.cell.value)}"
+                    elif t in ("w_ih", "w_hh", "b_ih", "b_hh") and (order := _permuted(a, b, s.cell.value)):
+                        what = f"permuted gates: {order}"
                     else:
                         diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
                         rel = float((diff / np.maximum(np.abs(np.asarray(a, np.float64)), 1e-300)).max())

@@ -118,6 +118,22 @@ class Record:
     def __repr__(self) -> str:
         return f"<{self.cls_path} (not imported)>"
 
+    def attributes(self) -> dict | None:
+        """The instance's attributes as ``BUILD`` gave them: its ``__dict__`` state (or ``(__dict__, slots)``
+        merged), then attributes set one by one; those alone when the state is no dict; ``None`` when it has
+        neither."""
+        st = _merged(self.state)
+        if isinstance(st, dict):
+            return {**st, **{k: v for k, v in self.entries.items() if isinstance(k, str)}}
+        return dict(self.entries) if self.entries else None
+
+
+def _merged(state: Any) -> Any:
+    """A ``BUILD`` state ``(__dict__, slots)`` as one dict; any other state as it is."""
+    if isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
+        return {**(state[0] or {}), **(state[1] or {})}
+    return state
+
 
 class _NdarrayClass:
     """Stands for ``numpy.ndarray`` (the first argument of ``_reconstruct``)."""
@@ -286,9 +302,7 @@ def _children(o: Any) -> list[tuple[str, Any]] | None:
         return [(str(i), v) for i, v in enumerate(o)]
     if isinstance(o, Record):
         out: list[tuple[str, Any]] = []
-        st = o.state
-        if isinstance(st, tuple) and len(st) == 2 and all(s is None or isinstance(s, dict) for s in st):
-            st = {**(st[0] or {}), **(st[1] or {})}  # (__dict__, slots)
+        st = _merged(o.state)
         if isinstance(st, dict):
             out += [(str(k), v) for k, v in st.items()]
         elif st is not None:
