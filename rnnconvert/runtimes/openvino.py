@@ -143,4 +143,4 @@ def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, s
 
 
 RUNTIME = Runtime("openvino", engine="openvino", forward=forward, forward_slab=forward_slab, step=step,
-                  release=release)
+                  release=release, wired=True)  # stacked nodes joined by the IR's Transpose/Reshape (issue #39)
