@@ -57,8 +57,10 @@ def tf_keras():
 
 
 def keras_name(name: str) -> str:
-    """A Keras-safe layer name: characters outside ``[A-Za-z0-9_]`` become ``_``."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", name) or "rnn"
+    """A Keras-safe layer name: characters outside ``[A-Za-z0-9_]`` become ``_``, and leading ``_`` go: TensorFlow
+    name scopes must start with ``[A-Za-z0-9.]`` (a PyTorch-exported ONNX node ``/recurrent/LSTM`` gave
+    ``_recurrent_LSTM``, which tf_keras refused while building the model)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).lstrip("_") or "rnn"
 
 
 def plan(ckpt: Checkpoint) -> list[tuple[RNNLayer, str, list[str]]]:

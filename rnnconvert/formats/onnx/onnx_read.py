@@ -28,6 +28,16 @@ _TAKES = {"affine": (True, True), "hardsigmoid": (True, True), "leakyrelu": (Tru
           "thresholdedrelu": (True, False), "scaledtanh": (True, True), "elu": (True, False)}
 
 
+def _every_node(graph, depth: int = 0):
+    """Every node of ``graph`` and of its subgraphs (``If`` branches, ``Loop``/``Scan`` bodies), 16 levels deep at
+    most (:func:`_rnn_nodes` refuses deeper ones)."""
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") and depth < 16 else []) + (list(a.graphs) if depth < 16 else []):
+                yield from _every_node(sub, depth + 1)
+
+
 def _all_tensors(graph):
     """Initializers and tensor attributes of every node, subgraphs included."""
     yield from graph.initializer
@@ -146,18 +156,22 @@ def _load_external(t, target: Path, path: Path) -> None:
 LAZY_BYTES = 1 << 20
 
 
-def _consts(graph, numpy_helper, where: object = "ONNX graph", kept: dict | None = None) -> dict[str, Any]:
+def _consts(graph, numpy_helper, where: object = "ONNX graph", kept: dict | None = None,
+            outer: dict | None = None, fold: "_Folder | None" = None) -> dict[str, Any]:
     """Initializers and Constant outputs, followed through Identity nodes: each node's output resolved
     once (a chain of any length and order costs time linear in it), the graph's node count within the
-    ``graph_nodes`` limit of :mod:`rnnconvert.safety.budget`.
+    ``graph_nodes`` limit of :mod:`rnnconvert.safety.budget`. ``outer``: the values of the enclosing graphs (a
+    subgraph of ``If``/``Loop``/``Scan`` sees its outer scope's names, ONNX IR "Names Within a Graph");
+    ``fold``: then the shape-only operations of constants folded (:class:`_Folder`).
 
     Raises:
-        BudgetError: more nodes than the limit."""
+        BudgetError: more nodes than the limit, or more folded bytes than the expansion limit allows."""
     from ...safety import budget
 
     budget.check_count(where, "graph_nodes", len(graph.node), "nodes in the graph")
     kept = kept or {}
-    vals = {t.name: kept[t.name] if t.name in kept else numpy_helper.to_array(t) for t in graph.initializer}
+    vals = dict(outer or {})
+    vals.update({t.name: kept[t.name] if t.name in kept else numpy_helper.to_array(t) for t in graph.initializer})
     producer: dict[str, Any] = {}
     for n in graph.node:
         if n.op_type in ("Constant", "Identity") and len(n.output) and (n.op_type == "Constant" or len(n.input)):
@@ -179,7 +193,67 @@ def _consts(graph, numpy_helper, where: object = "ONNX graph", kept: dict | None
         if cur in vals:  # the chain's outputs all carry that value (a cycle or a Constant without
             for c in chain:  # 'value' leaves them unresolved, as before)
                 vals.setdefault(c, vals[cur])
+    if fold is not None:
+        fold.graph(graph, vals)
     return vals
+
+
+#: operations that only move or select stored elements, folded where every input is a constant: a PyTorch
+#: ``nn.LSTMCell`` exported in a branch (silero-vad) computes ``W``/``R``/``B`` from its stored weights by
+#: ``Slice``+``Concat`` (torch's gate order to ONNX's) and ``Unsqueeze`` (the direction axis)
+FOLDABLE = ("Identity", "Slice", "Concat", "Unsqueeze", "Squeeze", "Transpose", "Reshape")
+
+
+class _Folder:
+    """Folds :data:`FOLDABLE` nodes whose inputs are all known constants, in graph order, each by onnx's own
+    reference implementation of the operation (``onnx.reference.ReferenceEvaluator`` on the one node, the model's
+    opset), so their outputs count as stored values. Bounded: every output's bytes (at most the inputs' bytes for
+    these operations; a ``Concat`` the sum) are counted before it is computed, and all of them together stay within
+    the ``expansion`` limit of the file's size (:func:`rnnconvert.safety.budget.check_expansion`: a DAG of
+    ``Concat`` nodes doubling one tensor stops there). Values kept in external data (lazy reads) are not folded."""
+
+    def __init__(self, where: object, opset: int, stored: int) -> None:
+        self.where, self.opset, self.stored, self.total = where, opset, max(stored, 1), 0
+
+    def graph(self, graph, vals: dict) -> None:
+        from onnx.reference import ReferenceEvaluator
+
+        from ...safety import budget
+
+        for n in graph.node:
+            if n.op_type not in FOLDABLE or n.domain not in ("", "ai.onnx") or not n.output or n.output[0] in vals:
+                continue
+            ins = [vals.get(i) for i in n.input if i]
+            if not ins or any(not isinstance(v, np.ndarray) for v in ins):
+                continue
+            self.total += sum(v.nbytes for v in ins) if n.op_type == "Concat" else ins[0].nbytes
+            budget.check_expansion(self.where, self.total, self.stored, "constants folded from graph operations")
+            feeds = {i: vals[i] for i in n.input if i}
+            try:
+                out = ReferenceEvaluator(n, opsets={"": self.opset}).run(None, feeds)
+            except Exception:  # noqa: BLE001 - an operation onnx cannot evaluate stays unresolved: "computed at run time"
+                continue
+            vals[n.output[0]] = np.asarray(out[0])
+
+
+def _rnn_nodes(graph, vals: dict, numpy_helper, where: object, kept: dict | None, fold: _Folder,
+               scope: str = "", depth: int = 0) -> list[tuple[Any, dict, str]]:
+    """``(node, values in its scope, scope)`` of every recurrent node: the graph's own, then those of its
+    control-flow subgraphs (``If`` branches, ``Loop``/``Scan`` bodies; ``scope`` names the attribute path, e.g.
+    ``If_0.then_branch``), each subgraph's values its own constants over its outer scope's.
+
+    Raises:
+        FormatError: subgraphs nested deeper than 16 levels."""
+    if depth > 16:
+        raise FormatError(f"{where}: control-flow subgraphs nested deeper than 16 levels ({scope:.120})")
+    out = [(n, vals, scope) for n in graph.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]
+    for n in graph.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                at = f"{scope + '/' if scope else ''}{n.name or n.op_type}.{a.name}"
+                sub_vals = _consts(sub, numpy_helper, where, kept, outer=vals, fold=fold)
+                out += _rnn_nodes(sub, sub_vals, numpy_helper, where, kept, fold, at, depth + 1)
+    return out
 
 
 def _activation_names(node, op: str, ndir: int, where: str) -> tuple[str, str]:
@@ -245,7 +319,8 @@ def _node_layer(node, vals: dict, path: Path, name: str) -> RNNLayer:
             return None
         if nm not in vals:
             raise UnsupportedError(f"{where}: {what} '{nm}' is computed at run time, not stored in the file "
-                                   "(only initializers, Constant and Identity are followed)")
+                                   "(initializers and Constant nodes are followed through "
+                                   f"{', '.join(FOLDABLE)})")
         return vals[nm]
 
     W, R, B = get(1, "W", True), get(2, "R", True), get(3, "B")
@@ -380,16 +455,19 @@ def read(path: str | Path, *, lazy: bool = False, **_: Any) -> Checkpoint:
     kept: dict | None = {} if lazy else None
     model = _load(path, kept)
     g = model.graph
-    for n in g.node:
+    for n in _every_node(g):
         quantized = n.domain not in ("", "ai.onnx") and any(k in n.op_type.upper() for k in ("LSTM", "GRU", "RNN"))
         if quantized:
             raise UnsupportedError(f"{path}: node '{n.name}' is {n.domain}:{n.op_type}, a quantized recurrent op; "
                                    "dequantizing would change the weights, so it is refused (export the float model)")
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    fold = _Folder(path, opset or 21, path.stat().st_size)
     try:
-        vals = _consts(g, numpy_helper, path, kept)
+        vals = _consts(g, numpy_helper, path, kept, fold=fold)
+        found = _rnn_nodes(g, vals, numpy_helper, path, kept, fold)
     except (ValueError, TypeError, IndexError) as exc:  # raw_data that does not fit dims, bad dtypes
         raise FormatError(f"{path}: a stored tensor does not match its declared shape or type ({exc})") from exc
-    rnn = [n for n in g.node if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")]
+    rnn = [n for n, _, _ in found]
     if not rnn:
         from ...core import names  # its initializers listed for `inspect` (UnrecognisedError)
 
@@ -399,16 +477,21 @@ def read(path: str | Path, *, lazy: bool = False, **_: Any) -> Checkpoint:
 
     budget.check_count(path, "layers", len(rnn), "recurrent nodes")  # before any node is read
     singles, taken = [], set()
-    for i, n in enumerate(rnn):
+    for i, (n, scope_vals, _) in enumerate(found):
         name = n.name or f"{n.op_type}_{i}"
         if name in taken:  # node names need not be unique in ONNX
             name = f"{name}_{i}"
         taken.add(name)
-        singles.append(_node_layer(n, vals, path, name))
+        singles.append(_node_layer(n, scope_vals, path, name))
     by_node = {l.name: l for l in singles}
     meta = {p.key: p.value for p in model.metadata_props}
-    ckpt = Checkpoint(format="onnx", meta={"path": str(path), "producer": model.producer_name,
-                                           "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)})
+    ckpt = Checkpoint(format="onnx", meta={"path": str(path), "producer": model.producer_name, "opset": opset})
+    branched = sorted({scope for _, _, scope in found if scope})
+    if branched:
+        ckpt.meta["notes"] = [
+            f"{sum(1 for *_, sc in found if sc)} recurrent node(s) read from control-flow subgraphs "
+            f"({', '.join(branched)[:300]}), each as its own layer: which of them runs depends on the graph's "
+            "inputs (an If's condition)"]
     stored: list = []  # per final layer, per slab: (W, R) of a lazily read node, else None
     for rec in _records(meta.get(META_KEY), by_node):
         parts = [by_node.pop(nm) for nm in rec["nodes"]]
