@@ -413,8 +413,14 @@ def _pytorch_way_out(exc, src: Path, dst: Path) -> None:
 
     from .engine import registry
 
-    try:
-        whole = registry.detect(src).load().whole_model is not None  # a Keras 2 model: --emit-module applies
+    try:  # a Keras 2 full model (its config stored, not a weights-only file): --emit-module applies
+        spec = registry.detect(src).load()
+        if spec.whole_model is None:
+            whole = False
+        else:
+            from .api import load
+
+            whole = spec.whole_model(load(src)) is not None
     except Exception:  # noqa: BLE001 - the refusal stands as it is
         whole = False
     pt2 = shlex.quote(str(dst.with_suffix(".pt2")))

@@ -209,3 +209,14 @@ def test_emit_module_keeps_an_existing_state_file(tmp_path, capsys):
 def test_a_py_dst_points_to_emit_module(tmp_path, capsys):
     assert main(["convert", str(FIXTURES / "keras_whole" / "whole_multi_io.h5"), str(tmp_path / "m.py")]) == 3
     assert "--emit-module m.py" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("src,emit", [("keras/keras1_lstm_gru_weights.h5", False), ("realworld/mycroft-precise-gru/hey-mycroft.net", True)])
+def test_the_pt_refusal_names_emit_module_only_for_a_full_model(tmp_path, capsys, src, emit):
+    """A hard_sigmoid layer refused as ``.pt`` names the ``.pt2`` way out; ``--emit-module`` (which needs the model's
+    config) only where the file is a full model, not for a ``save_weights`` file (a real chars2vec ``weights.h5``
+    was told to use it, and then refused)."""
+    assert main(["convert", str(FIXTURES / src), str(tmp_path / "w.pt")]) == 4
+    err = capsys.readouterr().err
+    assert ".pt2" in err and ("--emit-module" in err) == emit, err
+    assert list(tmp_path.iterdir()) == []
