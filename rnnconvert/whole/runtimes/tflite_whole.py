@@ -2,8 +2,8 @@
 :data:`rnnconvert.runtimes.tflite.RUNTIME`): a whole Keras 1/2 model written as one ``.tflite``
 (:mod:`rnnconvert.whole.formats.tflite.model_write`) run by ``tf.lite.Interpreter`` (its signature runner) against
 the source model in tf_keras, every model output and every exposed top-level layer's output
-(:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`: ``max|d| <= 2e-5 * max(1, max|ref|)``, a miss
-judged again against the source's own float64 twin)."""
+(:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`: the one rule of whole models,
+:func:`rnnconvert.verify.whole_rule.decide_whole`)"""
 
 from __future__ import annotations
 
