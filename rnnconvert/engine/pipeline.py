@@ -27,7 +27,8 @@ from .protocol import located
 from .refusal import Refused
 from .stream import FoldingWriter, order, slab_bytes, stream_write, writer_view
 from ..core.model import Checkpoint
-from ..errors import DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError, WholeModelError
+from ..errors import (DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError, UnsupportedError,
+                      WholeModelError)
 from ..safety import budget
 from ..speed.prefetch import ReadAhead, ahead_window, prefetch
 from ..verify.engine import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
@@ -600,9 +601,16 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
-    d_ckpt = None
+    in_mod = in_fmt.load()
+    whole = as_target(out_mod).verify_whole if device == "cpu" and in_mod.whole_model is not None else None
+    d_ckpt = unread = None
     if out_mod.read is not None:  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
-        d_ckpt = load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
+        try:  # sees it before a framework does
+            d_ckpt = load(dst, out_fmt.name, lazy=out_mod.lazy)
+        except UnsupportedError as exc:  # a whole-model program its reader refuses (a whole .tflite, issue #39):
+            if whole is None:  # judged whole only, as its conversion judges it; refused if it is not one
+                raise
+            unread = exc
     if device == "cuda":
         from ..verify.cuda import ROUTES, CudaTarget, require_cuda
 
@@ -617,8 +625,6 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
         targets = [out_mod]
     else:
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
-    in_mod = in_fmt.load()
-    whole = as_target(out_mod).verify_whole if device == "cpu" and in_mod.whole_model is not None else None
     model_in = {k: v for k, v in (inputs or {}).items() if whole and np.asarray(v).dtype.kind != "f"}
     inputs = _float_inputs({k: v for k, v in (inputs or {}).items() if k not in model_in})
     lazy = in_mod.lazy  # the cuDNN routes too: their emulation runs on each slab as it is read (verify/cuda.py)
@@ -630,8 +636,10 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
 
     def attempt(targets: list) -> VerifyReport:
         try:
-            if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
-                rep = VerifyReport(seed=seed)  # a program (.pt2): its runtime's whole-model checks only, as converted
+            if whole is not None and (unread is not None or (out_mod.read is None
+                                                             and as_target(out_mod).target_step is None)):
+                # a program (.pt2, a whole .tflite): its runtime's whole-model checks only, as converted
+                rep = VerifyReport(seed=seed)
             elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
                 rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
                                        first_tol, target_dtype)
@@ -640,6 +648,8 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
                               first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
             if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
                 _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
+                if unread is not None and not rep.layers:  # not a whole-model program: its reader's refusal
+                    raise unread
             return rep
         except RNNConvertError:
             raise
