@@ -632,6 +632,10 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     # maps it was 3x slower than reading it ahead (speed/prefetch.py)
     prefetch(dst)
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
+    if whole is not None and inputs:  # float arrays that name no recurrent layer are model inputs, as converted
+        names = {layer.name for layer in ckpt.layers}
+        model_in.update({k: v for k, v in inputs.items() if k not in names})
+        inputs = {k: v for k, v in inputs.items() if k in names} or None
     first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
 
     def attempt(targets: list) -> VerifyReport:

@@ -15,16 +15,18 @@ float32 evaluation order against float64): a written file never widens its own t
 3. otherwise the spreads are measured (:data:`ASK` until then: :func:`decide_whole` returns ``{"ask":
    "spreads"}`` and the caller measures them and asks again). None measured (the source framework cannot rebuild the
    model in float64): ``inconclusive``, naming why;
-4. ``max|b - z64| <= T`` (``z64`` the float64 reference): ``ok``;
-5. the source's own evaluations part by more than ``rho`` of the scale (``2 S > rho * scale``, ``rho`` of
+4. the source's own evaluations part by more than ``rho`` of the scale (``2 S > rho * scale``, ``rho`` of
    :func:`rnnconvert.verify.verdict.fraction`): a chaotic or ill-conditioned model on these inputs, whose float32
-   rounding alone moves the outputs as much as a slip: ``inconclusive``, never ``fail``;
+   rounding alone moves the outputs as much as a slip, and whose tolerance ``T`` would be too wide to tell a wrong
+   file from a right one: ``inconclusive``, never ``fail`` and never ``ok`` (as the per-layer rule 10);
+5. ``max|b - z64| <= T`` (``z64`` the float64 reference): ``ok``;
 6. the spread term dominates the tolerance (``2 S > first * max(1, scale)``: the model amplifies rounding) and the
    error is within :data:`AMPLIFIED` times it: one sample of an amplified rounding is not a bound, the target's own
    rounding could reach it: ``inconclusive``;
 7. otherwise ``fail``.
 
-A well-conditioned model (``2 S <= first * max(1, scale)``) is always decided, ``ok`` or ``fail``.
+A well-conditioned model (``2 S <= first * max(1, scale)``) is always decided, ``ok`` or ``fail``; a chaotic one
+(rule 4) is decided only where the target matches the source's own float32 run within the fixed term (rule 2).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class WholeFindings:
 
 
 def decide_whole(f: WholeFindings, first: float, rho: float) -> dict[str, Any]:
-    """The verdict of one whole-model comparison (module docstring, rules 1-7). Returns
+    """The verdict of one whole-model comparison (module docstring, rules 1-7; the rules 4 and 5 in that order). Returns
     :class:`~rnnconvert.verify.checks.LayerCheck` fields ``verdict`` (``'ok'``, ``'inconclusive'``, ``'fail'``),
     ``reason``, ``max_abs_err``, ``tolerance``, ``max_abs_ref``, ``reference`` (``'float32'`` or ``'float64'``), or
     ``{"ask": "spreads"}`` where rule 3 needs the spreads and the float64 error still :data:`ASK`."""
@@ -81,16 +83,17 @@ def decide_whole(f: WholeFindings, first: float, rho: float) -> dict[str, Any]:
     what, s = max(f.spreads.items(), key=lambda kv: kv[1])
     tol = base + 2.0 * s
     out = dict(max_abs_err=f.err64, tolerance=tol, max_abs_ref=f.scale, reference="float64")
-    if f.err64 <= tol:
-        return {**out, "verdict": "ok", "reason": ""}
     says = (f"differs from the source's float64 run by {f.err64:.3g}, {f.err64 / tol:.3g}x the tolerance {tol:.3g} "
             f"({first:.3g} x max(1, scale {f.scale:.3g}) + 2 x the largest float32 spread of the source, "
             f"{s:.3g} ({what}))")
     if 2.0 * s > rho * f.scale:
         return {**out, "verdict": "inconclusive", "reason": (
             f"{says}; the source's own float32 and float64 runs part by more than {rho:.3g} of the output's "
-            f"scale: chaotic or ill-conditioned on these inputs, float32 rounding alone could explain the "
-            f"difference (shorter --inputs may decide)")}
+            f"scale: chaotic or ill-conditioned on these inputs, so float32 rounding alone moves the outputs as "
+            f"much as a wrong weight would, and a tolerance that wide could not tell them apart (shorter --inputs "
+            f"may decide)")}
+    if f.err64 <= tol:
+        return {**out, "verdict": "ok", "reason": ""}
     if 2.0 * s > base and f.err64 <= base + 2.0 * AMPLIFIED * s:
         return {**out, "verdict": "inconclusive", "reason": (
             f"{says}; the model amplifies float32 rounding (its spread is above {base:.3g}) and the difference is "

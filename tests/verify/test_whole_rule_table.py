@@ -61,7 +61,7 @@ def test_the_largest_spread_sets_the_tolerance():
 
 
 def test_a_chaotic_model_is_never_fail():
-    for err in (0.2, 1.0, 10.0):  # all above the tolerance 2e-5 + 0.1
+    for err in (1e-3, 0.2, 1.0, 10.0):  # within the tolerance 2e-5 + 0.1 or not: a tolerance that wide decides nothing
         assert verdict(WholeFindings(err, 1.0, err64=err, spreads={SRC: 0.05}))["verdict"] == "inconclusive"
 
 
@@ -71,6 +71,10 @@ def test_the_amplified_band_ends_at_its_factor():
     outside = FIRST + 2 * AMPLIFIED * s * 2
     assert verdict(WholeFindings(inside, 1.0, err64=inside, spreads={SRC: s}))["verdict"] == "inconclusive"
     assert verdict(WholeFindings(outside, 1.0, err64=outside, spreads={SRC: s}))["verdict"] == "fail"
+
+
+def test_a_chaotic_model_matching_the_source_float32_run_is_ok():
+    assert verdict(WholeFindings(1e-6, 1.0, err64=0.3, spreads={SRC: 0.3}))["verdict"] == "ok"  # rule 2 first
 
 
 def test_a_well_conditioned_model_is_always_decided():
