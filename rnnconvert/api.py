@@ -50,7 +50,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         force: overwrite an existing ``dst``.
         progress: ``progress(stage, done, total)``, called as work advances: stage ``'convert'`` with
             parameter bytes written (streaming conversions, after each slab), ``'verify'`` with layers
-            verified (the target side), ``'done'`` (1, 1) once DST is in place. The CLI draws its progress bar from it.
+            verified (the target side), ``'whole: <what>'`` (done, total) as the whole-model check of a model
+            written whole goes from stage to stage (its stage in words, ``done`` of ``total`` stages), ``'done'``
+            (1, 1) once DST is in place. The CLI draws its progress bar from it.
         verify_inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on
             instead of the random batch (:func:`load_inputs` reads them from an ``.npz``).
         map: how to read tensors under their owner's own names (``.npz``, ``.safetensors``, ``.pt``,

@@ -31,6 +31,7 @@ from ..errors import (DependencyError, FormatError, OptionError, OutputExistsErr
                       WholeModelError)
 from ..safety import budget
 from ..speed.prefetch import ReadAhead, ahead_window, prefetch
+from ..verify.checks import WHOLE_STAGE
 from ..verify.engine import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
 from ..verify.target import as_target
 
@@ -440,6 +441,7 @@ def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> Conversio
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
     tmp = None
     emit_tmps: list[Path] = []
+    stages = WHOLE_STAGE.set(None if progress is None else (lambda what, d, t: progress(f"whole: {what}", d, t)))
     try:
         tmp = commit.temp_beside(dst_p)
         with cache, way_out():
@@ -487,6 +489,7 @@ def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> Conversio
             raise
         raise env from exc
     finally:
+        WHOLE_STAGE.reset(stages)
         if tmp is not None:
             commit.discard(tmp)
         for t in emit_tmps:

@@ -18,7 +18,7 @@ import numpy as np
 from ...formats.keras import keras_config, keras_whole
 from ...errors import FormatError
 from ...safety import keras_sanitize
-from ...verify.checks import LayerCheck
+from ...verify.checks import LayerCheck, whole_stage
 from ...formats.keras.keras_whole import TOL, FullModel
 from ...verify import verdict as layer_verdict
 from ...verify.whole_rule import ASK, WholeFindings, decide_whole
@@ -131,6 +131,7 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs."""
+    whole_stage("loading the source model")
     if full.framework == "keras3":  # a Keras 3 .keras archive: Keras 3 runs its source (issue #30)
         with keras_whole.guarded("Keras 3 loading the source model (the reference of the whole-model check)", full,
                                  None, "keras"):
@@ -177,6 +178,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
 
     k = keras_config.import_keras3()
     tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed)
+    whole_stage("running the written model")
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         local = os.path.join(tmp, "model.keras")
         shutil.copyfile(dst_path, local)
@@ -329,7 +331,9 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps, padding)
     args = [xs[n] for n in names_in]
     src, fw = source_framework(full)
+    whole_stage("running the written model")
     outs, layers = run_target(xs)
+    whole_stage("running the source model")
     with keras_whole.guarded(f"{src.split(' (')[0]} running the source model (the reference of the whole-model "
                              "check)", full, None, fw):
         feed = args if len(args) > 1 else args[0]
@@ -400,6 +404,7 @@ def _measure_spreads(full: FullModel, tfm, keys: list, args: list, run32, run64,
     adds its framework's float32 run's): with ``run32``/``run64`` (a graph rebuilt from the SOURCE, never read from the written file),
     that graph's float32 run against its float64 run (another, independent float32 evaluation order). Nothing here
     depends on the written file: it cannot widen its own tolerance."""
+    whole_stage("measuring the source's float32 spreads")
     twin = source_float64(full, tfm)
     z64 = _twin_outputs(full, twin, keys, args) if twin is not None else {}
     o32 = l32 = o64 = l64 = None
