@@ -172,7 +172,6 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     import os
     import shutil
     import tempfile
-    import warnings
 
     from ...formats.keras import keras3
 
@@ -187,26 +186,14 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     args = [xs[n] for n in names_in]
     single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
               and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
-    checks = []
+    feed = args if len(args) > 1 else args[0]
+    y3, got3 = _keras3_run(k, full, new, args, single)
+    whole_stage("running the source model")
     with keras_whole.guarded("tf_keras running the source model (the reference of the whole-model check)", full, None,
                              "tf_keras"):
-        y2 = tfm(args if len(args) > 1 else args[0], training=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
-        with keras_whole.guarded("Keras 3 running the written model", full, None, "keras"):
-            y3 = new(args, training=False)
-    y2 = y2 if isinstance(y2, (list, tuple)) else [y2]
-    y3 = y3 if isinstance(y3, (list, tuple)) else [y3]
-    pairs = [(f"model output {i}", i, a, k.ops.convert_to_numpy(b)) for i, (a, b) in enumerate(zip(y2, y3))]
-    for n in single:  # one probe per layer: a layer Keras 3 cannot probe alone is still covered by the outputs
-        try:
-            a = keras_whole.tf_keras_model(tfm, n)(args if len(args) > 1 else args[0], training=False)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                b = k.Model(new.inputs, new.get_layer(n).output)(args, training=False)
-        except (ValueError, AttributeError, KeyError, TypeError):
-            continue
-        pairs.append((f"model:{n}", n, a, k.ops.convert_to_numpy(b)))
+        y2, probed = _source_run(full, tfm, feed, [n for n in single if n in got3])
+    pairs = [(f"model output {i}", i, a, b) for i, (a, b) in enumerate(zip(y2, y3))]
+    pairs += [(f"model:{n}", n, probed[n], got3[n]) for n in single if n in got3 and n in probed]
     checks = judge(pairs, "tf_keras (whole model)", "keras 3 load_model",
                    lambda keys: _measure_spreads(full, tfm, keys, args, None, None, xs))
     if len(y2) != len(y3):
@@ -214,6 +201,34 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
                                  "keras 3 load_model", "float32", verdict="fail",
                                  reason=f"{len(y3)} outputs where the source has {len(y2)}"))
     return checks
+
+
+def _keras3_run(k, full: FullModel, new, args: list, names: list[str]) -> tuple[list, dict]:
+    """``(model outputs, {layer name: its output})`` of the written Keras 3 model ``new`` on ``args``, as numpy: one
+    call of one model whose outputs are the model's and every top-level layer's of ``names`` (each layer runs once);
+    where Keras 3 cannot build that model, the model and then each layer alone, a layer that cannot be probed alone
+    left out (the model outputs cover it)."""
+    def numpy(y):
+        return [k.ops.convert_to_numpy(t) for t in (y if isinstance(y, (list, tuple)) else [y])]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
+        with keras_whole.guarded("Keras 3 running the written model", full, None, "keras"):
+            outs = list(new.outputs)
+            try:
+                tensors = [new.get_layer(n).output for n in names]
+                got = numpy(_call(k.Model(new.inputs, outs + tensors), args))
+                return got[:len(outs)], dict(zip(names, got[len(outs):]))
+            except (ValueError, AttributeError, KeyError, TypeError):
+                pass
+            y3 = numpy(new(args, training=False))
+            probed = {}
+            for n in names:
+                try:
+                    probed[n] = numpy(k.Model(new.inputs, new.get_layer(n).output)(args, training=False))[0]
+                except (ValueError, AttributeError, KeyError, TypeError):
+                    continue
+    return y3, probed
 
 
 def _max_abs(a, b) -> float:
