@@ -49,12 +49,12 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
                 {n[len("layer:"):]: a for n, a in by.items() if n.startswith("layer:")})
 
     return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
-                                     inputs=inputs, seed=seed, run64=_float64_run(ckpt, full),
-                                     run32=_float64_run(ckpt, full, double=False),
+                                     inputs=inputs, seed=seed, run64=source_graph_run(ckpt, full),
+                                     run32=source_graph_run(ckpt, full, double=False),
                                      padding=meta.get("mask_layout", "any"))
 
 
-def _float64_run(ckpt: Checkpoint, full, double: bool = True):
+def source_graph_run(ckpt: Checkpoint, full, double: bool = True):
     """The whole model as a float64 torch module (``double=False``: the same module in float32; the rule of
     whole models measures the model's conditioning with the two, never with the written file), or ``None`` without torch (the
     source's own spreads alone decide)."""

@@ -60,10 +60,10 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
         outs = [by[f"output_{i}"] for i in range(sum(k.startswith("output_") for k in by))]
         return outs, {k[len("layer_"):]: v for k, v in by.items() if k.startswith("layer_")}
 
-    from .onnx_whole import _float64_run
+    from .onnx_whole import source_graph_run
 
     # one more float32 evaluation order of the source: its graph rebuilt in torch (float32 and float64)
     return keras_whole_check.compare_whole(str(src_path), full, target,
                                            f"tf.lite.Interpreter {tf.__version__} (whole model)",
-                                           inputs=inputs, seed=seed, run64=_float64_run(ckpt, full),
-                                           run32=_float64_run(ckpt, full, double=False))
+                                           inputs=inputs, seed=seed, run64=source_graph_run(ckpt, full),
+                                           run32=source_graph_run(ckpt, full, double=False))
