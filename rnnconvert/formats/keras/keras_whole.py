@@ -30,6 +30,7 @@ to 66) drifts by up to 5e-4 relative between two float32 evaluations, whichever 
 from __future__ import annotations
 
 import contextlib
+import copy
 
 import json
 from pathlib import Path
@@ -91,13 +92,26 @@ def read_full_model(ckpt: Checkpoint) -> FullModel | None:
     path = ckpt.meta.get("path")
     if ckpt.format != "keras_h5" or not path or not Path(path).is_file():
         return None
+    from ...speed import filerows
+
+    key = filerows.identity(path)
+    if key in _FULL:  # a conversion reads it for its writer, then for its check: one isolated read (issue #39)
+        return copy.copy(_FULL[key])
     try:
         full = guard.isolated(_read_in, (str(path),), path, "HDF5")
     except (OSError, KeyError, ValueError, RuntimeError) as exc:
         raise FormatError(f"{path}: damaged HDF5 file ({exc})") from exc
     if full is not None:  # every value rebuilt from rnnconvert's whitelist (issue #40)
         full.config = keras_sanitize.model_config(full.config, path, unknown="stub")
-    return full
+    if len(_FULL) > 4:
+        _FULL.clear()
+    _FULL[key] = full
+    return copy.copy(full)
+
+
+#: :func:`read_full_model` per file identity (path, inode, size, modification time): a file rewritten in place
+#: is read again
+_FULL: dict[tuple, Any] = {}
 
 
 # --------------------------------------------------------------------------------------------
