@@ -142,7 +142,8 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     Args:
         map: how to read ``src``'s own tensor names (see :func:`convert`).
         inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on instead of
-            the random batch (:func:`load_inputs`).
+            the random batch (:func:`load_inputs`); for a Keras model written whole, arrays keyed by the model's
+            input names (integer token ids allowed) feed its whole-model check, as in :func:`convert`.
         device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
             both routes of :mod:`rnnconvert.verify.cuda` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).
