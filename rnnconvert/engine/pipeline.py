@@ -654,9 +654,14 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
                 rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
                               first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
             if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
+                before = len(rep.layers)
                 _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
                 if unread is not None and not rep.layers:  # not a whole-model program: its reader's refusal
                     raise unread
+                if len(rep.layers) == before and model_in:  # DST holds the recurrent layers only
+                    raise FormatError(f"verification inputs name no recurrent layer: {', '.join(sorted(model_in))} "
+                                      f"(layers: {', '.join(layer.name for layer in ckpt.layers)}), and {dst} "
+                                      f"holds the recurrent layers only, not the whole model")
             return rep
         except RNNConvertError:
             raise
