@@ -47,3 +47,17 @@ def test_verify_takes_token_ids(tmp_path):
     rep = rnnconvert.verify(src, dst, inputs={"tokens": z["in__tokens"], "feats": z["in__feats"]})
     whole = {n: v for n, v in _verdicts(rep).items() if n.startswith("model")}
     assert whole and set(whole.values()) == {"ok"}, whole
+
+
+def test_model_inputs_for_a_recurrent_only_file_are_refused(tmp_path):
+    """A DST of the recurrent layers alone has no whole-model check: model inputs given for it are a usage error
+    (exit 3, one line), not silently ignored."""
+    pytest.importorskip("onnxruntime")
+    from rnnconvert.cli import main
+
+    src = FIX / "whole_masked_stack.h5"
+    dst = tmp_path / "ro.onnx"
+    rnnconvert.convert(src, dst, verify=None, write_opts={"recurrent_only": True})
+    feats = tmp_path / "feats.npz"
+    np.savez(feats, feats=np.load(src.with_suffix(".npz"))["in__feats"])
+    assert main(["verify", str(src), str(dst), "--inputs", str(feats)]) == 3
