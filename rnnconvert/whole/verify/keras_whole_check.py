@@ -156,12 +156,14 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
 
 
 def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None = None,
-                 seed: int = 0) -> list:
+                 seed: int = 0, run32=None, run64=None) -> list:
     """Compare the source model (tf_keras, file as stored) with the written ``.keras`` (Keras 3 rebuilding it):
     every top-level layer with one call and every model output, by the one rule of whole models (:func:`judge`).
 
     Args:
         inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`).
+        run32, run64: the source's graph rebuilt and run in float32 and float64, as :func:`compare_whole` takes them
+            (one more float32 evaluation order for the spreads), or ``None``.
 
     Returns:
         :class:`rnnconvert.verify.checks.LayerCheck` entries named ``model:<layer>`` and ``model output <i>``.
@@ -195,7 +197,7 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     pairs = [(f"model output {i}", i, a, b) for i, (a, b) in enumerate(zip(y2, y3))]
     pairs += [(f"model:{n}", n, probed[n], got3[n]) for n in single if n in got3 and n in probed]
     checks = judge(pairs, "tf_keras (whole model)", "keras 3 load_model",
-                   lambda keys: _measure_spreads(full, tfm, keys, args, None, None, xs))
+                   lambda keys: _measure_spreads(full, tfm, keys, args, run32, run64, xs))
     if len(y2) != len(y3):
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
                                  "keras 3 load_model", "float32", verdict="fail",
