@@ -50,7 +50,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, to: str | None = 
         force: overwrite an existing ``dst``.
         progress: ``progress(stage, done, total)``, called as work advances: stage ``'convert'`` with
             parameter bytes written (streaming conversions, after each slab), ``'verify'`` with layers
-            verified (the target side), ``'done'`` (1, 1) once DST is in place. The CLI draws its progress bar from it.
+            verified (the target side), ``'whole: <what>'`` (done, total) as the whole-model check of a model
+            written whole goes from stage to stage (its stage in words, ``done`` of ``total`` stages), ``'done'``
+            (1, 1) once DST is in place. The CLI draws its progress bar from it.
         verify_inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on
             instead of the random batch (:func:`load_inputs` reads them from an ``.npz``).
         map: how to read tensors under their owner's own names (``.npz``, ``.safetensors``, ``.pt``,
@@ -140,7 +142,8 @@ def verify(src: str | os.PathLike, dst: str | os.PathLike, *, mode: str = "refer
     Args:
         map: how to read ``src``'s own tensor names (see :func:`convert`).
         inputs: ``{layer name: float (batch, steps, input_size) array}`` to verify those layers on instead of
-            the random batch (:func:`load_inputs`).
+            the random batch (:func:`load_inputs`); for a Keras model written whole, arrays keyed by the model's
+            input names (integer token ids allowed) feed its whole-model check, as in :func:`convert`.
         device: ``'cpu'`` runs ``dst`` in its own framework; ``'cuda'`` runs its weights through cuDNN by
             both routes of :mod:`rnnconvert.verify.cuda` (``dst`` must be a readable format).
         dtype: ``'float32'`` or ``'float16'`` (cuDNN only).

@@ -512,7 +512,10 @@ class _Bar:
         self.stage = (stage, done, total)
         if self.prog is None or stage == "done":
             return
-        if stage == "verify":  # layers, not bytes
+        if stage.startswith("whole: "):  # the whole-model check's stages, in words
+            self.prog.update(self.task, description="verifying the whole model", completed=done, total=total,
+                             detail=stage[len("whole: "):])
+        elif stage == "verify":  # layers, not bytes
             self.prog.update(self.task, description="verifying", completed=done, total=total,
                              detail=f"{done:.0f}/{total:.0f} layers")
         else:

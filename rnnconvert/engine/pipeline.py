@@ -27,9 +27,11 @@ from .protocol import located
 from .refusal import Refused
 from .stream import FoldingWriter, order, slab_bytes, stream_write, writer_view
 from ..core.model import Checkpoint
-from ..errors import DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError, WholeModelError
+from ..errors import (DependencyError, FormatError, OptionError, OutputExistsError, RNNConvertError, UnsupportedError,
+                      WholeModelError)
 from ..safety import budget
 from ..speed.prefetch import ReadAhead, ahead_window, prefetch
+from ..verify.checks import WHOLE_STAGE
 from ..verify.engine import LayerCheck, StreamedVerification, VerifyReport, import_engine, verify as _verify
 from ..verify.target import as_target
 
@@ -439,6 +441,7 @@ def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> Conversio
     cache = directio.through_page_cache() if verify else contextlib.nullcontext()
     tmp = None
     emit_tmps: list[Path] = []
+    stages = WHOLE_STAGE.set(None if progress is None else (lambda what, d, t: progress(f"whole: {what}", d, t)))
     try:
         tmp = commit.temp_beside(dst_p)
         with cache, way_out():
@@ -486,6 +489,7 @@ def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> Conversio
             raise
         raise env from exc
     finally:
+        WHOLE_STAGE.reset(stages)
         if tmp is not None:
             commit.discard(tmp)
         for t in emit_tmps:
@@ -600,9 +604,16 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     in_fmt = registry.get(src_format) if src_format else registry.detect(src)
     out_fmt = registry.get(dst_format) if dst_format else registry.detect(dst)
     out_mod = out_fmt.load()
-    d_ckpt = None
+    in_mod = in_fmt.load()
+    whole = as_target(out_mod).verify_whole if device == "cpu" and in_mod.whole_model is not None else None
+    d_ckpt = unread = None
     if out_mod.read is not None:  # DST is as untrusted as SRC: the hardened reader (links, bombs, budget)
-        d_ckpt = load(dst, out_fmt.name, lazy=out_mod.lazy)  # sees it before a framework does
+        try:  # sees it before a framework does
+            d_ckpt = load(dst, out_fmt.name, lazy=out_mod.lazy)
+        except UnsupportedError as exc:  # a whole-model program its reader refuses (a whole .tflite, issue #39):
+            if whole is None:  # judged whole only, as its conversion judges it; refused if it is not one
+                raise
+            unread = exc
     if device == "cuda":
         from ..verify.cuda import ROUTES, CudaTarget, require_cuda
 
@@ -617,8 +628,6 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
         targets = [out_mod]
     else:
         raise FormatError(f"unknown device '{device}' (cpu or cuda)")
-    in_mod = in_fmt.load()
-    whole = as_target(out_mod).verify_whole if device == "cpu" and in_mod.whole_model is not None else None
     model_in = {k: v for k, v in (inputs or {}).items() if whole and np.asarray(v).dtype.kind != "f"}
     inputs = _float_inputs({k: v for k, v in (inputs or {}).items() if k not in model_in})
     lazy = in_mod.lazy  # the cuDNN routes too: their emulation runs on each slab as it is read (verify/cuda.py)
@@ -626,12 +635,18 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
     # maps it was 3x slower than reading it ahead (speed/prefetch.py)
     prefetch(dst)
     ckpt = load(src, in_fmt.name, lazy=lazy, **(read_opts or {}))
+    if whole is not None and inputs:  # float arrays that name no recurrent layer are model inputs, as converted
+        names = {layer.name for layer in ckpt.layers}
+        model_in.update({k: v for k, v in inputs.items() if k not in names})
+        inputs = {k: v for k, v in inputs.items() if k in names} or None
     first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
 
     def attempt(targets: list) -> VerifyReport:
         try:
-            if whole is not None and out_mod.read is None and as_target(out_mod).target_step is None:
-                rep = VerifyReport(seed=seed)  # a program (.pt2): its runtime's whole-model checks only, as converted
+            if whole is not None and (unread is not None or (out_mod.read is None
+                                                             and as_target(out_mod).target_step is None)):
+                # a program (.pt2, a whole .tflite): its runtime's whole-model checks only, as converted
+                rep = VerifyReport(seed=seed)
             elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
                 rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
                                        first_tol, target_dtype)
@@ -639,7 +654,14 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
                 rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
                               first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
             if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
+                before = len(rep.layers)
                 _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)
+                if unread is not None and not rep.layers:  # not a whole-model program: its reader's refusal
+                    raise unread
+                if len(rep.layers) == before and model_in:  # DST holds the recurrent layers only
+                    raise FormatError(f"verification inputs name no recurrent layer: {', '.join(sorted(model_in))} "
+                                      f"(layers: {', '.join(layer.name for layer in ckpt.layers)}), and {dst} "
+                                      f"holds the recurrent layers only, not the whole model")
             return rep
         except RNNConvertError:
             raise

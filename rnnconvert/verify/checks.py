@@ -4,7 +4,9 @@ report in the same terms without a format importing the verification engine."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -67,3 +69,23 @@ class LayerCheck:
     @property
     def failed(self) -> bool:
         return self.verdict == "fail"
+
+
+#: where a whole-model check reports its stages (:func:`whole_stage`): ``fn(what, done, total)``, set by the
+#: conversion around its verification (``progress`` of :func:`rnnconvert.api.convert`, stage ``'whole: <what>'``)
+WHOLE_STAGE: ContextVar[Callable[[str, float, float], None] | None] = ContextVar("whole_stage", default=None)
+
+#: the stages of a whole-model check, in order (:func:`whole_stage`)
+WHOLE_STAGES = ("loading the source model", "running the written model", "running the source model",
+                "measuring the source's float32 spreads")
+
+
+def whole_stage(what: str) -> None:
+    """Report that a whole-model check enters stage ``what`` (one of :data:`WHOLE_STAGES`) to :data:`WHOLE_STAGE`,
+    if set; a reporter that raises is ignored."""
+    fn = WHOLE_STAGE.get()
+    if fn is not None:
+        try:
+            fn(what, WHOLE_STAGES.index(what) if what in WHOLE_STAGES else 0, len(WHOLE_STAGES))
+        except Exception:  # noqa: BLE001 - progress display only
+            pass

@@ -25,4 +25,9 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     full = whole_model(ckpt, dst_path)
     if full is None:
         return []
-    return keras_whole_check.verify_model(str(src_path), str(dst_path), full, inputs=inputs, seed=seed)
+    from .onnx_whole import source_graph_run
+
+    # one more float32 evaluation order of the source for the spreads: its graph rebuilt in torch
+    return keras_whole_check.verify_model(str(src_path), str(dst_path), full, inputs=inputs, seed=seed,
+                                          run32=source_graph_run(ckpt, full, double=False),
+                                          run64=source_graph_run(ckpt, full))

@@ -1,7 +1,7 @@
 """The whole-model check of the ``onnxruntime`` runtime (its ``verify_whole``, named by location in
 :data:`rnnconvert.runtimes.onnxruntime.RUNTIME`): a whole Keras model written as one ONNX graph
-(:mod:`rnnconvert.whole.formats.onnx.model_write`) run by onnxruntime against the source model, with a float64
-torch run of the same graph for the second stage. Moved here from :mod:`rnnconvert.runtimes.onnxruntime`
+(:mod:`rnnconvert.whole.formats.onnx.model_write`) run by onnxruntime against the source model, with float32 and float64
+torch runs of the source's graph rebuilt for the spreads of the one rule of whole models. Moved here from :mod:`rnnconvert.runtimes.onnxruntime`
 (issue #38): ``runtimes/`` imports nothing of ``whole/``."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
                  seed: int = 0) -> list:
     """Whole-model verification of a written whole-model ONNX graph (issue #30): the source Keras model run by
     tf_keras against onnxruntime running ``dst_path`` on the model inputs, every model output and every
-    top-level layer's output (the graph's ``layer:<name>`` outputs); the float64 second stage runs the same
-    graph as a float64 torch program (:func:`rnnconvert.whole.formats.torch.pt2_write.build_module`). ``[]`` when the
+    top-level layer's output (the graph's ``layer:<name>`` outputs), by the one rule of whole models; one more
+    float32 evaluation order of the source (and its float64 reference where tf_keras cannot rebuild it) from the
+    source's graph rebuilt as a torch program run in float32 and float64 (:func:`rnnconvert.whole.formats.torch.pt2_write.build_module`). ``[]`` when the
     file holds the recurrent layers only (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`). A graph
     written with states (``state_inputs`` in its metadata) is fed zero states, as the source model starts."""
     from ..verify import keras_whole_check
@@ -48,21 +49,21 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
                 {n[len("layer:"):]: a for n, a in by.items() if n.startswith("layer:")})
 
     return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
-                                     inputs=inputs, seed=seed, run64=_float64_run(ckpt, full),
-                                     run32=_float64_run(ckpt, full, double=False),
+                                     inputs=inputs, seed=seed, run64=source_graph_run(ckpt, full),
+                                     run32=source_graph_run(ckpt, full, double=False),
                                      padding=meta.get("mask_layout", "any"))
 
 
-def _float64_run(ckpt: Checkpoint, full, double: bool = True):
-    """The whole model as a float64 torch module (``double=False``: the same module in float32; the second stage
-    measures the model's conditioning with the two, never with the written file), or ``None`` without torch (the
-    float32 verdicts then stand)."""
+def source_graph_run(ckpt: Checkpoint, full, double: bool = True):
+    """The whole model as a float64 torch module (``double=False``: the same module in float32; the rule of
+    whole models measures the model's conditioning with the two, never with the written file), or ``None`` without torch (the
+    source's own spreads alone decide)."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         return None
 
-    def run64(xs):  # imported only when a check misses the float32 tolerance (the second stage)
+    def run64(xs):  # imported only when the rule asks for the spreads
         from ..conventions import keras_graph
         from ..formats.torch import pt2_write
 

@@ -2,8 +2,8 @@
 :data:`rnnconvert.runtimes.tflite.RUNTIME`): a whole Keras 1/2 model written as one ``.tflite``
 (:mod:`rnnconvert.whole.formats.tflite.model_write`) run by ``tf.lite.Interpreter`` (its signature runner) against
 the source model in tf_keras, every model output and every exposed top-level layer's output
-(:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`: ``max|d| <= 2e-5 * max(1, max|ref|)``, a miss
-judged again against the source's own float64 twin)."""
+(:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`: the one rule of whole models,
+:func:`rnnconvert.verify.whole_rule.decide_whole`)"""
 
 from __future__ import annotations
 
@@ -60,6 +60,10 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
         outs = [by[f"output_{i}"] for i in range(sum(k.startswith("output_") for k in by))]
         return outs, {k[len("layer_"):]: v for k, v in by.items() if k.startswith("layer_")}
 
+    from .onnx_whole import source_graph_run
+
+    # one more float32 evaluation order of the source: its graph rebuilt in torch (float32 and float64)
     return keras_whole_check.compare_whole(str(src_path), full, target,
                                            f"tf.lite.Interpreter {tf.__version__} (whole model)",
-                                           inputs=inputs, seed=seed)
+                                           inputs=inputs, seed=seed, run64=source_graph_run(ckpt, full),
+                                           run32=source_graph_run(ckpt, full, double=False))

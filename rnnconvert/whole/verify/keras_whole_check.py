@@ -1,13 +1,15 @@
 """The end-to-end check of a Keras 2 model written whole as Keras 3 (the keras3 runtime's ``verify_whole``,
 :mod:`rnnconvert.runtimes.keras3`): the source model run by tf_keras (the file as stored) against Keras 3 loading
 the written ``.keras``, every top-level layer with one call and every model output; the same check for a
-written ONNX graph, ``.pt2`` program or emitted module (:func:`compare_whole`). A check that misses the first
-stage is judged again against the source run in float64 by its own framework (:func:`second_stage`: ``ok``,
-``inconclusive`` or FAIL; issue #39)."""
+written ONNX graph, ``.pt2`` program, emitted module or ``.tflite`` (:func:`compare_whole`). Every comparison is
+judged by the one rule of whole models (:func:`judge`, :func:`rnnconvert.verify.whole_rule.decide_whole`: ``ok``,
+``inconclusive`` or ``fail``; the float64 reference and the source's float32 spreads measured only where the rule
+asks for them; issue #39)."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from typing import Any
 
@@ -16,8 +18,10 @@ import numpy as np
 from ...formats.keras import keras_config, keras_whole
 from ...errors import FormatError
 from ...safety import keras_sanitize
-from ...verify.checks import LayerCheck
+from ...verify.checks import LayerCheck, whole_stage
 from ...formats.keras.keras_whole import TOL, FullModel
+from ...verify import verdict as layer_verdict
+from ...verify.whole_rule import ASK, WholeFindings, decide_whole
 
 
 def as_float64(obj: Any) -> Any:
@@ -33,7 +37,7 @@ def as_float64(obj: Any) -> Any:
 def float64_twin(k, model):
     """The written Keras 3 model rebuilt in float64 with its (float32) weights widened exactly, or ``None``
     when Keras cannot rebuild it: it measures how far two float32 evaluations may drift apart on this batch
-    (``2 * max|y32 - y64|``), the second stage of the rule of :mod:`rnnconvert.verify.engine`."""
+    (``max|y32 - y64|``): the float64 twin of a Keras 3 source (:func:`source_float64`)."""
     try:
         cls = type(model).__name__ if type(model).__name__ in keras_sanitize.CONTAINERS else "Functional"
         cfg = keras_sanitize.model_config({"class_name": cls, "config": as_float64(model.get_config())},
@@ -41,7 +45,7 @@ def float64_twin(k, model):
         twin = type(model).from_config(cfg)
         twin.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])
         return twin
-    except Exception as exc:  # noqa: BLE001 - whatever Keras 3 / TensorFlow raise: no second stage
+    except Exception as exc:  # noqa: BLE001 - whatever Keras 3 / TensorFlow raise: no float64 twin
         if keras_whole.passes(exc):
             raise
         return None
@@ -127,6 +131,7 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs."""
+    whole_stage("loading the source model")
     if full.framework == "keras3":  # a Keras 3 .keras archive: Keras 3 runs its source (issue #30)
         with keras_whole.guarded("Keras 3 loading the source model (the reference of the whole-model check)", full,
                                  None, "keras"):
@@ -151,12 +156,14 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
 
 
 def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None = None,
-                 seed: int = 0) -> list:
-    """Compare the source model (tf_keras, file as stored) with the written ``.keras`` (Keras 3
-    ``load_model``): every top-level layer with one call and every model output.
+                 seed: int = 0, run32=None, run64=None) -> list:
+    """Compare the source model (tf_keras, file as stored) with the written ``.keras`` (Keras 3 rebuilding it):
+    every top-level layer with one call and every model output, by the one rule of whole models (:func:`judge`).
 
     Args:
         inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`).
+        run32, run64: the source's graph rebuilt and run in float32 and float64, as :func:`compare_whole` takes them
+            (one more float32 evaluation order for the spreads), or ``None``.
 
     Returns:
         :class:`rnnconvert.verify.checks.LayerCheck` entries named ``model:<layer>`` and ``model output <i>``.
@@ -167,12 +174,12 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     import os
     import shutil
     import tempfile
-    import warnings
 
     from ...formats.keras import keras3
 
     k = keras_config.import_keras3()
     tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed)
+    whole_stage("running the written model")
     with tempfile.TemporaryDirectory(prefix="rnnconvert-k3-") as tmp:
         local = os.path.join(tmp, "model.keras")
         shutil.copyfile(dst_path, local)
@@ -181,50 +188,16 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     args = [xs[n] for n in names_in]
     single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
               and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
-    checks = []
+    feed = args if len(args) > 1 else args[0]
+    y3, got3 = _keras3_run(k, full, new, args, single)
+    whole_stage("running the source model")
     with keras_whole.guarded("tf_keras running the source model (the reference of the whole-model check)", full, None,
                              "tf_keras"):
-        y2 = tfm(args if len(args) > 1 else args[0], training=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
-        with keras_whole.guarded("Keras 3 running the written model", full, None, "keras"):
-            y3 = new(args, training=False)
-    y2 = y2 if isinstance(y2, (list, tuple)) else [y2]
-    y3 = y3 if isinstance(y3, (list, tuple)) else [y3]
-    pairs = [(f"model output {i}", a, b) for i, (a, b) in enumerate(zip(y2, y3))]
-    for n in single:  # one probe per layer: a layer Keras 3 cannot probe alone is still covered by the outputs
-        try:
-            a = keras_whole.tf_keras_model(tfm, n)(args if len(args) > 1 else args[0], training=False)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                b = k.Model(new.inputs, new.get_layer(n).output)(args, training=False)
-        except (ValueError, AttributeError, KeyError, TypeError):
-            continue
-        pairs.append((f"model:{n}", a, b))
-    for name, a, b in pairs:
-        a = np.asarray(a, dtype=np.float64)
-        b = np.asarray(k.ops.convert_to_numpy(b), dtype=np.float64)
-        if a.shape != b.shape:
-            checks.append(LayerCheck(name, float("inf"), 0.0, float(np.max(np.abs(a), initial=0.0)),
-                                     "tf_keras (whole model)", "keras 3 load_model", "float32", verdict="fail",
-                                     reason=f"shape {b.shape} where the source gives {a.shape}"))
-            continue
-        ref = float(np.max(np.abs(a), initial=0.0))
-        err = float(np.max(np.abs(a - b), initial=0.0))
-        tol = TOL * max(1.0, ref)
-        checks.append(LayerCheck(name, err, tol, ref, "tf_keras (whole model)", "keras 3 load_model", "float32",
-                                 verdict="ok" if err <= tol else "fail",
-                                 reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
-    failed = [i for i, c in enumerate(checks) if not c.ok and np.isfinite(c.max_abs_err)]
-    twin = source_float64(full, tfm) if failed else None
-    if twin is not None:  # stage 2: the source's own float64 run decides (:func:`second_stage`)
-        keys = [int(checks[i].name.rsplit(" ", 1)[1]) if checks[i].name.startswith("model output")
-                else checks[i].name.split(":", 1)[1] for i in failed]
-        z64 = _twin_outputs(full, twin, keys, args)
-        for i, key in zip(failed, keys):
-            c, (_, a, b) = checks[i], pairs[i]
-            checks[i] = second_stage(c, np.asarray(a, np.float64),
-                                     np.asarray(k.ops.convert_to_numpy(b), np.float64), z64.get(key), [])
+        y2, probed = _source_run(full, tfm, feed, [n for n in single if n in got3])
+    pairs = [(f"model output {i}", i, a, b) for i, (a, b) in enumerate(zip(y2, y3))]
+    pairs += [(f"model:{n}", n, probed[n], got3[n]) for n in single if n in got3 and n in probed]
+    checks = judge(pairs, "tf_keras (whole model)", "keras 3 load_model",
+                   lambda keys: _measure_spreads(full, tfm, keys, args, run32, run64, xs))
     if len(y2) != len(y3):
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
                                  "keras 3 load_model", "float32", verdict="fail",
@@ -232,9 +205,32 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
     return checks
 
 
-#: a whole-model check FAILs beyond ``TOL * max(1, scale) + FAIL_FACTOR * 2 * S`` (``S`` the largest measured
-#: float32 spread); between the allowance and that the spreads cannot decide: ``inconclusive`` (issue #39)
-FAIL_FACTOR = 16.0
+def _keras3_run(k, full: FullModel, new, args: list, names: list[str]) -> tuple[list, dict]:
+    """``(model outputs, {layer name: its output})`` of the written Keras 3 model ``new`` on ``args``, as numpy: one
+    call of one model whose outputs are the model's and every top-level layer's of ``names`` (each layer runs once);
+    where Keras 3 cannot build that model, the model and then each layer alone, a layer that cannot be probed alone
+    left out (the model outputs cover it)."""
+    def numpy(y):
+        return [k.ops.convert_to_numpy(t) for t in (y if isinstance(y, (list, tuple)) else [y])]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras 3 warns about list-vs-name input structures
+        with keras_whole.guarded("Keras 3 running the written model", full, None, "keras"):
+            outs = list(new.outputs)
+            try:
+                tensors = [new.get_layer(n).output for n in names]
+                got = numpy(_call(k.Model(new.inputs, outs + tensors), args))
+                return got[:len(outs)], dict(zip(names, got[len(outs):]))
+            except (ValueError, AttributeError, KeyError, TypeError):
+                pass
+            y3 = numpy(new(args, training=False))
+            probed = {}
+            for n in names:
+                try:
+                    probed[n] = numpy(k.Model(new.inputs, new.get_layer(n).output)(args, training=False))[0]
+                except (ValueError, AttributeError, KeyError, TypeError):
+                    continue
+    return y3, probed
 
 
 def _max_abs(a, b) -> float:
@@ -243,8 +239,8 @@ def _max_abs(a, b) -> float:
 
 def source_float64(full: FullModel, model):
     """The source model rebuilt in float64 by its own framework (tf_keras or Keras 3) from the built model's
-    config, every weight widened exactly, or ``None`` when the framework cannot rebuild it: the exact-arithmetic
-    reference of the second stage (:func:`second_stage`); it depends on SRC only, so a written file cannot
+    config, every weight widened exactly, or ``None`` when the framework cannot rebuild it: the float64 reference
+    of :func:`judge` (:func:`_measure_spreads`); it depends on SRC only, so a written file cannot
     widen its own tolerance."""
     import json
 
@@ -279,33 +275,6 @@ def _twin_outputs(full: FullModel, twin, keys: list, args: list) -> dict:
     got = {k: y[k] for k in keys if isinstance(k, int) and k < len(y)}
     got.update({n: probed[n] for n in names if n in probed})
     return {k: np.asarray(v, np.float64) for k, v in got.items()}
-
-
-def second_stage(c: LayerCheck, a32, b, z64, spreads: list[float]) -> LayerCheck:
-    """Judge again a whole-model check that missed ``TOL * max(1, scale)`` against the source's float32 output
-    ``a32`` (issue #39: one float32 sample of a long or ill-conditioned model's drift is not a bound).
-
-    ``z64``: the source computed in float64 (:func:`source_float64`; else the rebuilt graph's float64 run), the
-    exact function up to float64 rounding; ``spreads``: further measured float32/float64 spreads of other
-    evaluation orders (the rebuilt graph's). The allowance ``T = TOL * max(1, scale) + 2 * S``, with ``S`` the
-    largest measured float32 spread, the source's own ``max|a32 - z64|`` first: a target no farther from the exact
-    function than ``T`` is ``ok``; one farther than ``TOL * max(1, scale) + FAIL_FACTOR * 2 * S`` FAILs; in
-    between the spreads measured on this machine cannot decide, ``inconclusive``. A well-conditioned model (``S``
-    far below the fixed term) is decided either way; only a measured spread opens the undecided band. Without
-    ``z64`` the first-stage verdict stands."""
-    if z64 is None or b is None or not np.isfinite(c.max_abs_err) or np.shape(z64) != np.shape(b):
-        return c
-    s = max([_max_abs(a32, z64), *spreads])
-    d = _max_abs(b, z64)
-    tol = c.tolerance + 2 * s
-    verdict = "ok" if d <= tol else "fail" if d > c.tolerance + FAIL_FACTOR * 2 * s else "inconclusive"
-    reason = "" if verdict == "ok" else (
-        f"differs from the source's float64 run by {d:.3g}, {d / tol:.3g}x the float32 allowance {tol:.3g} "
-        f"(the source's own float32 run differs from it by {_max_abs(a32, z64):.3g})" +
-        ("" if verdict == "fail" else ": the float32 spreads measured cannot decide (an ill-conditioned model; "
-         "shorter --inputs may decide)"))
-    return LayerCheck(c.name, d, tol, c.max_abs_ref, c.source_route + " / float64", c.target_route, "float64",
-                      verdict=verdict, reason=reason)
 
 
 def _source_run(full: FullModel, m, feed, names: list[str]) -> tuple[list, dict]:
@@ -366,11 +335,10 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
 
     ``run_target(xs) -> (outputs, layers)``: ``xs`` the model inputs by name; ``outputs`` the model outputs in
     order, ``layers`` ``{top-level layer name: its output}`` for the layers the target exposes. Each is compared
-    with tf_keras' by the rule of :func:`verify_model` (``max|d| <= TOL * max(1, max|ref|)``); one that misses it
-    is judged again with ``+ 2 * max|y - y64|``, ``y64`` from ``run64(xs)`` (same form: the written graph run in
-    float64), when given: the second stage of :mod:`rnnconvert.verify.engine`. With ``run32`` (the model of
-    ``run64`` in float32: a graph rebuilt from the source, not read from the written file) ``y`` is its output,
-    so the spread measures the model's conditioning and a wrong file cannot widen its own tolerance.
+    with the source's by the one rule of whole models (:func:`judge`). ``run32``/``run64`` (given together: a graph
+    rebuilt from the SOURCE's config and weights, never read from the written file, run in float32 and float64)
+    give one more independent float32 evaluation order for the spreads (and the float64 reference where the
+    source's framework cannot rebuild the model in float64); a wrong file cannot widen its own tolerance.
 
     Returns :class:`rnnconvert.verify.checks.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
 
@@ -380,7 +348,9 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps, padding)
     args = [xs[n] for n in names_in]
     src, fw = source_framework(full)
+    whole_stage("running the written model")
     outs, layers = run_target(xs)
+    whole_stage("running the source model")
     with keras_whole.guarded(f"{src.split(' (')[0]} running the source model (the reference of the whole-model "
                              "check)", full, None, fw):
         feed = args if len(args) > 1 else args[0]
@@ -390,40 +360,90 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
         y2, probed = _source_run(full, tfm, feed, single)
     pairs = [(f"model output {i}", i, np.asarray(a), b) for i, (a, b) in enumerate(zip(y2, outs))]
     pairs += [(f"model:{n}", n, np.asarray(probed[n]), layers[n]) for n in single if n in probed]
-    checks, failed = [], []
-    for name, key, a, b in pairs:
-        a = np.asarray(a, dtype=np.float64)
-        b = np.asarray(b, dtype=np.float64)
-        if a.shape != b.shape:
-            checks.append(LayerCheck(name, float("inf"), 0.0, float(np.max(np.abs(a), initial=0.0)), src, route,
-                                     "float32", verdict="fail",
-                                     reason=f"shape {b.shape} where the source gives {a.shape}"))
-            continue
-        ref = float(np.max(np.abs(a), initial=0.0))
-        err = float(np.max(np.abs(a - b), initial=0.0))
-        tol = TOL * max(1.0, ref)
-        if not err <= tol:
-            failed.append((len(checks), key, b))
-        checks.append(LayerCheck(name, err, tol, ref, src, route, "float32", verdict="ok" if err <= tol else "fail",
-                                 reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
-    if failed:  # stage 2: the source's own float64 run decides (the rule of :func:`second_stage`)
-        twin = source_float64(full, tfm)
-        z64 = _twin_outputs(full, twin, [key for _, key, _ in failed], args) if twin is not None else {}
-        o64, l64 = run64(xs) if run64 is not None else (None, None)
-        o32, l32 = run32(xs) if run32 is not None else (None, None)
-        for i, key, b in failed:
-            a = pairs[[p[0] for p in pairs].index(checks[i].name)][2]
-            z = z64.get(key)
-            ours = []  # the rebuilt graph's own float32/float64 spread (a second float32 evaluation order)
-            if o64 is not None and o32 is not None:
-                p64 = o64[key] if isinstance(key, int) else l64.get(key)
-                p32 = o32[key] if isinstance(key, int) else l32.get(key)
-                if p64 is not None and p32 is not None:
-                    ours.append(_max_abs(p64, p32))
-                    if z is None:  # no float64 twin of the source: the rebuilt graph's float64 run is the reference
-                        z = p64
-            checks[i] = second_stage(checks[i], a, b, z, ours)
+    checks = judge(pairs, src, route, lambda keys: _measure_spreads(full, tfm, keys, args, run32, run64, xs))
     if len(y2) != len(outs):
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, src, route, "float32",
                                  verdict="fail", reason=f"{len(outs)} outputs where the source has {len(y2)}"))
     return checks
+
+
+#: the whole-model rule's relative term (:func:`rnnconvert.verify.whole_rule.decide_whole`'s ``first``) and the
+#: largest tolerance, as a fraction of the output's scale, at which it still decides (float32:
+#: :func:`rnnconvert.verify.verdict.fraction`)
+FIRST, RHO = TOL, layer_verdict.fraction(2.0 ** -24)
+
+
+def judge(pairs: list, src: str, route: str, measure) -> list:
+    """The checks of ``pairs`` (``[(name, key, a32, b)]``: the source's float32 output and the target's, ``key`` a
+    model output index or a top-level layer name) by :func:`rnnconvert.verify.whole_rule.decide_whole`, the one
+    rule of whole models (issue #39). ``measure(keys) -> ({key: z64}, {key: {what: spread}}, why_none)`` measures
+    the float64 reference and the source's float32 spreads, called once, for the keys that need them only (rule 3).
+
+    Returns :class:`rnnconvert.verify.checks.LayerCheck` entries in the order of ``pairs``."""
+    found, arrays = [], []
+    for name, key, a, b in pairs:
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        arrays.append((a, b))
+        scale = float(np.max(np.abs(a), initial=0.0))
+        if a.shape != b.shape:
+            found.append(WholeFindings(math.inf, scale, shape=f"shape {b.shape} where the source gives {a.shape}"))
+            continue
+        err = float(np.max(np.abs(a - b), initial=0.0)) if np.isfinite(b).all() else math.inf
+        found.append(WholeFindings(err, scale))
+    outs = [decide_whole(f, FIRST, RHO) for f in found]
+    asked = [i for i, o in enumerate(outs) if o.get("ask")]
+    if asked:
+        z64, spreads, why = measure([pairs[i][1] for i in asked])
+        for i in asked:
+            key, (a, b), f = pairs[i][1], arrays[i], found[i]
+            z = z64.get(key)
+            ok_shape = z is not None and np.shape(z) == b.shape
+            own = {"the source framework's float32 run against the float64 reference": _max_abs(a, z)} \
+                if ok_shape else {}
+            found[i] = WholeFindings(f.err32, f.scale, err64=_max_abs(b, z) if ok_shape else None,
+                                     spreads={**spreads.get(key, {}), **own} if ok_shape else {},
+                                     why_none=why if z is None else "" if ok_shape else "its float64 run has "
+                                     "another shape")
+            outs[i] = decide_whole(found[i], FIRST, RHO)
+    checks = []
+    for (name, *_), o in zip(pairs, outs):
+        ref64 = o["reference"] == "float64"
+        checks.append(LayerCheck(name, o["max_abs_err"], o["tolerance"], o["max_abs_ref"],
+                                 src + (" / float64" if ref64 else ""), route, "float64" if ref64 else "float32",
+                                 verdict=o["verdict"], reason=o["reason"]))
+    return checks
+
+
+def _measure_spreads(full: FullModel, tfm, keys: list, args: list, run32, run64, xs: dict):
+    """``({key: z64}, {key: {what: spread}}, why_none)`` for :func:`judge`: ``z64`` the source model run in float64
+    by its own framework (:func:`source_float64`), else the graph rebuilt from the source's config and weights run in
+    float64 (``run64``); the spreads ``max|y32 - z64|`` of the source's own further float32 evaluations (:func:`judge`
+    adds its framework's float32 run's): with ``run32``/``run64`` (a graph rebuilt from the SOURCE, never read from the written file),
+    that graph's float32 run against its float64 run (another, independent float32 evaluation order). Nothing here
+    depends on the written file: it cannot widen its own tolerance."""
+    whole_stage("measuring the source's float32 spreads")
+    twin = source_float64(full, tfm)
+    z64 = _twin_outputs(full, twin, keys, args) if twin is not None else {}
+    o32 = l32 = o64 = l64 = None
+    if run32 is not None and run64 is not None:
+        try:
+            o64, l64 = run64(xs)
+            o32, l32 = run32(xs)
+        except Exception as exc:  # noqa: BLE001 - a graph the rebuild cannot run: its spread is not measured
+            if keras_whole.passes(exc):
+                raise
+            o32 = o64 = None
+    refs, spreads = {}, {}
+    for key in keys:
+        got = {}
+        z = z64.get(key)
+        if o64 is not None and o32 is not None:
+            p64 = o64[key] if isinstance(key, int) and key < len(o64) else (l64 or {}).get(key)
+            p32 = o32[key] if isinstance(key, int) and key < len(o32) else (l32 or {}).get(key)
+            if p64 is not None and p32 is not None and np.shape(p64) == np.shape(p32):
+                got["the source's graph rebuilt in torch, float32 against float64"] = _max_abs(p32, p64)
+                z = p64 if z is None else z
+        if z is not None:
+            refs[key], spreads[key] = np.asarray(z, np.float64), got
+    why = "" if refs else "the source framework cannot rebuild the model in float64"
+    return refs, spreads, why
