@@ -19,6 +19,14 @@ to 0.15 (``whole_masks/masks_gru_stack``, ``masks_bidir``, ``keras_whole/whole_m
 ``whole_states/whole_states_lstm_seq2seq``), where the same graphs' Scans match. Hence no native node in this
 profile.
 
+``tensorrt`` keeps native nodes whose activations are all ``Sigmoid`` / ``Tanh`` / ``Relu`` (onnx-tensorrt's
+``docs/operators.md`` lists ``LSTM`` / ``GRU`` / ``RNN`` and ``Scan``; NVIDIA/TensorRT#1417: ``HardSigmoid`` in an RNN
+node is refused) and writes the others (Keras 2's ``hard_sigmoid`` gates, ``linear``) as Scans; TensorRT cannot run
+on this project's machines (no GPU), so these graphs are checked by onnxruntime against tf_keras only
+(``tests/formats/whole_models/test_whole_runtime_profiles.py``). ``onnx2tf`` writes every recurrent node as Scans
+(onnx2tf fails on native ``LSTM`` / ``GRU`` nodes: ``initial_state ... not compatible with cell.state_size``, a GRU
+``Split`` error, issue #41).
+
 A further runtime is one more :class:`Profile` in :data:`PROFILES` (its accepted native activations) and, where
 known, an entry in :data:`REJECTS`.
 """
@@ -46,6 +54,15 @@ PROFILES = {
     "onnxruntime": Profile("onnxruntime", None, "native LSTM/GRU/RNN nodes"),
     "openvino": Profile("openvino", frozenset(), "OpenVINO 2026.4 refuses some activations in native nodes and "
                         "computes some states of the others otherwise"),
+    # TensorRT: onnx-tensorrt's operator matrix lists LSTM / GRU / RNN, Scan and every elementwise op the Scans use;
+    # HardSigmoid (and the other non-default activations) in RNN nodes are refused (NVIDIA/TensorRT#1417): native
+    # nodes keep Sigmoid / Tanh / Relu only. Not run here (no GPU): checked by onnxruntime alone.
+    "tensorrt": Profile("tensorrt", frozenset({"Sigmoid", "Tanh", "Relu"}),
+                        "TensorRT refuses HardSigmoid and other non-default activations in RNN nodes, "
+                        "NVIDIA/TensorRT#1417; TensorRT itself did not check this graph here"),
+    # onnx2tf (PINTO0309/onnx2tf) fails on native LSTM/GRU nodes ('initial_state ... not compatible with
+    # cell.state_size', a GRU Split error): every recurrent node as Scans, which its ops/Scan.py converts
+    "onnx2tf": Profile("onnx2tf", frozenset(), "onnx2tf fails on native LSTM/GRU nodes"),
 }
 #: the write option's values, the default first
 RUNTIMES = tuple(PROFILES)
@@ -56,8 +73,9 @@ DEFAULT = RUNTIMES[0]
 REJECTS = [
     ("OpenVINO 2026.4 (compile_model: GRUCellDecomposition / LSTMCellDecomposition 'Unsupported activation "
      "function'; --runtime openvino writes them as Scans)", frozenset({"Sigmoid", "Tanh", "Relu"})),
-    ("TensorRT (HardSigmoid in RNN nodes, NVIDIA/TensorRT#1417) and rknn-toolkit (HardSigmoid, "
-     "rockchip-linux/rknn-toolkit#183)", frozenset({"Sigmoid", "Tanh", "Relu", "Affine", "Softsign"})),
+    ("TensorRT (HardSigmoid in RNN nodes, NVIDIA/TensorRT#1417; --runtime tensorrt writes them as Scans) and "
+     "rknn-toolkit (HardSigmoid, rockchip-linux/rknn-toolkit#183)", frozenset({"Sigmoid", "Tanh", "Relu", "Affine",
+                                                                             "Softsign"})),
 ]
 
 
