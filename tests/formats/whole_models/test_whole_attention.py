@@ -30,7 +30,7 @@ from conftest import ort_run, whole_close, whole_graph, whole_model  # noqa: E40
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "fixtures" / "whole_attention"
-CASES = ["att_text.h5", "att_seq.h5", "k3_att_text.keras"]
+CASES = ["att_text.h5", "att_seq.h5", "k3_att_text.keras", "pool_keepdims.h5"]
 
 
 def _graph(name, edit=None):
@@ -87,7 +87,7 @@ def test_pt2_matches_framework(name, tmp_path):
             assert whole_close(y.numpy(), ref), (name, n, i, float(np.abs(y.numpy() - ref).max()))
 
 
-@pytest.mark.parametrize("name", ["att_text.h5", "k3_att_text.keras"])
+@pytest.mark.parametrize("name", ["att_text.h5", "k3_att_text.keras", "pool_keepdims.h5"])
 def test_emitted_module_matches_framework(name, tmp_path):
     """The emitted ``nn.Module`` source (imported from its file, state loaded with weights_only) computes the
     framework's outputs."""

@@ -139,6 +139,10 @@ def _lens(g: _G, mask_name: str, masks: dict, made: dict, env: dict) -> str:
     return made[key]
 
 
+#: the 1-D global poolings (``keepdims=True`` keeps the time axis as one step: tf_keras ``GlobalPooling1D``)
+POOL1D = ("GlobalMaxPooling1D", "GlobalAveragePooling1D")
+
+
 def _bool_mask(g: _G, mask_name: str, masks: dict, made: dict, env: dict) -> str:
     """The bool ``(batch, time)`` tensor of the mask ``mask_name`` (made once, with its :func:`_lens`)."""
     _lens(g, mask_name, masks, made, env)
@@ -584,6 +588,8 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | Non
                 _bool_mask(g, m, graph.masks, made, env) if m is not None else None for m in node.masks[:2]])
         else:
             y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None, cp)
+        if node.cls in POOL1D and node.config.get("keepdims"):  # tf_keras: (B, 1, F)
+            y = g.op("Unsqueeze", [y, g.const(_int64([1]), "ax")], node.name)
         if isinstance(y, list):  # return_state: the states are further outputs of the call
             for t, v in zip(node.outputs[1:], y[1:]):
                 env[t] = v

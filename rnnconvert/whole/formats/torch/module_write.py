@@ -377,13 +377,14 @@ class _Emitter:
             fn = "F.max_pool1d" if cls == "MaxPooling1D" else "F.avg_pool1d"
             self.emit(f"{out} = {fn}({x}.transpose(1, 2), {size}, {st}).transpose(1, 2)", node)
         elif cls == "GlobalMaxPooling1D":
-            self.emit(f"{out} = {x}.amax(1)", node)
+            self.emit(f"{out} = {x}.amax(1{', keepdim=True' if conf.get('keepdims') else ''})", node)
         elif cls == "GlobalAveragePooling1D":
+            kd = ", keepdim=True" if conf.get("keepdims") else ""
             if mask is None:
-                self.emit(f"{out} = {x}.mean(1)", node)
+                self.emit(f"{out} = {x}.mean(1{kd})", node)
             else:
-                self.emit(f"{out} = ({x} * {mask}.unsqueeze(-1).to({x}.dtype)).sum(1) / "
-                          f"{mask}.unsqueeze(-1).to({x}.dtype).sum(1)", node, "the mean over unmasked steps")
+                self.emit(f"{out} = ({x} * {mask}.unsqueeze(-1).to({x}.dtype)).sum(1{kd}) / "
+                          f"{mask}.unsqueeze(-1).to({x}.dtype).sum(1{kd})", node, "the mean over unmasked steps")
         elif cls == "Flatten":
             self.emit(f"{out} = {x}.flatten(1)", node)
         elif cls == "Reshape":

@@ -478,12 +478,13 @@ def build_module(graph: keras_graph.Graph):
                 fn = F.max_pool1d if cls == "MaxPooling1D" else F.avg_pool1d
                 return fn(x.transpose(1, 2), size, st).transpose(1, 2)
             if cls == "GlobalMaxPooling1D":
-                return x.amax(1)
+                return x.amax(1, keepdim=bool(conf.get("keepdims")))
             if cls == "GlobalAveragePooling1D":
+                keep = bool(conf.get("keepdims"))
                 if mask is None:
-                    return x.mean(1)
+                    return x.mean(1, keepdim=keep)
                 m = mask.to(x.dtype).unsqueeze(-1)
-                return (x * m).sum(1) / m.sum(1)
+                return (x * m).sum(1, keepdim=keep) / m.sum(1, keepdim=keep)
             if cls == "Flatten":
                 return x.flatten(1)
             if cls == "Reshape":
