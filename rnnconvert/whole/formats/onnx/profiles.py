@@ -23,9 +23,14 @@ profile.
 ``docs/operators.md`` lists ``LSTM`` / ``GRU`` / ``RNN`` and ``Scan``; NVIDIA/TensorRT#1417: ``HardSigmoid`` in an RNN
 node is refused) and writes the others (Keras 2's ``hard_sigmoid`` gates, ``linear``) as Scans; TensorRT cannot run
 on this project's machines (no GPU), so these graphs are checked by onnxruntime against tf_keras only
-(``tests/formats/whole_models/test_whole_runtime_profiles.py``). ``onnx2tf`` writes every recurrent node as Scans
-(onnx2tf fails on native ``LSTM`` / ``GRU`` nodes: ``initial_state ... not compatible with cell.state_size``, a GRU
-``Split`` error, issue #41).
+(``tests/formats/whole_models/test_whole_runtime_profiles.py``).
+
+No ``onnx2tf`` profile: onnx2tf 1.29.24 (with its pinned TensorFlow 2.19, in a separate venv) converts none of the
+forms tried correctly (issue #41, measured): a native reset-before hard_sigmoid GRU node (the Mycroft model)
+converts, but its ``.tflite`` takes the time axis as the batch (``(29, 1)`` outputs for a ``(6, 29, 13)`` input,
+with ``-kat`` too); a Bidirectional LSTM node fails (``'NoneType' object is not subscriptable``); the mask
+compaction fails at ``Range``; the Scans of :mod:`.scan_cells` fail in its ``ops/Scan.py``
+(``tf.TensorArray(size=<KerasTensor>)``, with static input shapes too).
 
 A further runtime is one more :class:`Profile` in :data:`PROFILES` (its accepted native activations) and, where
 known, an entry in :data:`REJECTS`.
@@ -60,9 +65,6 @@ PROFILES = {
     "tensorrt": Profile("tensorrt", frozenset({"Sigmoid", "Tanh", "Relu"}),
                         "TensorRT refuses HardSigmoid and other non-default activations in RNN nodes, "
                         "NVIDIA/TensorRT#1417; TensorRT itself did not check this graph here"),
-    # onnx2tf (PINTO0309/onnx2tf) fails on native LSTM/GRU nodes ('initial_state ... not compatible with
-    # cell.state_size', a GRU Split error): every recurrent node as Scans, which its ops/Scan.py converts
-    "onnx2tf": Profile("onnx2tf", frozenset(), "onnx2tf fails on native LSTM/GRU nodes"),
 }
 #: the write option's values, the default first
 RUNTIMES = tuple(PROFILES)
