@@ -24,8 +24,10 @@ for an LSTM, ``<name>:2`` (``c``), each state ``(batch, units)`` and unmasked; a
 initial_state=[h, c])`` is stored by tf_keras as inputs ``[x, h, c]`` and becomes a node of those inputs (the
 writers feed them as the initial state). A Bidirectional layer returning or taking states is refused by name.
 
-Layers outside :data:`LAYERS` (custom classes, ``Lambda``, attention...) are refused by name with the way
-out (``--recurrent-only``): never dropped.
+Attention layers (``Attention`` / ``AdditiveAttention``, issue #41: :func:`_attention`) read the query's and the
+value's masks and hand on the query's; their call keywords ``use_causal_mask`` / ``return_attention_scores`` are
+read from the stored call (:func:`attention_call`). Layers outside :data:`LAYERS` (custom classes, ``Lambda``,
+``MultiHeadAttention``...) are refused by name with the way out (``--recurrent-only``): never dropped.
 
 Keras 3 ``.keras`` configs (:func:`build_keras3`, chosen by :func:`build` for a ``keras3`` checkpoint) give the
 same :class:`Graph`: their records are normalised by :func:`keras3_record` and their masks are explicit (the

@@ -25,7 +25,8 @@ steps), which the written notes say; a unidirectional layer's outputs past the e
 ``(k-1)*dilation`` zeros before); ``BatchNormalization`` as ``x * (gamma / sqrt(var + eps)) + (beta - mean *
 ...)`` computed in float64 and stored float32; ``LayerNormalization`` ``ReduceMean`` arithmetic; pooling
 ``MaxPool`` / ``AveragePool`` / ``Reduce*``; dropout-like layers are the identity (inference); ``Conv2D`` and
-2-D pooling (channels_last) on NCHW between two ``Transpose`` (:func:`_conv2d`, :func:`_pool2d`).
+2-D pooling (channels_last) on NCHW between two ``Transpose`` (:func:`_conv2d`, :func:`_pool2d`); ``Attention`` /
+``AdditiveAttention`` by :mod:`.attention` (issue #41).
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ model's order. Layers (tf_keras 2.21 ``layers/``):
   state-dict keys in torch.nn's names and gate order (``weight_ih_l0`` ``(G*H, I)``, ``weight_hh_l0``,
   ``bias_ih_l0``, ``bias_hh_l0``, ``*_reverse``; gates i f g o / r z n, :data:`rnnconvert.core.gates.TABLE` ``('torch', cell)``): the canonical
   arrays copied bit for bit (a Keras layer with one bias has ``bias_hh`` zeros).
+* ``Attention`` / ``AdditiveAttention`` -> ``keras_attention`` (the source of
+  :func:`rnnconvert.whole.formats.torch.attention.keras_attention`, written into the file; the ``.pt2`` program
+  calls the same function) with an ``nn.ParameterDict`` of ``scale`` / ``concat_score_weight`` where the layer has
+  them (issue #41).
 * Parameter-free layers (activations, merges, reshapes, pooling, masking) are expressions in ``forward``.
 
 What only training uses is not carried: a recurrent layer's ``dropout`` / ``recurrent_dropout``, noise layers,
