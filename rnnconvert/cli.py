@@ -159,8 +159,9 @@ def convert(
         "at its end.", show_default=False)] = None,
     runtime: Annotated[Optional[str], typer.Option(
         "--runtime", help="A Keras full model to .onnx: the runtime the graph is for: 'onnxruntime' (default, native "
-        "LSTM/GRU/RNN nodes) or 'openvino' (recurrent nodes as Scans of elementwise ops, which OpenVINO compiles "
-        "and computes as tf_keras does).", show_default=False)] = None,
+        "LSTM/GRU/RNN nodes), 'openvino' (recurrent nodes as Scans of elementwise ops, which OpenVINO compiles "
+        "and computes as tf_keras does) or 'tensorrt' (Scans where a node has HardSigmoid or another activation "
+        "TensorRT refuses in RNN nodes).", show_default=False)] = None,
     states: Annotated[bool, typer.Option(
         "--states", help="A Keras full model to .onnx: every unidirectional recurrent layer's initial states as graph "
         "inputs (state_in:<layer>:h/:c) and final states as outputs (state_out:...), to run a sequence in "

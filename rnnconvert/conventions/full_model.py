@@ -27,9 +27,13 @@ LAYERS = set(RECURRENT) | set(IDENTITY) | set(MERGE) | {
     "Softmax", "ZeroPadding1D", "Cropping1D"}
 #: 2-D convolution and pooling, channels_last (issue #30; the writers transpose to NCHW around each op)
 LAYERS |= {"Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalMaxPooling2D", "GlobalAveragePooling2D"}
+#: dot-product / concat and additive attention (issue #41; tf_keras ``layers/attention/``, keras 3
+#: ``layers/attention/``): ``[query, value(, key)]``, masks of query and value, the causal mask, the scores
+ATTENTION = ("Attention", "AdditiveAttention")
+LAYERS |= set(ATTENTION)
 #: layers whose output carries their input's mask (tf_keras 2.21, checked in tests/test_whole_graph.py)
 MASK_PASS = set(IDENTITY) | {"Dense", "Activation", "BatchNormalization", "LayerNormalization", "TimeDistributed",
-                             "ReLU", "LeakyReLU", "ELU", "Softmax", "Masking"}
+                             "ReLU", "LeakyReLU", "ELU", "Softmax", "Masking"} | set(ATTENTION)  # the query's mask
 #: Keras 2 activations the writers build (tf_keras ``activations.py``: hard_sigmoid = clip(0.2 x + 0.5, 0, 1));
 #: ``hard_sigmoid_k3`` is Keras 3's ``hard_sigmoid`` = relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1) (keras 3
 #: ``activations.py``; a Keras 3 config's 'hard_sigmoid' is read as it, :func:`build_keras3`)

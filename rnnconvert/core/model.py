@@ -95,7 +95,10 @@ def placeholder(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 def is_placeholder(arr: Any) -> bool:
-    """Whether ``arr`` is a :func:`placeholder` (every stride 0, read-only)."""
+    """Whether ``arr`` is a :func:`placeholder` (every stride 0, read-only; of shape ``()``: a read-only float NaN,
+    as an attention layer's scalar ``scale`` stands before it is read, issue #41)."""
+    if isinstance(arr, np.ndarray) and arr.ndim == 0:
+        return not arr.flags.writeable and arr.dtype.kind == "f" and bool(np.isnan(arr))
     return (isinstance(arr, np.ndarray) and arr.ndim > 0 and not arr.flags.writeable
             and all(s == 0 for s in arr.strides))
 

@@ -80,7 +80,7 @@ LAYER_CLASSES = frozenset({
     "SeparableConv2D", "DepthwiseConv2D", "Conv3D", "Conv3DTranspose", "MaxPooling2D", "AveragePooling2D",
     "GlobalMaxPooling2D", "GlobalAveragePooling2D", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "MaxPooling3D",
     "AveragePooling3D", "GlobalMaxPooling3D", "GlobalAveragePooling3D", "ZeroPadding3D", "Cropping3D",
-    "UpSampling3D", "NotEqual", "Any",
+    "UpSampling3D", "NotEqual", "Any", "Attention", "AdditiveAttention",
     # Keras 2 aliases (conventions.keras_names.CLASS_ALIASES)
     "Convolution1D", "Convolution2D", "MaxPool1D", "MaxPool2D", "AvgPool1D", "AvgPool2D", "GlobalMaxPool1D",
     "GlobalAvgPool1D", "GlobalMaxPool2D", "GlobalAvgPool2D", "Conv1DTranspose"})
@@ -450,6 +450,7 @@ KEYS: dict[str, Callable[[Any], Any]] = {
     "interpolation": _str(MAX_STR), "fill_mode": _str(MAX_STR), "fill_value": _FLOAT, "mode": _str(MAX_STR),
     "factor": _nums, "height_factor": _nums, "width_factor": _nums, "value_range": _nums, "rng_type":
     _opt(_str(MAX_STR)), "data_range": _nums,
+    "use_scale": _BOOL, "score_mode": _CHOICE("dot", "concat"), "causal": _BOOL,
 }
 
 

@@ -24,8 +24,10 @@ for an LSTM, ``<name>:2`` (``c``), each state ``(batch, units)`` and unmasked; a
 initial_state=[h, c])`` is stored by tf_keras as inputs ``[x, h, c]`` and becomes a node of those inputs (the
 writers feed them as the initial state). A Bidirectional layer returning or taking states is refused by name.
 
-Layers outside :data:`LAYERS` (custom classes, ``Lambda``, attention...) are refused by name with the way
-out (``--recurrent-only``): never dropped.
+Attention layers (``Attention`` / ``AdditiveAttention``, issue #41: :func:`_attention`) read the query's and the
+value's masks and hand on the query's; their call keywords ``use_causal_mask`` / ``return_attention_scores`` are
+read from the stored call (:func:`attention_call`). Layers outside :data:`LAYERS` (custom classes, ``Lambda``,
+``MultiHeadAttention``...) are refused by name with the way out (``--recurrent-only``): never dropped.
 
 Keras 3 ``.keras`` configs (:func:`build_keras3`, chosen by :func:`build` for a ``keras3`` checkpoint) give the
 same :class:`Graph`: their records are normalised by :func:`keras3_record` and their masks are explicit (the
@@ -44,7 +46,7 @@ from ...core.model import Checkpoint, RNNLayer
 from ...errors import UnsupportedError, WholeModelError
 
 from ...conventions.full_model import (  # noqa: F401 - the whitelist and FullModel, read here as keras_graph.*
-    ACTIVATIONS, IDENTITY, LAYERS, MASK_PASS, MERGE, RECURRENT, WAY_OUT, FullModel)
+    ACTIVATIONS, ATTENTION, IDENTITY, LAYERS, MASK_PASS, MERGE, RECURRENT, WAY_OUT, FullModel)
 
 
 @dataclass
@@ -162,6 +164,8 @@ class _Builder:
         if conf.get("stateful") or conf.get("time_major") or conf.get("data_format") not in (None, "channels_last"):
             refuse(path, cls, "stateful / time_major / channels_first layers are not built")
         _states(node, ins)
+        if cls in ATTENTION:
+            _attention(node, ins)
         if cls in RECURRENT or cls == "Bidirectional":
             try:
                 node.layer = self.ckpt.layer(path)
@@ -201,6 +205,8 @@ class _Builder:
         for extra in node.outputs[1:]:  # return_state: the states (batch, units), unmasked
             self.mask_of[extra], self.rank[extra] = None, 2
             self.more[node.outputs[0]] = node.outputs[1:]
+        if cls in ATTENTION and len(node.outputs) > 1:  # the attention scores (batch, Tq, Tv)
+            self.rank[node.outputs[1]] = node.rank
         if cls in ("BatchNormalization", "LayerNormalization"):
             axis = conf.get("axis", -1)
             axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
@@ -261,7 +267,10 @@ class _Builder:
                 if isinstance(node, dict):
                     refuse(prefix + lname, r.get("class_name"), "inbound nodes in a form this reader does not know")
                 keys = [(i[0], int(i[1]), int(i[2] if len(i) > 2 else 0)) for i in node]
-                if any(isinstance(i[3] if len(i) > 3 else {}, dict) and (i[3] if len(i) > 3 else {}) for i in node):
+                kw = {k: v for i in node if len(i) > 3 and isinstance(i[3], dict) for k, v in i[3].items()}
+                if kw and r.get("class_name") in ATTENTION:  # tf_keras repeats a call's keywords on each input
+                    r = attention_call(r, prefix + lname, kw)
+                elif any(isinstance(i[3] if len(i) > 3 else {}, dict) and (i[3] if len(i) > 3 else {}) for i in node):
                     refuse(prefix + lname, r.get("class_name"), "it is called with keyword arguments "
                            "(e.g. initial_state, mask)")
                 if not all(k in produced for k in keys):
@@ -313,6 +322,70 @@ def _states(node: Node, ins: list[str]) -> None:
                f"{len(STATES[cls])} ({', '.join(STATES[cls])}), other extra inputs (constants) are not built")
     if conf.get("return_state"):
         node.outputs += [f"{node.name}:{i}" for i in range(1, 1 + len(STATES[cls]))]
+
+
+#: the call keywords of an attention layer the writers follow (tf_keras / keras 3 ``Attention.call``); ``training``
+#: is inference here whatever it says (dropout on the attention weights is training only)
+ATTENTION_CALL = ("use_causal_mask", "return_attention_scores", "training")
+
+
+def attention_call(rec: dict, path: str, kwargs: dict) -> dict:
+    """``rec`` (an ``Attention`` / ``AdditiveAttention`` record) with its call keywords folded into its config as
+    ``call_causal`` / ``call_scores`` (read by :func:`_attention`).
+
+    Raises:
+        WholeModelError: a keyword other than :data:`ATTENTION_CALL`, or one that is not a bool (an explicit
+            ``mask=`` tensor list, ``training`` as a tensor...), by layer name with the way out."""
+    cls = str(rec.get("class_name"))
+    extra = sorted(set(kwargs) - set(ATTENTION_CALL))
+    if extra:
+        refuse(path, cls, f"it is called with keyword arguments {extra} (use_causal_mask and "
+               "return_attention_scores are built)")
+    for k, v in kwargs.items():
+        if v is not None and not isinstance(v, bool):
+            refuse(path, cls, f"call keyword {k} is not a plain true/false")
+    conf = dict(rec.get("config") or {})
+    conf["call_causal"] = bool(kwargs.get("use_causal_mask"))
+    conf["call_scores"] = bool(kwargs.get("return_attention_scores"))
+    return {**rec, "config": conf}
+
+
+def _attention(node: Node, ins: list[str]) -> None:
+    """An ``Attention`` / ``AdditiveAttention`` call (tf_keras 2.21 ``layers/attention/base_dense_attention.py``,
+    keras 3.15 ``layers/attention/attention.py``): inputs ``[query, value]`` or ``[query, value, key]``; masks: the
+    query's and the value's (``node.masks[0]``, ``[1]``; the key's is not read); its output carries the query's
+    mask (``compute_mask``). ``node.config`` gets ``causal`` (the Keras 2 config key, or the call's
+    ``use_causal_mask``) and ``scores`` (``return_attention_scores``: ``node.outputs`` gets ``<name>:1``, the
+    softmax weights ``(batch, Tq, Tv)``). Refused by name: another input count, an unknown ``score_mode``."""
+    conf = node.config
+    if len(ins) not in (2, 3):
+        refuse(node.path, node.cls, f"called on {len(ins)} inputs ([query, value] or [query, value, key] are built)")
+    mode = conf.get("score_mode", "dot") if node.cls == "Attention" else "additive"
+    if mode not in ("dot", "concat", "additive"):
+        refuse(node.path, node.cls, f"score_mode={mode!r}")
+    scores = bool(conf.get("call_scores"))
+    node.config = {**conf, "causal": bool(conf.get("causal") or conf.get("call_causal")), "scores": scores,
+                   "mode": mode}
+    if scores:
+        node.outputs.append(f"{node.name}:1")
+
+
+def attention_weights(node: Node) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(scale, concat_score_weight)`` of an attention call (each ``None`` where the layer has none), float32, in
+    the order tf_keras / keras 3 ``build`` creates them: ``Attention``: ``scale`` ``()`` when ``use_scale``, then
+    ``concat_score_weight`` ``()`` when ``score_mode='concat'``; ``AdditiveAttention``: ``scale`` ``(dim,)`` when
+    ``use_scale`` (default True).
+
+    Raises:
+        UnsupportedError: stored weights of another count or shape than the config says (layer named)."""
+    conf, ws = node.config, [np.asarray(w, np.float32) for w in node.weights]
+    additive = node.cls == "AdditiveAttention"
+    want = ["scale"] * bool(conf.get("use_scale", additive)) + ["concat"] * (conf.get("mode") == "concat")
+    if len(ws) != len(want) or any(w.ndim != (1 if additive else 0) for w in ws):
+        raise UnsupportedError(f"layer '{node.path}' ({node.cls}): {len(ws)} stored weight(s) of shapes "
+                               f"{[w.shape for w in ws]}, where its config makes {want or 'none'}")
+    got = dict(zip(want, ws))
+    return got.get("scale"), got.get("concat")
 
 
 def _rank_out(node: Node) -> int | None:
@@ -436,6 +509,11 @@ class _Keras3Builder(_Builder):
     hands a mask only to the layers whose ``call`` takes one; a Sequential's masks follow the Keras 2 rules,
     as Keras 3 builds it the same way)."""
 
+    def __init__(self, weights: dict, ckpt: Checkpoint):
+        super().__init__(weights, ckpt)
+        #: tensor -> the mask Keras 3 attaches to it at run time (``_keras_mask``), read by attention layers only
+        self.implicit: dict[str, str | None] = {}
+
     def call(self, rec: dict, prefix: str, ins: list[str]) -> str:
         return super().call(keras3_record(rec, prefix), prefix, ins)
 
@@ -493,6 +571,11 @@ class _Keras3Builder(_Builder):
                     ops[out_key] = self._mask_op(prefix + str(lname), cls, r.get("config") or {}, flat, produced,
                                                  ops)
                     continue
+                if cls in ATTENTION:  # its masks are the ones Keras 3 attaches to its inputs (_k3_implicit)
+                    if kwargs.get("mask") is not None:
+                        refuse(prefix + str(lname), str(cls), "it is called with an explicit mask= list")
+                    r = attention_call(r, prefix + str(lname), {k: v for k, v in kwargs.items() if k != "mask"})
+                    kwargs = {}
                 extra = set(kwargs) - {"training", "mask"}
                 if extra or (kwargs.get("mask") is not None and mkey is None):
                     refuse(prefix + str(lname), str(cls), f"it is called with keyword arguments {sorted(extra)} "
@@ -506,15 +589,29 @@ class _Keras3Builder(_Builder):
                                "follow for this layer")
                     mask = self._mask_tensor(prefix + str(lname), cls, ops.get(mkey))
                 before = len(self.nodes)
-                out = self.call(r, prefix, [produced[t] for t in keys])
+                ins_here = [produced[t] for t in keys]
+                if cls in ATTENTION:
+                    for i in ins_here:
+                        self.mask_of[i] = self.implicit.get(i)
+                        if self.mask_of[i] == _CONFLICT:
+                            refuse(prefix + str(lname), str(cls), "its input carries a mask merged from different "
+                                   "masks")
+                out = self.call(r, prefix, ins_here)
+                if cls in ATTENTION:
+                    for i in ins_here:
+                        self.mask_of[i] = None
                 if mask is not None:
                     if len(self.nodes) != before + 1:
                         refuse(prefix + str(lname), str(cls), "a mask handed to a nested model")
                     self.nodes[-1].masks = [mask] + [None] * (len(keys) - 1)
+                for t in self.nodes[before:]:
+                    self.implicit[t.outputs[0]] = _k3_implicit(t, [self.implicit.get(i) for i in t.inputs])
                 for t in self.nodes[before:]:  # Keras 3 names every mask it hands on (no implicit ones)
                     t.mask_out = None
                     self.mask_of[t.outputs[0]] = None
                 produced[out_key] = out if isinstance(out, str) else out[0]
+                for t, more in enumerate(self.more.get(out, []) if isinstance(out, str) else [], 1):
+                    produced[(lname, k, t)] = more  # an attention layer's scores
             if not progress:
                 raise UnsupportedError("model config: layers whose inputs are never computed (a cycle or a "
                                        "missing layer)")
@@ -554,6 +651,29 @@ class _Keras3Builder(_Builder):
         else:
             refuse(path, cls, "its mask is x != v on a tensor other than integer token ids")
         return name
+
+
+#: an implicit mask merged from different masks (:func:`_k3_implicit`; refused where an attention layer reads it)
+_CONFLICT = "#conflict"
+
+
+def _k3_implicit(node: Node, masks: list[str | None]) -> str | None:
+    """The mask Keras 3 attaches to ``node``'s output at run time (keras 3.15 ``Layer.__call__``: a layer that
+    supports masking hands on ``compute_mask``; the same rules as tf_keras': ``Embedding(mask_zero)`` and
+    ``Masking`` make one, :data:`MASK_PASS` layers and recurrent layers returning sequences hand on their first
+    input's, merges their inputs' (:data:`_CONFLICT` when they differ), every other layer ends it). Keras 3 hands
+    an ``Attention`` layer these masks at run time without writing them in the config's call arguments (checked
+    against Keras 3's outputs in ``tests/formats/whole_models/test_whole_attention.py``)."""
+    cls, conf = node.cls, node.config
+    if cls in ("Embedding", "Masking"):
+        return node.mask_out
+    if cls in MERGE:
+        got = {m for m in masks if m is not None}
+        return next(iter(got)) if len(got) == 1 else (_CONFLICT if got else None)
+    inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
+    if cls in MASK_PASS or ((cls in RECURRENT or cls == "Bidirectional") and inner.get("return_sequences")):
+        return masks[0] if masks else None
+    return None
 
 
 #: what reading an untrusted model config's values can raise (a number where a dict was, a list too short ...)

@@ -25,7 +25,8 @@ steps), which the written notes say; a unidirectional layer's outputs past the e
 ``(k-1)*dilation`` zeros before); ``BatchNormalization`` as ``x * (gamma / sqrt(var + eps)) + (beta - mean *
 ...)`` computed in float64 and stored float32; ``LayerNormalization`` ``ReduceMean`` arithmetic; pooling
 ``MaxPool`` / ``AveragePool`` / ``Reduce*``; dropout-like layers are the identity (inference); ``Conv2D`` and
-2-D pooling (channels_last) on NCHW between two ``Transpose`` (:func:`_conv2d`, :func:`_pool2d`).
+2-D pooling (channels_last) on NCHW between two ``Transpose`` (:func:`_conv2d`, :func:`_pool2d`); ``Attention`` /
+``AdditiveAttention`` by :mod:`.attention` (issue #41).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ....core.model import Cell
 from ....errors import OptionError, require
 from ....formats.onnx import onnx_write
 from ....formats.onnx.onnx_write import WEIGHTS_ONLY
+from . import attention as attention_onnx
 from . import masks as mask_forms
 from . import profiles, scan_cells
 
@@ -136,6 +138,16 @@ def _lens(g: _G, mask_name: str, masks: dict, made: dict, env: dict) -> str:
         made[key] = g.op("ReduceSum", [g.op("Cast", [m], "lens", to=g.TP.INT32), g.const(_int64([1]), "ax")], "lens",
                          keepdims=0)
     return made[key]
+
+
+#: the 1-D global poolings (``keepdims=True`` keeps the time axis as one step: tf_keras ``GlobalPooling1D``)
+POOL1D = ("GlobalMaxPooling1D", "GlobalAveragePooling1D")
+
+
+def _bool_mask(g: _G, mask_name: str, masks: dict, made: dict, env: dict) -> str:
+    """The bool ``(batch, time)`` tensor of the mask ``mask_name`` (made once, with its :func:`_lens`)."""
+    _lens(g, mask_name, masks, made, env)
+    return made[mask_name]
 
 
 def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial: list[str] | None = None,
@@ -572,7 +584,13 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | Non
             lens = _lens(g, mask, graph.masks, made, env)
             if mask_layout == "any" and node.cls != "GlobalAveragePooling1D":
                 cp = mask_forms.compaction(g, made[mask], lens, made, mask)
-        y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None, cp)
+        if node.cls in keras_graph.ATTENTION:  # the query's and the value's masks (issue #41)
+            y = attention_onnx.build(g, node, [env[i] for i in node.inputs], [
+                _bool_mask(g, m, graph.masks, made, env) if m is not None else None for m in node.masks[:2]])
+        else:
+            y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None, cp)
+        if node.cls in POOL1D and node.config.get("keepdims"):  # tf_keras: (B, 1, F)
+            y = g.op("Unsqueeze", [y, g.const(_int64([1]), "ax")], node.name)
         if isinstance(y, list):  # return_state: the states are further outputs of the call
             for t, v in zip(node.outputs[1:], y[1:]):
                 env[t] = v

@@ -19,6 +19,19 @@ to 0.15 (``whole_masks/masks_gru_stack``, ``masks_bidir``, ``keras_whole/whole_m
 ``whole_states/whole_states_lstm_seq2seq``), where the same graphs' Scans match. Hence no native node in this
 profile.
 
+``tensorrt`` keeps native nodes whose activations are all ``Sigmoid`` / ``Tanh`` / ``Relu`` (onnx-tensorrt's
+``docs/operators.md`` lists ``LSTM`` / ``GRU`` / ``RNN`` and ``Scan``; NVIDIA/TensorRT#1417: ``HardSigmoid`` in an RNN
+node is refused) and writes the others (Keras 2's ``hard_sigmoid`` gates, ``linear``) as Scans; TensorRT cannot run
+on this project's machines (no GPU), so these graphs are checked by onnxruntime against tf_keras only
+(``tests/formats/whole_models/test_whole_runtime_profiles.py``).
+
+No ``onnx2tf`` profile: onnx2tf 1.29.24 (with its pinned TensorFlow 2.19, in a separate venv) converts none of the
+forms tried correctly (issue #41, measured): a native reset-before hard_sigmoid GRU node (the Mycroft model)
+converts, but its ``.tflite`` takes the time axis as the batch (``(29, 1)`` outputs for a ``(6, 29, 13)`` input,
+with ``-kat`` too); a Bidirectional LSTM node fails (``'NoneType' object is not subscriptable``); the mask
+compaction fails at ``Range``; the Scans of :mod:`.scan_cells` fail in its ``ops/Scan.py``
+(``tf.TensorArray(size=<KerasTensor>)``, with static input shapes too).
+
 A further runtime is one more :class:`Profile` in :data:`PROFILES` (its accepted native activations) and, where
 known, an entry in :data:`REJECTS`.
 """
@@ -46,6 +59,12 @@ PROFILES = {
     "onnxruntime": Profile("onnxruntime", None, "native LSTM/GRU/RNN nodes"),
     "openvino": Profile("openvino", frozenset(), "OpenVINO 2026.4 refuses some activations in native nodes and "
                         "computes some states of the others otherwise"),
+    # TensorRT: onnx-tensorrt's operator matrix lists LSTM / GRU / RNN, Scan and every elementwise op the Scans use;
+    # HardSigmoid (and the other non-default activations) in RNN nodes are refused (NVIDIA/TensorRT#1417): native
+    # nodes keep Sigmoid / Tanh / Relu only. Not run here (no GPU): checked by onnxruntime alone.
+    "tensorrt": Profile("tensorrt", frozenset({"Sigmoid", "Tanh", "Relu"}),
+                        "TensorRT refuses HardSigmoid and other non-default activations in RNN nodes, "
+                        "NVIDIA/TensorRT#1417; TensorRT itself did not check this graph here"),
 }
 #: the write option's values, the default first
 RUNTIMES = tuple(PROFILES)
@@ -56,8 +75,9 @@ DEFAULT = RUNTIMES[0]
 REJECTS = [
     ("OpenVINO 2026.4 (compile_model: GRUCellDecomposition / LSTMCellDecomposition 'Unsupported activation "
      "function'; --runtime openvino writes them as Scans)", frozenset({"Sigmoid", "Tanh", "Relu"})),
-    ("TensorRT (HardSigmoid in RNN nodes, NVIDIA/TensorRT#1417) and rknn-toolkit (HardSigmoid, "
-     "rockchip-linux/rknn-toolkit#183)", frozenset({"Sigmoid", "Tanh", "Relu", "Affine", "Softsign"})),
+    ("TensorRT (HardSigmoid in RNN nodes, NVIDIA/TensorRT#1417; --runtime tensorrt writes them as Scans) and "
+     "rknn-toolkit (HardSigmoid, rockchip-linux/rknn-toolkit#183)", frozenset({"Sigmoid", "Tanh", "Relu", "Affine",
+                                                                             "Softsign"})),
 ]
 
 

@@ -30,6 +30,10 @@ model's order. Layers (tf_keras 2.21 ``layers/``):
   state-dict keys in torch.nn's names and gate order (``weight_ih_l0`` ``(G*H, I)``, ``weight_hh_l0``,
   ``bias_ih_l0``, ``bias_hh_l0``, ``*_reverse``; gates i f g o / r z n, :data:`rnnconvert.core.gates.TABLE` ``('torch', cell)``): the canonical
   arrays copied bit for bit (a Keras layer with one bias has ``bias_hh`` zeros).
+* ``Attention`` / ``AdditiveAttention`` -> ``keras_attention`` (the source of
+  :func:`rnnconvert.whole.formats.torch.attention.keras_attention`, written into the file; the ``.pt2`` program
+  calls the same function) with an ``nn.ParameterDict`` of ``scale`` / ``concat_score_weight`` where the layer has
+  them (issue #41).
 * Parameter-free layers (activations, merges, reshapes, pooling, masking) are expressions in ``forward``.
 
 What only training uses is not carried: a recurrent layer's ``dropout`` / ``recurrent_dropout``, noise layers,
@@ -377,13 +381,14 @@ class _Emitter:
             fn = "F.max_pool1d" if cls == "MaxPooling1D" else "F.avg_pool1d"
             self.emit(f"{out} = {fn}({x}.transpose(1, 2), {size}, {st}).transpose(1, 2)", node)
         elif cls == "GlobalMaxPooling1D":
-            self.emit(f"{out} = {x}.amax(1)", node)
+            self.emit(f"{out} = {x}.amax(1{', keepdim=True' if conf.get('keepdims') else ''})", node)
         elif cls == "GlobalAveragePooling1D":
+            kd = ", keepdim=True" if conf.get("keepdims") else ""
             if mask is None:
-                self.emit(f"{out} = {x}.mean(1)", node)
+                self.emit(f"{out} = {x}.mean(1{kd})", node)
             else:
-                self.emit(f"{out} = ({x} * {mask}.unsqueeze(-1).to({x}.dtype)).sum(1) / "
-                          f"{mask}.unsqueeze(-1).to({x}.dtype).sum(1)", node, "the mean over unmasked steps")
+                self.emit(f"{out} = ({x} * {mask}.unsqueeze(-1).to({x}.dtype)).sum(1{kd}) / "
+                          f"{mask}.unsqueeze(-1).to({x}.dtype).sum(1{kd})", node, "the mean over unmasked steps")
         elif cls == "Flatten":
             self.emit(f"{out} = {x}.flatten(1)", node)
         elif cls == "Reshape":
@@ -407,6 +412,8 @@ class _Emitter:
             self.emit(f"{out} = {expr}", node)
         elif cls in ("BatchNormalization", "LayerNormalization"):
             self.norm(node, x, out)
+        elif cls in keras_graph.ATTENTION:
+            self.attention(node, xs, out)
         elif cls in ("ZeroPadding1D", "Cropping1D"):
             p = conf.get("padding" if cls == "ZeroPadding1D" else "cropping", 1)
             a, b = (p, p) if isinstance(p, int) else (int(p[0]), int(p[1]))
@@ -414,6 +421,30 @@ class _Emitter:
                       else f"{out} = {x}[:, {a}:{x}.shape[1] - {b}]", node)
         else:  # pragma: no cover - keras_graph.LAYERS and this list agree
             keras_graph.refuse(node.path, cls, "no nn.Module source for it")
+
+    def attention(self, node, xs, out):
+        """An attention call (issue #41): ``keras_attention`` (the source of
+        :func:`rnnconvert.whole.formats.torch.attention.keras_attention`, written into the file) on its inputs,
+        masks and weights (an ``nn.ParameterDict`` of ``scale`` / ``concat_score_weight`` where it has them)."""
+        conf = node.config
+        scale, cw = keras_graph.attention_weights(node)
+        st = {k: v for k, v in (("scale", scale), ("concat_score_weight", cw)) if v is not None}
+        ref = {k: "None" for k in ("scale", "concat_score_weight")}
+        if st:
+            ctor = "nn.ParameterDict({" + ", ".join(
+                f"{k!r}: nn.Parameter(torch.zeros({tuple(int(d) for d in v.shape)!r}))" for k, v in st.items()) + "})"
+            a = self.attr(node, ctor, st, "Keras attention weights")
+            ref.update({k: f"self.{a}[{k!r}]" for k in st})
+        ms = [self.mask(m) if m is not None else "None" for m in (node.masks + [None, None])[:2]]
+        self.helpers.add("keras_attention")
+        k = xs[2] if len(xs) > 2 else xs[1]
+        call = (f"keras_attention({xs[0]}, {xs[1]}, {k}, {ms[0]}, {ms[1]}, {bool(conf.get('causal'))}, "
+                f"{conf['mode']!r}, {ref['scale']}, {ref['concat_score_weight']})")
+        if conf.get("scores"):
+            w = self.var(node.outputs[1], node.path.rsplit(".", 1)[-1] + "_scores")
+            self.emit(f"{out}, {w} = {call}", node)
+        else:
+            self.emit(f"{out} = {call}[0]", node)
 
     def conv1d(self, node, x, out):
         conf, ws = node.config, node.weights
@@ -608,6 +639,12 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
         lines.append(_RECURRENT.rstrip("\n"))
     if "masked_run" in e.helpers:
         lines.append(_MASKED.rstrip("\n"))
+    if "keras_attention" in e.helpers:  # one definition of the equations with the .pt2 program's
+        import inspect
+
+        from . import attention
+
+        lines += ["", "", inspect.getsource(attention.keras_attention).rstrip("\n")]
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
     lines += ["", "", f"class {CLASS}(nn.Module):",
               f'    """The Keras model {text(graph.name)!r}: layers as attributes named after the Keras layers, forward '

@@ -383,6 +383,21 @@ def build_module(graph: keras_graph.Graph):
                 y = y + self.w(node, 1)
             return _act(torch, conf.get("activation"))(y)
 
+        def attention(self, node, xs, env):
+            from .attention import keras_attention
+
+            keras_graph.attention_weights(node)  # the stored weights checked against the config
+            ms = [self.mask_of(m, env) if m is not None else None for m in (node.masks + [None, None])[:2]]
+            j, conf = 0, node.config
+            scale = cw = None
+            if conf.get("use_scale", node.cls == "AdditiveAttention"):
+                scale, j = self.w(node, 0), 1
+            if conf["mode"] == "concat":
+                cw = self.w(node, j)
+            out, w = keras_attention(xs[0], xs[1], xs[2] if len(xs) > 2 else xs[1], ms[0], ms[1],
+                                     bool(conf.get("causal")), conf["mode"], scale, cw)
+            return [out, w] if conf.get("scores") else out
+
         def mask_of(self, name, env):
             kind = graph.masks[name]
             src = env[kind[1]]
@@ -395,6 +410,8 @@ def build_module(graph: keras_graph.Graph):
             x = xs[0]
             if cls in keras_graph.IDENTITY:
                 return x
+            if cls in keras_graph.ATTENTION:  # issue #41: the query's and the value's masks
+                return self.attention(node, xs, env)
             if cls in keras_graph.RECURRENT or cls == "Bidirectional":
                 inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
                 seqs = bool(inner.get("return_sequences"))
@@ -461,12 +478,13 @@ def build_module(graph: keras_graph.Graph):
                 fn = F.max_pool1d if cls == "MaxPooling1D" else F.avg_pool1d
                 return fn(x.transpose(1, 2), size, st).transpose(1, 2)
             if cls == "GlobalMaxPooling1D":
-                return x.amax(1)
+                return x.amax(1, keepdim=bool(conf.get("keepdims")))
             if cls == "GlobalAveragePooling1D":
+                keep = bool(conf.get("keepdims"))
                 if mask is None:
-                    return x.mean(1)
+                    return x.mean(1, keepdim=keep)
                 m = mask.to(x.dtype).unsqueeze(-1)
-                return (x * m).sum(1) / m.sum(1)
+                return (x * m).sum(1, keepdim=keep) / m.sum(1, keepdim=keep)
             if cls == "Flatten":
                 return x.flatten(1)
             if cls == "Reshape":
