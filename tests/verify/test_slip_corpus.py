@@ -51,6 +51,8 @@ def test_slip(slip, tmp_path):
     rep = api.verify(ROOT / src["src"], bad)
     bucket, problem = corpus.classify(slip, src, rep)
     RESULTS[slip["id"]] = bucket
+    print(f"\n{slip['id']} {slip['what']}: true error {slip['true_err']:.3g} "
+          f"({'above' if corpus.significant(slip, src) else 'within'} the promise): {rep.verdict} -> {bucket}")
     assert not problem, (slip["id"], slip["what"], problem, [(c.name, c.verdict, c.reason[:80]) for c in rep.layers])
 
 
