@@ -311,7 +311,7 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
     of the constructed states are appended to (:func:`resolution`). ``short``: per direction, the gate rows to
     construct states for, in one round (instead of the rows responsive in fewer than :data:`WANT` states)."""
     H, added = layer.hidden_size, 0
-    if short is None:
+    if short is None and ROUNDS > 0:  # (ROUNDS = 0: nothing constructed at all)
         xf, entries, added = widen(layer, dirs, xf, entries, counts, step, rng, x_range, h_range, seen)
     for _ in range(ROUNDS if short is None else min(1, ROUNDS)):
         new = []
