@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     sel = [p for p in files() if not argv or any(a in str(p) for a in argv)]
     print(f"{'file':58s} {'layer':28s} {'verdict':12s} {'element':>8s} {'row':>8s} {'bias':>8s} states  secs")
     for src in sel:
-        name = str(src.relative_to(ROOT.parent)).replace("wt/s16corpus/", "")
+        name = str(src.relative_to(ROOT)) if src.is_relative_to(ROOT) else f"../shared/{src.relative_to(SHARED.parent)}"
         with tempfile.TemporaryDirectory() as d:
             t0 = time.perf_counter()
             try:
