@@ -16,6 +16,10 @@ h, c)``, so this module
   by a fixed point on ``r``), clipped to the range of the layer's inputs and of its states (``|h| <= 1`` for
   bounded activations). Groups hold at most ``(I + H) / (2 G)`` units, so the system is well under-determined.
 
+* first adds *wide* states (:func:`widen`): the same system solved nearest a start at the full ranges with random
+  signs, so that each group's rows are in band while most of ``x`` and ``h`` stay large, for the single-weight
+  resolution (:func:`resolution`); their bound is kept under :data:`WIDE_LOOSE` of the output's scale.
+
 A row still unresponsive after :data:`ROUNDS` rounds is *unexercised*: it is named, and the layer's verdict is
 ``inconclusive``, never ``ok`` (:meth:`rnnconvert.verify.engine.StreamedVerification.judge`). docs/cli.md
 "Verdicts" states the rule.
