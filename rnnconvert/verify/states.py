@@ -16,6 +16,10 @@ h, c)``, so this module
   by a fixed point on ``r``), clipped to the range of the layer's inputs and of its states (``|h| <= 1`` for
   bounded activations). Groups hold at most ``(I + H) / (2 G)`` units, so the system is well under-determined.
 
+* first adds *wide* states (:func:`widen`): the same system solved nearest a start at the full ranges with random
+  signs, so that each group's rows are in band while most of ``x`` and ``h`` stay large, for the single-weight
+  resolution (:func:`resolution`); their bound is kept under :data:`WIDE_LOOSE` of the output's scale.
+
 A row still unresponsive after :data:`ROUNDS` rounds is *unexercised*: it is named, and the layer's verdict is
 ``inconclusive``, never ``ok`` (:meth:`rnnconvert.verify.engine.StreamedVerification.judge`). docs/cli.md
 "Verdicts" states the rule.
@@ -179,7 +183,8 @@ def _targets(layer: RNNLayer, rng: np.random.Generator, units: np.ndarray) -> np
 
 
 def construct(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.random.Generator, x_range: float,
-              h_range: float, short: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+              h_range: float, short: np.ndarray | None = None,
+              wide: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """One state ``(x, h, c)`` (float32 ``(I,)``, ``(P or H,)``, ``(H,)`` or None) whose pre-activations of every
     gate of ``units`` hit targets inside the gates' responsive bands: the minimum-norm least-squares solution of
     ``[W_ih | W_hh] [x; h] = t - b`` over those rows (a reset-after GRU's candidate row with ``W_hn`` scaled by
@@ -189,7 +194,11 @@ def construct(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.ra
     ``W_hr`` column is small needs ``|tanh(c_1)|`` near 1) and enters the peephole terms. ``short`` (gate rows
     ``k * H + unit``): only these rows must hit their targets; the other rows of ``units`` weigh 1e-3 in the
     least-squares system, so that a narrow layer (``I + P`` unknowns, ``G`` rows a unit: a projected LSTM's
-    second layer has 4 for 4) can still place the gates that were never responsive."""
+    second layer has 4 for 4) can still place the gates that were never responsive. ``wide``: the solution
+    nearest (least squares) to a start of random signs at the full ranges ``(+-x_range, +-h_range)`` instead of
+    the minimum-norm one, so that most elements of ``x`` and ``h`` stay large while the units' rows are in their
+    bands: a weight's change moves its row by ``D |v_k|``, so these states resolve single weights
+    (:func:`resolution`) that small trajectory states (an LSTM's ``|h|`` of 0.1) and minimum-norm ones do not."""
     s, cell, H = layer.semantics, layer.cell, layer.hidden_size
     I, P = p.w_ih.shape[1], p.w_hh.shape[1]
     b_ih, b_hh = _bias(p)
@@ -211,6 +220,8 @@ def construct(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.ra
     r = np.full(P, 0.5)
     n_rows = slice(2 * len(units), 3 * len(units))
     x = h = None
+    top = np.r_[np.full(I, x_range), np.full(P, h_range)]
+    start = top * rng.choice([-1.0, 1.0], I + P) if wide else None
     for _ in range(3 if cell is Cell.GRU else 1):
         a_h = a_hh.copy()
         b = rhs.copy()
@@ -221,8 +232,7 @@ def construct(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.ra
         elif cell is Cell.GRU:
             a_h[n_rows] *= r[None, :]
         wts = np.ones(len(rows)) if short is None else np.where(np.isin(rows, short), 1.0, 1e-3)
-        sol = _bounded_lstsq(wts[:, None] * np.concatenate([a_ih, a_h], axis=1), wts * b,
-                             np.r_[np.full(I, x_range), np.full(P, h_range)])
+        sol = _bounded_lstsq(wts[:, None] * np.concatenate([a_ih, a_h], axis=1), wts * b, top, start)
         x, h = sol[:I], sol[I:]
         if cell is Cell.GRU and not s.reset_after:  # r of every unit at this solution, for the next round
             zr = p.w_ih[:H] @ x + b_ih[:H] + p.w_hh[:H] @ h + b_hh[:H]
@@ -230,20 +240,34 @@ def construct(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.ra
     return (x.astype(np.float32), h.astype(np.float32), None if c is None else c.astype(np.float32))
 
 
-def _bounded_lstsq(a: np.ndarray, b: np.ndarray, top: np.ndarray, rounds: int = 6) -> np.ndarray:
-    """A least-squares solution of ``a v = b`` within ``|v| <= top`` (float64): the minimum-norm solution, then
-    the variables past their bound fixed there and the others solved again, ``rounds`` times at most."""
-    v = np.zeros(a.shape[1])
+def _bounded_lstsq(a: np.ndarray, b: np.ndarray, top: np.ndarray, start: np.ndarray | None = None,
+                   rounds: int = 6) -> np.ndarray:
+    """A least-squares solution of ``a v = b`` within ``|v| <= top`` (float64): the solution nearest ``start``
+    (default zero: the minimum-norm one), then the variables past their bound fixed there and the others solved
+    again, ``rounds`` times at most."""
+    v0 = np.zeros(a.shape[1]) if start is None else np.asarray(start, np.float64)
+    v = v0.copy()
     free = np.ones(a.shape[1], bool)
     for _ in range(rounds):
-        rest = b - a[:, ~free] @ v[~free]
-        v[free] = np.linalg.lstsq(a[:, free], rest, rcond=None)[0]
+        rest = b - a[:, ~free] @ v[~free] - a[:, free] @ v0[free]
+        v[free] = v0[free] + (np.linalg.lstsq(a[:, free], rest, rcond=None)[0] if start is None
+                              else _ridge(a[:, free], rest))
         over = np.abs(v) > top
         v = np.clip(v, -top, top)
         if not over.any() or not (free & ~over).any():
             break
         free &= ~over
     return v
+
+
+def _ridge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The least-squares (minimum-norm where under-determined) solution of ``a v = b`` by a normal-equation solve
+    on the smaller side with a ridge of ``1e-10`` of the largest diagonal (float64): a tenth of ``lstsq``'s cost."""
+    if a.shape[0] <= a.shape[1]:
+        g = a @ a.T
+        return a.T @ np.linalg.solve(g + 1e-10 * max(float(g.diagonal().max(initial=0.0)), 1e-300) * np.eye(len(g)), b)
+    g = a.T @ a
+    return np.linalg.solve(g + 1e-10 * max(float(g.diagonal().max(initial=0.0)), 1e-300) * np.eye(len(g)), a.T @ b)
 
 
 def groups(layer: RNNLayer, p: DirectionParams, units: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
@@ -291,6 +315,8 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
     of the constructed states are appended to (:func:`resolution`). ``short``: per direction, the gate rows to
     construct states for, in one round (instead of the rows responsive in fewer than :data:`WANT` states)."""
     H, added = layer.hidden_size, 0
+    if short is None and ROUNDS > 0:  # (ROUNDS = 0: nothing constructed at all)
+        xf, entries, added = widen(layer, dirs, xf, entries, counts, step, rng, x_range, h_range, seen)
     for _ in range(ROUNDS if short is None else min(1, ROUNDS)):
         new = []
         for d, p in enumerate(dirs):
@@ -315,6 +341,76 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
         xf = np.ascontiguousarray(np.concatenate([xf, xe]), dtype=np.float32)
         added += len(new)
     return xf, entries, added
+
+
+def _add(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts: list[np.ndarray], step, new: list,
+         seen: list | None) -> np.ndarray:
+    """Append the constructed states ``new`` (``(direction, x, h, c)``) to ``xf`` and ``entries`` (in place)."""
+    H = layer.hidden_size
+    xe = np.stack([s[1] for s in new])
+    for e, p in enumerate(dirs):
+        he = np.stack([s[2] if s[0] == e else np.zeros(p.w_hh.shape[1], np.float32) for s in new])
+        ce = None if layer.cell is not Cell.LSTM else np.stack(
+            [s[3] if s[0] == e else np.zeros(H, np.float32) for s in new])
+        (h1, c1), (dh, dc), (zx, zh) = step(p, xe, he, ce)
+        g = gains(layer, p, he, ce, zx, zh, h1)
+        counts[e] += responsive(g[0], g[1]).sum(axis=0)
+        if seen is not None:
+            seen[e].append((g, (zx, zh)))
+        (h0, c0), (eh, ec), (bh, bc) = entries[e]
+        cat = lambda a, b: None if a is None else np.concatenate([a, b])  # noqa: E731
+        entries[e] = ((cat(h0, he), cat(c0, ce)), (cat(eh, h1), cat(ec, c1)), (cat(bh, dh), cat(bc, dc)))
+    return np.ascontiguousarray(np.concatenate([xf, xe]), dtype=np.float32)
+
+
+#: wide states (:func:`construct` with ``wide``) per group of units: every unit's rows in their bands while most
+#: inputs and states are at their range, the states that resolve single weights (:func:`resolution`)
+WIDE = 2
+#: a wide state's one-step bound may reach this fraction of the output's scale (a quarter of the 1e-2 at which a
+#: bound is too loose to decide: :func:`rnnconvert.verify.verdict.fraction`)
+WIDE_LOOSE = 2.5e-3
+
+
+def widen(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts: list[np.ndarray], step,
+          rng: np.random.Generator, x_range: float, h_range: float, seen: list | None = None) -> tuple[np.ndarray, list, int]:
+    """Add :data:`WIDE` wide states (:func:`construct` with ``wide=True``) for every group of units of every
+    direction (:func:`groups`: at most :data:`MAX_STATES` per direction); arguments and result as
+    :func:`exercise`. A wide state whose one-step bound (``h_1`` or ``c_1``, any direction) exceeds both the
+    largest bound of the states so far and :data:`WIDE_LOOSE` of their output's scale is tried again at half the
+    ranges, then left out: the layer's bound as a fraction of its scale (which its verdict weighs, docs/cli.md
+    "Verdicts") is not raised above that by states added for resolution."""
+    H = layer.hidden_size
+    tops = []
+    for j in (0, 1):  # h_1, c_1: the largest bound so far, or WIDE_LOOSE of the largest output
+        bd = [e[2][j] for e in entries if e[2][j] is not None]
+        ex = [e[1][j] for e in entries if e[1][j] is not None]
+        tops.append(max(max(float(np.max(b, initial=0.0)) for b in bd),
+                        WIDE_LOOSE * max(float(np.max(np.abs(v), initial=0.0)) for v in ex)) if bd else 0.0)
+    plan = [(d, grp) for d in range(len(dirs)) for grp in groups(layer, dirs[d], np.arange(H), rng)
+            for _ in range(WIDE)]
+    keep: list = []
+    for shrink in (1.0, 0.5):
+        new = [(d, *construct(layer, dirs[d], grp, rng, x_range * shrink, h_range * shrink, wide=True))
+               for d, grp in plan]
+        if not new:
+            break
+        xe = np.stack([s[1] for s in new])
+        worst = np.zeros(len(new))
+        for e, p in enumerate(dirs):
+            he = np.stack([s[2] if s[0] == e else np.zeros(p.w_hh.shape[1], np.float32) for s in new])
+            ce = None if layer.cell is not Cell.LSTM else np.stack(
+                [s[3] if s[0] == e else np.zeros(H, np.float32) for s in new])
+            _, (dh, dc), _ = step(p, xe, he, ce)
+            over = dh.max(axis=1) > tops[0]
+            if dc is not None:
+                over |= dc.max(axis=1) > tops[1]
+            worst = np.maximum(worst, over)
+        ok = worst == 0
+        keep += [s for s, k in zip(new, ok) if k]
+        plan = [q for q, k in zip(plan, ok) if not k]
+    if not keep:
+        return xf, entries, 0
+    return _add(layer, dirs, xf, entries, counts, step, keep, seen), entries, len(keep)
 
 
 #: the most units of one constructed state (its least-squares system has ``G`` rows per unit: the cost of a
