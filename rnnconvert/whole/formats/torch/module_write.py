@@ -273,10 +273,14 @@ _MODES = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_REL
 
 
 class _Emitter:
-    def __init__(self, graph: keras_graph.Graph):
+    def __init__(self, graph: keras_graph.Graph, states: bool = False):
         self.g = graph
         self.attrs = _Names(_RESERVED)
-        self.vars = _Names(_RESERVED | set(dir(builtins)))
+        self.vars = _Names(_RESERVED | set(dir(builtins)) | ({"states"} if states else set()))
+        from .pt2_write import carried  # states (issue #41): the same layer calls and names as the .pt2 program's
+        self.state_keys = carried(graph) if states else []
+        self.carried = {n: [k for m, k, _ in self.state_keys if m == n] for n, _, _ in self.state_keys}
+        self.state_outs: list[tuple[str, str]] = []  # (state_out name, expression)
         self.attr_of: dict[str, str] = {}  # layer path -> attribute
         self.var_of: dict[str, str] = {}  # tensor name -> local variable
         self.init: list[str] = []
@@ -529,6 +533,14 @@ class _Emitter:
                 keras_graph.refuse(node.path, node.cls, "a Bidirectional layer with initial_state")
             hx = f"({init[0]}.unsqueeze(0), {init[1]}.unsqueeze(0))" if mode == "LSTM" else f"{init[0]}.unsqueeze(0)"
             args.append(hx)
+        keys = self.carried.get(node.name)
+        if keys:  # states (issue #41): the initial states from forward's states dict, zeros where it is None
+            hxv = self.vars.get(f"{base}_hx")
+            parts = [f"states[{f'state_in:{node.name}:{k}'!r}].unsqueeze(0)" for k in keys]
+            hx = f"({parts[0]}, {parts[1]})" if mode == "LSTM" else parts[0]
+            self.body.append(f"        {hxv} = None if states is None else {hx}  # initial states (--states)")
+            init = [hxv]
+            args.append(hxv)
         if native and mask is not None:
             self.helpers.add("masked_run")
             call = f"masked_run(self.{a}, {x}, {mask}" + (f", {args[1]}" if init else "") + \
@@ -545,6 +557,8 @@ class _Emitter:
         else:
             cn = None
             self.emit(f"{y}, {hn} = {call}", node)
+        if keys:  # states: the final states to forward's states output
+            self.state_outs += [(f"state_out:{node.name}:{k}", f"{hn if k == 'h' else cn}[0]") for k in keys]
         if seqs:
             if merge != "concat":
                 a1, b1 = f"{y}[..., :{H}]", f"{y}[..., {H}:]"
@@ -575,15 +589,21 @@ def text(s: str) -> str:
 
 
 def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
-         state_name: str = "model_state.pt") -> Emitted:
+         state_name: str = "model_state.pt", states: bool = False) -> Emitted:
     """The module source and state dict of ``graph`` (module docstring). ``origin`` (the source file's base name),
     ``module_name`` and ``state_name`` (how the user imports it and its state file's name) appear in the written
     docstring only; every name from the file is sanitised (:func:`text`, identifiers by ``_identifier``).
+    ``states`` (issue #41, CLI ``--states``): ``forward(*inputs, states=None)`` takes a dict of the initial states
+    of every unidirectional recurrent layer call (:func:`.pt2_write.carried`: ``"state_in:<call>:h"`` (and
+    ``":c"``) ``(B, units)`` float32; ``None``: zeros) and returns the outputs followed by the dict of their final
+    states (``"state_out:<call>:h"``...), as the ``.pt2`` program and the ONNX graph name them; the written file's
+    ``STATES`` maps each initial state's name to its size.
 
     Raises:
-        UnsupportedError: a layer or feature the emitted module does not build (one line: layer, class, way out).
+        UnsupportedError: a layer or feature the emitted module does not build (one line: layer, class, way out);
+            ``states`` with a Bidirectional or go_backwards layer.
     """
-    e = _Emitter(graph)
+    e = _Emitter(graph, states)
     ins = [e.var(name, name) for name, *_ in graph.inputs]
     for node in graph.nodes:
         e.layer(node)
@@ -600,7 +620,12 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
              "    m.eval()  # inference, as Keras computes it (m.train() to train on)",
              f"    y = m({', '.join(ins)})", "",
              f"forward({doc_in}) -> "
-             + ("the output" if len(outs) == 1 else f"a tuple of {len(outs)} outputs in the Keras model's order") + ".",
+             + ("the output" if len(outs) == 1 else f"a tuple of {len(outs)} outputs in the Keras model's order") + "."
+             if not states else
+             f"forward({doc_in}, states=None) -> a tuple of the {len(outs)} output(s) in the Keras model's order and "
+             "the dict of the recurrent layers' final states ('state_out:<layer>:h', ':c'); states: the dict of their "
+             "initial states ('state_in:<layer>:h', ':c', (B, units) float32, sizes in STATES; None: zeros), to run "
+             "a sequence in chunks, each chunk from the previous one's final states.",
              '"""', "", "import torch", "from torch import nn", "import torch.nn.functional as F"]
     if "hard_sigmoid" in e.helpers:
         lines.append(_HARD_SIGMOID.rstrip("\n"))
@@ -609,12 +634,16 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
     if "masked_run" in e.helpers:
         lines.append(_MASKED.rstrip("\n"))
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+    if states:  # the outputs, then the final states by name
+        ret = "(" + ", ".join(outs) + ", {" + ", ".join(f"{k!r}: {v}" for k, v in e.state_outs) + "})"
+        lines += ["", "", "#: the initial states forward(..., states) takes (zeros for a first chunk): name -> units",
+                  "STATES = {" + ", ".join(f"{f'state_in:{n}:{k}'!r}: {size}" for n, k, size in e.state_keys) + "}"]
     lines += ["", "", f"class {CLASS}(nn.Module):",
               f'    """The Keras model {text(graph.name)!r}: layers as attributes named after the Keras layers, forward '
               'following the Keras graph."""',
               "", "    def __init__(self):", "        super().__init__()"]
     lines += e.init or ["        pass"]
-    lines += ["", f"    def forward(self, {', '.join(ins)}):"]
+    lines += ["", f"    def forward(self, {', '.join(ins + (['states=None'] if states else []))}):"]
     lines += e.body
     lines += [f"        return {ret}", ""]
     return Emitted("\n".join(lines), e.state, ins, len(outs))
