@@ -8,14 +8,18 @@ the batch and free time dimensions dynamic (a declared time length ``Dim.AUTO``:
 layers are exact modules of their own (issue #41): an LSTM torch computes as ``aten.mkldnn_rnn_layer``
 (:func:`native_lstm`; masks by :func:`compact`; the program then needs a torch built with oneDNN,
 ``torch.backends.mkldnn.is_available()``, as the x86 wheels are), every other layer one
-``torch._higher_order_ops.scan`` over time for all its directions of the canonical equations of
+``torch._higher_order_ops.scan`` over chunks of :data:`CHUNK` steps for all its directions of the canonical
+equations of
 :mod:`rnnconvert.core.reference` (gate order i f g o / r z n from :data:`rnnconvert.core.gates.TABLE`; any
 gate activation and activation of :data:`ACTS`, Keras 2 ``hard_sigmoid`` = ``clip(0.2 x + 0.5, 0, 1)``,
 reset-before and reset-after GRU, peepholes, TF1 cell and projection clips, forget bias), so ``.pt2`` refuses
-no recurrent layer that ``.onnx`` carries. Keras masks are followed step by step, whatever their shape (a
-masked step keeps the state; a unidirectional layer's output there is the previous output, a Bidirectional's
-zero, as tf_keras computes); ``return_state`` outputs are the scan's final carries, ``initial_state`` inputs its
-first (:mod:`rnnconvert.whole.conventions.keras_graph` "States"). Other layers follow :mod:`rnnconvert.whole.formats.onnx.model_write` (the same
+no recurrent layer that ``.onnx`` carries. Keras masks are exact whatever their shape (a masked step keeps the
+state, so each row's unmasked steps are moved to the front, run, and put back, :func:`compact`; a unidirectional
+layer's output at a masked step is the previous output, a Bidirectional's zero, as tf_keras computes);
+``return_state`` outputs are the states at each row's last unmasked step, ``initial_state`` inputs the first
+(:mod:`rnnconvert.whole.conventions.keras_graph` "States"). The write option ``states`` (CLI ``--states``) adds
+every unidirectional layer call's initial states as an input and final states as an output (:func:`carried`,
+:func:`build_module`), named as the ONNX form names them. Other layers follow :mod:`rnnconvert.whole.formats.onnx.model_write` (the same
 :class:`rnnconvert.whole.conventions.keras_graph.Graph`). Inputs: int32 token ids for an input feeding
 an Embedding, float32 otherwise, positional in the model's input order; outputs: a tuple of the model outputs.
 Convolutions and pools pad as TensorFlow does (:func:`tf_same_pads`, from the length the program is given);
