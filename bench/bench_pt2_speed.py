@@ -130,6 +130,12 @@ def main():
         print(f"| {name} | {t_ort * 1e3:.0f} ms | {t_pt2 * 1e3:.0f} ms | {t_mod * 1e3:.0f} ms | {t_k * 1e3:.0f} ms | "
               f"{t_pt2 / t_ort:.2f}x | {t_mod / t_ort:.2f}x | {err['pt2']:.1e} (ort {err['ort']:.1e}, module "
               f"{err['mod']:.1e}) |  <!-- conversions {conv:.1f} s -->", flush=True)
+    # torch's own GRU on the same shapes (no mask, no Keras cell): what an nn.GRU-based form could reach at best
+    gru = torch.nn.GRU(10, 64, batch_first=True, bidirectional=True).eval()
+    xg = torch.randn(2, a.steps, 10)
+    with torch.no_grad():
+        t_gru, _ = timed(lambda: gru(xg), a.repeat)
+    print(f"nn.GRU(10, 64, bidirectional) alone, (2, {a.steps}, 10): {t_gru * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":

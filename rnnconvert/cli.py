@@ -163,9 +163,9 @@ def convert(
         "and computes as tf_keras does) or 'tensorrt' (Scans where a node has HardSigmoid or another activation "
         "TensorRT refuses in RNN nodes).", show_default=False)] = None,
     states: Annotated[bool, typer.Option(
-        "--states", help="A Keras full model to .onnx: every unidirectional recurrent layer's initial states as graph "
-        "inputs (state_in:<layer>:h/:c) and final states as outputs (state_out:...), to run a sequence in "
-        "chunks.")] = False,
+        "--states", help="A Keras full model to .onnx or .pt2 (and --emit-module's source): every unidirectional "
+        "recurrent layer's initial states as graph inputs (state_in:<layer>:h/:c) and final states as outputs "
+        "(state_out:...), to run a sequence in chunks.")] = False,
     emit_module: Annotated[Optional[Path], typer.Option(
         "--emit-module", help="A Keras 2 full model: also write it as readable PyTorch nn.Module source to this .py "
         "file (class Model) and its state dict beside it (<stem>_state.pt), verified against tf_keras.",

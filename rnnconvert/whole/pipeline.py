@@ -51,10 +51,12 @@ def emit_paths(emit_module: str | os.PathLike, src: Path, dst: Path, force: bool
 
 
 def emit(ckpt: Checkpoint, in_mod, src: Path, emit: tuple[Path, Path], write_opts: dict[str, Any] | None):
-    """The emitted module of the source's whole model (:func:`rnnconvert.whole.formats.torch.module_write.emit`).
+    """The emitted module of the source's whole model (:func:`rnnconvert.whole.formats.torch.module_write.emit`;
+    the write option ``states``, CLI ``--states``, gives it the states input and output).
 
     Raises:
-        UnsupportedError: a source without a Keras 1/2 full model; a layer the module does not build (by name).
+        UnsupportedError: a source without a Keras 1/2 full model; a layer the module does not build (by name);
+            ``states`` with a Bidirectional or go_backwards layer.
     """
     from .conventions import keras_graph
     from ..errors import UnsupportedError
@@ -67,7 +69,8 @@ def emit(ckpt: Checkpoint, in_mod, src: Path, emit: tuple[Path, Path], write_opt
         raise UnsupportedError(f"{src.name}: --emit-module writes a whole Keras 1/2 model as nn.Module source, and "
                                "this source holds none (a full-model HDF5 file with its model_config is needed)")
     graph = keras_graph.build(full.config, full.weights, ckpt)
-    return full, keras_graph.from_config(module_write.emit, graph, src.name, emit[0].stem, emit[1].name)
+    return full, keras_graph.from_config(module_write.emit, graph, src.name, emit[0].stem, emit[1].name,
+                                         bool((write_opts or {}).get("states")))
 
 
 def emit_write(emitted, emit: tuple[Path, Path], ckpt: Checkpoint, src: Path, rep, verify: str | None,

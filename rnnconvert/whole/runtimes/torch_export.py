@@ -48,7 +48,9 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
 
 def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
                  seed: int = 0) -> list:
-    """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.checks.LayerCheck` entries."""
+    """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.checks.LayerCheck` entries. A
+    program written with states (``ckpt.meta["pt2_states"]``, :func:`rnnconvert.whole.formats.torch.pt2_write.check`)
+    is fed zero initial states, as the source model starts; its final states are not compared."""
     from ..conventions import keras_graph
     from ...core import reference
     from ...formats.keras import keras_whole
@@ -61,12 +63,15 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     full = keras_whole_check.whole_of(ckpt)
     if full is not None and not ckpt.meta.get("pt2_recurrent_only"):
         graph = keras_graph.build(full.config, full.weights, ckpt)
+        carried = ckpt.meta.get("pt2_states")  # written with states: zero initial states, as the source starts
 
         def target(xs):
             args = [torch.from_numpy(np.asarray(xs[n]).astype(np.int32 if e is not None else np.float32))
                     for n, _, _, e in graph.inputs]
+            if carried is not None:
+                args.append({k: torch.zeros(args[0].shape[0], h) for k, h in carried.items()})
             with torch.no_grad():
-                return [o.numpy() for o in prog(*args)], {}
+                return [o.numpy() for o in prog(*args)[:len(graph.outputs)]], {}
 
         steps = pt2_write.program_steps(graph)  # strided layers: the length the program was exported at
         return keras_whole_check.compare_whole(str(src_path), full, target, route, inputs=inputs, seed=seed,
@@ -151,7 +156,10 @@ def verify_module(ckpt: Checkpoint, src_path: str | Path, py_path: str | Path, s
                 for n, _, _, e in graph.inputs]
         with torch.no_grad():
             y = m(*args)
-        return [o.numpy() for o in (y if isinstance(y, tuple) else (y,))], {}
+        y = y if isinstance(y, tuple) else (y,)
+        if y and isinstance(y[-1], dict):  # written with states: zero initial states (None), final states dropped
+            y = y[:-1]
+        return [o.numpy() for o in y], {}
 
     from ..formats.torch import pt2_write
 

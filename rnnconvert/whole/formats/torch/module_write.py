@@ -92,8 +92,9 @@ class KerasRecurrent(nn.Module):
 
     forward(x (B, T, I), hx=None, mask=None) returns (y (B, T, D*H), h_n (D, B, H)), for an LSTM
     (y, (h_n, c_n)), as torch.nn's do; hx as torch.nn's. mask (B, T) bool: a masked step keeps the state;
-    a unidirectional layer's output there is the previous output, a bidirectional one's is zero (tf_keras).
-    go_backwards: the sequence is read from its end and y is in processing order (Keras).
+    a unidirectional layer's output there is the previous output, a bidirectional one's is zero (tf_keras); so
+    each row's unmasked steps are moved to the front, run, and each step's output put back (exact for padding
+    anywhere). go_backwards: the sequence is read from its end and y is in processing order (Keras).
     """
 
     def __init__(self, mode, input_size, hidden_size, bidirectional=False, gate_activation="sigmoid",
@@ -127,40 +128,54 @@ class KerasRecurrent(nn.Module):
         else:
             h0, c0 = hx if self.mode == "LSTM" else (hx, x.new_zeros(D, B, H))
         rev = [d == 1 or self.go_backwards for d in range(D)]  # each direction read in its processing order
-        # the input products of every step in one product per direction, before the loop: (D, B, T, G*H)
-        xin = torch.stack([(x.flip(1) if r else x) @ getattr(self, "weight_ih_l0" + sfx).t()
-                           + getattr(self, "bias_ih_l0" + sfx) for r, sfx in zip(rev, sfxs)])
+        xs = [x.flip(1) if r else x for r in rev]
+        if mask is not None:  # a masked step keeps the state (tf_keras): each row's unmasked steps moved to the front
+            ms = [mask.flip(1) if r else mask for r in rev]
+            orders = [torch.argsort((~m).to(torch.uint8), dim=1, stable=True) for m in ms]
+            xs = [torch.gather(xd, 1, o.unsqueeze(-1).expand(-1, -1, xd.shape[-1])) for xd, o in zip(xs, orders)]
         w_hh = torch.stack([getattr(self, "weight_hh_l0" + sfx).t() for sfx in sfxs])  # (D, H, G*H)
         b_hh = torch.stack([getattr(self, "bias_hh_l0" + sfx) for sfx in sfxs]).unsqueeze(1)  # (D, 1, G*H)
-        m = None if mask is None else torch.stack([mask.flip(1) if r else mask for r in rev]).unsqueeze(-1)
+        fold = b_hh  # the part of b_hh added to the input products (all but a reset-after GRU's n columns)
+        if self.mode == "GRU" and self.reset_after:
+            fold = torch.cat([b_hh[..., :2 * H], torch.zeros_like(b_hh[..., 2 * H:])], -1)
+        # the input products of every step in one product per direction, before the loop: (D, B, T, G*H)
+        xin = torch.stack([xd @ getattr(self, "weight_ih_l0" + sfx).t() + getattr(self, "bias_ih_l0" + sfx)
+                           for xd, sfx in zip(xs, sfxs)]) + fold.unsqueeze(1)
         gate, act = ACTIVATIONS[self.gate_activation], ACTIVATIONS[self.activation]
-        h, c, ys = h0, c0, []
+        h, c, ys, cs = h0, c0, [], []
+        if self.mode == "GRU":  # the r, z columns and the n columns apart, each step's a view (no slicing a step)
+            x_rz, x_n = xin[..., :2 * H].unbind(2), xin[..., 2 * H:].unbind(2)
+            w_rz, w_n, b_n = w_hh[..., :2 * H], w_hh[..., 2 * H:], b_hh[..., 2 * H:].expand(D, B, H)
+        else:
+            x_all = xin.unbind(2)
         for t in range(T):  # both directions at once: one batched product per step
-            x_t = xin[:, :, t]
             if self.mode == "LSTM":
-                i, f, g, o = torch.baddbmm(b_hh, h, w_hh).add_(x_t).chunk(4, -1)
-                c1 = gate(f) * c + gate(i) * act(g)
-                h1 = gate(o) * act(c1)
-            elif self.mode == "GRU" and self.reset_after:  # Keras reset_after=True, torch.nn.GRU
-                hr = torch.baddbmm(b_hh, h, w_hh)
-                r, z = gate(x_t[..., :2 * H] + hr[..., :2 * H]).chunk(2, -1)
-                h1, c1 = torch.lerp(act(x_t[..., 2 * H:] + r * hr[..., 2 * H:]), h, z), c  # (1 - z) n + z h
-            elif self.mode == "GRU":  # Keras reset_after=False: the reset gate before the recurrent product of n
-                r, z = gate(torch.baddbmm(b_hh[..., :2 * H], h, w_hh[..., :2 * H]).add_(x_t[..., :2 * H])).chunk(2, -1)
-                n = act(torch.baddbmm(b_hh[..., 2 * H:], r * h, w_hh[..., 2 * H:]).add_(x_t[..., 2 * H:]))
-                h1, c1 = torch.lerp(n, h, z), c
+                i, f, g, o = torch.baddbmm(x_all[t], h, w_hh).chunk(4, -1)
+                c = torch.addcmul(gate(f) * c, gate(i), act(g))
+                h = gate(o) * act(c)
+                cs.append(c)
+            elif self.mode == "GRU":
+                r, z = gate(torch.baddbmm(x_rz[t], h, w_rz)).chunk(2, -1)
+                if self.reset_after:  # Keras reset_after=True, torch.nn.GRU: n = act(x_n + r * (W_hn h + b_hn))
+                    n = act(torch.addcmul(x_n[t], r, torch.baddbmm(b_n, h, w_n)))
+                else:  # Keras reset_after=False: the reset gate before the recurrent product of n
+                    n = act(torch.baddbmm(x_n[t], r * h, w_n))
+                h = torch.lerp(n, h, z)  # (1 - z) n + z h
             else:
-                h1, c1 = act(torch.baddbmm(b_hh, h, w_hh).add_(x_t)), c
-            if m is None:
-                h, c = h1, c1
-                ys.append(h)
-            else:  # a masked step keeps the state; its output: the previous one, a Bidirectional's zero
-                m_t = m[:, :, t]
-                h, c = torch.where(m_t, h1, h), torch.where(m_t, c1, c)
-                ys.append(torch.where(m_t, h1, 0.0) if self.bidirectional else h)
-        y = torch.stack(ys, 2)  # (D, B, T, H), processing order
-        if m is not None and not self.bidirectional:  # zeros before the first unmasked step (tf_keras), not h0
-            y = torch.where(m.cumsum(2) > 0, y, 0.0)
+                h = act(torch.baddbmm(x_all[t], h, w_hh))
+            ys.append(h)
+        y = torch.stack(ys, 2) if T else x.new_zeros(D, B, 0, H)  # (D, B, T, H), processing order
+        if mask is not None:  # each step's output put back: the one of the last unmasked step at or before it
+            count = torch.stack([m.sum(1) for m in ms])  # (D, B)
+            pos = torch.stack([m.long().cumsum(1) - 1 for m in ms])  # (D, B, T)
+            at_last = (count - 1).clamp(min=0).view(D, B, 1, 1).expand(-1, -1, 1, H)
+            kept = (count > 0).view(D, B, 1)  # a row with no unmasked step keeps its initial state
+            h = torch.where(kept, torch.gather(y, 2, at_last)[:, :, 0], h0)
+            if self.mode == "LSTM" and T:
+                c = torch.where(kept, torch.gather(torch.stack(cs, 2), 2, at_last)[:, :, 0], c0)
+            y = torch.gather(y, 2, pos.clamp(min=0).unsqueeze(-1).expand(-1, -1, -1, H))
+            # zero where masked (Bidirectional, tf_keras zero_output_for_mask) / before the first unmasked step
+            y = torch.where((torch.stack(ms) if self.bidirectional else pos >= 0).unsqueeze(-1), y, 0.0)
         y = torch.cat([y[0], y[1].flip(1)], -1) if D == 2 else y[0]  # the backward direction in input order
         return (y, (h, c)) if self.mode == "LSTM" else (y, h)
 '''
@@ -277,10 +292,14 @@ _MODES = {Cell.LSTM: "LSTM", Cell.GRU: "GRU", Cell.RNN_TANH: "RNN", Cell.RNN_REL
 
 
 class _Emitter:
-    def __init__(self, graph: keras_graph.Graph):
+    def __init__(self, graph: keras_graph.Graph, states: bool = False):
         self.g = graph
         self.attrs = _Names(_RESERVED)
-        self.vars = _Names(_RESERVED | set(dir(builtins)))
+        self.vars = _Names(_RESERVED | set(dir(builtins)) | ({"states"} if states else set()))
+        from .pt2_write import carried  # states (issue #41): the same layer calls and names as the .pt2 program's
+        self.state_keys = carried(graph) if states else []
+        self.carried = {n: [k for m, k, _ in self.state_keys if m == n] for n, _, _ in self.state_keys}
+        self.state_outs: list[tuple[str, str]] = []  # (state_out name, expression)
         self.attr_of: dict[str, str] = {}  # layer path -> attribute
         self.var_of: dict[str, str] = {}  # tensor name -> local variable
         self.init: list[str] = []
@@ -560,6 +579,14 @@ class _Emitter:
                 keras_graph.refuse(node.path, node.cls, "a Bidirectional layer with initial_state")
             hx = f"({init[0]}.unsqueeze(0), {init[1]}.unsqueeze(0))" if mode == "LSTM" else f"{init[0]}.unsqueeze(0)"
             args.append(hx)
+        keys = self.carried.get(node.name)
+        if keys:  # states (issue #41): the initial states from forward's states dict, zeros where it is None
+            hxv = self.vars.get(f"{base}_hx")
+            parts = [f"states[{f'state_in:{node.name}:{k}'!r}].unsqueeze(0)" for k in keys]
+            hx = f"({parts[0]}, {parts[1]})" if mode == "LSTM" else parts[0]
+            self.body.append(f"        {hxv} = None if states is None else {hx}  # initial states (--states)")
+            init = [hxv]
+            args.append(hxv)
         if native and mask is not None:
             self.helpers.add("masked_run")
             call = f"masked_run(self.{a}, {x}, {mask}" + (f", {args[1]}" if init else "") + \
@@ -576,6 +603,8 @@ class _Emitter:
         else:
             cn = None
             self.emit(f"{y}, {hn} = {call}", node)
+        if keys:  # states: the final states to forward's states output
+            self.state_outs += [(f"state_out:{node.name}:{k}", f"{hn if k == 'h' else cn}[0]") for k in keys]
         if seqs:
             if merge != "concat":
                 a1, b1 = f"{y}[..., :{H}]", f"{y}[..., {H}:]"
@@ -606,15 +635,21 @@ def text(s: str) -> str:
 
 
 def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
-         state_name: str = "model_state.pt") -> Emitted:
+         state_name: str = "model_state.pt", states: bool = False) -> Emitted:
     """The module source and state dict of ``graph`` (module docstring). ``origin`` (the source file's base name),
     ``module_name`` and ``state_name`` (how the user imports it and its state file's name) appear in the written
     docstring only; every name from the file is sanitised (:func:`text`, identifiers by ``_identifier``).
+    ``states`` (issue #41, CLI ``--states``): ``forward(*inputs, states=None)`` takes a dict of the initial states
+    of every unidirectional recurrent layer call (:func:`.pt2_write.carried`: ``"state_in:<call>:h"`` (and
+    ``":c"``) ``(B, units)`` float32; ``None``: zeros) and returns the outputs followed by the dict of their final
+    states (``"state_out:<call>:h"``...), as the ``.pt2`` program and the ONNX graph name them; the written file's
+    ``STATES`` maps each initial state's name to its size.
 
     Raises:
-        UnsupportedError: a layer or feature the emitted module does not build (one line: layer, class, way out).
+        UnsupportedError: a layer or feature the emitted module does not build (one line: layer, class, way out);
+            ``states`` with a Bidirectional or go_backwards layer.
     """
-    e = _Emitter(graph)
+    e = _Emitter(graph, states)
     ins = [e.var(name, name) for name, *_ in graph.inputs]
     for node in graph.nodes:
         e.layer(node)
@@ -631,7 +666,12 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
              "    m.eval()  # inference, as Keras computes it (m.train() to train on)",
              f"    y = m({', '.join(ins)})", "",
              f"forward({doc_in}) -> "
-             + ("the output" if len(outs) == 1 else f"a tuple of {len(outs)} outputs in the Keras model's order") + ".",
+             + ("the output" if len(outs) == 1 else f"a tuple of {len(outs)} outputs in the Keras model's order") + "."
+             if not states else
+             f"forward({doc_in}, states=None) -> a tuple of the {len(outs)} output(s) in the Keras model's order and "
+             "the dict of the recurrent layers' final states ('state_out:<layer>:h', ':c'); states: the dict of their "
+             "initial states ('state_in:<layer>:h', ':c', (B, units) float32, sizes in STATES; None: zeros), to run "
+             "a sequence in chunks, each chunk from the previous one's final states.",
              '"""', "", "import torch", "from torch import nn", "import torch.nn.functional as F"]
     if "hard_sigmoid" in e.helpers:
         lines.append(_HARD_SIGMOID.rstrip("\n"))
@@ -646,12 +686,16 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
 
         lines += ["", "", inspect.getsource(attention.keras_attention).rstrip("\n")]
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+    if states:  # the outputs, then the final states by name
+        ret = "(" + ", ".join(outs) + ", {" + ", ".join(f"{k!r}: {v}" for k, v in e.state_outs) + "})"
+        lines += ["", "", "#: the initial states forward(..., states) takes (zeros for a first chunk): name -> units",
+                  "STATES = {" + ", ".join(f"{f'state_in:{n}:{k}'!r}: {size}" for n, k, size in e.state_keys) + "}"]
     lines += ["", "", f"class {CLASS}(nn.Module):",
               f'    """The Keras model {text(graph.name)!r}: layers as attributes named after the Keras layers, forward '
               'following the Keras graph."""',
               "", "    def __init__(self):", "        super().__init__()"]
     lines += e.init or ["        pass"]
-    lines += ["", f"    def forward(self, {', '.join(ins)}):"]
+    lines += ["", f"    def forward(self, {', '.join(ins + (['states=None'] if states else []))}):"]
     lines += e.body
     lines += [f"        return {ret}", ""]
     return Emitted("\n".join(lines), e.state, ins, len(outs))

@@ -8,14 +8,18 @@ the batch and free time dimensions dynamic (a declared time length ``Dim.AUTO``:
 layers are exact modules of their own (issue #41): an LSTM torch computes as ``aten.mkldnn_rnn_layer``
 (:func:`native_lstm`; masks by :func:`compact`; the program then needs a torch built with oneDNN,
 ``torch.backends.mkldnn.is_available()``, as the x86 wheels are), every other layer one
-``torch._higher_order_ops.scan`` over time for all its directions of the canonical equations of
+``torch._higher_order_ops.scan`` over chunks of :data:`CHUNK` steps for all its directions of the canonical
+equations of
 :mod:`rnnconvert.core.reference` (gate order i f g o / r z n from :data:`rnnconvert.core.gates.TABLE`; any
 gate activation and activation of :data:`ACTS`, Keras 2 ``hard_sigmoid`` = ``clip(0.2 x + 0.5, 0, 1)``,
 reset-before and reset-after GRU, peepholes, TF1 cell and projection clips, forget bias), so ``.pt2`` refuses
-no recurrent layer that ``.onnx`` carries. Keras masks are followed step by step, whatever their shape (a
-masked step keeps the state; a unidirectional layer's output there is the previous output, a Bidirectional's
-zero, as tf_keras computes); ``return_state`` outputs are the scan's final carries, ``initial_state`` inputs its
-first (:mod:`rnnconvert.whole.conventions.keras_graph` "States"). Other layers follow :mod:`rnnconvert.whole.formats.onnx.model_write` (the same
+no recurrent layer that ``.onnx`` carries. Keras masks are exact whatever their shape (a masked step keeps the
+state, so each row's unmasked steps are moved to the front, run, and put back, :func:`compact`; a unidirectional
+layer's output at a masked step is the previous output, a Bidirectional's zero, as tf_keras computes);
+``return_state`` outputs are the states at each row's last unmasked step, ``initial_state`` inputs the first
+(:mod:`rnnconvert.whole.conventions.keras_graph` "States"). The write option ``states`` (CLI ``--states``) adds
+every unidirectional layer call's initial states as an input and final states as an output (:func:`carried`,
+:func:`build_module`), named as the ONNX form names them. Other layers follow :mod:`rnnconvert.whole.formats.onnx.model_write` (the same
 :class:`rnnconvert.whole.conventions.keras_graph.Graph`). Inputs: int32 token ids for an input feeding
 an Embedding, float32 otherwise, positional in the model's input order; outputs: a tuple of the model outputs.
 Convolutions and pools pad as TensorFlow does (:func:`tf_same_pads`, from the length the program is given);
@@ -44,6 +48,9 @@ ROUTE = "torch.export"
 HARD = {"hard_sigmoid": 0.2, "hard_sigmoid_k3": 1.0 / 6.0}
 #: activations the recurrent modules compute (our names, :data:`rnnconvert.core.reference.ACT`)
 ACTS = ("sigmoid", "tanh", "relu", "linear", "hard_sigmoid", "hard_sigmoid_k3", "softsign")
+#: steps a recurrent scan's body computes per iteration (:meth:`Recurrent.layer_scan`): the scan's own per-iteration
+#: work (slicing inputs, storing outputs) once per CHUNK steps; measured in ``bench/bench_pt2_speed.py``
+CHUNK = 16
 
 
 def _act(torch, name: str | None):
@@ -163,14 +170,21 @@ def _module_class():
             hT = torch.where((count > 0).unsqueeze(-1), last, h0)
             return uncompact(torch, y, pos, zero_masked, mask), hT, None
 
-        def layer_scan(self, xin, m, k: int, zero_masked: bool, h0, c0):
-            """The scan over time of layer ``k``: ``xin`` ``(T, D, B, G*H)`` (input products, processing order),
-            ``m`` ``(T, D, B, 1)`` bool or ``None``; returns ``(ys (T, D, B, out), h_T, c_T)``.
+        def layer_scan(self, xin, k: int, h0, c0, count=None, need_c: bool = False):
+            """The scan over time of layer ``k``: ``xin`` ``(T, D, B, G*H)`` (input products, processing order; a
+            masked layer's unmasked steps moved to the front, :func:`compact`), ``count`` ``(D, B)`` the steps of
+            each row that count (``None``: all ``T``); returns ``(ys (T, D, B, out), h_T, c_T)``, the final states
+            those at each row's last counted step (``h0``/``c0`` for a row with none; ``c_T`` ``None`` unless
+            ``need_c`` for an LSTM).
 
-            Fewest ops a step: a hard sigmoid gate ``clip(a z + 0.5, 0, 1)`` (:data:`HARD`) is one ``clamp`` of
-            ``z`` computed from the gate columns of ``W_hh`` and the input products scaled by ``a`` (and 0.5 added
-            to the latter) before the scan (not with peepholes or a forget bias, whose terms are not scaled); the
-            GRU's ``(1 - z) n + z h`` is ``lerp(n, h, z)``."""
+            The scan runs over chunks of :data:`CHUNK` steps (time padded at the end to a multiple of it, steps
+            whose outputs are never read), each chunk's steps written out in the scan's body: the scan's own
+            bookkeeping (slicing its inputs, storing its outputs) once a chunk, not once a step. Fewest ops a step:
+            a hard sigmoid gate ``clip(a z + 0.5, 0, 1)`` (:data:`HARD`) is one ``clamp`` of ``z`` computed from
+            the gate columns of ``W_hh`` and the input products scaled by ``a`` (and 0.5 added to the latter)
+            before the scan (not with peepholes or a forget bias, whose terms are not scaled); a GRU's gate
+            pre-activations one ``baddbmm`` (``b_hh`` folded into the input products), its reset-after ``n`` an
+            ``addcmul``, ``(1 - z) n + z h`` a ``lerp``."""
             H, cell, s = self.H, self.cell, self.sem
             act = _act(torch, s.activation)
             whhT, bhh = getattr(self, f"l{k}_whhT"), getattr(self, f"l{k}_bhh")
@@ -187,8 +201,13 @@ def _module_class():
                 gact = lambda z: torch.clamp(z, 0.0, 1.0)  # noqa: E731
             else:
                 gact = _act(torch, s.gate_activation)
+            T = xin.shape[0]
+            K = CHUNK
+            N = (T + K - 1) // K + 1  # at least 2 chunks: torch.export would specialize a count of 1
+            xin = torch.nn.functional.pad(xin, (0, 0, 0, 0, 0, 0, 0, N * K - T)).reshape(N, K, *xin.shape[1:])
             if cell is Cell.GRU:  # the r, z columns and the n columns as two scan inputs (no slicing a step)
                 w_rz, w_n = whhT[..., :2 * H].clone(), whhT[..., 2 * H:].clone()  # scan refuses aliased inputs
+                b_n = bhh[..., 2 * H:].clone()  # reset-after: b_hh of n, inside the reset (zeros reset-before)
                 xs = (xin[..., :2 * H].clone(), xin[..., 2 * H:].clone())
             else:
                 xs = (xin,)
@@ -213,38 +232,42 @@ def _module_class():
                             h1 = torch.clamp(h1, -s.proj_clip, s.proj_clip)
                     return h1, c1
                 if cell is Cell.GRU:
-                    xrz, xn = xt
-                    if s.reset_after:  # b_hh of r, z in xt; b_hh of n inside the reset (bhh)
-                        hrz, hn = torch.baddbmm(bhh, h, whhT).split([2 * H, H], -1)
-                        r, z = gact(xrz + hrz).chunk(2, -1)
-                        n = act(xn + r * hn)
-                    else:  # the reset before the recurrent product of n; all of b_hh in xt
-                        r, z = gact(torch.baddbmm(xrz, h, w_rz)).chunk(2, -1)
+                    xrz, xn = xt  # b_hh of r, z in xrz (and of n too, reset-before)
+                    r, z = gact(torch.baddbmm(xrz, h, w_rz)).chunk(2, -1)
+                    if s.reset_after:
+                        n = act(torch.addcmul(xn, r, torch.baddbmm(b_n, h, w_n)))
+                    else:  # the reset before the recurrent product of n
                         n = act(torch.baddbmm(xn, r * h, w_n))
                     return torch.lerp(n, h, z), c  # (1 - z) n + z h
                 return act(torch.baddbmm(xt[0], h, whhT)), c
 
             lstm = cell is Cell.LSTM  # the carry: (h, c) for an LSTM, (h,) otherwise (no aliased carry)
-            if m is None:
-                def stepf(carry, xt):
-                    h1, c1 = cellf(carry[0], carry[-1], xt)
-                    return ((h1, c1) if lstm else (h1,)), h1.clone()
+            keep_c = lstm and need_c
 
-                carry, ys = scan(stepf, (h0, c0) if lstm else (h0,), xs)
-            else:
-                def stepf(carry, inp):
-                    h, c = carry[0], carry[-1]
-                    h1, c1 = cellf(h, c, inp[:-1])
-                    mt = inp[-1]
-                    hk = torch.where(mt, h1, h)
-                    y = torch.where(mt, h1, 0.0) if zero_masked else hk.clone()
-                    return ((hk, torch.where(mt, c1, c)) if lstm else (hk,)), y
+            def chunkf(carry, xc):
+                h, c = carry[0], carry[-1]
+                steps = [x.unbind(0) for x in xc]
+                hs, cs = [], []
+                for j in range(K):
+                    h, c = cellf(h, c, [st[j] for st in steps])
+                    hs.append(h)
+                    if keep_c:
+                        cs.append(c)
+                out = (torch.stack(hs),) + ((torch.stack(cs),) if keep_c else ())
+                return ((h, c) if lstm else (h,)), out
 
-                carry, ys = scan(stepf, (h0, c0) if lstm else (h0,), xs + (m,))
-                if not zero_masked:  # before a row's first unmasked step the output is zeros (tf_keras), not h0
-                    ys = torch.where(torch.cumsum(m.to(torch.int32), 0) > 0, ys, 0.0)
-            hT, cT = carry[0], carry[-1] if lstm else c0
-            return ys, hT, cT
+            _, outs = scan(chunkf, (h0, c0) if lstm else (h0,), xs)
+            outs = [o.reshape(N * K, *o.shape[2:])[:T] for o in outs]  # (T, D, B, out)
+            ys = outs[0]
+
+            def last(seq, init):  # the state at each row's last counted step (init where none)
+                if count is None:
+                    return seq[T - 1]
+                got = torch.gather(seq, 0, (count - 1).clamp(min=0).view(1, *count.shape, 1).expand(
+                    1, -1, -1, seq.shape[-1]))[0]
+                return torch.where((count > 0).unsqueeze(-1), got, init)
+
+            return ys, last(ys, h0), (last(outs[1], c0) if keep_c else None)
 
         def forward(self, x, mask=None, sequences: bool = True, processing_order: bool = True, init=None,
                     states: bool = False):
@@ -268,12 +291,17 @@ def _module_class():
                     cT = res[-1][2]
                 else:
                     bias = getattr(self, f"l{k}_bfold")
-                    xin = torch.stack([xs[d] @ self.p(k, d, "w_ih").t() + (bias[d] if self.p(k, d, "b_ih") is None
+                    comp = None if ms is None else [compact(torch, xs[d], ms[d]) for d in range(D)]
+                    xr = xs if comp is None else [cp[0] for cp in comp]  # masked: the unmasked steps in front
+                    xin = torch.stack([xr[d] @ self.p(k, d, "w_ih").t() + (bias[d] if self.p(k, d, "b_ih") is None
                                        else self.p(k, d, "b_ih") + bias[d]) for d in range(D)])  # (D, B, T, G*H)
-                    m = None if ms is None else torch.stack(ms).permute(2, 0, 1).unsqueeze(-1)  # (T, D, B, 1)
-                    ys, hT, cT = self.layer_scan(xin.permute(2, 0, 1, 3).contiguous(), m, k, D == 2, h0, c0)
+                    count = None if comp is None else torch.stack([cp[2] for cp in comp])  # (D, B)
+                    ys, hT, cT = self.layer_scan(xin.permute(2, 0, 1, 3).contiguous(), k, h0, c0, count,
+                                                 states and self.cell is Cell.LSTM)
                     outs = [ys[:, d].transpose(0, 1) for d in range(D)]
-                    lasts, cT = [hT[d] for d in range(D)], cT[-1]
+                    if comp is not None:  # each step's output put back (:func:`uncompact`)
+                        outs = [uncompact(torch, y, cp[1], D == 2, m_) for y, cp, m_ in zip(outs, comp, ms)]
+                    lasts, cT = [hT[d] for d in range(D)], (cT[-1] if cT is not None else c0[-1])
                 outs = [y.flip(1) if d == 1 or (backwards and not processing_order) else y
                         for d, y in enumerate(outs)]
                 x = torch.cat(outs, -1) if D == 2 else outs[0]
@@ -350,11 +378,40 @@ def pool_nd(torch, x, conf: dict, is_max: bool, nd: int):
     return y.movedim(1, -1)
 
 
-def build_module(graph: keras_graph.Graph):
+def carried(graph: keras_graph.Graph) -> list[tuple[str, str, int]]:
+    """The states the write option ``states`` carries from one chunk to the next (issue #41), as the ONNX form's
+    (:func:`rnnconvert.whole.formats.onnx.model_write.carried`): ``(node name, key, size)`` for every unidirectional
+    recurrent layer call that does not take its initial state from the model, key ``h`` (and ``c`` for an LSTM,
+    :data:`rnnconvert.whole.conventions.keras_graph.STATES`), size its units; the inputs are named
+    ``state_in:<call>:<key>``, the outputs ``state_out:<call>:<key>``.
+
+    Raises:
+        UnsupportedError: a Bidirectional or go_backwards layer (its run starts at the sequence's end: a chunk
+            cannot hand its state to the next), naming it."""
+    out = []
+    for n in graph.nodes:
+        if n.layer is None:
+            continue
+        if n.layer.bidirectional or n.layer.semantics.go_backwards:
+            keras_graph.refuse(n.path, n.cls, "states=True carries states from one chunk to the next, and a "
+                               "Bidirectional or go_backwards layer runs from the sequence's end (write the model "
+                               "without states)")
+        if len(n.inputs) == 1:
+            out += [(n.name, key, n.layer.hidden_size) for key in keras_graph.STATES[n.cls]]
+    return out
+
+
+def build_module(graph: keras_graph.Graph, states: bool = False):
     """The ``torch.nn.Module`` computing ``graph`` (module docstring): ``forward(*inputs) -> tuple of outputs``;
     with ``module.record = True`` (eager runs), ``module.layer_outputs`` holds the last run's
-    ``{layer name: output}``."""
+    ``{layer name: output}``. ``states`` (issue #41): ``forward(*inputs, states)``, ``states`` a dict of the
+    initial states ``{"state_in:<call>:h": (B, units) float32, ...}`` of :func:`carried` (zeros for a first chunk),
+    returns the outputs and then the dict of the final states ``{"state_out:<call>:h": ...}``.
+
+    Raises:
+        UnsupportedError: ``states`` with a Bidirectional or go_backwards layer (:func:`carried`)."""
     torch, Recurrent = _module_class()
+    state_keys = carried(graph) if states else []
     F = torch.nn.functional
 
     class WholeModule(torch.nn.Module):
@@ -373,6 +430,7 @@ def build_module(graph: keras_graph.Graph):
                             self.register_buffer(name, _f(torch, w))
             self.layer_outputs: dict = {}
             self.record = False
+            self.carried = {name: [k for n, k, _ in state_keys if n == name] for name, _, _ in state_keys}
 
         def w(self, node, j):
             return getattr(self, f"w_{_safe(node.path)}_{j}")
@@ -419,6 +477,11 @@ def build_module(graph: keras_graph.Graph):
                 merge = node.layer.semantics.merge_mode if node.layer.bidirectional else "concat"
                 if merge not in ("concat", "sum", "ave", "mul"):
                     keras_graph.refuse(node.path, cls, f"merge_mode={merge!r} (several outputs) is not built")
+                keys = self.carried.get(node.name)
+                if keys:  # states: the initial states from the states input, the final ones to the states output
+                    y, h, c = rnn(x, mask, seqs, init=[env[f"state_in:{node.name}:{k}"] for k in keys], states=True)
+                    env.update({f"state_out:{node.name}:{k}": t for k, t in zip(keys, (h, c))})
+                    return [y, h, c][:len(node.outputs)] if len(node.outputs) > 1 else y
                 if len(xs) > 1 or len(node.outputs) > 1:  # initial_state / return_state (unidirectional)
                     y, h, c = rnn(x, mask, seqs, init=xs[1:], states=True)
                     return [y, h, c][:len(node.outputs)]
@@ -539,6 +602,8 @@ def build_module(graph: keras_graph.Graph):
 
         def forward(self, *inputs):
             env = {name: t for (name, *_), t in zip(graph.inputs, inputs)}
+            if state_keys:  # the last input: the initial states by name
+                env.update({f"state_in:{n}:{k}": inputs[-1][f"state_in:{n}:{k}"] for n, k, _ in state_keys})
             masks: dict = {}
             for node in graph.nodes:
                 mname = node.masks[0] if node.masks else None
@@ -554,6 +619,9 @@ def build_module(graph: keras_graph.Graph):
                 env[node.outputs[0]] = y
                 if self.record:  # eager runs only (never while exporting)
                     self.layer_outputs[node.name] = y
+            if state_keys:
+                return tuple(env[o] for o in graph.outputs) + (
+                    {f"state_out:{n}:{k}": env[f"state_out:{n}:{k}"] for n, k, _ in state_keys},)
             return tuple(env[o] for o in graph.outputs)
 
     return WholeModule()
@@ -585,12 +653,15 @@ def _recurrent_graph(ckpt: Checkpoint) -> keras_graph.Graph:
     return keras_graph.Graph("rnnconvert", inputs, nodes, [n.outputs[0] for n in nodes])
 
 
-def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = None, **_: Any) -> list[str]:
+def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = None, states: bool = False,
+          **_: Any) -> list[str]:
     """Refuse what the program cannot compute (:func:`refusals`; a whole model's layers outside the whitelist, by
-    name); return notes.
+    name); return notes. ``states`` (CLI ``--states``): a whole model's program carries states (:func:`carried`;
+    their names kept in ``ckpt.meta["pt2_states"]`` for the check of the written file).
 
     Raises:
-        UnsupportedError: one line naming the layer, the feature and the way out.
+        UnsupportedError: one line naming the layer, the feature and the way out; ``states`` with a Bidirectional or
+            go_backwards layer.
     """
     from ....engine import refusal
 
@@ -602,9 +673,10 @@ def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = 
         why = (["weights-only Keras file: it holds no architecture, so only the recurrent layers are written"]
                if ckpt.format == "keras_h5" and not recurrent_only else [])
         return why + ["a torch.export program of the recurrent layers: one input '<layer>__in' (B, T, I) and one output "
-                "per layer, positional in layer order"]
+                "per layer, positional in layer order"] + (
+            ["states: written for whole models only; this program's layers take zero initial states"] if states else [])
     graph = keras_graph.build(whole_model.config, whole_model.weights, ckpt)
-    keras_graph.from_config(build_module, graph)
+    keras_graph.from_config(build_module, graph, bool(states))
     notes = [f"whole model written: {len(graph.nodes)} layer call(s) in one torch.export program; inputs "
              + ", ".join(f"'{n}' ({'token ids' if e is not None else 'float32'})" for n, _, _, e in graph.inputs)
              + "; recurrent layers: torch's own LSTM kernel where it computes the Keras cell (masks by moving "
@@ -614,6 +686,13 @@ def check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_model: Any = 
         notes.append(f"strided layers shrink the free time axis: the program runs the lengths at which no layer's "
                      f"time axis shrinks to one step (torch.export specializes sizes of 1; exported and verified "
                      f"at {steps} steps)")
+    if states:
+        keys = carried(graph)
+        ckpt.meta["pt2_states"] = {f"state_in:{n}:{k}": size for n, k, size in keys}
+        notes.append(f"states: the program's last input is a dict of the initial states of "
+                     f"{', '.join(sorted({repr(n) for n, _, _ in keys})) or 'no layer'} by name 'state_in:<layer>:h' "
+                     "(and ':c'), (batch, units) float32 (zeros for a first chunk); its last output the dict of their "
+                     "final states 'state_out:<layer>:h' (':c'): feed a chunk's to the next chunk")
     return notes
 
 
@@ -668,16 +747,18 @@ def _example_steps(graph: keras_graph.Graph, module) -> int:
     return 253
 
 
-def export(graph: keras_graph.Graph):
+def export(graph: keras_graph.Graph, states: bool = False):
     """``torch.export.export`` of :func:`build_module` on example inputs (batch 2; a free time dimension at
     :func:`_example_steps`, a declared one at its declared length), the batch and free dimensions dynamic and a
     declared time (first) dimension ``Dim.AUTO``: free wherever the model computes every length (a declared time
     axis is a length Keras built the model at, not one it needs), fixed where a layer needs that size (``Flatten`` or a
-    ``Reshape`` over time, a declared ``RepeatVector``...); :func:`free_dims` says which stayed free."""
+    ``Reshape`` over time, a declared ``RepeatVector``...); :func:`free_dims` says which stayed free. ``states``:
+    the program of ``build_module(graph, states=True)``, its last input the dict of initial states (batch dynamic).
+    """
     torch = require("torch", "torch")
-    m = build_module(graph).eval()
+    m = build_module(graph, states).eval()
     args, dyn = [], []
-    steps = _example_steps(graph, m)
+    steps = _example_steps(graph, build_module(graph).eval() if states else m)
     for name, shape, _, emb in graph.inputs:
         dims = [2] + [steps if d is None else int(d) for d in shape]
         args.append(torch.ones(dims, dtype=torch.int32) if emb is not None else torch.zeros(dims))
@@ -685,6 +766,10 @@ def export(graph: keras_graph.Graph):
         spec.update({i + 1: torch.export.Dim.DYNAMIC if d is None else torch.export.Dim.AUTO
                      for i, d in enumerate(shape) if d is None or i == 0})  # declared features stay static
         dyn.append(spec)
+    if states:
+        keys = carried(graph)
+        args.append({f"state_in:{n}:{k}": torch.zeros(2, size) for n, k, size in keys})
+        dyn.append({f"state_in:{n}:{k}": {0: torch.export.Dim.DYNAMIC} for n, k, _ in keys})
     torch._dynamo.reset()  # a scan traced for an earlier program (a fixed time length) must not be reused
     with torch.no_grad():
         return torch.export.export(m, tuple(args), dynamic_shapes=(tuple(dyn),))
@@ -711,16 +796,25 @@ def dims_note(graph: keras_graph.Graph, ep) -> str:
     return "program inputs: " + "; ".join(parts)
 
 
-def write(ckpt: Checkpoint, path, *, recurrent_only: bool = False, whole_model: Any = None, **_: Any) -> list[str]:
+def write(ckpt: Checkpoint, path, *, recurrent_only: bool = False, whole_model: Any = None, states: bool = False,
+          **_: Any) -> list[str]:
     """Write the ``torch.export`` program (module docstring) to ``path``; one line says how to load it, one the
     program's input dimensions (:func:`dims_note`). The latter and, with strided layers, the lengths the program
     does not run are also stored in the file as ``extra_files["rnnconvert_inputs.txt"]`` (``torch.export.load(f,
-    extra_files={"rnnconvert_inputs.txt": ""})`` fills it). Assumes :func:`check` passed."""
+    extra_files={"rnnconvert_inputs.txt": ""})`` fills it). ``states``: the program of :func:`build_module` with
+    states (a whole model; the state names also in that file). Assumes :func:`check` passed."""
     torch = require("torch", "torch")
     graph = graph_of(ckpt, whole_model, recurrent_only)
+    states = bool(states) and whole_model is not None and not recurrent_only
     try:
-        ep = export(graph)
+        ep = export(graph, states)
         limits = [dims_note(graph, ep)]
+        state_line = []
+        if states:
+            keys = carried(graph)
+            state_line = ["states: last input {" + ", ".join(f"'state_in:{n}:{k}': (B, {s})" for n, k, s in keys)
+                          + "}, last output {" + ", ".join(f"'state_out:{n}:{k}'" for n, k, _ in keys) + "}"]
+            limits += state_line
         steps = program_steps(graph)
         if steps is not None:
             limits.append(f"strided layers shrink the time axis: lengths at which some layer's time axis is one "
@@ -734,6 +828,7 @@ def write(ckpt: Checkpoint, path, *, recurrent_only: bool = False, whole_model: 
         raise UnsupportedError(f"'{graph.name}': torch.export could not trace or save the program built from this "
                                f"model's config ({type(exc).__name__}: {first}); convert to .onnx, or "
                                "--recurrent-only") from exc
-    ins = ", ".join(n for n, *_ in graph.inputs)
+    ins = ", ".join(n for n, *_ in graph.inputs) + (", states" if states else "")
     return [f"'{graph.name}': torch.export.load(path).module()({ins}) -> tuple of {len(graph.outputs)} output(s) "
-            "(load only files you trust: torch.export.load unpickles)", limits[0]]
+            + ("and the dict of final states " if states else "")
+            + "(load only files you trust: torch.export.load unpickles)", limits[0]] + state_line

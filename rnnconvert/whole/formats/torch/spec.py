@@ -10,4 +10,4 @@ from . import pt2_write
 
 PT2 = FormatSpec(
     "pt2", refusals=pt2_write.refusals, check=pt2_write.check, write=pt2_write.write,
-    write_options=("recurrent_only", "whole_model"), runtime="torch_export", route=pt2_write.ROUTE)
+    write_options=("recurrent_only", "whole_model", "states"), runtime="torch_export", route=pt2_write.ROUTE)
