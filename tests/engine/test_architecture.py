@@ -6,6 +6,7 @@ Every import counts, also those inside functions: a lazy import still ties the t
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 import pytest
@@ -59,6 +60,7 @@ def _imports(mod: str, path: Path, known: set[str]) -> list[tuple[str, str | Non
     return out
 
 
+@functools.lru_cache(maxsize=None)  # read-only, parsed once per session (the quick tier's CPU, issue #38)
 def _graph() -> tuple[dict[str, set[str]], list[str]]:
     mods = _modules()
     known = set(mods)
