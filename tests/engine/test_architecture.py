@@ -6,6 +6,7 @@ Every import counts, also those inside functions: a lazy import still ties the t
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 import pytest
@@ -59,6 +60,7 @@ def _imports(mod: str, path: Path, known: set[str]) -> list[tuple[str, str | Non
     return out
 
 
+@functools.lru_cache(maxsize=None)  # read-only, parsed once per session (the quick tier's CPU, issue #38)
 def _graph() -> tuple[dict[str, set[str]], list[str]]:
     mods = _modules()
     known = set(mods)
@@ -188,6 +190,56 @@ def test_nothing_below_whole_imports_it():
     bad = [f"{m} imports {t}" for m, ts in graph.items() if not m.startswith("rnnconvert.whole") and m not in door
            for t in ts if t.startswith("rnnconvert.whole")]
     assert not bad, "\n".join(bad)
+
+
+#: The rows of docs/architecture.md's house drawing, top to bottom: a module belongs to the row of its longest
+#: prefix. engine/ stands in two rows: its orchestration above the rooms, its contracts (the leaf helpers the
+#: formats and runtimes implement or call, importing only errors and core) among the foundations.
+HOUSE = (
+    ("front door", ("rnnconvert", "rnnconvert.api", "rnnconvert.cli", "rnnconvert.batch", "rnnconvert.__main__")),
+    ("whole model", ("rnnconvert.whole",)),
+    ("pipeline", ("rnnconvert.engine.pipeline", "rnnconvert.engine.registry", "rnnconvert.engine.matrix",
+                  "rnnconvert.engine.checked", "rnnconvert.engine.finite", "rnnconvert.verify")),
+    ("rooms", ("rnnconvert.formats", "rnnconvert.runtimes")),
+    ("foundations", ("rnnconvert.engine", "rnnconvert.engine.protocol", "rnnconvert.engine.refusal",
+                     "rnnconvert.engine.stream", "rnnconvert.engine.commit", "rnnconvert.conventions",
+                     "rnnconvert.core", "rnnconvert.speed", "rnnconvert.safety", "rnnconvert.process",
+                     "rnnconvert.errors")),
+)
+
+
+def _row(mod: str) -> int | None:
+    hits = [(len(p), i) for i, (_, prefixes) in enumerate(HOUSE) for p in prefixes
+            if mod == p or (mod.startswith(p + ".") and p != "rnnconvert")]
+    return max(hits)[1] if hits else None
+
+
+def test_the_house_has_no_arrow_running_up():
+    """Every module stands in one row of the house drawing (docs/architecture.md, :data:`HOUSE`) and imports only
+    modules of its own row or of rows below: no arrow runs back up (``whole/`` above formats/ and runtimes/, the
+    engine's orchestration above the rooms, its contracts below them). The drawing names each row's engine
+    modules, so a new engine module has to be placed in it."""
+    graph = _graph()[0]
+    unplaced = sorted(m for m in graph if _row(m) is None)
+    assert not unplaced, f"modules in no row of the house: {unplaced}"
+    up = [f"{m} ({HOUSE[_row(m)][0]}) imports {t} ({HOUSE[_row(t)][0]})" for m, ts in graph.items() for t in ts
+          if _row(t) < _row(m)]
+    assert not up, "arrows running up the house:\n" + "\n".join(sorted(up))
+    doc = (PKG.parent / "docs" / "architecture.md").read_text()
+    drawing = doc.split("The house", 1)[1].split("```")[1]
+    rows, current = {}, None
+    for line in drawing.splitlines():
+        label = line[:15].strip()
+        if label:
+            current = label
+        if current and line.strip():
+            rows.setdefault(current, "")
+            rows[current] += line
+    assert [r for r, _ in HOUSE] == list(rows), list(rows)
+    for name, prefixes in HOUSE:
+        for p in prefixes:
+            if p.startswith("rnnconvert.engine."):
+                assert p.rsplit(".", 1)[1] in rows[name], f"the drawing's {name} row does not name engine/{p}"
 
 
 def _located() -> list[tuple[str, str]]:
@@ -398,8 +450,9 @@ _CALLBACKS = {
     ("keras/cudnn_lstm.h5", "out.pt", {"keras", "torch"}, False),
     ("tf/lstm_cell/ckpt", "out.onnx", {"tf", "onnx"}, False),
     ("src.pt", "out.safetensors", {"torch", "storage"}, False),
+    ("src.pt", "out.onnx", {"torch", "onnx"}, False),
     ("whole_graph/whole30_embed_conv_lstm.h5", "out.onnx", {"keras", "onnx"}, True),
-], ids=["keras-pt", "tf1-onnx", "pt-safetensors", "keras-whole-onnx"])
+], ids=["keras-pt", "tf1-onnx", "pt-safetensors", "pt-onnx", "keras-whole-onnx"])
 def test_a_traced_conversion_uses_only_its_families_and_no_module_pair_calls_both_ways(src, dst, families, whole,
                                                                                        tmp_path):
     """A verified default conversion, traced (every call between two rnnconvert modules, in every thread): it
