@@ -22,20 +22,17 @@ rule may close them); any other hole fails."""
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, fixture_script
+from rnnconvert import api
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-sys.path.insert(0, str(FIXTURES))
-import gen_slip_corpus as corpus  # noqa: E402
-
-from rnnconvert import api  # noqa: E402
+corpus = fixture_script("gen_slip_corpus")  # not fixtures/ on sys.path: its jax/ would stand for jax
 
 ROOT = FIXTURES.parent
 MANIFEST = corpus.load_manifest()
