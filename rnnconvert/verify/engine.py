@@ -34,9 +34,10 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    issue #39).
 
 Verdicts (:attr:`LayerCheck.verdict`; docs/cli.md "Verdicts" has every rule): ``'fail'`` when either comparison
-exceeds its tolerance; ``'inconclusive'`` also for a gate unit no state exercises, a weight no state reaches, and
-a sequence above its float32 estimate by more than :data:`rnnconvert.verify.orders.FAR` times the spread measured
-over several float32 evaluation orders;
+exceeds its tolerance (a sequence above its one-sample float32 estimate gets a tolerance of
+:data:`rnnconvert.verify.orders.FAR` times the largest spread measured over several float32 evaluation orders on the
+same inputs); ``'inconclusive'`` also for a gate unit no state exercises, a weight no state reaches, and a sequence
+beyond that measured tolerance by less than a layout slip moves the outputs;
 ``'inconclusive'`` when it passes but a tolerance is too loose to tell a broken file from a correct one:
 above :func:`fraction` of the output's own scale (``max|y|``; at most 1 for sigmoid/tanh cells), which an
 ill-conditioned layer on long or large inputs can reach; ``'ok'`` otherwise. An inconclusive layer is
@@ -422,7 +423,7 @@ class StreamedVerification:
         (:func:`rnnconvert.verify.verdict.decide`)."""
         layer, ev = self.ckpt.layers[i], self.evidence[i]
         tol = verdict.Tolerances(first=_first(layer, self.first_tol),
-                                 rho=fraction(unit_roundoff(layer, self.target_dtype)))
+                                 rho=fraction(unit_roundoff(layer, self.target_dtype)), far=orders.FAR)
         ref = ev.yfw if self.mode == "framework" else ev.y64
         runs, seq_note = run._sequence_target(layer, ev, self._by_slab(layer), ref)
         seqs, seq_t = verdict.sequence_checks(layer.name, runs, self._spreads(i, run.dst_module, len(runs)),
@@ -438,8 +439,8 @@ class StreamedVerification:
             loose_escape=ev.loose_escape(),
             at_dtype="" if self.target_dtype is None else f" at {self.target_dtype.__name__}")
         while (fields := verdict.decide(found, tol)).get("ask"):  # a measurement only some rules need
-            if fields["ask"] == "far":
-                found.far = self._far_above(i, seqs, fields["over"], tol.first)
+            if fields["ask"] == "spread":
+                found.spreads = self._measured_spreads(i, seqs, fields["over"])
             else:
                 found.sequence_escape = self._sequence_escapes(i, tol.rho, fields["tols"])
         c = LayerCheck(name=layer.name, source_route=ev.route,
@@ -464,34 +465,25 @@ class StreamedVerification:
         except (OSError, ValueError, FormatError) as e:
             return f"the layer could not be read again: {e}"
 
-    def _far_above(self, i: int, seqs: list, over: list, first: float) -> str | None:
-        """Whether a sequence over its one-sample tolerance (``over``, among :meth:`judge`'s ``seqs``:
-        :class:`rnnconvert.verify.verdict.SeqCheck` of the whole layer or of each slab) is also above
-        :data:`rnnconvert.verify.orders.FAR` times the largest float32 spread measured over several evaluation
-        orders of the canonical equations on the same inputs (:func:`rnnconvert.verify.orders.spread`; the
-        tolerance's own spread counts too): then float32 rounding does not explain it and the verdict cannot be
-        ``ok``. Returns the reason (a phrase), or None."""
+    def _measured_spreads(self, i: int, seqs: list, over: list[int]) -> dict | str:
+        """The float32 spread of each sequence comparison of layer ``i`` over its one-sample tolerance (``over``:
+        indices in :meth:`judge`'s ``seqs``, :class:`rnnconvert.verify.verdict.SeqCheck` of the whole layer or of each
+        slab compared alone) measured again over several float32 evaluation orders of the canonical equations on the
+        same inputs (:func:`rnnconvert.verify.orders.spread`: numpy's BLAS, blocked sums added in reverse, unblocked
+        sequential sums, torch where loaded): ``{index: Spread}``, what rule 2 of
+        :func:`rnnconvert.verify.verdict.decide` makes the measured tolerance of; or why it could not be measured (a
+        phrase: a streamed layer not read again)."""
         layer, ev = self._layer_again(i), self.evidence[i]
         if isinstance(layer, str):
-            return f"a sequence above its float32 estimate whose spread could not be measured again ({layer})"
+            return f"its float32 spread could not be measured again ({layer})"
         slabs = len(seqs) > 1
-        for idx, e in enumerate(seqs):
-            if e not in over:
-                continue
+        out = {}
+        for idx in over:
             one, x, fin = ((layer.one_slab(idx), ev.seq_slabs[idx][0], idx == layer.num_layers - 1) if slabs
                            else (layer, ev.seq_x(), True))
-            err, tol, scale = e[:3]
-            measured, used = orders.spread(one, x, finished=fin)
-            measured = max(measured, (tol - first * max(1.0, scale)) / 2.0)
-            far = first * max(1.0, scale) + orders.FAR * measured
-            if err > far:
-                at = f" of stacked layer {idx}" if slabs else ""
-                return (f"the first {x.shape[1]} steps as a sequence{at} differ by {err:.3g}, "
-                        f"{err / max(measured, 1e-300):.3g} times the largest float32 spread measured over "
-                        f"{len(used)} evaluation orders ({measured:.3g}: {', '.join(used)}; limit {far:.3g}), while "
-                        f"every step passed its bound: more than float32 rounding explains, less than a layout "
-                        f"slip moves the outputs")
-        return None
+            m, used = orders.spread(one, x, finished=fin)
+            out[idx] = verdict.Spread(m, tuple(used))
+        return out
 
     def _slip_cases(self, i: int, layer: RNNLayer, rho: float) -> list | str:
         """The sequence-level slips of :meth:`_sequence_escapes`: ``[(input, the correct layer, [(slip, slipped
