@@ -91,7 +91,8 @@ __all__ = ["BACKGROUND_IMPORT", "LARGE_BYTES", "LayerCheck", "NOT_INSTALLED", "S
            "verify"]
 
 #: the largest layer (bytes of parameters) a streamed conversion reads again to measure a sequence's float32 spread
-#: over several evaluation orders (:meth:`StreamedVerification._measured_spreads`), in the rare case that needs it
+#: over several evaluation orders (:meth:`StreamedVerification._measured_spreads`) or rule out the slips only a
+#: sequence shows (:meth:`StreamedVerification._sequence_escapes`), in the rare case that needs it
 SEQ_SLIP_BYTES = 64 << 20
 
 
@@ -155,6 +156,15 @@ def import_engine(dst_module):
     installed) in a daemon thread (:func:`rnnconvert.speed.threads.import_in_background`), so that the target side
     of verification finds it loaded. Returns the thread (or None)."""
     return threads.import_in_background(as_target(dst_module).engine, BACKGROUND_IMPORT)
+
+
+def _unfinished(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
+    """``layer`` run on ``x`` in float64 by the numpy reference, its outputs in input time order (no
+    :func:`rnnconvert.core.reference.finish`): what :meth:`StreamedVerification._sequence_escapes` compares."""
+    y = np.asarray(x, np.float64)
+    for k in range(layer.num_layers):
+        y = reference.forward_slab(layer, layer.params[k], y, kernels=FAST)
+    return y
 
 
 def _engine(dst_module) -> str:
@@ -430,7 +440,10 @@ class StreamedVerification:
             loose_escape=ev.loose_escape(),
             at_dtype="" if self.target_dtype is None else f" at {self.target_dtype.__name__}")
         while (fields := verdict.decide(found, tol)).get("ask"):  # a measurement only some rules need
-            found.spreads = self._measured_spreads(i, seqs, fields["over"])
+            if fields["ask"] == "spread":
+                found.spreads = self._measured_spreads(i, seqs, fields["over"])
+            else:
+                found.sequence_escape = self._sequence_escapes(i, tol.rho, fields["tols"])
         c = LayerCheck(name=layer.name, source_route=ev.route,
                        target_route=verdict.route(target_route, bool(st), note, seq_note, NOT_INSTALLED,
                                                   whole is not None),
@@ -472,6 +485,72 @@ class StreamedVerification:
             m, used = orders.spread(one, x, finished=fin)
             out[idx] = verdict.Spread(m, tuple(used))
         return out
+
+    def _slip_cases(self, i: int, layer: RNNLayer, rho: float) -> list | str:
+        """The sequence-level slips of :meth:`_sequence_escapes`: ``[(input, the correct layer, [(slip, slipped
+        layer)])]`` slab by slab, or for the whole layer; or why they cannot be checked (a phrase)."""
+        ev = self.evidence[i]
+        cases = []
+        if self._by_slab(layer):  # each slab of the target from the source's float32 input of that slab
+            for k in range(layer.num_layers):
+                one = layer.one_slab(k)
+                slips = [(f"the directions of stacked layer {k} exchanged",
+                          replace(one, params=[list(reversed(one.params[0]))]))] if layer.bidirectional else []
+                for j in (k - 1, k + 1):  # a neighbour's weights in its place
+                    if 0 <= j < layer.num_layers and all(
+                            a.shape == b.shape for pa, pb in zip(layer.params[j], one.params[0])
+                            for a, b in zip(pa.arrays().values(), pb.arrays().values())):
+                        slips.append((f"stacked layer {j}'s weights in layer {k}'s place",
+                                      replace(one, params=[layer.params[j]])))
+                cases.append((ev.seq_slabs[k][0], one, slips))
+            return cases
+        xs = ev.seq_x()
+        canon = reference.forward(layer, xs, kernels=FAST)
+        ref = ev.yfw if self.mode == "framework" else ev.y64
+        if ref is None or ref.shape != canon.shape or \
+                float(np.abs(canon - ref).max()) > 1e-3 * rho * max(1.0, float(np.abs(canon).max())):
+            return "a reader's slip (the source's own equations and rnnconvert's reading of them part)"
+        slips = []
+        for k in range(layer.num_layers):
+            if layer.bidirectional:
+                params = list(layer.params)
+                params[k] = list(reversed(params[k]))
+                slips.append((f"the directions of stacked layer {k} exchanged", replace(layer, params=params)))
+            if k + 1 < layer.num_layers and layer.layer_input_size(k) == layer.layer_input_size(k + 1):
+                params = list(layer.params)
+                params[k], params[k + 1] = params[k + 1], params[k]
+                slips.append((f"stacked layers {k} and {k + 1} exchanged", replace(layer, params=params)))
+        return [(xs, layer, slips)]
+
+    def _sequence_escapes(self, i: int, rho: float, tols: list[float]) -> str | None:
+        """Whether every slip that only the sequence comparison sees would move the short sequence of layer
+        ``i`` (float64, the canonical equations) by more than twice ``rho`` of the output's scale or twice
+        the sequence tolerance (``tols``: of the whole layer, or of each slab compared alone): a lone direction
+        run in the other time order (``go_backwards`` flipped), the two directions of a slab exchanged, two
+        stacked slabs of equal shapes exchanged: asked by :func:`rnnconvert.verify.verdict.decide` only for a sequence
+        within an ill-conditioned tolerance (above ``rho`` of the scale; rule 10). ``None`` when each does (a file
+        holding one of them parts from the source by more than its tolerance unless its own float32 rounding moved it
+        by more than that tolerance: the sequence is then beyond it, and the verdict is not ``ok``), else
+        the first that does not, or why it cannot be checked: the source's parameters are not in memory (a
+        streamed conversion), or the source's own equations and the canonical ones part (what the sequence
+        comparison is there to see: a reader's slip). docs/cli.md "Verdicts"."""
+        layer = self._layer_again(i)
+        if isinstance(layer, str):
+            return f"a slip only a sequence shows ({layer} to rule it out)"
+        cases = self._slip_cases(i, layer, rho)
+        if isinstance(cases, str):
+            return cases
+        for (x, good, slips), tol in zip(cases, tols):
+            if not good.bidirectional:
+                slips.append(("the time order flipped (go_backwards)",
+                              good.with_semantics(go_backwards=not good.semantics.go_backwards)))
+            base = _unfinished(good, x)
+            scale = max(float(np.abs(base).max()), 1e-300)
+            for desc, var in slips:
+                moved = _unfinished(var, x)
+                if float(np.abs(moved - base).max()) <= 2.0 * max(rho * scale, tol):
+                    return desc
+        return None
 
     def _swaps_caught(self, i: int) -> bool:
         """Whether every loose direction of layer ``i`` showed that all its gate-block swaps are caught

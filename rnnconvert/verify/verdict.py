@@ -2,13 +2,13 @@
 
 Pure: :func:`decide` reads a :class:`Findings` record (the sequence comparisons, the one-step comparison's worst
 numbers, what the one-step states covered) and the layer's :class:`Tolerances`, and returns the verdict, its reason
-and the headline numbers. It runs nothing: the one measurement a verdict may need only on some branches (the float32
-spread of a sequence over its one-sample tolerance, measured again over several evaluation orders) is a field of the
-record, :data:`ASK` until measured; where a rule needs it, :func:`decide` returns ``{"ask": "spread", ...}`` with its
-arguments instead, and the caller measures it and asks again (the engine:
-:meth:`rnnconvert.verify.engine.StreamedVerification._measured_spreads`; the table-driven test,
-tests/verify/test_verdict_table.py: constants). So it is measured only where the rules consult it, at most once,
-and no callback crosses modules.
+and the headline numbers. It runs nothing: the two measurements a verdict may need only on some branches (the float32
+spread of a sequence over its one-sample tolerance, measured again over several evaluation orders; whether a slip
+only a sequence shows would pass an ill-conditioned tolerance) are fields of the record, :data:`ASK` until measured;
+where a rule needs one, :func:`decide` returns ``{"ask": ...}`` with its arguments instead, and the caller measures it
+and asks again (the engine: :meth:`rnnconvert.verify.engine.StreamedVerification._measured_spreads` and
+``_sequence_escapes``; the table-driven test, tests/verify/test_verdict_table.py: constants). So each is measured
+only where the rules consult it, at most once, and no callback crosses modules.
 
 Each comparison has an ``ok`` side (a tolerance within which a correct file's float32 rounding is shown to lie) and a
 ``fail`` side (beyond which no rounding takes a correct file). The one step: both are the rigorous bound. The short
@@ -30,10 +30,11 @@ slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
    ``SEQ_SLIP_BYTES``), by at most ``rho`` of its scale: ``inconclusive``;
 6. no one-step comparison: ``inconclusive``; 7. a gate unit no state exercises, 8. a weight no state reaches:
    ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it would not catch:
-   ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within it): ``inconclusive``;
-11. otherwise ``ok`` (with a note where the one-step bound was loose but every slip checked would show): every one
-    step within its rigorous bound (the layer's resolution, rule D of docs/cli.md), and the sequence within its
-    one-sample or measured tolerance, whose float32 term is below ``rho`` of the scale.
+   ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within it) that a slip
+   only a sequence shows could pass, or an emulated target's: ``inconclusive``;
+11. otherwise ``ok`` (with a note where the one-step bound or the sequence tolerance was loose but every slip
+    checked would show): every one step within its rigorous bound (the layer's resolution, rule D of docs/cli.md),
+    and the sequence within its one-sample or measured tolerance.
 
 The tolerances themselves (:func:`fraction`, :func:`sequence_tolerance`, :func:`first`) and the numbers of the
 sequence comparison (:func:`sequence_checks`, :func:`measured`) live here too. numpy only; no framework.
@@ -181,7 +182,8 @@ ASK = "<ask>"
 
 
 class _Ask(Exception):
-    """A rule needs a measurement still :data:`ASK`: ``what`` (``'spread'``) and its arguments."""
+    """A rule needs a measurement still :data:`ASK`: ``what`` (``'spread'`` or ``'sequence_escapes'``) and its
+    arguments."""
 
     def __init__(self, what: str, **args) -> None:
         super().__init__(what)
@@ -204,7 +206,9 @@ class Findings:
     showed its gate-block swaps caught; ``loose_escape``: the first slip a loose bound could let pass ("" none).
     ``at_dtype``: the target's reduced precision in words (" at float16"), or "". ``spreads``: the float32 spread of
     each sequence over its one-sample tolerance measured again (``{index in seqs: Spread}``), or why it could not
-    be (a phrase): measured by the engine where :func:`decide` asks for it, :data:`ASK` until then."""
+    be (a phrase); ``sequence_escape``: a slip only a sequence shows that would pass an ill-conditioned sequence
+    tolerance (``tols``), or None (both measured by the engine where :func:`decide` asks for them: :data:`ASK` until
+    then)."""
 
     seqs: list[SeqCheck]
     step: dict = field(default_factory=dict)
@@ -219,6 +223,7 @@ class Findings:
     loose_escape: str = ""
     at_dtype: str = ""
     spreads: dict | str = ASK
+    sequence_escape: str | None = ASK
 
 
 @dataclass
@@ -242,8 +247,7 @@ def _sort(f: Findings, tol: Tolerances) -> _Sorted:
     st, rho = f.step, tol.rho
     step_failed = bool(st) and st["ratio"] > 1.0
     # ill-conditioned: the one-sample tolerance's float32 term (one float32 run of the source, or an emulated
-    # target's) alone exceeds rho of the scale; no sequence error decides there, within or beyond (rules 4, 10):
-    # nothing to measure
+    # target's) alone exceeds rho of the scale: measuring again would not bring it below rho (rules 4, 10)
     ill_at = [j for j, e in enumerate(f.seqs) if _rounding(e, tol) > rho * e.scale]
     over = [j for j, e in enumerate(f.seqs) if e.err > e.tol and j not in ill_at]  # over the one-sample tolerance
     spreads: dict | str = {}
@@ -334,7 +338,8 @@ def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | 
             f"({st['scale']:.3g}): too loose to tell a broken file from a correct one"
             + (f" ({esc.removeprefix('n/a: ')})" if esc.startswith("n/a") else
                f" (a file with this slip could pass it: {esc})" if esc else ""))
-    if s.ill:  # no sequence error decides where float32 rounding alone moves the outputs by rho (rule 10)
+    ill_esc = None
+    if s.ill and (any(e.by_target for e in s.ill) or (ill_esc := _escape(f, s)) is not None):
         e = max(s.ill, key=lambda e: _rounding(e, tol) / max(e.scale, 1e-300))
         ill_at = "" if len(s.seqs) == 1 else f" of stacked layer {s.seqs.index(e)}"
         parted = ("a run emulating the target's arithmetic and the float64 run" if e.by_target else
@@ -342,12 +347,25 @@ def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | 
         return "inconclusive", (
             f"the sequence tolerance{ill_at} {e.tol:.3g} ({parted} part: float32 term {_rounding(e, tol):.3g}) "
             f"exceeds {rho:.3g} of the output's scale ({e.scale:.3g}): the layer is ill-conditioned on these inputs"
-            + f.at_dtype + ", so its sequence comparison cannot tell a slip that only a sequence shows (directions, "
-            "stacked layers, time order, initial states) from float32 rounding")
+            + f.at_dtype + (f" (a file with this slip could pass it: {ill_esc})" if ill_esc else ""))
     if st["loose"] > rho:
         return "ok", (f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale, "
                       f"but every gate-block swap and other layout slip checked would fail it on these states")
     return None
+
+
+def _ok_note(tol: Tolerances, s: _Sorted) -> str:
+    """Why an ``ok`` layer's sequence tolerance exceeds ``rho`` of its scale, yet decided (rule 10)."""
+    return (f"the sequence tolerance ({max(e.tol for e in s.ill):.3g}) exceeds {tol.rho:.3g} of the output's scale "
+            f"(float32 and float64 runs of the source part), while every step passed its bound and every "
+            f"sequence-level slip (directions exchanged, stacked layers exchanged, run in the other time order) "
+            f"would move the float64 sequence by more than twice that")
+
+
+def _escape(f: Findings, s: _Sorted) -> str | None:
+    if f.sequence_escape == ASK:
+        raise _Ask("sequence_escapes", tols=[e.tol for e in s.seqs])
+    return f.sequence_escape
 
 
 def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
@@ -355,9 +373,9 @@ def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
     fields: ``verdict`` (``'ok'``, ``'inconclusive'``, ``'fail'``), ``reason``, the headline ``max_abs_err``/
     ``tolerance``/``max_abs_ref``/``reference`` (the comparison closer to failing: ``'step'`` or ``'sequence'``),
     ``seq_err``/``seq_tol`` (the sequence reported; its measured tolerance where measured), and the one-step numbers
-    where that comparison ran. Or, where a rule needs the measurement still :data:`ASK`, ``{"ask": "spread", "over":
-    [index in seqs]}`` (the sequences over their one-sample tolerance, not ill-conditioned): the caller measures it
-    into ``f.spreads`` and calls again."""
+    where that comparison ran. Or, where a rule needs a measurement still :data:`ASK`, ``{"ask": "spread", "over":
+    [index in seqs]}`` (the sequences over their one-sample tolerance, not ill-conditioned) or ``{"ask":
+    "sequence_escapes", "tols": [float]}`` (rule 10): the caller measures it into ``f`` and calls again."""
     st = f.step
     try:
         s = _sort(f, tol)
@@ -365,6 +383,8 @@ def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
     except _Ask as a:
         return {"ask": a.what, **a.args_}
     w = s.worst
+    if verdict == "ok" and s.ill:
+        reason = "; ".join(r for r in (reason, _ok_note(tol, s)) if r)
     if verdict == "fail" and f.whole is not None and reason.startswith("the written layer run whole"):
         w = f.whole  # the comparison that failed is the headline
     out = dict(verdict=verdict, reason=reason, max_abs_err=w.err, tolerance=w.tol, max_abs_ref=w.scale,

@@ -1,8 +1,8 @@
 """Every rule of the verdict (rnnconvert.verify.verdict.decide, docs/cli.md "Verdicts"), one row of a table each:
 the measured numbers in, the verdict and the words of its reason out. No framework runs: the verdict is a pure
-function of what the comparisons measured, and the one measurement it may ask for (the float32 spread of a sequence
-over its one-sample tolerance, measured again over several evaluation orders) is a constant here, given when asked
-for, each row saying whether it expects to be asked.
+function of what the comparisons measured, and the two measurements it may ask for (the float32 spread of a sequence
+over its one-sample tolerance measured again over several evaluation orders, a slip only a sequence shows) are
+constants here, given when asked for, each row saying which it expects to be asked.
 
 The numbers are chosen far from every threshold (factors of 3 or more), so no rounding moves a row."""
 
@@ -37,99 +37,105 @@ ORDERS = ("numpy BLAS", "blocked sums, reversed", "sequential sums")
 #: WIDE covers it (1e-5 + 4 * 1e-3 = 4.01e-3, 8x above); HUGE covers HARD (0.8): a tolerance itself above rho
 SMALL, WIDE, HUGE = (Spread(1e-6, ORDERS), Spread(1e-3, ORDERS), Spread(0.2, ORDERS))
 
-# (id, Findings keywords, the spreads measured ({index: Spread} or why not; "x": never asked), asked (0 or 1),
-# verdict, words)
+# (id, Findings keywords, the spreads measured ({index: Spread} or why not), sequence_escapes' answer ("x": never
+# asked), asked (spread, escapes), verdict, words)
 ROWS = [
-    ("1 step over its bound", dict(seqs=[HARD], step=FAILED_STEP), "x", 0, "fail",
+    ("1 step over its bound", dict(seqs=[HARD], step=FAILED_STEP), "x", "x", (0, 0), "fail",
      "one step from the source's state differs by 5e-05 where the float bound allows 1e-06 (stacked layer 0"),
-    ("1' the whole wired layer over", dict(seqs=[GOOD, GOOD], step=STEP, whole=HARD), "x", 0, "fail",
+    ("1' the whole wired layer over", dict(seqs=[GOOD, GOOD], step=STEP, whole=HARD), "x", "x", (0, 0), "fail",
      "the written layer run whole (every node and the wiring between them) on the first 8 steps differs by 0.5 "
      "from its nodes run one by one and joined as the source's layer joins them (tolerance 2e-05), more than 0.01 "
      "of the output's scale (1)"),
-    ("1'' the whole wired layer over within rho", dict(seqs=[GOOD, GOOD], step=STEP, whole=OVER), "x", 0,
+    ("1'' the whole wired layer over within rho", dict(seqs=[GOOD, GOOD], step=STEP, whole=OVER), "x", "x", (0, 0),
      "ok", ""),
-    ("2 beyond the measured tolerance, within rho", dict(seqs=[OVER], step=STEP), {0: SMALL}, 1,
+    ("2 beyond the measured tolerance, within rho", dict(seqs=[OVER], step=STEP), {0: SMALL}, "x", (1, 0),
      "inconclusive", "differ by 0.0005, 500 times the largest float32 spread measured over 3 evaluation orders "
      "(1e-06: numpy BLAS, blocked sums, reversed, sequential sums; tolerance 3e-05), while every step passed its "
      "bound: more than float32 rounding explains, less than a layout slip moves the outputs (0.01 of the output's "
      "scale, 1): neither tolerance decides"),
-    ("2' within the measured tolerance", dict(seqs=[OVER], step=STEP), {0: WIDE}, 1, "ok", ""),
-    ("3 beyond the measured tolerance by more than rho", dict(seqs=[HARD], step=STEP), {0: SMALL}, 1,
+    ("2' within the measured tolerance", dict(seqs=[OVER], step=STEP), {0: WIDE}, "x", (1, 0), "ok", ""),
+    ("3 beyond the measured tolerance by more than rho", dict(seqs=[HARD], step=STEP), {0: SMALL}, "x", (1, 0),
      "fail", "the first 8 steps as a sequence differ by 0.5 (tolerance 3e-05, measured over 3 float32 evaluation "
      "orders)"),
-    ("3' ... where the spread could not be measured", dict(seqs=[HARD], step=STEP), "WHY", 1, "fail",
+    ("3' ... where the spread could not be measured", dict(seqs=[HARD], step=STEP), "WHY", "x", (1, 0), "fail",
      "differ by 0.5 (tolerance 2e-05, one float32 run's estimate)"),
-    ("3'' beyond it with no one-step comparison", dict(seqs=[OVER], step={}, step_note="why"), {0: SMALL},
-     1, "fail", "differ by 0.0005 (tolerance 3e-05, measured over 3 float32 evaluation orders)"),
-    ("3''' the failing slab named", dict(seqs=[GOOD, HARD], step=STEP), {1: SMALL}, 1, "fail",
+    ("3'' beyond it with no one-step comparison", dict(seqs=[OVER], step={}, step_note="why"), {0: SMALL}, "x",
+     (1, 0), "fail", "differ by 0.0005 (tolerance 3e-05, measured over 3 float32 evaluation orders)"),
+    ("3''' the failing slab named", dict(seqs=[GOOD, HARD], step=STEP), {1: SMALL}, "x", (1, 0), "fail",
      "as a sequence (stacked layer 1, from the source's own input) differ by 0.5"),
-    ("4 over an ill-conditioned tolerance", dict(seqs=[ILL_OVER], step=STEP), "x", 0, "inconclusive",
+    ("4 over an ill-conditioned tolerance", dict(seqs=[ILL_OVER], step=STEP), "x", "x", (0, 0), "inconclusive",
      "differ by 0.5, above the tolerance 0.1, on a layer whose float32 runs part from its float64 run (the "
      "tolerance's float32 term 0.1 exceeds 0.01 of the output's scale, 1): ill-conditioned on these inputs"),
-    ("4' beyond an ill-conditioned measured tolerance", dict(seqs=[HARD], step=STEP), {0: Spread(0.05, ORDERS)}, 1,
-     "inconclusive", "differ by 0.5, above the tolerance 0.2, on a layer whose float32 runs part from its float64 "
-     "run (the tolerance's float32 term 0.2 exceeds 0.01 of the output's scale, 1)"),
-    ("5 over, the spread not measured, within rho", dict(seqs=[OVER], step=STEP), "the layer is not read again", 1,
-     "inconclusive", "differ by 0.0005, above one float32 run's estimate 2e-05 but within 0.01 of the output's "
-     "scale (1) while every step passed its bound, and the layer is not read again: cannot decide"),
-    ("6 no one-step comparison", dict(seqs=[GOOD], step={}, step_note="no runner"), "x", 0,
+    ("4' beyond an ill-conditioned measured tolerance", dict(seqs=[HARD], step=STEP), {0: Spread(0.05, ORDERS)},
+     "x", (1, 0), "inconclusive", "differ by 0.5, above the tolerance 0.2, on a layer whose float32 runs part from "
+     "its float64 run (the tolerance's float32 term 0.2 exceeds 0.01 of the output's scale, 1)"),
+    ("5 over, the spread not measured, within rho", dict(seqs=[OVER], step=STEP), "the layer is not read again", "x",
+     (1, 0), "inconclusive", "differ by 0.0005, above one float32 run's estimate 2e-05 but within 0.01 of the "
+     "output's scale (1) while every step passed its bound, and the layer is not read again: cannot decide"),
+    ("6 no one-step comparison", dict(seqs=[GOOD], step={}, step_note="no runner"), "x", "x", (0, 0),
      "inconclusive", "the one-step comparison could not run: no runner"),
     ("6' within the measured tolerance, no one-step comparison", dict(seqs=[OVER], step={}, step_note="no runner"),
-     {0: WIDE}, 1, "inconclusive", "the one-step comparison could not run: no runner"),
-    ("7 a gate unit unexercised", dict(seqs=[GOOD], step=STEP, unexercised="gate f unit 3", constructed=4), "x", 0,
-     "inconclusive", "gate f unit 3: unresponsive in every one-step state (the trajectory's, the probes and 4 "
-     "constructed"),
+     {0: WIDE}, "x", (1, 0), "inconclusive", "the one-step comparison could not run: no runner"),
+    ("7 a gate unit unexercised", dict(seqs=[GOOD], step=STEP, unexercised="gate f unit 3", constructed=4), "x",
+     "x", (0, 0), "inconclusive", "gate f unit 3: unresponsive in every one-step state (the trajectory's, the "
+     "probes and 4 constructed"),
     ("8 a weight no state reaches", dict(seqs=[GOOD], step=STEP, resolution=math.inf, resolution_at="W_hh[0, 1]"),
-     "x", 0, "inconclusive", "a weight of W_hh[0, 1] reaches no output in any one-step state"),
+     "x", "x", (0, 0), "inconclusive", "a weight of W_hh[0, 1] reaches no output in any one-step state"),
     ("9 loose bound, a swap it would miss", dict(seqs=[GOOD], step=LOOSE_STEP, loose_escape="gates i and f swapped"),
-     "x", 0, "inconclusive", "too loose to tell a broken file from a correct one (a file with this slip "
+     "x", "x", (0, 0), "inconclusive", "too loose to tell a broken file from a correct one (a file with this slip "
      "could pass it: gates i and f swapped)"),
     ("9' loose bound, slips not checkable", dict(seqs=[GOOD], step=LOOSE_STEP, loose_escape="n/a: no probes"),
-     "x", 0, "inconclusive", "from a correct one (no probes)"),
-    ("9'' loose bound, nothing named", dict(seqs=[GOOD], step=LOOSE_STEP), "x", 0, "inconclusive",
+     "x", "x", (0, 0), "inconclusive", "from a correct one (no probes)"),
+    ("9'' loose bound, nothing named", dict(seqs=[GOOD], step=LOOSE_STEP), "x", "x", (0, 0), "inconclusive",
      "too loose to tell a broken file from a correct one"),
     ("10 ill tolerance from the emulated target", dict(seqs=[ILL_TARGET], step=STEP, at_dtype=" at float16"), "x",
-     0, "inconclusive", "the sequence tolerance 0.1 (a run emulating the target's arithmetic and the float64 run "
-     "part: float32 term 0.1) exceeds 0.01 of the output's scale (1): the layer is ill-conditioned on these inputs "
-     "at float16, so its sequence comparison cannot tell a slip that only a sequence shows"),
-    ("10' an ill-conditioned tolerance, the sequence within it", dict(seqs=[ILL], step=STEP), "x", 0, "inconclusive",
-     "the sequence tolerance 0.1 (float32 and float64 runs of the source part: float32 term 0.1) exceeds 0.01 of "
-     "the output's scale (1): the layer is ill-conditioned on these inputs, so its sequence comparison cannot tell "
-     "a slip that only a sequence shows (directions, stacked layers, time order, initial states) from float32 "
-     "rounding"),
-    ("10'' a measured tolerance above rho, the sequence within it", dict(seqs=[HARD], step=STEP), {0: HUGE}, 1,
-     "inconclusive", "the sequence tolerance 0.8 (float32 and float64 runs of the source part: float32 term 0.8) "
-     "exceeds 0.01 of the output's scale (1): the layer is ill-conditioned"),
-    ("11 loose bound, every swap caught", dict(seqs=[GOOD], step=LOOSE_STEP, swaps_caught=True), "x", 0,
+     "x", (0, 0), "inconclusive", "the sequence tolerance 0.1 (a run emulating the target's arithmetic and the "
+     "float64 run part: float32 term 0.1) exceeds 0.01 of the output's scale (1): the layer is ill-conditioned on "
+     "these inputs at float16"),
+    ("10' ill tolerance a slip could hide in", dict(seqs=[ILL], step=STEP), "x", "SLIP", (0, 1), "inconclusive",
+     "(float32 and float64 runs of the source part: float32 term 0.1) exceeds 0.01 of the output's scale (1): the "
+     "layer is ill-conditioned on these inputs (a file with this slip could pass it: SLIP)"),
+    ("10'' ill tolerance, every slip would show", dict(seqs=[ILL], step=STEP), "x", None, (0, 1), "ok",
+     "the sequence tolerance (0.1) exceeds 0.01 of the output's scale (float32 and float64 runs of the source "
+     "part), while every step passed its bound and every sequence-level slip"),
+    ("10''' a measured tolerance above rho, a slip could hide in", dict(seqs=[HARD], step=STEP), {0: HUGE}, "SLIP",
+     (1, 1), "inconclusive", "the sequence tolerance 0.8 (float32 and float64 runs of the source part: float32 term "
+     "0.8) exceeds 0.01 of the output's scale (1): the layer is ill-conditioned on these inputs (a file with this "
+     "slip could pass it: SLIP)"),
+    ("11 loose bound, every swap caught", dict(seqs=[GOOD], step=LOOSE_STEP, swaps_caught=True), "x", "x", (0, 0),
      "ok", "but every gate-block swap and other layout slip checked would fail it on these states"),
-    ("11' ok", dict(seqs=[GOOD], step=STEP, resolution=1e-4), "x", 0, "ok", ""),
+    ("11' ok", dict(seqs=[GOOD], step=STEP, resolution=1e-4), "x", "x", (0, 0), "ok", ""),
 ]
 
 
-def _decide(f: Findings, spreads, calls: dict) -> dict:
-    """:func:`decide`, the measurement it asks for given (as the engine does) and counted."""
+def _decide(f: Findings, spreads, esc, calls: dict) -> dict:
+    """:func:`decide`, each measurement it asks for given (as the engine does) and counted."""
     while (out := decide(f, TOL)).get("ask"):
-        assert out["ask"] == "spread"
-        calls["spread"] += 1
-        assert out["over"] and all(f.seqs[j].err > f.seqs[j].tol for j in out["over"])  # over one sample
-        assert isinstance(spreads, str) or sorted(spreads) == out["over"], (spreads, out)
-        f.spreads = spreads
-        assert calls["spread"] <= 1, calls
+        if out["ask"] == "spread":
+            calls["spread"] += 1
+            assert out["over"] and all(f.seqs[j].err > f.seqs[j].tol for j in out["over"])  # over one sample
+            assert isinstance(spreads, str) or sorted(spreads) == out["over"], (spreads, out)
+            f.spreads = spreads
+        else:
+            calls["esc"] += 1
+            assert out["tols"] and all(t >= e.tol for t, e in zip(out["tols"], f.seqs))  # one-sample or measured
+            f.sequence_escape = esc
+        assert calls["spread"] <= 1 and calls["esc"] <= 1, calls
     return out
 
 
-@pytest.mark.parametrize("kw,spreads,asked,verdict,words", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
-def test_every_rule(kw, spreads, asked, verdict, words):
-    calls = {"spread": 0}
-    out = _decide(Findings(steps=8, **kw), spreads, calls)
+@pytest.mark.parametrize("kw,spreads,esc,asked,verdict,words", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_every_rule(kw, spreads, esc, asked, verdict, words):
+    calls = {"spread": 0, "esc": 0}
+    out = _decide(Findings(steps=8, **kw), spreads, esc, calls)
     assert out["verdict"] == verdict, out["reason"]
     assert (words in out["reason"]) if words else out["reason"] == "", out["reason"]
-    assert calls["spread"] == asked  # measured exactly where a rule needs it
+    assert (calls["spread"], calls["esc"]) == asked  # each measurement asked for exactly where a rule needs it
 
 
 def test_the_measured_tolerance_is_the_headline():
     """A sequence within its measured tolerance reports that tolerance (``first * max(1, scale) + far * M``)."""
-    out = _decide(Findings([OVER], dict(STEP, ratio=0.01), steps=8), {0: WIDE}, {"spread": 0})
+    out = _decide(Findings([OVER], dict(STEP, ratio=0.01), steps=8), {0: WIDE}, "x", {"spread": 0, "esc": 0})
     assert (out["verdict"], out["reference"], out["seq_err"], out["max_abs_err"]) == ("ok", "sequence", 5e-4, 5e-4)
     assert out["seq_tol"] == pytest.approx(1e-5 + 4 * 1e-3, rel=1e-12)
 
