@@ -110,6 +110,7 @@ def test_the_same_verdict_under_perturbed_float32_evaluation(src, to, tmp_path, 
     ckpt, src_mod, dst_mod = rnnconvert.load(src), registry.detect(src).load(), registry.detect(dst).load()
     base_check = _source_side(ckpt, src_mod, src)
     base = _judged(base_check, dst, dst_mod)
+    assert base and all(v != "fail" for _, v in base), base  # correct files: never fail
     got = {}
     with monkeypatch.context() as m:  # the source side too runs its BLAS on 2 threads
         m.setenv("RNNCONVERT_BLAS_THREADS", "2")
