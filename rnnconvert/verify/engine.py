@@ -25,7 +25,9 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    source framework with ``mode='framework'``). Tolerance ``first * max(1, max|y64|) + 2 * max|y64 - y32|``
    (source side in float64 and float32; ``first = 1e-5``, ``1e-2`` for float16), the second term widened to
    the spread of an emulation of the target's arithmetic for a target that declares one
-   (:func:`sequence_tolerance`). A stacked layer the numpy
+   (:func:`sequence_tolerance`); a sequence above it, or whose tolerance exceeds :func:`fraction` of its scale, gets
+   its measured tolerance (:func:`rnnconvert.verify.verdict.measured`, :meth:`StreamedVerification._measured_spreads`).
+   A stacked layer the numpy
    reference runs into a target that runs one slab alone is compared slab by slab, each slab of the target
    from the source's float32 input of that slab (:meth:`StreamedVerification._by_slab`); where the written file
    joins its slabs by wiring of its own (an ONNX graph: :attr:`rnnconvert.engine.protocol.Runtime.wired`), the whole
