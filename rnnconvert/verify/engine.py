@@ -25,7 +25,9 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    source framework with ``mode='framework'``). Tolerance ``first * max(1, max|y64|) + 2 * max|y64 - y32|``
    (source side in float64 and float32; ``first = 1e-5``, ``1e-2`` for float16), the second term widened to
    the spread of an emulation of the target's arithmetic for a target that declares one
-   (:func:`sequence_tolerance`). A stacked layer the numpy
+   (:func:`sequence_tolerance`); a sequence above it, or whose tolerance exceeds :func:`fraction` of its scale, gets
+   its measured tolerance (:func:`rnnconvert.verify.verdict.measured`, :meth:`StreamedVerification._measured_spreads`).
+   A stacked layer the numpy
    reference runs into a target that runs one slab alone is compared slab by slab, each slab of the target
    from the source's float32 input of that slab (:meth:`StreamedVerification._by_slab`); where the written file
    joins its slabs by wiring of its own (an ONNX graph: :attr:`rnnconvert.engine.protocol.Runtime.wired`), the whole
@@ -34,9 +36,10 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    issue #39).
 
 Verdicts (:attr:`LayerCheck.verdict`; docs/cli.md "Verdicts" has every rule): ``'fail'`` when either comparison
-exceeds its tolerance; ``'inconclusive'`` also for a gate unit no state exercises, a weight no state reaches, and
-a sequence above its float32 estimate by more than :data:`rnnconvert.verify.orders.FAR` times the spread measured
-over several float32 evaluation orders;
+exceeds its tolerance (a sequence above its one-sample float32 estimate gets a tolerance of
+:data:`rnnconvert.verify.orders.FAR` times the largest spread measured over several float32 evaluation orders on the
+same inputs); ``'inconclusive'`` also for a gate unit no state exercises, a weight no state reaches, and a sequence
+beyond that measured tolerance by less than a layout slip moves the outputs;
 ``'inconclusive'`` when it passes but a tolerance is too loose to tell a broken file from a correct one:
 above :func:`fraction` of the output's own scale (``max|y|``; at most 1 for sigmoid/tanh cells), which an
 ill-conditioned layer on long or large inputs can reach; ``'ok'`` otherwise. An inconclusive layer is
@@ -89,7 +92,8 @@ __all__ = ["BACKGROUND_IMPORT", "LARGE_BYTES", "LayerCheck", "NOT_INSTALLED", "S
            "blas_controller", "fraction", "import_engine", "sample_shape", "sequence_tolerance", "unit_roundoff",
            "verify"]
 
-#: the largest layer (bytes of parameters) a streamed conversion reads again to rule out the slips only a
+#: the largest layer (bytes of parameters) a streamed conversion reads again to measure a sequence's float32 spread
+#: over several evaluation orders (:meth:`StreamedVerification._measured_spreads`) or rule out the slips only a
 #: sequence shows (:meth:`StreamedVerification._sequence_escapes`), in the rare case that needs it
 SEQ_SLIP_BYTES = 64 << 20
 
@@ -422,7 +426,7 @@ class StreamedVerification:
         (:func:`rnnconvert.verify.verdict.decide`)."""
         layer, ev = self.ckpt.layers[i], self.evidence[i]
         tol = verdict.Tolerances(first=_first(layer, self.first_tol),
-                                 rho=fraction(unit_roundoff(layer, self.target_dtype)))
+                                 rho=fraction(unit_roundoff(layer, self.target_dtype)), far=orders.FAR)
         ref = ev.yfw if self.mode == "framework" else ev.y64
         runs, seq_note = run._sequence_target(layer, ev, self._by_slab(layer), ref)
         seqs, seq_t = verdict.sequence_checks(layer.name, runs, self._spreads(i, run.dst_module, len(runs)),
@@ -438,8 +442,8 @@ class StreamedVerification:
             loose_escape=ev.loose_escape(),
             at_dtype="" if self.target_dtype is None else f" at {self.target_dtype.__name__}")
         while (fields := verdict.decide(found, tol)).get("ask"):  # a measurement only some rules need
-            if fields["ask"] == "far":
-                found.far = self._far_above(i, seqs, fields["over"], tol.first)
+            if fields["ask"] == "spread":
+                found.spreads = self._measured_spreads(i, seqs, fields["over"])
             else:
                 found.sequence_escape = self._sequence_escapes(i, tol.rho, fields["tols"])
         c = LayerCheck(name=layer.name, source_route=ev.route,
@@ -464,34 +468,25 @@ class StreamedVerification:
         except (OSError, ValueError, FormatError) as e:
             return f"the layer could not be read again: {e}"
 
-    def _far_above(self, i: int, seqs: list, over: list, first: float) -> str | None:
-        """Whether a sequence over its one-sample tolerance (``over``, among :meth:`judge`'s ``seqs``:
-        :class:`rnnconvert.verify.verdict.SeqCheck` of the whole layer or of each slab) is also above
-        :data:`rnnconvert.verify.orders.FAR` times the largest float32 spread measured over several evaluation
-        orders of the canonical equations on the same inputs (:func:`rnnconvert.verify.orders.spread`; the
-        tolerance's own spread counts too): then float32 rounding does not explain it and the verdict cannot be
-        ``ok``. Returns the reason (a phrase), or None."""
+    def _measured_spreads(self, i: int, seqs: list, over: list[int]) -> dict | str:
+        """The float32 spread of each sequence comparison of layer ``i`` over its one-sample tolerance (``over``:
+        indices in :meth:`judge`'s ``seqs``, :class:`rnnconvert.verify.verdict.SeqCheck` of the whole layer or of each
+        slab compared alone) measured again over several float32 evaluation orders of the canonical equations on the
+        same inputs (:func:`rnnconvert.verify.orders.spread`: numpy's BLAS, blocked sums added in reverse, unblocked
+        sequential sums, torch where loaded): ``{index: Spread}``, what rule 2 of
+        :func:`rnnconvert.verify.verdict.decide` makes the measured tolerance of; or why it could not be measured (a
+        phrase: a streamed layer not read again)."""
         layer, ev = self._layer_again(i), self.evidence[i]
         if isinstance(layer, str):
-            return f"a sequence above its float32 estimate whose spread could not be measured again ({layer})"
+            return f"its float32 spread could not be measured again ({layer})"
         slabs = len(seqs) > 1
-        for idx, e in enumerate(seqs):
-            if e not in over:
-                continue
+        out = {}
+        for idx in over:
             one, x, fin = ((layer.one_slab(idx), ev.seq_slabs[idx][0], idx == layer.num_layers - 1) if slabs
                            else (layer, ev.seq_x(), True))
-            err, tol, scale = e[:3]
-            measured, used = orders.spread(one, x, finished=fin)
-            measured = max(measured, (tol - first * max(1.0, scale)) / 2.0)
-            far = first * max(1.0, scale) + orders.FAR * measured
-            if err > far:
-                at = f" of stacked layer {idx}" if slabs else ""
-                return (f"the first {x.shape[1]} steps as a sequence{at} differ by {err:.3g}, "
-                        f"{err / max(measured, 1e-300):.3g} times the largest float32 spread measured over "
-                        f"{len(used)} evaluation orders ({measured:.3g}: {', '.join(used)}; limit {far:.3g}), while "
-                        f"every step passed its bound: more than float32 rounding explains, less than a layout "
-                        f"slip moves the outputs")
-        return None
+            m, used = orders.spread(one, x, finished=fin)
+            out[idx] = verdict.Spread(m, tuple(used))
+        return out
 
     def _slip_cases(self, i: int, layer: RNNLayer, rho: float) -> list | str:
         """The sequence-level slips of :meth:`_sequence_escapes`: ``[(input, the correct layer, [(slip, slipped
@@ -534,9 +529,10 @@ class StreamedVerification:
         ``i`` (float64, the canonical equations) by more than twice ``rho`` of the output's scale or twice
         the sequence tolerance (``tols``: of the whole layer, or of each slab compared alone): a lone direction
         run in the other time order (``go_backwards`` flipped), the two directions of a slab exchanged, two
-        stacked slabs of equal shapes exchanged. ``None`` when each does (a file holding one of them parts from
-        the source by more than ``rho`` of the scale unless its own float32 rounding moved it by more than
-        ``rho``, a hundred times what the source's own float32 run moved: the verdict is then ``fail``), else
+        stacked slabs of equal shapes exchanged: asked by :func:`rnnconvert.verify.verdict.decide` only for a sequence
+        within an ill-conditioned tolerance (above ``rho`` of the scale; rule 10). ``None`` when each does (a file
+        holding one of them parts from the source by more than its tolerance unless its own float32 rounding moved it
+        by more than that tolerance: the sequence is then beyond it, and the verdict is not ``ok``), else
         the first that does not, or why it cannot be checked: the source's parameters are not in memory (a
         streamed conversion), or the source's own equations and the canonical ones part (what the sequence
         comparison is there to see: a reader's slip). docs/cli.md "Verdicts"."""

@@ -2,29 +2,42 @@
 
 Pure: :func:`decide` reads a :class:`Findings` record (the sequence comparisons, the one-step comparison's worst
 numbers, what the one-step states covered) and the layer's :class:`Tolerances`, and returns the verdict, its reason
-and the headline numbers. It runs nothing: the two measurements a verdict may need only on some branches (whether a
-sequence is far above float32 rounding, whether a slip only a sequence shows would pass) are fields of the record,
-:data:`ASK` until measured; where a rule needs one still unmeasured, :func:`decide` returns ``{"ask": ...}`` with
-its arguments instead, and the caller measures it and asks again (the engine:
-:meth:`rnnconvert.verify.engine.StreamedVerification._far_above` and ``_sequence_escapes``; the table-driven test,
-tests/verify/test_verdict_table.py: constants). So each is measured only where the rules consult it, at most once,
-and no callback crosses modules. docs/cli.md "Verdicts" states every rule; in order:
+and the headline numbers. It runs nothing: the two measurements a verdict may need only on some branches (the float32
+spread of a sequence over its one-sample tolerance, measured again over several evaluation orders; whether a slip
+only a sequence shows would pass an ill-conditioned tolerance) are fields of the record, :data:`ASK` until measured;
+where a rule needs one, :func:`decide` returns ``{"ask": ...}`` with its arguments instead, and the caller measures it
+and asks again (the engine: :meth:`rnnconvert.verify.engine.StreamedVerification._measured_spreads` and
+``_sequence_escapes``; the table-driven test, tests/verify/test_verdict_table.py: constants). So each is measured
+only where the rules consult it, at most once, and no callback crosses modules.
+
+Each comparison has an ``ok`` side (a tolerance within which a correct file's float32 rounding is shown to lie) and a
+``fail`` side (beyond which no rounding takes a correct file). The one step: both are the rigorous bound. The short
+sequence (no rigorous bound exists: errors compound): ``ok`` within its one-sample tolerance, or, above it, within its
+MEASURED tolerance (:func:`measured`: ``first * max(1, scale) + far * M``, ``M`` the largest float32 spread over
+several evaluation orders on the same inputs); ``fail`` beyond that by more than ``rho`` of the scale (what a layout
+slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
 
 1. a one step over its bound: ``fail`` (final); so is the whole written layer of a wired target (every node and
    the file's wiring between them, its slabs otherwise compared one by one) over its tolerance by more than
    ``rho`` of its scale (issue #39);
-2. a sequence over its tolerance but within ``rho`` of its scale while every step passed, and far above the float32
-   spread measured over several evaluation orders: ``inconclusive``;
-3. ... not that far, but a slip only a sequence shows would pass it: ``inconclusive``;
-4. a sequence over its tolerance by more than ``rho`` of its scale (or with no one-step comparison): ``fail``;
-5. over it on an ill-conditioned layer (the source's own runs part by more than ``rho``): ``inconclusive``;
+2. a sequence beyond its measured tolerance while every step passed its bound, by at most ``rho`` of its scale:
+   ``inconclusive`` (more than float32 rounding explains, less than a layout slip moves the outputs: neither
+   threshold decides);
+3. beyond it by more than ``rho`` of its scale (or with no one-step comparison): ``fail``;
+4. a sequence over the tolerance of an ill-conditioned layer (the one-sample or measured tolerance's float32 term
+   exceeds ``rho`` of the scale: no sequence error decides there): ``inconclusive``;
+5. over its one-sample tolerance where the spread could not be measured again (a streamed layer above
+   ``SEQ_SLIP_BYTES``), by at most ``rho`` of its scale: ``inconclusive``;
 6. no one-step comparison: ``inconclusive``; 7. a gate unit no state exercises, 8. a weight no state reaches:
    ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it would not catch:
-   ``inconclusive``; 10. an ill-conditioned sequence tolerance a slip could hide in: ``inconclusive``;
-11. otherwise ``ok`` (with a note where a bound or tolerance was loose but every slip checked would show).
+   ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within it) that a slip
+   only a sequence shows could pass, or an emulated target's: ``inconclusive``;
+11. otherwise ``ok`` (with a note where the one-step bound or the sequence tolerance was loose but every slip
+    checked would show): every one step within its rigorous bound (the layer's resolution, rule D of docs/cli.md),
+    and the sequence within its one-sample or measured tolerance.
 
 The tolerances themselves (:func:`fraction`, :func:`sequence_tolerance`, :func:`first`) and the numbers of the
-sequence comparison (:func:`sequence_checks`) live here too. numpy only; no framework.
+sequence comparison (:func:`sequence_checks`, :func:`measured`) live here too. numpy only; no framework.
 """
 
 from __future__ import annotations
@@ -131,10 +144,37 @@ def wiring_check(name: str, whole: np.ndarray, joined: np.ndarray, y32: np.ndarr
 @dataclass(frozen=True)
 class Tolerances:
     """``first``: the relative term of the sequence tolerance (:func:`first`); ``rho``: the largest tolerance, as a
-    fraction of the output's scale, at which a comparison still decides (:func:`fraction`)."""
+    fraction of the output's scale, at which a comparison still decides (:func:`fraction`); ``far``: the factor of
+    the measured float32 spread in a sequence's measured tolerance (:func:`measured`;
+    :data:`rnnconvert.verify.orders.FAR`, twice the one-sample tolerance's factor 2)."""
 
     first: float
     rho: float
+    far: float = 4.0
+
+
+class Spread(NamedTuple):
+    """The float32 spread of one sequence comparison measured again (rule 2): ``spread`` the largest ``max|y32 -
+    y64|`` over ``orders`` (the float32 evaluation orders of the canonical equations run on the same inputs:
+    :func:`rnnconvert.verify.orders.spread`)."""
+
+    spread: float
+    orders: tuple
+
+
+def measured(e: SeqCheck, spread: Spread, tol: Tolerances) -> SeqCheck:
+    """``e`` with its MEASURED tolerance ``first * max(1, scale) + far * M``: ``M`` the largest of the measured
+    spread and the spread behind ``e``'s own tolerance (one float32 run of the source, or an emulated target's).
+    At least ``e.tol`` (``far >= 2``): a comparison within its one-sample tolerance is within this one, so
+    measuring only the sequences above it decides as measuring every one would."""
+    base = tol.first * max(1.0, e.scale)
+    own = (e.tol - base) / 2.0
+    return e._replace(tol=base + tol.far * max(own, spread.spread))
+
+
+def _rounding(e: SeqCheck, tol: Tolerances) -> float:
+    """The float32 term of ``e``'s tolerance (one-sample or measured): what a correct file's rounding may take."""
+    return e.tol - tol.first * max(1.0, e.scale)
 
 
 #: a measurement of :class:`Findings` not made yet (:func:`decide` asks for it where a rule needs it)
@@ -142,7 +182,7 @@ ASK = "<ask>"
 
 
 class _Ask(Exception):
-    """A rule needs a measurement still :data:`ASK`: ``what`` (``'far'`` or ``'sequence_escapes'``) and its
+    """A rule needs a measurement still :data:`ASK`: ``what`` (``'spread'`` or ``'sequence_escapes'``) and its
     arguments."""
 
     def __init__(self, what: str, **args) -> None:
@@ -154,20 +194,21 @@ class _Ask(Exception):
 class Findings:
     """What the two comparisons of one layer measured: :func:`decide`'s whole input (but the tolerances).
 
-    ``seqs``: the sequence comparisons (one, or one per slab compared alone). ``step``: the one-step comparison's
-    worst numbers (``ratio`` max err/bound, ``err``, ``bound`` at that element, ``tol`` the largest bound element,
-    ``loose`` the largest bound as a fraction of its output's scale, ``where``, ``n``, ``scale``, ``err_t``,
-    ``bound_t``), or ``{}`` when it could not run, ``step_note`` then why. ``steps``: the short sequence's length.
-    ``whole``: the whole written layer (every node and the file's wiring between them) against its nodes joined as
-    the source joins its slabs (:func:`wiring_check`), where the slabs were compared one by one in a wired target
-    (issue #39); else None.
+    ``seqs``: the sequence comparisons (one, or one per slab compared alone), each with its one-sample tolerance.
+    ``step``: the one-step comparison's worst numbers (``ratio`` max err/bound, ``err``, ``bound`` at that element,
+    ``tol`` the largest bound element, ``loose`` the largest bound as a fraction of its output's scale, ``where``,
+    ``n``, ``scale``, ``err_t``, ``bound_t``), or ``{}`` when it could not run, ``step_note`` then why. ``steps``:
+    the short sequence's length. ``whole``: the whole written layer (every node and the file's wiring between them)
+    against its nodes joined as the source joins its slabs (:func:`wiring_check`), where the slabs were compared one
+    by one in a wired target (issue #39); else None.
     ``unexercised``, ``constructed``, ``resolution``, ``resolution_at``: the one-step states' coverage
-    (:class:`~rnnconvert.verify.checks.LayerCheck`'s fields of those names). ``swaps_caught``: every loose direction showed its gate-block swaps
-    caught; ``loose_escape``: the first slip a loose bound could let pass ("" none). ``at_dtype``: the target's
-    reduced precision in words (" at float16"), or "". ``far``: why the sequences over their one-sample tolerance
-    (``over``) are beyond float32 rounding, or None; ``sequence_escape``: a slip only a sequence shows that would
-    pass the sequences' tolerances (``tols``), or None (both measured by the engine where :func:`decide` asks for
-    them: :data:`ASK` until then)."""
+    (:class:`~rnnconvert.verify.checks.LayerCheck`'s fields of those names). ``swaps_caught``: every loose direction
+    showed its gate-block swaps caught; ``loose_escape``: the first slip a loose bound could let pass ("" none).
+    ``at_dtype``: the target's reduced precision in words (" at float16"), or "". ``spreads``: the float32 spread of
+    each sequence over its one-sample tolerance measured again (``{index in seqs: Spread}``), or why it could not
+    be (a phrase); ``sequence_escape``: a slip only a sequence shows that would pass an ill-conditioned sequence
+    tolerance (``tols``), or None (both measured by the engine where :func:`decide` asks for them: :data:`ASK` until
+    then)."""
 
     seqs: list[SeqCheck]
     step: dict = field(default_factory=dict)
@@ -181,83 +222,106 @@ class Findings:
     swaps_caught: bool = False
     loose_escape: str = ""
     at_dtype: str = ""
-    far: str | None = ASK
+    spreads: dict | str = ASK
     sequence_escape: str | None = ASK
 
 
 @dataclass
 class _Sorted:
-    """The sequence comparisons sorted by what they show (:func:`_sort`)."""
+    """The sequence comparisons sorted by what they show (:func:`_sort`): ``seqs`` with their measured tolerances
+    where measured; ``beyond`` those over their (measured) tolerance; ``ill`` those whose one-sample or measured
+    float32 term exceeds ``rho`` of the scale; ``hard`` the ones beyond by more than a slip moves the outputs
+    (rule 3); ``spreads`` the measurements (or why none)."""
 
-    over: list
+    seqs: list
+    beyond: list
     ill: list
-    ill_over: list
     hard: list
     step_failed: bool
     worst: SeqCheck
     where: str
+    spreads: dict | str
 
 
 def _sort(f: Findings, tol: Tolerances) -> _Sorted:
-    st, first, rho = f.step, tol.first, tol.rho
-    over = [e for e in f.seqs if e.err > e.tol]
-    ill = [e for e in f.seqs if e.tol - first * max(1.0, e.scale) > rho * e.scale]  # the source's own runs part
+    st, rho = f.step, tol.rho
     step_failed = bool(st) and st["ratio"] > 1.0
-    # over the tolerance on an ill-conditioned layer (its source's own float32 and float64 runs part by more
-    # than rho of the scale) while every step passed its bound: the float32 estimate of the tolerance is one
-    # sample of a rounding that such a layer amplifies (a TF1 3 x GRUCell(80) stack with weights x 3.5: a
-    # correct .onnx 0.405 from the float64 run where the source's float32 run was 0.11 from it): no evidence
-    ill_over = [e for e in over if st and not step_failed and e.err > rho * e.scale and e in ill]
-    # over the tolerance by more than a layout slip moves the outputs (or with no one-step comparison)
-    hard = [e for e in over if not (st and e.err <= rho * e.scale) and e not in ill_over]
-    w = max(hard or f.seqs, key=lambda e: e.err / max(e.tol, 1e-300))  # the one reported
-    where = "" if len(f.seqs) == 1 else f" (stacked layer {f.seqs.index(w)}, from the source's own input)"
-    return _Sorted(over, ill, ill_over, hard, step_failed, w, where)
+    # ill-conditioned: the one-sample tolerance's float32 term (one float32 run of the source, or an emulated
+    # target's) alone exceeds rho of the scale. There the error of a correct file is itself a sample of the same
+    # rounding (0.405 against one run's 0.112 on the chaotic TF1 stack): its spread is measured whatever the error,
+    # so that the rules read a tolerance no single run sets (rules 4 and 10: the same verdict on every machine)
+    ill_at = [j for j, e in enumerate(f.seqs) if _rounding(e, tol) > rho * e.scale]
+    over = [j for j, e in enumerate(f.seqs) if e.err > e.tol or j in ill_at]  # to measure again
+    spreads: dict | str = {}
+    if over and not step_failed and not _wiring_failed(f, tol):
+        if f.spreads == ASK:
+            raise _Ask("spread", over=over)
+        spreads = f.spreads
+    seqs = list(f.seqs)
+    if isinstance(spreads, dict):
+        seqs = [measured(e, spreads[j], tol) if j in spreads else e for j, e in enumerate(seqs)]
+    # ... and those whose measured tolerance's float32 term exceeds rho: the comparison cannot resolve rho there
+    ill = [e for e in seqs if _rounding(e, tol) > rho * e.scale]
+    beyond = [e for e in seqs if e.err > e.tol]
+    # beyond what float32 rounding explains by more than a layout slip moves the outputs (or no one-step comparison)
+    hard = [e for e in beyond if e not in ill and (not st or e.err > rho * e.scale)]
+    w = max(hard or beyond or seqs, key=lambda e: e.err / max(e.tol, 1e-300))  # the one reported
+    where = "" if len(seqs) == 1 else f" (stacked layer {seqs.index(w)}, from the source's own input)"
+    return _Sorted(seqs, beyond, ill, hard, step_failed, w, where, spreads)
 
 
-def _sequence_rules(f: Findings, tol: Tolerances, s: _Sorted, far, seq_esc) -> tuple[str, str] | None:
+def _wiring_failed(f: Findings, tol: Tolerances) -> bool:
+    w = f.whole
+    return w is not None and w.err > w.tol and w.err > tol.rho * w.scale
+
+
+def _sequence_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | None:
     """Rules 1-5 (module docstring): what the step and the sequences show by themselves."""
     st, T, rho = f.step, f.steps, tol.rho
     if s.step_failed:  # final: nothing below may turn a failed step into another verdict
         return "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
                         f"float bound allows {st['bound']:.3g} ({st['where']})")
-    w = f.whole
-    if w is not None and w.err > w.tol and w.err > rho * w.scale:  # final, as a failed step
+    if _wiring_failed(f, tol):  # final, as a failed step
+        w = f.whole
         return "fail", (f"the written layer run whole (every node and the wiring between them) on the first {T} "
                         f"steps differs by {w.err:.3g} from its nodes run one by one and joined as the source's layer "
                         f"joins them (tolerance {w.tol:.3g}), more than {rho:.3g} of the output's scale "
                         f"({w.scale:.3g}): the file's wiring between its nodes does not compute the source's layer")
-    if far is not None:
-        return "inconclusive", far
-    if seq_esc is not None:
-        # every step passed its bound, and the sequences part by less than a layout slip moves them: the
-        # tolerance's float32 term (one float32 run's spread) is an estimate, not a bound, and a target's
-        # own float32 rounding along the sequence can exceed it on wide-range inputs (a torch GRU on
-        # N(0, 1) x 1000 inputs: 1.6e-5 against 1.3e-5, outputs of scale 1): cannot decide
-        return "inconclusive", (
-            f"the first {T} steps as a sequence{s.where} differ by {s.worst.err:.3g}, above the tolerance "
-            f"{s.worst.tol:.3g} but within {rho:.3g} of the output's scale ({s.worst.scale:.3g}) while every step "
-            f"passed its bound: float32 rounding along the sequence could explain it, and so could a file with "
-            f"{seq_esc}")
     if s.hard:
-        return "fail", (f"the first {T} steps as a sequence{s.where} differ by {s.worst.err:.3g} "
-                        f"(tolerance {s.worst.tol:.3g})")
-    if s.ill_over:
-        e = max(s.ill_over, key=lambda e: e.err / max(e.tol, 1e-300))
-        at = "" if len(f.seqs) == 1 else f" (stacked layer {f.seqs.index(e)}, from the source's own input)"
+        e = s.worst
+        how = (f"measured over {len(s.spreads[s.seqs.index(e)].orders)} float32 evaluation orders"
+               if isinstance(s.spreads, dict) and s.seqs.index(e) in s.spreads else "one float32 run's estimate")
+        return "fail", (f"the first {T} steps as a sequence{s.where} differ by {e.err:.3g} (tolerance {e.tol:.3g}, "
+                        f"{how})")
+    if not s.beyond:
+        return None
+    e = max(s.beyond, key=lambda e: e.err / max(e.tol, 1e-300))
+    j = s.seqs.index(e)
+    at = "" if len(s.seqs) == 1 else f" (stacked layer {j}, from the source's own input)"
+    if e in s.ill:
         return "inconclusive", (
             f"the first {T} steps as a sequence{at} differ by {e.err:.3g}, above the tolerance {e.tol:.3g}, on a "
-            f"layer whose source's own float32 and float64 runs part by "
-            f"{(e.tol - tol.first * max(1.0, e.scale)) / 2:.3g} (more than {rho:.3g} of the output's scale, "
-            f"{e.scale:.3g}): ill-conditioned on these inputs, while every step passed its bound; float32 rounding "
-            f"along the sequence could explain it, and so could a slip that only a sequence shows (directions, "
-            f"stacked layers, time order)")
-    return None
+            f"layer whose float32 runs part from its float64 run (the tolerance's float32 term "
+            f"{_rounding(e, tol):.3g} exceeds {rho:.3g} of the output's scale, {e.scale:.3g}): ill-conditioned on "
+            f"these inputs, while every step passed its bound; float32 rounding along the sequence could explain "
+            f"it, and so could a slip that only a sequence shows (directions, stacked layers, time order)")
+    if isinstance(s.spreads, str):
+        return "inconclusive", (
+            f"the first {T} steps as a sequence{at} differ by {e.err:.3g}, above one float32 run's estimate "
+            f"{e.tol:.3g} but within {rho:.3g} of the output's scale ({e.scale:.3g}) while every step passed its "
+            f"bound, and {s.spreads}: cannot decide")
+    m = s.spreads[j]
+    return "inconclusive", (
+        f"the first {T} steps as a sequence{at} differ by {e.err:.3g}, {e.err / max(m.spread, 1e-300):.3g} times "
+        f"the largest float32 spread measured over {len(m.orders)} evaluation orders ({m.spread:.3g}: "
+        f"{', '.join(m.orders)}; tolerance {e.tol:.3g}), while every step passed its bound: more than float32 "
+        f"rounding explains, less than a layout slip moves the outputs ({rho:.3g} of the output's scale, "
+        f"{e.scale:.3g}): neither tolerance decides")
 
 
 def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | None:
     """Rules 6-11 (module docstring): what the one-step states could and could not show."""
-    st, rho, first = f.step, tol.rho, tol.first
+    st, rho = f.step, tol.rho
     if not st:
         return "inconclusive", f"the one-step comparison could not run: {f.step_note}"
     if f.unexercised:
@@ -277,61 +341,52 @@ def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | 
             + (f" ({esc.removeprefix('n/a: ')})" if esc.startswith("n/a") else
                f" (a file with this slip could pass it: {esc})" if esc else ""))
     ill_esc = None
-    if s.ill and (any(e.by_target for e in s.ill) or (ill_esc := _escape(f)) is not None):
-        e = max(s.ill, key=lambda e: (e.tol - first * max(1.0, e.scale)) / max(e.scale, 1e-300))
-        ill_at = "" if len(f.seqs) == 1 else f" of stacked layer {f.seqs.index(e)}"
+    if s.ill and (any(e.by_target for e in s.ill) or (ill_esc := _escape(f, s)) is not None):
+        e = max(s.ill, key=lambda e: _rounding(e, tol) / max(e.scale, 1e-300))
+        ill_at = "" if len(s.seqs) == 1 else f" of stacked layer {s.seqs.index(e)}"
         parted = ("a run emulating the target's arithmetic and the float64 run" if e.by_target else
                   "float32 and float64 runs of the source")
         return "inconclusive", (
-            f"the sequence tolerance{ill_at} {e.tol:.3g} ({parted} part by "
-            f"{(e.tol - first * max(1.0, e.scale)) / 2:.3g}) exceeds {rho:.3g} of "
-            f"the output's scale ({e.scale:.3g}): the layer is ill-conditioned on these inputs" + f.at_dtype
-            + (f" (a file with this slip could pass it: {ill_esc})" if ill_esc else ""))
+            f"the sequence tolerance{ill_at} {e.tol:.3g} ({parted} part: float32 term {_rounding(e, tol):.3g}) "
+            f"exceeds {rho:.3g} of the output's scale ({e.scale:.3g}): the layer is ill-conditioned on these inputs"
+            + f.at_dtype + (f" (a file with this slip could pass it: {ill_esc})" if ill_esc else ""))
     if st["loose"] > rho:
         return "ok", (f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale, "
                       f"but every gate-block swap and other layout slip checked would fail it on these states")
     return None
 
 
-def _ok_note(f: Findings, tol: Tolerances, s: _Sorted) -> str:
-    """Why an ``ok`` sequence comparison was over its float32 estimate or its tolerance loose, yet decided."""
-    rho = tol.rho
-    return (f"the first {f.steps} steps as a sequence{s.where} differ by {s.worst.err:.3g}, above the float32 "
-            f"estimate {s.worst.tol:.3g} but within {rho:.3g} of the output's scale" if s.over else
-            f"the sequence tolerance ({max(e.tol for e in f.seqs):.3g}) exceeds {rho:.3g} of the output's scale "
-            f"(the source's float32 and float64 runs part)") + (
-            ", while every step passed its bound and every sequence-level slip (directions exchanged, stacked "
-            "layers exchanged, run in the other time order) would move the float64 sequence by more than twice "
-            "that")
+def _ok_note(tol: Tolerances, s: _Sorted) -> str:
+    """Why an ``ok`` layer's sequence tolerance exceeds ``rho`` of its scale, yet decided (rule 10)."""
+    return (f"the sequence tolerance ({max(e.tol for e in s.ill):.3g}) exceeds {tol.rho:.3g} of the output's scale "
+            f"(float32 and float64 runs of the source part), while every step passed its bound and every "
+            f"sequence-level slip (directions exchanged, stacked layers exchanged, run in the other time order) "
+            f"would move the float64 sequence by more than twice that")
 
 
-def _escape(f: Findings) -> str | None:
+def _escape(f: Findings, s: _Sorted) -> str | None:
     if f.sequence_escape == ASK:
-        raise _Ask("sequence_escapes", tols=[e.tol for e in f.seqs])
+        raise _Ask("sequence_escapes", tols=[e.tol for e in s.seqs])
     return f.sequence_escape
 
 
 def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
-    """The verdict of one layer (module docstring, rules 1-11). Returns :class:`~rnnconvert.verify.checks.LayerCheck` fields: ``verdict``
-    (``'ok'``, ``'inconclusive'``, ``'fail'``), ``reason``, the headline ``max_abs_err``/``tolerance``/
-    ``max_abs_ref``/``reference`` (the comparison closer to failing: ``'step'`` or ``'sequence'``), ``seq_err``/
-    ``seq_tol`` (the sequence reported), and the one-step numbers where that comparison ran. Or, where a rule needs a
-    measurement still :data:`ASK`, ``{"ask": "far", "over": [SeqCheck]}`` or ``{"ask": "sequence_escapes", "tols":
-    [float]}``: the caller measures it into ``f`` and calls again."""
-    s, st = _sort(f, tol), f.step
-    far = seq_esc = None
+    """The verdict of one layer (module docstring, rules 1-11). Returns :class:`~rnnconvert.verify.checks.LayerCheck`
+    fields: ``verdict`` (``'ok'``, ``'inconclusive'``, ``'fail'``), ``reason``, the headline ``max_abs_err``/
+    ``tolerance``/``max_abs_ref``/``reference`` (the comparison closer to failing: ``'step'`` or ``'sequence'``),
+    ``seq_err``/``seq_tol`` (the sequence reported; its measured tolerance where measured), and the one-step numbers
+    where that comparison ran. Or, where a rule needs a measurement still :data:`ASK`, ``{"ask": "spread", "over":
+    [index in seqs]}`` (the sequences over their one-sample tolerance, not ill-conditioned) or ``{"ask":
+    "sequence_escapes", "tols": [float]}`` (rule 10): the caller measures it into ``f`` and calls again."""
+    st = f.step
     try:
-        if s.over and not s.hard and not s.ill_over and not s.step_failed:
-            if f.far == ASK:
-                raise _Ask("far", over=s.over)
-            far = f.far
-            seq_esc = None if far else _escape(f)
-        verdict, reason = (_sequence_rules(f, tol, s, far, seq_esc) or _state_rules(f, tol, s) or ("ok", ""))
+        s = _sort(f, tol)
+        verdict, reason = (_sequence_rules(f, tol, s) or _state_rules(f, tol, s) or ("ok", ""))
     except _Ask as a:
         return {"ask": a.what, **a.args_}
-    if verdict == "ok" and (s.over or s.ill):
-        reason = "; ".join(r for r in (reason, _ok_note(f, tol, s)) if r)
     w = s.worst
+    if verdict == "ok" and s.ill:
+        reason = "; ".join(r for r in (reason, _ok_note(tol, s)) if r)
     if verdict == "fail" and f.whole is not None and reason.startswith("the written layer run whole"):
         w = f.whole  # the comparison that failed is the headline
     out = dict(verdict=verdict, reason=reason, max_abs_err=w.err, tolerance=w.tol, max_abs_ref=w.scale,

@@ -90,23 +90,22 @@ def test_swap_escapes_names_a_slip_no_check_can_see_on_a_reset_before_gru():
 def test_chaotic_stack_is_inconclusive_not_failed(tmp_path):
     """A correct conversion of a layer so ill-conditioned that its float32 run parts from the float64 run by more
     than the source's own float32 run does (TF1 3 x GRUCell(80), weights x 3.5, made by TensorFlow:
-    fixtures/gen_loose.py) is no evidence of a broken file: verification says inconclusive, naming the
-    ill-conditioning, and writes nothing unless asked to (it said FAIL: 0.405 against a tolerance of 0.224).
+    fixtures/gen_loose.py) is no evidence of a broken file: it said FAIL (0.405 against a one-sample tolerance of
+    0.224). Its sequence tolerance is now measured over several float32 evaluation orders (issue #39: 0.68, above
+    ``rho``: ill-conditioned), and the verdict is ``ok`` only because every slip that only a sequence shows would
+    move it by more than twice that (rule 10; else ``inconclusive``, naming the ill-conditioning): never ``fail``.
     The same file with two gate blocks exchanged in stacked layer 1 still FAILS, by the one-step comparison,
     which the layer's conditioning does not touch."""
-    from rnnconvert.errors import InconclusiveError
-
     pytest.importorskip("onnxruntime")
     import onnx
     from onnx import numpy_helper
 
     src = LOOSE / "tf1_gru_chaotic" / "ckpt"
-    with pytest.raises(InconclusiveError, match="ill-conditioned"):
-        api.convert(src, tmp_path / "c.onnx")
-    assert not (tmp_path / "c.onnx").exists()
     rep = api.convert(src, tmp_path / "c.onnx", accept_inconclusive=True)
     c = rep.verification.layers[0]
-    assert c.verdict == "inconclusive" and c.step_ratio <= 1.0, c.reason
+    assert c.verdict != "fail" and c.step_ratio <= 1.0, c.reason
+    assert "ill-conditioned" in c.reason or "every sequence-level slip" in c.reason, c.reason
+    assert c.seq_tol > 0.01 * c.max_abs_ref  # the measured tolerance is above rho: the rule 10 branch
     m = onnx.load(tmp_path / "c.onnx")
     swapped = 0
     for init in m.graph.initializer:
