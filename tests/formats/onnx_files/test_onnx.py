@@ -35,14 +35,14 @@ def test_mycroft_gru_reproduces_oracle(realworld, tmp_path):
     src = realworld / "mycroft-precise-gru" / "hey-mycroft.net"
     # the recurrent layer alone (its own graph input 'net__in'); the whole model: tests/test_whole_graph.py
     rep = api.convert(src, tmp_path / "m.onnx", write_opts={"recurrent_only": True})
-    assert rep.verification.ok and rep.verification.layers[0].steps_checked == 24
+    assert rep.verification.ok and rep.verification.layers[0].steps_checked >= 24  # the 24 trajectory states, and those constructed
     o = np.load(realworld / "mycroft-precise-gru" / "oracle_out.npz")
     # on its own inputs (values up to 36) the layer is ill-conditioned as a sequence (onnxruntime and
     # the numpy Keras equations, both float32, part by ~4e-2 over 29 steps), but each step from the same
     # state agrees within its float32 bound: the one-step comparison decides, honestly, and passes
     rep = api.verify(src, tmp_path / "m.onnx", inputs={"net": o["net__in"]})
     (c,) = rep.layers
-    assert rep.ok and c.steps_checked == 3 * 29 and c.step_ratio <= 1.0 and c.seq_err <= c.seq_tol
+    assert rep.ok and c.steps_checked >= 3 * 29 and c.step_ratio <= 1.0 and c.seq_err <= c.seq_tol
     y = _run(tmp_path / "m.onnx", "net", o["net__in"])[:, -1]
     node = onnx.load(str(tmp_path / "m.onnx")).graph.node
     gru = next(n for n in node if n.op_type == "GRU")

@@ -136,7 +136,7 @@ def test_cli_runtime_option(tmp_path):
     core.compile_model(core.read_model(str(dst)), "CPU")
     bad = tmp_path / "y.onnx"
     r = subprocess.run([sys.executable, "-m", "rnnconvert", "convert", str(FIX / "whole_masks/masks_gru_stack.h5"),
-                        str(bad), "--runtime", "tensorrt", "--no-verify"], capture_output=True, text=True, timeout=600)
+                        str(bad), "--runtime", "coreml", "--no-verify"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "runtime" in r.stderr and "Traceback" not in r.stderr and not bad.exists()
     assert all(rt in r.stderr for rt in profiles.RUNTIMES)
 

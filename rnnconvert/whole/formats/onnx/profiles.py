@@ -20,8 +20,8 @@ to 0.15 (``whole_masks/masks_gru_stack``, ``masks_bidir``, ``keras_whole/whole_m
 profile.
 
 ``tensorrt`` keeps native nodes whose activations are all ``Sigmoid`` / ``Tanh`` / ``Relu`` (onnx-tensorrt's
-``docs/operators.md`` lists ``LSTM`` / ``GRU`` / ``RNN`` and ``Scan``; NVIDIA/TensorRT#1417: ``HardSigmoid`` in an RNN
-node is refused) and writes the others (Keras 2's ``hard_sigmoid`` gates, ``linear``) as Scans; TensorRT cannot run
+operator list, github.com/onnx/onnx-tensorrt ``operators.md``, lists ``LSTM`` / ``GRU`` / ``RNN`` and ``Scan``;
+NVIDIA/TensorRT#1417: ``HardSigmoid`` in an RNN node is refused) and writes the others (Keras 2's ``hard_sigmoid`` gates, ``linear``) as Scans; TensorRT cannot run
 on this project's machines (no GPU), so these graphs are checked by onnxruntime against tf_keras only
 (``tests/formats/whole_models/test_whole_runtime_profiles.py``).
 
