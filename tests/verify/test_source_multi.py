@@ -115,8 +115,8 @@ def test_recorded_input_products(name):
 
 
 def test_one_step_reads_no_turned_w_ih(monkeypatch):
-    """With the recorded products, the one-step check of a Keras layer passes only the three probes through
-    ``W_ih`` (zero and one-hot rows: no product), never the ``B*T`` states."""
+    """With the recorded products, the one-step check of a Keras layer passes the three probes through ``W_ih``
+    (zero and one-hot rows: no product) and the states constructed from the weights, never the ``B*T`` states."""
     from rnnconvert.verify import bounds, engine
 
     seen = []
@@ -132,4 +132,6 @@ def test_one_step_reads_no_turned_w_ih(monkeypatch):
     layer = ckpt.layers[0]
     check.source_slab(0, 0, layer.params[0])
     w_ih_rows = [v for s, v in seen if s == layer.params[0][0].w_ih.shape]
-    assert w_ih_rows and all(v[0] == 3 for v in w_ih_rows), seen
+    # the three probes, and the states constructed from the weights (verify/states.py: new inputs), never the
+    # B*T = 15 trajectory states, whose products were recorded
+    assert w_ih_rows and w_ih_rows[0][0] == 3 and all(v[0] != 3 * 5 for v in w_ih_rows), seen
