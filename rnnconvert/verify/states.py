@@ -328,20 +328,7 @@ def exercise(layer: RNNLayer, dirs: list, xf: np.ndarray, entries: list, counts:
                 new += [(d, *construct(layer, p, grp, rng, x_range, h_range, rows)) for _ in range(WANT)]
         if not new:
             break
-        xe = np.stack([s[1] for s in new])
-        for e, p in enumerate(dirs):
-            he = np.stack([s[2] if s[0] == e else np.zeros(p.w_hh.shape[1], np.float32) for s in new])
-            ce = None if layer.cell is not Cell.LSTM else np.stack(
-                [s[3] if s[0] == e else np.zeros(H, np.float32) for s in new])
-            (h1, c1), (dh, dc), (zx, zh) = step(p, xe, he, ce)
-            g = gains(layer, p, he, ce, zx, zh, h1)
-            counts[e] += responsive(g[0], g[1]).sum(axis=0)
-            if seen is not None:
-                seen[e].append((g, (zx, zh)))
-            (h0, c0), (eh, ec), (bh, bc) = entries[e]
-            cat = lambda a, b: None if a is None else np.concatenate([a, b])  # noqa: E731
-            entries[e] = ((cat(h0, he), cat(c0, ce)), (cat(eh, h1), cat(ec, c1)), (cat(bh, dh), cat(bc, dc)))
-        xf = np.ascontiguousarray(np.concatenate([xf, xe]), dtype=np.float32)
+        xf = _add(layer, dirs, xf, entries, counts, step, new, seen)
         added += len(new)
     return xf, entries, added
 
