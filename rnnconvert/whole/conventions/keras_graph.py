@@ -101,6 +101,27 @@ def refuse(path: str, cls: str, why: str) -> None:
                           layer=path, layer_class=cls, reason=head[:-2])
 
 
+def streamed(graph: "Graph", what: str) -> list:
+    """The recurrent layer calls (graph nodes) whose states a writer's option ``states`` carries from one chunk to
+    the next: every unidirectional one that does not take its initial state from the model (one input). ``what``:
+    the written thing in the refusal's words (``'graph'``, ``'model'``).
+
+    Raises:
+        UnsupportedError: a Bidirectional or go_backwards layer (its run starts at the sequence's end: a chunk
+            cannot hand its state to the next), naming it."""
+    out = []
+    for n in graph.nodes:
+        if n.layer is None:
+            continue
+        if n.layer.bidirectional or n.layer.semantics.go_backwards:
+            refuse(n.path, n.cls, "states=True carries states from one chunk to the next, and a "
+                   f"Bidirectional or go_backwards layer runs from the sequence's end (write the {what} "
+                   "without states)")
+        if len(n.inputs) == 1:
+            out.append(n)
+    return out
+
+
 def _records(cfg: dict) -> list[dict]:
     inner = cfg.get("config")
     layers = inner if isinstance(inner, list) else (inner or {}).get("layers") if isinstance(inner, dict) else None

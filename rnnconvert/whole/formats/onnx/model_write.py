@@ -531,17 +531,7 @@ def carried(graph: keras_graph.Graph) -> list[str]:
     Raises:
         UnsupportedError: a Bidirectional or go_backwards layer (its run starts at the sequence's end: a chunk
             cannot hand its state to the next), naming it."""
-    out = []
-    for n in graph.nodes:
-        if n.layer is None:
-            continue
-        if n.layer.bidirectional or n.layer.semantics.go_backwards:
-            keras_graph.refuse(n.path, n.cls, "states=True carries states from one chunk to the next, and a "
-                               "Bidirectional or go_backwards layer runs from the sequence's end (write the graph "
-                               "without states)")
-        if len(n.inputs) == 1:
-            out.append(n.name)
-    return out
+    return [n.name for n in keras_graph.streamed(graph, "graph")]
 
 
 def build(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | None = None, states: bool = False):

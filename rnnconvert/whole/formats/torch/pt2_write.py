@@ -388,17 +388,8 @@ def carried(graph: keras_graph.Graph) -> list[tuple[str, str, int]]:
     Raises:
         UnsupportedError: a Bidirectional or go_backwards layer (its run starts at the sequence's end: a chunk
             cannot hand its state to the next), naming it."""
-    out = []
-    for n in graph.nodes:
-        if n.layer is None:
-            continue
-        if n.layer.bidirectional or n.layer.semantics.go_backwards:
-            keras_graph.refuse(n.path, n.cls, "states=True carries states from one chunk to the next, and a "
-                               "Bidirectional or go_backwards layer runs from the sequence's end (write the model "
-                               "without states)")
-        if len(n.inputs) == 1:
-            out += [(n.name, key, n.layer.hidden_size) for key in keras_graph.STATES[n.cls]]
-    return out
+    return [(n.name, key, n.layer.hidden_size) for n in keras_graph.streamed(graph, "model")
+            for key in keras_graph.STATES[n.cls]]
 
 
 def build_module(graph: keras_graph.Graph, states: bool = False):
