@@ -5,7 +5,8 @@ conversion (written by rnnconvert, run by onnxruntime or torch) of a loose fixtu
 TensorFlow made them) or of a real model (fixtures/realworld), verified as it is and again under perturbed float32
 evaluation: numpy's BLAS and torch with more threads, and every number the target returns (one steps and
 sequences) moved by one float32 ulp in a random direction (``np.nextafter``), as another CPU's rounding would.
-Every layer's verdict must be identical (whatever it is: the chaotic stack is ``inconclusive`` by design).
+Every layer's verdict must be identical, whatever it is (the chaotic TF1 stack is ``ok`` since the measured
+sequence tolerance: every sequence-level slip moves its output by more than twice that tolerance).
 """
 
 from __future__ import annotations
