@@ -30,9 +30,9 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
     first; ``go_backwards`` layers in processing order (as :func:`rnnconvert.core.reference.forward`).
     Only the nodes that ``{name}__out`` depends on run (the written graph pruned to that output: a
     multi-layer model's other layers are neither loaded nor run); weights in external data stay in the
-    file, mapped by onnxruntime (:func:`session`). A stacked layer (``num_layers > 1``: verification's wiring
-    check, issue #39) runs the same pruned graph part by part (:func:`staged`), one stacked node's weights
-    mapped at a time (issue #38).
+    file, mapped by onnxruntime (:func:`session`). A stacked layer of ``ckpt`` (``num_layers > 1``:
+    verification's wiring check, issue #39) runs the same pruned graph part by part (:func:`staged`), one
+    stacked node's weights mapped at a time (issue #38).
     """
     meta = whole_meta(path)
     if meta is not None:  # a whole model (issue #30): the layer's nodes, chained, from zero states
@@ -41,7 +41,7 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
         for k in range(layer.num_layers):
             y = forward_slab(path, ckpt, name, k, y)
         return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
-    if ckpt.layer(name).num_layers > 1:  # a stacked layer: its nodes and wiring, one stacked node at a time
+    if ckpt is not None and ckpt.layer(name).num_layers > 1:  # a stacked layer: one stacked node at a time
         return staged(path, name, ckpt.layer(name).num_layers, x)
     return run(session(path, f"{name}__out"), path, name, x)
 

@@ -58,9 +58,9 @@ def _model(path: str | Path):
 
 def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=None) -> np.ndarray:
     """Layer ``name`` of the written IR in OpenVINO on ``x`` ``(B, T, I)`` from zero states: ``(B, T, D*H)``.
-    A stacked layer (``num_layers > 1``: verification's wiring check, issue #39) runs part by part
+    A stacked layer of ``ckpt`` (``num_layers > 1``: verification's wiring check, issue #39) runs part by part
     (:func:`staged`), one sequence node's weights compiled at a time (issue #38)."""
-    if ckpt.layer(name).num_layers > 1:
+    if ckpt is not None and ckpt.layer(name).num_layers > 1:
         return staged(path, ckpt, name, x)
     c = _model(path)
     if "whole" not in c["compiled"]:
