@@ -9,8 +9,8 @@ The memory bound is proved structurally, not by timing or RSS: every onnxruntime
 written file (which initializers a node reads is the file's own graph, read with the ``onnx`` library). That the
 parts together are still the whole wiring: every node the layer's output depends on (pruned as onnxruntime prunes
 it) is in exactly one part, and the parts chained give bit for bit what onnxruntime computes running the written
-file whole (the oracle: ``onnxruntime.InferenceSession`` on the file, weights not pre-packed as in verification). The wiring slips stay caught:
-tests/verify/test_onnx_wiring.py, tests/verify/test_slip_corpus.py.
+file whole (the oracle: ``onnxruntime.InferenceSession`` on the file, weights not pre-packed as in verification).
+The wiring slips stay caught: tests/verify/test_onnx_wiring.py, tests/verify/test_slip_corpus.py.
 """
 
 from __future__ import annotations
