@@ -4,7 +4,8 @@ every sequence node's weights in one compiled model (and kept every node's compi
 (:func:`rnnconvert.runtimes.openvino.parts` / ``staged``), one sequence node and the wiring after it per part.
 
 The bound is proved structurally: every model verification compiles (recorded by wrapping
-``openvino.Core.compile_model``) holds at most one ``*Sequence`` node of the IR; the wiring check ran. That the
+``openvino.Core.compile_model``) holds at most one ``*Sequence`` node of the IR, and the runtime keeps the compiled
+one-node models of at most one stacked node at a time; the wiring check ran. That the
 parts are still the IR's wiring: chained, they give bit for bit what OpenVINO computes compiling the written IR
 whole (the oracle). The wiring slip stays caught: tests/formats/openvino_files/test_openvino_wiring.py.
 """
@@ -56,10 +57,12 @@ def test_no_model_compiled_by_verification_holds_two_sequence_nodes(tmp_path, mo
     ir = tmp_path / "ir"
     api.convert(tmp_path / "src.pt", ir, to="openvino", verify=False)
     held: list[int] = []
+    kept: list[int] = []  # the stacked nodes whose one-node compiled models the runtime keeps at each compile
     real = ov.Core.compile_model
 
     def recording(self, model, *a, **kw):
         held.append(_sequences(model))
+        kept.append(len({key[:2] for key in ov_runtime._CACHE.get("compiled", {}) if isinstance(key, tuple)}))
         return real(self, model, *a, **kw)
 
     monkeypatch.setattr(ov.Core, "compile_model", recording)
@@ -67,3 +70,4 @@ def test_no_model_compiled_by_verification_holds_two_sequence_nodes(tmp_path, mo
     assert rep.verdict == "ok", [(c.verdict, c.reason) for c in rep.layers]
     assert "whole layer's graph" in rep.layers[0].target_route  # the wiring ran
     assert held and max(held) == 1, held
+    assert max(kept) <= 1, kept
