@@ -1,7 +1,8 @@
 """The onnxruntime runtime: a written ONNX model run by onnxruntime on CPU, for verification's target side.
 
 The model is opened from its path (no :attr:`~rnnconvert.engine.protocol.FormatSpec.load`): a layer's sequence
-runs in the written graph pruned to that layer's output (:func:`pruned`, :func:`session`); a slab and its one
+runs in the written graph pruned to that layer's output (:func:`pruned`, :func:`session`; a stacked layer's part
+by part, one stacked node and the wiring into it per session: :func:`stages`, :func:`staged`); a slab and its one
 steps run in a one-node graph of the written node (:func:`one_node`). Weights in external data stay in the
 file, mapped by onnxruntime (:func:`options`). onnx and onnxruntime are imported inside the functions.
 """
@@ -9,7 +10,7 @@ file, mapped by onnxruntime (:func:`options`). onnx and onnxruntime are imported
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,7 +30,9 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
     first; ``go_backwards`` layers in processing order (as :func:`rnnconvert.core.reference.forward`).
     Only the nodes that ``{name}__out`` depends on run (the written graph pruned to that output: a
     multi-layer model's other layers are neither loaded nor run); weights in external data stay in the
-    file, mapped by onnxruntime (:func:`session`).
+    file, mapped by onnxruntime (:func:`session`). A stacked layer of ``ckpt`` (``num_layers > 1``:
+    verification's wiring check, issue #39) runs the same pruned graph part by part (:func:`staged`), one
+    stacked node's weights mapped at a time (issue #38).
     """
     meta = whole_meta(path)
     if meta is not None:  # a whole model (issue #30): the layer's nodes, chained, from zero states
@@ -38,6 +41,8 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
         for k in range(layer.num_layers):
             y = forward_slab(path, ckpt, name, k, y)
         return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
+    if ckpt is not None and ckpt.layer(name).num_layers > 1:  # a stacked layer: one stacked node at a time
+        return staged(path, name, ckpt.layer(name).num_layers, x)
     return run(session(path, f"{name}__out"), path, name, x)
 
 
@@ -235,6 +240,144 @@ def session(path: str | Path, output: str):
         sess = ort.InferenceSession(small.SerializeToString(), options(path), providers=["CPUExecutionProvider"])
     _SESSION[key] = sess
     return sess
+
+
+class Stage(NamedTuple):
+    """One part of a stacked layer's written graph run alone (:func:`stages`): ``nodes`` (``onnx.NodeProto``, in
+    the file's order), ``inputs`` (tensor names fed to it: graph inputs and tensors earlier stages computed),
+    ``outputs`` (the tensors it computes that later stages read, and the layer's ``{name}__out``) and
+    ``initializers`` (the names of the file's initializers its nodes read, nested graphs' included)."""
+
+    nodes: list
+    inputs: list
+    outputs: list
+    initializers: list
+
+
+def _reads(node) -> set[str]:
+    """The tensor names ``node`` reads: its inputs and those of the nodes of its graph attributes (a ``Scan`` or
+    ``Loop`` body's outer-scope names; names local to the body are included too, harmlessly: no node outside
+    produces them)."""
+    from onnx import AttributeProto
+
+    names = {i for i in node.input if i}
+    for a in node.attribute:
+        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+        for g in graphs:
+            for n in g.node:
+                names |= _reads(n)
+    return names
+
+
+def stages(model, name: str, num_layers: int) -> list[Stage]:
+    """The written graph of layer ``name`` (``model``: an ``onnx.ModelProto``, external data not loaded), pruned to
+    ``{name}__out`` as :func:`pruned` prunes it, cut into parts run one after another (:func:`staged`): part ``k``
+    the nodes that the outputs of stacked node ``{name}.l{k}`` depend on and no earlier part holds (node ``k``
+    and, before it, the wiring from node ``k-1``: its ``Transpose``/``Reshape`` merging the directions, or the
+    input's transpose before node 0), then one part with the rest (the wiring after the last node to the output).
+    Every node of the pruned graph is in exactly one part, as it is in the file; a node the output does not
+    depend on (a stacked node the wiring skips) is in none, as onnxruntime would not run it. A part reads only
+    its own nodes' initializers: in a file written by rnnconvert one stacked node's weights each (the memory
+    bound of the wiring check, issue #38; tests/verify/test_onnx_wiring_bounded.py). Pure graph analysis."""
+    out = f"{name}__out"
+    need, keep = {out}, []
+    for node in reversed(model.graph.node):
+        if any(o in need for o in node.output):
+            keep.append(node)
+            need |= _reads(node)
+    keep.reverse()
+    reads = [_reads(n) for n in keep]
+    made = {o: i for i, n in enumerate(keep) for o in n.output if o}
+    part: dict[int, int] = {}  # node index in keep -> part
+    names = [name] if num_layers == 1 else [f"{name}.l{k}" for k in range(num_layers)]
+    idx = {n.name: i for i, n in enumerate(keep)}
+    groups: list[list[int]] = []
+    for root in [idx[nm] for nm in names if nm in idx] + [None]:
+        todo = [i for i in range(len(keep)) if i not in part] if root is None else [root]
+        members: set[int] = set()
+        while todo:
+            i = todo.pop()
+            if i in part or i in members:
+                continue
+            members.add(i)
+            todo.extend(made[t] for t in reads[i] if t in made)
+        if members:
+            for i in members:
+                part[i] = len(groups)
+            groups.append(sorted(members))
+    inits = {t.name for t in model.graph.initializer}
+    fed = {v.name for v in model.graph.input} - inits
+    result = []
+    for g, members in enumerate(groups):
+        own = {o for i in members for o in keep[i].output if o}
+        read = set().union(*(reads[i] for i in members)) - own
+        later = set().union(set(), *(reads[i] for i in range(len(keep)) if part[i] > g))
+        result.append(Stage(nodes=[keep[i] for i in members],
+                            inputs=sorted(t for t in read if t in fed or (t in made and part[made[t]] < g)),
+                            outputs=sorted(t for t in own if t in later or t == out),
+                            initializers=sorted(read & inits)))
+    return result
+
+
+def staged(path: str | Path, name: str, num_layers: int, x: np.ndarray) -> np.ndarray:
+    """Layer ``name`` of the written model on ``x`` ``(B, T, I)`` as :func:`run` of :func:`session` computes it (the
+    graph pruned to ``{name}__out``, fed ``{name}__in`` and zeros for other inputs), but part by part
+    (:func:`stages`): one onnxruntime session per part, built, run and dropped before the next, fed the tensors
+    earlier parts computed (passed on exactly, as numpy arrays). Every node and every wire of the pruned graph
+    runs in onnxruntime, once; a session maps only its part's initializers, so at most one stacked node's weights
+    are mapped at a time instead of the whole layer's (issue #38: 3.4 GB peak RSS for the 3 GB benchmark model).
+    Float64 initializers run as float32 (as in :func:`session`), converted part by part. Returns ``(B, T,
+    dirs*H)`` float64.
+
+    Raises:
+        FormatError: the graph has no input ``{name}__in`` (not written by rnnconvert).
+    """
+    ort = require("onnxruntime", "onnx")
+    onnx = require("onnx", "onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    model = onnx.load(str(path), load_external_data=False)
+    doubles = any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer)
+    by_name = {t.name: t for t in model.graph.initializer}
+    x = np.asarray(x)
+    known: dict[str, np.ndarray] = {}
+    specs = {}
+    for v in model.graph.input:
+        if v.name in by_name:
+            continue
+        elem = v.type.tensor_type.elem_type
+        if doubles and elem == TensorProto.DOUBLE:
+            elem = TensorProto.FLOAT
+        dt = np.float64 if elem == TensorProto.DOUBLE else np.float32
+        dims = v.type.tensor_type.shape.dim
+        known[v.name] = x.astype(dt) if v.name == f"{name}__in" else np.zeros(
+            (x.shape[0], x.shape[1], dims[2].dim_value if len(dims) > 2 else 0), dt)
+        specs[v.name] = elem
+    if f"{name}__in" not in known:
+        raise FormatError(f"{path}: no graph input '{name}__in' (not written by rnnconvert?)")
+    folder = str(Path(path).resolve().parent)
+    for st in stages(model, name, num_layers):
+        tensors = []
+        for n in st.initializers:
+            t = by_name[n]  # external data stays a reference: onnxruntime maps it (options)
+            if doubles and t.data_type == TensorProto.DOUBLE:  # float32 kernels only (see session)
+                t = onnx.TensorProto()
+                t.CopyFrom(by_name[n])
+                if uses_external_data(t):
+                    load_external_data_for_tensor(t, folder)
+                t = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), n)
+            tensors.append(t)
+        ins = [helper.make_tensor_value_info(
+            n, specs[n] if n in specs else helper.np_dtype_to_tensor_dtype(known[n].dtype), None) for n in st.inputs]
+        outs = [onnx.ValueInfoProto(name=n) for n in st.outputs]  # onnxruntime infers their types
+        graph = helper.make_graph(st.nodes, model.graph.name or "rnnconvert", ins, outs, initializer=tensors)
+        m = helper.make_model(graph, opset_imports=model.opset_import)
+        m.ir_version = model.ir_version
+        sess = ort.InferenceSession(m.SerializeToString(), options(path), providers=["CPUExecutionProvider"])
+        known.update(zip(st.outputs, sess.run(st.outputs, {n: known[n] for n in st.inputs})))
+        del sess, m, graph, tensors
+    return np.asarray(known[f"{name}__out"], dtype=np.float64)
 
 
 def run(sess, path, name: str, x: np.ndarray) -> np.ndarray:

@@ -57,7 +57,11 @@ def _model(path: str | Path):
 
 
 def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=None) -> np.ndarray:
-    """Layer ``name`` of the written IR in OpenVINO on ``x`` ``(B, T, I)`` from zero states: ``(B, T, D*H)``."""
+    """Layer ``name`` of the written IR in OpenVINO on ``x`` ``(B, T, I)`` from zero states: ``(B, T, D*H)``.
+    A stacked layer of ``ckpt`` (``num_layers > 1``: verification's wiring check, issue #39) runs part by part
+    (:func:`staged`), one sequence node's weights compiled at a time (issue #38)."""
+    if ckpt is not None and ckpt.layer(name).num_layers > 1:
+        return staged(path, ckpt, name, x)
     c = _model(path)
     if "whole" not in c["compiled"]:
         c["compiled"]["whole"] = c["core"].compile_model(c["model"], "CPU", CONFIG)
@@ -71,6 +75,75 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
         raise FormatError(f"{path}: no input '{name}__in' (not written by rnnconvert?)")
     out = cm(feeds)
     return np.asarray(out[cm.output(f"{name}__out")], np.float64)
+
+
+def parts(model, name: str, num_layers: int) -> list:
+    """The IR ``model`` (an ``openvino.Model`` read for this alone: it is edited) of stacked layer ``name`` cut
+    before each sequence node but the first: node ``k``'s input ``X`` (the IR's ``Transpose``/``Reshape`` of node
+    ``k-1``'s output) is replaced by a new ``Parameter`` ``rnnconvert_cut{k}``. Returns ``[(parameter or None,
+    output)]`` per part: part ``k`` computes ``output`` (the next node's input as the IR wires it; for the last part
+    the layer's ``{name}__out``) from the graph's own inputs and the parameters of the earlier cuts; in a written
+    IR it holds sequence node ``k`` and the wiring after it, nothing of another node (tests/verify/
+    test_onnx_wiring_bounded.py). The edges cut are exactly these inputs: every other edge is run as written.
+
+    Raises:
+        FormatError: no sequence node ``{name}.l{k}`` or no output ``{name}__out`` (not written by rnnconvert).
+    """
+    ops = require("openvino.opset13", "openvino")
+    by = {n.get_friendly_name(): n for n in model.get_ordered_ops()}
+    nodes = []
+    for k in range(num_layers):
+        want = name if num_layers == 1 else f"{name}.l{k}"
+        node = by.get(want)
+        if node is None or not node.get_type_name().endswith("Sequence"):
+            raise FormatError(f"no sequence node '{want}' (not written by rnnconvert?)")
+        nodes.append(node)
+    out = next((o for o in model.outputs if f"{name}__out" in o.get_names()), None)
+    if out is None:
+        raise FormatError(f"no output '{name}__out' (not written by rnnconvert?)")
+    cuts = [None]
+    ends = []
+    for k in range(1, num_layers):
+        src = nodes[k].input(0).get_source_output()
+        p = ops.parameter(src.get_partial_shape(), src.get_element_type(), name=f"rnnconvert_cut{k}")
+        nodes[k].input(0).replace_source_output(p.output(0))
+        cuts.append(p)
+        ends.append(src)
+    return list(zip(cuts, ends + [out.get_node().input(0).get_source_output()]))
+
+
+def staged(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """Stacked layer ``name`` of the written IR on ``x`` ``(B, T, I)`` as :func:`forward` of the whole model
+    computes it, but part by part (:func:`parts`): each part compiled, run and dropped before the next, fed the
+    graph's inputs (``{name}__in``; zeros for other layers') and the outputs of the earlier parts (passed on
+    exactly). Every node and wire of the IR on the way to ``{name}__out`` runs in OpenVINO once (the shapes of
+    ``{name}__in`` in each part); a compiled part holds one sequence node's weights instead of the layer's.
+    Returns ``(B, T, D*H)`` float64."""
+    ov = require("openvino", "openvino")
+    ops = require("openvino.opset13", "openvino")
+    c = _model(path)
+    model = c["core"].read_model(str(_xml(path)))  # its own copy: parts() edits it (the weights stay mapped)
+    x = np.asarray(x, np.float32)
+    graph = list(model.get_parameters())
+    feeds = {}
+    for p in graph:
+        nm = p.get_friendly_name()
+        feeds[nm] = x if nm == f"{name}__in" else np.zeros(
+            (x.shape[0], x.shape[1], p.get_partial_shape()[2].get_length()), np.float32)
+    if f"{name}__in" not in feeds:
+        raise FormatError(f"{path}: no input '{name}__in' (not written by rnnconvert?)")
+    y = None
+    known = list(graph)
+    for cut, end in parts(model, name, ckpt.layer(name).num_layers):
+        if cut is not None:
+            feeds[cut.get_friendly_name()] = y
+            known.append(cut)
+        part = ov.Model([ops.result(end)], known, "rnnconvert_part")
+        cm = c["core"].compile_model(part, "CPU", CONFIG)
+        y = np.asarray(cm({i.get_node().get_friendly_name(): feeds[i.get_node().get_friendly_name()]
+                           for i in cm.inputs})[0])
+        del cm, part
+    return np.asarray(y, np.float64)
 
 
 def _node(path, ckpt: Checkpoint, name: str, k: int, states: bool):
@@ -115,6 +188,8 @@ def _node(path, ckpt: Checkpoint, name: str, k: int, states: bool):
     else:
         new = ops.rnn_sequence(x, h0, lengths, W, R, B, at["hidden_size"], at["direction"], **kw)
     outs = [ops.result(new.output(j)) for j in range(len(new.outputs()))]
+    for old in [o for o in c["compiled"] if isinstance(o, tuple) and o[:2] != key[:2]]:
+        del c["compiled"][old]  # one stacked node's compiled models kept at a time (issue #38)
     compiled = (c["core"].compile_model(ov.Model(outs, params, "rnnconvert_step"), "CPU", CONFIG), lstm, D)
     c["compiled"][key] = compiled
     return compiled
