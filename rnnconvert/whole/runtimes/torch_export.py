@@ -105,7 +105,9 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
 def _layer(path: str | Path, ckpt: Checkpoint, name: str):
     """``(torch, module)``: the recurrent module the program of layer ``name`` was exported from
     (``pt2_write._module_class``), holding the program's own constants (every buffer ``rnns.<name>.*`` of its
-    ``state_dict``, loaded strictly: a constant the program lacks or has in another shape is refused).
+    ``state_dict``, loaded strictly: a constant the program lacks or has in another shape is refused), the semantics
+    the writer wrote (a TF1 cell's run-time ``forget_bias`` folded into ``b_f``, as the engine hands it to the writer:
+    :func:`rnnconvert.engine.stream.writer_view`).
 
     Raises:
         FormatError: the program holds no such layer, or its constants do not fit the layer."""
@@ -118,7 +120,10 @@ def _layer(path: str | Path, ckpt: Checkpoint, name: str):
         _, Recurrent = pt2_write._module_class()
         prefix = f"rnns.{pt2_write._safe(name)}."
         own = {k[len(prefix):]: v for k, v in c["ep"].state_dict.items() if k.startswith(prefix)}
-        m = Recurrent(ckpt.layer(name))
+        layer = ckpt.layer(name)
+        if layer.semantics.forget_bias:  # the pt2 container folds it into b_f (FormatSpec.forget_bias "fold"):
+            layer = layer.with_semantics(forget_bias=0.0)  # the program computes no run-time forget bias
+        m = Recurrent(layer)
         try:
             m.load_state_dict(own, strict=True)
         except RuntimeError as exc:
