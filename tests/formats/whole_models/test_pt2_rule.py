@@ -156,3 +156,46 @@ def test_cli_recurrent_only_pt2_report_names_the_per_layer_rule(written):
     c = rep.layers[0]
     assert c.verdict == "ok" and "torch.export" in c.target_route
     assert c.resolution  # the per-layer rule's resolution (docs/cli.md "Verdicts")
+
+
+def _swap_stack(prefix: str):
+    """Stacked layers 0 and 1 exchanged (every constant ``l0_*`` with its ``l1_*``: a bidirectional stack whose input
+    is as wide as its output, so the shapes still fit)."""
+    def edit(sd):
+        for key in [k for k in sd if k.startswith(prefix + "l0_")]:
+            other = prefix + "l1_" + key[len(prefix) + 3:]
+            a, b = sd[key].clone(), sd[other].clone()
+            sd[key].copy_(b)
+            sd[other].copy_(a)
+    return edit
+
+
+def test_stacked_torch_gru_slips_fail(tmp_path):
+    """A torch ``nn.GRU(6, 3, num_layers=2, bidirectional=True)`` state dict (a source without a whole model: its
+    ``.pt2`` is the recurrent layers alone), made here by torch, which is also the oracle (the module run on a
+    fixed input). The correct program is ``ok``; the stacked layers exchanged, or one element of layer 1's
+    recurrent weights x1.01, each first shown wrong against torch's own output, FAIL."""
+    torch.manual_seed(3)
+    m = torch.nn.GRU(6, 3, num_layers=2, bidirectional=True, batch_first=True).eval()
+    src = tmp_path / "stack.pt"
+    torch.save(m.state_dict(), src)
+    x = torch.from_numpy(np.random.default_rng(5).standard_normal((3, 11, 6)).astype(np.float32))
+    with torch.no_grad():
+        want = m(x)[0].numpy().astype(np.float64)
+    good = tmp_path / "stack.pt2"
+    rnnconvert.convert(src, good)
+
+    def true_error(path):
+        ep, _ = _load(path)
+        with torch.no_grad():
+            y = ep.module()(x)[0].numpy().astype(np.float64)
+        return float(np.max(np.abs(y - want)))
+
+    base = true_error(good)
+    assert rnnconvert.verify(src, good).verdict == "ok"
+    p = "rnns.rnn."
+    for i, edit in enumerate([_swap_stack(p), _times(p + "l1_whhT", 1.01)]):
+        bad = _edited(good, tmp_path / f"bad{i}.pt2", edit)
+        assert true_error(bad) > 100 * max(base, 1e-9), i
+        rep = rnnconvert.verify(src, bad)
+        assert rep.verdict == "fail", (i, [c.reason for c in rep.layers])
