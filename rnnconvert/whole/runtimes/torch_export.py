@@ -14,7 +14,7 @@ as a source). Two kinds of program, two checks, no tolerance of this module's ow
   and their joins run by the program's own graph: the short-sequence comparison); :func:`step` runs one step from
   each of the engine's states with the program's own constants (its ``state_dict``, every buffer the program
   computes with) in the module the program was exported from (:func:`rnnconvert.whole.formats.torch.pt2_write.
-  _module_class`, the same torch kernels: ``aten.mkldnn_rnn_layer`` for a native LSTM, the chunked ``scan``
+  recurrent_module`, the same torch kernels: ``aten.mkldnn_rnn_layer`` for a native LSTM, the chunked ``scan``
   otherwise), since a program exported from zero states takes no initial state. The verdict is the per-layer
   rule's (:func:`rnnconvert.verify.verdict.decide`: the one-step bound, the measured sequence tolerance,
   ``inconclusive`` where it cannot decide); :func:`verify_whole` adds nothing for such a program.
@@ -104,7 +104,7 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
 
 def _layer(path: str | Path, ckpt: Checkpoint, name: str):
     """``(torch, module)``: the recurrent module the program of layer ``name`` was exported from
-    (``pt2_write._module_class``), holding the program's own constants (every buffer ``rnns.<name>.*`` of its
+    (:func:`rnnconvert.whole.formats.torch.pt2_write.recurrent_module`), holding the program's own constants (every buffer ``rnns.<name>.*`` of its
     ``state_dict``, loaded strictly: a constant the program lacks or has in another shape is refused), the semantics
     the writer wrote (a TF1 cell's run-time ``forget_bias`` folded into ``b_f``, as the engine hands it to the writer:
     :func:`rnnconvert.engine.stream.writer_view`).
@@ -117,13 +117,12 @@ def _layer(path: str | Path, ckpt: Checkpoint, name: str):
 
         if not recurrent_only(path, ckpt):
             raise FormatError(f"{path}: a whole-model program has no input of layer '{name}' of its own")
-        _, Recurrent = pt2_write._module_class()
-        prefix = f"rnns.{pt2_write._safe(name)}."
+        prefix = pt2_write.state_prefix(name)
         own = {k[len(prefix):]: v for k, v in c["ep"].state_dict.items() if k.startswith(prefix)}
         layer = ckpt.layer(name)
         if layer.semantics.forget_bias:  # the pt2 container folds it into b_f (FormatSpec.forget_bias "fold"):
             layer = layer.with_semantics(forget_bias=0.0)  # the program computes no run-time forget bias
-        m = Recurrent(layer)
+        _, m = pt2_write.recurrent_module(layer)
         try:
             m.load_state_dict(own, strict=True)
         except RuntimeError as exc:
@@ -168,14 +167,24 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     :func:`rnnconvert.whole.formats.torch.pt2_write.check`) is fed zero initial states, as the source model starts;
     its final states are not compared. ``[]`` for a program of the recurrent layers alone (:func:`recurrent_only`):
     the per-layer engine judges it (:func:`forward`, :func:`step`)."""
+    from ..verify import keras_whole_check
+
+    full = keras_whole_check.whole_of(ckpt)
+    try:
+        if full is None or recurrent_only(dst_path, ckpt):
+            return []
+        return _compare_program(ckpt, full, src_path, dst_path, inputs, seed)
+    finally:
+        release()  # the program is not kept loaded after its check
+
+
+def _compare_program(ckpt: Checkpoint, full, src_path, dst_path, inputs, seed) -> list:
+    """:func:`verify_whole` of a whole model's program."""
     from ..conventions import keras_graph
     from ...formats.keras import keras_whole
     from ..verify import keras_whole_check
     from ..formats.torch import pt2_write
 
-    full = keras_whole_check.whole_of(ckpt)
-    if full is None or recurrent_only(dst_path, ckpt):
-        return []
     torch, prog = _load(dst_path)
     route = f"torch {torch.__version__} (torch.export program)"
     graph = keras_graph.build(full.config, full.weights, ckpt)
