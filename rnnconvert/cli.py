@@ -165,7 +165,7 @@ def convert(
     states: Annotated[bool, typer.Option(
         "--states", help="A Keras full model to .onnx or .pt2 (and --emit-module's source): every unidirectional "
         "recurrent layer's initial states as graph inputs (state_in:<layer>:h/:c) and final states as outputs "
-        "(state_out:...), to run a sequence in chunks.")] = False,
+        "(state_out:...), to run a sequence in chunks. An .onnx of the recurrent layers alone refuses it.")] = False,
     emit_module: Annotated[Optional[Path], typer.Option(
         "--emit-module", help="A Keras 2 full model: also write it as readable PyTorch nn.Module source to this .py "
         "file (class Model) and its state dict beside it (<stem>_state.pt), verified against tf_keras.",

@@ -459,7 +459,7 @@ def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> Conversio
                     model_in = {k: v for k, v in (verify_inputs or {}).items() if whole and k not in names}
                     layer_in = _float_inputs({k: v for k, v in (verify_inputs or {}).items() if k not in model_in})
                     if (out_mod.read is not None or as_target(out_mod).target_step is not None) \
-                            and not ckpt.meta.get("whole_program"):  # a whole .tflite runs whole only
+                            and not _whole_program(out_mod, tmp, ckpt):  # a whole .tflite, .pt2 runs whole only
                         # one source side for every target (the cuDNN routes): one report
                         rep.verification = _verify(ckpt, in_mod, tmp, targets, mode=verify, src_path=src_p,
                                                    seed=seed, inputs=layer_in or None)
@@ -643,8 +643,8 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
 
     def attempt(targets: list) -> VerifyReport:
         try:
-            if whole is not None and (unread is not None or (out_mod.read is None
-                                                             and as_target(out_mod).target_step is None)):
+            if whole is not None and (unread is not None or _whole_program(out_mod, Path(dst), ckpt) or (
+                    out_mod.read is None and as_target(out_mod).target_step is None)):
                 # a program (.pt2, a whole .tflite): its runtime's whole-model checks only, as converted
                 rep = VerifyReport(seed=seed)
             elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
@@ -715,6 +715,17 @@ def _verify_whole_file(ckpt, in_mod, whole, src: Path, dst: Path, model_in: dict
     names = {layer.name for layer in ckpt.layers}
     model_in = {**{k: v for k, v in (layer_in or {}).items() if k not in names}, **model_in}
     _whole_checks(whole, rep, full.renamed(ckpt.materialize()), src, dst, model_in, seed, str(dst.suffix))
+
+
+def _whole_program(out_mod, dst: Path, ckpt) -> bool:
+    """Whether the written ``dst`` is a program of a whole model, judged by its runtime's ``verify_whole`` only:
+    marked so by its writer's check (``ckpt.meta["whole_program"]``: a whole ``.tflite``), or by its runtime
+    (:attr:`~rnnconvert.engine.protocol.Runtime.whole_only`: a ``.pt2`` of a whole model, not of the recurrent
+    layers alone)."""
+    if ckpt.meta.get("whole_program"):
+        return True
+    says = getattr(as_target(out_mod), "target_whole_only", None)
+    return bool(says is not None and says(dst, ckpt))
 
 
 def _whole_checks(whole, rep: VerifyReport, ckpt, src: Path, dst: Path, model_in: dict, seed: int, route: str) -> None:

@@ -179,6 +179,10 @@ class Runtime:
     #: verification then also runs ``forward`` on the whole layer and compares it with its slabs run one by one and
     #: joined as the source joins them (issue #39)
     wired: bool = False
+    #: ``whole_only(path, ckpt, load) -> bool``: the written file is a program of a whole model, judged by
+    #: ``verify_whole`` alone, not layer by layer (a ``.pt2`` of a whole model; one of the recurrent layers alone runs
+    #: ``forward`` and ``step`` for the per-layer engine, issue #39); ``None``: decided by the file's reader
+    whole_only: Callable[..., Any] | None = None
 
 
 def located(where: str) -> Callable[..., Any]:

@@ -41,6 +41,8 @@ class Target:
         self.target_slab_check = self._op("slab_check")
         #: the runtime's slabs are joined by the file's own wiring (:attr:`Runtime.wired`): ``forward`` runs it
         self.target_wired = bool(rt is not None and rt.wired)
+        #: the written file is a whole-model program judged by ``verify_whole`` only (:attr:`Runtime.whole_only`)
+        self.target_whole_only = self._op("whole_only")
         self.release = self._release if spec.release is not None or (rt is not None and rt.release is not None) else None
 
     def _engine_route(self) -> tuple[str, str]:

@@ -35,7 +35,7 @@ from ...core import gates
 from ...engine import refusal
 from ...engine.protocol import located
 from ...speed import directio
-from ...errors import FormatError, OutputExistsError, require
+from ...errors import FormatError, OutputExistsError, UnsupportedError, require
 from ...core.model import Cell, Checkpoint, RNNLayer
 from .onnx_read import META_KEY, read  # noqa: F401  (the reader lives in its own module)
 
@@ -375,12 +375,19 @@ def container_check(ckpt: Checkpoint, *, recurrent_only: bool = False, whole_mod
     (:func:`check`), noting a Keras file without architecture (:data:`WEIGHTS_ONLY`).
 
     Raises:
-        UnsupportedError: as :func:`check`, or the whole-model writer's refusals (layer, class, way out)."""
+        UnsupportedError: as :func:`check`, or the whole-model writer's refusals (layer, class, way out); the write
+            option ``states`` (CLI ``--states``) for the recurrent layers alone (``recurrent_only``, or a source
+            without a whole model): their nodes' ``initial_h``/``Y_h`` are not graph inputs and outputs of this
+            writer, and the option is refused rather than ignored (issue #39)."""
     if whole_model is not None and not recurrent_only:
         return WHOLE_CHECK(ckpt, whole_model=whole_model, **options)
     options.pop("mask_layout", None)  # the recurrent layers alone take no mask
     runtime = options.pop("runtime", None)  # nor a runtime profile (whole-model graphs only)
-    options.pop("states", None)
+    if options.pop("states", None):
+        raise UnsupportedError(
+            "states (--states): the ONNX graph of the recurrent layers alone (--recurrent-only, a partial conversion, "
+            "or a source without a whole Keras model) takes no initial states and gives no final states; --states "
+            "applies to a whole Keras model written whole (drop --states)")
     out = check(ckpt, recurrent_only=recurrent_only, **options)
     if runtime not in (None, "onnxruntime"):
         out.append(f"runtime={runtime!r} applies to a whole-model graph; the recurrent layers are written as native "

@@ -1,102 +1,212 @@
 """The torch_export runtime: a written ``.pt2`` program (:mod:`rnnconvert.whole.formats.torch.pt2_write`) loaded by
-``torch.export.load`` and run by torch (verification's target side, issue #30).
+``torch.export.load`` and run by torch (verification's target side, issues #30 and #39).
 
 Only files rnnconvert has just written are loaded (``torch.export.load`` unpickles; a ``.pt2`` is never read
-as a source). :func:`verify_whole` is the whole check of such a file: a whole Keras model against tf_keras
-running the source (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`: every model output by the one rule of whole
-models, the spreads also from the source's graph rebuilt and run eagerly in float32 and float64), or, for a program of the recurrent layers alone,
-each layer's output against the canonical float64 equations :func:`rnnconvert.core.reference.forward`
-(the rule ``max|d| <= TOL * max(1, max|ref|)`` with the float32 run of the same equations' spread added).
+as a source). Two kinds of program, two checks, no tolerance of this module's own (issue #39, docs/cli.md
+"Verdicts"):
+
+* a whole Keras model: :func:`verify_whole`, the whole-model check
+  (:func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`: every model output against tf_keras running the
+  source, judged by :func:`rnnconvert.verify.whole_rule.decide_whole`, its spreads measured on the source only);
+* the recurrent layers alone (``--recurrent-only``, and every source without a whole model): a runtime of the
+  per-layer engine (:mod:`rnnconvert.verify.engine`), as onnxruntime is for an ``.onnx`` of the recurrent layers.
+  :func:`forward` runs the written program whole (the layer's input fed, every stacked layer and direction of it
+  and their joins run by the program's own graph: the short-sequence comparison); :func:`step` runs one step from
+  each of the engine's states with the program's own constants (its ``state_dict``, every buffer the program
+  computes with) in the module the program was exported from (:func:`rnnconvert.whole.formats.torch.pt2_write.
+  recurrent_module`, the same torch kernels: ``aten.mkldnn_rnn_layer`` for a native LSTM, the chunked ``scan``
+  otherwise), since a program exported from zero states takes no initial state. The verdict is the per-layer
+  rule's (:func:`rnnconvert.verify.verdict.decide`: the one-step bound, the measured sequence tolerance,
+  ``inconclusive`` where it cannot decide); :func:`verify_whole` adds nothing for such a program.
 """
 
 from __future__ import annotations
 
+import io
+import os
+import re
 from pathlib import Path
 
 import numpy as np
 
-from ...core.model import Checkpoint
+from ...core.model import Cell, Checkpoint
 from ...engine.protocol import Runtime
-from ...errors import require
+from ...errors import FormatError, require
+
+#: the last program loaded (``key``: its resolved path, mtime and size; ``ep``: the ExportedProgram; ``module``:
+#: ``ep.module()``; ``inputs``: its ``rnnconvert_inputs.txt``; ``layers``: the per-layer modules of :func:`_layer`)
+_CACHE: dict = {}
+
+
+def _exported(path: str | Path) -> tuple:
+    """``(torch, cache)`` of the program at ``path``, loaded once per file version (:data:`_CACHE`)."""
+    torch = require("torch", "torch")
+    st = os.stat(path)
+    key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+    if _CACHE.get("key") != key:
+        extra = {"rnnconvert_inputs.txt": ""}
+        with open(path, "rb") as fh:  # a buffer: the temporary name does not end in .pt2 (torch warns otherwise)
+            ep = torch.export.load(io.BytesIO(fh.read()), extra_files=extra)
+        _CACHE.clear()
+        _CACHE.update(key=key, ep=ep, module=None, inputs=extra["rnnconvert_inputs.txt"] or "", layers={})
+    return torch, _CACHE
+
+
+def release() -> None:
+    """Drop the program kept loaded (:data:`_CACHE`)."""
+    _CACHE.clear()
 
 
 def _load(path: str | Path):
-    import io
+    torch, c = _exported(path)
+    if c["module"] is None:
+        c["module"] = c["ep"].module()
+    return torch, c["module"]
 
-    torch = require("torch", "torch")
-    with open(path, "rb") as fh:  # a buffer: the temporary name does not end in .pt2 (torch warns otherwise)
-        return torch, torch.export.load(io.BytesIO(fh.read())).module()
+
+def recurrent_only(path: str | Path, ckpt: Checkpoint) -> bool:
+    """Whether the program at ``path`` is one of the recurrent layers of ``ckpt`` alone (one input
+    ``'<layer>__in'`` per layer, in layer order: the names :func:`rnnconvert.whole.formats.torch.pt2_write.write`
+    stores in the file's ``rnnconvert_inputs.txt``), not a whole model. A conversion's own mark
+    (``ckpt.meta["pt2_recurrent_only"]``, ``ckpt.meta["whole_program"]``) decides first."""
+    if ckpt.meta.get("pt2_recurrent_only") is True:
+        return True
+    if ckpt.meta.get("whole_program"):
+        return False
+    _, c = _exported(path)
+    line = next((ln for ln in c["inputs"].splitlines() if ln.startswith("program inputs: ")), "")
+    names = re.findall(r"'([^']*)' \(", line)
+    return names == [f"{layer.name}__in" for layer in ckpt.layers]
+
+
+def whole_only(path: str | Path, ckpt: Checkpoint, load=None) -> bool:
+    """The runtime's ``whole_only``: a program of a whole model (not :func:`recurrent_only`), judged by
+    :func:`verify_whole` alone."""
+    return not recurrent_only(path, ckpt)
 
 
 def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=None) -> np.ndarray:
     """Layer ``name`` of a written program of the recurrent layers (one input and output per layer, in layer
-    order; the other inputs fed zeros) on ``x`` ``(B, T, I)``: ``(B, T, dirs*H)`` float64.
+    order; the other inputs fed zeros) on ``x`` ``(B, T, I)``: ``(B, T, dirs*H)`` float64, the program run whole
+    (every stacked layer and direction, from zero states).
 
     Raises:
         FormatError: a whole-model program (its layers are not inputs of their own: :func:`verify_whole`)."""
-    from ...errors import FormatError
-
+    if not recurrent_only(path, ckpt):
+        raise FormatError(f"{path}: a whole-model program has no input of layer '{name}' of its own")
     torch, prog = _load(path)
     names = [layer.name for layer in ckpt.layers]
-    if ckpt.meta.get("pt2_recurrent_only") is not True and ckpt.format == "keras_h5":
-        raise FormatError(f"{path}: a whole-model program has no input of layer '{name}' of its own")
     args = [torch.from_numpy(np.asarray(x, np.float32)) if n == name
             else torch.zeros(x.shape[0], x.shape[1], layer.input_size) for n, layer in zip(names, ckpt.layers)]
     with torch.no_grad():
         return prog(*args)[names.index(name)].numpy().astype(np.float64)
 
 
+def _layer(path: str | Path, ckpt: Checkpoint, name: str):
+    """``(torch, module)``: the recurrent module the program of layer ``name`` was exported from
+    (:func:`rnnconvert.whole.formats.torch.pt2_write.recurrent_module`), holding the program's own constants (every buffer ``rnns.<name>.*`` of its
+    ``state_dict``, loaded strictly: a constant the program lacks or has in another shape is refused), the semantics
+    the writer wrote (a TF1 cell's run-time ``forget_bias`` folded into ``b_f``, as the engine hands it to the writer:
+    :func:`rnnconvert.engine.stream.writer_view`).
+
+    Raises:
+        FormatError: the program holds no such layer, or its constants do not fit the layer."""
+    torch, c = _exported(path)
+    if name not in c["layers"]:
+        from ..formats.torch import pt2_write
+
+        if not recurrent_only(path, ckpt):
+            raise FormatError(f"{path}: a whole-model program has no input of layer '{name}' of its own")
+        prefix = pt2_write.state_prefix(name)
+        own = {k[len(prefix):]: v for k, v in c["ep"].state_dict.items() if k.startswith(prefix)}
+        layer = ckpt.layer(name)
+        if layer.semantics.forget_bias:  # the pt2 container folds it into b_f (FormatSpec.forget_bias "fold"):
+            layer = layer.with_semantics(forget_bias=0.0)  # the program computes no run-time forget bias
+        _, m = pt2_write.recurrent_module(layer)
+        try:
+            m.load_state_dict(own, strict=True)
+        except RuntimeError as exc:
+            first = (str(exc).strip().splitlines() or ["state_dict mismatch"])[0]
+            raise FormatError(f"{path}: the program's constants of layer '{name}' do not fit it: {first}") from exc
+        c["layers"][name] = m.eval()
+    return torch, c["layers"][name]
+
+
+def step(path: str | Path, ckpt: Checkpoint, name: str, k: int, x: np.ndarray, states: list, load=None) -> list:
+    """One step of stacked layer ``k`` of layer ``name`` from each of ``N`` states, the program's constants in the
+    module it was exported from (:func:`_layer`): ``x`` ``(N, I_k)``, ``states[d] = (h0 (N, out), c0 (N, H) or
+    None)``; returns ``[(h1 (N, out), c1 (N, H) or None)]`` per direction, float64. The same torch kernels as the
+    program's (``aten.mkldnn_rnn_layer`` where the program runs it, else the chunked ``scan`` of
+    ``layer_scan``)."""
+    torch, m = _layer(path, ckpt, name)
+    f32 = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32))  # noqa: E731
+    xt = f32(x)
+    N = xt.shape[0]
+    lstm = m.cell is Cell.LSTM
+    out = []
+    with torch.no_grad():
+        if m.native:
+            for d, (h0, c0) in enumerate(states):
+                _, h1, c1 = m.native_direction(xt[:, None], None, k, d, False, f32(h0), f32(c0))
+                out.append((h1.numpy().astype(np.float64), c1.numpy().astype(np.float64)))
+            return out
+        bias = getattr(m, f"l{k}_bfold")
+        xin = torch.stack([xt @ m.p(k, d, "w_ih").t() + (bias[d] if m.p(k, d, "b_ih") is None
+                                                           else m.p(k, d, "b_ih") + bias[d]) for d in range(m.D)])
+        h0 = torch.stack([f32(s[0]) for s in states])
+        c0 = torch.stack([f32(s[1]) if s[1] is not None else torch.zeros(N, m.H) for s in states])
+        _, hT, cT = m.layer_scan(xin.unsqueeze(0).contiguous(), k, h0, c0, None, lstm)
+    return [(hT[d].numpy().astype(np.float64), cT[d].numpy().astype(np.float64) if lstm else None)
+            for d in range(m.D)]
+
+
 def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
                  seed: int = 0) -> list:
-    """The checks of a written ``.pt2`` (module docstring); :class:`rnnconvert.verify.checks.LayerCheck` entries. A
-    program written with states (``ckpt.meta["pt2_states"]``, :func:`rnnconvert.whole.formats.torch.pt2_write.check`)
-    is fed zero initial states, as the source model starts; its final states are not compared."""
+    """The whole-model check of a written ``.pt2`` of a whole Keras model (module docstring);
+    :class:`rnnconvert.verify.checks.LayerCheck` entries. A program written with states (``ckpt.meta["pt2_states"]``,
+    :func:`rnnconvert.whole.formats.torch.pt2_write.check`) is fed zero initial states, as the source model starts;
+    its final states are not compared. ``[]`` for a program of the recurrent layers alone (:func:`recurrent_only`):
+    the per-layer engine judges it (:func:`forward`, :func:`step`)."""
+    from ..verify import keras_whole_check
+
+    full = keras_whole_check.whole_of(ckpt)
+    try:
+        if full is None or recurrent_only(dst_path, ckpt):
+            return []
+        return _compare_program(ckpt, full, src_path, dst_path, inputs, seed)
+    finally:
+        release()  # the program is not kept loaded after its check
+
+
+def _compare_program(ckpt: Checkpoint, full, src_path, dst_path, inputs, seed) -> list:
+    """:func:`verify_whole` of a whole model's program."""
     from ..conventions import keras_graph
-    from ...core import reference
     from ...formats.keras import keras_whole
     from ..verify import keras_whole_check
     from ..formats.torch import pt2_write
-    from ...verify.checks import LayerCheck
 
     torch, prog = _load(dst_path)
     route = f"torch {torch.__version__} (torch.export program)"
-    full = keras_whole_check.whole_of(ckpt)
-    if full is not None and not ckpt.meta.get("pt2_recurrent_only"):
-        graph = keras_graph.build(full.config, full.weights, ckpt)
-        carried = ckpt.meta.get("pt2_states")  # written with states: zero initial states, as the source starts
+    graph = keras_graph.build(full.config, full.weights, ckpt)
+    carried = ckpt.meta.get("pt2_states")  # written with states: zero initial states, as the source starts
 
-        def target(xs):
-            args = [torch.from_numpy(np.asarray(xs[n]).astype(np.int32 if e is not None else np.float32))
-                    for n, _, _, e in graph.inputs]
-            if carried is not None:
-                args.append({k: torch.zeros(args[0].shape[0], h) for k, h in carried.items()})
-            with torch.no_grad():
-                return [o.numpy() for o in prog(*args)[:len(graph.outputs)]], {}
+    def target(xs):
+        args = [torch.from_numpy(np.asarray(xs[n]).astype(np.int32 if e is not None else np.float32))
+                for n, _, _, e in graph.inputs]
+        if carried is not None:
+            args.append({k: torch.zeros(args[0].shape[0], h) for k, h in carried.items()})
+        with torch.no_grad():
+            return [o.numpy() for o in prog(*args)[:len(graph.outputs)]], {}
 
-        steps = pt2_write.program_steps(graph)  # strided layers: the length the program was exported at
-        return keras_whole_check.compare_whole(str(src_path), full, target, route, inputs=inputs, seed=seed,
-                                         run64=lambda xs: pt2_write.run_float64(graph, xs),
-                                         run32=lambda xs: pt2_write.run_float64(graph, xs, double=False),
-                                         steps=steps or keras_whole.STEPS)
-    rng = np.random.default_rng(seed)
-    xs = [rng.standard_normal((3, 9, layer.input_size)).astype(np.float32) for layer in ckpt.layers]
-    with torch.no_grad():
-        outs = prog(*[torch.from_numpy(x) for x in xs])
-    checks = []
-    for layer, x, y in zip(ckpt.layers, xs, outs):
-        ref = reference.forward(layer, x)
-        y32 = reference.forward(layer, x, np.float32).astype(np.float64)
-        got = y.numpy().astype(np.float64)
-        scale = float(np.max(np.abs(ref), initial=0.0))
-        err = float(np.max(np.abs(got - ref), initial=0.0))
-        tol = keras_whole.TOL * max(1.0, scale) + 2 * float(np.max(np.abs(y32 - ref), initial=0.0))
-        checks.append(LayerCheck(layer.name, err, tol, scale, "numpy reference (float64)", route, "sequence",
-                                 verdict="ok" if err <= tol else "fail",
-                                 reason="" if err <= tol else f"differs by {err:.3g} (tolerance {tol:.3g})"))
-    return checks
+    steps = pt2_write.program_steps(graph)  # strided layers: the length the program was exported at
+    return keras_whole_check.compare_whole(str(src_path), full, target, route, inputs=inputs, seed=seed,
+                                           run64=lambda xs: pt2_write.run_float64(graph, xs),
+                                           run32=lambda xs: pt2_write.run_float64(graph, xs, double=False),
+                                           steps=steps or keras_whole.STEPS)
 
 
-RUNTIME = Runtime("torch_export", engine="torch", forward=forward, verify_whole=verify_whole)
+RUNTIME = Runtime("torch_export", engine="torch", forward=forward, step=step, verify_whole=verify_whole,
+                  whole_only=whole_only, release=release)
 
 
 def import_module(py_path: str | Path, name: str = "rnnconvert_emitted"):

@@ -311,6 +311,21 @@ def _module_class():
     return torch, Recurrent
 
 
+def recurrent_module(layer: RNNLayer):
+    """``(torch, module)``: a fresh module of the class a program computes ``layer`` with (``Recurrent`` of
+    :func:`build_module`; its buffers ``l<k>_d<d>_<key>``, ``l<k>_whhT``... from ``layer``'s parameters). The
+    ``torch_export`` runtime loads a written program's constants into it to run one step from given states
+    (:func:`rnnconvert.whole.runtimes.torch_export.step`)."""
+    torch, Recurrent = _module_class()
+    return torch, Recurrent(layer)
+
+
+def state_prefix(name: str) -> str:
+    """The prefix of recurrent layer ``name``'s constants in a program's ``state_dict``: ``'rnns.<name>.'``
+    (the name made safe for a module attribute as :func:`build_module` makes it)."""
+    return f"rnns.{_safe(name)}."
+
+
 def _f(torch, a) -> Any:
     return torch.from_numpy(np.array(a, np.float32))
 
