@@ -1,8 +1,9 @@
 """The torch_export runtime: a written ``.pt2`` program (:mod:`rnnconvert.whole.formats.torch.pt2_write`) loaded by
 ``torch.export.load`` and run by torch (verification's target side, issues #30 and #39).
 
-Only files rnnconvert has just written are loaded (``torch.export.load`` unpickles; a ``.pt2`` is never read
-as a source). Two kinds of program, two checks, no tolerance of this module's own (issue #39, docs/cli.md
+A ``.pt2`` is never read as a source; ``verify SRC DST.pt2`` loads a file the user names, through
+:func:`rnnconvert.safety.pt2_archive.load` (the archive checked, and ``torch.export.load`` run with every unpickling
+path that can run code closed). Two kinds of program, two checks, no tolerance of this module's own (issue #39, docs/cli.md
 "Verdicts"):
 
 * a whole Keras model: :func:`verify_whole`, the whole-model check
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ...core.model import Cell, Checkpoint
+from ...safety import pt2_archive
 from ...engine.protocol import Runtime
 from ...errors import FormatError, require
 
@@ -45,8 +47,7 @@ def _exported(path: str | Path) -> tuple:
     key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
     if _CACHE.get("key") != key:
         extra = {"rnnconvert_inputs.txt": ""}
-        with open(path, "rb") as fh:  # a buffer: the temporary name does not end in .pt2 (torch warns otherwise)
-            ep = torch.export.load(io.BytesIO(fh.read()), extra_files=extra)
+        ep = pt2_archive.load(torch, path, extra)  # checked first; no unpickling path that runs code stays open
         _CACHE.clear()
         _CACHE.update(key=key, ep=ep, module=None, inputs=extra["rnnconvert_inputs.txt"] or "", layers={})
     return torch, _CACHE
