@@ -257,4 +257,17 @@ def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None
     return _direction(kind, layer.cell, raws[0], layer, xs, layer.semantics.go_backwards, rec[0])
 
 
+def direction_forward(layer: RNNLayer, d: int, x: np.ndarray, raw: dict | None = None,
+                      record: dict | None = None) -> np.ndarray:
+    """Direction ``d`` (0 forward, 1 a Bidirectional's backward) of a Keras-file layer run FORWARD over ``x``
+    ``(B, T, in)`` in ``x``'s dtype, from its raw Keras tensors (``raw``: that direction's mapping, default
+    ``layer.source['raw'][d]``): ``(B, T, H)``, the output of each step in ``x``'s order. The caller reverses
+    ``x`` for a backward or ``go_backwards`` run and compacts masked steps (the whole-model numpy evaluator,
+    :mod:`rnnconvert.whole.verify.numpy_source`). ``record``: as :func:`_direction`'s (states before each step,
+    ``'c_last'``)."""
+    raws = layer.source["raw"] if raw is None else None
+    return _direction(layer.source["class_name"], layer.cell, raws[d] if raw is None else raw, layer, [x], False,
+                      record)[0]
+
+
 RUNTIME = Runtime("keras_equations", source_forward=source_forward, source_forward_multi=source_forward_multi)
