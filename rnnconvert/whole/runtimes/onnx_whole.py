@@ -51,7 +51,18 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
                                      inputs=inputs, seed=seed, run64=source_graph_run(ckpt, full),
                                      run32=source_graph_run(ckpt, full, double=False),
-                                     padding=meta.get("mask_layout", "any"))
+                                     padding=meta.get("mask_layout", "any"), graph=source_graph(ckpt, full))
+
+
+def source_graph(ckpt: Checkpoint, full):
+    """The source's whole-model graph, built when asked (the numpy source side of the check,
+    :func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`'s ``graph``): from the SOURCE's config and
+    weights, never from the written file."""
+    def build():
+        from ..conventions import keras_graph
+
+        return keras_graph.build(full.config, full.weights, ckpt)
+    return build
 
 
 def source_graph_run(ckpt: Checkpoint, full, double: bool = True):
