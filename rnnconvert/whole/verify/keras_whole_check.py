@@ -471,11 +471,10 @@ def numpy_graph(graph, full: FullModel):
     the source instead): ``graph`` not given, :data:`SOURCE_ORACLE_ENV` set to ``framework``, a Keras 3 source
     (Keras 3 runs it), a graph that cannot be built or holds a call the evaluator does not compute
     (:func:`rnnconvert.whole.verify.numpy_source.uncovered`)."""
-    import os
-
+    from ...process import settings
     from . import numpy_source
 
-    if graph is None or full.framework == "keras3" or os.environ.get(SOURCE_ORACLE_ENV, "numpy") == "framework":
+    if graph is None or full.framework == "keras3" or settings.value(SOURCE_ORACLE_ENV) == "framework":
         return None
     try:
         g = graph() if callable(graph) else graph
