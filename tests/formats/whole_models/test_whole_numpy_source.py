@@ -107,3 +107,33 @@ def test_uncovered_graph_names_the_layer():
     assert "initial_state" in numpy_source.uncovered(g)
     with pytest.raises(numpy_source.Uncovered):
         numpy_source.run(g, kw.graph_inputs(g, full, None, 0, kw.keras_whole.STEPS, "any"), np.float64)
+
+
+_CONVERT = """
+import sys, rnnconvert
+rep = rnnconvert.convert(sys.argv[1], sys.argv[2])
+outs = [c for c in rep.verification.layers if c.name.startswith("model")]
+print(rep.verification.ok, len(outs), sorted({c.source_route for c in outs}), "tensorflow" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("oracle", ["numpy", "framework"])
+def test_whole_onnx_conversion_source_side(tmp_path, oracle):
+    """A whole .h5 -> .onnx verified conversion of a covered model runs its source in numpy and imports no
+    TensorFlow; RNNCONVERT_SOURCE_ORACLE=framework runs tf_keras as before; both verify ok."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnxruntime")
+    env = {**os.environ, "RNNCONVERT_SOURCE_ORACLE": oracle}
+    src = FIX / "keras_whole" / "whole_multi_io.h5"
+    r = subprocess.run([sys.executable, "-c", _CONVERT, str(src), str(tmp_path / "m.onnx")], env=env,
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3], timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = r.stdout.strip().splitlines()[-1]
+    assert line.startswith("True ")
+    if oracle == "numpy":
+        assert kw.NUMPY_ROUTE in line and line.endswith("False")
+    else:
+        assert "tf_keras (whole model)" in line and kw.NUMPY_ROUTE not in line
