@@ -4,8 +4,7 @@ from the stored weights, in float32 or float64, without importing TensorFlow or 
 
 What it computes is what the source framework computes at inference (tf_keras 2.21 / Keras 3.15 layer ``call``s;
 each equation's source named where it is written): every layer the whole-model writers build
-(docs/guides/whole-model.md §5) but ``Conv2D`` and the 2-D pooling layers, and recurrent calls with
-``initial_state`` tensors; a graph holding one of those raises :class:`Uncovered` (:func:`uncovered` says so
+(docs/guides/whole-model.md §5) but ``Conv2D`` and the 2-D pooling layers; a graph holding one of those raises :class:`Uncovered` (:func:`uncovered` says so
 before running), and the check runs the source framework instead (:mod:`rnnconvert.whole.verify.keras_whole_check`).
 
 Recurrent layers run rnnconvert's canonical Keras equations on the file's own tensors
@@ -41,14 +40,11 @@ class Uncovered(Exception):
 
 
 def uncovered(graph: keras_graph.Graph) -> str:
-    """Why ``graph`` cannot be evaluated here ("" when every call can): a class of :data:`NOT_BUILT`, a recurrent
-    call with ``initial_state`` tensors, a Bidirectional merge other than concat/sum/ave/mul."""
+    """Why ``graph`` cannot be evaluated here ("" when every call can): a class of :data:`NOT_BUILT`, a Bidirectional merge other than concat/sum/ave/mul."""
     for n in graph.nodes:
         if n.cls in NOT_BUILT:
             return f"layer '{n.path}' ({n.cls})"
         if n.layer is not None:
-            if len(n.inputs) > 1:
-                return f"layer '{n.path}' ({n.cls}) takes initial_state tensors"
             if n.layer.bidirectional and n.layer.semantics.merge_mode not in ("concat", "sum", "ave", "mul"):
                 return f"layer '{n.path}' ({n.cls}) merge_mode {n.layer.semantics.merge_mode!r}"
             if not isinstance(n.layer.source, dict) or "raw" not in n.layer.source:
@@ -173,8 +169,11 @@ def _compact(x, mask):
     return np.take_along_axis(x, idx[..., None], 1), np.cumsum(mask, 1) - 1, mask.sum(1)
 
 
-def _direction(layer, d: int, x, mask, rev: bool, zero_masked: bool, order: int, want_c: bool):
-    """One direction in processing order: ``(outputs (B, T, H) in processing order, last h, last c or None)``."""
+def _direction(layer, d: int, x, mask, rev: bool, zero_masked: bool, order: int, want_c: bool, init=None):
+    """One direction in processing order: ``(outputs (B, T, H) in processing order, last output, final h, final c
+    or None)``; ``init``: Keras ``initial_state`` ``[h(, c)]`` or ``None`` (zeros). The last output of a row whose
+    every step is masked is zero (tf_keras ``backend.rnn``: the previous output starts as zeros); its states are
+    the initial ones."""
     xd = x[:, ::-1] if rev else x
     md = None if mask is None else (mask[:, ::-1] if rev else mask)
     pos = count = None
@@ -185,38 +184,41 @@ def _direction(layer, d: int, x, mask, rev: bool, zero_masked: bool, order: int,
         raw = {**raw, "kernel": np.asarray(raw["kernel"])[::-1]}
         xd = xd[..., ::-1]
     rec = {} if want_c else None
-    y = keras_equations.direction_forward(layer, d, np.ascontiguousarray(xd), raw=raw, record=rec)
+    y = keras_equations.direction_forward(layer, d, np.ascontiguousarray(xd), raw=raw, record=rec, init=init)
     B, T, H = y.shape
     if md is None:
-        return y, y[:, -1], (rec["c_last"] if want_c else None)
+        return y, y[:, -1], y[:, -1], (rec["c_last"] if want_c else None)
     got = np.take_along_axis(y, np.clip(pos, 0, None)[..., None], 1)
     keep = md if zero_masked else pos >= 0
     ys = np.where(keep[..., None], got, 0).astype(y.dtype)
     rows = np.arange(B)
-    last = np.where((count > 0)[:, None], y[rows, np.clip(count - 1, 0, None)], 0).astype(y.dtype)
+    at = y[rows, np.clip(count - 1, 0, None)]
+    last = np.where((count > 0)[:, None], at, 0).astype(y.dtype)
+    h = last if init is None else np.where((count > 0)[:, None], at, init[0]).astype(y.dtype)
     c = None
     if want_c:  # c after step count-1: record['c'] holds c before each step
         cs = np.concatenate([rec["c"], rec["c_last"][:, None]], axis=1)
         c = cs[rows, count]
-    return ys, last, c
+    return ys, last, h, c
 
 
-def _recurrent(node, x, mask, order: int):
+def _recurrent(node, xs, mask, order: int):
     """A recurrent call (LSTM/GRU/SimpleRNN/CuDNN/Bidirectional; Keras ``backend.rnn`` masking, module docstring):
     its output, or ``[output, h(, c)]`` with ``return_state``."""
-    layer, cls, conf = node.layer, node.cls, node.config
+    layer, cls, conf, x = node.layer, node.cls, node.config, xs[0]
     inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
     seqs = bool(inner.get("return_sequences"))
     if layer.bidirectional:
         res = [_direction(layer, d, x, mask, d == 1, True, order, False) for d in (0, 1)]
-        fw, bw = (res[0][0], res[1][0][:, ::-1]) if seqs else (res[0][1], res[1][1])
+        fw, bw = (res[0][0], res[1][0][:, ::-1]) if seqs else (res[0][1], res[1][1])  # (states refused)
         merge = layer.semantics.merge_mode
         if merge == "concat":
             return np.concatenate([fw, bw], -1)
         return fw + bw if merge == "sum" else (fw * bw if merge == "mul" else (fw + bw) / 2)
     want_c = len(node.outputs) > 2 and layer.cell is Cell.LSTM
-    y, h, c = _direction(layer, 0, x, mask, layer.semantics.go_backwards, False, order, want_c)
-    out = y if seqs else h
+    y, last, h, c = _direction(layer, 0, x, mask, layer.semantics.go_backwards, False, order, want_c,
+                               [s.astype(x.dtype) for s in xs[1:]] or None)
+    out = y if seqs else last
     if len(node.outputs) > 1:
         return [out, h, c][:len(node.outputs)]
     return out
@@ -281,7 +283,7 @@ def _layer(node, xs, mask, masks, dt, order):
     if cls in keras_graph.IDENTITY:
         return x
     if node.layer is not None:
-        return _recurrent(node, x, mask, order)
+        return _recurrent(node, xs, mask, order)
     if cls in keras_graph.ATTENTION:
         out, w = _attention(node, xs, (masks + [None, None])[:2], dt)
         return [out, w] if conf.get("scores") else out
