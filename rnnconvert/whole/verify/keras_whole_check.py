@@ -525,7 +525,7 @@ def _compare_numpy(g, full: FullModel, run_target, route: str, inputs, seed: int
     whole_stage("running the source model (numpy)")
     try:
         y2, probed = numpy_source.run(g, xs, np.float32)
-    except numpy_source.Uncovered:
+    except (numpy_source.Uncovered, *keras_graph_errors()):  # the framework path refuses it in its own words
         return None
     whole_stage("running the written model")
     outs, layers = run_target(xs)
@@ -535,8 +535,11 @@ def _compare_numpy(g, full: FullModel, run_target, route: str, inputs, seed: int
 
     def measure(keys):
         whole_stage("measuring the source's float32 spreads (numpy)")
-        o64, l64 = numpy_source.run(g, xs, np.float64)
-        o32, l32 = numpy_source.run(g, xs, np.float32, order=1)
+        try:
+            o64, l64 = numpy_source.run(g, xs, np.float64)
+            o32, l32 = numpy_source.run(g, xs, np.float32, order=1)
+        except (numpy_source.Uncovered, *keras_graph_errors()):
+            return {}, {}, "the numpy evaluator could not run the source in float64"
         refs, spreads = {}, {}
         for key in keys:
             z, b = (o64[key], o32[key]) if isinstance(key, int) else (l64.get(key), l32.get(key))
@@ -550,6 +553,14 @@ def _compare_numpy(g, full: FullModel, run_target, route: str, inputs, seed: int
         checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, NUMPY_ROUTE, route, "float32",
                                  verdict="fail", reason=f"{len(outs)} outputs where the source has {len(y2)}"))
     return checks
+
+
+def keras_graph_errors() -> tuple:
+    """What evaluating a malformed (untrusted) config's values can raise in numpy
+    (:data:`rnnconvert.whole.conventions.keras_graph.CONFIG_ERRORS`)."""
+    from ..conventions import keras_graph
+
+    return keras_graph.CONFIG_ERRORS
 
 
 def _torch_spreads(refs: dict, spreads: dict, keys: list, xs: dict, run32, run64) -> None:

@@ -4,8 +4,10 @@ from the stored weights, in float32 or float64, without importing TensorFlow or 
 
 What it computes is what the source framework computes at inference (tf_keras 2.21 / Keras 3.15 layer ``call``s;
 each equation's source named where it is written): every layer the whole-model writers build
-(docs/guides/whole-model.md §5) but ``Conv2D`` and the 2-D pooling layers; a graph holding one of those raises :class:`Uncovered` (:func:`uncovered` says so
-before running), and the check runs the source framework instead (:mod:`rnnconvert.whole.verify.keras_whole_check`).
+(docs/guides/whole-model.md §5), recurrent calls with ``initial_state`` and ``return_state`` included; a graph
+holding anything else (a class added to the writers since, :data:`_COMPUTED`) raises :class:`Uncovered`
+(:func:`uncovered` says so before running), and the check runs the source framework instead
+(:mod:`rnnconvert.whole.verify.keras_whole_check`).
 
 Recurrent layers run rnnconvert's canonical Keras equations on the file's own tensors
 (:func:`rnnconvert.verify.keras_equations.direction_forward`), with Keras' masked-step semantics (tf_keras
@@ -31,8 +33,15 @@ from ...core.model import Cell
 from ...verify import keras_equations
 from ..conventions import keras_graph
 
-#: classes the evaluator does not compute (the check runs the source framework for them)
-NOT_BUILT = ("Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalMaxPooling2D", "GlobalAveragePooling2D")
+
+
+#: every class :func:`_layer` computes (recurrent calls aside); a class the writers add later is uncovered
+_COMPUTED = (set(keras_graph.IDENTITY) | set(keras_graph.MERGE) | set(keras_graph.ATTENTION) | {
+    "Embedding", "Masking", "Dense", "TimeDistributed", "Activation", "ReLU", "Softmax", "LeakyReLU", "ELU",
+    "Conv1D", "Conv2D", "MaxPooling1D", "AveragePooling1D", "MaxPooling2D", "AveragePooling2D",
+    "GlobalMaxPooling1D", "GlobalAveragePooling1D", "GlobalMaxPooling2D", "GlobalAveragePooling2D",
+    "BatchNormalization", "LayerNormalization", "Flatten", "Reshape", "Permute", "RepeatVector", "ZeroPadding1D",
+    "Cropping1D"})
 
 
 class Uncovered(Exception):
@@ -40,10 +49,10 @@ class Uncovered(Exception):
 
 
 def uncovered(graph: keras_graph.Graph) -> str:
-    """Why ``graph`` cannot be evaluated here ("" when every call can): a class of :data:`NOT_BUILT`, a Bidirectional merge other than concat/sum/ave/mul."""
+    """Why ``graph`` cannot be evaluated here ("" when every call can), naming the layer: a class outside
+    :data:`_COMPUTED`, a Bidirectional merge other than concat/sum/ave/mul, a grouped convolution, a Softmax over
+    another axis than the last, a recurrent layer without its raw Keras tensors (a Keras 3 archive's)."""
     for n in graph.nodes:
-        if n.cls in NOT_BUILT:
-            return f"layer '{n.path}' ({n.cls})"
         if n.layer is not None:
             if n.layer.bidirectional and n.layer.semantics.merge_mode not in ("concat", "sum", "ave", "mul"):
                 return f"layer '{n.path}' ({n.cls}) merge_mode {n.layer.semantics.merge_mode!r}"
@@ -51,8 +60,10 @@ def uncovered(graph: keras_graph.Graph) -> str:
                 return f"layer '{n.path}' ({n.cls}) has no raw Keras tensors"
         if n.cls == "Softmax" and n.config.get("axis", -1) not in (-1, [-1]):
             return f"layer '{n.path}' (Softmax) axis {n.config.get('axis')!r}"
-        if n.cls == "Conv1D" and int(n.config.get("groups", 1) or 1) != 1:
-            return f"layer '{n.path}' (Conv1D) groups"
+        if n.cls in ("Conv1D", "Conv2D") and int(n.config.get("groups", 1) or 1) != 1:
+            return f"layer '{n.path}' ({n.cls}) groups"
+        if n.cls not in _COMPUTED and n.layer is None:
+            return f"layer '{n.path}' ({n.cls})"
     return ""
 
 
@@ -97,39 +108,54 @@ def _same_pads(length: int, k_eff: int, stride: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-def _conv1d(x, w, b, conf: dict, order: int):
-    """Keras ``Conv1D`` (channels_last; kernel ``(k, in, out)`` as stored; TensorFlow's padding)."""
-    k, dil, st = w.shape[0], _int1(conf.get("dilation_rate", 1)), _int1(conf.get("strides", 1))
+def _ints(v, nd: int) -> list[int]:
+    return [int(a) for a in v] if isinstance(v, (list, tuple)) else [int(v)] * nd
+
+
+def _windows(x, size: list[int], st: list[int], dil: list[int]):
+    """``(B, *out, prod(size), C)``: each output position's window of ``x`` ``(B, *spatial, C)``, taps in
+    row-major order of the window (the order of a Keras kernel ``(*size, in, out)`` reshaped)."""
+    nd = len(size)
+    out = [(x.shape[1 + i] - ((size[i] - 1) * dil[i] + 1)) // st[i] + 1 for i in range(nd)]
+    if min(out) <= 0:
+        raise Uncovered("a window larger than its input")
+    taps = []
+    for idx in np.ndindex(*size):
+        sl = tuple(slice(idx[i] * dil[i], idx[i] * dil[i] + (out[i] - 1) * st[i] + 1, st[i]) for i in range(nd))
+        taps.append(x[(slice(None),) + sl])
+    return np.stack(taps, axis=1 + nd)
+
+
+def _conv(x, w, b, conf: dict, order: int):
+    """Keras ``Conv1D`` / ``Conv2D`` (channels_last; kernel ``(*k, in, out)`` as stored; TensorFlow's padding:
+    ``valid``, ``causal`` (1-D: ``(k-1)*d`` zeros before), ``same`` (:func:`_same_pads` on every spatial axis))."""
+    nd = w.ndim - 2
+    size, dil, st = list(w.shape[:nd]), _ints(conf.get("dilation_rate", 1), nd), _ints(conf.get("strides", 1), nd)
     pad = conf.get("padding", "valid")
-    k_eff = (k - 1) * dil + 1
     if pad == "causal":
-        x = np.pad(x, ((0, 0), (k_eff - 1, 0), (0, 0)))
+        x = np.pad(x, ((0, 0), ((size[0] - 1) * dil[0], 0), (0, 0)))
     elif pad == "same":
-        x = np.pad(x, ((0, 0), _same_pads(x.shape[1], k_eff, st), (0, 0)))
-    n = (x.shape[1] - k_eff) // st + 1
-    if n <= 0:
-        raise Uncovered("a Conv1D shorter than its kernel")
-    taps = np.stack([x[:, j * dil: j * dil + (n - 1) * st + 1: st] for j in range(k)], axis=2)  # (B, n, k, in)
-    y = _mm(taps.reshape(x.shape[0], n, -1), w.reshape(-1, w.shape[-1]), order)
+        x = np.pad(x, [(0, 0)] + [_same_pads(x.shape[1 + i], (size[i] - 1) * dil[i] + 1, st[i]) for i in range(nd)]
+                   + [(0, 0)])
+    win = _windows(x, size, st, dil)
+    y = _mm(win.reshape(win.shape[:1 + nd] + (-1,)), w.reshape(-1, w.shape[-1]), order)
     return y + b if b is not None else y
 
 
-def _pool1d(x, conf: dict, is_max: bool):
-    """Keras ``MaxPooling1D`` / ``AveragePooling1D`` (TensorFlow: SAME pads with -inf for the max and counts only
-    real steps for the average)."""
-    size = _int1(conf.get("pool_size", 2))
-    st = _int1(conf.get("strides") or size)
-    valid = np.ones(x.shape[:2] + (1,), x.dtype)
+def _pool(x, conf: dict, is_max: bool, nd: int):
+    """Keras ``Max/AveragePooling1D/2D`` (TensorFlow: SAME pads with -inf for the max and counts only real
+    elements for the average)."""
+    size = _ints(conf.get("pool_size", 2), nd)
+    st = _ints(conf.get("strides") or size, nd)
+    valid = np.ones(x.shape[:-1] + (1,), x.dtype)
     if conf.get("padding", "valid") == "same":
-        p = ((0, 0), _same_pads(x.shape[1], size, st), (0, 0))
+        p = [(0, 0)] + [_same_pads(x.shape[1 + i], size[i], st[i]) for i in range(nd)] + [(0, 0)]
         x = np.pad(x, p, constant_values=-np.inf if is_max else 0)
         valid = np.pad(valid, p)
-    n = (x.shape[1] - size) // st + 1
-    win = np.stack([x[:, j: j + (n - 1) * st + 1: st] for j in range(size)], axis=2)
+    win = _windows(x, size, st, [1] * nd)
     if is_max:
-        return win.max(axis=2)
-    cnt = np.stack([valid[:, j: j + (n - 1) * st + 1: st] for j in range(size)], axis=2).sum(axis=2)
-    return (win.sum(axis=2) / cnt).astype(x.dtype)
+        return win.max(axis=1 + nd)
+    return (win.sum(axis=1 + nd) / _windows(valid, size, st, [1] * nd).sum(axis=1 + nd)).astype(x.dtype)
 
 
 def _attention(node, xs, masks, dt):
@@ -307,12 +333,15 @@ def _layer(node, xs, mask, masks, dt, order):
         return np.where(x > 0, x, dt(float(conf.get("alpha", 0.3))) * x)
     if cls == "ELU":
         return _elu(x, dt(float(conf.get("alpha", 1.0)))).astype(dt)
-    if cls == "Conv1D":
+    if cls in ("Conv1D", "Conv2D"):
         ws = [np.asarray(w).astype(dt) for w in node.weights]
         b = ws[1] if conf.get("use_bias", True) and len(ws) > 1 else None
-        return _act(conf.get("activation"), _conv1d(x, ws[0], b, conf, order))
-    if cls in ("MaxPooling1D", "AveragePooling1D"):
-        return _pool1d(x, conf, cls == "MaxPooling1D")
+        return _act(conf.get("activation"), _conv(x, ws[0], b, conf, order))
+    if cls in ("MaxPooling1D", "AveragePooling1D", "MaxPooling2D", "AveragePooling2D"):
+        return _pool(x, conf, cls.startswith("Max"), int(cls[-2]))
+    if cls in ("GlobalMaxPooling2D", "GlobalAveragePooling2D"):
+        keep = bool(conf.get("keepdims"))
+        return x.max((1, 2), keepdims=keep) if cls == "GlobalMaxPooling2D" else x.mean((1, 2), keepdims=keep)
     if cls in ("GlobalMaxPooling1D", "GlobalAveragePooling1D"):
         keep = bool(conf.get("keepdims"))
         if cls == "GlobalMaxPooling1D":
