@@ -1,6 +1,7 @@
 """The numpy source evaluator of whole models (rnnconvert/whole/verify/numpy_source.py, issue #39) against its
 oracle, tf_keras running the framework-made fixtures (fixtures/keras_whole, whole_graph, whole_masks, whole_conv,
-whole_states, whole_attention, whole_free_axis, loose; their gen_*.py scripts) and the framework outputs stored
+whole_states, whole_attention, whole_free_axis, loose; their gen_*.py scripts; Mycroft Precise's real GRU model,
+fixtures/realworld) and the framework outputs stored
 beside them (``*.npz``: ``in__<input>`` / ``out__<i>``).
 
 Tolerance, derived from rounding measured on the same inputs (never a fixed constant): each side's float32 spread
@@ -27,7 +28,7 @@ from rnnconvert.whole.verify import keras_whole_check as kw, numpy_source  # noq
 FIX = Path(__file__).resolve().parents[3] / "fixtures"
 FILES = sorted(p for d in ("keras_whole", "whole_graph", "whole_masks", "whole_conv", "whole_states",
                            "whole_attention", "whole_free_axis", "loose") for p in (FIX / d).glob("*.h5")
-               if not p.name.startswith("refuse_"))
+               if not p.name.startswith("refuse_")) + [FIX / "realworld" / "mycroft-precise-gru" / "hey-mycroft.net"]
 
 
 @pytest.fixture(autouse=True)
