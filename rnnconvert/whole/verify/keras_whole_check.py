@@ -469,12 +469,14 @@ SOURCE_ORACLE_ENV = "RNNCONVERT_SOURCE_ORACLE"
 def numpy_graph(graph, full: FullModel):
     """The source graph the numpy evaluator runs for :func:`compare_whole`, or ``None`` (the source framework runs
     the source instead): ``graph`` not given, :data:`SOURCE_ORACLE_ENV` set to ``framework``, a Keras 3 source
-    (Keras 3 runs it), a graph that cannot be built or holds a call the evaluator does not compute
+    (Keras 3 runs it; its recurrent layers carry no raw Keras tensors), a SavedModel folder (the evaluator is
+    tested against tf_keras on Keras HDF5 fixtures only), a graph that cannot be built or holds a call the evaluator does not compute
     (:func:`rnnconvert.whole.verify.numpy_source.uncovered`)."""
     from ...process import settings
     from . import numpy_source
 
-    if graph is None or full.framework == "keras3" or settings.value(SOURCE_ORACLE_ENV) == "framework":
+    if graph is None or full.framework == "keras3" or full.origin != "file" \
+            or settings.value(SOURCE_ORACLE_ENV) == "framework":
         return None
     try:
         g = graph() if callable(graph) else graph
