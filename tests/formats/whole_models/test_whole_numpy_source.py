@@ -139,3 +139,13 @@ def test_whole_onnx_conversion_source_side(tmp_path, oracle):
         assert kw.NUMPY_ROUTE in line and line.endswith("False")
     else:
         assert "tf_keras (whole model)" in line and kw.NUMPY_ROUTE not in line
+
+
+def test_a_bad_source_oracle_value_is_refused_by_name(monkeypatch):
+    """RNNCONVERT_SOURCE_ORACLE takes numpy or framework; another value is one line naming it (exit 2)."""
+    from rnnconvert.errors import SettingError
+    from rnnconvert.process import settings
+
+    monkeypatch.setenv("RNNCONVERT_SOURCE_ORACLE", "tf")
+    with pytest.raises(SettingError, match="RNNCONVERT_SOURCE_ORACLE"):
+        settings.check_all()
