@@ -38,6 +38,7 @@ KNOBS = {k.name: k for k in (
     Knob("RNNCONVERT_ISOLATE", "choice", "1", "0 or 1", choices=("0", "1")),
     Knob("RNNCONVERT_TF_READER", "choice", "auto", "auto or tensorflow", choices=("auto", "tensorflow")),
     Knob("RNNCONVERT_SPEED", "choice", "fast", "fast or plain", choices=("fast", "plain")),
+    Knob("RNNCONVERT_SOURCE_ORACLE", "choice", "numpy", "numpy or framework", choices=("numpy", "framework")),
 )}
 
 

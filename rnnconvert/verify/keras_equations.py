@@ -50,7 +50,7 @@ def _block_t(m: np.ndarray, j: int, H: int, dt) -> np.ndarray:
 
 
 def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.ndarray],
-               reverse: bool, record: dict | None = None) -> list[np.ndarray]:
+               reverse: bool, record: dict | None = None, init: tuple | None = None) -> list[np.ndarray]:
     """One direction on each input of ``xs`` (one per dtype, each computed in its own dtype), in lockstep:
     the products of all hoisted dtypes read each turned weight block once (:func:`rnnconvert.speed.kernels.products`).
     ``record``: a dict that receives the states of ``xs[0]``'s run as :func:`rnnconvert.core.reference.trajectory`
@@ -68,7 +68,7 @@ def _direction(kind: str, cell: Cell, raw: dict, layer: RNNLayer, xs: list[np.nd
     w = _Weights(raw, xs, order, layer.hidden_size, cud, cell, record)
     sig = ACT["sigmoid"] if cud else ACT[s.gate_activation]
     act = ACT["tanh"] if cud else ACT[s.activation]
-    return _run(w, cell, s.reset_after, sig, act, reverse and not layer.bidirectional, reverse, record)
+    return _run(w, cell, s.reset_after, sig, act, reverse and not layer.bidirectional, reverse, record, init)
 
 
 def _biases(b, order: str, G: int, H: int, dts: list) -> tuple[list[dict], list[dict]]:
@@ -188,20 +188,20 @@ class _Weights:
 
 
 def _run(w: _Weights, cell: Cell, reset_after: bool, sig, act, backwards_out: bool, reverse: bool,
-         record: dict | None) -> list[np.ndarray]:
+         record: dict | None, init: tuple | None = None) -> list[np.ndarray]:
     """The steps of one direction in lockstep over the dtypes (see :func:`_direction`); ``backwards_out``: a lone
     direction run backwards writes its outputs in the order it computes them (Keras' ``go_backwards``)."""
     n, B, T, H, dts, BI, BR = len(w.xs), w.B, w.T, w.H, w.dts, w.BI, w.BR
     xK, order = w.xK, w.order
-    h = [np.zeros((B, H), dt) for dt in dts]
-    c = [np.zeros((B, H), dt) for dt in dts]
+    h = [np.zeros((B, H), dt) if not init else np.asarray(init[0], dt) for dt in dts]
+    c = [np.zeros((B, H), dt) if not init or len(init) < 2 else np.asarray(init[1], dt) for dt in dts]
     ys = [np.zeros((B, T, H), dt) for dt in dts]
     if record is not None:
         record["h"] = np.zeros((B, T, H), dts[0])
         record["c"] = np.zeros((B, T, H), dts[0]) if cell is Cell.LSTM else None
     steps = range(T - 1, -1, -1) if reverse else range(T)
     for n_step, t in enumerate(steps):
-        fresh = n_step == 0
+        fresh = n_step == 0 and not init
         if record is not None:
             record["h"][:, t] = h[0]
             if cell is Cell.LSTM:
@@ -255,6 +255,20 @@ def source_forward_multi(layer: RNNLayer, xs: list[np.ndarray], raw: list | None
         bw = _direction(kind, layer.cell, raws[1], layer, xs, True, rec[1])
         return [np.concatenate([a, b], axis=-1) for a, b in zip(fw, bw)]
     return _direction(kind, layer.cell, raws[0], layer, xs, layer.semantics.go_backwards, rec[0])
+
+
+def direction_forward(layer: RNNLayer, d: int, x: np.ndarray, raw: dict | None = None,
+                      record: dict | None = None, init: tuple | None = None) -> np.ndarray:
+    """Direction ``d`` (0 forward, 1 a Bidirectional's backward) of a Keras-file layer run FORWARD over ``x``
+    ``(B, T, in)`` in ``x``'s dtype, from its raw Keras tensors (``raw``: that direction's mapping, default
+    ``layer.source['raw'][d]``): ``(B, T, H)``, the output of each step in ``x``'s order. The caller reverses
+    ``x`` for a backward or ``go_backwards`` run and compacts masked steps (the whole-model numpy evaluator,
+    :mod:`rnnconvert.whole.verify.numpy_source`). ``record``: as :func:`_direction`'s (states before each step,
+    ``'c_last'``). ``init``: the initial states ``(h,)`` or ``(h, c)``, ``(B, H)`` each (Keras ``initial_state``),
+    zeros when ``None``."""
+    raws = layer.source["raw"] if raw is None else None
+    return _direction(layer.source["class_name"], layer.cell, raws[d] if raw is None else raw, layer, [x], False,
+                      record, init)[0]
 
 
 RUNTIME = Runtime("keras_equations", source_forward=source_forward, source_forward_multi=source_forward_multi)

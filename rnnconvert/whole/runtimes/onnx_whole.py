@@ -17,8 +17,9 @@ from ...runtimes.onnxruntime import whole_meta
 
 def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, inputs: dict | None = None,
                  seed: int = 0) -> list:
-    """Whole-model verification of a written whole-model ONNX graph (issue #30): the source Keras model run by
-    tf_keras against onnxruntime running ``dst_path`` on the model inputs, every model output and every
+    """Whole-model verification of a written whole-model ONNX graph (issue #30): the source Keras model (its graph
+    evaluated in numpy where :mod:`rnnconvert.whole.verify.numpy_source` covers it, :func:`source_graph`; else run
+    by tf_keras) against onnxruntime running ``dst_path`` on the model inputs, every model output and every
     top-level layer's output (the graph's ``layer:<name>`` outputs), by the one rule of whole models; one more
     float32 evaluation order of the source (and its float64 reference where tf_keras cannot rebuild it) from the
     source's graph rebuilt as a torch program run in float32 and float64 (:func:`rnnconvert.whole.formats.torch.pt2_write.build_module`). ``[]`` when the
@@ -51,7 +52,18 @@ def verify_whole(ckpt: Checkpoint, src_path: str | Path, dst_path: str | Path, i
     return keras_whole_check.compare_whole(str(src_path), full, target, f"onnxruntime {ort.__version__} (whole graph)",
                                      inputs=inputs, seed=seed, run64=source_graph_run(ckpt, full),
                                      run32=source_graph_run(ckpt, full, double=False),
-                                     padding=meta.get("mask_layout", "any"))
+                                     padding=meta.get("mask_layout", "any"), graph=source_graph(ckpt, full))
+
+
+def source_graph(ckpt: Checkpoint, full):
+    """The source's whole-model graph, built when asked (the numpy source side of the check,
+    :func:`rnnconvert.whole.verify.keras_whole_check.compare_whole`'s ``graph``): from the SOURCE's config and
+    weights, never from the written file."""
+    def build():
+        from ..conventions import keras_graph
+
+        return keras_graph.build(full.config, full.weights, ckpt)
+    return build
 
 
 def source_graph_run(ckpt: Checkpoint, full, double: bool = True):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...formats.keras import keras_config, keras_whole
-from ...errors import FormatError
+from ...errors import FormatError, UnsupportedError
 from ...safety import keras_sanitize
 from ...verify.checks import LayerCheck, whole_stage
 from ...formats.keras.keras_whole import TOL, FullModel
@@ -325,7 +325,8 @@ def _tf_keras():
 
 
 def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs: dict[str, np.ndarray] | None = None,
-                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None, padding: str = "any") -> list:
+                  seed: int = 0, run64=None, steps: int = keras_whole.STEPS, run32=None, padding: str = "any",
+                  graph=None) -> list:
     """The whole-model check of a written file that another framework runs (issue #30: ONNX in onnxruntime, a
     ``.pt2`` program in torch): the source model run by tf_keras (file as stored, :func:`rnnconvert.formats.keras.keras_whole.source_model`)
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
@@ -340,11 +341,22 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     give one more independent float32 evaluation order for the spreads (and the float64 reference where the
     source's framework cannot rebuild the model in float64); a wrong file cannot widen its own tolerance.
 
+    ``graph`` (a zero-argument callable returning the SOURCE's :class:`rnnconvert.whole.conventions.keras_graph.
+    Graph`, or ``None``): where given, the source side is the numpy evaluator of that graph
+    (:mod:`rnnconvert.whole.verify.numpy_source`: float32, a second float32 order and float64 from the file's
+    weights; no TensorFlow imported), unless ``RNNCONVERT_SOURCE_ORACLE=framework`` or the graph holds a layer
+    the evaluator does not compute: then the source framework runs it, as without ``graph``.
+
     Returns :class:`rnnconvert.verify.checks.LayerCheck` entries ``model output <i>`` and ``model:<layer>``.
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs. DependencyError: no tf_keras.
     """
+    g = numpy_graph(graph, full)
+    if g is not None:
+        checks = _compare_numpy(g, full, run_target, route, inputs, seed, run64, steps, run32, padding)
+        if checks is not None:
+            return checks
     tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps, padding)
     args = [xs[n] for n in names_in]
     src, fw = source_framework(full)
@@ -447,3 +459,126 @@ def _measure_spreads(full: FullModel, tfm, keys: list, args: list, run32, run64,
             refs[key], spreads[key] = np.asarray(z, np.float64), got
     why = "" if refs else "the source framework cannot rebuild the model in float64"
     return refs, spreads, why
+
+
+#: the environment variable choosing the source side of the whole-model check (docs/cli.md): ``numpy`` (default:
+#: :mod:`rnnconvert.whole.verify.numpy_source` where it covers the model) or ``framework`` (tf_keras / Keras 3)
+SOURCE_ORACLE_ENV = "RNNCONVERT_SOURCE_ORACLE"
+
+
+def numpy_graph(graph, full: FullModel):
+    """The source graph the numpy evaluator runs for :func:`compare_whole`, or ``None`` (the source framework runs
+    the source instead): ``graph`` not given, :data:`SOURCE_ORACLE_ENV` set to ``framework``, a Keras 3 source
+    (Keras 3 runs it; its recurrent layers carry no raw Keras tensors), a SavedModel folder (the evaluator is
+    tested against tf_keras on Keras HDF5 fixtures only), a graph that cannot be built or holds a call the evaluator does not compute
+    (:func:`rnnconvert.whole.verify.numpy_source.uncovered`)."""
+    from ...process import settings
+    from . import numpy_source
+
+    if graph is None or full.framework == "keras3" or full.origin != "file" \
+            or settings.value(SOURCE_ORACLE_ENV) == "framework":
+        return None
+    try:
+        g = graph() if callable(graph) else graph
+    except (UnsupportedError, FormatError, ValueError, KeyError, TypeError):
+        return None
+    return g if g is not None and not numpy_source.uncovered(g) else None
+
+
+def graph_inputs(g, full: FullModel, inputs: dict | None, seed: int, steps: int, padding: str) -> dict:
+    """The inputs of the numpy source run: ``inputs`` (``--inputs``, naming exactly the graph's inputs, the
+    model's input layers) or the generated ones :func:`rnnconvert.formats.keras.keras_whole.make_inputs` makes for
+    the source framework's model (the same arrays: the same names, shapes and seed).
+
+    Raises:
+        FormatError: ``inputs`` that do not name the model's inputs."""
+    from types import SimpleNamespace
+
+    names_in = [n for n, *_ in g.inputs]
+    if inputs:
+        missing = [n for n in names_in if n not in inputs]
+        extra = [n for n in inputs if n not in names_in]
+        if missing or extra:
+            raise FormatError(f"whole-model verification inputs must name the model inputs "
+                              f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
+        return {n: np.asarray(inputs[n]) for n in names_in}
+    shim = SimpleNamespace(inputs=[SimpleNamespace(name=n, shape=(None,) + tuple(shp)) for n, shp, *_ in g.inputs])
+    return keras_whole.make_inputs(shim, full.config, seed, steps, padding)
+
+
+def compared_layers(g) -> list[str]:
+    """The graph's calls the check compares, as the framework path does (:func:`compare_whole`): top-level layers
+    called once with one output."""
+    shared = {n.path for n in g.nodes if n.name != n.path}
+    return [n.name for n in g.nodes if "." not in n.path and n.path not in shared and len(n.outputs) == 1]
+
+
+#: the source route of the numpy evaluator in the report
+NUMPY_ROUTE = "numpy (the source graph from the file's weights)"
+
+
+def _compare_numpy(g, full: FullModel, run_target, route: str, inputs, seed: int, run64, steps: int, run32,
+                   padding: str):
+    """:func:`compare_whole` with the numpy evaluator as the source side; ``None`` where it cannot run the model on
+    these inputs (the framework path then runs)."""
+    from . import numpy_source
+
+    xs = graph_inputs(g, full, inputs, seed, steps, padding)
+    whole_stage("running the source model (numpy)")
+    try:
+        y2, probed = numpy_source.run(g, xs, np.float32)
+    except (numpy_source.Uncovered, *keras_graph_errors()):  # the framework path refuses it in its own words
+        return None
+    whole_stage("running the written model")
+    outs, layers = run_target(xs)
+    single = [n for n in compared_layers(g) if n in layers and n in probed]
+    pairs = [(f"model output {i}", i, a, b) for i, (a, b) in enumerate(zip(y2, outs))]
+    pairs += [(f"model:{n}", n, probed[n], layers[n]) for n in single]
+
+    def measure(keys):
+        whole_stage("measuring the source's float32 spreads (numpy)")
+        try:
+            o64, l64 = numpy_source.run(g, xs, np.float64)
+            o32, l32 = numpy_source.run(g, xs, np.float32, order=1)
+        except (numpy_source.Uncovered, *keras_graph_errors()):
+            return {}, {}, "the numpy evaluator could not run the source in float64"
+        refs, spreads = {}, {}
+        for key in keys:
+            z, b = (o64[key], o32[key]) if isinstance(key, int) else (l64.get(key), l32.get(key))
+            if z is not None and b is not None:
+                refs[key], spreads[key] = z, {"numpy float32, contractions reversed, against float64": _max_abs(b, z)}
+        _torch_spreads(refs, spreads, keys, xs, run32, run64)
+        return refs, spreads, "" if refs else "the numpy evaluator gave no float64 run"
+
+    checks = judge(pairs, NUMPY_ROUTE, route, measure)
+    if len(y2) != len(outs):
+        checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, NUMPY_ROUTE, route, "float32",
+                                 verdict="fail", reason=f"{len(outs)} outputs where the source has {len(y2)}"))
+    return checks
+
+
+def keras_graph_errors() -> tuple:
+    """What evaluating a malformed (untrusted) config's values can raise in numpy
+    (:data:`rnnconvert.whole.conventions.keras_graph.CONFIG_ERRORS`)."""
+    from ..conventions import keras_graph
+
+    return keras_graph.CONFIG_ERRORS
+
+
+def _torch_spreads(refs: dict, spreads: dict, keys: list, xs: dict, run32, run64) -> None:
+    """One more float32 evaluation order (the source's graph rebuilt in torch, ``run32``/``run64``) added to
+    ``spreads`` in place, where given and it runs."""
+    if run32 is None or run64 is None:
+        return
+    try:
+        o64, l64 = run64(xs)
+        o32, l32 = run32(xs)
+    except Exception as exc:  # noqa: BLE001 - a graph the rebuild cannot run: its spread is not measured
+        if keras_whole.passes(exc):
+            raise
+        return
+    for key in keys:
+        p64 = o64[key] if isinstance(key, int) and key < len(o64) else (l64 or {}).get(key)
+        p32 = o32[key] if isinstance(key, int) and key < len(o32) else (l32 or {}).get(key)
+        if key in refs and p64 is not None and p32 is not None and np.shape(p64) == np.shape(p32):
+            spreads[key]["the source's graph rebuilt in torch, float32 against float64"] = _max_abs(p32, p64)
