@@ -5,7 +5,8 @@ no layer ties a weight or a shape to it: recurrent layers, ``Dense`` / ``TimeDis
 normalization over the last axis, convolutions and pooling (their output length is a function of the input's,
 tf_keras ``utils/conv_utils.py`` ``conv_output_length``) all run at any length. What fixes it (the input keeps
 its declared length, and the writer says which layer): ``Flatten``, ``Reshape`` or a ``Permute`` moving the time
-axis (the following weights see ``time x features`` as one axis), an attention layer's scores fed to another
+axis (the following weights see ``time x features`` as one axis), an attention layer's (``MultiHeadAttention``'s)
+scores fed to another
 layer (their last axis is the value's time axis), a merge of time axes computed differently
 (``Add`` of a pooled and an unpooled branch: equal only at some lengths), a 2-D layer on a sequence, any layer
 not listed here. Convolutions and pooling set a shortest length (every output length at least 1):
@@ -123,7 +124,7 @@ def analyse(graph: keras_graph.Graph) -> dict[str, Axis]:
             out = x
         elif cls in END:
             out = None
-        elif cls in keras_graph.ATTENTION:  # any Tq, Tv: the output has the query's time axis
+        elif cls in keras_graph.ATTENTION or cls in keras_graph.MHA:  # any Tq, Tv: the query's time axis
             out = x
             if len(node.outputs) > 1 and node.outputs[1] in consumed and len(xs) > 1:
                 fix(xs[1], f"{who}: its scores (last axis: the value's time axis) feed another layer")

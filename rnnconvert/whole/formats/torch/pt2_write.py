@@ -461,6 +461,13 @@ def build_module(graph: keras_graph.Graph, states: bool = False):
                 return x
             if cls in keras_graph.ATTENTION:  # issue #41: the query's and the value's masks
                 return self.attention(node, xs, env)
+            if cls in keras_graph.MHA:  # issue #41: the query's, the value's and the key's masks
+                from .attention import keras_mha
+
+                ms = [self.mask_of(m, env) if m is not None else None for m in (node.masks + [None] * 3)[:3]]
+                out, w = keras_mha(xs[0], xs[1], xs[2] if len(xs) > 2 else xs[1], *ms, bool(conf.get("causal")),
+                                   conf["masked"], *(self.w(node, j) for j in range(8)))
+                return [out, w] if conf.get("scores") else out
             if cls in keras_graph.RECURRENT or cls == "Bidirectional":
                 inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
                 seqs = bool(inner.get("return_sequences"))
