@@ -48,7 +48,7 @@ from ...core.model import Checkpoint, RNNLayer
 from ...errors import UnsupportedError, WholeModelError
 
 from ...conventions.full_model import (  # noqa: F401 - the whitelist and FullModel, read here as keras_graph.*
-    ACTIVATIONS, ATTENTION, IDENTITY, LAYERS, MASK_PASS, MERGE, MHA, RECURRENT, WAY_OUT, FullModel)
+    ACTIVATIONS, ATTENTION, IDENTITY, LAYERS, MASK_PASS, MERGE, MHA, RECURRENT, SMALL, WAY_OUT, FullModel)
 
 
 @dataclass
@@ -234,6 +234,8 @@ class _Builder:
             self.rank[node.outputs[1]] = node.rank
         if cls in MHA and len(node.outputs) > 1:  # the attention scores (batch, heads, Tq, Tv)
             self.rank[node.outputs[1]] = 4
+        if cls in SMALL:
+            _small(node)
         if cls in ("BatchNormalization", "LayerNormalization"):
             axis = conf.get("axis", -1)
             axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
@@ -552,6 +554,41 @@ def mha_weights(node: Node) -> list[np.ndarray]:
     if out is None and wq.shape[0] != o:
         bad()
     return [wq, bq, wk, bk, wv, bv, wo, bo]
+
+
+def _small(node: Node) -> None:
+    """The settings of a :data:`SMALL` layer call, checked and normalised in ``node.config`` (tf_keras 2.21 /
+    keras 3.15 ``call``): ``PReLU``: one weight ``alpha`` of the input's shape without the batch, 1 on the
+    ``shared_axes`` (``relu(x) - alpha * relu(-x)``); ``Rescaling``: ``scale`` / ``offset`` numbers or last-axis
+    lists, as float32 arrays (``x * scale + offset``); ``UnitNormalization``: ``axis`` the last one
+    (``x / sqrt(max(sum(x^2), 1e-12))``); ``UpSampling1D``: ``size`` ``>= 1`` on a sequence (each step repeated).
+
+    Raises:
+        WholeModelError: another axis, rank or size; UnsupportedError: a PReLU weight unlike its input."""
+    conf, cls, r = node.config, node.cls, node.rank
+    if cls == "PReLU":
+        ws = [np.asarray(w, np.float32) for w in node.weights]
+        if len(ws) != 1 or (r is not None and ws[0].ndim != r - 1):
+            raise UnsupportedError(f"layer '{node.path}' ({cls}): {len(ws)} stored weight(s) of shapes "
+                                   f"{[w.shape for w in ws]}, where its input makes one alpha of rank {r and r - 1}")
+        node.weights = ws
+    elif cls == "Rescaling":
+        sc, off = np.asarray(conf.get("scale", 1.0), np.float32), np.asarray(conf.get("offset", 0.0), np.float32)
+        if sc.ndim > 1 or off.ndim > 1:
+            refuse(node.path, cls, "scale / offset of more than one axis")
+        node.config = {**conf, "scale": sc, "offset": off}
+    elif cls == "UnitNormalization":
+        axis = conf.get("axis", -1)
+        axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
+        if not isinstance(axis, int) or r is None or axis % r != r - 1:
+            refuse(node.path, cls, f"axis={conf.get('axis')!r} is not the last axis (the last axis is built)")
+    elif cls == "UpSampling1D":
+        size = conf.get("size", 2)
+        size = size[0] if isinstance(size, list) and len(size) == 1 else size
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 1 << 16 or r != 3:
+            refuse(node.path, cls, f"size={conf.get('size')!r} on an input of rank {r} (a size of 1 to 65536 on "
+                   "a sequence is built)")
+        node.config = {**conf, "size": size}
 
 
 def _rank_out(node: Node) -> int | None:
@@ -878,7 +915,8 @@ def _k3_implicit(node: Node, masks: list[str | None]) -> str | None:
         got = {m for m in masks if m is not None}
         return next(iter(got)) if len(got) == 1 else (_CONFLICT if got else None)
     inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
-    if cls in MASK_PASS or ((cls in RECURRENT or cls == "Bidirectional") and inner.get("return_sequences")):
+    if cls in MASK_PASS or cls == "Rescaling" or ((cls in RECURRENT or cls == "Bidirectional")
+                                                  and inner.get("return_sequences")):
         return masks[0] if masks else None
     return None
 

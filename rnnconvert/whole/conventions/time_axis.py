@@ -31,7 +31,8 @@ from . import keras_graph
 
 #: layers that keep the time axis as it is (recurrent layers: with ``return_sequences``)
 KEEP = set(keras_graph.IDENTITY) | {"Masking", "Dense", "TimeDistributed", "Activation", "ReLU", "LeakyReLU", "ELU",
-                                    "Softmax", "BatchNormalization", "LayerNormalization", "Embedding"}
+                                    "Softmax", "BatchNormalization", "LayerNormalization", "Embedding",
+                                    "Rescaling", "UnitNormalization"}
 #: layers that end the time axis (their output has none)
 END = {"GlobalMaxPooling1D", "GlobalAveragePooling1D"}
 #: the time axis of a ``RepeatVector``'s output: its ``n`` steps, whatever the inputs' lengths (merged with an input's
@@ -64,7 +65,8 @@ def _int(v, i: int = 0) -> int:
 
 
 def _step(node: keras_graph.Node) -> tuple | None:
-    """The length map of a 1-D convolution, pooling, padding or cropping layer, ``None`` for the others."""
+    """The length map of a 1-D convolution, pooling, padding, cropping or up-sampling layer, ``None`` for the
+    others."""
     conf, cls = node.config, node.cls
     if cls == "Conv1D":
         k = int(node.weights[0].shape[0]) if node.weights else _int(conf.get("kernel_size", 1))
@@ -77,6 +79,8 @@ def _step(node: keras_graph.Node) -> tuple | None:
         v = conf.get("padding" if cls == "ZeroPadding1D" else "cropping", 1)
         a, b = (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
         return ("add", (a + b) if cls == "ZeroPadding1D" else -(a + b))
+    if cls == "UpSampling1D":
+        return ("mul", int(conf.get("size", 2)))
     return None
 
 
@@ -85,6 +89,8 @@ def length(n: int, chain: tuple) -> int | None:
     for st in chain:
         if st[0] == "add":
             n = n + st[1]
+        elif st[0] == "mul":
+            n = n * st[1]
         else:
             _, k, s, d, pad = st
             n = -(-n // s) if pad in ("same", "causal") else (n - d * (k - 1) - 1) // s + 1
@@ -128,6 +134,10 @@ def analyse(graph: keras_graph.Graph) -> dict[str, Axis]:
             out = x
             if len(node.outputs) > 1 and node.outputs[1] in consumed and len(xs) > 1:
                 fix(xs[1], f"{who}: its scores (last axis: the value's time axis) feed another layer")
+        elif cls == "PReLU":  # an alpha per step (shared_axes without the time axis) ties it
+            out = x
+            if node.weights and node.weights[0].ndim == 2 and node.weights[0].shape[0] != 1:
+                fix(x, f"{who}: its alpha holds one row per step (shared_axes without axis 1)")
         elif cls == "RepeatVector":
             out = REPEAT
         elif _step(node) is not None:

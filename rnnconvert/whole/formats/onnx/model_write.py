@@ -42,6 +42,7 @@ from ....errors import OptionError, require
 from ....formats.onnx import onnx_write
 from ....formats.onnx.onnx_write import WEIGHTS_ONLY
 from . import attention as attention_onnx
+from . import small_layers
 from . import masks as mask_forms
 from . import profiles, scan_cells
 
@@ -438,6 +439,8 @@ def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask:
                 conf.get("threshold", 0) or 0):
             keras_graph.refuse(node.path, cls, "ReLU with max_value / negative_slope / threshold")
         return g.op("Relu", [x], base)
+    if cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D
+        return small_layers.build(g, node, x)
     if cls == "LeakyReLU":
         return g.op("LeakyRelu", [x], base, alpha=float(conf.get("alpha", 0.3)))
     if cls == "ELU":

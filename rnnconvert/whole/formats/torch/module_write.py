@@ -382,6 +382,16 @@ class _Emitter:
                     conf.get("threshold", 0) or 0):
                 keras_graph.refuse(node.path, cls, "ReLU with max_value / negative_slope / threshold")
             self.emit(f"{out} = torch.relu({x})", node)
+        elif cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D
+            from . import small_layers
+
+            alpha = None
+            if cls == "PReLU":
+                a = self.attr(node, f"nn.Parameter(torch.zeros({tuple(int(d) for d in node.weights[0].shape)!r}))",
+                              {}, "PReLU alpha")
+                self.state[a] = node.weights[0]
+                alpha = f"self.{a}"
+            self.emit(f"{out} = {small_layers.source(node, x, alpha)}", node)
         elif cls == "LeakyReLU":
             self.emit(f"{out} = F.leaky_relu({x}, {_lit(conf.get('alpha', 0.3))})", node)
         elif cls == "ELU":

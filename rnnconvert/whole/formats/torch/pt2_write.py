@@ -503,6 +503,10 @@ def build_module(graph: keras_graph.Graph, states: bool = False):
                 return _act(torch, conf.get("activation"))(x)
             if cls == "ReLU":
                 return torch.relu(x)
+            if cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D
+                from .small_layers import forward
+
+                return forward(node, x, self.w(node, 0) if node.weights else None)
             if cls == "LeakyReLU":
                 return F.leaky_relu(x, float(conf.get("alpha", 0.3)))
             if cls == "ELU":
