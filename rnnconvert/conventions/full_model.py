@@ -37,8 +37,9 @@ LAYERS |= set(ATTENTION)
 MHA = ("MultiHeadAttention",)
 LAYERS |= set(MHA)
 #: elementwise and repeat layers real models use (issue #41; tf_keras / keras 3 ``call``): ``PReLU``
-#: (``shared_axes``), ``Rescaling`` (``x * scale + offset``), ``UnitNormalization`` (last axis), ``UpSampling1D``
-SMALL = ("PReLU", "Rescaling", "UnitNormalization", "UpSampling1D")
+#: (``shared_axes``), ``Rescaling`` (``x * scale + offset``), ``UnitNormalization`` (last axis), ``UpSampling1D``,
+#: ``EinsumDense`` (one kernel, a checked equation)
+SMALL = ("PReLU", "Rescaling", "UnitNormalization", "UpSampling1D", "EinsumDense")
 LAYERS |= set(SMALL)
 #: layers whose output carries their input's mask (tf_keras 2.21, checked in tests/test_whole_graph.py)
 MASK_PASS = set(IDENTITY) | {"Dense", "Activation", "BatchNormalization", "LayerNormalization", "TimeDistributed",

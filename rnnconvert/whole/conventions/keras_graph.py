@@ -28,8 +28,8 @@ Attention layers (``Attention`` / ``AdditiveAttention``, issue #41: :func:`_atte
 value's masks and hand on the query's; their call keywords ``use_causal_mask`` / ``return_attention_scores`` are
 read from the stored call (:func:`attention_call`). ``MultiHeadAttention`` (:func:`_mha`) reads the query's, the
 value's and the key's masks and hands on the query's; its ``value`` / ``key`` tensors and call keywords come from
-the stored call (:func:`mha_call`). Layers outside :data:`LAYERS` (custom classes, ``Lambda``, ``EinsumDense``...)
-are refused by name with the way out (``--recurrent-only``): never dropped.
+the stored call (:func:`mha_call`). Layers outside :data:`LAYERS` (custom classes, ``Lambda``,
+``GroupNormalization``...) are refused by name with the way out (``--recurrent-only``): never dropped.
 
 Keras 3 ``.keras`` configs (:func:`build_keras3`, chosen by :func:`build` for a ``keras3`` checkpoint) give the
 same :class:`Graph`: their records are normalised by :func:`keras3_record` and their masks are explicit (the
@@ -39,6 +39,7 @@ same :class:`Graph`: their records are normalised by :func:`keras3_record` and t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,6 +237,7 @@ class _Builder:
             self.rank[node.outputs[1]] = 4
         if cls in SMALL:
             _small(node)
+            self.rank[node.outputs[0]] = _rank_out(node)
         if cls in ("BatchNormalization", "LayerNormalization"):
             axis = conf.get("axis", -1)
             axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
@@ -582,6 +584,8 @@ def _small(node: Node) -> None:
         axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
         if not isinstance(axis, int) or r is None or axis % r != r - 1:
             refuse(node.path, cls, f"axis={conf.get('axis')!r} is not the last axis (the last axis is built)")
+    elif cls == "EinsumDense":
+        _einsum(node)
     elif cls == "UpSampling1D":
         size = conf.get("size", 2)
         size = size[0] if isinstance(size, list) and len(size) == 1 else size
@@ -589,6 +593,36 @@ def _small(node: Node) -> None:
             refuse(node.path, cls, f"size={conf.get('size')!r} on an input of rank {r} (a size of 1 to 65536 on "
                    "a sequence is built)")
         node.config = {**conf, "size": size}
+
+
+def _einsum(node: Node) -> None:
+    """An ``EinsumDense`` call (tf_keras 2.21 / keras 3.15 ``einsum_dense.py``: ``einsum(equation, x, kernel)``
+    plus ``bias`` (stored in the shape that broadcasts against the output from its first bias axis on), then
+    ``activation``), its equation checked: ``<x>,<kernel>-><out>`` of distinct lowercase letters (at most 8 each;
+    no ellipsis), ``<x>`` of the input's rank, the batch letter first in ``<x>`` and ``<out>``, every letter of
+    ``<kernel>`` and ``<out>`` in another spec, the kernel of ``<kernel>``'s rank. ``node.config`` gets
+    ``spec`` ``(x, kernel, out)``.
+
+    Raises:
+        WholeModelError: another equation; UnsupportedError: weights unlike it (layer named)."""
+    conf, r = node.config, node.rank
+    eq = conf.get("equation")
+    m = re.fullmatch(r"([a-z]{1,8}),([a-z]{1,8})->([a-z]{1,8})", eq) if isinstance(eq, str) else None
+    if m is None:
+        refuse(node.path, node.cls, "an equation other than '<x>,<kernel>-><output>' of lowercase letters")
+    xs, ks, os_ = m.groups()
+    if (any(len(set(t)) != len(t) for t in (xs, ks, os_)) or xs[0] != os_[0] or xs[0] in ks
+            or set(ks) - set(xs) - set(os_) or set(os_) - set(xs) - set(ks) or (r is not None and len(xs) != r)):
+        refuse(node.path, node.cls, f"equation {eq!r} (the batch first, each letter once per operand, the input's "
+               "rank)")
+    ws = [np.asarray(w, np.float32) for w in node.weights]
+    if not ws or len(ws) > 2 or ws[0].ndim != len(ks) or (len(ws) == 2) != bool(conf.get("bias_axes")) or (
+            len(ws) == 2 and ws[1].ndim > len(os_) - 1):
+        raise UnsupportedError(f"layer '{node.path}' ({node.cls}): {len(ws)} stored weight(s) of shapes "
+                               f"{[w.shape for w in ws]}, unlike equation {eq!r} / bias_axes "
+                               f"{conf.get('bias_axes')!r}")
+    node.weights = ws
+    node.config = {**conf, "spec": (xs, ks, os_)}
 
 
 def _rank_out(node: Node) -> int | None:
@@ -606,6 +640,8 @@ def _rank_out(node: Node) -> int | None:
         return 1 + len(conf.get("target_shape") or [])
     if cls == "RepeatVector":
         return 3
+    if cls == "EinsumDense" and "spec" in conf:
+        return len(conf["spec"][2])
     return r
 
 

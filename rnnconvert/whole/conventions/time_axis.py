@@ -134,6 +134,12 @@ def analyse(graph: keras_graph.Graph) -> dict[str, Axis]:
             out = x
             if len(node.outputs) > 1 and node.outputs[1] in consumed and len(xs) > 1:
                 fix(xs[1], f"{who}: its scores (last axis: the value's time axis) feed another layer")
+        elif cls == "EinsumDense" and "spec" in conf:  # keeps the time axis where it keeps its letter second
+            xs_, _, os_ = conf["spec"]
+            if len(xs_) > 1 and len(os_) > 1 and xs_[1] == os_[1]:
+                out = x
+            else:
+                fix(x, f"{who}: its equation does not keep the time axis")
         elif cls == "PReLU":  # an alpha per step (shared_axes without the time axis) ties it
             out = x
             if node.weights and node.weights[0].ndim == 2 and node.weights[0].shape[0] != 1:

@@ -148,3 +148,32 @@ def test_prelu_weight_unlike_input_refused():
     node.weights = [np.zeros((2, 2, 4), np.float32)]
     with pytest.raises(UnsupportedError, match="prelu_vec"):
         keras_graph._small(node)
+
+
+@pytest.mark.parametrize("eq", ["<script>abc,cd->abd</script>", "...c,cd->...d", "abc,cd->bad", "abc,cd->abe",
+                                "aac,cd->aad", "abcd,de->abce", "abc,cd->abd; import os", ""])
+def test_einsum_equation_refused(eq):
+    """An EinsumDense equation other than a checked '<x>,<kernel>-><out>' (markup, ellipsis, the batch moved, an
+    unknown letter, a repeated letter, another rank, trailing text): refused by name; the equation never reaches
+    an einsum."""
+    from rnnconvert.errors import RNNConvertError
+
+    def edit(cfg):
+        for rec in cfg["config"]["layers"]:
+            if rec["config"]["name"] == "einsum_seq":
+                rec["config"]["equation"] = eq
+
+    with pytest.raises(RNNConvertError, match="einsum_seq"):
+        _graph("small_layers.h5", edit)
+
+
+def test_einsum_weights_unlike_equation_refused():
+    """An EinsumDense kernel of another rank than its equation says: UnsupportedError naming the layer."""
+    from rnnconvert.errors import UnsupportedError
+    from rnnconvert.whole.conventions import keras_graph
+
+    g = _graph("small_layers.h5")
+    node = next(n for n in g.nodes if n.path == "einsum_vec")
+    node.weights = [np.zeros((4, 3, 2), np.float32)]
+    with pytest.raises(UnsupportedError, match="einsum_vec"):
+        keras_graph._einsum(node)

@@ -6,6 +6,8 @@ op set 14, with the settings :func:`rnnconvert.whole.conventions.keras_graph._sm
 * ``Rescaling``: ``x * scale + offset`` (``rescaling.py``; the scale and offset as float32 constants);
 * ``UnitNormalization``: ``x * 1/sqrt(max(sum(x^2, -1), 1e-12))`` (tf_keras ``tf.linalg.l2_normalize``; keras 3
   ``ops.normalize(order=2, epsilon=1e-12)``);
+* ``EinsumDense``: ``Einsum(equation)`` of the input and the kernel, plus the bias, then the activation
+  (``einsum_dense.py``);
 * ``UpSampling1D``: each step repeated ``size`` times (``repeat_elements(x, size, axis=1)``): ``(B, T, C)`` ->
   ``Unsqueeze`` ``(B, T, 1, C)``, ``Expand`` to ``(B, T, size, C)``, ``Reshape`` ``(B, T * size, C)``.
 
@@ -27,6 +29,14 @@ def build(g, node: keras_graph.Node, x: str) -> str:
     def f32(a, name):
         return g.const(np.ascontiguousarray(a, np.float32), f"{base}.{name}")
 
+    if cls == "EinsumDense":
+        xs, ks, os_ = conf["spec"]
+        y = g.op("Einsum", [x, f32(node.weights[0], "kernel")], base, equation=f"{xs},{ks}->{os_}")
+        if len(node.weights) > 1:
+            y = g.op("Add", [y, f32(node.weights[1], "bias")], base)
+        from .model_write import activation
+
+        return activation(g, y, conf.get("activation"), base)
     if cls == "PReLU":
         neg = g.op("Relu", [g.op("Neg", [x], base)], base)
         return g.op("Sub", [g.op("Relu", [x], base), g.op("Mul", [f32(node.weights[0], "alpha"), neg], base)], base)

@@ -391,6 +391,15 @@ class _Emitter:
                               {}, "PReLU alpha")
                 self.state[a] = node.weights[0]
                 alpha = f"self.{a}"
+            if cls == "EinsumDense":
+                st = dict(zip(("kernel", "bias"), node.weights))
+                ctor = "nn.ParameterDict({" + ", ".join(
+                    f"{k!r}: nn.Parameter(torch.zeros({tuple(int(d) for d in v.shape)!r}))" for k, v in st.items())
+                a = self.attr(node, ctor + "})", st, "Keras EinsumDense weights")
+                alpha = f"self.{a}"
+                self.emit(f"{out} = {_act(conf.get('activation'), small_layers.source(node, x, alpha), self.helpers)}",
+                          node)
+                return
             self.emit(f"{out} = {small_layers.source(node, x, alpha)}", node)
         elif cls == "LeakyReLU":
             self.emit(f"{out} = F.leaky_relu({x}, {_lit(conf.get('alpha', 0.3))})", node)

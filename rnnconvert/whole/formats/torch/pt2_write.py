@@ -506,6 +506,9 @@ def build_module(graph: keras_graph.Graph, states: bool = False):
             if cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D
                 from .small_layers import forward
 
+                if cls == "EinsumDense":
+                    y = forward(node, x, [self.w(node, j) for j in range(len(node.weights))])
+                    return _act(torch, conf.get("activation"))(y)
                 return forward(node, x, self.w(node, 0) if node.weights else None)
             if cls == "LeakyReLU":
                 return F.leaky_relu(x, float(conf.get("alpha", 0.3)))
