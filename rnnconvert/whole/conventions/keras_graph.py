@@ -540,11 +540,12 @@ def mha_weights(node: Node) -> list[np.ndarray]:
 
     if len(ws) != (8 if bias else 4):
         bad()
-    if not bias:
+    if not bias:  # zero biases shaped by the stored kernels (never by the config's sizes alone)
         wq, wk, wv, wo = ws
-        bq, bk = np.zeros((h, kd), np.float32), np.zeros((h, kd), np.float32)
-        bv = np.zeros((h, vd), np.float32)
-        bo = np.zeros((wo.shape[-1] if wo.ndim == 3 else 0,), np.float32)
+        if any(w.ndim != 3 for w in ws):
+            bad()
+        bq, bk, bv = (np.zeros(w.shape[1:], np.float32) for w in (wq, wk, wv))
+        bo = np.zeros(wo.shape[-1:], np.float32)
     else:
         wq, bq, wk, bk, wv, bv, wo, bo = ws
     o = wo.shape[-1] if wo.ndim == 3 else -1

@@ -232,3 +232,17 @@ def test_keras3_erased_mask_refused():
 
     with pytest.raises(WholeModelError, match="erases the mask"):
         _graph("k3_mha.keras", edit)
+
+
+def test_huge_sizes_without_bias_allocate_nothing():
+    """num_heads / key_dim of 2**31 - 1 on a layer without bias (sizes the whitelist accepts): refused by the weight
+    check before any array of the config's size is made."""
+    from rnnconvert.errors import UnsupportedError
+
+    def edit(cfg):
+        for rec in cfg["config"]["layers"]:
+            if rec["config"]["name"] == "mha_cross":
+                rec["config"].update(num_heads=2**31 - 1, key_dim=2**31 - 1, value_dim=2**31 - 1)
+
+    with pytest.raises(UnsupportedError, match="mha_cross"):
+        _graph("mha_text.h5", edit)
