@@ -382,7 +382,7 @@ class _Emitter:
                     conf.get("threshold", 0) or 0):
                 keras_graph.refuse(node.path, cls, "ReLU with max_value / negative_slope / threshold")
             self.emit(f"{out} = torch.relu({x})", node)
-        elif cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D
+        elif cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D, EinsumDense
             from . import small_layers
 
             alpha = None

@@ -503,7 +503,7 @@ def build_module(graph: keras_graph.Graph, states: bool = False):
                 return _act(torch, conf.get("activation"))(x)
             if cls == "ReLU":
                 return torch.relu(x)
-            if cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D
+            if cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D, EinsumDense
                 from .small_layers import forward
 
                 if cls == "EinsumDense":
