@@ -440,7 +440,7 @@ def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask:
             keras_graph.refuse(node.path, cls, "ReLU with max_value / negative_slope / threshold")
         return g.op("Relu", [x], base)
     if cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D, EinsumDense
-        return small_layers.build(g, node, x)
+        return small_layers.build(g, node, x, activation)
     if cls == "LeakyReLU":
         return g.op("LeakyRelu", [x], base, alpha=float(conf.get("alpha", 0.3)))
     if cls == "ELU":

@@ -21,9 +21,10 @@ import numpy as np
 from ...conventions import keras_graph
 
 
-def build(g, node: keras_graph.Node, x: str) -> str:
+def build(g, node: keras_graph.Node, x: str, activation=None) -> str:
     """The layer call ``node`` (a :data:`keras_graph.SMALL` class) on ``x`` (a tensor name in ``g``, a
-    :class:`.model_write._G`): its output's name."""
+    :class:`.model_write._G`): its output's name. ``activation``: the writer's ``activation(g, x, name, base)``
+    (:func:`.model_write.activation`, handed in: no import cycle), for ``EinsumDense``."""
     cls, conf, base = node.cls, node.config, node.name
 
     def f32(a, name):
@@ -34,8 +35,6 @@ def build(g, node: keras_graph.Node, x: str) -> str:
         y = g.op("Einsum", [x, f32(node.weights[0], "kernel")], base, equation=f"{xs},{ks}->{os_}")
         if len(node.weights) > 1:
             y = g.op("Add", [y, f32(node.weights[1], "bias")], base)
-        from .model_write import activation
-
         return activation(g, y, conf.get("activation"), base)
     if cls == "PReLU":
         neg = g.op("Relu", [g.op("Neg", [x], base)], base)
