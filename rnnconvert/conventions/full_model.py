@@ -31,9 +31,20 @@ LAYERS |= {"Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalMaxPooling2D", "
 #: ``layers/attention/``): ``[query, value(, key)]``, masks of query and value, the causal mask, the scores
 ATTENTION = ("Attention", "AdditiveAttention")
 LAYERS |= set(ATTENTION)
+#: multi-head attention over the time axis (issue #41; tf_keras ``layers/attention/multi_head_attention.py``,
+#: keras 3 ``layers/attention/multi_head_attention.py``): ``[query, value(, key)]``, masks of all three, the causal
+#: mask, the scores
+MHA = ("MultiHeadAttention",)
+LAYERS |= set(MHA)
+#: elementwise and repeat layers real models use (issue #41; tf_keras / keras 3 ``call``): ``PReLU``
+#: (``shared_axes``), ``Rescaling`` (``x * scale + offset``), ``UnitNormalization`` (last axis), ``UpSampling1D``,
+#: ``EinsumDense`` (one kernel, a checked equation)
+SMALL = ("PReLU", "Rescaling", "UnitNormalization", "UpSampling1D", "EinsumDense")
+LAYERS |= set(SMALL)
 #: layers whose output carries their input's mask (tf_keras 2.21, checked in tests/test_whole_graph.py)
 MASK_PASS = set(IDENTITY) | {"Dense", "Activation", "BatchNormalization", "LayerNormalization", "TimeDistributed",
-                             "ReLU", "LeakyReLU", "ELU", "Softmax", "Masking"} | set(ATTENTION)  # the query's mask
+                             "ReLU", "LeakyReLU", "ELU", "Softmax", "Masking", "PReLU", "UnitNormalization"} | set(ATTENTION) | set(MHA)
+#: ^ attention: the query's mask; Rescaling hands its mask on in Keras 3 only (tf_keras' does not support masking)
 #: Keras 2 activations the writers build (tf_keras ``activations.py``: hard_sigmoid = clip(0.2 x + 0.5, 0, 1));
 #: ``hard_sigmoid_k3`` is Keras 3's ``hard_sigmoid`` = relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1) (keras 3
 #: ``activations.py``; a Keras 3 config's 'hard_sigmoid' is read as it, :func:`build_keras3`)

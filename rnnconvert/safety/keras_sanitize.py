@@ -80,7 +80,7 @@ LAYER_CLASSES = frozenset({
     "SeparableConv2D", "DepthwiseConv2D", "Conv3D", "Conv3DTranspose", "MaxPooling2D", "AveragePooling2D",
     "GlobalMaxPooling2D", "GlobalAveragePooling2D", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "MaxPooling3D",
     "AveragePooling3D", "GlobalMaxPooling3D", "GlobalAveragePooling3D", "ZeroPadding3D", "Cropping3D",
-    "UpSampling3D", "NotEqual", "Any", "Attention", "AdditiveAttention",
+    "UpSampling3D", "NotEqual", "Any", "Attention", "AdditiveAttention", "MultiHeadAttention",
     # Keras 2 aliases (conventions.keras_names.CLASS_ALIASES)
     "Convolution1D", "Convolution2D", "MaxPool1D", "MaxPool2D", "AvgPool1D", "AvgPool2D", "GlobalMaxPool1D",
     "GlobalAvgPool1D", "GlobalMaxPool2D", "GlobalAvgPool2D", "Conv1DTranspose"})
@@ -451,6 +451,11 @@ KEYS: dict[str, Callable[[Any], Any]] = {
     "factor": _nums, "height_factor": _nums, "width_factor": _nums, "value_range": _nums, "rng_type":
     _opt(_str(MAX_STR)), "data_range": _nums,
     "use_scale": _BOOL, "score_mode": _CHOICE("dot", "concat"), "causal": _BOOL,
+    # MultiHeadAttention (tf_keras 2.21 / keras 3.15 ``get_config``; issue #41): sizes at least 1
+    "num_heads": _int(1, MAX_INT), "key_dim": _int(1, MAX_INT), "value_dim": _opt(_int(1, MAX_INT)),
+    "attention_axes": _opt(_ints), "softmax_robust_masking": _BOOL, "use_gate": _BOOL,
+    "sliding_window": _opt(_int(1, MAX_INT)), "flash_attention": _opt(_BOOL), "query_shape": _opt(_shape),
+    "key_shape": _opt(_shape), "value_shape": _opt(_shape),
 }
 
 

@@ -638,6 +638,11 @@ def load(path: str | Path, ckpt: Checkpoint, name: str, k: int | None = None) ->
 # The whole model of a Keras 3 archive (issue #30: whole-model .onnx / .pt2)
 # --------------------------------------------------------------------------------------------
 
+#: a Keras 3 ``MultiHeadAttention``'s sub-layer groups in the order it creates them (keras 3.15
+#: ``MultiHeadAttention.build``; tf_keras stores the same weights as ``query/kernel``... in this order)
+MHA_DENSE = ("query_dense", "key_dense", "value_dense", "output_dense")
+
+
 def _store_weights_in(h5path: str, config: dict) -> dict[str, list[tuple[str, np.ndarray]]]:
     """Every top-level layer's variables in the store, by the layer's user name (the ``@name`` of its ``vars``
     group; keras 3.15 ``saving_lib``): ``[('var<i>', array)]`` in ``vars/<i>`` order (= ``layer.weights``), a
@@ -664,6 +669,8 @@ def _store_weights_in(h5path: str, config: dict) -> dict[str, list[tuple[str, np
             return got
         if "cell" in group or "forward_layer" in group:
             return []
+        if all(k in group for k in MHA_DENSE):  # MultiHeadAttention: its four EinsumDense in creation order
+            return [(f"var{i}", a) for i, a in enumerate(w for k in MHA_DENSE for w in _vars(group[k]))]
         w = _vars(group)
         if not w and "layer" in group:  # TimeDistributed
             w = _vars(group["layer"])

@@ -26,8 +26,10 @@ writers feed them as the initial state). A Bidirectional layer returning or taki
 
 Attention layers (``Attention`` / ``AdditiveAttention``, issue #41: :func:`_attention`) read the query's and the
 value's masks and hand on the query's; their call keywords ``use_causal_mask`` / ``return_attention_scores`` are
-read from the stored call (:func:`attention_call`). Layers outside :data:`LAYERS` (custom classes, ``Lambda``,
-``MultiHeadAttention``...) are refused by name with the way out (``--recurrent-only``): never dropped.
+read from the stored call (:func:`attention_call`). ``MultiHeadAttention`` (:func:`_mha`) reads the query's, the
+value's and the key's masks and hands on the query's; its ``value`` / ``key`` tensors and call keywords come from
+the stored call (:func:`mha_call`). Layers outside :data:`LAYERS` (custom classes, ``Lambda``,
+``GroupNormalization``...) are refused by name with the way out (``--recurrent-only``): never dropped.
 
 Keras 3 ``.keras`` configs (:func:`build_keras3`, chosen by :func:`build` for a ``keras3`` checkpoint) give the
 same :class:`Graph`: their records are normalised by :func:`keras3_record` and their masks are explicit (the
@@ -37,6 +39,7 @@ same :class:`Graph`: their records are normalised by :func:`keras3_record` and t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +49,7 @@ from ...core.model import Checkpoint, RNNLayer
 from ...errors import UnsupportedError, WholeModelError
 
 from ...conventions.full_model import (  # noqa: F401 - the whitelist and FullModel, read here as keras_graph.*
-    ACTIVATIONS, ATTENTION, IDENTITY, LAYERS, MASK_PASS, MERGE, RECURRENT, WAY_OUT, FullModel)
+    ACTIVATIONS, ATTENTION, IDENTITY, LAYERS, MASK_PASS, MERGE, MHA, RECURRENT, SMALL, WAY_OUT, FullModel)
 
 
 @dataclass
@@ -199,6 +202,8 @@ class _Builder:
                 refuse(path, cls, "a Bidirectional with its own backward_layer config")
         else:
             node.weights = self.stored(path)
+        if cls in MHA:
+            _mha(node, ins, self.rank.get(ins[0]), keras3=isinstance(self, _Keras3Builder))
         if cls == "TimeDistributed":
             inner = conf.get("layer") or {}
             icls, iconf = inner.get("class_name"), inner.get("config") or {}
@@ -228,6 +233,11 @@ class _Builder:
             self.more[node.outputs[0]] = node.outputs[1:]
         if cls in ATTENTION and len(node.outputs) > 1:  # the attention scores (batch, Tq, Tv)
             self.rank[node.outputs[1]] = node.rank
+        if cls in MHA and len(node.outputs) > 1:  # the attention scores (batch, heads, Tq, Tv)
+            self.rank[node.outputs[1]] = 4
+        if cls in SMALL:
+            _small(node)
+            self.rank[node.outputs[0]] = _rank_out(node)
         if cls in ("BatchNormalization", "LayerNormalization"):
             axis = conf.get("axis", -1)
             axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
@@ -291,6 +301,9 @@ class _Builder:
                 kw = {k: v for i in node if len(i) > 3 and isinstance(i[3], dict) for k, v in i[3].items()}
                 if kw and r.get("class_name") in ATTENTION:  # tf_keras repeats a call's keywords on each input
                     r = attention_call(r, prefix + lname, kw)
+                elif r.get("class_name") in MHA:  # value= / key= tensors among the call keywords
+                    r, more = mha_call(r, prefix + lname, kw, _k2_tensor)
+                    keys += more
                 elif any(isinstance(i[3] if len(i) > 3 else {}, dict) and (i[3] if len(i) > 3 else {}) for i in node):
                     refuse(prefix + lname, r.get("class_name"), "it is called with keyword arguments "
                            "(e.g. initial_state, mask)")
@@ -409,6 +422,210 @@ def attention_weights(node: Node) -> tuple[np.ndarray | None, np.ndarray | None]
     return got.get("scale"), got.get("concat")
 
 
+#: the call keywords of a ``MultiHeadAttention`` call the writers follow (tf_keras 2.21 / keras 3.15
+#: ``MultiHeadAttention.call``): the ``value`` / ``key`` tensors, ``use_causal_mask``, ``return_attention_scores``;
+#: ``training`` is inference here whatever it says; Keras 3 writes its masks' keywords as null
+MHA_CALL = ("value", "key", "use_causal_mask", "return_attention_scores", "training", "query_mask", "value_mask",
+            "key_mask")
+
+
+def _k2_tensor(obj: Any) -> tuple[str, int, int] | None:
+    """``(layer, node index, tensor index)`` of a tf_keras call keyword's tensor (``["layer", node, index]``)."""
+    if isinstance(obj, list) and len(obj) in (3, 4) and isinstance(obj[0], str):
+        return obj[0], int(obj[1]), int(obj[2])
+    return None
+
+
+def mha_call(rec: dict, path: str, kwargs: dict, tensor) -> tuple[dict, list[tuple[str, int, int]]]:
+    """A ``MultiHeadAttention`` record with its call keywords folded into its config (``call_causal`` /
+    ``call_scores``, read by :func:`_mha`) and the keys of its ``value`` (tf_keras passes it by keyword) and
+    ``key`` tensors, in that order (``tensor``: the reader's tensor reference parser).
+
+    Raises:
+        WholeModelError: a keyword other than :data:`MHA_CALL` (``attention_mask``...), a mask keyword that is
+            not null, a flag that is not a plain true/false, by layer name with the way out."""
+    cls = str(rec.get("class_name"))
+    if not isinstance(kwargs, dict):
+        refuse(path, cls, "call keywords in a form this reader does not know")
+    extra = sorted(str(k) for k in set(kwargs) - set(MHA_CALL))
+    if extra:
+        refuse(path, cls, f"it is called with keyword arguments {extra} (value, key, use_causal_mask and "
+               "return_attention_scores are built)")
+    more = []
+    for k in ("value", "key"):
+        if kwargs.get(k) is not None:
+            t = tensor(kwargs[k])
+            if t is None:
+                refuse(path, cls, f"call keyword {k} is not a tensor reference")
+            more.append(t)
+    for k in ("query_mask", "value_mask", "key_mask"):
+        if kwargs.get(k) is not None:
+            refuse(path, cls, f"it is called with an explicit {k}")
+    for k in ("use_causal_mask", "return_attention_scores", "training"):
+        if kwargs.get(k) is not None and not isinstance(kwargs[k], bool):
+            refuse(path, cls, f"call keyword {k} is not a plain true/false")
+    conf = dict(rec.get("config") or {})
+    conf["call_causal"] = bool(kwargs.get("use_causal_mask"))
+    conf["call_scores"] = bool(kwargs.get("return_attention_scores"))
+    return {**rec, "config": conf}, more
+
+
+def _mha(node: Node, ins: list[str], rank: int | None, keras3: bool) -> None:
+    """A ``MultiHeadAttention`` call (tf_keras 2.21 / keras 3.15 ``layers/attention/multi_head_attention.py``) on
+    ``[query, value]`` or ``[query, value, key]``, each ``(batch, time, features)``: masks ``node.masks`` of the
+    query, the value and the key (the value's when no key); its output carries the query's mask. ``node.config``
+    gets ``causal``, ``scores`` (``node.outputs`` gets ``<name>:1``, the softmax weights
+    ``(batch, heads, Tq, Tv)``) and ``masked``, how the framework hides a step before the softmax:
+
+    * ``'add'``: tf_keras' ``Softmax`` (``softmax_robust_masking=False``): ``s + (1 - m) * -1e9`` in float32;
+    * ``'fill'``: tf_keras with ``softmax_robust_masking=True``, and Keras 3's ``ops.dot_product_attention`` (the
+      path it takes without scores and dropout): the hidden score replaced by a large negative number (-1e9 and
+      -0.7 * 3.38953e38: the same softmax, a row with every step hidden uniform);
+    * ``'zero'``: Keras 3 returning the scores or with dropout (its own ``Softmax``): ``'fill'``, then hidden
+      weights 0.
+
+    ``node.weights`` becomes ``[Wq (Dq, H, K), bq (H, K), Wk (Dk, H, K), bk, Wv (Dv, H, V), bv (H, V),
+    Wo (H, V, O), bo (O,)]`` (zero biases without ``use_bias``; :func:`mha_weights` checks them).
+
+    Raises:
+        WholeModelError: inputs not of rank 3 or of another count, ``attention_axes`` other than the time axis,
+            ``use_gate``, ``sliding_window``, an ``output_shape`` of several axes, by layer name."""
+    conf = node.config
+    if len(ins) not in (2, 3):
+        refuse(node.path, node.cls, f"called on {len(ins)} inputs ([query, value] or [query, value, key] are "
+               "built)")
+    if rank is not None and rank != 3:
+        refuse(node.path, node.cls, f"a query of rank {rank} ((batch, time, features) is built)")
+    axes = conf.get("attention_axes")
+    if axes not in (None, 1, [1], -2, [-2]):
+        refuse(node.path, node.cls, f"attention_axes={axes!r} (the default, the time axis, is built)")
+    if conf.get("use_gate") or conf.get("sliding_window") is not None:
+        refuse(node.path, node.cls, "use_gate / sliding_window are not built")
+    shape = conf.get("output_shape")
+    if isinstance(shape, list) and len(shape) == 1:
+        shape = shape[0]
+    if shape is not None and (not isinstance(shape, int) or isinstance(shape, bool)):
+        refuse(node.path, node.cls, f"output_shape={conf.get('output_shape')!r} (one size is built)")
+    scores = bool(conf.get("call_scores"))
+    if keras3:
+        masked = "zero" if scores or float(conf.get("dropout") or 0.0) > 0.0 else "fill"
+    else:
+        masked = "fill" if conf.get("softmax_robust_masking") else "add"
+    node.config = {**conf, "causal": bool(conf.get("call_causal")), "scores": scores, "masked": masked,
+                   "output_shape": shape}
+    node.weights = mha_weights(node)
+    if scores:
+        node.outputs.append(f"{node.name}:1")
+
+
+def mha_weights(node: Node) -> list[np.ndarray]:
+    """The weights of a ``MultiHeadAttention`` call as :func:`_mha` orders them, float32, from the stored ones in
+    the order tf_keras / keras 3 create them (query, key, value, output ``EinsumDense``: kernel then bias each;
+    biases only with ``use_bias``), checked against ``num_heads``, ``key_dim``, ``value_dim``, ``output_shape``
+    and each other.
+
+    Raises:
+        UnsupportedError: stored weights of another count or shape than the config says (layer named)."""
+    conf = node.config
+    ws = [np.asarray(w, np.float32) for w in node.weights]
+    bias = bool(conf.get("use_bias", True))
+    h, kd = conf.get("num_heads"), conf.get("key_dim")
+    vd = conf.get("value_dim") or kd
+    out = conf.get("output_shape")
+
+    def bad():
+        raise UnsupportedError(f"layer '{node.path}' ({node.cls}): {len(ws)} stored weight(s) of shapes "
+                               f"{[w.shape for w in ws]}, unlike num_heads={h}, key_dim={kd}, value_dim={vd}, "
+                               f"use_bias={bias}")
+
+    if len(ws) != (8 if bias else 4):
+        bad()
+    if not bias:  # zero biases shaped by the stored kernels (never by the config's sizes alone)
+        wq, wk, wv, wo = ws
+        if any(w.ndim != 3 for w in ws):
+            bad()
+        bq, bk, bv = (np.zeros(w.shape[1:], np.float32) for w in (wq, wk, wv))
+        bo = np.zeros(wo.shape[-1:], np.float32)
+    else:
+        wq, bq, wk, bk, wv, bv, wo, bo = ws
+    o = wo.shape[-1] if wo.ndim == 3 else -1
+    want = [(wq, (None, h, kd)), (bq, (h, kd)), (wk, (None, h, kd)), (bk, (h, kd)), (wv, (None, h, vd)),
+            (bv, (h, vd)), (wo, (h, vd, out if out is not None else o)), (bo, (o,))]
+    for w, shp in want:
+        if w.ndim != len(shp) or any(s is not None and d != s for d, s in zip(w.shape, shp)):
+            bad()
+    if out is None and wq.shape[0] != o:
+        bad()
+    return [wq, bq, wk, bk, wv, bv, wo, bo]
+
+
+def _small(node: Node) -> None:
+    """The settings of a :data:`SMALL` layer call, checked and normalised in ``node.config`` (tf_keras 2.21 /
+    keras 3.15 ``call``): ``PReLU``: one weight ``alpha`` of the input's shape without the batch, 1 on the
+    ``shared_axes`` (``relu(x) - alpha * relu(-x)``); ``Rescaling``: ``scale`` / ``offset`` numbers or last-axis
+    lists, as float32 arrays (``x * scale + offset``); ``UnitNormalization``: ``axis`` the last one
+    (``x / sqrt(max(sum(x^2), 1e-12))``); ``UpSampling1D``: ``size`` ``>= 1`` on a sequence (each step repeated).
+
+    Raises:
+        WholeModelError: another axis, rank or size; UnsupportedError: a PReLU weight unlike its input."""
+    conf, cls, r = node.config, node.cls, node.rank
+    if cls == "PReLU":
+        ws = [np.asarray(w, np.float32) for w in node.weights]
+        if len(ws) != 1 or (r is not None and ws[0].ndim != r - 1):
+            raise UnsupportedError(f"layer '{node.path}' ({cls}): {len(ws)} stored weight(s) of shapes "
+                                   f"{[w.shape for w in ws]}, where its input makes one alpha of rank {r and r - 1}")
+        node.weights = ws
+    elif cls == "Rescaling":
+        sc, off = np.asarray(conf.get("scale", 1.0), np.float32), np.asarray(conf.get("offset", 0.0), np.float32)
+        if sc.ndim > 1 or off.ndim > 1:
+            refuse(node.path, cls, "scale / offset of more than one axis")
+        node.config = {**conf, "scale": sc, "offset": off}
+    elif cls == "UnitNormalization":
+        axis = conf.get("axis", -1)
+        axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
+        if not isinstance(axis, int) or r is None or axis % r != r - 1:
+            refuse(node.path, cls, f"axis={conf.get('axis')!r} is not the last axis (the last axis is built)")
+    elif cls == "EinsumDense":
+        _einsum(node)
+    elif cls == "UpSampling1D":
+        size = conf.get("size", 2)
+        size = size[0] if isinstance(size, list) and len(size) == 1 else size
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 1 << 16 or r != 3:
+            refuse(node.path, cls, f"size={conf.get('size')!r} on an input of rank {r} (a size of 1 to 65536 on "
+                   "a sequence is built)")
+        node.config = {**conf, "size": size}
+
+
+def _einsum(node: Node) -> None:
+    """An ``EinsumDense`` call (tf_keras 2.21 / keras 3.15 ``einsum_dense.py``: ``einsum(equation, x, kernel)``
+    plus ``bias`` (stored in the shape that broadcasts against the output from its first bias axis on), then
+    ``activation``), its equation checked: ``<x>,<kernel>-><out>`` of distinct lowercase letters (at most 8 each;
+    no ellipsis), ``<x>`` of the input's rank, the batch letter first in ``<x>`` and ``<out>``, every letter of
+    ``<kernel>`` and ``<out>`` in another spec, the kernel of ``<kernel>``'s rank. ``node.config`` gets
+    ``spec`` ``(x, kernel, out)``.
+
+    Raises:
+        WholeModelError: another equation; UnsupportedError: weights unlike it (layer named)."""
+    conf, r = node.config, node.rank
+    eq = conf.get("equation")
+    m = re.fullmatch(r"([a-z]{1,8}),([a-z]{1,8})->([a-z]{1,8})", eq) if isinstance(eq, str) else None
+    if m is None:
+        refuse(node.path, node.cls, "an equation other than '<x>,<kernel>-><output>' of lowercase letters")
+    xs, ks, os_ = m.groups()
+    if (any(len(set(t)) != len(t) for t in (xs, ks, os_)) or xs[0] != os_[0] or xs[0] in ks
+            or set(ks) - set(xs) - set(os_) or set(os_) - set(xs) - set(ks) or (r is not None and len(xs) != r)):
+        refuse(node.path, node.cls, f"equation {eq!r} (the batch first, each letter once per operand, the input's "
+               "rank)")
+    ws = [np.asarray(w, np.float32) for w in node.weights]
+    if not ws or len(ws) > 2 or ws[0].ndim != len(ks) or (len(ws) == 2) != bool(conf.get("bias_axes")) or (
+            len(ws) == 2 and ws[1].ndim > len(os_) - 1):
+        raise UnsupportedError(f"layer '{node.path}' ({node.cls}): {len(ws)} stored weight(s) of shapes "
+                               f"{[w.shape for w in ws]}, unlike equation {eq!r} / bias_axes "
+                               f"{conf.get('bias_axes')!r}")
+    node.weights = ws
+    node.config = {**conf, "spec": (xs, ks, os_)}
+
+
 def _rank_out(node: Node) -> int | None:
     """The rank of a layer call's output (batch included) from its input's (tf_keras shape rules)."""
     r, cls, conf = node.rank, node.cls, node.config
@@ -424,6 +641,8 @@ def _rank_out(node: Node) -> int | None:
         return 1 + len(conf.get("target_shape") or [])
     if cls == "RepeatVector":
         return 3
+    if cls == "EinsumDense" and "spec" in conf:
+        return len(conf["spec"][2])
     return r
 
 
@@ -534,6 +753,8 @@ class _Keras3Builder(_Builder):
         super().__init__(weights, ckpt)
         #: tensor -> the mask Keras 3 attaches to it at run time (``_keras_mask``), read by attention layers only
         self.implicit: dict[str, str | None] = {}
+        #: (MultiHeadAttention call, an input whose implicit mask its call erases): :func:`_k3_erased`
+        self.erased: list[tuple[Node, str]] = []
 
     def call(self, rec: dict, prefix: str, ins: list[str]) -> str:
         return super().call(keras3_record(rec, prefix), prefix, ins)
@@ -581,6 +802,9 @@ class _Keras3Builder(_Builder):
                 args, kwargs = node.get("args") or [], node.get("kwargs") or {}
                 flat = [a for arg in args for a in (arg if isinstance(arg, list) else [arg])]
                 keys = [t for t in (_k3_tensor(a) for a in flat) if t is not None]
+                if r.get("class_name") in MHA:  # key= among the call keywords; its masks are implicit
+                    r, more = mha_call(r, prefix + str(lname), kwargs, _k3_tensor)
+                    keys, kwargs = keys + more, {}
                 mkey = _k3_tensor(kwargs.get("mask"))
                 if not all(t in produced or t in ops for t in keys + ([mkey] if mkey else [])):
                     continue
@@ -611,14 +835,16 @@ class _Keras3Builder(_Builder):
                     mask = self._mask_tensor(prefix + str(lname), cls, ops.get(mkey))
                 before = len(self.nodes)
                 ins_here = [produced[t] for t in keys]
-                if cls in ATTENTION:
+                if cls in ATTENTION or cls in MHA:
                     for i in ins_here:
                         self.mask_of[i] = self.implicit.get(i)
                         if self.mask_of[i] == _CONFLICT:
                             refuse(prefix + str(lname), str(cls), "its input carries a mask merged from different "
                                    "masks")
                 out = self.call(r, prefix, ins_here)
-                if cls in ATTENTION:
+                if cls in MHA:
+                    self.erased += [(self.nodes[-1], i) for i in dict.fromkeys(ins_here) if self.implicit.get(i)]
+                if cls in ATTENTION or cls in MHA:
                     for i in ins_here:
                         self.mask_of[i] = None
                 if mask is not None:
@@ -674,6 +900,40 @@ class _Keras3Builder(_Builder):
         return name
 
 
+def _k3_erased(nodes: list[Node], erased: list[tuple[Node, str]], implicit: dict[str, str | None]) -> None:
+    """Keras 3.15's ``MultiHeadAttention.call`` erases the implicit masks of its inputs
+    (``backend.set_keras_mask(query, None)``, the same for value and key; seen in its outputs: a second attention
+    layer on the same embedding then runs unmasked). A masked input that another layer call also reads is
+    accepted where Keras 3 must run that layer first (an ancestor of the attention call: it saw the mask) or where
+    the mask it reads changes nothing (a merge with the attention's output, which carries the same mask);
+    elsewhere what that layer sees depends on Keras 3's order of execution: refused by name.
+
+    Raises:
+        WholeModelError: such a model, naming the attention layer and the other layer."""
+    producer = {o: n for n in nodes for o in n.outputs}
+
+    def closure(start, step):
+        seen, stack = set(), list(start)
+        while stack:
+            for n in step(stack.pop()):
+                if id(n) not in seen:
+                    seen.add(id(n))
+                    stack.append(n)
+        return seen
+
+    for mha, t in erased:
+        anc = closure([mha], lambda n: [producer[i] for i in n.inputs if i in producer])
+        desc = closure([mha], lambda n: [c for c in nodes if set(c.inputs) & set(n.outputs)])
+        for n in nodes:
+            if n is mha or t not in n.inputs or id(n) in anc:
+                continue
+            others = {implicit.get(i) for i in n.inputs if i != t} - {None}
+            if n.cls in MERGE and id(n) in desc and others == {implicit.get(t)}:
+                continue
+            refuse(mha.path, mha.cls, f"Keras 3 erases the mask of its input when it runs, and layer '{n.path}' "
+                   "also reads that input: what it sees depends on Keras 3's order of execution")
+
+
 #: an implicit mask merged from different masks (:func:`_k3_implicit`; refused where an attention layer reads it)
 _CONFLICT = "#conflict"
 
@@ -692,7 +952,8 @@ def _k3_implicit(node: Node, masks: list[str | None]) -> str | None:
         got = {m for m in masks if m is not None}
         return next(iter(got)) if len(got) == 1 else (_CONFLICT if got else None)
     inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
-    if cls in MASK_PASS or ((cls in RECURRENT or cls == "Bidirectional") and inner.get("return_sequences")):
+    if cls in MASK_PASS or cls == "Rescaling" or ((cls in RECURRENT or cls == "Bidirectional")
+                                                  and inner.get("return_sequences")):
         return masks[0] if masks else None
     return None
 
@@ -735,4 +996,5 @@ def build_keras3(model_config: dict, weights: dict[str, list[tuple[str, np.ndarr
         raise UnsupportedError(f"malformed Keras 3 model config ({type(exc).__name__}: {str(exc)[:160]})") from exc
     outs = [out] if isinstance(out, str) else list(out)
     name = (model_config.get("config") or {}).get("name") if isinstance(model_config.get("config"), dict) else None
+    _k3_erased(b.nodes, b.erased, b.implicit)
     return _finish(Graph(str(name or "model"), b.inputs, b.nodes, outs, b.masks))

@@ -5,7 +5,8 @@ no layer ties a weight or a shape to it: recurrent layers, ``Dense`` / ``TimeDis
 normalization over the last axis, convolutions and pooling (their output length is a function of the input's,
 tf_keras ``utils/conv_utils.py`` ``conv_output_length``) all run at any length. What fixes it (the input keeps
 its declared length, and the writer says which layer): ``Flatten``, ``Reshape`` or a ``Permute`` moving the time
-axis (the following weights see ``time x features`` as one axis), an attention layer's scores fed to another
+axis (the following weights see ``time x features`` as one axis), an attention layer's (``MultiHeadAttention``'s)
+scores fed to another
 layer (their last axis is the value's time axis), a merge of time axes computed differently
 (``Add`` of a pooled and an unpooled branch: equal only at some lengths), a 2-D layer on a sequence, any layer
 not listed here. Convolutions and pooling set a shortest length (every output length at least 1):
@@ -30,7 +31,8 @@ from . import keras_graph
 
 #: layers that keep the time axis as it is (recurrent layers: with ``return_sequences``)
 KEEP = set(keras_graph.IDENTITY) | {"Masking", "Dense", "TimeDistributed", "Activation", "ReLU", "LeakyReLU", "ELU",
-                                    "Softmax", "BatchNormalization", "LayerNormalization", "Embedding"}
+                                    "Softmax", "BatchNormalization", "LayerNormalization", "Embedding",
+                                    "Rescaling", "UnitNormalization"}
 #: layers that end the time axis (their output has none)
 END = {"GlobalMaxPooling1D", "GlobalAveragePooling1D"}
 #: the time axis of a ``RepeatVector``'s output: its ``n`` steps, whatever the inputs' lengths (merged with an input's
@@ -63,7 +65,8 @@ def _int(v, i: int = 0) -> int:
 
 
 def _step(node: keras_graph.Node) -> tuple | None:
-    """The length map of a 1-D convolution, pooling, padding or cropping layer, ``None`` for the others."""
+    """The length map of a 1-D convolution, pooling, padding, cropping or up-sampling layer, ``None`` for the
+    others."""
     conf, cls = node.config, node.cls
     if cls == "Conv1D":
         k = int(node.weights[0].shape[0]) if node.weights else _int(conf.get("kernel_size", 1))
@@ -76,6 +79,8 @@ def _step(node: keras_graph.Node) -> tuple | None:
         v = conf.get("padding" if cls == "ZeroPadding1D" else "cropping", 1)
         a, b = (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
         return ("add", (a + b) if cls == "ZeroPadding1D" else -(a + b))
+    if cls == "UpSampling1D":
+        return ("mul", int(conf.get("size", 2)))
     return None
 
 
@@ -84,6 +89,8 @@ def length(n: int, chain: tuple) -> int | None:
     for st in chain:
         if st[0] == "add":
             n = n + st[1]
+        elif st[0] == "mul":
+            n = n * st[1]
         else:
             _, k, s, d, pad = st
             n = -(-n // s) if pad in ("same", "causal") else (n - d * (k - 1) - 1) // s + 1
@@ -123,10 +130,20 @@ def analyse(graph: keras_graph.Graph) -> dict[str, Axis]:
             out = x
         elif cls in END:
             out = None
-        elif cls in keras_graph.ATTENTION:  # any Tq, Tv: the output has the query's time axis
+        elif cls in keras_graph.ATTENTION or cls in keras_graph.MHA:  # any Tq, Tv: the query's time axis
             out = x
             if len(node.outputs) > 1 and node.outputs[1] in consumed and len(xs) > 1:
                 fix(xs[1], f"{who}: its scores (last axis: the value's time axis) feed another layer")
+        elif cls == "EinsumDense" and "spec" in conf:  # keeps the time axis where it keeps its letter second
+            xs_, _, os_ = conf["spec"]
+            if len(xs_) > 1 and len(os_) > 1 and xs_[1] == os_[1]:
+                out = x
+            else:
+                fix(x, f"{who}: its equation does not keep the time axis")
+        elif cls == "PReLU":  # an alpha per step (shared_axes without the time axis) ties it
+            out = x
+            if node.weights and node.weights[0].ndim == 2 and node.weights[0].shape[0] != 1:
+                fix(x, f"{who}: its alpha holds one row per step (shared_axes without axis 1)")
         elif cls == "RepeatVector":
             out = REPEAT
         elif _step(node) is not None:

@@ -42,6 +42,7 @@ from ....errors import OptionError, require
 from ....formats.onnx import onnx_write
 from ....formats.onnx.onnx_write import WEIGHTS_ONLY
 from . import attention as attention_onnx
+from . import small_layers
 from . import masks as mask_forms
 from . import profiles, scan_cells
 
@@ -438,6 +439,8 @@ def _layer(g: _G, node: keras_graph.Node, xs: list[str], lens: str | None, mask:
                 conf.get("threshold", 0) or 0):
             keras_graph.refuse(node.path, cls, "ReLU with max_value / negative_slope / threshold")
         return g.op("Relu", [x], base)
+    if cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D, EinsumDense
+        return small_layers.build(g, node, x, activation)
     if cls == "LeakyReLU":
         return g.op("LeakyRelu", [x], base, alpha=float(conf.get("alpha", 0.3)))
     if cls == "ELU":
@@ -558,10 +561,14 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | Non
     made: dict[str, str] = {}
     ins = []
     axes = time_axis.analyse(graph)
+    timed = 0
     for name, shape, _, emb in graph.inputs:
-        dims = ["batch"] + [d if d is not None else ("time" if i == 0 else f"d{i}") for i, d in enumerate(shape)]
+        # each sequence input's time axis its own name (cross-attention: two inputs of different lengths)
+        tname = "time" if timed == 0 else f"time_{timed}"
+        dims = ["batch"] + [d if d is not None else (tname if i == 0 else f"d{i}") for i, d in enumerate(shape)]
         if name in axes and axes[name].free:  # issue #41: any length the layers allow (:mod:`time_axis`)
-            dims[1] = "time"
+            dims[1] = tname
+        timed += dims[1] == tname
         ins.append(helper.make_tensor_value_info(name, TensorProto.INT32 if emb is not None else TensorProto.FLOAT,
                                                  dims))
         env[name] = name
@@ -577,6 +584,9 @@ def build(graph: keras_graph.Graph, mask_layout: str = "any", runtime: str | Non
         if node.cls in keras_graph.ATTENTION:  # the query's and the value's masks (issue #41)
             y = attention_onnx.build(g, node, [env[i] for i in node.inputs], [
                 _bool_mask(g, m, graph.masks, made, env) if m is not None else None for m in node.masks[:2]])
+        elif node.cls in keras_graph.MHA:  # the query's, the value's and the key's masks (issue #41)
+            y = attention_onnx.build_mha(g, node, [env[i] for i in node.inputs], [
+                _bool_mask(g, m, graph.masks, made, env) if m is not None else None for m in node.masks[:3]])
         else:
             y = _layer(g, node, [env[i] for i in node.inputs], lens, made.get(mask) if mask else None, cp)
         if node.cls in POOL1D and node.config.get("keepdims"):  # tf_keras: (B, 1, F)

@@ -1,4 +1,5 @@
-"""Keras ``Attention`` / ``AdditiveAttention`` at inference as one torch function (issue #41), used by the ``.pt2``
+"""Keras ``Attention`` / ``AdditiveAttention`` (:func:`keras_attention`) and ``MultiHeadAttention``
+(:func:`keras_mha`) at inference as torch functions (issue #41), used by the ``.pt2``
 program (:mod:`.pt2_write`) and written, as its source, into emitted modules (:mod:`.module_write`): one
 definition of the equations for both.
 
@@ -52,3 +53,42 @@ def keras_attention(q, v, k, q_mask, v_mask, causal: bool, mode: str, scale, con
     if q_mask is not None:
         out = out * q_mask.unsqueeze(-1).to(out.dtype)
     return out, w
+
+
+def keras_mha(q, v, k, q_mask, v_mask, k_mask, causal: bool, masked: str, wq, bq, wk, bk, wv, bv, wo, bo):
+    """Keras ``MultiHeadAttention`` at inference (issue #41; tf_keras 2.21 / keras 3.15
+    ``layers/attention/multi_head_attention.py``, the default ``attention_axes``): ``q`` ``(B, Tq, Dq)``, ``v``
+    ``(B, Tv, Dv)``, ``k`` ``(B, Tv, Dk)``; masks bool ``(B, T)`` or ``None``; weights as
+    :func:`rnnconvert.whole.conventions.keras_graph.mha_weights` orders them (``Wq (Dq, H, K)``, ``bq (H, K)``...,
+    ``Wo (H, V, O)``, ``bo (O,)``).
+
+    Projections ``x @ W + b`` per head; scores ``(B, H, Tq, Tv)`` = ``(q' / sqrt(K)) . k'``; a pair is hidden where
+    the query's, the value's or the key's mask hides a step or (``causal``) ``j > i``; ``masked`` says how
+    (``keras_graph._mha``): ``'add'`` ``s - 1e9`` in float32, ``'fill'`` ``-1e9``, ``'zero'`` ``-1e9`` and the
+    weight then 0; ``w = softmax(scores, -1)``; output ``(w @ v')`` through ``Wo`` plus ``bo``. Returns
+    ``(output (B, Tq, O), w (B, H, Tq, Tv))`` in the inputs' dtype."""
+    import torch
+
+    qp = torch.einsum("btd,dnh->btnh", q, wq) + bq
+    kp = torch.einsum("bsd,dnh->bsnh", k, wk) + bk
+    vp = torch.einsum("bsd,dnh->bsnh", v, wv) + bv
+    qp = qp * (1.0 / float(wq.shape[-1]) ** 0.5)
+    scores = torch.einsum("bsnh,btnh->bnts", kp, qp)
+    keep = None
+    if q_mask is not None:
+        keep = q_mask[:, None, :, None]
+    for m in (v_mask, k_mask):
+        if m is not None:
+            keep = m[:, None, None, :] if keep is None else keep & m[:, None, None, :]
+    if causal:
+        rows = torch.arange(scores.shape[-2], device=scores.device).unsqueeze(-1)
+        tri = rows >= torch.arange(scores.shape[-1], device=scores.device).unsqueeze(0)
+        keep = tri if keep is None else keep & tri
+    if keep is not None:
+        hidden = (scores.float() - 1e9).to(scores.dtype) if masked == "add" else torch.full_like(scores, -1e9)
+        scores = torch.where(keep, scores, hidden)
+    w = torch.softmax(scores, -1)
+    if keep is not None and masked == "zero":
+        w = torch.where(keep, w, torch.zeros_like(w))
+    out = torch.einsum("bnts,bsnh->btnh", w, vp)
+    return torch.einsum("btnh,nho->bto", out, wo) + bo, w

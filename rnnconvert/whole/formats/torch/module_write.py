@@ -382,6 +382,25 @@ class _Emitter:
                     conf.get("threshold", 0) or 0):
                 keras_graph.refuse(node.path, cls, "ReLU with max_value / negative_slope / threshold")
             self.emit(f"{out} = torch.relu({x})", node)
+        elif cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D, EinsumDense
+            from . import small_layers
+
+            alpha = None
+            if cls == "PReLU":
+                a = self.attr(node, f"nn.Parameter(torch.zeros({tuple(int(d) for d in node.weights[0].shape)!r}))",
+                              {}, "PReLU alpha")
+                self.state[a] = node.weights[0]
+                alpha = f"self.{a}"
+            if cls == "EinsumDense":
+                st = dict(zip(("kernel", "bias"), node.weights))
+                ctor = "nn.ParameterDict({" + ", ".join(
+                    f"{k!r}: nn.Parameter(torch.zeros({tuple(int(d) for d in v.shape)!r}))" for k, v in st.items())
+                a = self.attr(node, ctor + "})", st, "Keras EinsumDense weights")
+                alpha = f"self.{a}"
+                self.emit(f"{out} = {_act(conf.get('activation'), small_layers.source(node, x, alpha), self.helpers)}",
+                          node)
+                return
+            self.emit(f"{out} = {small_layers.source(node, x, alpha)}", node)
         elif cls == "LeakyReLU":
             self.emit(f"{out} = F.leaky_relu({x}, {_lit(conf.get('alpha', 0.3))})", node)
         elif cls == "ELU":
@@ -433,6 +452,8 @@ class _Emitter:
             self.norm(node, x, out)
         elif cls in keras_graph.ATTENTION:
             self.attention(node, xs, out)
+        elif cls in keras_graph.MHA:
+            self.mha(node, xs, out)
         elif cls in ("ZeroPadding1D", "Cropping1D"):
             p = conf.get("padding" if cls == "ZeroPadding1D" else "cropping", 1)
             a, b = (p, p) if isinstance(p, int) else (int(p[0]), int(p[1]))
@@ -459,6 +480,29 @@ class _Emitter:
         k = xs[2] if len(xs) > 2 else xs[1]
         call = (f"keras_attention({xs[0]}, {xs[1]}, {k}, {ms[0]}, {ms[1]}, {bool(conf.get('causal'))}, "
                 f"{conf['mode']!r}, {ref['scale']}, {ref['concat_score_weight']})")
+        if conf.get("scores"):
+            w = self.var(node.outputs[1], node.path.rsplit(".", 1)[-1] + "_scores")
+            self.emit(f"{out}, {w} = {call}", node)
+        else:
+            self.emit(f"{out} = {call}[0]", node)
+
+    def mha(self, node, xs, out):
+        """A ``MultiHeadAttention`` call (issue #41): ``keras_mha`` (the source of
+        :func:`rnnconvert.whole.formats.torch.attention.keras_mha`, written into the file) on its inputs, masks and
+        an ``nn.ParameterDict`` of its weights (``query_kernel`` ... ``output_bias``, Keras' shapes)."""
+        conf = node.config
+        names = ("query_kernel", "query_bias", "key_kernel", "key_bias", "value_kernel", "value_bias",
+                 "output_kernel", "output_bias")
+        st = dict(zip(names, node.weights))
+        ctor = "nn.ParameterDict({" + ", ".join(
+            f"{k!r}: nn.Parameter(torch.zeros({tuple(int(d) for d in v.shape)!r}))" for k, v in st.items()) + "})"
+        a = self.attr(node, ctor, st, "Keras MultiHeadAttention weights")
+        ms = [self.mask(m) if m is not None else "None" for m in (node.masks + [None] * 3)[:3]]
+        self.helpers.add("keras_mha")
+        k = xs[2] if len(xs) > 2 else xs[1]
+        ws = ", ".join(f"self.{a}[{n!r}]" for n in names)
+        call = (f"keras_mha({xs[0]}, {xs[1]}, {k}, {ms[0]}, {ms[1]}, {ms[2]}, {bool(conf.get('causal'))}, "
+                f"{conf['masked']!r}, {ws})")
         if conf.get("scores"):
             w = self.var(node.outputs[1], node.path.rsplit(".", 1)[-1] + "_scores")
             self.emit(f"{out}, {w} = {call}", node)
@@ -685,6 +729,12 @@ def emit(graph: keras_graph.Graph, origin: str = "", module_name: str = "model",
         from . import attention
 
         lines += ["", "", inspect.getsource(attention.keras_attention).rstrip("\n")]
+    if "keras_mha" in e.helpers:
+        import inspect
+
+        from . import attention
+
+        lines += ["", "", inspect.getsource(attention.keras_mha).rstrip("\n")]
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
     if states:  # the outputs, then the final states by name
         ret = "(" + ", ".join(outs) + ", {" + ", ".join(f"{k!r}: {v}" for k, v in e.state_outs) + "})"

@@ -476,6 +476,13 @@ def build_module(graph: keras_graph.Graph, states: bool = False):
                 return x
             if cls in keras_graph.ATTENTION:  # issue #41: the query's and the value's masks
                 return self.attention(node, xs, env)
+            if cls in keras_graph.MHA:  # issue #41: the query's, the value's and the key's masks
+                from .attention import keras_mha
+
+                ms = [self.mask_of(m, env) if m is not None else None for m in (node.masks + [None] * 3)[:3]]
+                out, w = keras_mha(xs[0], xs[1], xs[2] if len(xs) > 2 else xs[1], *ms, bool(conf.get("causal")),
+                                   conf["masked"], *(self.w(node, j) for j in range(8)))
+                return [out, w] if conf.get("scores") else out
             if cls in keras_graph.RECURRENT or cls == "Bidirectional":
                 inner = (conf.get("layer") or {}).get("config", {}) if cls == "Bidirectional" else conf
                 seqs = bool(inner.get("return_sequences"))
@@ -511,6 +518,13 @@ def build_module(graph: keras_graph.Graph, states: bool = False):
                 return _act(torch, conf.get("activation"))(x)
             if cls == "ReLU":
                 return torch.relu(x)
+            if cls in keras_graph.SMALL:  # issue #41: PReLU, Rescaling, UnitNormalization, UpSampling1D, EinsumDense
+                from .small_layers import forward
+
+                if cls == "EinsumDense":
+                    y = forward(node, x, [self.w(node, j) for j in range(len(node.weights))])
+                    return _act(torch, conf.get("activation"))(y)
+                return forward(node, x, self.w(node, 0) if node.weights else None)
             if cls == "LeakyReLU":
                 return F.leaky_relu(x, float(conf.get("alpha", 0.3)))
             if cls == "ELU":
