@@ -203,7 +203,7 @@ def _compare_program(ckpt: Checkpoint, full, src_path, dst_path, inputs, seed) -
     return keras_whole_check.compare_whole(str(src_path), full, target, route, inputs=inputs, seed=seed,
                                            run64=lambda xs: pt2_write.run_float64(graph, xs),
                                            run32=lambda xs: pt2_write.run_float64(graph, xs, double=False),
-                                           steps=steps or keras_whole.STEPS)
+                                           steps=steps or keras_whole.STEPS, graph=lambda: graph)
 
 
 RUNTIME = Runtime("torch_export", engine="torch", forward=forward, step=step, verify_whole=verify_whole,
@@ -278,5 +278,6 @@ def verify_module(ckpt: Checkpoint, src_path: str | Path, py_path: str | Path, s
     checks = keras_whole_check.compare_whole(str(src_path), full, lambda xs: run(m32, xs, np.float32), route,
                                              inputs=inputs, seed=seed,
                                              run64=lambda xs: pt2_write.run_float64(graph, xs),
-                                             run32=lambda xs: pt2_write.run_float64(graph, xs, double=False))
+                                             run32=lambda xs: pt2_write.run_float64(graph, xs, double=False),
+                                             graph=lambda: graph)
     return [dataclasses.replace(c, name=c.name.replace("model output", "module output", 1)) for c in checks]

@@ -655,7 +655,10 @@ class _Emitter:
                 expr = {"sum": f"{a1} + {b1}", "mul": f"{a1} * {b1}", "ave": f"({a1} + {b1}) / 2"}[merge]
                 self.body.append(f"        {y} = {expr}  # merge_mode={merge!r}")
         else:
-            if D == 1:
+            if D == 1 and init and mask is not None and not keys:  # Keras initial_state, a row with no unmasked
+                self.body.append(f"        {y} = torch.where({mask}.any(1, keepdim=True), {hn}[0], 0.0)  "
+                                 "# step: output zeros, state the initial one (tf_keras backend.rnn)")
+            elif D == 1:
                 self.body.append(f"        {y} = {hn}[0]  # return_sequences=False: the last state")
             else:
                 expr = {"concat": f"torch.cat([{hn}[0], {hn}[1]], -1)", "sum": f"{hn}[0] + {hn}[1]",

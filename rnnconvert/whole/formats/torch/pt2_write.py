@@ -497,7 +497,9 @@ def build_module(graph: keras_graph.Graph, states: bool = False):
                     return [y, h, c][:len(node.outputs)] if len(node.outputs) > 1 else y
                 if len(xs) > 1 or len(node.outputs) > 1:  # initial_state / return_state (unidirectional)
                     y, h, c = rnn(x, mask, seqs, init=xs[1:], states=True)
-                    return [y, h, c][:len(node.outputs)]
+                    if not seqs and mask is not None and len(xs) > 1:  # a row with no unmasked step: its output
+                        y = torch.where(mask.any(1, keepdim=True), y, 0.0)  # zeros, its state the initial one
+                    return [y, h, c][:len(node.outputs)]  # (tf_keras backend.rnn: the previous output starts at 0)
                 y = rnn(x, mask, seqs)
                 if merge != "concat":
                     a, b = y[..., :rnn.H], y[..., rnn.H:]
