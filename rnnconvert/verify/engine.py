@@ -18,7 +18,11 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    same numbers on both sides, so the tolerance does not grow with the sequence length. States built from
    the weights are appended where the trajectory and the probes leave a gate unit unresponsive
    (:mod:`rnnconvert.verify.states`), and the layer's resolution (the smallest change of a weight, bias or
-   row the states catch) is recorded on its :class:`LayerCheck`.
+   row the states catch) is recorded on its :class:`LayerCheck`. The tolerance applied is the bound scaled down
+   to the rounding measured on the same states (:meth:`StreamedVerification._step_tolerances`,
+   :func:`rnnconvert.verify.orders.step_tolerance`: ``FAR`` times the largest share of the bound that several float32
+   evaluation orders reach), never above the bound; beyond twice it, or beyond the bound, a step fails; between,
+   ``inconclusive`` (docs/cli.md "Verdicts", rule E).
 2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch) for what one step
    cannot show: direction and ``go_backwards``, the order of stacked layers and directions, the link of
    the written file to the *source's own equations* (``source_forward`` of Keras and TF1 files, or the

@@ -11,13 +11,16 @@ and asks again (the engine: :meth:`rnnconvert.verify.engine.StreamedVerification
 only where the rules consult it, at most once, and no callback crosses modules.
 
 Each comparison has an ``ok`` side (a tolerance within which a correct file's float32 rounding is shown to lie) and a
-``fail`` side (beyond which no rounding takes a correct file). The one step: both are the rigorous bound. The short
+``fail`` side (beyond which no rounding takes a correct file). The one step: ``ok`` within its MEASURED tolerance
+(:func:`rnnconvert.verify.orders.step_tolerance`: ``FAR`` times the largest share of the rigorous bound that float32
+rounding reaches over several evaluation orders on the same states, never above the bound; the bound itself where
+none is measured), ``fail`` beyond ``step_fail`` times it or beyond the bound. The short
 sequence (no rigorous bound exists: errors compound): ``ok`` within its one-sample tolerance, or, above it, within its
 MEASURED tolerance (:func:`measured`: ``first * max(1, scale) + far * M``, ``M`` the largest float32 spread over
 several evaluation orders on the same inputs); ``fail`` beyond that by more than ``rho`` of the scale (what a layout
 slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
 
-1. a one step over its bound: ``fail`` (final); so is the whole written layer of a wired target (every node and
+1. a one step over its bound, or over ``step_fail`` times its measured tolerance: ``fail`` (final); so is the whole written layer of a wired target (every node and
    the file's wiring between them, its slabs otherwise compared one by one) over its tolerance by more than
    ``rho`` of its scale (issue #39);
 2. a sequence beyond its measured tolerance while every step passed its bound, by at most ``rho`` of its scale:
@@ -28,12 +31,13 @@ slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
    exceeds ``rho`` of the scale: no sequence error decides there): ``inconclusive``;
 5. over its one-sample tolerance where the spread could not be measured again (a streamed layer above
    ``SEQ_SLIP_BYTES``), by at most ``rho`` of its scale: ``inconclusive``;
-6. no one-step comparison: ``inconclusive``; 7. a gate unit no state exercises, 8. a weight no state reaches:
+6. no one-step comparison: ``inconclusive``; 6b. a one step beyond its measured tolerance, within ``step_fail``
+   times it and within the bound: ``inconclusive`` (naming both); 7. a gate unit no state exercises, 8. a weight no state reaches:
    ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it would not catch:
    ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within it) that a slip
    only a sequence shows could pass, or an emulated target's: ``inconclusive``;
 11. otherwise ``ok`` (with a note where the one-step bound or the sequence tolerance was loose but every slip
-    checked would show): every one step within its rigorous bound (the layer's resolution, rule D of docs/cli.md),
+    checked would show): every one step within its measured tolerance (the layer's resolution, rule D of docs/cli.md),
     and the sequence within its one-sample or measured tolerance.
 
 The tolerances themselves (:func:`fraction`, :func:`sequence_tolerance`, :func:`first`) and the numbers of the
@@ -200,7 +204,10 @@ class Findings:
     ``seqs``: the sequence comparisons (one, or one per slab compared alone), each with its one-sample tolerance.
     ``step``: the one-step comparison's worst numbers (``ratio`` max err/bound, ``err``, ``bound`` at that element,
     ``tol`` the largest bound element, ``loose`` the largest bound as a fraction of its output's scale, ``where``,
-    ``n``, ``scale``, ``err_t``, ``bound_t``), or ``{}`` when it could not run, ``step_note`` then why. ``steps``:
+    ``n``, ``scale``, ``err_t``, ``bound_t``; against the measured tolerance, the bound where none was measured:
+    ``m_ratio`` max err/tolerance, ``m_err``, ``m_tol``, ``m_bound`` and ``m_where`` at that element, ``fraction`` the
+    largest share of the bound measured, ``measured`` the orders' names, empty where none), or ``{}`` when it could
+    not run, ``step_note`` then why. ``steps``:
     the short sequence's length. ``whole``: the whole written layer (every node and the file's wiring between them)
     against its nodes joined as the source joins its slabs (:func:`wiring_check`), where the slabs were compared one
     by one in a wired target (issue #39); else None.
