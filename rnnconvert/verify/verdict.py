@@ -20,9 +20,9 @@ MEASURED tolerance (:func:`measured`: ``first * max(1, scale) + far * M``, ``M``
 several evaluation orders on the same inputs); ``fail`` beyond that by more than ``rho`` of the scale (what a layout
 slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
 
-1. a one step over its bound, or over ``step_fail`` times its measured tolerance: ``fail`` (final); so is the whole written layer of a wired target (every node and
-   the file's wiring between them, its slabs otherwise compared one by one) over its tolerance by more than
-   ``rho`` of its scale (issue #39);
+1. a one step over its bound, or over ``step_fail`` times its measured tolerance: ``fail`` (final); so is the
+   whole written layer of a wired target (every node and the file's wiring between them, its slabs otherwise
+   compared one by one) over its tolerance by more than ``rho`` of its scale (issue #39);
 2. a sequence beyond its measured tolerance while every step passed its bound, by at most ``rho`` of its scale:
    ``inconclusive`` (more than float32 rounding explains, less than a layout slip moves the outputs: neither
    threshold decides);
@@ -32,12 +32,13 @@ slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
 5. over its one-sample tolerance where the spread could not be measured again (a streamed layer above
    ``SEQ_SLIP_BYTES``), by at most ``rho`` of its scale: ``inconclusive``;
 6. no one-step comparison: ``inconclusive``; 6b. a one step beyond its measured tolerance, within ``step_fail``
-   times it and within the bound: ``inconclusive`` (naming both); 7. a gate unit no state exercises, 8. a weight no state reaches:
-   ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it would not catch:
-   ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within it) that a slip
-   only a sequence shows could pass, or an emulated target's: ``inconclusive``;
+   times it and within the bound: ``inconclusive`` (naming both); 7. a gate unit no state exercises, 8. a weight
+   no state reaches: ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it
+   would not catch: ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within
+   it) that a slip only a sequence shows could pass, or an emulated target's: ``inconclusive``;
 11. otherwise ``ok`` (with a note where the one-step bound or the sequence tolerance was loose but every slip
-    checked would show): every one step within its measured tolerance (the layer's resolution, rule D of docs/cli.md),
+    checked would show): every one step within its measured tolerance (the layer's resolution, rule D of
+    docs/cli.md),
     and the sequence within its one-sample or measured tolerance.
 
 The tolerances themselves (:func:`fraction`, :func:`sequence_tolerance`, :func:`first`) and the numbers of the

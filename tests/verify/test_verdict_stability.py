@@ -83,7 +83,8 @@ def _acts_off(rng, ulps: int = 4) -> dict:
     def off(f):
         def g(z):
             t = f(z)
-            return (t + rng.choice(np.array([-1.0, 1.0], t.dtype), t.shape) * ulps * u * (1 + np.abs(t))).astype(t.dtype)
+            sign = rng.choice(np.array([-1.0, 1.0], t.dtype), t.shape)
+            return (t + sign * ulps * u * (1 + np.abs(t))).astype(t.dtype)
         return g
     return {k: off(f) for k, f in reference.ACT.items()}
 
