@@ -230,10 +230,12 @@ def trajectory_multi(layer: RNNLayer, dirs: list[DirectionParams], xs: list[np.n
 
 
 def step(layer: RNNLayer, p: DirectionParams, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
-         dtype=np.float64, *, kernels=PLAIN) -> tuple[np.ndarray, np.ndarray | None]:
+         dtype=np.float64, *, kernels=PLAIN, acts: dict | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """One step of one direction for ``N`` independent rows: input ``x`` ``(N, I_k)``, states ``h0`` ``(N, out)``,
     ``c0`` ``(N, H)`` (LSTM; else None). Returns ``(h1, c1)`` in ``dtype`` (``c1`` None but for LSTM). The
-    equations of :func:`forward` (module docstring), time direction irrelevant for one step."""
+    equations of :func:`forward` (module docstring), time direction irrelevant for one step. ``acts``: activations
+    replacing :data:`ACT`'s (:func:`forward_multi`)."""
     rec: dict = {}
-    y = _direction(layer, p, [np.asarray(x, dtype)[:, None, :]], False, init=(h0, c0), record=rec, kernels=kernels)[0]
+    y = _direction(layer, p, [np.asarray(x, dtype)[:, None, :]], False, init=(h0, c0), record=rec, acts=acts,
+                   kernels=kernels)[0]
     return y[:, 0], rec["c_last"]

@@ -17,7 +17,8 @@ class LayerCheck:
     and the largest element of its bound; ``step_ratio``: ``max(err / bound)`` over elements (passes when
     ``<= 1``). ``seq_err``/``seq_tol``: the short full-sequence comparison (of a stacked layer compared slab by slab, the slab
     closest to failing; ``max_abs_ref`` is then that slab's output scale). ``max_abs_err``/``tolerance``:
-    the comparison closer to failing of the two (for one-line reports). ``verdict``: ``'ok'``, ``'fail'``
+    the comparison closer to failing of the two (for one-line reports; the one step's against its measured
+    tolerance where one was measured, docs/cli.md "Verdicts" rule E). ``verdict``: ``'ok'``, ``'fail'``
     or ``'inconclusive'``; ``reason`` says why when not ok.
 
     Per time step (input time order; for the plots of the HTML report, ``--report``; empty where that comparison

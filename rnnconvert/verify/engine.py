@@ -18,7 +18,11 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    same numbers on both sides, so the tolerance does not grow with the sequence length. States built from
    the weights are appended where the trajectory and the probes leave a gate unit unresponsive
    (:mod:`rnnconvert.verify.states`), and the layer's resolution (the smallest change of a weight, bias or
-   row the states catch) is recorded on its :class:`LayerCheck`.
+   row the states catch) is recorded on its :class:`LayerCheck`. The tolerance applied is the bound scaled down
+   to the rounding measured on the same states (:meth:`StreamedVerification._step_tolerances`,
+   :func:`rnnconvert.verify.orders.step_tolerance`: ``FAR`` times the largest share of the bound that several float32
+   evaluation orders reach), never above the bound; beyond twice it, or beyond the bound, a step fails; between,
+   ``inconclusive`` (docs/cli.md "Verdicts", rule E).
 2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch) for what one step
    cannot show: direction and ``go_backwards``, the order of stacked layers and directions, the link of
    the written file to the *source's own equations* (``source_forward`` of Keras and TF1 files, or the
@@ -366,22 +370,57 @@ class StreamedVerification:
         if any(len(w) for w in weak):  # weights no state reaches: states for their rows, once
             xf, entries, more = states.exercise(one, dirs, xf, entries, counts, step, rng, xr, hr, seen, weak)
             added += more
-            res = self._resolutions(one, dirs, xf, entries, seen)
+            res = None
+        tols = self._step_tolerances(i, k, one, dirs, xf, entries, u)
+        if res is None or tols is not None:  # the resolution follows from the tolerance applied
+            res = self._resolutions(one, dirs, xf, entries, seen, tols)
         for d, (cnt, r) in enumerate(zip(counts, res)):
             self.evidence[i].coverage.append(
                 SlabCoverage(k, d, xf.shape[0], added, np.flatnonzero(cnt < 1), r, int(cnt.min())))
         return xf, entries
 
     @staticmethod
-    def _resolutions(one: RNNLayer, dirs: list, xf: np.ndarray, entries: list, seen: list) -> list[dict]:
-        """:func:`rnnconvert.verify.states.resolution` of each direction on all its states."""
+    def _resolutions(one: RNNLayer, dirs: list, xf: np.ndarray, entries: list, seen: list,
+                     tols: list | None = None) -> list[dict]:
+        """:func:`rnnconvert.verify.states.resolution` of each direction on all its states, against the tolerance
+        the one-step comparison applies: the measured one (``tols``, per direction ``(th, tc)``) where there is one,
+        else the rigorous bound."""
         out = []
-        for p, got, ((h0, _), _, bound) in zip(dirs, seen, entries):
+        for d, (p, got, ((h0, _), _, bound)) in enumerate(zip(dirs, seen, entries)):
             cat = lambda parts: None if parts[0] is None else np.concatenate(parts)  # noqa: E731
             g = tuple(cat([s[0][j] for s in got]) for j in range(3))
             prods = tuple(cat([s[1][j] for s in got]) for j in range(2))
-            out.append(states.resolution(one, p, xf, h0, g, prods, bound))
+            out.append(states.resolution(one, p, xf, h0, g, prods, bound if tols is None else tols[d]))
         return out
+
+    def _step_tolerances(self, i: int, k: int, one: RNNLayer, dirs: list, xf: np.ndarray, entries: list,
+                         u: float) -> list | None:
+        """The measured one-step tolerance of each direction of slab ``k`` of layer ``i`` on its final states
+        (:func:`rnnconvert.verify.orders.step_tolerance` of the spread :func:`rnnconvert.verify.orders.step_spread`
+        measures), kept in the layer's evidence (``measured[k]``, ``fractions``) and returned (per direction ``(th,
+        tc)``); None, the rigorous bound alone, where no float32 evaluation order measures the target's rounding
+        (:meth:`_measures_steps`)."""
+        if not self._measures_steps(one, u):
+            return None
+        ev, tols = self.evidence[i], []
+        for p, ((h0, c0), exact, bound) in zip(dirs, entries):
+            spread, used = orders.step_spread(one, p, xf, h0, c0, exact)
+            tol, r = orders.step_tolerance(exact, bound, spread, u)
+            tols.append(tol)
+            ev.fractions.append(r)
+            ev.step_orders = tuple(used)
+        ev.measured[k] = tols
+        return tols
+
+    def _measures_steps(self, one: RNNLayer, u: float) -> bool:
+        """Whether the one-step comparison of slab ``one`` gets a measured tolerance: float32 arithmetic (not float16
+        weights or a float16 target run, which the float32 orders do not evaluate), activations within the
+        bound's own allowance (no ``act_ulps``: cuDNN's ``tanh``), and weight matrices of at most
+        :data:`rnnconvert.verify.states.RES_WEIGHTS` elements (above, the four float32 steps per state would cost
+        more than the rest of verification: the rigorous bound stays the tolerance)."""
+        p = one.params[0][0]
+        return (u == bounds.unit_roundoff(np.float32) and self.act_ulps is None
+                and max(p.w_ih.size, p.w_hh.size) <= states.RES_WEIGHTS)
 
     def _emulate(self, i: int, k: int, one: RNNLayer, dirs: list, own: bool, per: bool) -> None:
         """The spread of the target's emulated arithmetic (``self.emulate``) from the float64 run on the short
@@ -426,7 +465,8 @@ class StreamedVerification:
         (:func:`rnnconvert.verify.verdict.decide`)."""
         layer, ev = self.ckpt.layers[i], self.evidence[i]
         tol = verdict.Tolerances(first=_first(layer, self.first_tol),
-                                 rho=fraction(unit_roundoff(layer, self.target_dtype)), far=orders.FAR)
+                                 rho=fraction(unit_roundoff(layer, self.target_dtype)), far=orders.FAR,
+                                 step_fail=orders.STEP_FAIL)
         ref = ev.yfw if self.mode == "framework" else ev.y64
         runs, seq_note = run._sequence_target(layer, ev, self._by_slab(layer), ref)
         seqs, seq_t = verdict.sequence_checks(layer.name, runs, self._spreads(i, run.dst_module, len(runs)),

@@ -65,10 +65,18 @@ class LayerEvidence:
     chain64: Any = None
     escapes: list[SlabEscape] = field(default_factory=list)
     coverage: list[SlabCoverage] = field(default_factory=list)
+    #: per slab, the measured one-step tolerance of each direction (``[(th, tc)]``, float64 of the shapes of the
+    #: bound; :func:`rnnconvert.verify.orders.step_tolerance`), or None where the rigorous bound alone is the tolerance
+    measured: list = field(default_factory=list)
+    #: per slab and direction measured, the largest fraction of its bound that the measured float32 spread reached
+    fractions: list[float] = field(default_factory=list)
+    #: the float32 evaluation orders the one-step spread was measured over (empty: none measured)
+    step_orders: tuple = ()
 
     @classmethod
     def empty(cls, layer: RNNLayer, x: np.ndarray) -> LayerEvidence:
-        return cls(x=x, slabs=[None] * layer.num_layers, seq_slabs=[None] * layer.num_layers)
+        return cls(x=x, slabs=[None] * layer.num_layers, seq_slabs=[None] * layer.num_layers,
+                   measured=[None] * layer.num_layers)
 
     def seq_x(self) -> np.ndarray:
         """The short sequence's input: the first :data:`SEQ_STEPS` steps of the batch."""

@@ -112,3 +112,50 @@ def _unfinished(layer: RNNLayer, x: np.ndarray, dtype, kernels=reference.PLAIN) 
     for k in range(layer.num_layers):
         y = reference.forward_slab(layer, layer.params[k], y, dtype, kernels=kernels)
     return y
+
+
+def step_spread(layer: RNNLayer, p, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
+                exact: tuple) -> tuple[tuple, list[str]]:
+    """``((sh, sc), orders used)``: per element, the largest ``|s32 - s|`` of one step of direction ``p`` of
+    ``layer`` from the states ``x`` ``(N, I)``, ``h0``, ``c0`` over the float32 evaluation orders of :data:`ORDERS`,
+    ``s = exact`` the exact (float64) step ``(h1, c1)`` (``sc`` None but for LSTM); float64 arrays of the shapes of
+    ``h1``, ``c1``. What the one-step comparison's measured tolerance is made of
+    (:func:`step_tolerance`). Cost: one float32 step per order (the sequential order
+    ``K`` vector operations per product). Deterministic for given inputs (the one-ulp order is seeded)."""
+    worst: list = [None, None]
+    used = []
+    for name, products in ORDERS:
+        acts = _ulp_off(np.random.default_rng(39)) if name == "activations one ulp off" else None
+        got = reference.step(layer, p, x, h0, c0, np.float32, kernels=_kernels(products), acts=acts)
+        for j, (a, e) in enumerate(zip(got, exact)):
+            if e is not None:
+                d = np.abs(np.asarray(a, np.float64) - e)
+                worst[j] = d if worst[j] is None else np.maximum(worst[j], d)
+        used.append(name)
+    return tuple(worst), used
+
+
+#: the one-step comparison: an element beyond its measured tolerance (:func:`step_tolerance`) by more than this
+#: factor is ``fail`` (docs/cli.md "Verdicts", rule 1); between the two, ``inconclusive`` (rule 6b)
+STEP_FAIL = 2.0
+
+
+def step_tolerance(exact: tuple, bound: tuple, spread: tuple, u: float) -> tuple[tuple, float]:
+    """The measured one-step tolerance of one direction: ``((th, tc), r)``, per element of ``h_1`` (and ``c_1``;
+    ``tc`` None but for LSTM) ``min(B, FAR r B + 2 u |s|)``, ``B`` the rigorous bound (``bound``,
+    :func:`rnnconvert.verify.bounds.step_bound`), ``s`` the exact step (``exact``), and ``r`` the largest fraction
+    of its bound that the measured float32 spread (``spread``, :func:`step_spread`) reaches at any element of
+    either output: the rounding several evaluation orders actually show, as a share of the worst case the bound
+    allows, applied to every element through the bound's own shape (its magnitudes ``|W||v|``, its activations'
+    slopes), so that no element's tolerance rests on the one sample its own spread is. float64 arrays of the
+    shapes of ``bound``; ``r`` at most 1."""
+    r = 0.0
+    for s, b in zip(spread, bound):
+        if s is not None and b is not None and b.size:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                q = np.where(b > 0, s / np.where(b > 0, b, 1.0), np.where(s > 0, np.inf, 0.0))
+            r = max(r, float(np.nan_to_num(q, nan=np.inf).max()))
+    r = min(r, 1.0)
+    tol = tuple(None if b is None else np.minimum(b, FAR * r * b + 2.0 * u * np.abs(e))
+                for e, b in zip(exact, bound))
+    return tol, r

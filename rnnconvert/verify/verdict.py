@@ -11,15 +11,18 @@ and asks again (the engine: :meth:`rnnconvert.verify.engine.StreamedVerification
 only where the rules consult it, at most once, and no callback crosses modules.
 
 Each comparison has an ``ok`` side (a tolerance within which a correct file's float32 rounding is shown to lie) and a
-``fail`` side (beyond which no rounding takes a correct file). The one step: both are the rigorous bound. The short
+``fail`` side (beyond which no rounding takes a correct file). The one step: ``ok`` within its MEASURED tolerance
+(:func:`rnnconvert.verify.orders.step_tolerance`: ``FAR`` times the largest share of the rigorous bound that float32
+rounding reaches over several evaluation orders on the same states, never above the bound; the bound itself where
+none is measured), ``fail`` beyond ``step_fail`` times it or beyond the bound. The short
 sequence (no rigorous bound exists: errors compound): ``ok`` within its one-sample tolerance, or, above it, within its
 MEASURED tolerance (:func:`measured`: ``first * max(1, scale) + far * M``, ``M`` the largest float32 spread over
 several evaluation orders on the same inputs); ``fail`` beyond that by more than ``rho`` of the scale (what a layout
 slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
 
-1. a one step over its bound: ``fail`` (final); so is the whole written layer of a wired target (every node and
-   the file's wiring between them, its slabs otherwise compared one by one) over its tolerance by more than
-   ``rho`` of its scale (issue #39);
+1. a one step over its bound, or over ``step_fail`` times its measured tolerance: ``fail`` (final); so is the
+   whole written layer of a wired target (every node and the file's wiring between them, its slabs otherwise
+   compared one by one) over its tolerance by more than ``rho`` of its scale (issue #39);
 2. a sequence beyond its measured tolerance while every step passed its bound, by at most ``rho`` of its scale:
    ``inconclusive`` (more than float32 rounding explains, less than a layout slip moves the outputs: neither
    threshold decides);
@@ -28,12 +31,14 @@ slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
    exceeds ``rho`` of the scale: no sequence error decides there): ``inconclusive``;
 5. over its one-sample tolerance where the spread could not be measured again (a streamed layer above
    ``SEQ_SLIP_BYTES``), by at most ``rho`` of its scale: ``inconclusive``;
-6. no one-step comparison: ``inconclusive``; 7. a gate unit no state exercises, 8. a weight no state reaches:
-   ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it would not catch:
-   ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within it) that a slip
-   only a sequence shows could pass, or an emulated target's: ``inconclusive``;
+6. no one-step comparison: ``inconclusive``; 6b. a one step beyond its measured tolerance, within ``step_fail``
+   times it and within the bound: ``inconclusive`` (naming both); 7. a gate unit no state exercises, 8. a weight
+   no state reaches: ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it
+   would not catch: ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within
+   it) that a slip only a sequence shows could pass, or an emulated target's: ``inconclusive``;
 11. otherwise ``ok`` (with a note where the one-step bound or the sequence tolerance was loose but every slip
-    checked would show): every one step within its rigorous bound (the layer's resolution, rule D of docs/cli.md),
+    checked would show): every one step within its measured tolerance (the layer's resolution, rule D of
+    docs/cli.md),
     and the sequence within its one-sample or measured tolerance.
 
 The tolerances themselves (:func:`fraction`, :func:`sequence_tolerance`, :func:`first`) and the numbers of the
@@ -146,11 +151,14 @@ class Tolerances:
     """``first``: the relative term of the sequence tolerance (:func:`first`); ``rho``: the largest tolerance, as a
     fraction of the output's scale, at which a comparison still decides (:func:`fraction`); ``far``: the factor of
     the measured float32 spread in a sequence's measured tolerance (:func:`measured`;
-    :data:`rnnconvert.verify.orders.FAR`, twice the one-sample tolerance's factor 2)."""
+    :data:`rnnconvert.verify.orders.FAR`, twice the one-sample tolerance's factor 2); ``step_fail``: the factor of
+    the one-step comparison's measured tolerance beyond which a step fails (:data:`rnnconvert.verify.orders.STEP_FAIL`;
+    rule 1)."""
 
     first: float
     rho: float
     far: float = 4.0
+    step_fail: float = 2.0
 
 
 class Spread(NamedTuple):
@@ -197,7 +205,10 @@ class Findings:
     ``seqs``: the sequence comparisons (one, or one per slab compared alone), each with its one-sample tolerance.
     ``step``: the one-step comparison's worst numbers (``ratio`` max err/bound, ``err``, ``bound`` at that element,
     ``tol`` the largest bound element, ``loose`` the largest bound as a fraction of its output's scale, ``where``,
-    ``n``, ``scale``, ``err_t``, ``bound_t``), or ``{}`` when it could not run, ``step_note`` then why. ``steps``:
+    ``n``, ``scale``, ``err_t``, ``bound_t``; against the measured tolerance, the bound where none was measured:
+    ``m_ratio`` max err/tolerance, ``m_err``, ``m_tol``, ``m_bound`` and ``m_where`` at that element, ``fraction`` the
+    largest share of the bound measured, ``measured`` the orders' names, empty where none), or ``{}`` when it could
+    not run, ``step_note`` then why. ``steps``:
     the short sequence's length. ``whole``: the whole written layer (every node and the file's wiring between them)
     against its nodes joined as the source joins its slabs (:func:`wiring_check`), where the slabs were compared one
     by one in a wired target (issue #39); else None.
@@ -245,7 +256,7 @@ class _Sorted:
 
 def _sort(f: Findings, tol: Tolerances) -> _Sorted:
     st, rho = f.step, tol.rho
-    step_failed = bool(st) and st["ratio"] > 1.0
+    step_failed = bool(st) and (st["ratio"] > 1.0 or st.get("m_ratio", 0.0) > tol.step_fail)
     # ill-conditioned: the one-sample tolerance's float32 term (one float32 run of the source, or an emulated
     # target's) alone exceeds rho of the scale. There the error of a correct file is itself a sample of the same
     # rounding (0.405 against one run's 0.112 on the chaotic TF1 stack): its spread is measured whatever the error,
@@ -279,8 +290,12 @@ def _sequence_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str]
     """Rules 1-5 (module docstring): what the step and the sequences show by themselves."""
     st, T, rho = f.step, f.steps, tol.rho
     if s.step_failed:  # final: nothing below may turn a failed step into another verdict
-        return "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
-                        f"float bound allows {st['bound']:.3g} ({st['where']})")
+        if st["ratio"] > 1.0:
+            return "fail", (f"one step from the source's state differs by {st['err']:.3g} where the "
+                            f"float bound allows {st['bound']:.3g} ({st['where']})")
+        return "fail", (f"one step from the source's state differs by {st['m_err']:.3g}, more than {tol.step_fail:g} "
+                        f"times its measured tolerance {st['m_tol']:.3g} ({_measured_step(st, tol)}; the rigorous "
+                        f"bound there {st['m_bound']:.3g}; {st['m_where']})")
     if _wiring_failed(f, tol):  # final, as a failed step
         w = f.whole
         return "fail", (f"the written layer run whole (every node and the wiring between them) on the first {T} "
@@ -319,11 +334,23 @@ def _sequence_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str]
         f"{e.scale:.3g}): neither tolerance decides")
 
 
+def _measured_step(st: dict, tol: Tolerances) -> str:
+    """How the one-step comparison's measured tolerance was made, in words."""
+    return (f"{tol.far:g} times {st['fraction']:.3g} of the bound, the largest share of it that float32 rounding "
+            f"reached over {len(st['measured'])} evaluation orders: {', '.join(st['measured'])}")
+
+
 def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | None:
     """Rules 6-11 (module docstring): what the one-step states could and could not show."""
     st, rho = f.step, tol.rho
     if not st:
         return "inconclusive", f"the one-step comparison could not run: {f.step_note}"
+    if st.get("m_ratio", 0.0) > 1.0:  # rule 6b: within the bound and twice the measured tolerance, beyond it
+        return "inconclusive", (
+            f"one step from the source's state differs by {st['m_err']:.3g}, {st['m_ratio']:.3g} times its measured "
+            f"tolerance {st['m_tol']:.3g} ({_measured_step(st, tol)}) but within {tol.step_fail:g} times it and "
+            f"within the rigorous bound {st['m_bound']:.3g} ({st['m_where']}): more than float32 rounding was seen "
+            f"to reach, less than it could not: neither tolerance decides")
     if f.unexercised:
         return "inconclusive", (
             f"{f.unexercised}: unresponsive in every one-step state (the trajectory's, the probes and "
@@ -394,7 +421,10 @@ def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
     if st:
         out.update(step_err=st["err"], step_tol=st["tol"], step_ratio=st["ratio"], steps_checked=st["n"],
                    step_err_t=st["err_t"], step_bound_t=st["bound_t"])
-        if st["ratio"] >= w.err / max(w.tol, 1e-300):
+        if st.get("measured"):  # the tolerance applied: the measured one (rule 6b)
+            if st["m_ratio"] >= w.err / max(w.tol, 1e-300):
+                out.update(max_abs_err=st["m_err"], tolerance=st["m_tol"], reference="step")
+        elif st["ratio"] >= w.err / max(w.tol, 1e-300):
             out.update(max_abs_err=st["err"], tolerance=st["bound"], reference="step")
     return out
 

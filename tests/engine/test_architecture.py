@@ -437,8 +437,11 @@ print(json.dumps({"modules": sorted(m for m in sys.modules if m.startswith("rnnc
 
 
 #: pairs that call both ways because one hands the other a callable of its own (the tracer sees the callee's module
-#: calling back): the whole-model compiler's, each named with its call
+#: calling back): the whole-model compiler's, and verification's float32 evaluation orders (issue #39: the one-step
+#: comparison's measured tolerance), each named with its call
 _CALLBACKS = {
+    ("rnnconvert.core.reference", "rnnconvert.verify.orders"):
+        "reference.step(..., kernels=orders._kernels(products), acts=orders._ulp_off(rng))",
     ("rnnconvert.whole.conventions.keras_graph", "rnnconvert.whole.formats.onnx.model_write"):
         "keras_graph.from_config(model_write.build, graph)",
     ("rnnconvert.whole.runtimes.onnx_whole", "rnnconvert.whole.verify.keras_whole_check"):

@@ -12,7 +12,12 @@ fixtures/realworld). Each is verified once as it is, then under perturbed float3
 * order: the target's sequences and one steps replaced by a float32 run of the source's equations whose every
   product is summed in blocks added last block first (``rnnconvert.verify.orders``' blocked order): a correct target
   that sums in another order;
-* ulp: every number the target returns moved by one float32 ulp up or down at random (``np.nextafter``).
+* ulp: every number the target returns moved by one float32 ulp up or down at random (``np.nextafter``);
+* other: the target's one steps a float32 run whose products are summed in 7 column blocks added first
+  block first and whose every activation is 4 ulps off in a random direction: an evaluation order that is NOT one
+  of those the one-step comparison's measured tolerance is measured over (``orders.ORDERS``), with activations less
+  accurate than the measured ones (a framework's vectorised ``exp``/``tanh``), so that the measured tolerance is
+  tested against a rounding it did not see.
 
 Every layer's verdict must be identical to the unperturbed one (whatever it is: the chaotic TF1 stack is
 ``inconclusive`` by design). The source side is computed once per case for the last two (the target side is what
@@ -54,6 +59,36 @@ CASES = [
 BLOCKED = orders._kernels(orders._blocked)
 
 
+def _forward_blocks(w, vs, blocks: int = 7):
+    """``w @ v`` as ``blocks`` partial products over column blocks of ``w``, added first block first."""
+    out = []
+    for v in vs:
+        wv = w.astype(v.dtype, copy=False)
+        edges = np.linspace(0, w.shape[1], blocks + 1).astype(int)
+        acc = np.zeros((w.shape[0], v.shape[1]), v.dtype)
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            acc = acc + wv[:, lo:hi] @ v[lo:hi]
+        out.append(acc)
+    return out
+
+
+#: a summation order outside orders.ORDERS, as reference kernels
+OTHER = orders._kernels(_forward_blocks)
+
+
+def _acts_off(rng, ulps: int = 4) -> dict:
+    """Every activation's float32 result moved by ``ulps`` units of roundoff of ``1 + |act(z)|``, up or down."""
+    u = 2.0 ** -24
+
+    def off(f):
+        def g(z):
+            t = f(z)
+            sign = rng.choice(np.array([-1.0, 1.0], t.dtype), t.shape)
+            return (t + sign * ulps * u * (1 + np.abs(t))).astype(t.dtype)
+        return g
+    return {k: off(f) for k, f in reference.ACT.items()}
+
+
 def _ulp(v, rng):
     if v is None:
         return None
@@ -62,9 +97,11 @@ def _ulp(v, rng):
 
 
 def _perturb(monkeypatch, how: str) -> None:
-    """The target side's numbers perturbed: ``'ulp'`` (each moved by one float32 ulp) or ``'order'`` (a float32 run
-    of the source's canonical equations, every product summed in reversed blocks)."""
+    """The target side's numbers perturbed: ``'ulp'`` (each moved by one float32 ulp), ``'order'`` (a float32 run
+    of the source's canonical equations, every product summed in reversed blocks) or ``'other'`` (7 blocks added in
+    order, activations 4 ulps off)."""
     rng = np.random.default_rng(39)
+    kern, acts = (OTHER, _acts_off(np.random.default_rng(7))) if how == "other" else (BLOCKED, None)
     step, seq = TargetRun._target_step, TargetRun._sequence_target
 
     def target_step(self, layer, k, xf, states):
@@ -74,19 +111,22 @@ def _perturb(monkeypatch, how: str) -> None:
         if how == "ulp":
             return [tuple(_ulp(v, rng) for v in g) for g in got], note
         one = layer.one_slab(k)
-        return [reference.step(one, p, xf, s[0], s[1], np.float32, kernels=BLOCKED)
+        return [reference.step(one, p, xf, s[0], s[1], np.float32, kernels=kern, acts=acts)
                 for p, s in zip(one.params[0], states)], note
 
     def sequence_target(self, layer, ev, by_slab, ref):
         runs, note = seq(self, layer, ev, by_slab, ref)
+        if how == "other":  # the one steps only: what the measured one-step tolerance decides
+            return runs, note
         if how == "ulp":
             return [(_ulp(y, rng), y32, r) for y, y32, r in runs], note
         if len(runs) == 1 and not by_slab:
-            y = reference.forward(layer, ev.seq_x(), np.float32, kernels=BLOCKED)
+            y = reference.forward_multi(layer, [ev.seq_x().astype(np.float32)], acts, kernels=kern)[0]
             return [(y, runs[0][1], runs[0][2])], note
         out = []
         for k, ((xk, _, _), (_, y32, r)) in enumerate(zip(ev.seq_slabs, runs)):
-            y = reference.forward_slab(layer, layer.params[k], xk, np.float32, kernels=BLOCKED)
+            y = reference.forward_slab_multi(layer, layer.params[k], [np.asarray(xk, np.float32)], acts,
+                                             kernels=kern)[0]
             out.append((reference.finish(layer, y) if k == layer.num_layers - 1 else y, y32, r))
         return out, note
     monkeypatch.setattr(TargetRun, "_target_step", target_step)
@@ -123,7 +163,7 @@ def test_the_same_verdict_under_perturbed_float32_evaluation(src, to, tmp_path, 
         finally:
             if torch:
                 torch.set_num_threads(threads)
-    for how in ("order", "ulp"):
+    for how in ("order", "ulp", "other"):
         with monkeypatch.context() as m:
             _perturb(m, how)
             got[how] = _judged(base_check, dst, dst_mod)
