@@ -40,6 +40,7 @@ from ..verify.target import as_target
 EMIT_PATHS = located("rnnconvert.whole.pipeline:emit_paths")
 EMIT = located("rnnconvert.whole.pipeline:emit")
 EMIT_WRITE = located("rnnconvert.whole.pipeline:emit_write")
+GRAPH_FED = located("rnnconvert.whole.pipeline:graph_fed")
 
 
 @dataclass(frozen=True)
@@ -460,9 +461,10 @@ def _convert(src_p: Path, dst_p: Path, o: ConvertOptions, progress) -> Conversio
                     layer_in = _float_inputs({k: v for k, v in (verify_inputs or {}).items() if k not in model_in})
                     if (out_mod.read is not None or as_target(out_mod).target_step is not None) \
                             and not _whole_program(out_mod, tmp, ckpt):  # a whole .tflite, .pt2 runs whole only
+                        added = _graph_fed(ckpt, model_in, seed, rep.notes) if whole else None
                         # one source side for every target (the cuDNN routes): one report
                         rep.verification = _verify(ckpt, in_mod, tmp, targets, mode=verify, src_path=src_p,
-                                                   seed=seed, inputs=layer_in or None)
+                                                   seed=seed, inputs=layer_in or None, added=added)
                     else:  # a program (.pt2, a whole-model .tflite): its runtime's whole-model checks only
                         rep.verification = VerifyReport(seed=seed)
                     if whole:
@@ -715,6 +717,21 @@ def _verify_whole_file(ckpt, in_mod, whole, src: Path, dst: Path, model_in: dict
     names = {layer.name for layer in ckpt.layers}
     model_in = {**{k: v for k, v in (layer_in or {}).items() if k not in names}, **model_in}
     _whole_checks(whole, rep, full.renamed(ckpt.materialize()), src, dst, model_in, seed, str(dst.suffix))
+
+
+def _graph_fed(ckpt: Checkpoint, model_in: dict | None, seed: int, notes: list[str]) -> dict | None:
+    """The rows the per-layer check of each recurrent layer of a whole Keras model runs on besides its own batch:
+    the inputs the model's graph feeds it on the whole-model check's model inputs (issue #39;
+    :func:`rnnconvert.whole.pipeline.graph_fed`), its notes appended to ``notes``; ``None`` where the source's
+    numpy evaluator does not cover the model (the per-layer check on its own batch alone, as before)."""
+    try:
+        from ..verify import sample
+
+        added, said = GRAPH_FED(ckpt, model_in or None, seed, sample.sample_shape(ckpt)[1])
+    except UnsupportedError:
+        return None
+    notes.extend(said)
+    return added or None
 
 
 def _whole_program(out_mod, dst: Path, ckpt) -> bool:

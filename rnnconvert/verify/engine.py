@@ -213,7 +213,7 @@ class StreamedVerification:
     def __init__(self, src_ckpt: Checkpoint, src_module, *, mode: str = "reference", src_path=None,
                  seed: int = 0, batch: int | None = None, steps: int | None = None,
                  inputs: dict[str, np.ndarray] | None = None, first_tol: float | None = None,
-                 target_dtype=None, target=None) -> None:
+                 target_dtype=None, target=None, added: dict[str, np.ndarray] | None = None) -> None:
         batch, steps = sample.sample(src_ckpt, batch, steps)
         blas_controller()  # in the caller's thread, before the verifier thread and any background import
         src_module, target = as_source(src_module), as_target(target)
@@ -233,7 +233,7 @@ class StreamedVerification:
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         #: what the source side keeps of each layer, one record per layer
         self.evidence = [LayerEvidence.empty(layer, x) for layer, x in
-                         zip(src_ckpt.layers, sample.batches(src_ckpt, batch, steps, seed, inputs))]
+                         zip(src_ckpt.layers, sample.batches(src_ckpt, batch, steps, seed, inputs, added))]
         self.target_seconds = 0.0
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_tensors)
@@ -633,7 +633,7 @@ class StreamedVerification:
 def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str = "reference",
            src_path=None, seed: int = 0, batch: int | None = None, steps: int | None = None,
            first_tol: float | None = None, inputs: dict[str, np.ndarray] | None = None,
-           target_dtype=None) -> VerifyReport:
+           target_dtype=None, added: dict[str, np.ndarray] | None = None) -> VerifyReport:
     """Run every recurrent layer of ``src_ckpt`` on one batch on both sides and compare (module docstring).
 
     Args:
@@ -650,6 +650,8 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         inputs: ``{layer name: (B, T, input_size) array}``: real inputs to verify those layers on instead
             of the random batch (any length: the one-step comparison's tolerance does not grow with it).
         target_dtype: ``np.float16`` when the target runs in float16 (the cuDNN route's ``--dtype``).
+        added: ``{layer name: (B2, T2, input_size) array}``: rows appended to those layers' batches (the inputs a
+            whole model's graph feeds them, issue #39; :func:`rnnconvert.verify.sample.batches`).
 
     Raises:
         FormatError: ``inputs`` of the wrong shape or naming no layer.
@@ -661,7 +663,7 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
     targets = [as_target(t) for t in (dst_module if isinstance(dst_module, (list, tuple)) else [dst_module])]
     check = StreamedVerification(src_ckpt, src_module, mode=mode, src_path=src_path, seed=seed, batch=batch,
                                  steps=steps, inputs=inputs, first_tol=first_tol, target_dtype=target_dtype,
-                                 target=targets[0])
+                                 target=targets[0], added=added)
     try:
         for i, layer in enumerate(src_ckpt.layers):
             for k in range(layer.num_layers):

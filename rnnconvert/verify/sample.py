@@ -56,10 +56,15 @@ def sample(ckpt: Checkpoint, batch: int | None, steps: int | None) -> tuple[int,
     return (b if batch is None else batch), (t if steps is None else steps)
 
 
-def batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict | None) -> list[np.ndarray]:
+def batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict | None,
+            added: dict | None = None) -> list[np.ndarray]:
     """Each layer's input batch, float32 ``(batch, steps, input_size)``: ``inputs[layer.name]`` when given
     (any batch and steps), else drawn from ``N(0, 1)`` (``default_rng(seed)``, one draw per layer in order,
     drawn whether or not the layer has given inputs, so that a layer's batch does not depend on the others').
+    ``added[layer.name]`` (float ``(B2, T2, input_size)``: the rows a whole model's graph feeds the layer, issue
+    #39) is appended to that batch as more rows, each cut to the batch's steps (its first ones) or completed with
+    zero steps to them; a name that is no layer, or of the wrong input size, is ignored (the whole model's own
+    graph made them).
 
     Raises:
         FormatError: a given input is not 3-D with the layer's input size last, or names no layer.
@@ -76,6 +81,12 @@ def batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict | 
                 raise FormatError(f"verification input for layer '{layer.name}' has shape {given.shape}; "
                                   f"expected (batch, steps, {layer.input_size})")
             x = np.ascontiguousarray(given, dtype=np.float32)
+        more = (added or {}).get(layer.name)
+        if more is not None and np.ndim(more) == 3 and np.shape(more)[-1] == layer.input_size and np.size(more):
+            more = np.asarray(more, np.float32)[:, :x.shape[1]]
+            pad = x.shape[1] - more.shape[1]
+            more = np.pad(more, ((0, 0), (0, pad), (0, 0))) if pad else more
+            x = np.ascontiguousarray(np.concatenate([x, more]), dtype=np.float32)
         out.append(x)
     if inputs:
         raise FormatError(f"verification inputs name no recurrent layer: {', '.join(sorted(inputs))} "

@@ -103,3 +103,44 @@ def emit_write(emitted, emit: tuple[Path, Path], ckpt: Checkpoint, src: Path, re
                        f"m({', '.join(em.inputs)})")
     rep.notes.append(f"module written: {emit[0].name} (readable nn.Module source, class {module_write.CLASS}) and its "
                      f"state dict {emit[1].name} ({len(em.state)} tensors)")
+
+
+def graph_fed(ckpt: Checkpoint, inputs: dict[str, Any] | None, seed: int, steps: int) -> tuple[dict, list[str]]:
+    """The rows the per-layer check of each recurrent layer of a whole Keras model runs on besides its own batch
+    (issue #39: the per-layer rule on the inputs the graph feeds each layer), and the report's notes saying so:
+    ``({layer name: float32 (B, T, input_size)}, notes)``, from
+    :func:`rnnconvert.whole.verify.keras_whole_check.graph_fed` (the numpy evaluator of the source graph on the
+    whole-model check's model inputs ``inputs`` or the generated ones of ``seed``). The per-layer engine takes no
+    mask: a masked row gives its unmasked steps in order (the run Keras' masking makes of it: a masked step keeps
+    the state), completed with zero steps to the row length. Each row is cut to its first ``steps`` (the per-layer
+    batch's steps: :func:`rnnconvert.verify.sample.batches`), or completed with zero steps to them. ``({}, [])`` where the numpy evaluator does not cover
+    the model or the source holds no whole Keras model (the per-layer check then runs on its own batch alone).
+
+    Raises:
+        FormatError: ``inputs`` that do not name the model's inputs."""
+    import numpy as np
+
+    from .verify import keras_whole_check
+
+    fed = keras_whole_check.graph_fed(ckpt, keras_whole_check.whole_of(ckpt), inputs, seed)
+    if not fed:
+        return {}, []
+    out, notes = {}, []
+    for name, (x, mask) in fed.items():
+        how = ""
+        if mask is not None and not mask.all():
+            idx = np.argsort(~mask, axis=1, kind="stable")
+            keep = np.arange(x.shape[1])[None, :] < mask.sum(1)[:, None]
+            x = np.where(keep[..., None], np.take_along_axis(x, idx[..., None], 1), np.float32(0))
+            how = (f"; its {int((~mask).sum())} masked steps of {mask.size} removed (each row's unmasked steps in "
+                   f"order, completed with zero steps: the per-layer check takes no mask)")
+        cut = x.shape[1] > steps
+        x = np.pad(x[:, :steps], ((0, 0), (0, max(0, steps - x.shape[1])), (0, 0)))
+        out[name] = np.ascontiguousarray(x, dtype=np.float32)
+        size = (f"their first {steps} of {fed[name][0].shape[1]} steps" if cut else
+                f"{fed[name][0].shape[1]} steps" + (f", completed with zero steps to {steps}"
+                                                     if fed[name][0].shape[1] < steps else ""))
+        notes.append(f"{name}: checked per layer on its own batch plus the {x.shape[0]} rows the model's graph feeds "
+                     f"it on the whole-model check's {'given' if inputs else f'generated (seed {seed})'} model "
+                     f"inputs ({size}){how}")
+    return out, notes

@@ -582,3 +582,34 @@ def _torch_spreads(refs: dict, spreads: dict, keys: list, xs: dict, run32, run64
         p32 = o32[key] if isinstance(key, int) and key < len(o32) else (l32 or {}).get(key)
         if key in refs and p64 is not None and p32 is not None and np.shape(p64) == np.shape(p32):
             spreads[key]["the source's graph rebuilt in torch, float32 against float64"] = _max_abs(p32, p64)
+
+
+def graph_fed(ckpt, full: FullModel | None, inputs: dict | None = None, seed: int = 0,
+              steps: int = keras_whole.STEPS) -> dict | None:
+    """The inputs the whole model's graph feeds each recurrent layer (issue #39: the per-layer check runs on them
+    too): ``{layer name: (x, mask)}``, ``x`` float32 ``(B, T, input_size)`` the numpy evaluator's input of the
+    layer's first call (:func:`rnnconvert.whole.verify.numpy_source.run`, float32, order 0: the source side of the
+    whole-model check) on the whole-model check's model inputs (``inputs``, ``--inputs`` naming the model inputs,
+    else :func:`rnnconvert.formats.keras.keras_whole.make_inputs` with ``seed`` and ``steps``: the same arrays),
+    ``mask`` its Keras mask (bool ``(B, T)``) or ``None``. ``None`` where the numpy evaluator does not cover the
+    model (:func:`numpy_graph`; :class:`~rnnconvert.whole.verify.numpy_source.Uncovered`), or no whole model:
+    the per-layer check then runs on its own batch alone, as before.
+
+    Raises:
+        FormatError: ``inputs`` that do not name the model's inputs."""
+    from . import numpy_source
+    from ..conventions import keras_graph
+
+    if full is None:
+        return None
+    g = numpy_graph(lambda: keras_graph.build(full.config, full.weights, ckpt), full)
+    if g is None:
+        return None
+    xs = graph_inputs(g, full, inputs, seed, steps, "any")
+    fed: dict = {}
+    try:
+        numpy_source.run(g, xs, np.float32, fed=fed)
+    except (numpy_source.Uncovered, *keras_graph_errors()):
+        return None
+    names = {layer.name for layer in ckpt.layers}
+    return {k: (np.asarray(x, np.float32), m) for k, (x, m) in fed.items() if k in names and np.ndim(x) == 3}
