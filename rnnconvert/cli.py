@@ -714,6 +714,8 @@ def verify(
         if paired is not None:  # how DST's layers were found (the lines below name SRC's layers)
             for line in paired.lines():
                 con.print(_shown(line), soft_wrap=True)
+        for note in getattr(rep, "notes", ()):  # what the checks ran on beyond their own batch (#39)
+            con.print(f"note: {_shown(note)}", soft_wrap=True)
         for c in rep.layers:
             tag = {"ok": "ok  ", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}[c.verdict]
             con.print(f"{tag} {_shown(c.name)}: {_rule(c)}; {c.source_route} vs {c.target_route}"

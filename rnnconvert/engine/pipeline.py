@@ -572,12 +572,12 @@ def _read_ahead(ckpt: Checkpoint, src: Path):
 
 def _verify_streamed(ckpt: Checkpoint, in_mod, src: Path, dst: Path, targets: list, mode: str, seed: int,
                      inputs: dict[str, Any] | None = None, first_tol: float | None = None,
-                     target_dtype=None) -> VerifyReport:
+                     target_dtype=None, added: dict[str, Any] | None = None) -> VerifyReport:
     """:func:`verify` of a lazy source: the source side slab by slab (each released after), then the target
     side on ``dst`` for each of ``targets`` (the written format, or the cuDNN routes) -- the verification of a
     streamed conversion, with the same report as the eager one."""
     check = StreamedVerification(ckpt, in_mod, mode=mode, src_path=src, seed=seed, inputs=inputs,
-                                 target=targets[0], first_tol=first_tol, target_dtype=target_dtype)
+                                 target=targets[0], first_tol=first_tol, target_dtype=target_dtype, added=added)
     import_engine(targets[0])
     with _read_ahead(ckpt, src) as reading:  # the next slab read while one is checked
         stream_write(None, ckpt, on_slab=check.source_slab, reading=reading)
@@ -642,6 +642,9 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
         model_in.update({k: v for k, v in inputs.items() if k not in names})
         inputs = {k: v for k, v in inputs.items() if k in names} or None
     first_tol, target_dtype = (1e-2, np.float16) if dtype == "float16" else (None, None)
+    fed_notes: list[str] = []
+    # a whole model written whole: each recurrent layer also checked on the rows its graph feeds it (#39)
+    added = _graph_fed(ckpt, model_in, seed, fed_notes) if whole is not None else None
 
     def attempt(targets: list) -> VerifyReport:
         try:
@@ -651,10 +654,12 @@ def _verify_files(src, dst, mode, seed, src_format, dst_format, read_opts, devic
                 rep = VerifyReport(seed=seed)
             elif lazy:  # one slab of the source at a time, as a streamed conversion verifies
                 rep = _verify_streamed(ckpt, in_mod, Path(src), Path(dst), targets, mode, seed, inputs,
-                                       first_tol, target_dtype)
+                                       first_tol, target_dtype, added)
+                rep.notes += fed_notes if added else []
             else:
                 rep = _verify(ckpt, in_mod, Path(dst), targets, mode=mode, src_path=Path(src), seed=seed,
-                              first_tol=first_tol, inputs=inputs, target_dtype=target_dtype)
+                              first_tol=first_tol, inputs=inputs, target_dtype=target_dtype, added=added)
+                rep.notes += fed_notes if added else []
             if whole is not None:  # a whole model written whole: the conversion's own whole-model check (#39)
                 before = len(rep.layers)
                 _verify_whole_file(ckpt, in_mod, whole, Path(src), Path(dst), model_in, inputs, seed, rep)

@@ -111,6 +111,9 @@ class VerifyReport:
     steps: int = 0
     seed: int = 0
     seconds: float = 0.0
+    #: what the checks ran on beyond the batch above (a whole model's recurrent layers: also the rows its graph
+    #: feeds each, issue #39), one line each
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

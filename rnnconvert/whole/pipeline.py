@@ -122,7 +122,11 @@ def graph_fed(ckpt: Checkpoint, inputs: dict[str, Any] | None, seed: int, steps:
 
     from .verify import keras_whole_check
 
-    fed = keras_whole_check.graph_fed(ckpt, keras_whole_check.whole_of(ckpt), inputs, seed)
+    full = keras_whole_check.whole_of(ckpt)
+    if full is None:
+        return {}, []
+    # the layers named as the Keras config names them, read (a lazy source's too: as the whole-model check reads it)
+    fed = keras_whole_check.graph_fed(full.renamed(ckpt.materialize()), full, inputs, seed)
     if not fed:
         return {}, []
     out, notes = {}, []
