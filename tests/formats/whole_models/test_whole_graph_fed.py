@@ -98,3 +98,17 @@ def test_masked_rows_give_their_unmasked_steps(tmp_path, monkeypatch):
         assert np.array_equal(row[:len(steps_kept)], steps_kept)  # the unmasked steps in order
         assert not row[len(steps_kept):].any()  # then zero steps
     assert any(n.startswith("gru_a: checked per layer") and "masked steps" in n for n in rep.notes)
+
+
+def test_verify_checks_the_same_rows(tmp_path, monkeypatch):
+    """``verify SRC DST`` of the whole-model file runs the per-layer check on the same graph-fed rows as the
+    conversion, and its report's notes say so."""
+    path = FIX / "whole_embed_conv_bilstm.h5"
+    _, seen = _converted(path, tmp_path, monkeypatch)
+    at_convert = {k: v[0] for k, v in seen.items()}
+    seen.clear()
+    rep = rnnconvert.verify(path, tmp_path / "out.onnx")
+    assert rep.verdict == "ok"
+    assert set(seen) == set(at_convert)
+    assert all(np.array_equal(seen[k][0], at_convert[k]) for k in seen)
+    assert any(n.startswith("gru: checked per layer on its own batch plus the 3 rows") for n in rep.notes)
