@@ -124,6 +124,19 @@ def _sub_model(full: FullModel, m, name: str):
     return keras_whole.tf_keras_model(m, name)
 
 
+def _named_inputs(names_in: list[str], inputs: dict) -> dict[str, np.ndarray]:
+    """``inputs`` (given model inputs) as arrays in the model's input order ``names_in``.
+
+    Raises:
+        FormatError: ``inputs`` that do not name exactly the model's inputs."""
+    missing = [n for n in names_in if n not in inputs]
+    extra = [n for n in inputs if n not in names_in]
+    if missing or extra:
+        raise FormatError(f"whole-model verification inputs must name the model inputs "
+                          f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
+    return {n: np.asarray(inputs[n]) for n in names_in}
+
+
 def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None, seed: int,
                        steps: int = keras_whole.STEPS, padding: str = "any"):
     """The source model in tf_keras (the file as stored), its input names, and the inputs both sides run on:
@@ -144,12 +157,7 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
                                                full.weights if full.origin == "weights" else None)
     names_in = [t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0] for t in tfm.inputs]
     if inputs:
-        missing = [n for n in names_in if n not in inputs]
-        extra = [n for n in inputs if n not in names_in]
-        if missing or extra:
-            raise FormatError(f"whole-model verification inputs must name the model inputs "
-                              f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
-        xs = {n: np.asarray(inputs[n]) for n in names_in}
+        xs = _named_inputs(names_in, inputs)
     else:
         xs = keras_whole.make_inputs(tfm, full.config, seed, steps, padding)
     return tfm, names_in, xs
@@ -496,12 +504,7 @@ def graph_inputs(g, full: FullModel, inputs: dict | None, seed: int, steps: int,
 
     names_in = [n for n, *_ in g.inputs]
     if inputs:
-        missing = [n for n in names_in if n not in inputs]
-        extra = [n for n in inputs if n not in names_in]
-        if missing or extra:
-            raise FormatError(f"whole-model verification inputs must name the model inputs "
-                              f"{', '.join(names_in)}; missing {missing}, unknown {extra}")
-        return {n: np.asarray(inputs[n]) for n in names_in}
+        return _named_inputs(names_in, inputs)
     shim = SimpleNamespace(inputs=[SimpleNamespace(name=n, shape=(None,) + tuple(shp)) for n, shp, *_ in g.inputs])
     return keras_whole.make_inputs(shim, full.config, seed, steps, padding)
 

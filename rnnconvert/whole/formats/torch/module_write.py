@@ -480,7 +480,12 @@ class _Emitter:
         k = xs[2] if len(xs) > 2 else xs[1]
         call = (f"keras_attention({xs[0]}, {xs[1]}, {k}, {ms[0]}, {ms[1]}, {bool(conf.get('causal'))}, "
                 f"{conf['mode']!r}, {ref['scale']}, {ref['concat_score_weight']})")
-        if conf.get("scores"):
+        self.attention_out(node, out, call, bool(conf.get("scores")))
+
+    def attention_out(self, node, out, call: str, scores: bool):
+        """``out = call[0]``, or ``out, <name>_scores = call`` where the layer returns its attention scores (the
+        ``keras_attention`` and ``keras_mha`` helpers return ``(output, scores)``)."""
+        if scores:
             w = self.var(node.outputs[1], node.path.rsplit(".", 1)[-1] + "_scores")
             self.emit(f"{out}, {w} = {call}", node)
         else:
@@ -503,11 +508,7 @@ class _Emitter:
         ws = ", ".join(f"self.{a}[{n!r}]" for n in names)
         call = (f"keras_mha({xs[0]}, {xs[1]}, {k}, {ms[0]}, {ms[1]}, {ms[2]}, {bool(conf.get('causal'))}, "
                 f"{conf['masked']!r}, {ws})")
-        if conf.get("scores"):
-            w = self.var(node.outputs[1], node.path.rsplit(".", 1)[-1] + "_scores")
-            self.emit(f"{out}, {w} = {call}", node)
-        else:
-            self.emit(f"{out} = {call}[0]", node)
+        self.attention_out(node, out, call, bool(conf.get("scores")))
 
     def conv1d(self, node, x, out):
         conf, ws = node.config, node.weights
