@@ -140,6 +140,10 @@ class Runtime:
       states (``states[d] = (h0, c0 or None)``), ``x`` ``(N, I_k)``: verification's one-step comparison;
     * ``slab_check(path, ckpt, name, k, x, xf, states, load) -> (y, steps)``: ``forward_slab`` on ``x`` and
       ``step`` on ``xf`` in one run, where the framework can (torch: a packed batch);
+    * ``forward_wired(path, ckpt, name, x, slab_xs, load) -> (whole, ys, joined)``: of a :attr:`wired` runtime,
+      ``forward`` on ``x``, ``forward_slab`` of each stacked layer ``k`` on ``slab_xs[k]`` and the slabs run alone
+      chained from ``x`` (not finished), in one pass over the weights where the framework can (onnxruntime: each
+      node's batch extended);
     * ``verify_whole(ckpt, src_path, dst_path, inputs=, seed=) -> list[LayerCheck]``: a whole model written by
       the container (Keras 3), run end to end against the source model's own framework.
 
@@ -161,6 +165,7 @@ class Runtime:
     forward_slab: Callable[..., Any] | None = None
     step: Callable[..., Any] | None = None
     slab_check: Callable[..., Any] | None = None
+    forward_wired: Callable[..., Any] | None = None
     verify_whole: Callable[..., Any] | None = None
     source_forward: Callable[..., Any] | None = None
     source_forward_multi: Callable[..., Any] | None = None

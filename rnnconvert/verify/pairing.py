@@ -165,7 +165,7 @@ class RenamedTarget:
         self._names = dict(names)
         self._back = {v: k for k, v in self._names.items()}
         self._renamed: dict[int, tuple[Checkpoint, Checkpoint]] = {}
-        for op in ("target_forward", "target_forward_slab", "target_step", "target_slab_check"):
+        for op in ("target_forward", "target_forward_slab", "target_step", "target_slab_check", "target_forward_wired"):
             fn = getattr(self._t, op, None)
             setattr(self, op, None if fn is None else self._wrap(fn))
         read = getattr(self._t, "read", None)

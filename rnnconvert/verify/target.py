@@ -22,7 +22,8 @@ class Target:
     no runtime runs the file; verification then runs the numpy reference on the arrays read back).
 
     Attributes: ``target_forward(path, ckpt, name, x)``, ``target_forward_slab(path, ckpt, name, k, x)``,
-    ``target_step(path, ckpt, name, k, x, states)``, ``target_slab_check(path, ckpt, name, k, x, xf, states)``
+    ``target_step(path, ckpt, name, k, x, states)``, ``target_slab_check(path, ckpt, name, k, x, xf, states)``,
+    ``target_forward_wired(path, ckpt, name, x, slab_xs)``
     (shapes and dtypes: :class:`rnnconvert.engine.protocol.Runtime`), ``verify_whole``, ``release``, ``engine``
     (the distribution whose version the report gives; ``route`` and ``engine`` are the stand-in's where the
     runtime's framework is missing, :attr:`Runtime.stand_in`), ``act_ulps``, ``target_arithmetic``."""
@@ -39,6 +40,7 @@ class Target:
         self.target_forward_slab = self._op("forward_slab")
         self.target_step = self._op("step")
         self.target_slab_check = self._op("slab_check")
+        self.target_forward_wired = self._op("forward_wired")
         #: the runtime's slabs are joined by the file's own wiring (:attr:`Runtime.wired`): ``forward`` runs it
         self.target_wired = bool(rt is not None and rt.wired)
         #: the written file is a whole-model program judged by ``verify_whole`` only (:attr:`Runtime.whole_only`)

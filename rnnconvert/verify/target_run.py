@@ -38,6 +38,7 @@ class TargetRun:
         self.ckpt, self.dst_path, self.dst_module = ckpt, dst_path, dst_module
         self._back = None  # the written file read back (fallback target of both comparisons)
         self._steps: dict = {}  # (layer name, slab) -> the target's one steps, from a target_slab_check run
+        self._wired: dict = {}  # layer name -> (whole, joined), from a target_forward_wired run (_by_slab)
 
     def _target_step(self, layer: RNNLayer, k: int, xf, states) -> tuple[list | None, str]:
         """The target's one step of slab ``k`` from ``states``; ``(results, note)``: ``note`` names a
@@ -147,6 +148,10 @@ class TargetRun:
         fwd, slab = self.dst_module.target_forward, self.dst_module.target_forward_slab
         if not getattr(self.dst_module, "target_wired", False) or ev.chain64 is None or fwd is None or slab is None:
             return None
+        done = self._wired.pop(layer.name, None)
+        if done is not None:  # run with the slabs' sequences (_by_slab: target_forward_wired)
+            whole, y = done
+            return whole, reference.finish(layer, y)
         try:
             whole = fwd(self.dst_path, self.ckpt, layer.name, ev.seq_x())
             y = ev.seq_x()
@@ -157,11 +162,14 @@ class TargetRun:
         return whole, reference.finish(layer, y)
 
     def _by_slab(self, layer: RNNLayer, ev: LayerEvidence) -> tuple[list, str]:
-        """:meth:`_sequence_target` slab by slab: each slab of the target from the source's float32 input of it."""
+        """:meth:`_sequence_target` slab by slab: each slab of the target from the source's float32 input of it. A
+        wired target whose runtime runs its three sequences in one pass (``target_forward_wired``: these, the whole
+        written layer and its slabs chained) runs them together, the other two kept for :meth:`_whole_layer`."""
         out, note, last = [], "", layer.num_layers - 1
+        fused = self._fused(layer, ev)
         for k, (xk, y32, y64) in enumerate(ev.seq_slabs):
             try:
-                y, note = self._slab_run(layer, ev, k, xk), ""
+                y, note = (self._slab_run(layer, ev, k, xk) if fused is None else fused[k]), ""
             except DependencyError:
                 back = self._read_back(layer)
                 if back is None:
@@ -170,6 +178,23 @@ class TargetRun:
                 note = f"sequence by the numpy reference on the arrays read back ({NOT_INSTALLED})"
             out.append(tuple(reference.finish(layer, a) if k == last else a for a in (y, y32, y64)))
         return out, note
+
+    def _fused(self, layer: RNNLayer, ev: LayerEvidence) -> list | None:
+        """The target's slabs of ``layer`` on the source's float32 input of each (``ev.seq_slabs``) from one
+        ``target_forward_wired`` run, which also runs the whole written layer and the slabs chained (kept for
+        :meth:`_whole_layer`); ``None`` where the target has no such run, the layer is not checked for its wiring
+        (:meth:`_whole_layer`'s conditions), the format checks slabs with its one steps (``target_slab_check``) or
+        the target's framework is missing."""
+        fn = getattr(self.dst_module, "target_forward_wired", None)
+        if fn is None or self.dst_module.target_slab_check is not None or ev.chain64 is None or \
+                not getattr(self.dst_module, "target_wired", False) or self.dst_module.target_forward is None:
+            return None
+        try:
+            whole, ys, joined = fn(self.dst_path, self.ckpt, layer.name, ev.seq_x(), [a[0] for a in ev.seq_slabs])
+        except DependencyError:
+            return None
+        self._wired[layer.name] = (whole, joined)
+        return ys
 
 
 def _compare_step(layer: RNNLayer, out: dict, per_t: np.ndarray, tv: np.ndarray, ev: np.ndarray, tols: tuple,
