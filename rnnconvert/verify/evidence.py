@@ -60,9 +60,6 @@ class LayerEvidence:
     route: str = ""
     spreads: Any = None
     em: Any = None
-    #: the canonical float64 run of the short sequence chained over the slabs (finished): the reference of the
-    #: whole written layer where the target's slabs are joined by the file's own wiring (issue #39); else None
-    chain64: Any = None
     escapes: list[SlabEscape] = field(default_factory=list)
     coverage: list[SlabCoverage] = field(default_factory=list)
     #: per slab, the measured one-step tolerance of each direction (``[(th, tc)]``, float64 of the shapes of the

@@ -143,10 +143,9 @@ class TargetRun:
         short sequence, and the same nodes run one by one (``target_forward_slab``) and joined as the source's layer
         joins its slabs (each slab's output, directions concatenated, is the next one's input): float64 ``(B, T,
         dirs*H)`` each, finished. None where the target's slabs are not joined by a wiring of the file's own
-        (:attr:`rnnconvert.engine.protocol.Runtime.wired`), the source side kept no chained reference, or the
-        framework is missing (issue #39)."""
+        (:attr:`rnnconvert.engine.protocol.Runtime.wired`) or the framework is missing (issue #39)."""
         fwd, slab = self.dst_module.target_forward, self.dst_module.target_forward_slab
-        if not getattr(self.dst_module, "target_wired", False) or ev.chain64 is None or fwd is None or slab is None:
+        if not getattr(self.dst_module, "target_wired", False) or fwd is None or slab is None:
             return None
         done = self._wired.pop(layer.name, None)
         if done is not None:  # run with the slabs' sequences (_by_slab: target_forward_wired)
@@ -182,11 +181,11 @@ class TargetRun:
     def _fused(self, layer: RNNLayer, ev: LayerEvidence) -> list | None:
         """The target's slabs of ``layer`` on the source's float32 input of each (``ev.seq_slabs``) from one
         ``target_forward_wired`` run, which also runs the whole written layer and the slabs chained (kept for
-        :meth:`_whole_layer`); ``None`` where the target has no such run, the layer is not checked for its wiring
-        (:meth:`_whole_layer`'s conditions), the format checks slabs with its one steps (``target_slab_check``) or
-        the target's framework is missing."""
+        :meth:`_whole_layer`); ``None`` where the target has no such run or no wiring of its own (:meth:`_whole_layer`'s
+        conditions), the format checks slabs with its one steps (``target_slab_check``) or the target's framework is
+        missing."""
         fn = getattr(self.dst_module, "target_forward_wired", None)
-        if fn is None or self.dst_module.target_slab_check is not None or ev.chain64 is None or \
+        if fn is None or self.dst_module.target_slab_check is not None or \
                 not getattr(self.dst_module, "target_wired", False) or self.dst_module.target_forward is None:
             return None
         try:

@@ -204,12 +204,28 @@ def test_wiring_check():
     ref[0, 0, 0] = -2.0
     whole = ref.copy()
     whole[1, 2, 3] = 0.5
-    got = wiring_check("l", whole, ref, ref, ref, 2.0 ** -10)
+    got = wiring_check("l", whole, ref, ref, lambda: ref, 2.0 ** -10)
     assert got == SeqCheck(0.5, 2 * 2.0 ** -10, 2.0, False)  # first * max(1, max|ref64|); no float32 spread
     whole[0, 0, 0] = np.inf
-    assert wiring_check("l", whole, ref, ref, ref, 2.0 ** -10).err == math.inf
+    assert wiring_check("l", whole, ref, ref, lambda: ref, 2.0 ** -10).err == math.inf
     with pytest.raises(VerificationError, match="layer 'l' output shape"):
-        wiring_check("l", whole[:, :2], ref, ref, ref, 1e-5)
+        wiring_check("l", whole[:, :2], ref, ref, lambda: ref, 1e-5)
+
+
+def test_wiring_check_equal_runs_need_no_float64_chain():
+    """Whole layer and nodes joined equal bit for bit: error 0, the float64 chain never asked for (issue #38); where
+    they differ and the chain cannot be computed, one clear error."""
+    ref = np.zeros((2, 3, 4))
+    ref[0, 0, 0] = -2.0
+
+    def never():
+        raise AssertionError("the float64 chain was computed")
+    got = wiring_check("l", ref.copy(), ref, ref, never, 2.0 ** -10)
+    assert got.err == 0.0 and got.err <= got.tol
+    whole = ref.copy()
+    whole[0, 1, 1] = 1e-3
+    with pytest.raises(VerificationError, match="layer 'l'.*could not be computed: gone"):
+        wiring_check("l", whole, ref, ref, lambda: "gone", 2.0 ** -10)
 
 
 def test_sequence_checks():
