@@ -281,11 +281,13 @@ def test_projection_under_abbreviated_names(tmp_path):
 def test_peepholes_by_role(tmp_path):
     """TF1's peephole names (w_i_diag, w_f_diag, w_o_diag) land in the canonical peep rows p_i, p_f, p_o."""
     rng = np.random.default_rng(5)
+    # gate-distinct and unit-distinct (a constant within a gate would hide a reversed or transposed diagonal)
+    diag = {g: (k + 1 + rng.uniform(-0.2, 0.2, 2)).astype(np.float32) for k, g in enumerate("ifo")}
     t = {"c/kernel": rng.random((3, 8), np.float32), "c/recurrent_kernel": rng.random((2, 8), np.float32),
-         "c/bias": rng.random(8, np.float32), "c/w_f_diag": np.full(2, 2.0, np.float32),
-         "c/w_i_diag": np.full(2, 1.0, np.float32), "c/w_o_diag": np.full(2, 3.0, np.float32)}
+         "c/bias": rng.random(8, np.float32), "c/w_f_diag": diag["f"], "c/w_i_diag": diag["i"],
+         "c/w_o_diag": diag["o"]}
     layer = names.recognise(t, "f", "npz").layer("c")
-    assert layer.params[0][0].peep.tolist() == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
+    assert np.array_equal(layer.params[0][0].peep, np.stack([diag["i"], diag["f"], diag["o"]]))
     t.pop("c/w_o_diag")
     with pytest.raises(FormatError, match="peep_o"):
         names.recognise(t, "f", "npz")
