@@ -340,32 +340,39 @@ def forward_wired(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, 
     """Verification's three sequence runs of a stacked layer ``name`` (issue #39) in one pass over its weights:
     ``(whole, ys, joined)``, each float64 ``(B, T, dirs*H)`` as :func:`forward` and :func:`forward_slab` return
     them: ``whole`` the written layer on ``x`` (every node and the file's wiring: :func:`staged`), ``ys[k]`` stacked
-    node ``k`` alone on ``slab_xs[k]`` ``(B_k, T, I_k)`` (:func:`forward_slab`), ``joined`` the nodes alone chained
-    from ``x`` (node ``k`` on node ``k-1``'s output, directions concatenated; not finished). Each part of
-    :func:`staged` runs its stacked node once on a batch extended by the rows of ``slab_xs[k]`` and of the chain
-    (a ``Concat`` before the node, ``Gather`` of the file's rows after it, the node's attributes and initializers as
-    written), so the node's weights are read once for the three runs instead of three times (issue #38: the 3 GB
-    benchmark's verification read every node three times). Each batch row is computed by the same equations as in a
-    run of its own, but may round differently (onnxruntime's vectorized activations take a batch's last elements by
-    another path: float32 rounding, which verification's tolerances allow for as for any evaluation order; the
-    3 GB benchmark's rows come out bit for bit the same). Oracle: torch, tests/verify/test_onnx_wired_fused.py.
-    Where a node cannot be extended so (a ``layout=1`` node, one fed
-    ``sequence_lens`` or initial states by the file, a whole-model graph), the three runs are made one by one.
+    node ``k`` alone on ``slab_xs[k]`` ``(B_k, T, I_k)`` (:func:`forward_slab`), ``joined`` the nodes chained from
+    ``x`` as the source joins its slabs (node ``k`` on node ``k-1``'s output, directions concatenated; not
+    finished).
+
+    Each part of :func:`staged` runs its stacked node once, on a batch extended by the rows of ``slab_xs[k]`` (a
+    ``Concat`` before the node, a ``Gather`` of the file's rows after it; the node's attributes and initializers as
+    written), and gives back the node's input and output on the file's rows: where every node's input is exactly
+    the join of the previous node's output (node 0's, ``x`` time-major), that run IS the nodes chained, and
+    ``joined`` is its last node's output joined; where one is not (the file's wiring between two nodes computes
+    something else), ``joined`` is run apart, node by node, from ``x`` (:func:`forward_slab`). So a correct file's
+    weights are read once for the three runs instead of three times (issue #38: the 3 GB benchmark's verification
+    read every node three times). A row in the extended batch is computed by the same equations as in a batch of
+    its own, but onnxruntime's LSTM kernel may round it differently in a batch of another size (float32 rounding,
+    which the slab checks' tolerances allow for as for any evaluation order; the 3 GB benchmark's rows come out bit
+    for bit the same). Oracle: torch, tests/verify/test_onnx_wired_fused.py. Where a node cannot be extended (a
+    ``layout=1`` node, one fed ``sequence_lens`` or initial states by the file, a whole-model graph), the three
+    runs are made one by one.
 
     Raises:
         FormatError: the graph has no input ``{name}__in`` (not written by rnnconvert).
     """
     layer = ckpt.layer(name)
     L = layer.num_layers
+    ys, joined = None, None
     if whole_meta(path) is None and L > 1:
         whole, ys, joined = _staged(path, name, L, x, slab_xs)
-        if ys is not None:
-            return whole, ys, joined
-    whole = forward(path, ckpt, name, x)
-    ys = [forward_slab(path, ckpt, name, k, slab_xs[k]) for k in range(L)]
-    joined = x
-    for k in range(L):
-        joined = forward_slab(path, ckpt, name, k, joined)
+    if ys is None:
+        whole = forward(path, ckpt, name, x)
+        ys = [forward_slab(path, ckpt, name, k, slab_xs[k]) for k in range(L)]
+    if joined is None:
+        joined = x
+        for k in range(L):
+            joined = forward_slab(path, ckpt, name, k, joined)
     return whole, ys, joined
 
 
@@ -403,7 +410,8 @@ def _extend(st: Stage, k: int, node, rows: int) -> tuple[list, list, str, str]:
 def _staged(path: str | Path, name: str, num_layers: int, x: np.ndarray,
             slab_xs: list | None = None) -> tuple[np.ndarray, list | None, np.ndarray | None]:
     """:func:`staged` (``slab_xs`` None: ``(whole, None, None)``) or :func:`forward_wired`'s fused run (``(whole, ys,
-    joined)``; ``ys`` None where a stacked node is not :func:`_fusable`, nothing run then)."""
+    joined)``; ``ys`` None where a stacked node is not :func:`_fusable`, nothing run then; ``joined`` None where a
+    node's input is not exactly the previous node's output joined)."""
     ort = require("onnxruntime", "onnx")
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
@@ -440,7 +448,7 @@ def _staged(path: str | Path, name: str, num_layers: int, x: np.ndarray,
                 _fusable(n) for _, n in fused.values()):
             return np.empty(0), None, None
     ys: list = [None] * num_layers
-    joined = x
+    joined, chained = known[f"{name}__in"], True  # the file's rows: the layer's input, then each node's output
     folder = str(Path(path).resolve().parent)
     for s_i, st in enumerate(parts):
         tensors = []
@@ -459,12 +467,11 @@ def _staged(path: str | Path, name: str, num_layers: int, x: np.ndarray,
         if s_i in fused:
             k, node = fused[s_i]
             dt = np.float16 if any(t.data_type == TensorProto.FLOAT16 for t in tensors) else np.float32
-            extra = np.concatenate([np.asarray(slab_xs[k], dt), np.asarray(joined, dt)], axis=0)  # (E, T, I_k)
             nodes, idx, ex, yx = _extend(st, k, node, x.shape[0])
             tensors = tensors + idx
             ins.append(helper.make_tensor_value_info(ex, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), None))
-            feeds[ex] = np.ascontiguousarray(extra.transpose(1, 0, 2))
-            outs_names.append(yx)
+            feeds[ex] = np.ascontiguousarray(np.asarray(slab_xs[k], dt).transpose(1, 0, 2))  # (T, B_k, I_k)
+            outs_names += [yx] + ([] if node.input[0] in known or node.input[0] in st.outputs else [node.input[0]])
         outs = [onnx.ValueInfoProto(name=n) for n in outs_names]  # onnxruntime infers their types
         graph = helper.make_graph(nodes, model.graph.name or "rnnconvert", ins, outs, initializer=tensors)
         m = helper.make_model(graph, opset_imports=model.opset_import)
@@ -473,14 +480,24 @@ def _staged(path: str | Path, name: str, num_layers: int, x: np.ndarray,
         got = sess.run(outs_names, {**{n: known[n] for n in ins_names}, **feeds})
         known.update(zip(st.outputs, got[:len(st.outputs)]))
         if s_i in fused:
-            y = got[-1]  # (T, D, B + E, H): the file's rows, then slab_xs[k]'s, then the chain's
-            T, D, N, H = y.shape
-            y = np.asarray(y, np.float64).transpose(2, 0, 1, 3).reshape(N, T, D * H)
-            b0, b1 = x.shape[0], x.shape[0] + len(slab_xs[k])
-            ys[k], joined = y[b0:b1], y[b1:]
+            n_out = len(st.outputs)
+            y = got[n_out]  # (T, D, B + B_k, H): the file's rows, then slab_xs[k]'s
+            xk = known[node.input[0]] if node.input[0] in known else got[n_out + 1]  # the node's input, (T, B, I_k)
+            B = x.shape[0]
+            T, D, _, H = y.shape
+            ys[k] = np.asarray(y[:, :, B:], np.float64).transpose(2, 0, 1, 3).reshape(-1, T, D * H)
+            # the chain: node k's input is exactly the previous node's output joined (node 0's: x time-major)
+            want = joined.transpose(1, 0, 2) if k == 0 else joined.transpose(0, 2, 1, 3).reshape(T, B, -1)
+            chained = chained and xk.shape == want.shape and np.array_equal(xk, want.astype(xk.dtype))
+            joined = y[:, :, :B]  # (T, D, B, H)
         del sess, m, graph, tensors
     whole = np.asarray(known[f"{name}__out"], dtype=np.float64)
-    return whole, (ys if slab_xs is not None else None), (joined if slab_xs is not None else None)
+    if slab_xs is None:
+        return whole, None, None
+    if not chained:
+        return whole, ys, None
+    T, D, B, H = joined.shape
+    return whole, ys, np.asarray(joined, np.float64).transpose(2, 0, 1, 3).reshape(B, T, D * H)
 
 
 def run(sess, path, name: str, x: np.ndarray) -> np.ndarray:

@@ -3,8 +3,9 @@ each node alone from the source's float32 input of it (the slab checks), the who
 wiring (issue #39's wiring check) and the nodes alone chained from the layer's input (what the wiring is compared
 with). Run one after another they read each node's weights three times (the 3 GB benchmark: +20% wall time after
 #39). :func:`rnnconvert.runtimes.onnxruntime.forward_wired` runs them in one pass: each part of the staged graph
-runs its stacked node once, on the file's rows and the other two runs' rows together (a ``Concat`` before the node,
-a ``Gather`` of the file's rows after it).
+runs its stacked node once, on the file's rows and the slab check's rows together (a ``Concat`` before the node, a
+``Gather`` of the file's rows after it); where each node's input is exactly the previous node's output joined, the
+file's rows are the nodes chained, else the chain is run apart.
 
 Oracle: torch. The source is a ``torch.nn.LSTM``/``GRU``/``RNN`` with gate-distinct weights; the whole run and the
 chain must equal the module's output, and node ``k``'s run its layer ``k`` alone (a one-layer torch module holding
@@ -90,3 +91,21 @@ def test_a_node_outside_the_wiring_runs_the_three_runs_apart(tmp_path):
         _close(joined, mod(torch.from_numpy(x))[0].numpy())
         for k in range(3):
             _close(ys[k], _torch_layer(mod, k, 6)(torch.from_numpy(x))[0].numpy())
+
+
+def test_a_wiring_that_is_not_the_join_gets_the_chain_run_apart(tmp_path):
+    """The wiring between nodes 0 and 1 interleaves the directions (a ``Transpose`` perm edited): node 1's input in
+    the fused run is not node 0's output joined, so ``joined`` is the nodes run apart and chained (torch's module
+    output), while ``whole`` is the edited file's own function (not torch's): the wiring check sees the slip."""
+    mod, ckpt, dst = _written(tmp_path, "LSTM", 5, 4, 2, True)
+    model = onnx.load(str(dst))
+    t = next(n for n in model.graph.node if n.name.endswith(".l0__merge_dirs_t"))
+    next(a for a in t.attribute if a.name == "perm").ints[:] = [0, 2, 3, 1]
+    onnx.save(model, str(dst))
+    x = np.random.default_rng(5).standard_normal((3, 6, 5)).astype(np.float32)
+    assert ort_runtime._staged(dst, "rnn", 2, x, [x, np.zeros((3, 6, 8), np.float32)])[2] is None
+    whole, _, joined = ort_runtime.forward_wired(dst, ckpt, "rnn", x, [x, np.zeros((3, 6, 8), np.float32)])
+    with torch.no_grad():
+        want = mod(torch.from_numpy(x))[0].numpy()
+    _close(joined, want)
+    assert float(np.abs(whole - want).max()) > 1e-2 * float(np.abs(want).max())
