@@ -34,7 +34,8 @@ slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
 6. no one-step comparison: ``inconclusive``; 6b. a one step beyond its measured tolerance, within ``step_fail``
    times it and within the bound: ``inconclusive`` (naming both); 7. a gate unit no state exercises, 8. a weight
    no state reaches: ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it
-   would not catch: ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within
+   would not catch (caught by the bound, or, where the measured tolerance decides the steps, beyond it plus the
+   slip's own: :attr:`Findings.escapes_measured`): ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within
    it) that a slip only a sequence shows could pass, or an emulated target's: ``inconclusive``;
 11. otherwise ``ok`` (with a note where the one-step bound or the sequence tolerance was loose but every slip
     checked would show): every one step within its measured tolerance (the layer's resolution, rule D of
