@@ -439,10 +439,11 @@ def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
                reference="sequence", seq_err=w.err, seq_tol=w.tol)
     if st:
         out.update(step_err=st["err"], step_tol=st["tol"], step_ratio=st["ratio"], steps_checked=st["n"],
-                   step_err_t=st["err_t"], step_bound_t=st["bound_t"], step_applied_t=st["applied_t"],
+                   step_err_t=st["err_t"], step_bound_t=st["bound_t"],
+                   step_applied_t=st.get("applied_t", []),
                    # against the tolerance applied (rule E's where measured, else the bound), at its worst element
                    step_applied_err=st["m_err"], step_applied_tol=st["m_tol"], step_applied_ratio=st["m_ratio"],
-                   step_applied_kind=st["m_kind"])
+                   step_applied_kind=st.get("m_kind") or ("measured" if st.get("measured") else "bound"))
         if st.get("measured"):  # the tolerance applied: the measured one (rule 6b)
             if st["m_ratio"] >= w.err / max(w.tol, 1e-300):
                 out.update(max_abs_err=st["m_err"], tolerance=st["m_tol"], reference="step")
