@@ -364,16 +364,25 @@ def _tensor_list(names: list[str], room: int = 70) -> str:
 
 def _short_rule(c) -> str:
     """A check in a few words: for a layer judged by :mod:`rnnconvert.verify.engine`, the short sequence's
-    largest error against its tolerance and the one-step error as a fraction of its bound; for another check
+    largest error against its tolerance and the one-step error against the tolerance that comparison applied, at
+    the element closest to it (:func:`_step_against`); for another check
     (a whole-model comparison) its largest error against its tolerance (:func:`_rule` has every number)."""
     parts = []
     if c.seq_tol > 0 or c.seq_err > 0:
         parts.append(f"sequence: max abs error {c.seq_err:.2e} (tolerance {c.seq_tol:.1e})")
     if c.steps_checked:
-        parts.append(f"one step {c.step_ratio:.2g} of bound")
+        parts.append(f"one step {_step_against(c)}")
     if parts:
         return "; ".join(parts)
     return _unmeasured(c) or f"max abs error {c.max_abs_err:.2e} (tolerance {c.tolerance:.1e})"
+
+
+def _step_against(c) -> str:
+    """The one-step comparison's error against the tolerance it applied (docs/cli.md "Verdicts" rule E), both at the
+    element closest to that tolerance (``step_applied_err``, ``step_applied_tol``), the tolerance named:
+    ``'3.10e-07 (measured tolerance 9.8e-07)'``, or ``'(bound ...)'`` where the rigorous bound was applied."""
+    what = "measured tolerance" if c.step_applied_kind == "measured" else "bound"
+    return f"{c.step_applied_err:.2e} ({what} {c.step_applied_tol:.1e})"
 
 
 def _unmeasured(c) -> str | None:
@@ -450,13 +459,18 @@ def _verify_mode(verify: Optional[str], no_verify: bool) -> str:
 def _rule(c) -> str:
     """How a layer was judged, in the numbers that were measured and only those (``--json`` gives the same
     numbers in full): for a layer judged by :mod:`rnnconvert.verify.engine`, the one-step comparison (largest
-    error, its ratio to the elementwise bound) where it ran and the short full-sequence one (a measured
+    error; the error against the tolerance applied, rule E's measured one or the bound, at the element closest to
+    it, and the ratio there; the largest share of the bound) where it ran and the short full-sequence one (a measured
     sequence tolerance is never 0); for any other check (a format's whole-model comparison: no step or
     sequence fields), its own largest error and tolerance (``reference`` ``'float64'``: the tolerance
     includes twice the float32/float64 spread of the written model); nothing where nothing was measured."""
     parts = []
     if c.steps_checked:
-        parts.append(f"one step: max abs error {c.step_err:.2e}, {c.step_ratio:.2g} of its bound, "
+        what = "measured tolerance" if c.step_applied_kind == "measured" else "bound"
+        rule = "rule E" if c.step_applied_kind == "measured" else "the tolerance applied"
+        parts.append(f"one step: max abs error {c.step_err:.2e}, closest to its tolerance {c.step_applied_err:.2e} "
+                     f"({what} {c.step_applied_tol:.1e}, {rule}: {c.step_applied_ratio:.2g} of it), "
+                     f"{c.step_ratio:.2g} of its bound at most, "
                      f"{c.steps_checked} steps" + (f" ({c.constructed} states constructed)" if c.constructed else "")
                      + f", every gate unit responsive in {c.coverage} or more")
         if c.resolution is not None or c.bias_resolution is not None:

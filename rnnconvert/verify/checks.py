@@ -14,8 +14,12 @@ class LayerCheck:
     """The comparison of one layer.
 
     ``step_err``/``step_tol``: the largest abs difference of the one-step comparison (``h_t`` and ``c_t``)
-    and the largest element of its bound; ``step_ratio``: ``max(err / bound)`` over elements (passes when
-    ``<= 1``). ``seq_err``/``seq_tol``: the short full-sequence comparison (of a stacked layer compared slab by slab, the slab
+    and the largest element of its bound; ``step_ratio``: ``max(err / bound)`` over elements (at most 1 where
+    no step fails on the bound). The tolerance the one-step comparison applied (docs/cli.md "Verdicts" rule E):
+    ``step_applied_kind`` ``'measured'`` (rule E's measured tolerance) or ``'bound'`` (the rigorous bound: float16,
+    a target with less accurate activations, weight matrices above ``states.RES_WEIGHTS``), of the element
+    closest to it; ``step_applied_ratio`` the largest ``err / tolerance`` over elements (``ok`` needs ``<= 1``),
+    ``step_applied_err``/``step_applied_tol`` the error and tolerance at that element. ``seq_err``/``seq_tol``: the short full-sequence comparison (of a stacked layer compared slab by slab, the slab
     closest to failing; ``max_abs_ref`` is then that slab's output scale). ``max_abs_err``/``tolerance``:
     the comparison closer to failing of the two (for one-line reports; the one step's against its measured
     tolerance where one was measured, docs/cli.md "Verdicts" rule E). ``verdict``: ``'ok'``, ``'fail'``
@@ -39,11 +43,18 @@ class LayerCheck:
     step_err: float = 0.0
     step_tol: float = 0.0
     step_ratio: float = 0.0
+    step_applied_err: float = 0.0
+    step_applied_tol: float = 0.0
+    step_applied_ratio: float = 0.0
+    #: which tolerance ``step_applied_*`` are against: ``'measured'``, ``'bound'``; ``''`` where no step ran
+    step_applied_kind: str = ""
     seq_err: float = 0.0
     seq_tol: float = 0.0
     steps_checked: int = 0
     step_err_t: list[float] = field(default_factory=list)
     step_bound_t: list[float] = field(default_factory=list)
+    #: the largest element of the one-step tolerance applied (``step_applied_kind``'s) at each step ``t``
+    step_applied_t: list[float] = field(default_factory=list)
     seq_err_t: list[float] = field(default_factory=list)
     #: the one-step states per slab and direction (trajectory, probes and constructed), of which ``constructed``
     #: were constructed from the weights (:mod:`rnnconvert.verify.states`); ``unexercised``: the gate units no

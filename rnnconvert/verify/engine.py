@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,7 @@ from ..errors import FormatError, InconclusiveError, VerificationError
 from ..speed import gpu, kernels, threads
 from ..speed.kernels import FAST
 from ..speed.threads import BACKGROUND_IMPORT, blas_controller
-from . import bounds, orders, sample, source, states, verdict
+from . import bounds, escapes, orders, sample, source, states, verdict
 from .checks import LayerCheck
 from .evidence import LayerEvidence, SlabCoverage, SlabEscape
 from .raw import raw_tensors
@@ -279,8 +280,8 @@ class StreamedVerification:
         per = self._by_slab(layer)
         y, y64, recs, shared = self._trajectory(i, k, one, dirs, xin, own, per)
         xf, entries, counts, seen, slack = sample.slab_states(layer, one, dirs, xin, recs, u, self.act_ulps)
-        ev.escapes += [SlabEscape(k, d, esc) for d, esc in slack]
         ev.slabs[k] = self._exercise(i, k, one, dirs, xin, recs, xf, entries, counts, seen, u)
+        ev.escapes += self._slips_applied(i, k, one, dirs, slack, u)
         ev.traj = y if k < layer.num_layers - 1 else None
         self._short_sequence(i, k, dirs, own, shared, per, y, y64)
         if self.emulate is not None:
@@ -387,6 +388,43 @@ class StreamedVerification:
                 SlabCoverage(k, d, xf.shape[0], added, np.flatnonzero(cnt < 1), r, int(cnt.min())))
         return xf, entries
 
+    def _slips_applied(self, i: int, k: int, one: RNNLayer, dirs: list, slack: list, u: float) -> list[SlabEscape]:
+        """Rule A asked of the tolerance the one-step comparison applies (docs/cli.md "Verdicts"): the slips each
+        loose direction of slab ``k`` of layer ``i`` could let pass (``slack``, ``(direction, escape)`` of
+        :func:`rnnconvert.verify.sample.slab_states`, checked against the rigorous bound), as :class:`SlabEscape`
+        records (``against``: ``'bound'``, or ``'measured'`` where the bound let a slip pass and the measured
+        tolerance was asked). Where the slab has a measured tolerance (``measured[k]`` of its evidence, rule E), a slip
+        the bound let pass is checked again against it, on the same states (the first :data:`SWAP_STATES` trajectory states
+        and the probes, their products computed again: a few rows): caught where its exact step parts from the
+        correct one by more than the correct step's measured tolerance plus its own (:func:`orders.applied` of its
+        exact step and bound, the direction's measured share ``r``), so that no file with it is judged ``ok``; a
+        slip the bound catches is caught by the smaller tolerance too."""
+        ev = self.evidence[i]
+        tols = ev.measured[k]
+        if tols is None:
+            return [SlabEscape(k, d, esc) for d, esc in slack]
+        rs = ev.fractions[-len(dirs):]  # this slab's shares, one per direction (_step_tolerances just appended them)
+        xf, entries = ev.slabs[k]
+        N, P = ev.x.shape[0] * ev.x.shape[1], escapes.N_PROBES
+        rows = np.r_[0:min(N, SWAP_STATES), N:N + P]  # the states slab_states checked the slips on
+        out = []
+        for d, esc in slack:
+            against = "bound"
+            if esc is not None and not esc.startswith("n/a"):
+                against, tol = "measured", partial(orders.applied, r=rs[d], u=u)
+                if esc != "the directions exchanged":  # else every other slip was caught by the bound already
+                    (h0, c0), _, _ = entries[d]
+                    h, c = h0[rows], None if c0 is None else c0[rows]
+                    parts: dict = {}
+                    bounds.step_with_bound(one, dirs[d], xf[rows], h, c, u, U_ACC, parts=parts,
+                                           act_ulps=self.act_ulps)
+                    esc = escapes.swap_escapes(one, dirs[d], h, c, parts, u, U_ACC, act_ulps=self.act_ulps,
+                                               tolerance=tol)
+                if esc is None and len(dirs) == 2:
+                    esc = escapes.directions_escape(entries[d][1:], entries[1 - d][1:], slice(N, N + P), tol)
+            out.append(SlabEscape(k, d, esc, against))
+        return out
+
     @staticmethod
     def _resolutions(one: RNNLayer, dirs: list, xf: np.ndarray, entries: list, seen: list,
                      tols: list | None = None) -> list[dict]:
@@ -488,7 +526,7 @@ class StreamedVerification:
             seqs, st, note, ev.seq_x().shape[1], whole=whole, unexercised=cov.get("unexercised", ""),
             constructed=cov.get("constructed", 0), resolution=cov.get("resolution"),
             resolution_at=cov.get("resolution_at", ""), swaps_caught=self._swaps_caught(i),
-            loose_escape=ev.loose_escape(),
+            loose_escape=ev.loose_escape(), escapes_measured=ev.escapes_measured(),
             at_dtype="" if self.target_dtype is None else f" at {self.target_dtype.__name__}")
         while (fields := verdict.decide(found, tol)).get("ask"):  # a measurement only some rules need
             if fields["ask"] == "spread":

@@ -7,6 +7,7 @@ exercise each gate (:func:`probe_rows`). docs/cli.md "Verdicts" states the rule 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -134,7 +135,8 @@ def _separable(layer: RNNLayer, p: DirectionParams, slip: _Slip) -> bool:
 
 
 def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.ndarray | None, parts: dict,
-                 u: float, u_acc: float | None = None, rows=None, act_ulps: float | None = None) -> str | None:
+                 u: float, u_acc: float | None = None, rows=None, act_ulps: float | None = None,
+                 tolerance: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> str | None:
     """Whether the one-step comparison, from these states, would fail every plausible slip of ``p``
     (:func:`_slips`: gate-block swaps, a dropped bias, a transposed ``W_hh``, a GRU's ``n`` biases across
     the reset or its reset placement, exchanged peepholes): the first slip that could pass it (a
@@ -143,7 +145,13 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
     A slip is caught when at some element ``j`` (of ``h_1`` or ``c_1``, over the states ``rows``, default all:
     fewer states can only make this harder) the slipped file's exact step differs from the correct one by
     more than the correct step's bound plus the slipped step's own bound: any float evaluation of the
-    slipped file then lies outside the correct step's bound there, and the comparison fails it. Computed from
+    slipped file then lies outside the correct step's bound there, and the comparison fails it. With
+    ``tolerance`` (where the one-step comparison applies a measured tolerance, docs/cli.md "Verdicts" rules A and
+    E: ``tolerance(exact, bound)`` gives it per element, :func:`rnnconvert.verify.orders.applied`), a slip is caught
+    where it differs by more than the correct step's tolerance plus the slipped step's own (the same map of its own
+    exact step and bound): its float evaluation, rounded as the correct file's was measured to round, then lies
+    beyond the correct step's tolerance, which the comparison never judges ``ok`` (``inconclusive`` within twice
+    it, ``fail`` beyond). The tolerance is at most the bound, so a slip caught by the bound is caught. Computed from
     the step's products (``parts`` of :func:`.bounds.step_with_bound`): a swap of weight rows permutes the product's
     columns, so no new pass over ``W_ih`` or ``W_hh`` is made, but for what needs a new product:
 
@@ -189,6 +197,9 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
                   *(a[sel][:, cols] for pair in (parts["xx"], parts["hh"]) for a in pair))
         sub = {"act_ulps": act_ulps} if units is None else {"units": units, "n_h": h0.shape[1], "act_ulps": act_ulps}
         correct = step_terms(layer, p, *chosen, b_ih[cols], b_hh[cols], u, u_acc, **sub)  # once per set of elements
+        if tolerance is not None:  # the correct step's tolerance applied in place of its bound
+            dh, dc, h1, c1 = correct
+            correct = (tolerance(h1, dh), None if c1 is None else tolerance(c1, dc), h1, c1)
         left = set()
         groups: dict = {}
         for sl in todo:  # slips evaluated alike (same semantics, n block, transposition, peepholes) go together
@@ -197,7 +208,7 @@ def swap_escapes(layer: RNNLayer, p: DirectionParams, h0: np.ndarray, c0: np.nda
         for key, group in groups.items():
             for j in range(0, len(group), SWAP_CHUNK):  # a few slips at a time: bounded temporaries
                 left.update(id(sl) for sl in _uncaught(layer, p, chosen, cols, correct, u, u_acc,
-                                                       group[j:j + SWAP_CHUNK], sub, key, h0[sel]))
+                                                       group[j:j + SWAP_CHUNK], sub, key, h0[sel], tolerance))
         slips = [sl for sl in slips if (id(sl) in left or sl not in todo)]
         if not slips:
             return None
@@ -213,13 +224,14 @@ def _swap_order(blocks: int, hc: int, pair: tuple[int, int]) -> np.ndarray:
 
 
 def _uncaught(layer: RNNLayer, p: DirectionParams, rows: tuple, cols, correct: tuple, u: float, u_acc,
-              slips: list, sub: dict, key: tuple, h_full: np.ndarray) -> list:
+              slips: list, sub: dict, key: tuple, h_full: np.ndarray, tolerance=None) -> list:
     """The entries of ``slips`` (:class:`_Slip`, all evaluated alike: ``key``) that the one-step comparison on
     the elements ``rows`` (``(h0, c0, zx, ax, zh, ah)`` of the chosen rows at the columns ``cols``, and units:
     ``sub``, the ``units``/``n_h`` of :func:`~.bounds.step_terms`) would not catch (:func:`swap_escapes`):
     every slipped step evaluated by :func:`~.bounds.step_terms` at once, the slips' rows stacked (their
     biases per row), against the correct step ``correct`` (``step_terms`` of ``rows``). ``h_full``: the chosen
-    states at every unit (a transposed ``W_hh`` is evaluated on those zero but for unit 0)."""
+    states at every unit (a transposed ``W_hh`` is evaluated on those zero but for unit 0). ``tolerance``: what the
+    slipped step's own bound becomes (:func:`swap_escapes`), None the bound itself."""
     h0, c0, zx, ax, zh, ah = rows
     dh, dc, h1, c1 = correct
     reset_after, beta, transposed, peep = key
@@ -259,6 +271,8 @@ def _uncaught(layer: RNNLayer, p: DirectionParams, rows: tuple, cols, correct: t
         extra["n_products"] = _n_products(p, H, 2 if beta is None else beta, transposed)
     mdh, mdc, mh1, mc1 = step_terms(lay, pp, tile(h0), tile(c0), stack(zx, "oi"), stack(ax, "oi"),
                                      stack(zh, "oh"), stack(ah, "oh"), bi, bh, u, u_acc, **sub, **extra)
+    if tolerance is not None:
+        mdh, mdc = tolerance(mh1, mdh), None if mc1 is None else tolerance(mc1, mdc)
     dh, h1 = dh[keep], h1[keep]
     caught = (np.abs(mh1 - tile(h1)) > tile(dh) + mdh).reshape(V, -1).any(axis=1)
     if c1 is not None:
@@ -285,16 +299,19 @@ def _n_products(p: DirectionParams, H: int, block: int, transposed: bool):
     return g
 
 
-def directions_escape(mine: tuple, other: tuple, rows) -> str | None:
+def directions_escape(mine: tuple, other: tuple, rows,
+                      tolerance: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> str | None:
     """Whether the one-step comparison of a direction would fail a file with the two directions exchanged:
     ``mine``, ``other`` the ``(exact, bound)`` pairs (``((h1, c1), (dh, dc))`` of :func:`.bounds.step_with_bound`) of
     the two directions on their states; ``rows`` the states both directions share (the probes of
     :func:`probe_rows`: the same inputs and states for both). The exchanged file computes, from those
     states, the other direction's exact step, within the other's bound: caught when at some element the two
-    exact steps differ by more than both bounds. ``None`` when caught, else a description."""
+    exact steps differ by more than both bounds (``tolerance``: by more than both tolerances, each this map of the
+    step's exact values and bound, as in :func:`swap_escapes`). ``None`` when caught, else a description."""
     (ev, bd), (ov, ob) = mine, other
+    t = (lambda s, b: b) if tolerance is None else tolerance  # noqa: E731
     for a, da, b, db in zip(ev, bd, ov, ob):
-        if a is not None and (np.abs(a[rows] - b[rows]) > da[rows] + db[rows]).any():
+        if a is not None and (np.abs(a[rows] - b[rows]) > t(a[rows], da[rows]) + t(b[rows], db[rows])).any():
             return None
     return "the directions exchanged"
 

@@ -18,11 +18,15 @@ from .sample import SEQ_STEPS
 
 class SlabEscape(NamedTuple):
     """A direction whose one-step bound is loose: ``escape`` is None when every gate-block swap and other slip
-    checked would fail it (:func:`rnnconvert.verify.escapes.swap_escapes`), else the first that would not."""
+    checked would fail it (:func:`rnnconvert.verify.escapes.swap_escapes`), else the first that would not;
+    ``against`` the tolerance that decided: ``'bound'`` (the rigorous bound: a slip caught fails it) or
+    ``'measured'`` (the bound let a slip pass and the slab's measured tolerance was asked, rule E: a slip caught is
+    one the comparison would not judge ``ok``)."""
 
     slab: int
     direction: int
     escape: str | None
+    against: str = "bound"
 
 
 class SlabCoverage(NamedTuple):
@@ -82,6 +86,13 @@ class LayerEvidence:
     def swaps_caught(self) -> bool:
         """Whether every loose direction showed that all its gate-block swaps are caught (each escape None)."""
         return bool(self.escapes) and all(e.escape is None for e in self.escapes)
+
+    def escapes_measured(self) -> bool:
+        """Whether the measured tolerance (rule E) decided rule A: for the first slip a loose direction could let
+        pass (:meth:`loose_escape`), whether it passes that tolerance; where none, whether some direction needed
+        that tolerance to catch its slips."""
+        first = next((e for e in self.escapes if e.escape is not None), None)
+        return first.against == "measured" if first else any(e.against == "measured" for e in self.escapes)
 
     def loose_escape(self) -> str:
         """The first slip a loose one-step bound could let pass, or ``''``."""

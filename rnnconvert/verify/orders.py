@@ -156,6 +156,13 @@ def step_tolerance(exact: tuple, bound: tuple, spread: tuple, u: float) -> tuple
                 q = np.where(b > 0, s / np.where(b > 0, b, 1.0), np.where(s > 0, np.inf, 0.0))
             r = max(r, float(np.nan_to_num(q, nan=np.inf).max()))
     r = min(r, 1.0)
-    tol = tuple(None if b is None else np.minimum(b, FAR * r * b + 2.0 * u * np.abs(e))
-                for e, b in zip(exact, bound))
+    tol = tuple(None if b is None else applied(e, b, r, u) for e, b in zip(exact, bound))
     return tol, r
+
+
+def applied(exact: np.ndarray, bound: np.ndarray, r: float, u: float) -> np.ndarray:
+    """The measured tolerance ``min(B, FAR r B + 2 u |s|)`` of the elements of an exact step ``s`` (``exact``) with
+    bound ``B`` (``bound``), ``r`` the direction's measured share of its bound (:func:`step_tolerance`): float64 of
+    their (broadcast) shape. Also what rule A asks of a slipped step's own rounding where the measured tolerance
+    decides (:func:`rnnconvert.verify.escapes.swap_escapes`' ``tolerance``; docs/cli.md "Verdicts")."""
+    return np.minimum(bound, FAR * r * bound + 2.0 * u * np.abs(exact))

@@ -11,7 +11,8 @@ measured: rounded or rescaled); the conversion's notes, module lines and any ref
 error; the verdict with the numbers verification measured (:class:`rnnconvert.verify.checks.LayerCheck`:
 nothing that was not measured is printed: a comparison that did not run shows a dash); the diagnosis
 (:mod:`rnnconvert.verify.diagnose`) with its slips; and two matplotlib plots per verified layer: the one-step
-error against its bound per time step (``step_err_t``, ``step_bound_t``) and the short sequence's error per
+error against its bound per time step (``step_err_t``, ``step_bound_t``; the measured tolerance's largest element,
+``step_applied_t``, where rule E applied it) and the short sequence's error per
 step against its tolerance (``seq_err_t``, ``seq_tol``).
 
 Tables never cut a column: cells wrap (long paths and names break anywhere) and the page has a print stylesheet
@@ -312,15 +313,26 @@ def _measured(c, attr: str, fmt: str = ".3g") -> str:
         attr.startswith("seq") and not (c.seq_tol > 0 or c.seq_err > 0)) else _e(_num(v, fmt))
 
 
+def _applied(c) -> str:
+    """The one-step error against the tolerance that comparison applied, at the element closest to it, the
+    tolerance named (docs/cli.md "Verdicts" rule E: measured, or the rigorous bound); a dash where no step ran."""
+    if not c.steps_checked or not c.step_applied_kind:
+        return "–"
+    what = "measured tolerance (rule E)" if c.step_applied_kind == "measured" else "bound"
+    return (f"error {_measured(c, 'step_applied_err')}, {what} {_measured(c, 'step_applied_tol')}: "
+            f"{_measured(c, 'step_applied_ratio')} of it")
+
+
 def _verification(rep) -> str:
     rows = []
     for c in rep.layers:
         rows.append(
             f"<tr><td>{_e(c.name)}</td><td><span class='badge {_e(c.verdict)}'>{_e(c.verdict)}</span></td>"
-            f"<td>{_measured(c, 'step_err')}</td><td>{_measured(c, 'step_ratio')}</td>"
+            f"<td>{_measured(c, 'step_err')}</td><td>{_applied(c)}</td><td>{_measured(c, 'step_ratio')}</td>"
             f"<td>{c.steps_checked or '–'}</td><td>{_measured(c, 'seq_err')}</td><td>{_measured(c, 'seq_tol')}</td>"
             f"<td>{_e(c.source_route)}<br>vs {_e(c.target_route)}</td><td>{_e(c.reason) or '–'}</td></tr>")
-    head = ("<tr><th>layer</th><th>verdict</th><th>one-step max abs error</th><th>error / bound</th>"
+    head = ("<tr><th>layer</th><th>verdict</th><th>one-step max abs error</th>"
+            "<th>one step against the tolerance applied (the element closest to it)</th><th>largest error / bound</th>"
             "<th>steps</th><th>sequence max abs error</th><th>sequence tolerance</th><th>engines</th>"
             "<th>reason</th></tr>")
     meta = (f"<p class='note'>batch {rep.batch} x {rep.steps} steps, seed {rep.seed}, "
@@ -350,6 +362,9 @@ def _plot(c) -> str:
         t = np.arange(len(c.step_err_t))
         ax.semilogy(t, pos(c.step_err_t), "o-", color="#cf222e", label="max |target - exact| (h, c)")
         ax.semilogy(t, pos(c.step_bound_t), "s--", color="#0969da", label="max element of the bound")
+        if c.step_applied_kind == "measured" and len(c.step_applied_t) == len(t):
+            ax.semilogy(t, pos(c.step_applied_t), "^:", color="#1a7f37",
+                        label="max element of the measured tolerance (rule E)")
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "one-step comparison not run", ha="center", va="center", transform=ax.transAxes)

@@ -65,10 +65,10 @@ class TargetRun:
         """The one-step comparison of ``layer``: every slab and direction. Returns the numbers (the keys of
         :attr:`rnnconvert.verify.verdict.Findings.step`; ``{}`` when the target ran no step) and a note."""
         out = {"ratio": 0.0, "err": 0.0, "bound": 0.0, "tol": 0.0, "loose": 0.0, "where": "", "n": 0, "scale": 0.0,
-               "m_ratio": 0.0, "m_err": 0.0, "m_tol": 0.0, "m_bound": 0.0, "m_where": "",
+               "m_ratio": 0.0, "m_err": 0.0, "m_tol": 0.0, "m_bound": 0.0, "m_where": "", "m_kind": "", "m_max": 0.0,
                "measured": ev.step_orders, "fraction": max(ev.fractions, default=1.0)}
         B, T = ev.x.shape[:2]
-        per_t = np.zeros((2, T))  # the largest error and bound element at each step t (the report's plot)
+        per_t = np.zeros((3, T))  # the largest error, bound and applied tolerance element at each step t (plots)
         note = ""
         for k, (xf, entries) in enumerate(ev.slabs):
             got, why = self._target_step(layer, k, xf, [e[0] for e in entries])
@@ -76,14 +76,15 @@ class TargetRun:
                 return {}, why
             note = note or why
             tols = ev.measured[k] or [bd for _, _, bd in entries]  # the measured tolerance, else the bound
+            kind = "bound" if ev.measured[k] is None else "measured"
             for d, (_, (h1, c1), (dh, dc)), (th, tc), (mh, mc) in zip(range(len(entries)), entries, got, tols):
                 out["loose"] = max(out["loose"], loose((h1, c1), (dh, dc)))
                 pairs = [(th, h1, dh, mh, "h")] + ([] if c1 is None else [(tc, c1, dc, mc, "c")])
                 for tv, ev_, bd, mt, what in pairs:
                     _compare_step(layer, out, per_t, np.asarray(tv, np.float64), ev_, (bd, mt), B, T,
-                                  f"stacked layer {k}, direction {d}, {what}, ")
+                                  f"stacked layer {k}, direction {d}, {what}, ", kind)
                     out["n"] += ev_.shape[0] - escapes.N_PROBES if what == "h" else 0
-        out["err_t"], out["bound_t"] = per_t[0].tolist(), per_t[1].tolist()
+        out["err_t"], out["bound_t"], out["applied_t"] = per_t[0].tolist(), per_t[1].tolist(), per_t[2].tolist()
         return out, note
 
     def _read_back(self, layer: RNNLayer) -> RNNLayer | None:
@@ -197,11 +198,14 @@ class TargetRun:
 
 
 def _compare_step(layer: RNNLayer, out: dict, per_t: np.ndarray, tv: np.ndarray, ev: np.ndarray, tols: tuple,
-                  B: int, T: int, at: str) -> None:
+                  B: int, T: int, at: str, kind: str = "bound") -> None:
     """One output (``h_1`` or ``c_1``) of one direction's one steps against the exact ones: ``out`` (the worst
     element's ratio, error, bound and place; the same against the measured tolerance, ``m_*``; the largest error,
-    bound element and scale) and ``per_t`` (the largest error and bound at each step of the trajectory) updated.
-    ``tols``: ``(bound, measured tolerance)`` of the output (the measured one the bound where none was measured).
+    bound element and scale) and ``per_t`` (the largest error, bound and tolerance applied at each step of the
+    trajectory) updated.
+    ``tols``: ``(bound, measured tolerance)`` of the output (the measured one the bound where none was measured);
+    ``kind``: which the second is, ``'measured'`` or ``'bound'`` (``m_kind`` of the worst element; ``m_max`` the
+    largest element of the tolerance applied).
 
     Raises:
         VerificationError: the target's output has another shape.
@@ -216,11 +220,14 @@ def _compare_step(layer: RNNLayer, out: dict, per_t: np.ndarray, tv: np.ndarray,
         out.update(ratio=ratio, err=err, bound=bound, where=f"{at}{_where(j[0], B, T)}")
     m_ratio, m_err, m_tol, m = worst(np.abs(tv - ev), mt)
     if m_ratio >= out["m_ratio"]:
-        out.update(m_ratio=m_ratio, m_err=m_err, m_tol=m_tol, m_bound=float(bd[m]), m_where=f"{at}{_where(m[0], B, T)}")
+        out.update(m_ratio=m_ratio, m_err=m_err, m_tol=m_tol, m_bound=float(bd[m]), m_where=f"{at}{_where(m[0], B, T)}",
+                   m_kind=kind)
+    out["m_max"] = max(out["m_max"], float(mt.max()))
     rows = B * T  # the trajectory's states (row b * T + t), then the probes
     e_t = np.nan_to_num(np.abs(tv[:rows] - ev[:rows]), nan=np.inf).reshape(B, T, -1).max(axis=(0, 2))
     per_t[0] = np.maximum(per_t[0], e_t)
     per_t[1] = np.maximum(per_t[1], bd[:rows].reshape(B, T, -1).max(axis=(0, 2)))
+    per_t[2] = np.maximum(per_t[2], mt[:rows].reshape(B, T, -1).max(axis=(0, 2)))
     out["err"] = max(out["err"], float(np.nanmax(np.abs(tv - ev))))
     out["tol"] = max(out["tol"], float(bd.max()))
     out["scale"] = max(out["scale"], scale)

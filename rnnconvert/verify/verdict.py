@@ -34,7 +34,8 @@ slip moves the outputs by). docs/cli.md "Verdicts" states every rule; in order:
 6. no one-step comparison: ``inconclusive``; 6b. a one step beyond its measured tolerance, within ``step_fail``
    times it and within the bound: ``inconclusive`` (naming both); 7. a gate unit no state exercises, 8. a weight
    no state reaches: ``inconclusive``; 9. a one-step bound above ``rho`` of the scale with a gate-block swap it
-   would not catch: ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within
+   would not catch (caught by the bound, or, where the measured tolerance decides the steps, beyond it plus the
+   slip's own: :attr:`Findings.escapes_measured`): ``inconclusive``; 10. an ill-conditioned sequence tolerance (rule 4's, the sequence within
    it) that a slip only a sequence shows could pass, or an emulated target's: ``inconclusive``;
 11. otherwise ``ok`` (with a note where the one-step bound or the sequence tolerance was loose but every slip
     checked would show): every one step within its measured tolerance (the layer's resolution, rule D of
@@ -215,8 +216,11 @@ class Findings:
     ``seqs``: the sequence comparisons (one, or one per slab compared alone), each with its one-sample tolerance.
     ``step``: the one-step comparison's worst numbers (``ratio`` max err/bound, ``err``, ``bound`` at that element,
     ``tol`` the largest bound element, ``loose`` the largest bound as a fraction of its output's scale, ``where``,
-    ``n``, ``scale``, ``err_t``, ``bound_t``; against the measured tolerance, the bound where none was measured:
-    ``m_ratio`` max err/tolerance, ``m_err``, ``m_tol``, ``m_bound`` and ``m_where`` at that element, ``fraction`` the
+    ``n``, ``scale``, ``err_t``, ``bound_t``, ``applied_t`` (the largest element of the tolerance applied per
+    step); against the measured tolerance, the bound where none was measured:
+    ``m_ratio`` max err/tolerance, ``m_err``, ``m_tol``, ``m_bound``, ``m_where`` and ``m_kind`` (``'measured'`` or
+    ``'bound'``: which tolerance that element's slab applied) at that element, ``m_max`` the largest element of
+    the tolerance applied, ``fraction`` the
     largest share of the bound measured, ``measured`` the orders' names, empty where none), or ``{}`` when it could
     not run, ``step_note`` then why. ``steps``:
     the short sequence's length. ``whole``: the whole written layer (every node and the file's wiring between them)
@@ -224,7 +228,10 @@ class Findings:
     by one in a wired target (issue #39); else None.
     ``unexercised``, ``constructed``, ``resolution``, ``resolution_at``: the one-step states' coverage
     (:class:`~rnnconvert.verify.checks.LayerCheck`'s fields of those names). ``swaps_caught``: every loose direction
-    showed its gate-block swaps caught; ``loose_escape``: the first slip a loose bound could let pass ("" none).
+    showed its gate-block swaps caught; ``loose_escape``: the first slip a loose bound could let pass ("" none);
+    ``escapes_measured``: the measured tolerance decided them (rule E: where the bound let a slip pass, it was asked
+    again of that tolerance, a slip caught where no file with it would be within it:
+    :meth:`rnnconvert.verify.engine.StreamedVerification._slips_applied`; ``loose_escape`` then passes even that).
     ``at_dtype``: the target's reduced precision in words (" at float16"), or "". ``spreads``: the float32 spread of
     each sequence over its one-sample tolerance measured again (``{index in seqs: Spread}``), or why it could not
     be (a phrase); ``sequence_escape``: a slip only a sequence shows that would pass an ill-conditioned sequence
@@ -242,6 +249,7 @@ class Findings:
     resolution_at: str = ""
     swaps_caught: bool = False
     loose_escape: str = ""
+    escapes_measured: bool = False
     at_dtype: str = ""
     spreads: dict | str = ASK
     sequence_escape: str | None = ASK
@@ -372,6 +380,11 @@ def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | 
             f"a change of it would not show")
     if st["loose"] > rho and not f.swaps_caught:
         esc = f.loose_escape
+        if f.escapes_measured and esc and not esc.startswith("n/a"):  # rule A asked of the measured tolerance
+            return "inconclusive", (
+                f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale "
+                f"({st['scale']:.3g}), and a file with this slip could pass even the measured tolerance applied "
+                f"(up to {st.get('m_max', st['tol']):.3g}, rule E): {esc}")
         return "inconclusive", (
             f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale "
             f"({st['scale']:.3g}): too loose to tell a broken file from a correct one"
@@ -388,6 +401,11 @@ def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | 
             f"exceeds {rho:.3g} of the output's scale ({e.scale:.3g}): the layer is ill-conditioned on these inputs"
             + f.at_dtype + (f" (a file with this slip could pass it: {ill_esc})" if ill_esc else ""))
     if st["loose"] > rho:
+        if f.escapes_measured:
+            return "ok", (f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale, "
+                          f"but every gate-block swap and other layout slip checked would be beyond the measured "
+                          f"tolerance applied (up to {st.get('m_max', st['tol']):.3g}, rule E) on these states: "
+                          f"inconclusive or fail, never ok")
         return "ok", (f"the one-step bound (up to {st['tol']:.3g}) exceeds {rho:.3g} of the output's scale, "
                       f"but every gate-block swap and other layout slip checked would fail it on these states")
     return None
@@ -412,7 +430,8 @@ def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
     fields: ``verdict`` (``'ok'``, ``'inconclusive'``, ``'fail'``), ``reason``, the headline ``max_abs_err``/
     ``tolerance``/``max_abs_ref``/``reference`` (the comparison closer to failing: ``'step'`` or ``'sequence'``),
     ``seq_err``/``seq_tol`` (the sequence reported; its measured tolerance where measured), and the one-step numbers
-    where that comparison ran. Or, where a rule needs a measurement still :data:`ASK`, ``{"ask": "spread", "over":
+    where that comparison ran (``step_applied_*``: at the element closest to the tolerance applied, rule E's
+    measured one or the bound, ``step_applied_kind`` saying which). Or, where a rule needs a measurement still :data:`ASK`, ``{"ask": "spread", "over":
     [index in seqs]}`` (the sequences over their one-sample tolerance, not ill-conditioned) or ``{"ask":
     "sequence_escapes", "tols": [float]}`` (rule 10): the caller measures it into ``f`` and calls again."""
     st = f.step
@@ -430,7 +449,11 @@ def decide(f: Findings, tol: Tolerances) -> dict[str, Any]:
                reference="sequence", seq_err=w.err, seq_tol=w.tol)
     if st:
         out.update(step_err=st["err"], step_tol=st["tol"], step_ratio=st["ratio"], steps_checked=st["n"],
-                   step_err_t=st["err_t"], step_bound_t=st["bound_t"])
+                   step_err_t=st["err_t"], step_bound_t=st["bound_t"],
+                   step_applied_t=st.get("applied_t", []),
+                   # against the tolerance applied (rule E's where measured, else the bound), at its worst element
+                   step_applied_err=st["m_err"], step_applied_tol=st["m_tol"], step_applied_ratio=st["m_ratio"],
+                   step_applied_kind=st.get("m_kind") or ("measured" if st.get("measured") else "bound"))
         if st.get("measured"):  # the tolerance applied: the measured one (rule 6b)
             if st["m_ratio"] >= w.err / max(w.tol, 1e-300):
                 out.update(max_abs_err=st["m_err"], tolerance=st["m_tol"], reference="step")

@@ -54,6 +54,9 @@ def test_report_numbers_are_the_measured_ones(tmp_path):
     c = api.verify(KERAS / "lstm.h5", out).layers[0]
     for v in (c.step_err, c.step_ratio, c.seq_err, c.seq_tol):
         assert f"<td>{v:.3g}</td>" in text
+    assert c.step_applied_kind == "measured"  # rule E applied (float32, small weights): named with its numbers
+    assert (f"<td>error {c.step_applied_err:.3g}, measured tolerance (rule E) {c.step_applied_tol:.3g}: "
+            f"{c.step_applied_ratio:.3g} of it</td>") in text
     assert len(c.step_err_t) == len(c.step_bound_t) == len(c.seq_err_t) == 8
     assert all(e <= b for e, b in zip(c.step_err_t, c.step_bound_t))
     assert max(c.seq_err_t) == pytest.approx(c.seq_err, rel=0, abs=0)
@@ -69,6 +72,8 @@ def test_verify_json_keeps_its_fields(tmp_path, capsys):
            "verdict", "reason", "step_err", "step_tol", "step_ratio", "seq_err", "seq_tol", "steps_checked", "ok"}
     assert old <= set(layer) and set(layer) - old == {
         "step_err_t", "step_bound_t", "seq_err_t",  # the per-step plots
+        # the one step against the tolerance it applied (rule E's measured one, or the bound), and its plot
+        "step_applied_err", "step_applied_tol", "step_applied_ratio", "step_applied_kind", "step_applied_t",
         "states", "constructed", "unexercised", "coverage",  # issue #39: the one-step states and what they exercise
         "resolution", "bias_resolution", "row_resolution", "resolution_at"}  # ... and what they catch
 

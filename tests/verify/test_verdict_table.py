@@ -21,9 +21,15 @@ TOL = Tolerances(first=1e-5, rho=1e-2, far=4.0)
 
 #: a one-step comparison that passed with a tight bound (ratio 0.5, bound 1e-6 of a scale 1)
 STEP = {"ratio": 0.5, "err": 5e-7, "bound": 1e-6, "tol": 1e-6, "loose": 1e-6, "where": "stacked layer 0, direction 0, "
-        "h, probe 1", "n": 24, "scale": 1.0, "err_t": [1e-7], "bound_t": [1e-6]}
+        "h, probe 1", "n": 24, "scale": 1.0, "err_t": [1e-7], "bound_t": [1e-6], "applied_t": [1e-6],
+        # against the tolerance applied: the bound (no measured tolerance)
+        "m_ratio": 0.5, "m_err": 5e-7, "m_tol": 1e-6, "m_bound": 1e-6, "m_where": "stacked layer 0, direction 0, "
+        "h, probe 1", "m_kind": "bound", "m_max": 1e-6, "measured": (), "fraction": 1.0}
 FAILED_STEP = dict(STEP, ratio=50.0, err=5e-5)
 LOOSE_STEP = dict(STEP, loose=0.5, tol=0.5)  # a bound of half the output's scale: above rho
+#: ... where the measured tolerance (rule E) was applied: up to 0.05 (a share 0.0125 of the bound, times FAR 4)
+LOOSE_MEASURED = dict(LOOSE_STEP, m_kind="measured", m_max=0.05, m_tol=0.05, m_err=5e-7, m_ratio=1e-5,
+                      measured=("numpy BLAS", "blocked sums, reversed"), fraction=0.0125)
 
 GOOD = SeqCheck(err=1e-6, tol=2e-5, scale=1.0, by_target=False)  # well within its one-sample tolerance
 OVER = SeqCheck(err=5e-4, tol=2e-5, scale=1.0, by_target=False)  # over it (one run's spread 5e-6), 20x below rho
@@ -105,6 +111,23 @@ ROWS = [
      (1, 1), "inconclusive", "the sequence tolerance 0.8 (float32 and float64 runs of the source part: float32 term "
      "0.8) exceeds 0.01 of the output's scale (1): the layer is ill-conditioned on these inputs (a file with this "
      "slip could pass it: SLIP)"),
+    # rule A asked of the measured tolerance (rule E): where the bound let a slip pass, the slip was checked again
+    # against the tolerance applied (a slip caught: beyond it, so inconclusive or fail, never ok)
+    ("9m loose bound, a slip even the measured tolerance lets pass",
+     dict(seqs=[GOOD], step=LOOSE_MEASURED, loose_escape="gates i and f swapped", escapes_measured=True), "x", "x",
+     (0, 0), "inconclusive", "the one-step bound (up to 0.5) exceeds 0.01 of the output's scale (1), and a file with "
+     "this slip could pass even the measured tolerance applied (up to 0.05, rule E): gates i and f swapped"),
+    ("9m' loose bound, measured tolerance, a slip the bound let pass in a slab without one",
+     dict(seqs=[GOOD], step=LOOSE_MEASURED, loose_escape="gates i and f swapped"), "x", "x", (0, 0),
+     "inconclusive", "too loose to tell a broken file from a correct one (a file with this slip could pass it: "
+     "gates i and f swapped)"),
+    ("11m loose bound, every slip beyond the measured tolerance",
+     dict(seqs=[GOOD], step=LOOSE_MEASURED, swaps_caught=True, escapes_measured=True), "x", "x", (0, 0), "ok",
+     "every gate-block swap and other layout slip checked would be beyond the measured tolerance applied (up to "
+     "0.05, rule E) on these states: inconclusive or fail, never ok"),
+    ("11m' loose bound, measured tolerance, every slip caught by the bound itself",
+     dict(seqs=[GOOD], step=LOOSE_MEASURED, swaps_caught=True), "x", "x", (0, 0), "ok",
+     "every gate-block swap and other layout slip checked would fail it on these states"),
     ("11 loose bound, every swap caught", dict(seqs=[GOOD], step=LOOSE_STEP, swaps_caught=True), "x", "x", (0, 0),
      "ok", "but every gate-block swap and other layout slip checked would fail it on these states"),
     ("11' ok", dict(seqs=[GOOD], step=STEP, resolution=1e-4), "x", "x", (0, 0), "ok", ""),
@@ -142,6 +165,17 @@ def test_the_measured_tolerance_is_the_headline():
     out = _decide(Findings([OVER], dict(STEP, ratio=0.01), steps=8), {0: WIDE}, "x", {"spread": 0, "esc": 0})
     assert (out["verdict"], out["reference"], out["seq_err"], out["max_abs_err"]) == ("ok", "sequence", 5e-4, 5e-4)
     assert out["seq_tol"] == pytest.approx(1e-5 + 4 * 1e-3, rel=1e-12)
+
+
+def test_the_step_against_the_tolerance_applied():
+    """The one step is reported against the tolerance that decided it (rule E's measured one, or the bound), at the
+    element closest to it, naming which: the numbers of the comparison, passed through."""
+    bound = decide(Findings([GOOD], STEP, steps=8), TOL)
+    assert (bound["step_applied_kind"], bound["step_applied_err"], bound["step_applied_tol"],
+            bound["step_applied_ratio"], bound["step_ratio"]) == ("bound", 5e-7, 1e-6, 0.5, 0.5)
+    m = decide(Findings([GOOD], LOOSE_MEASURED, steps=8, swaps_caught=True), TOL)
+    assert (m["step_applied_kind"], m["step_applied_err"], m["step_applied_tol"], m["step_applied_ratio"],
+            m["step_ratio"]) == ("measured", 5e-7, 0.05, 1e-5, 0.5)
 
 
 def test_measured_tolerance():
