@@ -40,6 +40,24 @@ class SlabCoverage(NamedTuple):
 
 
 @dataclass
+class FedGroup:
+    """Rows a whole model's graph feeds the layer, of one length (:class:`rnnconvert.verify.sample.FedRows`, issue
+    #39), as the source side keeps them: ``x`` float32 ``(B, L, input_size)``; ``traj`` the float32 trajectory
+    output of the last slab done (the next slab's input); the whole sequence (all ``L`` steps) in float32 and
+    float64 (``y32``, ``y64``, finished; ``yfw`` the source framework's with ``mode='framework'``), chained over
+    the slabs; ``spread`` an emulated target's spread from the float64 run (0: none), ``em`` its runs chained."""
+
+    label: str
+    x: np.ndarray
+    traj: Any = None
+    y32: Any = None
+    y64: Any = None
+    yfw: Any = None
+    spread: float = 0.0
+    em: Any = None
+
+
+@dataclass
 class LayerEvidence:
     """The source side of one layer: its batch ``x`` (float32 ``(B, T, input_size)``); per slab, ``slabs[k]`` the
     one-step states ``(xf, [((h0, c0), exact, bound)] per direction)``; the short sequence (the first
@@ -72,11 +90,18 @@ class LayerEvidence:
     fractions: list[float] = field(default_factory=list)
     #: the float32 evaluation orders the one-step spread was measured over (empty: none measured)
     step_orders: tuple = ()
+    #: the rows a whole model's graph feeds the layer (issue #39), checked at their own length: their trajectory
+    #: states follow the batch's in the one-step states (before the probes), their whole sequences are compared
+    fed: list[FedGroup] = field(default_factory=list)
 
     @classmethod
-    def empty(cls, layer: RNNLayer, x: np.ndarray) -> LayerEvidence:
+    def empty(cls, layer: RNNLayer, x: np.ndarray, fed=()) -> LayerEvidence:
         return cls(x=x, slabs=[None] * layer.num_layers, seq_slabs=[None] * layer.num_layers,
-                   measured=[None] * layer.num_layers)
+                   measured=[None] * layer.num_layers, fed=[FedGroup(r.label, r.x) for r in fed])
+
+    def fed_layout(self) -> list[tuple[str, int, int]]:
+        """``(label, rows, steps)`` of each group of :attr:`fed`, in the order their states follow the batch's."""
+        return [(g.label, g.x.shape[0], g.x.shape[1]) for g in self.fed]
 
     def seq_x(self) -> np.ndarray:
         """The short sequence's input: the first :data:`SEQ_STEPS` steps of the batch."""
