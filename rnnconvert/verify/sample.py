@@ -62,10 +62,13 @@ class FedRows(NamedTuple):
     """Rows a whole model's graph feeds a recurrent layer (issue #39; :func:`rnnconvert.whole.pipeline.graph_fed`):
     ``x`` float32 ``(B, L, input_size)``, rows of one length ``L`` (each row's unmasked steps, at their full length),
     checked as they are besides the layer's own batch; ``label`` names them in the report (``"graph-fed rows 1, 2
-    (6 steps)"``)."""
+    (6 steps)"``); ``rows``: their indices in the model's batch; ``call``: the layer's call in the graph (0: the
+    first)."""
 
     label: str
     x: np.ndarray
+    rows: tuple = ()
+    call: int = 0
 
 
 def fed_rows(ckpt: Checkpoint, added: dict | None) -> list[list[FedRows]]:
@@ -78,7 +81,7 @@ def fed_rows(ckpt: Checkpoint, added: dict | None) -> list[list[FedRows]]:
         for r in (added or {}).get(layer.name) or []:
             x = np.asarray(r.x)
             if x.ndim == 3 and x.shape[-1] == layer.input_size and x.size:
-                got.append(FedRows(r.label, np.ascontiguousarray(x, dtype=np.float32)))
+                got.append(r._replace(x=np.ascontiguousarray(x, dtype=np.float32)))
         out.append(got)
     return out
 

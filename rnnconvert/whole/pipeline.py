@@ -153,7 +153,7 @@ def graph_fed(ckpt: Checkpoint, inputs: dict[str, Any] | None, seed: int) -> tup
                 xs = np.stack([x[b][keep[b]] for b in rows])
                 label = (f"{call}graph-fed row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))}"
                          f" ({n} step{'s' if n > 1 else ''})")
-                groups.append(FedRows(label, np.ascontiguousarray(xs, dtype=np.float32)))
+                groups.append(FedRows(label, np.ascontiguousarray(xs, dtype=np.float32), tuple(rows), c))
             masked = int((~keep).sum())
             rows_n = sum(len(r) for r in by_len.values())
             notes.append(
