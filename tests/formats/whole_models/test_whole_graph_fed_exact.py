@@ -59,9 +59,9 @@ def _float64_layer(layer, x64):
 
 
 def _graph_side(path: Path, layers: list[str]) -> dict:
-    """Per layer: its input in the graph as tf_keras computes it on the whole-model check's generated inputs (seed
-    0), the mask tf_keras attaches to it (None: unmasked), and the tf_keras layer; and (key ``None``) the numpy
-    evaluator's input and mask of each layer's first call (what the rows are made of)."""
+    """Per layer and call ``(name, k)``: its input in the graph as tf_keras computes it on the whole-model check's
+    generated inputs (seed 0), the mask tf_keras attaches to it (None: unmasked), and the tf_keras layer; and (key
+    ``None``) the numpy evaluator's input and mask of each call of each layer (what the rows are made of)."""
     import tf_keras
 
     ckpt = rnnconvert.load(path)
@@ -69,12 +69,13 @@ def _graph_side(path: Path, layers: list[str]) -> dict:
     tfm, names, xs = kw._source_and_inputs(str(path), full, None, 0)
     args = [xs[n] for n in names]
     out = {}
+    out[None] = kw.graph_fed(full.renamed(ckpt.materialize()), full, None, 0)
     for name in layers:
-        sub = tf_keras.Model(tfm.inputs, tfm.get_layer(name).input)
-        y = sub(args if len(args) > 1 else args[0], training=False)
-        mask = getattr(y, "_keras_mask", None)
-        out[name] = (np.asarray(y), None if mask is None else np.asarray(mask, bool), tfm.get_layer(name))
-    out[None] = {k: calls[0] for k, calls in kw.graph_fed(full.renamed(ckpt.materialize()), full, None, 0).items()}
+        for k in range(len(out[None][name])):
+            sub = tf_keras.Model(tfm.inputs, tfm.get_layer(name).get_input_at(k))
+            y = sub(args if len(args) > 1 else args[0], training=False)
+            mask = getattr(y, "_keras_mask", None)
+            out[name, k] = (np.asarray(y), None if mask is None else np.asarray(mask, bool), tfm.get_layer(name))
     return out
 
 
@@ -93,49 +94,83 @@ def _engine_rows(path: Path, tmp_path: Path, monkeypatch):
     return rnnconvert.convert(path, tmp_path / "out.onnx"), seen
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    """A Bidirectional LSTM called twice (a shared layer), on two inputs each behind its own Masking(0.0): made by
+    tf_keras, random weights of distinct ranges per weight array."""
+    keras = pytest.importorskip("tf_keras")
+    L = keras.layers
+    keras.backend.clear_session()
+    a, b = keras.Input((None, 3), name="a"), keras.Input((None, 3), name="b")
+    bilstm = L.Bidirectional(L.LSTM(3, return_sequences=True), name="bilstm")
+    model = keras.Model([a, b], [bilstm(L.Masking(0.0, name="mask_a")(a)), bilstm(L.Masking(0.0, name="mask_b")(b))])
+    rng = np.random.default_rng(18)
+    bilstm.set_weights([rng.uniform(-0.3 - 0.1 * j, 0.3 + 0.1 * j, w.shape).astype(np.float32)
+                        for j, w in enumerate(bilstm.get_weights())])
+    path = tmp_path_factory.mktemp("shared") / "shared_bilstm.h5"
+    model.save(path, save_format="h5")
+    return path
+
+
+def test_every_call_of_a_shared_layer(shared, tmp_path, monkeypatch):
+    """A layer called twice: the rows of each call are checked (two notes), each as the graph computes it."""
+    _check_rows(shared, ["bilstm"], tmp_path, monkeypatch, calls=2)
+
+
 @pytest.mark.parametrize("rel,layers", CASES, ids=[c[0].split("/")[1][:-3] for c in CASES])
 def test_rows_give_the_layer_output_of_the_graph(rel, layers, tmp_path, monkeypatch):
-    path = FIX / rel
+    _check_rows(FIX / rel, layers, tmp_path, monkeypatch)
+
+
+def _check_rows(path: Path, layers: list[str], tmp_path: Path, monkeypatch, calls: int = 1) -> None:
     rep, seen = _engine_rows(path, tmp_path, monkeypatch)
     assert rep.verification.verdict == "ok"
     side = _graph_side(path, layers)
     for name in layers:
-        _, mask, layer = side[name]
-        x, our_mask = side[None][name]  # the numpy evaluator's input of the layer: the rows' source
-        keep = np.ones(x.shape[:2], bool) if mask is None else mask
-        assert our_mask is None if mask is None else np.array_equal(our_mask, mask)
-        x64 = np.asarray(x, np.float64)
-        clone = _float64_layer(layer, x64)
-        graph = np.asarray(clone(x64, mask=None if mask is None else keep))  # as the graph runs it
-        seqs = graph.ndim == 3
-        backwards = getattr(layer, "go_backwards", False)  # outputs in processing order (reversed time)
-        rows = seen[name]
-        assert sorted(b for r in rows for b in r.rows) == [b for b in range(len(x)) if keep[b].any()]
-        worst = scale = wrong = 0.0
-        for r in rows:
-            ours = np.asarray(clone(np.asarray(r.x, np.float64)))  # unmasked, as the per-layer check runs them
-            for j, b in enumerate(r.rows):
-                assert r.x.shape[1] == keep[b].sum()  # every unmasked step, at the row's full length
-                at = (keep[b][::-1] if backwards else keep[b]) if seqs else slice(None)
-                want = graph[b][at]
-                worst = max(worst, float(np.abs(ours[j] - want).max()))
-                scale = max(scale, float(np.abs(want).max()))
-            # the rows as the engine got them before: cut to 8 steps, completed with zero steps to 8
-            cut = np.zeros((len(r.rows), 8, x.shape[-1]))
-            cut[:, :min(8, r.x.shape[1])] = r.x[:, :8]
-            before = np.asarray(clone(cut))
-            for j, b in enumerate(r.rows):
-                if seqs:
-                    n = min(8, r.x.shape[1])
-                    at = keep[b][::-1] if backwards else keep[b]
-                    wrong = max(wrong, float(np.abs(before[j][:n] - graph[b][at][:n]).max()))
-                else:
-                    wrong = max(wrong, float(np.abs(before[j] - graph[b]).max()))
-        assert worst <= EXACT * max(1.0, scale), (name, worst, scale)
-        # the cut or completed rows missed what the graph computes where a step after them counts: a backward
-        # direction (it starts at the row's end), a last output (a forward sequence agrees on the steps it has)
-        if any(r.x.shape[1] != 8 for r in rows) and (backwards or not seqs or hasattr(layer, "backward_layer")):
-            assert wrong > 1e3 * EXACT * max(1.0, scale), (name, wrong)
+        assert len(side[None][name]) == calls
+        assert sum(n.startswith(f"{name}: checked per layer") for n in rep.notes) == calls
+        for k in range(calls):
+            _check_call(name, k, side, [r for r in seen[name] if r.call == k])
+
+
+def _check_call(name: str, k: int, side: dict, rows: list) -> None:
+    """Call ``k`` of layer ``name``: its graph-fed rows ``rows`` run unmasked by tf_keras' layer give the layer's
+    output in the graph at every unmasked step."""
+    _, mask, layer = side[name, k]
+    x, our_mask = side[None][name][k]  # the numpy evaluator's input of the layer: the rows' source
+    keep = np.ones(x.shape[:2], bool) if mask is None else mask
+    assert our_mask is None if mask is None else np.array_equal(our_mask, mask)
+    x64 = np.asarray(x, np.float64)
+    clone = _float64_layer(layer, x64)
+    graph = np.asarray(clone(x64, mask=None if mask is None else keep))  # as the graph runs it
+    seqs = graph.ndim == 3
+    backwards = getattr(layer, "go_backwards", False)  # outputs in processing order (reversed time)
+    assert sorted(b for r in rows for b in r.rows) == [b for b in range(len(x)) if keep[b].any()]
+    worst = scale = wrong = 0.0
+    for r in rows:
+        ours = np.asarray(clone(np.asarray(r.x, np.float64)))  # unmasked, as the per-layer check runs them
+        for j, b in enumerate(r.rows):
+            assert r.x.shape[1] == keep[b].sum()  # every unmasked step, at the row's full length
+            at = (keep[b][::-1] if backwards else keep[b]) if seqs else slice(None)
+            want = graph[b][at]
+            worst = max(worst, float(np.abs(ours[j] - want).max()))
+            scale = max(scale, float(np.abs(want).max()))
+        # the rows as the engine got them before: cut to 8 steps, completed with zero steps to 8
+        cut = np.zeros((len(r.rows), 8, x.shape[-1]))
+        cut[:, :min(8, r.x.shape[1])] = r.x[:, :8]
+        before = np.asarray(clone(cut))
+        for j, b in enumerate(r.rows):
+            if seqs:
+                n = min(8, r.x.shape[1])
+                at = keep[b][::-1] if backwards else keep[b]
+                wrong = max(wrong, float(np.abs(before[j][:n] - graph[b][at][:n]).max()))
+            else:
+                wrong = max(wrong, float(np.abs(before[j] - graph[b]).max()))
+    assert worst <= EXACT * max(1.0, scale), (name, worst, scale)
+    # the cut or completed rows missed what the graph computes where a step after them counts: a backward
+    # direction (it starts at the row's end), a last output (a forward sequence agrees on the steps it has)
+    if any(r.x.shape[1] != 8 for r in rows) and (backwards or not seqs or hasattr(layer, "backward_layer")):
+        assert wrong > 1e3 * EXACT * max(1.0, scale), (name, wrong)
 
 
 def test_states_and_notes_count_every_unmasked_step(tmp_path, monkeypatch):
@@ -143,7 +178,7 @@ def test_states_and_notes_count_every_unmasked_step(tmp_path, monkeypatch):
     (Keras' mask from tf_keras), the 3 probes and the constructed ones; the note says how the mask was applied."""
     path = FIX / "whole_masks/masks_bidir.h5"
     rep, seen = _engine_rows(path, tmp_path, monkeypatch)
-    _, mask, _ = _graph_side(path, ["bilstm"])["bilstm"]
+    _, mask, _ = _graph_side(path, ["bilstm"])["bilstm", 0]
     c = next(c for c in rep.verification.layers if c.name == "bilstm")
     assert c.states == 24 + int(mask.sum()) + 3 + c.constructed
     note = next(n for n in rep.notes if n.startswith("bilstm: checked per layer"))
