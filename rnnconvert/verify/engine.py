@@ -23,7 +23,9 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    :func:`rnnconvert.verify.orders.step_tolerance`: ``FAR`` times the largest share of the bound that several float32
    evaluation orders reach), never above the bound; beyond twice it, or beyond the bound, a step fails; between,
    ``inconclusive`` (docs/cli.md "Verdicts", rule E).
-2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch) for what one step
+2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch; and every step of each group of
+   rows a whole model's graph feeds the layer, issue #39: :attr:`rnnconvert.verify.evidence.LayerEvidence.fed`) for
+   what one step
    cannot show: direction and ``go_backwards``, the order of stacked layers and directions, the link of
    the written file to the *source's own equations* (``source_forward`` of Keras and TF1 files, or the
    source framework with ``mode='framework'``). Tolerance ``first * max(1, max|y64|) + 2 * max|y64 - y32|``
@@ -602,7 +604,8 @@ class StreamedVerification:
 
     def _slip_cases(self, i: int, layer: RNNLayer, rho: float) -> list | str:
         """The sequence-level slips of :meth:`_sequence_escapes`: ``[(input, the correct layer, [(slip, slipped
-        layer)])]`` slab by slab, or for the whole layer; or why they cannot be checked (a phrase)."""
+        layer)])]`` slab by slab, or for the whole layer, then for each group of graph-fed rows (the whole layer, in
+        the order of :meth:`judge`'s sequence comparisons); or why they cannot be checked (a phrase)."""
         ev = self.evidence[i]
         cases = []
         if self._by_slab(layer):  # each slab of the target from the source's float32 input of that slab
@@ -712,8 +715,10 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         inputs: ``{layer name: (B, T, input_size) array}``: real inputs to verify those layers on instead
             of the random batch (any length: the one-step comparison's tolerance does not grow with it).
         target_dtype: ``np.float16`` when the target runs in float16 (the cuDNN route's ``--dtype``).
-        added: ``{layer name: (B2, T2, input_size) array}``: rows appended to those layers' batches (the inputs a
-            whole model's graph feeds them, issue #39; :func:`rnnconvert.verify.sample.batches`).
+        added: ``{layer name: [FedRows]}``: rows a whole model's graph feeds those layers (issue #39;
+            :class:`rnnconvert.verify.sample.FedRows`, groups of equal length), checked besides their batches at
+            their own length: their trajectory states join the one-step comparison, each group's whole sequence is
+            compared (:attr:`rnnconvert.verify.evidence.LayerEvidence.fed`).
 
     Raises:
         FormatError: ``inputs`` of the wrong shape or naming no layer.
