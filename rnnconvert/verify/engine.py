@@ -254,9 +254,17 @@ class StreamedVerification:
         self.wired = bool(getattr(target, "target_wired", False))
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         #: what the source side keeps of each layer, one record per layer
-        self.evidence = [LayerEvidence.empty(layer, x, fed) for layer, x, fed in
+        budget = sample.FED_STATES_LARGE if sample.sample_shape(src_ckpt) == SAMPLE_LARGE else sample.FED_STATES
+        self.evidence = [LayerEvidence.empty(layer, x, fed, budget) for layer, x, fed in
                          zip(src_ckpt.layers, sample.batches(src_ckpt, batch, steps, seed, inputs),
                              sample.fed_rows(src_ckpt, added))]
+        for layer, ev in zip(src_ckpt.layers, self.evidence):
+            if any(g.picked is not None for g in ev.fed):
+                total = sum(g.x.shape[0] * g.x.shape[1] for g in ev.fed)
+                self.rep.notes.append(
+                    f"{layer.name}: {sum(len(g.picked) for g in ev.fed)} of the {total} states of the rows the model's "
+                    f"graph feeds it in the one-step comparison (spread evenly over them; every step of every row in "
+                    f"the sequence comparison)")
         self.target_seconds = 0.0
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_tensors)
@@ -347,14 +355,19 @@ class StreamedVerification:
     def _fed_trajectories(self, i: int, k: int, one: RNNLayer, dirs: list) -> list:
         """The float32 trajectory of slab ``k`` of layer ``i`` on each group of the rows a whole model's graph feeds
         the layer (:attr:`rnnconvert.verify.evidence.LayerEvidence.fed`, issue #39), at their full length:
-        ``[(input, recs)]`` (:func:`rnnconvert.core.reference.trajectory`), each group's output kept as the next
-        slab's input."""
+        ``[(input, recs)]`` (:func:`rnnconvert.core.reference.trajectory`) of the states picked for the one-step
+        comparison (all, or :attr:`rnnconvert.verify.evidence.FedGroup.picked`: flattened), each group's whole
+        output kept as the next slab's input."""
         layer, ev = self.ckpt.layers[i], self.evidence[i]
         out = []
         for g in ev.fed:
             xin = g.x if k == 0 else g.traj
             y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32), kernels=FAST)
             g.traj = y if k < layer.num_layers - 1 else None
+            if g.picked is not None:
+                flat = lambda a: None if a is None else a.reshape(-1, a.shape[-1])[g.picked]  # noqa: E731
+                recs = [{"h": flat(r["h"]), "c": flat(r.get("c"))} for r in recs]
+                xin = np.asarray(xin).reshape(-1, xin.shape[-1])[g.picked]
             out.append((xin, recs))
         return out
 

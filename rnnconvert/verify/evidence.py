@@ -55,6 +55,9 @@ class FedGroup:
     yfw: Any = None
     spread: float = 0.0
     em: Any = None
+    #: the flat indices (row * steps + step) of the states that join the one-step comparison, or None: all
+    #: (:func:`rnnconvert.verify.sample.fed_picks`)
+    picked: Any = None
 
 
 @dataclass
@@ -95,13 +98,23 @@ class LayerEvidence:
     fed: list[FedGroup] = field(default_factory=list)
 
     @classmethod
-    def empty(cls, layer: RNNLayer, x: np.ndarray, fed=()) -> LayerEvidence:
-        return cls(x=x, slabs=[None] * layer.num_layers, seq_slabs=[None] * layer.num_layers,
-                   measured=[None] * layer.num_layers, fed=[FedGroup(r.label, r.x) for r in fed])
+    def empty(cls, layer: RNNLayer, x: np.ndarray, fed=(), budget: int | None = None) -> LayerEvidence:
+        """The evidence of ``layer`` before its slabs run: its batch ``x``, the graph-fed rows ``fed``
+        (:class:`rnnconvert.verify.sample.FedRows`), at most ``budget`` of their states in the one-step comparison
+        (:func:`rnnconvert.verify.sample.fed_picks`; None: all)."""
+        from .sample import fed_picks
 
-    def fed_layout(self) -> list[tuple[str, int, int]]:
-        """``(label, rows, steps)`` of each group of :attr:`fed`, in the order their states follow the batch's."""
-        return [(g.label, g.x.shape[0], g.x.shape[1]) for g in self.fed]
+        groups = [FedGroup(r.label, r.x) for r in fed]
+        if budget is not None:
+            for g, p in zip(groups, fed_picks([g.x.shape[0] * g.x.shape[1] for g in groups], budget)):
+                g.picked = p
+        return cls(x=x, slabs=[None] * layer.num_layers, seq_slabs=[None] * layer.num_layers,
+                   measured=[None] * layer.num_layers, fed=groups)
+
+    def fed_layout(self) -> list[tuple[str, int, int, Any]]:
+        """``(label, rows, steps, picked)`` of each group of :attr:`fed`, in the order their states follow the
+        batch's (``picked``: the flat indices of its states in the one-step comparison, None: all)."""
+        return [(g.label, g.x.shape[0], g.x.shape[1], g.picked) for g in self.fed]
 
     def seq_x(self) -> np.ndarray:
         """The short sequence's input: the first :data:`SEQ_STEPS` steps of the batch."""

@@ -71,6 +71,30 @@ class FedRows(NamedTuple):
     call: int = 0
 
 
+#: the most states of the rows a whole model's graph feeds a layer (all its groups together) that join the one-step
+#: comparison; above, this many spread evenly over them (:func:`fed_picks`): each state costs a column of every
+#: float64 product with every weight matrix and ``I + 3*dirs*H`` kept numbers, and given model inputs may be long.
+#: The trajectory and each group's whole sequence always run at the full length (a float32 run each): the states
+#: picked are the graph's own. A checkpoint of :data:`LARGE_BYTES` or more: :data:`FED_STATES_LARGE`
+FED_STATES = 256
+FED_STATES_LARGE = 32
+
+
+def fed_picks(sizes: list[int], budget: int) -> list[np.ndarray | None]:
+    """Per group of ``sizes`` (its number of states, rows x steps), the flat indices (row * steps + step) of the
+    states that join the one-step comparison: all (None) where the groups hold at most ``budget`` together, else
+    ``budget`` spread evenly over all of them, in order."""
+    total = sum(sizes)
+    if total <= budget:
+        return [None] * len(sizes)
+    pick = np.unique(np.linspace(0, total - 1, budget).round().astype(np.int64))
+    out, lo = [], 0
+    for n in sizes:
+        out.append(pick[(pick >= lo) & (pick < lo + n)] - lo)
+        lo += n
+    return out
+
+
 def fed_rows(ckpt: Checkpoint, added: dict | None) -> list[list[FedRows]]:
     """Per layer of ``ckpt``, the :class:`FedRows` of ``added`` (``{layer name: [FedRows]}``) that fit it (3-D,
     the layer's input size, not empty), float32; a name that is no layer, or rows of the wrong input size, are

@@ -24,15 +24,17 @@ NOT_INSTALLED = "its framework is not installed or failed to import"
 
 def _where(j: int, B: int, T: int, fed=()) -> str:
     """The state of row ``j`` of the one-step states in words (trajectory row ``b * T + t``, the graph-fed rows'
-    ``fed``: ``[(label, rows, steps)]``, issue #39, probes, constructed)."""
+    ``fed``: ``[(label, rows, steps, picked)]``, issue #39, probes, constructed)."""
     P = escapes.N_PROBES
     if j < B * T:
         return f"sequence {j // T}, step {j % T}"
     j -= B * T
-    for label, rows, steps in fed:
-        if j < rows * steps:
-            return f"{label}, its row {j // steps}, step {j % steps}"
-        j -= rows * steps
+    for label, rows, steps, picked in fed:
+        n = rows * steps if picked is None else len(picked)
+        if j < n:
+            flat = j if picked is None else int(picked[j])
+            return f"{label}, its row {flat // steps}, step {flat % steps}"
+        j -= n
     return f"constructed state {j - P}" if j >= P else f"probe {j}"
 
 

@@ -183,3 +183,17 @@ def test_states_and_notes_count_every_unmasked_step(tmp_path, monkeypatch):
     assert c.states == 24 + int(mask.sum()) + 3 + c.constructed
     note = next(n for n in rep.notes if n.startswith("bilstm: checked per layer"))
     assert f"its {int((~mask).sum())} masked steps" in note and "as Keras runs them" in note
+
+
+def test_long_rows_join_the_one_step_comparison_in_part(tmp_path, monkeypatch):
+    """Above :data:`rnnconvert.verify.sample.FED_STATES` states (long given model inputs), that many of the graph-fed
+    rows' states, spread evenly, join the one-step comparison; the sequences still run every step of every row, and
+    a note says so."""
+    monkeypatch.setattr(sample, "FED_STATES", 10)
+    path = FIX / "whole_masks/masks_bidir.h5"
+    rep, seen = _engine_rows(path, tmp_path, monkeypatch)
+    assert rep.verification.verdict == "ok"
+    c = next(c for c in rep.verification.layers if c.name == "bilstm")
+    total = sum(r.x.shape[0] * r.x.shape[1] for r in seen["bilstm"])
+    assert total > 10 and c.states == 24 + 10 + 3 + c.constructed
+    assert any(n.startswith(f"bilstm: 10 of the {total} states") for n in rep.verification.notes)
