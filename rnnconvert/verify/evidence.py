@@ -58,6 +58,8 @@ class FedGroup:
     #: the flat indices (row * steps + step) of the states that join the one-step comparison, or None: all
     #: (:func:`rnnconvert.verify.sample.fed_picks`)
     picked: Any = None
+    #: the rows' indices in the model's batch (:attr:`rnnconvert.verify.sample.FedRows.rows`; empty: 0, 1, ...)
+    rows: tuple = ()
 
 
 @dataclass
@@ -104,17 +106,18 @@ class LayerEvidence:
         (:func:`rnnconvert.verify.sample.fed_picks`; None: all)."""
         from .sample import fed_picks
 
-        groups = [FedGroup(r.label, r.x) for r in fed]
+        groups = [FedGroup(r.label, r.x, rows=tuple(r.rows)) for r in fed]
         if budget is not None:
             for g, p in zip(groups, fed_picks([g.x.shape[0] * g.x.shape[1] for g in groups], budget)):
                 g.picked = p
         return cls(x=x, slabs=[None] * layer.num_layers, seq_slabs=[None] * layer.num_layers,
                    measured=[None] * layer.num_layers, fed=groups)
 
-    def fed_layout(self) -> list[tuple[str, int, int, Any]]:
+    def fed_layout(self) -> list[tuple[str, tuple, int, Any]]:
         """``(label, rows, steps, picked)`` of each group of :attr:`fed`, in the order their states follow the
-        batch's (``picked``: the flat indices of its states in the one-step comparison, None: all)."""
-        return [(g.label, g.x.shape[0], g.x.shape[1], g.picked) for g in self.fed]
+        batch's (``rows``: their indices in the model's batch; ``picked``: the flat indices of its states in the
+        one-step comparison, None: all)."""
+        return [(g.label, g.rows or tuple(range(g.x.shape[0])), g.x.shape[1], g.picked) for g in self.fed]
 
     def seq_x(self) -> np.ndarray:
         """The short sequence's input: the first :data:`SEQ_STEPS` steps of the batch."""

@@ -30,10 +30,10 @@ def _where(j: int, B: int, T: int, fed=()) -> str:
         return f"sequence {j // T}, step {j % T}"
     j -= B * T
     for label, rows, steps, picked in fed:
-        n = rows * steps if picked is None else len(picked)
+        n = len(rows) * steps if picked is None else len(picked)
         if j < n:
             flat = j if picked is None else int(picked[j])
-            return f"{label}, its row {flat // steps}, step {flat % steps}"
+            return f"{label}: row {rows[flat // steps]}, unmasked step {flat % steps}"
         j -= n
     return f"constructed state {j - P}" if j >= P else f"probe {j}"
 

@@ -48,3 +48,20 @@ def test_an_ill_conditioned_fed_tolerance_names_its_rows():
     out = _decide([GOOD, ILL], {1: Spread(0.02, ("numpy BLAS",))}, escape="the time order flipped (go_backwards)")
     assert out["verdict"] == "inconclusive"
     assert out["reason"].startswith("the sequence tolerance of the graph-fed rows 1, 2 (6 steps)")
+
+
+def test_a_one_step_state_of_fed_rows_is_named_by_its_group_row_and_step():
+    """rnnconvert.verify.target_run._where: the batch's states (b * T + t), then each group's (all, or those picked:
+    flat indices row * steps + step), then the probes and the constructed states."""
+    import numpy as np
+
+    from rnnconvert.verify.escapes import N_PROBES
+    from rnnconvert.verify.target_run import _where
+
+    fed = [("graph-fed row 0 (9 steps)", (0,), 9, None),
+           ("graph-fed rows 1, 2 (6 steps)", (1, 2), 6, np.array([0, 7, 11]))]
+    assert _where(5, 3, 8, fed) == "sequence 0, step 5"
+    assert _where(24 + 4, 3, 8, fed) == "graph-fed row 0 (9 steps): row 0, unmasked step 4"
+    assert _where(24 + 9 + 1, 3, 8, fed) == "graph-fed rows 1, 2 (6 steps): row 2, unmasked step 1"
+    assert _where(24 + 9 + 3, 3, 8, fed) == "probe 0"
+    assert _where(24 + 9 + 3 + N_PROBES + 2, 3, 8, fed) == "constructed state 2"
