@@ -97,7 +97,7 @@ def _engine_rows(path: Path, tmp_path: Path, monkeypatch):
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> Path:
     """A Bidirectional LSTM called twice (a shared layer), on two inputs each behind its own Masking(0.0): made by
-    tf_keras, random weights of distinct ranges per weight array."""
+    tf_keras, gate-distinct random weights (each gate block in its own range)."""
     keras = pytest.importorskip("tf_keras")
     L = keras.layers
     keras.backend.clear_session()
@@ -105,8 +105,13 @@ def shared(tmp_path_factory) -> Path:
     bilstm = L.Bidirectional(L.LSTM(3, return_sequences=True), name="bilstm")
     model = keras.Model([a, b], [bilstm(L.Masking(0.0, name="mask_a")(a)), bilstm(L.Masking(0.0, name="mask_b")(b))])
     rng = np.random.default_rng(18)
-    bilstm.set_weights([rng.uniform(-0.3 - 0.1 * j, 0.3 + 0.1 * j, w.shape).astype(np.float32)
-                        for j, w in enumerate(bilstm.get_weights())])
+
+    def distinct(w):  # each gate block (i, f, c, o: a quarter of the last axis) in its own range, random signs
+        q = w.shape[-1] // 4
+        blocks = [rng.uniform(0.1 + 0.15 * g, 0.3 + 0.15 * g, (*w.shape[:-1], q)) for g in range(4)]
+        return (np.concatenate(blocks, axis=-1) * rng.choice([-1.0, 1.0], w.shape)).astype(np.float32)
+
+    bilstm.set_weights([distinct(w) for w in bilstm.get_weights()])
     path = tmp_path_factory.mktemp("shared") / "shared_bilstm.h5"
     model.save(path, save_format="h5")
     return path
