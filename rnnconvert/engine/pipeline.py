@@ -730,9 +730,7 @@ def _graph_fed(ckpt: Checkpoint, model_in: dict | None, seed: int, notes: list[s
     :func:`rnnconvert.whole.pipeline.graph_fed`), its notes appended to ``notes``; ``None`` where the source's
     numpy evaluator does not cover the model (the per-layer check on its own batch alone, as before)."""
     try:
-        from ..verify import sample
-
-        added, said = GRAPH_FED(ckpt, model_in or None, seed, sample.sample_shape(ckpt)[1])
+        added, said = GRAPH_FED(ckpt, model_in or None, seed)
     except UnsupportedError:
         return None
     notes.extend(said)

@@ -23,7 +23,9 @@ Two comparisons per recurrent layer, both must pass (docs/cli.md "Verification" 
    :func:`rnnconvert.verify.orders.step_tolerance`: ``FAR`` times the largest share of the bound that several float32
    evaluation orders reach), never above the bound; beyond twice it, or beyond the bound, a step fails; between,
    ``inconclusive`` (docs/cli.md "Verdicts", rule E).
-2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch) for what one step
+2. **A short full-sequence run** (the first :data:`SEQ_STEPS` steps of the batch; and every step of each group of
+   rows a whole model's graph feeds the layer, issue #39: :attr:`rnnconvert.verify.evidence.LayerEvidence.fed`) for
+   what one step
    cannot show: direction and ``go_backwards``, the order of stacked layers and directions, the link of
    the written file to the *source's own equations* (``source_forward`` of Keras and TF1 files, or the
    source framework with ``mode='framework'``). Tolerance ``first * max(1, max|y64|) + 2 * max|y64 - y32|``
@@ -177,6 +179,23 @@ def _unfinished(layer: RNNLayer, x: np.ndarray) -> np.ndarray:
     return y
 
 
+def _layer_slips(layer: RNNLayer) -> list:
+    """The sequence-level slips of the whole ``layer`` (:meth:`StreamedVerification._sequence_escapes`):
+    ``[(slip, slipped layer)]``, the directions of a stacked layer exchanged, two stacked layers of equal input
+    sizes exchanged."""
+    slips = []
+    for k in range(layer.num_layers):
+        if layer.bidirectional:
+            params = list(layer.params)
+            params[k] = list(reversed(params[k]))
+            slips.append((f"the directions of stacked layer {k} exchanged", replace(layer, params=params)))
+        if k + 1 < layer.num_layers and layer.layer_input_size(k) == layer.layer_input_size(k + 1):
+            params = list(layer.params)
+            params[k], params[k + 1] = params[k + 1], params[k]
+            slips.append((f"stacked layers {k} and {k + 1} exchanged", replace(layer, params=params)))
+    return slips
+
+
 def _engine(dst_module) -> str:
     """The target side's engine with its version: ``route`` of the format's record, and the version of its
     ``engine`` distribution when installed (``'torch 2.13.0'``)."""
@@ -236,8 +255,17 @@ class StreamedVerification:
         self.wired = bool(getattr(target, "target_wired", False))
         self.rep = VerifyReport(batch=batch, steps=steps, seed=seed)
         #: what the source side keeps of each layer, one record per layer
-        self.evidence = [LayerEvidence.empty(layer, x) for layer, x in
-                         zip(src_ckpt.layers, sample.batches(src_ckpt, batch, steps, seed, inputs, added))]
+        budget = sample.FED_STATES_LARGE if sample.sample_shape(src_ckpt) == SAMPLE_LARGE else sample.FED_STATES
+        self.evidence = [LayerEvidence.empty(layer, x, fed, budget) for layer, x, fed in
+                         zip(src_ckpt.layers, sample.batches(src_ckpt, batch, steps, seed, inputs),
+                             sample.fed_rows(src_ckpt, added))]
+        for layer, ev in zip(src_ckpt.layers, self.evidence):
+            if any(g.picked is not None for g in ev.fed):
+                total = sum(g.x.shape[0] * g.x.shape[1] for g in ev.fed)
+                self.rep.notes.append(
+                    f"{layer.name}: {sum(len(g.picked) for g in ev.fed)} of the {total} states of the rows the model's "
+                    f"graph feeds it in the one-step comparison (spread evenly over them; every step of every row in "
+                    f"the sequence comparison)")
         self.target_seconds = 0.0
         self.seconds = 0.0
         self.pool: dict = {}  # the source's raw tensors of the last layer, reused (_raw_tensors)
@@ -279,11 +307,13 @@ class StreamedVerification:
         own = source.own_equations(self.src_module, layer)
         per = self._by_slab(layer)
         y, y64, recs, shared = self._trajectory(i, k, one, dirs, xin, own, per)
-        xf, entries, counts, seen, slack = sample.slab_states(layer, one, dirs, xin, recs, u, self.act_ulps)
+        fed = self._fed_trajectories(i, k, one, dirs)
+        xf, entries, counts, seen, slack = sample.slab_states(layer, one, dirs, xin, recs, u, self.act_ulps, fed)
         ev.slabs[k] = self._exercise(i, k, one, dirs, xin, recs, xf, entries, counts, seen, u)
         ev.escapes += self._slips_applied(i, k, one, dirs, slack, u)
         ev.traj = y if k < layer.num_layers - 1 else None
         self._short_sequence(i, k, dirs, own, shared, per, y, y64)
+        self._fed_sequences(i, k, one, dirs, own)
         if self.emulate is not None:
             self._emulate(i, k, one, dirs, own, per)
         if k == layer.num_layers - 1:
@@ -320,6 +350,52 @@ class StreamedVerification:
             return y, y64, recs, shared
         y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32), kernels=FAST)
         return y, None, recs, shared
+
+    def _fed_trajectories(self, i: int, k: int, one: RNNLayer, dirs: list) -> list:
+        """The float32 trajectory of slab ``k`` of layer ``i`` on each group of the rows a whole model's graph feeds
+        the layer (:attr:`rnnconvert.verify.evidence.LayerEvidence.fed`, issue #39), at their full length:
+        ``[(input, recs)]`` (:func:`rnnconvert.core.reference.trajectory`) of the states picked for the one-step
+        comparison (all, or :attr:`rnnconvert.verify.evidence.FedGroup.picked`: flattened), each group's whole
+        output kept as the next slab's input."""
+        layer, ev = self.ckpt.layers[i], self.evidence[i]
+        out = []
+        for g in ev.fed:
+            xin = g.x if k == 0 else g.traj
+            y, recs = reference.trajectory(one, dirs, np.asarray(xin, np.float32), kernels=FAST)
+            g.traj = y if k < layer.num_layers - 1 else None
+            if g.picked is not None:
+                flat = lambda a: None if a is None else a.reshape(-1, a.shape[-1])[g.picked]  # noqa: E731
+                recs = [{"h": flat(r["h"]), "c": flat(r.get("c"))} for r in recs]
+                xin = np.asarray(xin).reshape(-1, xin.shape[-1])[g.picked]
+            out.append((xin, recs))
+        return out
+
+    def _fed_sequences(self, i: int, k: int, one: RNNLayer, dirs: list, own: bool) -> None:
+        """The whole sequence of each group of graph-fed rows of layer ``i`` (all their steps) after slab ``k``, in
+        float32 and float64, as the batch's short sequence is made: the source's own equations on the file's tensors
+        (``own``, once, at the end), else the numpy reference chained over the slabs; ``mode='framework'``: the
+        source framework too; an emulated target's spread (``self.emulate``) chained the same way."""
+        layer, ev = self.ckpt.layers[i], self.evidence[i]
+        last = k == layer.num_layers - 1
+        for g in ev.fed:
+            if own:
+                if last:
+                    g.y32, g.y64 = source.run(self.src_module, layer, [g.x, g.x.astype(np.float64)],
+                                              raw_tensors(layer, self.pool))
+            else:
+                prev = [g.x, g.x.astype(np.float64)] if k == 0 else [g.y32, g.y64]
+                g.y32, g.y64 = reference.forward_slab_multi(layer, dirs, prev, kernels=FAST)
+                if last:
+                    g.y32, g.y64 = (reference.finish(layer, a) for a in (g.y32, g.y64))
+            if self.emulate is not None:
+                em_in, canon_in = (g.x, g.x) if k == 0 else g.em
+                em = self.emulate(one, em_in, finished=False)
+                canon = reference.forward_slab(one, dirs, np.asarray(canon_in, np.float64), np.float64, kernels=FAST)
+                g.em = None if last else (em, canon)
+                if last:
+                    g.spread = float(np.abs(reference.finish(layer, canon) - reference.finish(layer, em)).max())
+            if last and self.mode == "framework":
+                g.yfw = source.framework_run(self.src_module, self.src_path, self.ckpt, layer, g.x)
 
     def _short_sequence(self, i: int, k: int, dirs: list, own: bool, shared: bool, per: bool, y, y64) -> None:
         """The short sequence of layer ``i`` after slab ``k``, float32 and float64 (``y32``, ``y64`` of its evidence;
@@ -517,6 +593,11 @@ class StreamedVerification:
         runs, seq_note = run._sequence_target(layer, ev, self._by_slab(layer), ref)
         seqs, seq_t = verdict.sequence_checks(layer.name, runs, self._spreads(i, run.dst_module, len(runs)),
                                               tol.first)
+        fed_runs, fed_note = run._fed_target(layer, ev, self.mode == "framework")  # each at its own length
+        emulated = getattr(run.dst_module, "target_arithmetic", None) is not None
+        seqs += verdict.sequence_checks(layer.name, fed_runs, [g.spread if emulated else 0.0 for g in ev.fed],
+                                        tol.first)[0]
+        seq_note = seq_note or fed_note
         st, note = run._step_check(layer, ev)
         got = run._whole_layer(layer, ev) if self._by_slab(layer) else None
         whole = None if got is None else verdict.wiring_check(layer.name, *got, ev.y32, lambda: self._chain64(i),
@@ -527,7 +608,8 @@ class StreamedVerification:
             constructed=cov.get("constructed", 0), resolution=cov.get("resolution"),
             resolution_at=cov.get("resolution_at", ""), swaps_caught=self._swaps_caught(i),
             loose_escape=ev.loose_escape(), escapes_measured=ev.escapes_measured(),
-            at_dtype="" if self.target_dtype is None else f" at {self.target_dtype.__name__}")
+            at_dtype="" if self.target_dtype is None else f" at {self.target_dtype.__name__}",
+            seq_names=[""] * len(runs) + [g.label for g in ev.fed])
         while (fields := verdict.decide(found, tol)).get("ask"):  # a measurement only some rules need
             if fields["ask"] == "spread":
                 found.spreads = self._measured_spreads(i, seqs, fields["over"])
@@ -566,10 +648,12 @@ class StreamedVerification:
         layer, ev = self._layer_again(i), self.evidence[i]
         if isinstance(layer, str):
             return f"its float32 spread could not be measured again ({layer})"
-        slabs = len(seqs) > 1
+        n_own = len(seqs) - len(ev.fed)  # then the graph-fed rows' comparisons, each of the whole layer
+        slabs = n_own > 1
         out = {}
         for idx in over:
-            one, x, fin = ((layer.one_slab(idx), ev.seq_slabs[idx][0], idx == layer.num_layers - 1) if slabs
+            one, x, fin = ((layer, ev.fed[idx - n_own].x, True) if idx >= n_own else
+                           (layer.one_slab(idx), ev.seq_slabs[idx][0], idx == layer.num_layers - 1) if slabs
                            else (layer, ev.seq_x(), True))
             m, used = orders.spread(one, x, finished=fin)
             out[idx] = verdict.Spread(m, tuple(used))
@@ -577,7 +661,8 @@ class StreamedVerification:
 
     def _slip_cases(self, i: int, layer: RNNLayer, rho: float) -> list | str:
         """The sequence-level slips of :meth:`_sequence_escapes`: ``[(input, the correct layer, [(slip, slipped
-        layer)])]`` slab by slab, or for the whole layer; or why they cannot be checked (a phrase)."""
+        layer)])]`` slab by slab, or for the whole layer, then for each group of graph-fed rows (the whole layer, in
+        the order of :meth:`judge`'s sequence comparisons); or why they cannot be checked (a phrase)."""
         ev = self.evidence[i]
         cases = []
         if self._by_slab(layer):  # each slab of the target from the source's float32 input of that slab
@@ -592,24 +677,14 @@ class StreamedVerification:
                         slips.append((f"stacked layer {j}'s weights in layer {k}'s place",
                                       replace(one, params=[layer.params[j]])))
                 cases.append((ev.seq_slabs[k][0], one, slips))
-            return cases
+            return cases + [(g.x, layer, _layer_slips(layer)) for g in ev.fed]
         xs = ev.seq_x()
         canon = reference.forward(layer, xs, kernels=FAST)
         ref = ev.yfw if self.mode == "framework" else ev.y64
         if ref is None or ref.shape != canon.shape or \
                 float(np.abs(canon - ref).max()) > 1e-3 * rho * max(1.0, float(np.abs(canon).max())):
             return "a reader's slip (the source's own equations and rnnconvert's reading of them part)"
-        slips = []
-        for k in range(layer.num_layers):
-            if layer.bidirectional:
-                params = list(layer.params)
-                params[k] = list(reversed(params[k]))
-                slips.append((f"the directions of stacked layer {k} exchanged", replace(layer, params=params)))
-            if k + 1 < layer.num_layers and layer.layer_input_size(k) == layer.layer_input_size(k + 1):
-                params = list(layer.params)
-                params[k], params[k + 1] = params[k + 1], params[k]
-                slips.append((f"stacked layers {k} and {k + 1} exchanged", replace(layer, params=params)))
-        return [(xs, layer, slips)]
+        return [(x, layer, _layer_slips(layer)) for x in [xs] + [g.x for g in ev.fed]]
 
     def _sequence_escapes(self, i: int, rho: float, tols: list[float]) -> str | None:
         """Whether every slip that only the sequence comparison sees would move the short sequence of layer
@@ -697,8 +772,10 @@ def verify(src_ckpt: Checkpoint, src_module, dst_path, dst_module, *, mode: str 
         inputs: ``{layer name: (B, T, input_size) array}``: real inputs to verify those layers on instead
             of the random batch (any length: the one-step comparison's tolerance does not grow with it).
         target_dtype: ``np.float16`` when the target runs in float16 (the cuDNN route's ``--dtype``).
-        added: ``{layer name: (B2, T2, input_size) array}``: rows appended to those layers' batches (the inputs a
-            whole model's graph feeds them, issue #39; :func:`rnnconvert.verify.sample.batches`).
+        added: ``{layer name: [FedRows]}``: rows a whole model's graph feeds those layers (issue #39;
+            :class:`rnnconvert.verify.sample.FedRows`, groups of equal length), checked besides their batches at
+            their own length: their trajectory states join the one-step comparison, each group's whole sequence is
+            compared (:attr:`rnnconvert.verify.evidence.LayerEvidence.fed`).
 
     Raises:
         FormatError: ``inputs`` of the wrong shape or naming no layer.

@@ -44,6 +44,29 @@ class SlabCoverage(NamedTuple):
 
 
 @dataclass
+class FedGroup:
+    """Rows a whole model's graph feeds the layer, of one length (:class:`rnnconvert.verify.sample.FedRows`, issue
+    #39), as the source side keeps them: ``x`` float32 ``(B, L, input_size)``; ``traj`` the float32 trajectory
+    output of the last slab done (the next slab's input); the whole sequence (all ``L`` steps) in float32 and
+    float64 (``y32``, ``y64``, finished; ``yfw`` the source framework's with ``mode='framework'``), chained over
+    the slabs; ``spread`` an emulated target's spread from the float64 run (0: none), ``em`` its runs chained."""
+
+    label: str
+    x: np.ndarray
+    traj: Any = None
+    y32: Any = None
+    y64: Any = None
+    yfw: Any = None
+    spread: float = 0.0
+    em: Any = None
+    #: the flat indices (row * steps + step) of the states that join the one-step comparison, or None: all
+    #: (:func:`rnnconvert.verify.sample.fed_picks`)
+    picked: Any = None
+    #: the rows' indices in the model's batch (:attr:`rnnconvert.verify.sample.FedRows.rows`; empty: 0, 1, ...)
+    rows: tuple = ()
+
+
+@dataclass
 class LayerEvidence:
     """The source side of one layer: its batch ``x`` (float32 ``(B, T, input_size)``); per slab, ``slabs[k]`` the
     one-step states ``(xf, [((h0, c0), exact, bound)] per direction)``; the short sequence (the first
@@ -73,11 +96,29 @@ class LayerEvidence:
     fractions: list[float] = field(default_factory=list)
     #: the float32 evaluation orders the one-step spread was measured over (empty: none measured)
     step_orders: tuple = ()
+    #: the rows a whole model's graph feeds the layer (issue #39), checked at their own length: their trajectory
+    #: states follow the batch's in the one-step states (before the probes), their whole sequences are compared
+    fed: list[FedGroup] = field(default_factory=list)
 
     @classmethod
-    def empty(cls, layer: RNNLayer, x: np.ndarray) -> LayerEvidence:
+    def empty(cls, layer: RNNLayer, x: np.ndarray, fed=(), budget: int | None = None) -> LayerEvidence:
+        """The evidence of ``layer`` before its slabs run: its batch ``x``, the graph-fed rows ``fed``
+        (:class:`rnnconvert.verify.sample.FedRows`), at most ``budget`` of their states in the one-step comparison
+        (:func:`rnnconvert.verify.sample.fed_picks`; None: all)."""
+        from .sample import fed_picks
+
+        groups = [FedGroup(r.label, r.x, rows=tuple(r.rows)) for r in fed]
+        if budget is not None:
+            for g, p in zip(groups, fed_picks([g.x.shape[0] * g.x.shape[1] for g in groups], budget)):
+                g.picked = p
         return cls(x=x, slabs=[None] * layer.num_layers, seq_slabs=[None] * layer.num_layers,
-                   measured=[None] * layer.num_layers)
+                   measured=[None] * layer.num_layers, fed=groups)
+
+    def fed_layout(self) -> list[tuple[str, tuple, int, Any]]:
+        """``(label, rows, steps, picked)`` of each group of :attr:`fed`, in the order their states follow the
+        batch's (``rows``: their indices in the model's batch; ``picked``: the flat indices of its states in the
+        one-step comparison, None: all)."""
+        return [(g.label, g.rows or tuple(range(g.x.shape[0])), g.x.shape[1], g.picked) for g in self.fed]
 
     def seq_x(self) -> np.ndarray:
         """The short sequence's input: the first :data:`SEQ_STEPS` steps of the batch."""

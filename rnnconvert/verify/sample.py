@@ -7,6 +7,8 @@ the weights for gate units these leave unresponsive are :mod:`rnnconvert.verify.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..core.model import Checkpoint, RNNLayer
@@ -56,15 +58,63 @@ def sample(ckpt: Checkpoint, batch: int | None, steps: int | None) -> tuple[int,
     return (b if batch is None else batch), (t if steps is None else steps)
 
 
-def batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict | None,
-            added: dict | None = None) -> list[np.ndarray]:
+class FedRows(NamedTuple):
+    """Rows a whole model's graph feeds a recurrent layer (issue #39; :func:`rnnconvert.whole.pipeline.graph_fed`):
+    ``x`` float32 ``(B, L, input_size)``, rows of one length ``L`` (each row's unmasked steps, at their full length),
+    checked as they are besides the layer's own batch; ``label`` names them in the report (``"graph-fed rows 1, 2
+    (6 steps)"``); ``rows``: their indices in the model's batch; ``call``: the layer's call in the graph (0: the
+    first)."""
+
+    label: str
+    x: np.ndarray
+    rows: tuple = ()
+    call: int = 0
+
+
+#: the most states of the rows a whole model's graph feeds a layer (all its groups together) that join the one-step
+#: comparison; above, this many spread evenly over them (:func:`fed_picks`): each state costs a column of every
+#: float64 product with every weight matrix and ``I + 3*dirs*H`` kept numbers, and given model inputs may be long.
+#: The trajectory and each group's whole sequence always run at the full length (a float32 run each): the states
+#: picked are the graph's own. A checkpoint of :data:`LARGE_BYTES` or more: :data:`FED_STATES_LARGE`
+FED_STATES = 256
+FED_STATES_LARGE = 32
+
+
+def fed_picks(sizes: list[int], budget: int) -> list[np.ndarray | None]:
+    """Per group of ``sizes`` (its number of states, rows x steps), the flat indices (row * steps + step) of the
+    states that join the one-step comparison: all (None) where the groups hold at most ``budget`` together, else
+    ``budget`` spread evenly over all of them, in order."""
+    total = sum(sizes)
+    if total <= budget:
+        return [None] * len(sizes)
+    pick = np.unique(np.linspace(0, total - 1, budget).round().astype(np.int64))
+    out, lo = [], 0
+    for n in sizes:
+        out.append(pick[(pick >= lo) & (pick < lo + n)] - lo)
+        lo += n
+    return out
+
+
+def fed_rows(ckpt: Checkpoint, added: dict | None) -> list[list[FedRows]]:
+    """Per layer of ``ckpt``, the :class:`FedRows` of ``added`` (``{layer name: [FedRows]}``) that fit it (3-D,
+    the layer's input size, not empty), float32; a name that is no layer, or rows of the wrong input size, are
+    left out (the whole model's own graph made them)."""
+    out = []
+    for layer in ckpt.layers:
+        got = []
+        for r in (added or {}).get(layer.name) or []:
+            x = np.asarray(r.x)
+            if x.ndim == 3 and x.shape[-1] == layer.input_size and x.size:
+                got.append(r._replace(x=np.ascontiguousarray(x, dtype=np.float32)))
+        out.append(got)
+    return out
+
+
+def batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict | None) -> list[np.ndarray]:
     """Each layer's input batch, float32 ``(batch, steps, input_size)``: ``inputs[layer.name]`` when given
     (any batch and steps), else drawn from ``N(0, 1)`` (``default_rng(seed)``, one draw per layer in order,
     drawn whether or not the layer has given inputs, so that a layer's batch does not depend on the others').
-    ``added[layer.name]`` (float ``(B2, T2, input_size)``: the rows a whole model's graph feeds the layer, issue
-    #39) is appended to that batch as more rows, each cut to the batch's steps (its first ones) or completed with
-    zero steps to them; a name that is no layer, or of the wrong input size, is ignored (the whole model's own
-    graph made them).
+    The rows a whole model's graph feeds a layer are not part of it: :func:`fed_rows`, checked at their own length.
 
     Raises:
         FormatError: a given input is not 3-D with the layer's input size last, or names no layer.
@@ -81,12 +131,6 @@ def batches(ckpt: Checkpoint, batch: int, steps: int, seed: int, inputs: dict | 
                 raise FormatError(f"verification input for layer '{layer.name}' has shape {given.shape}; "
                                   f"expected (batch, steps, {layer.input_size})")
             x = np.ascontiguousarray(given, dtype=np.float32)
-        more = (added or {}).get(layer.name)
-        if more is not None and np.ndim(more) == 3 and np.shape(more)[-1] == layer.input_size and np.size(more):
-            more = np.asarray(more, np.float32)[:, :x.shape[1]]
-            pad = x.shape[1] - more.shape[1]
-            more = np.pad(more, ((0, 0), (0, pad), (0, 0))) if pad else more
-            x = np.ascontiguousarray(np.concatenate([x, more]), dtype=np.float32)
         out.append(x)
     if inputs:
         raise FormatError(f"verification inputs name no recurrent layer: {', '.join(sorted(inputs))} "
@@ -102,11 +146,13 @@ def unit_roundoff(layer: RNNLayer, target_dtype=None) -> float:
 
 
 def slab_states(layer: RNNLayer, one: RNNLayer, dirs: list, xin: np.ndarray, recs: list, u: float,
-                act_ulps=None) -> tuple[np.ndarray, list, list, list, list]:
+                act_ulps=None, fed=()) -> tuple[np.ndarray, list, list, list, list]:
     """The one-step states of slab ``one`` (of ``layer``) from its float32 input ``xin`` ``(B, T, I)`` and its
     trajectory ``recs`` (per direction ``{"h": (B, T, H), "c": ... or None, "xk": optional W_ih x}``): the ``B*T``
-    trajectory states, then the :data:`rnnconvert.verify.escapes.N_PROBES` probes, the exact float64 step from each
-    and its bound (unit roundoff ``u``, accumulation :data:`U_ACC`, activations ``act_ulps``).
+    trajectory states, then those of ``fed`` (``[(x (B2, L, I), recs)]``: the rows a whole model's graph feeds the
+    layer, each group's trajectory, issue #39), then the :data:`rnnconvert.verify.escapes.N_PROBES` probes, the
+    exact float64 step from each and its bound (unit roundoff ``u``, accumulation :data:`U_ACC`, activations
+    ``act_ulps``).
 
     Returns ``(xf, entries, counts, seen, loose)``: the inputs ``(N + P, I)`` float32; per direction ``((h0, c0),
     exact, bound)``; the states each gate row is responsive in; the gains and products seen
@@ -115,17 +161,23 @@ def slab_states(layer: RNNLayer, one: RNNLayer, dirs: list, xin: np.ndarray, rec
     :func:`rnnconvert.verify.escapes.swap_escapes`).
     """
     B, T, I = xin.shape
-    N, P = B * T, escapes.N_PROBES
+    fed = list(fed)
+    fx = [np.asarray(x, np.float32).reshape(-1, I) for x, _ in fed]
+    N, P = B * T + sum(len(a) for a in fx), escapes.N_PROBES
     px, ph, pc = escapes.probe_rows(layer.cell, I, recs[0]["h"].shape[-1], layer.hidden_size)
-    xf = np.ascontiguousarray(np.concatenate([xin.reshape(N, I), px]), dtype=np.float32)
+    xf = np.ascontiguousarray(np.concatenate([xin.reshape(B * T, I), *fx, px]), dtype=np.float32)
     entries, slack, counts, seen = [], [], [], []
     for d, (p, rec) in enumerate(zip(dirs, recs)):
-        h0 = np.concatenate([rec["h"].reshape(N, -1), ph])  # the trajectory's states, then the probes
-        c0 = None if rec["c"] is None else np.concatenate([rec["c"].reshape(N, -1), pc])
+        fr = [r[d] for _, r in fed]
+        # the trajectory's states, the graph-fed rows', then the probes
+        h0 = np.concatenate([rec["h"].reshape(B * T, -1), *(r["h"].reshape(len(a), -1) for r, a in zip(fr, fx)),
+                             ph])
+        c0 = None if rec["c"] is None else np.concatenate(
+            [rec["c"].reshape(B * T, -1), *(r["c"].reshape(len(a), -1) for r, a in zip(fr, fx)), pc])
         parts: dict = {}
         xx = None
         if rec.get("xk") is not None:  # W_ih x of the states from the own equations' pass over the stored kernel
-            pv, pm = bounds.lin(p.w_ih, px)  # the probes: zero and one-hot inputs, no product
+            pv, pm = bounds.lin(p.w_ih, np.concatenate([*fx, px]))  # the probes: zero and one-hot inputs, no product
             xx = tuple(np.concatenate([a, b]) for a, b in zip(rec["xk"], (pv, pm)))
         exact, bound = bounds.step_with_bound(one, p, xf, h0, c0, u, U_ACC, parts=parts, act_ulps=act_ulps, xx=xx)
         entries.append(((h0, c0), exact, bound))

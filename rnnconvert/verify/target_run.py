@@ -22,11 +22,20 @@ from .verdict import loose, worst
 NOT_INSTALLED = "its framework is not installed or failed to import"
 
 
-def _where(j: int, B: int, T: int) -> str:
-    """The state of row ``j`` of the one-step states in words (trajectory row ``b * T + t``, probes, constructed)."""
+def _where(j: int, B: int, T: int, fed=()) -> str:
+    """The state of row ``j`` of the one-step states in words (trajectory row ``b * T + t``, the graph-fed rows'
+    ``fed``: ``[(label, rows, steps, picked)]``, issue #39, probes, constructed)."""
     P = escapes.N_PROBES
-    return (f"constructed state {j - B * T - P}" if j >= B * T + P else
-            f"probe {j - B * T}" if j >= B * T else f"sequence {j // T}, step {j % T}")
+    if j < B * T:
+        return f"sequence {j // T}, step {j % T}"
+    j -= B * T
+    for label, rows, steps, picked in fed:
+        n = len(rows) * steps if picked is None else len(picked)
+        if j < n:
+            flat = j if picked is None else int(picked[j])
+            return f"{label}: row {rows[flat // steps]}, unmasked step {flat % steps}"
+        j -= n
+    return f"constructed state {j - P}" if j >= P else f"probe {j}"
 
 
 class TargetRun:
@@ -82,7 +91,7 @@ class TargetRun:
                 pairs = [(th, h1, dh, mh, "h")] + ([] if c1 is None else [(tc, c1, dc, mc, "c")])
                 for tv, ev_, bd, mt, what in pairs:
                     _compare_step(layer, out, per_t, np.asarray(tv, np.float64), ev_, (bd, mt), B, T,
-                                  f"stacked layer {k}, direction {d}, {what}, ", kind)
+                                  f"stacked layer {k}, direction {d}, {what}, ", kind, ev.fed_layout())
                     out["n"] += ev_.shape[0] - escapes.N_PROBES if what == "h" else 0
         out["err_t"], out["bound_t"], out["applied_t"] = per_t[0].tolist(), per_t[1].tolist(), per_t[2].tolist()
         return out, note
@@ -138,6 +147,25 @@ class TargetRun:
                 raise
             y = reference.forward(back, xs, np.float32, kernels=FAST)  # finish applied, as target_forward returns it
             return [(y, ev.y32, ref)], f"sequence by the numpy reference on the arrays read back ({NOT_INSTALLED})"
+
+    def _fed_target(self, layer: RNNLayer, ev: LayerEvidence, framework: bool) -> tuple[list, str]:
+        """The target's run of each group of rows a whole model's graph feeds the layer (issue #39), all their steps,
+        the whole written layer (``target_forward``) as ``[(y, y32, ref)]`` with the source's float32 run and
+        reference (float64, or the source framework's: ``framework``), in the order of ``ev.fed``; and a note
+        naming a fallback (:meth:`_sequence_target`'s)."""
+        out, note = [], ""
+        for g in ev.fed:
+            ref = g.yfw if framework else g.y64
+            try:
+                y = self.dst_module.target_forward(self.dst_path, self.ckpt, layer.name, g.x)
+            except DependencyError:
+                back = self._read_back(layer)
+                if back is None:
+                    raise
+                y = reference.forward(back, g.x, np.float32, kernels=FAST)
+                note = f"sequence by the numpy reference on the arrays read back ({NOT_INSTALLED})"
+            out.append((y, g.y32, ref))
+        return out, note
 
     def _whole_layer(self, layer: RNNLayer, ev: LayerEvidence) -> tuple[np.ndarray, np.ndarray] | None:
         """The whole written layer (every node of it and the file's wiring between them: ``target_forward``) on the
@@ -198,14 +226,15 @@ class TargetRun:
 
 
 def _compare_step(layer: RNNLayer, out: dict, per_t: np.ndarray, tv: np.ndarray, ev: np.ndarray, tols: tuple,
-                  B: int, T: int, at: str, kind: str = "bound") -> None:
+                  B: int, T: int, at: str, kind: str = "bound", fed=()) -> None:
     """One output (``h_1`` or ``c_1``) of one direction's one steps against the exact ones: ``out`` (the worst
     element's ratio, error, bound and place; the same against the measured tolerance, ``m_*``; the largest error,
     bound element and scale) and ``per_t`` (the largest error, bound and tolerance applied at each step of the
     trajectory) updated.
     ``tols``: ``(bound, measured tolerance)`` of the output (the measured one the bound where none was measured);
     ``kind``: which the second is, ``'measured'`` or ``'bound'`` (``m_kind`` of the worst element; ``m_max`` the
-    largest element of the tolerance applied).
+    largest element of the tolerance applied); ``fed``: the graph-fed rows' layout
+    (:meth:`rnnconvert.verify.evidence.LayerEvidence.fed_layout`), for the words.
 
     Raises:
         VerificationError: the target's output has another shape.
@@ -217,11 +246,11 @@ def _compare_step(layer: RNNLayer, out: dict, per_t: np.ndarray, tv: np.ndarray,
     ratio, err, bound, j = worst(np.abs(tv - ev), bd)
     scale = float(np.abs(ev).max())
     if ratio >= out["ratio"]:
-        out.update(ratio=ratio, err=err, bound=bound, where=f"{at}{_where(j[0], B, T)}")
+        out.update(ratio=ratio, err=err, bound=bound, where=f"{at}{_where(j[0], B, T, fed)}")
     m_ratio, m_err, m_tol, m = worst(np.abs(tv - ev), mt)
     if m_ratio >= out["m_ratio"]:
-        out.update(m_ratio=m_ratio, m_err=m_err, m_tol=m_tol, m_bound=float(bd[m]), m_where=f"{at}{_where(m[0], B, T)}",
-                   m_kind=kind)
+        out.update(m_ratio=m_ratio, m_err=m_err, m_tol=m_tol, m_bound=float(bd[m]),
+                   m_where=f"{at}{_where(m[0], B, T, fed)}", m_kind=kind)
     out["m_max"] = max(out["m_max"], float(mt.max()))
     rows = B * T  # the trajectory's states (row b * T + t), then the probes
     e_t = np.nan_to_num(np.abs(tv[:rows] - ev[:rows]), nan=np.inf).reshape(B, T, -1).max(axis=(0, 2))

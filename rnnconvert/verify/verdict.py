@@ -253,6 +253,21 @@ class Findings:
     at_dtype: str = ""
     spreads: dict | str = ASK
     sequence_escape: str | None = ASK
+    #: per comparison of ``seqs``, what it ran on where not the batch's short sequence: the rows a whole model's
+    #: graph feeds the layer, compared at their full length (issue #39: ``"graph-fed rows 1, 2 (6 steps)"``), after
+    #: the batch's comparisons; ``""`` (or missing) for those
+    seq_names: list = field(default_factory=list)
+
+
+def _subject(f: Findings, n: int, j: int) -> str:
+    """The words for comparison ``j`` of the ``n`` sequence comparisons of ``f``: the batch's short sequence (of the
+    whole layer, or one stacked layer compared alone), or graph-fed rows at their full length."""
+    name = f.seq_names[j] if j < len(f.seq_names) else ""
+    if name:
+        return f"the {name} as a sequence (all their steps)"
+    own = n - sum(1 for x in f.seq_names if x)
+    return f"the first {f.steps} steps as a sequence" + (
+        "" if own == 1 else f" (stacked layer {j}, from the source's own input)")
 
 
 @dataclass
@@ -295,8 +310,7 @@ def _sort(f: Findings, tol: Tolerances) -> _Sorted:
     # beyond what float32 rounding explains by more than a layout slip moves the outputs (or no one-step comparison)
     hard = [e for e in beyond if e not in ill and (not st or e.err > rho * e.scale)]
     w = max(hard or beyond or seqs, key=lambda e: e.err / max(e.tol, 1e-300))  # the one reported
-    where = "" if len(seqs) == 1 else f" (stacked layer {seqs.index(w)}, from the source's own input)"
-    return _Sorted(seqs, beyond, ill, hard, step_failed, w, where, spreads)
+    return _Sorted(seqs, beyond, ill, hard, step_failed, w, _subject(f, len(seqs), seqs.index(w)), spreads)
 
 
 def _wiring_failed(f: Findings, tol: Tolerances) -> bool:
@@ -324,28 +338,28 @@ def _sequence_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str]
         e = s.worst
         how = (f"measured over {len(s.spreads[s.seqs.index(e)].orders)} float32 evaluation orders"
                if isinstance(s.spreads, dict) and s.seqs.index(e) in s.spreads else "one float32 run's estimate")
-        return "fail", (f"the first {T} steps as a sequence{s.where} differ by {e.err:.3g} (tolerance {e.tol:.3g}, "
+        return "fail", (f"{s.where} differ by {e.err:.3g} (tolerance {e.tol:.3g}, "
                         f"{how})")
     if not s.beyond:
         return None
     e = max(s.beyond, key=lambda e: e.err / max(e.tol, 1e-300))
     j = s.seqs.index(e)
-    at = "" if len(s.seqs) == 1 else f" (stacked layer {j}, from the source's own input)"
+    subj = _subject(f, len(s.seqs), j)
     if e in s.ill:
         return "inconclusive", (
-            f"the first {T} steps as a sequence{at} differ by {e.err:.3g}, above the tolerance {e.tol:.3g}, on a "
+            f"{subj} differ by {e.err:.3g}, above the tolerance {e.tol:.3g}, on a "
             f"layer whose float32 runs part from its float64 run (the tolerance's float32 term "
             f"{_rounding(e, tol):.3g} exceeds {rho:.3g} of the output's scale, {e.scale:.3g}): ill-conditioned on "
             f"these inputs, while every step passed its bound; float32 rounding along the sequence could explain "
             f"it, and so could a slip that only a sequence shows (directions, stacked layers, time order)")
     if isinstance(s.spreads, str):
         return "inconclusive", (
-            f"the first {T} steps as a sequence{at} differ by {e.err:.3g}, above one float32 run's estimate "
+            f"{subj} differ by {e.err:.3g}, above one float32 run's estimate "
             f"{e.tol:.3g} but within {rho:.3g} of the output's scale ({e.scale:.3g}) while every step passed its "
             f"bound, and {s.spreads}: cannot decide")
     m = s.spreads[j]
     return "inconclusive", (
-        f"the first {T} steps as a sequence{at} differ by {e.err:.3g}, {e.err / max(m.spread, 1e-300):.3g} times "
+        f"{subj} differ by {e.err:.3g}, {e.err / max(m.spread, 1e-300):.3g} times "
         f"the largest float32 spread measured over {len(m.orders)} evaluation orders ({m.spread:.3g}: "
         f"{', '.join(m.orders)}; tolerance {e.tol:.3g}), while every step passed its bound: more than float32 "
         f"rounding explains, less than a layout slip moves the outputs ({rho:.3g} of the output's scale, "
@@ -393,7 +407,10 @@ def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | 
     ill_esc = None
     if s.ill and (any(e.by_target for e in s.ill) or (ill_esc := _escape(f, s)) is not None):
         e = max(s.ill, key=lambda e: _rounding(e, tol) / max(e.scale, 1e-300))
-        ill_at = "" if len(s.seqs) == 1 else f" of stacked layer {s.seqs.index(e)}"
+        j = s.seqs.index(e)
+        name = f.seq_names[j] if j < len(f.seq_names) else ""
+        own = len(s.seqs) - sum(1 for x in f.seq_names if x)
+        ill_at = f" of the {name}" if name else "" if own == 1 else f" of stacked layer {j}"
         parted = ("a run emulating the target's arithmetic and the float64 run" if e.by_target else
                   "float32 and float64 runs of the source")
         return "inconclusive", (

@@ -105,21 +105,30 @@ def emit_write(emitted, emit: tuple[Path, Path], ckpt: Checkpoint, src: Path, re
                      f"state dict {emit[1].name} ({len(em.state)} tensors)")
 
 
-def graph_fed(ckpt: Checkpoint, inputs: dict[str, Any] | None, seed: int, steps: int) -> tuple[dict, list[str]]:
+def graph_fed(ckpt: Checkpoint, inputs: dict[str, Any] | None, seed: int) -> tuple[dict, list[str]]:
     """The rows the per-layer check of each recurrent layer of a whole Keras model runs on besides its own batch
     (issue #39: the per-layer rule on the inputs the graph feeds each layer), and the report's notes saying so:
-    ``({layer name: float32 (B, T, input_size)}, notes)``, from
-    :func:`rnnconvert.whole.verify.keras_whole_check.graph_fed` (the numpy evaluator of the source graph on the
-    whole-model check's model inputs ``inputs`` or the generated ones of ``seed``). The per-layer engine takes no
-    mask: a masked row gives its unmasked steps in order (the run Keras' masking makes of it: a masked step keeps
-    the state), completed with zero steps to the row length. Each row is cut to its first ``steps`` (the per-layer
-    batch's steps: :func:`rnnconvert.verify.sample.batches`), or completed with zero steps to them. ``({}, [])`` where the numpy evaluator does not cover
-    the model or the source holds no whole Keras model (the per-layer check then runs on its own batch alone).
+    ``({layer name: [FedRows]}, notes)`` (:class:`rnnconvert.verify.sample.FedRows`: float32 ``(B, L, input_size)``
+    and a label), from :func:`rnnconvert.whole.verify.keras_whole_check.graph_fed` (the numpy evaluator of the
+    source graph on the whole-model check's model inputs ``inputs`` or the generated ones of ``seed``), every call
+    of the layer in the graph.
+
+    Exact, masks included: Keras runs a masked step by keeping the state (and giving the previous output, or
+    zeros) in both directions (``backend.rnn``: ``where(mask, new, old)`` per step, the mask reversed with the
+    inputs for ``go_backwards`` and a Bidirectional's backward layer), so the states a masked row reaches at its
+    unmasked steps are those of the layer run, unmasked, on those steps in order, whatever the padding (front,
+    end, inside), and the backward direction starts at the row's last unmasked step, as the graph's does. Each
+    row is given as those steps, at their full length (nothing cut, nothing completed); rows of equal length
+    form one group (one array); a fully masked row (no step of the layer's arithmetic) is left out. The outputs
+    at masked steps (a copy of the previous output, or zeros) are no computation of the layer's weights: the
+    whole-model check compares them. ``({}, [])`` where the numpy evaluator does not cover the model or the
+    source holds no whole Keras model (the per-layer check then runs on its own batch alone).
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs."""
     import numpy as np
 
+    from ..verify.sample import FedRows
     from .verify import keras_whole_check
 
     full = keras_whole_check.whole_of(ckpt)
@@ -130,21 +139,30 @@ def graph_fed(ckpt: Checkpoint, inputs: dict[str, Any] | None, seed: int, steps:
     if not fed:
         return {}, []
     out, notes = {}, []
-    for name, (x, mask) in fed.items():
-        how = ""
-        if mask is not None and not mask.all():
-            idx = np.argsort(~mask, axis=1, kind="stable")
-            keep = np.arange(x.shape[1])[None, :] < mask.sum(1)[:, None]
-            x = np.where(keep[..., None], np.take_along_axis(x, idx[..., None], 1), np.float32(0))
-            how = (f"; its {int((~mask).sum())} masked steps of {mask.size} removed (each row's unmasked steps in "
-                   f"order, completed with zero steps: the per-layer check takes no mask)")
-        cut = x.shape[1] > steps
-        x = np.pad(x[:, :steps], ((0, 0), (0, max(0, steps - x.shape[1])), (0, 0)))
-        out[name] = np.ascontiguousarray(x, dtype=np.float32)
-        size = (f"their first {steps} of {fed[name][0].shape[1]} steps" if cut else
-                f"{fed[name][0].shape[1]} steps" + (f", completed with zero steps to {steps}"
-                                                     if fed[name][0].shape[1] < steps else ""))
-        notes.append(f"{name}: checked per layer on its own batch plus the {x.shape[0]} rows the model's graph feeds "
-                     f"it on the whole-model check's {'given' if inputs else f'generated (seed {seed})'} model "
-                     f"inputs ({size}){how}")
+    where = "given" if inputs else f"generated (seed {seed})"
+    for name, calls in fed.items():
+        groups: list = []
+        for c, (x, mask) in enumerate(calls):
+            keep = np.ones(x.shape[:2], bool) if mask is None else np.asarray(mask, bool)
+            by_len: dict = {}
+            for b in range(x.shape[0]):
+                if keep[b].any():
+                    by_len.setdefault(int(keep[b].sum()), []).append(b)
+            call = f"call {c + 1}'s " if len(calls) > 1 else ""
+            for n, rows in sorted(by_len.items(), reverse=True):
+                xs = np.stack([x[b][keep[b]] for b in rows])
+                label = (f"{call}graph-fed row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))}"
+                         f" ({n} step{'s' if n > 1 else ''})")
+                groups.append(FedRows(label, np.ascontiguousarray(xs, dtype=np.float32), tuple(rows), c))
+            masked = int((~keep).sum())
+            rows_n = sum(len(r) for r in by_len.values())
+            notes.append(
+                f"{name}: checked per layer on its own batch plus the {rows_n} rows the model's graph feeds "
+                f"{'its call ' + str(c + 1) if len(calls) > 1 else 'it'} on the whole-model check's {where} model "
+                f"inputs (all {x.shape[1]} steps)"
+                + (f"; its {masked} masked steps of {keep.size} as Keras runs them (the state kept: each row's "
+                   f"unmasked steps in order, at their own length)" if masked else "")
+                + (f"; {x.shape[0] - rows_n} fully masked rows left out" if rows_n < x.shape[0] else ""))
+        if groups:
+            out[name] = groups
     return out, notes

@@ -590,9 +590,9 @@ def _torch_spreads(refs: dict, spreads: dict, keys: list, xs: dict, run32, run64
 def graph_fed(ckpt, full: FullModel | None, inputs: dict | None = None, seed: int = 0,
               steps: int = keras_whole.STEPS) -> dict | None:
     """The inputs the whole model's graph feeds each recurrent layer (issue #39: the per-layer check runs on them
-    too): ``{layer name: (x, mask)}``, ``x`` float32 ``(B, T, input_size)`` the numpy evaluator's input of the
-    layer's first call (:func:`rnnconvert.whole.verify.numpy_source.run`, float32, order 0: the source side of the
-    whole-model check) on the whole-model check's model inputs (``inputs``, ``--inputs`` naming the model inputs,
+    too): ``{layer name: [(x, mask)]}``, one per call of the layer in the graph's order, ``x`` float32 ``(B, T,
+    input_size)`` the numpy evaluator's input of that call (:func:`rnnconvert.whole.verify.numpy_source.run`,
+    float32, order 0: the source side of the whole-model check) on the whole-model check's model inputs (``inputs``, ``--inputs`` naming the model inputs,
     else :func:`rnnconvert.formats.keras.keras_whole.make_inputs` with ``seed`` and ``steps``: the same arrays),
     ``mask`` its Keras mask (bool ``(B, T)``) or ``None``. ``None`` where the numpy evaluator does not cover the
     model (:func:`numpy_graph`; :class:`~rnnconvert.whole.verify.numpy_source.Uncovered`), or no whole model:
@@ -615,4 +615,5 @@ def graph_fed(ckpt, full: FullModel | None, inputs: dict | None = None, seed: in
     except (numpy_source.Uncovered, *keras_graph_errors()):
         return None
     names = {layer.name for layer in ckpt.layers}
-    return {k: (np.asarray(x, np.float32), m) for k, (x, m) in fed.items() if k in names and np.ndim(x) == 3}
+    return {k: [(np.asarray(x, np.float32), m) for x, m in calls if np.ndim(x) == 3]
+            for k, calls in fed.items() if k in names and any(np.ndim(x) == 3 for x, _ in calls)}

@@ -368,8 +368,9 @@ def run(graph: keras_graph.Graph, xs: dict[str, np.ndarray], dtype=np.float64, o
     """``graph`` evaluated on ``xs`` (``{input name: array}``; float inputs cast to ``dtype``, integer ones kept)
     in ``dtype`` (``np.float32`` or ``np.float64``, weights cast exactly from the stored float32) and evaluation
     ``order`` (module docstring). Returns ``(model outputs in order, {node name: its first output})``.
-    ``fed`` (a dict, filled): ``{recurrent layer name: (x, mask)}``, the input the graph feeds the first call of
-    each recurrent layer (``(B, T, input_size)`` in ``dtype``) and its Keras mask (bool ``(B, T)``, or ``None``).
+    ``fed`` (a dict, filled): ``{recurrent layer name: [(x, mask)]}``, the input the graph feeds each call of
+    each recurrent layer, in the order of the calls (``(B, T, input_size)`` in ``dtype``) and its Keras mask (bool
+    ``(B, T)``, or ``None``).
 
     Raises:
         Uncovered: a layer call this evaluator does not compute (:func:`uncovered`), token ids outside an
@@ -391,8 +392,8 @@ def run(graph: keras_graph.Graph, xs: dict[str, np.ndarray], dtype=np.float64, o
                 if m is not None and m not in masks:
                     masks[m] = _mask(graph, m, env)
                 ms.append(None if m is None else masks[m])
-            if fed is not None and node.layer is not None and node.layer.name not in fed:
-                fed[node.layer.name] = (env[node.inputs[0]], ms[0])
+            if fed is not None and node.layer is not None:
+                fed.setdefault(node.layer.name, []).append((env[node.inputs[0]], ms[0]))
             y = _layer(node, [env[i] for i in node.inputs], ms[0], ms, dt, order)
             if isinstance(y, list):
                 env.update(zip(node.outputs[1:], y[1:]))
