@@ -9,7 +9,9 @@ from rnnconvert.verify.verdict import Findings, SeqCheck, Spread, Tolerances, de
 
 TOL = Tolerances(first=1e-5, rho=1e-2, far=4.0)
 STEP = {"ratio": 0.5, "err": 5e-7, "bound": 1e-6, "tol": 1e-6, "loose": 1e-6, "where": "stacked layer 0, direction 0, "
-        "h, probe 1", "n": 24, "scale": 1.0, "err_t": [1e-7], "bound_t": [1e-6]}
+        "h, probe 1", "n": 24, "scale": 1.0, "err_t": [1e-7], "bound_t": [1e-6],
+        "m_ratio": 0.5, "m_err": 5e-7, "m_tol": 1e-6, "m_bound": 1e-6, "m_where": "stacked layer 0, direction 0, "
+        "h, probe 1", "m_kind": "bound"}
 GOOD = SeqCheck(err=1e-6, tol=2e-5, scale=1.0, by_target=False)
 OVER = SeqCheck(err=5e-4, tol=2e-5, scale=1.0, by_target=False)
 HARD = SeqCheck(err=0.5, tol=2e-5, scale=1.0, by_target=False)
