@@ -338,6 +338,10 @@ SLOW_MODULES = (
     # session 17: a crafted .pt2 per attack through the CLI; the wiring check's memory bound runs verifications
     "tests/security/test_pt2_payload.py",
     "tests/verify/test_onnx_wiring_bounded.py",
+    # session 18: rule A against the measured tolerance on the loose Keras fixture; the fused wiring run converts
+    # four stacked torch layers
+    "tests/verify/test_rule_a_applied.py",
+    "tests/verify/test_onnx_wired_fused.py",
 )
 
 #: Tests kept in the quick tier although :data:`SLOW` or :data:`SLOW_MODULES` names them: one read + write +
