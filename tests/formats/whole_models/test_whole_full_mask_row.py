@@ -172,9 +172,12 @@ def test_finite_where_the_source_is_nan_fails(mean_onnx, tmp_path):
     out = next(n for n in m.graph.node if list(n.output) == ["output_0"])
     x = out.input[0]
     m.graph.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "nan_zero"))
-    m.graph.node.extend([helper.make_node("IsNaN", [x], ["nan_is"]),
-                         helper.make_node("Where", ["nan_is", "nan_zero", x], ["nan_gone"])])
     out.input[0] = "nan_gone"
+    nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in m.graph.node]
+    at = next(i for i, n in enumerate(nodes) if list(n.output) == ["output_0"])
+    del m.graph.node[:]
+    m.graph.node.extend(nodes[:at] + [helper.make_node("IsNaN", [x], ["nan_is"]),
+                                      helper.make_node("Where", ["nan_is", "nan_zero", x], ["nan_gone"])] + nodes[at:])
     onnx.checker.check_model(m)
     bad = tmp_path / "no_nan.onnx"
     onnx.save(m, str(bad))
