@@ -54,8 +54,8 @@ AMPLIFIED = 8.0
 
 @dataclass(frozen=True)
 class WholeFindings:
-    """What one whole-model comparison measured. ``err32``: ``max|b - a32|`` (``inf`` where ``b`` is not
-    finite); ``scale``: ``max|a32|``; ``shape``: a shape mismatch in words ("" none); ``err64``: ``max|b - z64|``
+    """What one whole-model comparison measured. ``err32``: ``max|b - a32|`` over the positions not both the
+    same non-finite value (``inf`` where ``b`` is not finite and the source is); ``scale``: ``max|a32|``; ``shape``: a shape mismatch in words ("" none); ``err64``: ``max|b - z64|``
     against the float64 reference (the source's float64 twin), :data:`ASK` until measured; ``spreads``:
     ``{what: max|y32 - z64|}`` of the source's own float32 evaluations (its float32 run, other independent
     float32 orders), :data:`ASK` until measured, ``{}`` where none could be; ``why_none``: why none could be;

@@ -166,7 +166,8 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
 def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None = None,
                  seed: int = 0, run32=None, run64=None) -> list:
     """Compare the source model (tf_keras, file as stored) with the written ``.keras`` (Keras 3 rebuilding it):
-    every top-level layer with one call and every model output, by the one rule of whole models (:func:`judge`).
+    every top-level layer with one call and every model output, by the one rule of whole models (:func:`judge`); on
+    generated inputs, the fully masked batch too (:func:`compare_whole`, :func:`with_fully_masked`).
 
     Args:
         inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`).
@@ -378,7 +379,10 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
     (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`: token ids within each Embedding's range, masks with
     real padding at the end, the front and inside: :func:`rnnconvert.formats.keras.keras_whole.padded_steps`;
-    ``padding='end'``: at the end only, for a file written for that).
+    ``padding='end'``: at the end only, for a file written for that). Generated inputs of a model whose inputs carry
+    a mask are followed by a second, small batch with a row whose every step is masked
+    (:func:`rnnconvert.formats.keras.keras_whole.fully_masked_inputs`), judged alike and folded into the main
+    batch's checks by :func:`with_fully_masked` (docs/cli.md "The fully masked row").
 
     ``run_target(xs) -> (outputs, layers)``: ``xs`` the model inputs by name; ``outputs`` the model outputs in
     order, ``layers`` ``{top-level layer name: its output}`` for the layers the target exposes. Each is compared
