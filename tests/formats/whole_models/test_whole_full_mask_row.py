@@ -229,3 +229,19 @@ def test_judge_non_finite_positions(a, b, verdict):
 def test_decide_whole_nonfinite_finding():
     out = decide_whole(WholeFindings(0.0, 1.0, nonfinite="the written model's output has ..."), 2e-5, 1e-2)
     assert out["verdict"] == "fail" and out["reason"].startswith("the written model's output has")
+
+
+def test_end_layout_returns_the_initial_state_of_a_wholly_masked_row(tmp_path):
+    """``mask_layout='end'`` (``sequence_lens`` alone): onnxruntime gives zero states for a sequence of length 0,
+    tf_keras its initial state (found by the fully masked row, session 18; fixed in the writer). Oracle: tf_keras'
+    outputs stored with the fixture (``fixtures/gen_whole_masked_init.py``), on its rows padded at the end only
+    (none, the end, every step); the conversion, verified with the fully masked row, is ``ok``."""
+    z = np.load(INIT.with_suffix(".npz"))
+    dst = tmp_path / "end.onnx"
+    rep = rnnconvert.convert(INIT, dst, write_opts={"mask_layout": "end"})
+    assert set(v for v, *_ in _whole(rep.verification).values()) == {"ok"}
+    rows = [0, 1, 4]
+    assert (z["in__x"][4] == 0).all() and np.abs(z["out__1"][4] - z["in__h0"][4]).max() == 0
+    got = _ort_run(dst, {k: z[f"in__{k}"][rows] for k in ("x", "h0", "c0")})
+    for i, g in enumerate(got):
+        assert np.abs(g - z[f"out__{i}"][rows]).max() <= 1e-4, i
