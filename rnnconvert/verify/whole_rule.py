@@ -8,7 +8,11 @@ float32 spread measured on the SOURCE (its float32 run against its float64 twin,
 float32 evaluation order against float64): a written file never widens its own tolerance. The rules, in order
 (docs/cli.md "Verdicts", "Whole models"):
 
-1. a shape other than the source's, or a non-finite output: ``fail``;
+1. a shape other than the source's, or a non-finite output anywhere but where the source's own output holds the same
+   non-finite value (NaN for NaN, the same infinity), or a finite output where the source's is not: ``fail``; the
+   positions where both hold the same non-finite value are compared no further (tf_keras' masked
+   ``GlobalAveragePooling1D`` over a wholly masked row divides 0 by 0: NaN, and a target computing the same NaN
+   is right there), and ``scale``, ``err32``, ``err64`` and the spreads are measured on the other positions;
 2. ``max|b - a32| <= first * max(1, scale)`` (``b`` the target, ``a32`` the source's float32 run): ``ok``, nothing
    more measured. Proof: ``|b - z64| <= |b - a32| + |a32 - z64| <= first * max(1, scale) + S <= T``, so rule 4 would
    say ``ok`` too;
@@ -50,11 +54,13 @@ AMPLIFIED = 8.0
 
 @dataclass(frozen=True)
 class WholeFindings:
-    """What one whole-model comparison measured. ``err32``: ``max|b - a32|`` (``inf`` where ``b`` is not
-    finite); ``scale``: ``max|a32|``; ``shape``: a shape mismatch in words ("" none); ``err64``: ``max|b - z64|``
+    """What one whole-model comparison measured. ``err32``: ``max|b - a32|`` over the positions not both the
+    same non-finite value (``inf`` where ``b`` is not finite and the source is); ``scale``: ``max|a32|``; ``shape``: a shape mismatch in words ("" none); ``err64``: ``max|b - z64|``
     against the float64 reference (the source's float64 twin), :data:`ASK` until measured; ``spreads``:
     ``{what: max|y32 - z64|}`` of the source's own float32 evaluations (its float32 run, other independent
-    float32 orders), :data:`ASK` until measured, ``{}`` where none could be; ``why_none``: why none could be."""
+    float32 orders), :data:`ASK` until measured, ``{}`` where none could be; ``why_none``: why none could be;
+    ``nonfinite``: the target's non-finite values that are not the source's own, or its finite values where the
+    source's are not, in words ("" none; rule 1)."""
 
     err32: float
     scale: float
@@ -62,6 +68,7 @@ class WholeFindings:
     err64: Any = ASK
     spreads: Any = ASK
     why_none: str = ""
+    nonfinite: str = ""
 
 
 def decide_whole(f: WholeFindings, first: float, rho: float) -> dict[str, Any]:
@@ -73,6 +80,8 @@ def decide_whole(f: WholeFindings, first: float, rho: float) -> dict[str, Any]:
     out = dict(max_abs_err=f.err32, tolerance=base, max_abs_ref=f.scale, reference="float32")
     if f.shape:
         return {**out, "max_abs_err": math.inf, "tolerance": 0.0, "verdict": "fail", "reason": f.shape}
+    if f.nonfinite:
+        return {**out, "max_abs_err": math.inf, "verdict": "fail", "reason": f.nonfinite}
     if not math.isfinite(f.err32):
         return {**out, "verdict": "fail", "reason": "the written model's output is not finite where the source's is"}
     if f.err32 <= base:

@@ -543,6 +543,36 @@ def make_inputs(tfm, config: dict, seed: int, steps: int = STEPS, padding: str =
     return out
 
 
+def fully_masked_inputs(tfm, config: dict, seed: int, steps: int = STEPS,
+                        padding: str = "any") -> dict[str, np.ndarray] | None:
+    """The whole-model check's second, small batch (session 18): two rows, the first the generated row 0 of
+    :func:`make_inputs` (same ``seed``, ``steps``) with EVERY step of every masked input masked (id 0 for an
+    Embedding with ``mask_zero``, ``mask_value`` for a Masking layer; the other inputs, ``initial_state`` ones
+    included, as generated), the second that row 0 as generated. ``None`` where no input carries a mask. A wholly
+    masked row is padding at the end too (any ``padding``). :func:`make_inputs`' own rows are not touched, so every
+    check of the main batch is what it was; a row no step of which is seen is the case where tf_keras'
+    ``backend.rnn`` outputs zeros (and returns the initial state) and a masked mean divides 0 by 0 (NaN)."""
+    del padding  # a wholly masked row is end padding too
+    specs = _input_specs(config)
+    xs = make_inputs(tfm, config, seed, steps)
+    masked = False
+    out = {}
+    for t in tfm.inputs:
+        lname = t.node.layer.name if hasattr(t, "node") else t.name.split(":")[0]
+        spec = specs.get(lname) or next(iter(specs.values()), {}) if len(tfm.inputs) == 1 else specs.get(lname, {})
+        spec = spec or {}
+        x = xs[lname]
+        row = x[:1].copy()
+        if spec.get("embedding") and spec.get("mask_zero") and x.ndim >= 2:
+            row[...] = 0
+            masked = True
+        elif not spec.get("embedding") and spec.get("mask_value") is not None and x.ndim >= 3:
+            row[...] = spec["mask_value"]
+            masked = True
+        out[lname] = np.concatenate([row, x[:1]], axis=0)
+    return out if masked else None
+
+
 def padded_steps(batch: int, steps: int, padding: str = "any") -> list[tuple[int, list[int]]]:
     """The padded steps of the generated masked inputs (:func:`make_inputs`), ``[(row, [time steps])]``: the
     first row none, the second its last 3 steps (``pad_sequences(padding='post')``), the third its first 2

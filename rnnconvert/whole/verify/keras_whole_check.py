@@ -166,7 +166,8 @@ def _source_and_inputs(src_path: str, full: FullModel, inputs: dict[str, np.ndar
 def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str, np.ndarray] | None = None,
                  seed: int = 0, run32=None, run64=None) -> list:
     """Compare the source model (tf_keras, file as stored) with the written ``.keras`` (Keras 3 rebuilding it):
-    every top-level layer with one call and every model output, by the one rule of whole models (:func:`judge`).
+    every top-level layer with one call and every model output, by the one rule of whole models (:func:`judge`); on
+    generated inputs, the fully masked batch too (:func:`compare_whole`, :func:`with_fully_masked`).
 
     Args:
         inputs: ``{model input name: array}`` (``--inputs``), else generated (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`).
@@ -193,24 +194,30 @@ def verify_model(src_path: str, dst_path: str, full: FullModel, inputs: dict[str
         shutil.copyfile(dst_path, local)
         with keras_whole.guarded("Keras 3 loading the written model", full, None, "keras"):
             new = keras3.built_archive(k, local)  # never load_model (issue #40)
-    args = [xs[n] for n in names_in]
     single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
               and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))]
-    feed = args if len(args) > 1 else args[0]
-    y3, got3 = _keras3_run(k, full, new, args, single)
-    whole_stage("running the source model")
-    with keras_whole.guarded("tf_keras running the source model (the reference of the whole-model check)", full, None,
-                             "tf_keras"):
-        y2, probed = _source_run(full, tfm, feed, [n for n in single if n in got3])
-    pairs = [(f"model output {i}", i, a, b) for i, (a, b) in enumerate(zip(y2, y3))]
-    pairs += [(f"model:{n}", n, probed[n], got3[n]) for n in single if n in got3 and n in probed]
-    checks = judge(pairs, "tf_keras (whole model)", "keras 3 load_model",
-                   lambda keys: _measure_spreads(full, tfm, keys, args, run32, run64, xs))
-    if len(y2) != len(y3):
-        checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
-                                 "keras 3 load_model", "float32", verdict="fail",
-                                 reason=f"{len(y3)} outputs where the source has {len(y2)}"))
-    return checks
+
+    def one(xs):
+        args = [xs[n] for n in names_in]
+        feed = args if len(args) > 1 else args[0]
+        y3, got3 = _keras3_run(k, full, new, args, single)
+        whole_stage("running the source model")
+        with keras_whole.guarded("tf_keras running the source model (the reference of the whole-model check)", full,
+                                 None, "tf_keras"):
+            y2, probed = _source_run(full, tfm, feed, [n for n in single if n in got3])
+        pairs = [(f"model output {i}", i, a, b) for i, (a, b) in enumerate(zip(y2, y3))]
+        pairs += [(f"model:{n}", n, probed[n], got3[n]) for n in single if n in got3 and n in probed]
+        checks = judge(pairs, "tf_keras (whole model)", "keras 3 load_model",
+                       lambda keys: _measure_spreads(full, tfm, keys, args, run32, run64, xs))
+        if len(y2) != len(y3):
+            checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, "tf_keras (whole model)",
+                                     "keras 3 load_model", "float32", verdict="fail",
+                                     reason=f"{len(y3)} outputs where the source has {len(y2)}"))
+        return checks
+
+    checks = one(xs)
+    xf = None if inputs else keras_whole.fully_masked_inputs(tfm, full.config, seed)
+    return checks if xf is None else with_fully_masked(checks, one(xf))
 
 
 def _keras3_run(k, full: FullModel, new, args: list, names: list[str]) -> tuple[list, dict]:
@@ -242,7 +249,39 @@ def _keras3_run(k, full: FullModel, new, args: list, names: list[str]) -> tuple[
 
 
 def _max_abs(a, b) -> float:
-    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
+    """``max|a - b|`` over the positions where either is finite: a position where both hold the same non-finite
+    value (NaN and NaN, or the same infinity) is not compared (a source's own NaN, e.g. tf_keras' masked mean over
+    a wholly masked row, against the same NaN), a position where one is not finite, or both but not the same, is
+    ``inf``; 0.0 for empty arrays."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    with np.errstate(invalid="ignore"):
+        d = np.abs(a - b)
+    if not np.isfinite(d).all():
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        d = np.where(same, 0.0, np.where(np.isnan(d), np.inf, d))
+    return float(np.max(d, initial=0.0))
+
+
+def nonfinite_mismatch(a, b) -> str:
+    """``''`` where ``b`` (the target's output) is non-finite exactly where ``a`` (the source's) is, with the same value
+    (NaN for NaN, the same infinity); otherwise the mismatch in words (how many positions, and the first one): the
+    whole-model rule's rule 1 (:func:`rnnconvert.verify.whole_rule.decide_whole`). Arrays of one shape."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    na, nb = ~np.isfinite(a), ~np.isfinite(b)
+    if not na.any() and not nb.any():
+        return ""
+    bad = (na != nb) | (na & nb & ~((a == b) | (np.isnan(a) & np.isnan(b))))
+    if not bad.any():
+        return ""
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = f"first at index {first}: {b[first]:g} where the source gives {a[first]:g}"
+    n_fin, n_non = int((bad & na & ~nb).sum()), int((bad & ~na).sum())
+    parts = ([f"{n_fin} finite value(s) where the source's output is not finite (NaN or infinite)"] if n_fin else []) + \
+        ([f"{n_non} non-finite value(s) where the source's output is finite"] if n_non else [])
+    other = int(bad.sum()) - n_fin - n_non
+    if other:
+        parts.append(f"{other} non-finite value(s) other than the source's non-finite value there")
+    return "the written model's output has " + "; ".join(parts) + f" ({where})"
 
 
 def source_float64(full: FullModel, model):
@@ -340,7 +379,10 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
     against ``run_target``, on ``inputs`` (``--inputs``: ``{model input name: array}``) or generated valid ones
     (:func:`rnnconvert.formats.keras.keras_whole.make_inputs`: token ids within each Embedding's range, masks with
     real padding at the end, the front and inside: :func:`rnnconvert.formats.keras.keras_whole.padded_steps`;
-    ``padding='end'``: at the end only, for a file written for that).
+    ``padding='end'``: at the end only, for a file written for that). Generated inputs of a model whose inputs carry
+    a mask are followed by a second, small batch with a row whose every step is masked
+    (:func:`rnnconvert.formats.keras.keras_whole.fully_masked_inputs`), judged alike and folded into the main
+    batch's checks by :func:`with_fully_masked` (docs/cli.md "The fully masked row").
 
     ``run_target(xs) -> (outputs, layers)``: ``xs`` the model inputs by name; ``outputs`` the model outputs in
     order, ``layers`` ``{top-level layer name: its output}`` for the layers the target exposes. Each is compared
@@ -366,25 +408,60 @@ def compare_whole(src_path: str, full: FullModel, run_target, route: str, inputs
         if checks is not None:
             return checks
     tfm, names_in, xs = _source_and_inputs(src_path, full, inputs, seed, steps, padding)
-    args = [xs[n] for n in names_in]
     src, fw = source_framework(full)
-    whole_stage("running the written model")
-    outs, layers = run_target(xs)
-    whole_stage("running the source model")
-    with keras_whole.guarded(f"{src.split(' (')[0]} running the source model (the reference of the whole-model "
-                             "check)", full, None, fw):
-        feed = args if len(args) > 1 else args[0]
-        single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
-                  and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))
-                  and lay.name in layers]
-        y2, probed = _source_run(full, tfm, feed, single)
-    pairs = [(f"model output {i}", i, np.asarray(a), b) for i, (a, b) in enumerate(zip(y2, outs))]
-    pairs += [(f"model:{n}", n, np.asarray(probed[n]), layers[n]) for n in single if n in probed]
-    checks = judge(pairs, src, route, lambda keys: _measure_spreads(full, tfm, keys, args, run32, run64, xs))
-    if len(y2) != len(outs):
-        checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, src, route, "float32",
-                                 verdict="fail", reason=f"{len(outs)} outputs where the source has {len(y2)}"))
-    return checks
+
+    def one(xs):
+        args = [xs[n] for n in names_in]
+        whole_stage("running the written model")
+        outs, layers = run_target(xs)
+        whole_stage("running the source model")
+        with keras_whole.guarded(f"{src.split(' (')[0]} running the source model (the reference of the whole-model "
+                                 "check)", full, None, fw):
+            feed = args if len(args) > 1 else args[0]
+            single = [lay.name for lay in tfm.layers if len(getattr(lay, "_inbound_nodes", [])) == 1
+                      and type(lay).__name__ != "InputLayer" and not isinstance(lay.output, (list, tuple))
+                      and lay.name in layers]
+            y2, probed = _source_run(full, tfm, feed, single)
+        pairs = [(f"model output {i}", i, np.asarray(a), b) for i, (a, b) in enumerate(zip(y2, outs))]
+        pairs += [(f"model:{n}", n, np.asarray(probed[n]), layers[n]) for n in single if n in probed]
+        checks = judge(pairs, src, route, lambda keys: _measure_spreads(full, tfm, keys, args, run32, run64, xs))
+        if len(y2) != len(outs):
+            checks.append(LayerCheck("model outputs (count)", float("inf"), 0.0, 0.0, src, route, "float32",
+                                     verdict="fail", reason=f"{len(outs)} outputs where the source has {len(y2)}"))
+        return checks
+
+    checks = one(xs)
+    xf = None if inputs else keras_whole.fully_masked_inputs(tfm, full.config, seed, steps, padding)
+    return checks if xf is None else with_fully_masked(checks, one(xf))
+
+
+#: the words a check judged on the fully masked batch (:func:`with_fully_masked`) starts its reason with
+FULLY_MASKED = ("on the generated fully masked row (every step of every masked input masked: "
+                "keras_whole.fully_masked_inputs)")
+
+
+def with_fully_masked(checks: list, extra: list) -> list:
+    """The checks of the main batch (``checks``) with those of the fully masked batch (``extra``,
+    :func:`rnnconvert.formats.keras.keras_whole.fully_masked_inputs`) folded in, by name: a check the fully masked
+    batch judges worse (``fail`` over ``inconclusive`` over ``ok``) is replaced by that batch's, its reason starting
+    with :data:`FULLY_MASKED`; otherwise the main batch's check stands as it was (a correct conversion's report is
+    the one it was without the fully masked batch). A check only the fully masked batch has is added where it is
+    not ``ok``."""
+    import dataclasses
+
+    rank = {"ok": 0, "inconclusive": 1, "fail": 2}
+    by = {c.name: i for i, c in enumerate(checks)}
+    out = list(checks)
+    for c in extra:
+        i = by.get(c.name)
+        if rank.get(c.verdict, 2) <= (rank.get(out[i].verdict, 2) if i is not None else 0):
+            continue
+        c = dataclasses.replace(c, reason=f"{FULLY_MASKED}: {c.reason}" if c.reason else FULLY_MASKED)
+        if i is None:
+            out.append(c)
+        else:
+            out[i] = c
+    return out
 
 
 #: the whole-model rule's relative term (:func:`rnnconvert.verify.whole_rule.decide_whole`'s ``first``) and the
@@ -404,11 +481,15 @@ def judge(pairs: list, src: str, route: str, measure) -> list:
     for name, key, a, b in pairs:
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
         arrays.append((a, b))
-        scale = float(np.max(np.abs(a), initial=0.0))
+        scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))  # a source's own NaN gives no scale
         if a.shape != b.shape:
             found.append(WholeFindings(math.inf, scale, shape=f"shape {b.shape} where the source gives {a.shape}"))
             continue
-        err = float(np.max(np.abs(a - b), initial=0.0)) if np.isfinite(b).all() else math.inf
+        bad = nonfinite_mismatch(a, b)
+        if bad:
+            found.append(WholeFindings(math.inf, scale, nonfinite=bad))
+            continue
+        err = _max_abs(a, b)  # the source's own non-finite values, matched by the target's, are not compared
         found.append(WholeFindings(err, scale))
     outs = [decide_whole(f, FIRST, RHO) for f in found]
     asked = [i for i, o in enumerate(outs) if o.get("ask")]
@@ -493,10 +574,13 @@ def numpy_graph(graph, full: FullModel):
     return g if g is not None and not numpy_source.uncovered(g) else None
 
 
-def graph_inputs(g, full: FullModel, inputs: dict | None, seed: int, steps: int, padding: str) -> dict:
+def graph_inputs(g, full: FullModel, inputs: dict | None, seed: int, steps: int, padding: str,
+                 fully_masked: bool = False) -> dict | None:
     """The inputs of the numpy source run: ``inputs`` (``--inputs``, naming exactly the graph's inputs, the
     model's input layers) or the generated ones :func:`rnnconvert.formats.keras.keras_whole.make_inputs` makes for
-    the source framework's model (the same arrays: the same names, shapes and seed).
+    the source framework's model (the same arrays: the same names, shapes and seed); ``fully_masked`` (no
+    ``inputs``): the fully masked batch :func:`rnnconvert.formats.keras.keras_whole.fully_masked_inputs` makes for
+    it, ``None`` where no input carries a mask.
 
     Raises:
         FormatError: ``inputs`` that do not name the model's inputs."""
@@ -506,6 +590,8 @@ def graph_inputs(g, full: FullModel, inputs: dict | None, seed: int, steps: int,
     if inputs:
         return _named_inputs(names_in, inputs)
     shim = SimpleNamespace(inputs=[SimpleNamespace(name=n, shape=(None,) + tuple(shp)) for n, shp, *_ in g.inputs])
+    if fully_masked:
+        return keras_whole.fully_masked_inputs(shim, full.config, seed, steps, padding)
     return keras_whole.make_inputs(shim, full.config, seed, steps, padding)
 
 
@@ -524,9 +610,19 @@ def _compare_numpy(g, full: FullModel, run_target, route: str, inputs, seed: int
                    padding: str):
     """:func:`compare_whole` with the numpy evaluator as the source side; ``None`` where it cannot run the model on
     these inputs (the framework path then runs)."""
+    xs = graph_inputs(g, full, inputs, seed, steps, padding)
+    checks = _compare_numpy_on(g, xs, run_target, route, run64, run32)
+    xf = None if inputs or checks is None else graph_inputs(g, full, None, seed, steps, padding, fully_masked=True)
+    if xf is None:
+        return checks
+    extra = _compare_numpy_on(g, xf, run_target, route, run64, run32)
+    return None if extra is None else with_fully_masked(checks, extra)
+
+
+def _compare_numpy_on(g, xs: dict, run_target, route: str, run64, run32):
+    """:func:`_compare_numpy` on the model inputs ``xs``; ``None`` where the numpy evaluator cannot run them."""
     from . import numpy_source
 
-    xs = graph_inputs(g, full, inputs, seed, steps, padding)
     whole_stage("running the source model (numpy)")
     try:
         y2, probed = numpy_source.run(g, xs, np.float32)

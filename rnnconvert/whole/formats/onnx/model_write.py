@@ -220,29 +220,34 @@ def _recurrent(g: _G, node: keras_graph.Node, x: str, lens: str | None, initial:
         out = _general_output(g, node, y, yh, cp, seqs, merge, reverse, red)
         return _states(g, node, out, yh, yc, cp, initial)
     out = _sequence_or_last(g, node, y, yh, lens, seqs, merge, reverse, red)
-    return _states(g, node, out, yh, yc)
+    return _states(g, node, out, yh, yc, initial=initial, lens=lens)
 
 
 def _states(g: _G, node: keras_graph.Node, out: str, yh: str, yc: list[str],
-            cp: mask_forms.Compaction | None = None, initial: list[str] | None = None):
+            cp: mask_forms.Compaction | None = None, initial: list[str] | None = None, lens: str | None = None):
     """``out``, or with ``return_state`` (``node.outputs`` beyond the first) ``[out, h, c]`` / ``[out, h]``: the
     node's ``Y_h`` / ``Y_c`` ``(1, B, H)`` as Keras' ``(B, H)`` (with ``sequence_lens``, the state at each
     sequence's last step, as tf_keras keeps it over masked steps; with ``cp``, the initial state where a sequence
-    has no unmasked step, :func:`.masks.state`)."""
+    has no unmasked step, :func:`.masks.state`; with ``lens`` alone, ``mask_layout='end'``, the same: onnxruntime
+    gives zero states for a sequence of length 0, tf_keras its initial state, measured in session 18)."""
     if node.name in g.carried:  # write option states: the final states are graph outputs
-        for key, t in zip(keras_graph.STATES[node.cls], _squeezed(g, node, yh, yc, cp, initial)):
+        for key, t in zip(keras_graph.STATES[node.cls], _squeezed(g, node, yh, yc, cp, initial, lens)):
             g.state_outs.append((f"state_out:{node.name}:{key}", t, node.layer.hidden_size))
     if len(node.outputs) == 1:
         return out
-    return [out] + _squeezed(g, node, yh, yc, cp, initial)[:len(node.outputs) - 1]
+    return [out] + _squeezed(g, node, yh, yc, cp, initial, lens)[:len(node.outputs) - 1]
 
 
 def _squeezed(g: _G, node: keras_graph.Node, yh: str, yc: list[str], cp: mask_forms.Compaction | None,
-              initial: list[str] | None) -> list[str]:
+              initial: list[str] | None, lens: str | None = None) -> list[str]:
     """The node's ``Y_h`` (, ``Y_c``) as Keras' ``(B, H)`` states (:func:`_states`)."""
     sq = [g.op("Squeeze", [t, g.const(_int64([0]), "ax")], node.name) for t in [yh] + yc]
     if cp is not None:
         sq = [mask_forms.state(g, t, initial[i] if initial else None, cp, node.name) for i, t in enumerate(sq)]
+    elif lens is not None and initial:  # a sequence of length 0: its initial state (the node's are zeros)
+        seen = g.op("Unsqueeze", [g.op("Greater", [lens, g.const(np.zeros((), np.int32), "zero")], node.name),
+                                  g.const(_int64([1]), "ax")], node.name)
+        sq = [g.op("Where", [seen, t, initial[i]], node.name) for i, t in enumerate(sq)]
     return sq
 
 
