@@ -310,7 +310,13 @@ def _sort(f: Findings, tol: Tolerances) -> _Sorted:
     # beyond what float32 rounding explains by more than a layout slip moves the outputs (or no one-step comparison)
     hard = [e for e in beyond if e not in ill and (not st or e.err > rho * e.scale)]
     w = max(hard or beyond or seqs, key=lambda e: e.err / max(e.tol, 1e-300))  # the one reported
-    return _Sorted(seqs, beyond, ill, hard, step_failed, w, _subject(f, len(seqs), seqs.index(w)), spreads)
+    return _Sorted(seqs, beyond, ill, hard, step_failed, w, _subject(f, len(seqs), _at(seqs, w)), spreads)
+
+
+def _at(seqs: list, e: SeqCheck) -> int:
+    """The position of ``e`` itself in ``seqs`` (not of the first equal comparison: two runs may give equal
+    numbers, and each names its own rows)."""
+    return next(j for j, x in enumerate(seqs) if x is e)
 
 
 def _wiring_failed(f: Findings, tol: Tolerances) -> bool:
@@ -336,14 +342,14 @@ def _sequence_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str]
                         f"({w.scale:.3g}): the file's wiring between its nodes does not compute the source's layer")
     if s.hard:
         e = s.worst
-        how = (f"measured over {len(s.spreads[s.seqs.index(e)].orders)} float32 evaluation orders"
-               if isinstance(s.spreads, dict) and s.seqs.index(e) in s.spreads else "one float32 run's estimate")
+        how = (f"measured over {len(s.spreads[_at(s.seqs, e)].orders)} float32 evaluation orders"
+               if isinstance(s.spreads, dict) and _at(s.seqs, e) in s.spreads else "one float32 run's estimate")
         return "fail", (f"{s.where} differ by {e.err:.3g} (tolerance {e.tol:.3g}, "
                         f"{how})")
     if not s.beyond:
         return None
     e = max(s.beyond, key=lambda e: e.err / max(e.tol, 1e-300))
-    j = s.seqs.index(e)
+    j = _at(s.seqs, e)
     subj = _subject(f, len(s.seqs), j)
     if e in s.ill:
         return "inconclusive", (
@@ -407,7 +413,7 @@ def _state_rules(f: Findings, tol: Tolerances, s: _Sorted) -> tuple[str, str] | 
     ill_esc = None
     if s.ill and (any(e.by_target for e in s.ill) or (ill_esc := _escape(f, s)) is not None):
         e = max(s.ill, key=lambda e: _rounding(e, tol) / max(e.scale, 1e-300))
-        j = s.seqs.index(e)
+        j = _at(s.seqs, e)
         name = f.seq_names[j] if j < len(f.seq_names) else ""
         own = len(s.seqs) - sum(1 for x in f.seq_names if x)
         ill_at = f" of the {name}" if name else "" if own == 1 else f" of stacked layer {j}"
