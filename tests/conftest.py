@@ -64,15 +64,9 @@ def dinornn():
 
 def gate_distinct(rng, rows: int, cols: int, gates: int, scale: float = 0.5):
     """A ``(rows, cols)`` float32 matrix whose ``gates`` row blocks each sit in their own value range
-    (block k centred on ``scale * (k - (gates-1)/2) / gates``), so any gate permutation slip shows."""
-    import numpy as np
-
-    blk = rows // gates
-    out = np.empty((rows, cols), np.float32)
-    for k in range(gates):
-        centre = scale * (k - (gates - 1) / 2) / max(gates, 1)
-        out[k * blk:(k + 1) * blk] = centre + rng.uniform(-0.1, 0.1, (blk, cols))
-    return out
+    (block k centred on ``scale * (k - (gates-1)/2) / gates``), so any gate permutation slip shows: the fixture
+    generators' filler ``centred`` of ``fixtures/_weights.py`` (:func:`fixture_script`), draw for draw."""
+    return fixture_script("_weights").centred(rng, rows, cols, gates, scale)
 
 
 def torch_rnn(kind: str, input_size: int, hidden: int, *, seed: int = 0, **kw):
@@ -92,6 +86,32 @@ def torch_rnn(kind: str, input_size: int, hidden: int, *, seed: int = 0, **kw):
             sd[name] = torch.from_numpy(gate_distinct(rng, p.shape[0], 1, g)[:, 0])
     mod.load_state_dict(sd)
     return mod.eval()
+
+
+def assert_wiring_slip_seen(mod, src, good, bad, run, input_size: int) -> None:
+    """The wiring check's contract on a written file ``good`` and its edited copy ``bad`` of the torch layer ``mod``
+    saved as ``src``. Oracle: ``mod`` itself on a seeded ``(3, 8, input_size)`` standard normal input;
+    ``run(path, x)`` (the target's own runtime) gives it within ``1e-4`` of its scale on ``good`` and misses it by
+    more than ``2e-2`` (twice rho: a slip verification must see) on ``bad``; then ``api.verify`` says ok for
+    ``good`` through the whole layer's graph, and fail for ``bad`` naming the whole run."""
+    import numpy as np
+    import torch
+
+    from rnnconvert import api
+
+    x = np.random.default_rng(0).standard_normal((3, 8, input_size)).astype(np.float32)
+    with torch.no_grad():
+        want = mod(torch.from_numpy(x))[0].numpy()
+    scale = float(np.abs(want).max())
+    assert float(np.abs(run(good, x) - want).max()) < 1e-4 * scale
+    assert float(np.abs(run(bad, x) - want).max()) > 2e-2 * scale  # twice rho: a slip verification must see
+
+    ok = api.verify(src, good)
+    assert ok.verdict == "ok", [(c.verdict, c.reason) for c in ok.layers]
+    assert "whole layer's graph" in ok.layers[0].target_route  # the wiring ran
+    rep = api.verify(src, bad)
+    assert rep.verdict == "fail", [(c.verdict, c.reason) for c in rep.layers]
+    assert "run whole" in rep.layers[0].reason, rep.layers[0].reason
 
 
 def assert_within_float32_spread(layer, x, y, *, last_step: bool = False, what: str = "output"):
@@ -526,6 +546,151 @@ def ort_run(model, feeds: dict, names: list[str]) -> list:
     s = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
     kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in s.get_inputs()}
     return s.run(names, {k: np.asarray(v).astype(kinds[k]) for k, v in feeds.items()})
+
+
+def whole_err(got, ref) -> float:
+    """``max|got - ref| / max(1, max|ref|)`` in float64: the relative error :func:`whole_close` bounds."""
+    import numpy as np
+
+    ref = np.asarray(ref, np.float64)
+    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) / max(1.0, float(np.max(np.abs(ref))))
+
+
+def whole_fixture_graph(folder, name: str, edit=None):
+    """:func:`whole_graph` of ``folder / name``: a ``.keras`` file read by
+    :func:`rnnconvert.formats.keras.keras3.read_full_model`, others by the tf_keras reader."""
+    if name.endswith(".keras"):
+        from rnnconvert.formats.keras import keras3
+
+        return whole_graph(folder / name, edit, source=keras3.read_full_model)
+    return whole_graph(folder / name, edit)
+
+
+def whole_length_cases(folder, name: str):
+    """``(n, feeds, outs)`` for each length ``n`` of the oracle ``<stem>.npz`` beside ``folder / name``: its
+    ``in__<input>__<n>`` by input name and its ``out__<i>__<n>`` in output order."""
+    import numpy as np
+
+    z = np.load(folder / (name.rsplit(".", 1)[0] + ".npz"))
+    for n in z["lengths"]:
+        feeds = {k[4:].rsplit("__", 1)[0]: z[k] for k in z.files if k.startswith("in__") and k.endswith(f"__{n}")}
+        outs = [z[f"out__{i}__{n}"] for i in range(sum(1 for k in z.files if k.startswith("out__")
+                                                        and k.endswith(f"__{n}")))]
+        yield int(n), feeds, outs
+
+
+def whole_torch_args(g, feeds: dict, int_dtype) -> list:
+    """The torch tensors of ``feeds`` in the order of ``g.inputs``: token inputs as ``int_dtype``, others float32."""
+    import numpy as np
+    import torch
+
+    return [torch.from_numpy(np.asarray(feeds[i[0]]).astype(int_dtype if i[3] is not None else np.float32))
+            for i in g.inputs]
+
+
+def assert_whole_onnx_lengths(model, folder, name: str) -> None:
+    """onnxruntime on ``model`` at each stored length of :func:`whole_length_cases` ``(folder, name)``: every output
+    of the oracle's shape and :func:`whole_close` to it."""
+    import numpy as np
+
+    for n, feeds, outs in whole_length_cases(folder, name):
+        got = ort_run(model, feeds, [f"output_{i}" for i in range(len(outs))])
+        for i, (y, ref) in enumerate(zip(got, outs)):
+            assert y.shape == ref.shape and whole_close(y, ref), (name, n, i, float(np.abs(y - ref).max()))
+
+
+def assert_whole_torch_lengths(module, g, folder, name: str, int_dtype, shape: bool = False) -> None:
+    """The torch ``module`` (a ``.pt2`` program or an emitted ``nn.Module``) under ``torch.no_grad`` on
+    :func:`whole_torch_args` at each stored length of :func:`whole_length_cases` ``(folder, name)``: every output
+    :func:`whole_close` to the oracle's (``shape``: and of its shape)."""
+    import numpy as np
+    import torch
+
+    for n, feeds, outs in whole_length_cases(folder, name):
+        with torch.no_grad():
+            got = module(*whole_torch_args(g, feeds, int_dtype))
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        for i, (y, ref) in enumerate(zip(got, outs)):
+            y = y.numpy()
+            assert (not shape or y.shape == ref.shape) and whole_close(y, ref), (name, n, i,
+                                                                                 float(np.abs(y - ref).max()))
+
+
+def whole_emitted_module(g, tmp_path, stem: str):
+    """The ``nn.Module`` that ``module_write.emit(g)`` writes, imported from its file ``tmp_path/<stem>.py`` with its
+    state loaded from ``tmp_path/state.pt`` (``weights_only=True``), in eval mode."""
+    import importlib.util
+
+    import torch
+
+    from rnnconvert.whole.formats.torch import module_write
+
+    em = module_write.emit(g)
+    src = tmp_path / f"{stem}.py"
+    src.write_text(em.source)
+    (tmp_path / "state.pt").write_bytes(module_write.state_bytes(em.state))
+    spec = importlib.util.spec_from_file_location(stem, src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    m = mod.Model()
+    m.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    m.eval()
+    return m
+
+
+def whole_pt2_program(g, tmp_path):
+    """The ``.pt2`` program of ``g`` (``pt2_write.export``) saved as ``tmp_path/p.pt2`` and loaded back by
+    ``torch.export.load``: its module."""
+    import torch
+
+    from rnnconvert.whole.formats.torch import pt2_write
+
+    torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))
+    return torch.export.load(str(tmp_path / "p.pt2")).module()
+
+
+def whole_onnx_model(g, **kw):
+    """The ONNX graph (``onnx.ModelProto``) that ``model_write.build(g, **kw)`` writes for the graph ``g``."""
+    from rnnconvert.whole.formats.onnx import model_write
+
+    return model_write.build(g, **kw)
+
+
+def whole_onnx_outputs(g, feeds: dict) -> list:
+    """onnxruntime's ``output_<i>`` for every output of ``g`` on the ONNX graph :func:`whole_onnx_model` writes."""
+    return ort_run(whole_onnx_model(g), feeds, [f"output_{i}" for i in range(len(g.outputs))])
+
+
+def assert_whole_outputs(outs, z, what) -> None:
+    """Each of ``outs`` (numpy arrays or torch tensors) :func:`whole_close` to the oracle's ``out__<i>`` of ``z``;
+    the message names ``(what, i)``."""
+    for i, y in enumerate(outs):
+        y = y.detach().numpy() if hasattr(y, "detach") else y
+        assert whole_close(y, z[f"out__{i}"]), (what, i)
+
+
+def whole_mutated_check(path, mutate, source=None, cast: bool = False):
+    """``keras_whole_check.compare_whole`` (the source framework against onnxruntime) on the graph written from
+    :func:`whole_model` ``(path, source)`` after ``mutate(model)``; ``cast``: each feed cast to the dtype the
+    session declares (int32 or float32)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from rnnconvert.whole.conventions import keras_graph
+    from rnnconvert.whole.formats.onnx import model_write
+    from rnnconvert.whole.verify import keras_whole_check
+
+    ckpt, full = whole_model(path, source)
+    model = model_write.build(keras_graph.build(full.config, full.weights, ckpt))
+    mutate(model)
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in s.get_inputs()}
+    outs = [o.name for o in s.get_outputs() if o.name.startswith("output_")]
+
+    def target(xs):
+        return s.run(outs, {k: np.asarray(v).astype(kinds[k]) for k, v in xs.items()} if cast else xs), {}
+
+    return keras_whole_check.compare_whole(str(path), full, target, "onnxruntime (mutated)")
 
 
 # ---- torch modules shared by tests/formats/onnx_files and torch_files ----------------------------------------

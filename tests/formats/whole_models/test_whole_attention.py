@@ -27,6 +27,8 @@ pytest.importorskip("torch")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from conftest import ort_run, whole_close, whole_graph, whole_model  # noqa: E402
+from conftest import assert_whole_onnx_lengths, assert_whole_torch_lengths, whole_emitted_module  # noqa: E402
+from conftest import whole_fixture_graph, whole_length_cases, whole_onnx_model as _onnx, whole_pt2_program  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "fixtures" / "whole_attention"
@@ -34,100 +36,49 @@ CASES = ["att_text.h5", "att_seq.h5", "k3_att_text.keras", "pool_keepdims.h5"]
 
 
 def _graph(name, edit=None):
-    if name.endswith(".keras"):
-        from rnnconvert.formats.keras import keras3
-
-        return whole_graph(FIX / name, edit, source=keras3.read_full_model)
-    return whole_graph(FIX / name, edit)
+    return whole_fixture_graph(FIX, name, edit)
 
 
 def _cases(name):
-    z = np.load(FIX / (name.rsplit(".", 1)[0] + ".npz"))
-    for n in z["lengths"]:
-        feeds = {k[4:].rsplit("__", 1)[0]: z[k] for k in z.files if k.startswith("in__") and k.endswith(f"__{n}")}
-        outs = [z[f"out__{i}__{n}"] for i in range(sum(1 for k in z.files if k.startswith("out__")
-                                                        and k.endswith(f"__{n}")))]
-        yield int(n), feeds, outs
-
-
-def _onnx(g, **kw):
-    from rnnconvert.whole.formats.onnx import model_write
-
-    return model_write.build(g, **kw)
+    return whole_length_cases(FIX, name)
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_onnx_matches_framework(name):
     """onnxruntime on the written graph: every output at every stored length (rows padded anywhere)."""
-    g = _graph(name)
-    model = _onnx(g)
-    for n, feeds, outs in _cases(name):
-        got = ort_run(model, feeds, [f"output_{i}" for i in range(len(outs))])
-        for i, (y, ref) in enumerate(zip(got, outs)):
-            assert y.shape == ref.shape and whole_close(y, ref), (name, n, i, float(np.abs(y - ref).max()))
+    assert_whole_onnx_lengths(_onnx(_graph(name)), FIX, name)
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_pt2_matches_framework(name, tmp_path):
     """The exported ``.pt2`` program, saved and loaded back: every output at every stored length."""
-    import torch
-
-    from rnnconvert.whole.formats.torch import pt2_write
-
     g = _graph(name)
-    p = tmp_path / "m.pt2"
-    torch.export.save(pt2_write.export(g), str(p))
-    prog = torch.export.load(str(p)).module()
-    for n, feeds, outs in _cases(name):
-        args = [torch.from_numpy(np.asarray(feeds[i[0]]).astype(np.int32 if i[3] is not None else np.float32))
-                for i in g.inputs]
-        with torch.no_grad():
-            got = prog(*args)
-        for i, (y, ref) in enumerate(zip(got, outs)):
-            assert whole_close(y.numpy(), ref), (name, n, i, float(np.abs(y.numpy() - ref).max()))
+    assert_whole_torch_lengths(whole_pt2_program(g, tmp_path), g, FIX, name, np.int32)
 
 
 @pytest.mark.parametrize("name", ["att_text.h5", "k3_att_text.keras", "pool_keepdims.h5"])
 def test_emitted_module_matches_framework(name, tmp_path):
     """The emitted ``nn.Module`` source (imported from its file, state loaded with weights_only) computes the
     framework's outputs."""
-    import importlib.util
-
-    import torch
-
-    from rnnconvert.whole.formats.torch import module_write
-
     g = _graph(name)
-    em = module_write.emit(g)
-    src = tmp_path / "att_mod.py"
-    src.write_text(em.source)
-    (tmp_path / "state.pt").write_bytes(module_write.state_bytes(em.state))
-    spec = importlib.util.spec_from_file_location("att_mod", src)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    m = mod.Model()
-    m.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
-    m.eval()
-    for n, feeds, outs in _cases(name):
-        args = [torch.from_numpy(np.asarray(feeds[i[0]]).astype(np.int64 if i[3] is not None else np.float32))
-                for i in g.inputs]
-        with torch.no_grad():
-            got = m(*args)
-        got = got if isinstance(got, tuple) else (got,)
-        for i, (y, ref) in enumerate(zip(got, outs)):
-            assert whole_close(y.numpy(), ref), (name, n, i)
+    assert_whole_torch_lengths(whole_emitted_module(g, tmp_path, "att_mod"), g, FIX, name, np.int64)
+
+
+def _att_add_without_call_keywords(cfg):
+    """Drops the call keywords (``use_causal_mask``) of ``att_add``'s inbound nodes in ``cfg``; returns its record."""
+    for rec in cfg["config"]["layers"]:
+        if rec["config"]["name"] == "att_add":
+            for node in rec["inbound_nodes"]:
+                for ent in node:
+                    ent[3] = {}
+            return rec
 
 
 def test_keras2_causal_config_key():
     """A Keras 2.4-2.9 config writes ``causal: true`` in the layer config instead of a call keyword (tf_keras pops it
     into ``self.causal``): the same graph, the same outputs as ``use_causal_mask=True``."""
     def edit(cfg):
-        for rec in cfg["config"]["layers"]:
-            if rec["config"]["name"] == "att_add":
-                for node in rec["inbound_nodes"]:
-                    for ent in node:
-                        ent[3] = {}
-                rec["config"]["causal"] = True
+        _att_add_without_call_keywords(cfg)["config"]["causal"] = True
 
     g = _graph("att_text.h5", edit)
     n, feeds, outs = next(_cases("att_text.h5"))
@@ -137,15 +88,8 @@ def test_keras2_causal_config_key():
 
 def test_masks_and_causal_change_the_outputs():
     """The fixtures tell the masks and the causal triangle apart: the graph built without them misses tf_keras."""
-    def edit(cfg):
-        for rec in cfg["config"]["layers"]:
-            if rec["config"]["name"] == "att_add":
-                for node in rec["inbound_nodes"]:
-                    for ent in node:
-                        ent[3] = {}
-
     n, feeds, outs = next(_cases("att_text.h5"))
-    got = ort_run(_onnx(_graph("att_text.h5", edit)), feeds, ["output_2"])[0]
+    got = ort_run(_onnx(_graph("att_text.h5", _att_add_without_call_keywords)), feeds, ["output_2"])[0]
     assert not whole_close(got, outs[2])
 
 

@@ -19,13 +19,12 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
-from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 
-from conftest import ort_run as _ort_run, whole_close as _close, whole_feeds as _feeds  # noqa: E402
+from conftest import whole_close as _close, whole_feeds as _feeds  # noqa: E402
 from conftest import whole_graph as _graph, whole_model as _full  # noqa: E402
+from conftest import assert_whole_outputs, whole_mutated_check, whole_onnx_outputs, whole_pt2_program  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "whole_conv"
 CONV = sorted(FIX.glob("conv_*.h5"))
@@ -35,24 +34,18 @@ CONV = sorted(FIX.glob("conv_*.h5"))
 def test_onnx_graph_matches_tf_keras(path):
     g = _graph(path)
     z = np.load(path.with_suffix(".npz"))
-    outs = _ort_run(model_write.build(g), _feeds(g, z), [f"output_{i}" for i in range(len(g.outputs))])
+    outs = whole_onnx_outputs(g, _feeds(g, z))
     assert len(outs) == len([k for k in z.files if k.startswith("out__")])
-    for i, y in enumerate(outs):
-        assert _close(y, z[f"out__{i}"]), (path.name, i)
+    assert_whole_outputs(outs, z, path.name)
 
 
 @pytest.mark.parametrize("path", CONV, ids=lambda p: p.stem)
 def test_pt2_program_matches_tf_keras(path, tmp_path):
     torch = pytest.importorskip("torch")
-    from rnnconvert.whole.formats.torch import pt2_write
-
     g = _graph(path)
-    torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))
-    prog = torch.export.load(str(tmp_path / "p.pt2")).module()
+    prog = whole_pt2_program(g, tmp_path)
     z = np.load(path.with_suffix(".npz"))
-    outs = prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()])
-    for i, y in enumerate(outs):
-        assert _close(y.detach().numpy(), z[f"out__{i}"]), (path.name, i)
+    assert_whole_outputs(prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()]), z, path.name)
 
 
 def test_pt2_same_pads_follow_the_length(tmp_path):
@@ -79,14 +72,7 @@ def test_conv2d_layers_are_native_onnx_ops():
 
 # ----------------------------------------------------------------------------- mutations: the check must FAIL
 def _mutated_check(path, mutate):
-    import onnxruntime as ort
-
-    ckpt, full = _full(path)
-    model = model_write.build(keras_graph.build(full.config, full.weights, ckpt))
-    mutate(model)
-    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    outs = [o.name for o in s.get_outputs() if o.name.startswith("output_")]
-    return keras_whole_check.compare_whole(str(path), full, lambda xs: (s.run(outs, xs), {}), "onnxruntime (mutated)")
+    return whole_mutated_check(path, mutate)
 
 
 def _attr(node, name, value):

@@ -23,13 +23,13 @@ pytest.importorskip("onnx")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.formats.keras import keras_whole  # noqa: E402
-from rnnconvert.whole.conventions import keras_graph, time_axis  # noqa: E402
+from rnnconvert.whole.conventions import time_axis  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
+
+from conftest import WHOLE_TOL as TOL, whole_err as _err, whole_graph as _graph  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "whole_free_axis"
 FREE = sorted(FIX.glob("free_*.h5"))
-TOL = 2e-5
 
 
 @pytest.fixture(autouse=True)
@@ -38,12 +38,6 @@ def _read_in_process(monkeypatch):
     forked isolated HDF5 read did not finish within 60 s here after onnxruntime sessions ran in this process.
     The forked reader is tested by tests/security; this module tests the free axis."""
     monkeypatch.setenv("RNNCONVERT_ISOLATE", "0")
-
-
-def _graph(path):
-    ckpt = rnnconvert.load(path)
-    full = keras_whole.read_full_model(ckpt)
-    return keras_graph.build(full.config, full.weights, ckpt)
 
 
 def _session(model):
@@ -56,11 +50,6 @@ def _run(sess, g, z, n):
     kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in sess.get_inputs()}
     return sess.run([f"output_{i}" for i in range(len(g.outputs))],
                     {name: z[f"in__{name}__{n}"].astype(kinds[name]) for name, *_ in g.inputs})
-
-
-def _err(got, ref) -> float:
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) / max(1.0, float(np.max(np.abs(ref))))
 
 
 def _meta(model) -> dict:

@@ -20,13 +20,12 @@ pytest.importorskip("onnx")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import rnnconvert  # noqa: E402
-from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import UnsupportedError  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
-from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 
 from conftest import ort_run as _ort, whole_close as _close, whole_feeds, whole_graph as _graph  # noqa: E402
+from conftest import assert_whole_outputs, whole_mutated_check, whole_onnx_outputs, whole_pt2_program  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures"
 WHOLE = sorted((FIX / "keras_whole").glob("whole_*.h5")) + sorted((FIX / "whole_graph").glob("whole30_*.h5"))
@@ -44,9 +43,7 @@ def test_onnx_graph_matches_tf_keras(path):
     """Every whole fixture as one ONNX graph, run by onnxruntime, gives tf_keras' outputs (oracle npz)."""
     g = _graph(path)
     z = np.load(path.with_suffix(".npz"))
-    outs = _ort(model_write.build(g), _feeds(g, z), [f"output_{i}" for i in range(len(g.outputs))])
-    for i, y in enumerate(outs):
-        assert _close(y, z[f"out__{i}"]), (path.name, i)
+    assert_whole_outputs(whole_onnx_outputs(g, _feeds(g, z)), z, path.name)
 
 
 def test_onnx_recurrent_layers_are_native_nodes():
@@ -100,15 +97,10 @@ def test_pt2_program_matches_tf_keras(path, tmp_path):
     """issue #30's fixtures (masked Bidirectional 'ave', masked mean pooling, go_backwards, every pooling,
     normalisation, merge and reshaping layer) as .pt2 programs, loaded and run by torch: tf_keras' outputs."""
     torch = pytest.importorskip("torch")
-    from rnnconvert.whole.formats.torch import pt2_write
-
     g = _graph(path)
-    torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))
-    prog = torch.export.load(str(tmp_path / "p.pt2")).module()
+    prog = whole_pt2_program(g, tmp_path)
     z = np.load(path.with_suffix(".npz"))
-    outs = prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()])
-    for i, y in enumerate(outs):
-        assert _close(y.detach().numpy(), z[f"out__{i}"]), (path.name, i)
+    assert_whole_outputs(prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()]), z, path.name)
 
 
 def test_pt2_carries_cells_torch_nn_cannot(tmp_path):
@@ -150,19 +142,7 @@ def test_weights_only_file_keeps_the_recurrent_layers(tmp_path):
 # ----------------------------------------------------------------------------- mutations: the check must FAIL
 def _mutated_check(tmp_path, path, mutate):
     """compare_whole (tf_keras vs onnxruntime) on a written graph after ``mutate(model)``."""
-    import onnxruntime as ort
-
-    ckpt = rnnconvert.load(path)
-    full = keras_whole.read_full_model(ckpt)
-    model = model_write.build(keras_graph.build(full.config, full.weights, ckpt))
-    mutate(model)
-    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in s.get_inputs()}
-    outs = [o.name for o in s.get_outputs() if o.name.startswith("output_")]
-    def target(xs):
-        return s.run(outs, {k: np.asarray(v).astype(kinds[k]) for k, v in xs.items()}), {}
-
-    return keras_whole_check.compare_whole(str(path), full, target, "onnxruntime (mutated)")
+    return whole_mutated_check(path, mutate, cast=True)
 
 
 def _init(model, name):

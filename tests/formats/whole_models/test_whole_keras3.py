@@ -23,10 +23,10 @@ from rnnconvert.whole.conventions import keras_graph  # noqa: E402
 from rnnconvert.errors import UnsupportedError  # noqa: E402
 from rnnconvert.whole.formats.keras import whole_source  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
-from rnnconvert.whole.verify import keras_whole_check  # noqa: E402
 
-from conftest import ort_run as _ort, whole_close as _close, whole_feeds as _feeds  # noqa: E402
+from conftest import whole_feeds as _feeds  # noqa: E402
 from conftest import whole_graph, whole_model  # noqa: E402
+from conftest import assert_whole_outputs, whole_mutated_check, whole_onnx_outputs, whole_pt2_program  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "keras3_whole"
 K3 = sorted(FIX.glob("k3whole_*.keras"))
@@ -62,25 +62,19 @@ def test_onnx_graph_matches_keras3(path):
     """Every Keras 3 fixture as one ONNX graph, run by onnxruntime, gives Keras 3's outputs (oracle npz)."""
     g = _graph(path)
     z = np.load(path.with_suffix(".npz"))
-    outs = _ort(model_write.build(g), _feeds(g, z), [f"output_{i}" for i in range(len(g.outputs))])
+    outs = whole_onnx_outputs(g, _feeds(g, z))
     assert len(outs) == len([k for k in z.files if k.startswith("out__")])
-    for i, y in enumerate(outs):
-        assert _close(y, z[f"out__{i}"]), (path.name, i)
+    assert_whole_outputs(outs, z, path.name)
 
 
 @pytest.mark.parametrize("path", K3, ids=lambda p: p.stem)
 def test_pt2_program_matches_keras3(path, tmp_path):
     """The same fixtures as .pt2 programs, loaded and run by torch: Keras 3's outputs."""
     torch = pytest.importorskip("torch")
-    from rnnconvert.whole.formats.torch import pt2_write
-
     g = _graph(path)
-    torch.export.save(pt2_write.export(g), str(tmp_path / "p.pt2"))
-    prog = torch.export.load(str(tmp_path / "p.pt2")).module()
+    prog = whole_pt2_program(g, tmp_path)
     z = np.load(path.with_suffix(".npz"))
-    outs = prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()])
-    for i, y in enumerate(outs):
-        assert _close(y.detach().numpy(), z[f"out__{i}"]), (path.name, i)
+    assert_whole_outputs(prog(*[torch.from_numpy(v) for v in _feeds(g, z).values()]), z, path.name)
 
 
 def test_keras3_masks_and_hard_sigmoid_are_read():
@@ -146,18 +140,7 @@ def test_cli_writes_and_verifies_keras3_source(tmp_path):
 # ----------------------------------------------------------------------------- mutations: the check must FAIL
 def _mutated_check(path, mutate):
     """compare_whole (Keras 3 vs onnxruntime) on a written graph after ``mutate(model)``."""
-    import onnxruntime as ort
-
-    ckpt, full = _full(path)
-    model = model_write.build(keras_graph.build(full.config, full.weights, ckpt))
-    mutate(model)
-    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    outs = [o.name for o in s.get_outputs() if o.name.startswith("output_")]
-
-    def target(xs):
-        return s.run(outs, xs), {}
-
-    return keras_whole_check.compare_whole(str(path), full, target, "onnxruntime (mutated)")
+    return whole_mutated_check(path, mutate, whole_source.whole_source)
 
 
 @pytest.mark.parametrize("kind", ["keras2_hard_sigmoid", "drop_mask", "dense_bias"])

@@ -23,30 +23,19 @@ import rnnconvert  # noqa: E402
 from rnnconvert.formats.keras import keras_whole  # noqa: E402
 from rnnconvert.whole.formats.onnx import model_write  # noqa: E402
 
-from conftest import whole_graph as _graph  # noqa: E402
+from conftest import WHOLE_TOL as TOL, ort_run, whole_err as _err, whole_feeds, whole_graph as _graph  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "whole_masks"
 CASES = sorted(FIX.glob("masks_*.h5"))
-TOL = 2e-5
 #: the rows of gen_whole_masks.ROWS whose padding (if any) is at the end: no padding, end padding
 END_ROWS = [0, 1]
 
 
 def _run(model, g, z, rows=None):
-    import onnxruntime as ort
-
-    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    kinds = {i.name: (np.int32 if i.type == "tensor(int32)" else np.float32) for i in s.get_inputs()}
-    feeds = {n: z[f"in__{n}"] for n, *_ in g.inputs}
+    feeds = whole_feeds(g, z)
     if rows is not None:
         feeds = {k: v[rows] for k, v in feeds.items()}
-    return s.run([f"output_{i}" for i in range(len(g.outputs))],
-                 {k: np.asarray(v).astype(kinds[k]) for k, v in feeds.items()})
-
-
-def _err(got, ref) -> float:
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(got, np.float64) - ref))) / max(1.0, float(np.max(np.abs(ref))))
+    return ort_run(model, feeds, [f"output_{i}" for i in range(len(g.outputs))])
 
 
 def test_fixtures_present():

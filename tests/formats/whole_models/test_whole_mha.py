@@ -23,7 +23,9 @@ pytest.importorskip("torch")
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from conftest import ort_run, whole_close, whole_graph  # noqa: E402
+from conftest import assert_whole_onnx_lengths, assert_whole_torch_lengths, ort_run, whole_close  # noqa: E402
+from conftest import whole_emitted_module, whole_fixture_graph, whole_length_cases, whole_pt2_program  # noqa: E402
+from conftest import whole_onnx_model as _onnx  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "fixtures" / "whole_mha"
@@ -31,92 +33,32 @@ CASES = ["mha_text.h5", "mha_cross.h5", "k3_mha.keras"]
 
 
 def _graph(name, edit=None):
-    if name.endswith(".keras"):
-        from rnnconvert.formats.keras import keras3
-
-        return whole_graph(FIX / name, edit, source=keras3.read_full_model)
-    return whole_graph(FIX / name, edit)
+    return whole_fixture_graph(FIX, name, edit)
 
 
 def _cases(name):
-    z = np.load(FIX / (name.rsplit(".", 1)[0] + ".npz"))
-    for n in z["lengths"]:
-        feeds = {k[4:].rsplit("__", 1)[0]: z[k] for k in z.files if k.startswith("in__") and k.endswith(f"__{n}")}
-        outs = [z[f"out__{i}__{n}"] for i in range(sum(1 for k in z.files if k.startswith("out__")
-                                                        and k.endswith(f"__{n}")))]
-        yield int(n), feeds, outs
-
-
-def _onnx(g, **kw):
-    from rnnconvert.whole.formats.onnx import model_write
-
-    return model_write.build(g, **kw)
-
-
-def _args(g, feeds, int_dtype):
-    import torch
-
-    return [torch.from_numpy(np.asarray(feeds[i[0]]).astype(int_dtype if i[3] is not None else np.float32))
-            for i in g.inputs]
+    return whole_length_cases(FIX, name)
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_onnx_matches_framework(name):
     """onnxruntime on the written graph: every output at every stored length (rows padded anywhere)."""
-    g = _graph(name)
-    model = _onnx(g)
-    for n, feeds, outs in _cases(name):
-        got = ort_run(model, feeds, [f"output_{i}" for i in range(len(outs))])
-        for i, (y, ref) in enumerate(zip(got, outs)):
-            assert y.shape == ref.shape and whole_close(y, ref), (name, n, i, float(np.abs(y - ref).max()))
+    assert_whole_onnx_lengths(_onnx(_graph(name)), FIX, name)
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_pt2_matches_framework(name, tmp_path):
     """The exported ``.pt2`` program, saved and loaded back: every output at every stored length."""
-    import torch
-
-    from rnnconvert.whole.formats.torch import pt2_write
-
     g = _graph(name)
-    p = tmp_path / "m.pt2"
-    torch.export.save(pt2_write.export(g), str(p))
-    prog = torch.export.load(str(p)).module()
-    for n, feeds, outs in _cases(name):
-        with torch.no_grad():
-            got = prog(*_args(g, feeds, np.int32))
-        for i, (y, ref) in enumerate(zip(got, outs)):
-            assert y.shape == ref.shape and whole_close(y.numpy(), ref), (name, n, i,
-                                                                         float(np.abs(y.numpy() - ref).max()))
+    assert_whole_torch_lengths(whole_pt2_program(g, tmp_path), g, FIX, name, np.int32, shape=True)
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_emitted_module_matches_framework(name, tmp_path):
     """The emitted ``nn.Module`` source (imported from its file, state loaded with weights_only) computes the
     framework's outputs."""
-    import importlib.util
-
-    import torch
-
-    from rnnconvert.whole.formats.torch import module_write
-
     g = _graph(name)
-    em = module_write.emit(g)
-    src = tmp_path / "mha_mod.py"
-    src.write_text(em.source)
-    (tmp_path / "state.pt").write_bytes(module_write.state_bytes(em.state))
-    spec = importlib.util.spec_from_file_location("mha_mod", src)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    m = mod.Model()
-    m.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
-    m.eval()
-    for n, feeds, outs in _cases(name):
-        with torch.no_grad():
-            got = m(*_args(g, feeds, np.int64))
-        got = got if isinstance(got, tuple) else (got,)
-        for i, (y, ref) in enumerate(zip(got, outs)):
-            assert whole_close(y.numpy(), ref), (name, n, i)
+    assert_whole_torch_lengths(whole_emitted_module(g, tmp_path, "mha_mod"), g, FIX, name, np.int64)
 
 
 def _edit_call(layer, **kw):
