@@ -37,9 +37,7 @@ def forward(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, load=N
     meta = whole_meta(path)
     if meta is not None:  # a whole model (issue #30): the layer's nodes, chained, from zero states
         layer = ckpt.layer(name)
-        y = x
-        for k in range(layer.num_layers):
-            y = forward_slab(path, ckpt, name, k, y)
+        y = _chained(path, ckpt, name, x)
         return y[:, ::-1] if layer.semantics.go_backwards and not layer.bidirectional else y
     if ckpt is not None and ckpt.layer(name).num_layers > 1:  # a stacked layer: one stacked node at a time
         return staged(path, name, ckpt.layer(name).num_layers, x)
@@ -370,10 +368,16 @@ def forward_wired(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray, 
         whole = forward(path, ckpt, name, x)
         ys = [forward_slab(path, ckpt, name, k, slab_xs[k]) for k in range(L)]
     if joined is None:
-        joined = x
-        for k in range(L):
-            joined = forward_slab(path, ckpt, name, k, joined)
+        joined = _chained(path, ckpt, name, x)
     return whole, ys, joined
+
+
+def _chained(path: str | Path, ckpt: Checkpoint, name: str, x: np.ndarray) -> np.ndarray:
+    """The stacked nodes of layer ``name``, each run alone (:func:`forward_slab`), chained from ``x``: node ``k`` on
+    node ``k-1``'s output, directions concatenated; float64 ``(B, T, dirs*H)``, not finished."""
+    for k in range(ckpt.layer(name).num_layers):
+        x = forward_slab(path, ckpt, name, k, x)
+    return x
 
 
 _RECURRENT = ("LSTM", "GRU", "RNN")
@@ -408,10 +412,10 @@ def _extend(st: Stage, k: int, node, rows: int) -> tuple[list, list, str, str]:
 
 
 def _staged(path: str | Path, name: str, num_layers: int, x: np.ndarray,
-            slab_xs: list | None = None) -> tuple[np.ndarray, list | None, np.ndarray | None]:
+            slab_xs: list | None = None) -> tuple[np.ndarray | None, list | None, np.ndarray | None]:
     """:func:`staged` (``slab_xs`` None: ``(whole, None, None)``) or :func:`forward_wired`'s fused run (``(whole, ys,
-    joined)``; ``ys`` None where a stacked node is not :func:`_fusable`, nothing run then; ``joined`` None where a
-    node's input is not exactly the previous node's output joined)."""
+    joined)``; ``(None, None, None)`` where a stacked node is not :func:`_fusable`, nothing run then; ``joined`` None
+    where a node's input is not exactly the previous node's output joined)."""
     ort = require("onnxruntime", "onnx")
     onnx = require("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
@@ -446,7 +450,7 @@ def _staged(path: str | Path, name: str, num_layers: int, x: np.ndarray,
                     fused[s_i] = (names[n.name], n)
         if sorted(k for k, _ in fused.values()) != list(range(num_layers)) or not all(
                 _fusable(n) for _, n in fused.values()):
-            return np.empty(0), None, None
+            return None, None, None
     ys: list = [None] * num_layers
     joined, chained = known[f"{name}__in"], True  # the file's rows: the layer's input, then each node's output
     folder = str(Path(path).resolve().parent)
